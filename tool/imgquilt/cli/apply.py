@@ -1,0 +1,176 @@
+"""`lock`, `apply` and `check`: parse, call the core, render."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from ..engine.hunks import sha256_hex
+from ..engine.plan import plan_apply, plan_lock
+from ..engine.result import ApplyResult
+from ..errors import QueueProblems, UsageError
+from ..fs.types import Source
+from ..queue.check import check_queue
+from ..queue.lock import render_lock
+from ..util.atomic import atomic_write
+from .context import G, cache_dir, emit_json, err, load, out, queue_root
+
+ImageOpt = typer.Option(None, "--image", "-i", help="Image reference (oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, rootfs:DIR, tar:FILE, a path, or any skopeo transport).")
+PlatformOpt = typer.Option(None, "--platform", help="os/arch[/variant] to pick from a multi-platform image.")
+
+
+def open_ref(ref: str, platform: str | None) -> Source:
+    from ..image.reference import open_source
+
+    return open_source(ref, platform=platform, cache_dir=cache_dir())
+
+
+def pick_ref(image: str | None, lock_ref: str | None) -> str:
+    if image:
+        return image
+    if lock_ref:
+        return lock_ref
+    raise UsageError("No image given and no targets.lock to take one from.", hint="Pass --image REF.")
+
+
+def lock_cmd(image: Optional[str] = ImageOpt, platform: Optional[str] = PlatformOpt) -> None:
+    """Pin the image and every target file (writes targets.lock).
+
+    Example: imgquilt lock --image oci:examples/demo-image:latest
+    """
+    q = load()
+    old = q.lock()
+    ref = pick_ref(image, old.image.ref if old else None)
+    lock = plan_lock(q, open_ref(ref, platform), ref)
+    atomic_write(q.lock_path, render_lock(lock))
+    if G.json:
+        emit_json({"lock": str(q.lock_path), "image": {"ref": ref, "digest": lock.image.digest, "platform": lock.image.platform},
+                   "series_sha256": lock.series_sha256, "targets": len(lock.targets)})
+        return
+    out.print(f"Pinned {len(lock.targets)} target(s) of {len(q.patches)} patch(es) to {ref} ({lock.image.digest}).")
+    out.print(f"Wrote {q.lock_path}.")
+
+
+def _table(result: ApplyResult) -> Table:
+    t = Table(title="Verification", show_lines=False)
+    for col in ("patch", "file", "resolved", "base", "result"):
+        t.add_column(col)
+    for f in result.files:
+        for name in f.patches:
+            t.add_row(name, f.target.path, f.resolved if f.resolved != f.target.path else "", "[green]ok[/]", "[green]ok[/]")
+    return t
+
+
+def result_json(result: ApplyResult) -> dict:
+    return {
+        "image": {"ref": result.info.ref, "digest": result.info.digest, "platform": result.info.platform},
+        "pinned": result.pinned,
+        "series_sha256": result.series_sha256,
+        "patches": list(result.patches),
+        "files": [
+            {"path": f.target.path, "resolved": f.resolved, "base_sha256": sha256_hex(f.target.data),
+             "final_sha256": sha256_hex(f.final), "mode": f"{f.mode:04o}", "uid": f.uid, "gid": f.gid, "patches": list(f.patches)}
+            for f in result.files
+        ],
+        "notes": list(result.notes),
+    }
+
+
+def apply_cmd(
+    image: Optional[str] = ImageOpt,
+    layer: Optional[Path] = typer.Option(None, "--layer", help="Write an OCI layer tar (.tar, .tar.gz, .tar.zst)."),
+    output_image: Optional[str] = typer.Option(None, "--output-image", help="Write the base image plus the layer (oci:, oci-archive:, docker-archive:)."),
+    root: Optional[Path] = typer.Option(None, "--root", help="Patch this extracted rootfs in place (bases read from it unless --image)."),
+    overlay: Optional[Path] = typer.Option(None, "--overlay", help="Write patched files plus mounts.tsv for bind mounts."),
+    locked: bool = typer.Option(False, "--locked", help="Fail when there is no targets.lock."),
+    platform: Optional[str] = PlatformOpt,
+    no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the check that patched .py files gain no errors."),
+) -> None:
+    """Verify every base, apply the series in memory, verify every result, then write the outputs.
+
+    Examples:
+      imgquilt apply --root /                      (in a Dockerfile: RUN imgquilt apply --root /)
+      imgquilt apply --image oci:img:1.0 --layer fix.tar.gz --output-image oci:out:1.0-fixed
+    """
+    q = load()
+    lock = q.lock()
+    if image is None and root is not None:
+        ref = f"rootfs:{root}"
+    else:
+        ref = pick_ref(image, lock.image.ref if lock else None)
+    source = open_ref(ref, platform)
+    result = plan_apply(q, source, lock, locked=locked, python_check=not no_python_check)
+    written: dict[str, object] = {}
+    if layer is not None:
+        from ..image.layer_writer import write_layer
+
+        info = write_layer(result, layer)
+        written["layer"] = {"path": str(layer), "digest": info.digest, "diff_id": info.diff_id, "media_type": info.media_type, "size": info.size}
+    if output_image is not None:
+        from ..image.image_writer import write_image
+        from ..image.reference import open_image
+
+        base = open_image(ref, platform=platform, cache_dir=cache_dir())
+        img = write_image(base, result, output_image)
+        written["image"] = {"ref": output_image, "digest": getattr(img, "digest", None)}
+    if overlay is not None:
+        from ..image.overlay import write_overlay
+
+        write_overlay(result, overlay)
+        written["overlay"] = {"path": str(overlay), "mounts": str(overlay / "mounts.tsv")}
+    if root is not None:
+        from ..rootfs.inplace import write_in_place
+
+        changed = write_in_place(root, result)
+        written["root"] = {"path": str(root), "changed": changed}
+    if G.json:
+        doc = result_json(result)
+        doc["outputs"] = written
+        emit_json(doc)
+        return
+    for note in result.notes:
+        err.print(f"[yellow]note:[/] {note}")
+    out.print(_table(result))
+    out.print(f"Verified {len(result.patches)} patch(es) on {result.info.ref}" + (" (pinned by targets.lock)." if result.pinned else " (not pinned: no targets.lock)."))
+    if not written:
+        out.print("Nothing written: give --layer, --output-image, --root or --overlay.")
+    for kind, w in written.items():
+        where = w.get("path") or w.get("ref")  # type: ignore[union-attr]
+        extra = f" {w['digest']}" if isinstance(w, dict) and w.get("digest") else ""
+        out.print(f"Wrote {kind}: {where}{extra}")
+
+
+def check_cmd(image: Optional[str] = ImageOpt, platform: Optional[str] = PlatformOpt) -> None:
+    """Lint the queue: series vs patches/, hash chains, Requires order, lock freshness.
+
+    With --image, also verify the whole series on that image.
+    Example: imgquilt check --image oci:examples/demo-image:latest
+    """
+    root = queue_root()
+    problems, patches = check_queue(root)
+    if image and not problems:
+        from ..engine.plan import plan_apply as _plan
+        from ..errors import ImgquiltError
+
+        q = load()
+        try:
+            _plan(q, open_ref(image, platform), q.lock())
+        except ImgquiltError as exc:
+            found = getattr(exc, "problems", None)
+            problems.extend([p.render() for p in found] if found else [exc.message])
+    if G.json:
+        emit_json({"ok": not problems, "problems": problems, "patches": [p.name for p in patches]})
+        if problems:
+            raise typer.Exit(QueueProblems(problems).exit_code)
+        return
+    if problems:
+        raise QueueProblems(problems)
+    out.print(f"The queue is sound: {len(patches)} patch(es), chains and Requires in order.")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("lock")(lock_cmd)
+    app.command("apply")(apply_cmd)
+    app.command("check")(check_cmd)

@@ -1,0 +1,263 @@
+"""Plan an apply: read every target, apply the series in memory, verify every base and result.
+
+Nothing here writes: the ApplyResult is handed to sinks only when everything verified.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from .. import __version__
+from ..errors import BadInput, BaseDrift, ImgquiltError, MalformedPatch, MissingTarget, PythonCheckFailed, Refused, ResultMismatch, StaleLock
+from ..fs.types import Source, TargetFile
+from ..queue.lock import Lock, LockTarget, rootfs_digest
+from ..queue.queue import Queue
+from .hunks import ABSENT, HunkError, apply_hunks, sha256_hex
+from .pycheck import new_python_errors
+from .result import RECORD_PATH, ApplyResult, FileResult
+
+LOCK_HINT = "Run `imgquilt lock` to pin the queue to the image again."
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One failed verification, with every fact a refusal must name."""
+
+    kind: str  # "drift", "missing", "result", "hunk", "python", "lock"
+    patch: str
+    path: str
+    resolved: str
+    expected: str
+    actual: str
+    detail: str = ""
+
+    def render(self) -> str:
+        where = self.path if self.path == self.resolved else f"{self.path} (resolved: {self.resolved})"
+        text = {
+            "drift": f"{self.patch}: {where}: base drifted: expected sha256 {self.expected}, found {self.actual}.",
+            "missing": f"{self.patch}: {where}: the file does not exist (expected sha256 {self.expected}).",
+            "result": f"{self.patch}: {where}: the result is not the pinned one: expected sha256 {self.expected}, got {self.actual}.",
+            "hunk": f"{self.patch}: {where}: base matches ({self.expected}) but {self.detail}.",
+            "python": f"{self.patch}: {where}: the patch adds Python errors: {self.detail}.",
+            "lock": f"targets.lock: {where}: pinned base sha256 {self.expected}, found {self.actual}.",
+        }[self.kind]
+        if self.detail and self.kind in ("drift", "missing"):
+            text += f" {self.detail}"
+        return text
+
+
+@dataclass
+class _FileState:
+    target: TargetFile
+    data: bytes | None
+    patches: list[str] = field(default_factory=list)
+    broken: bool = False
+    mode: int | None = None
+
+
+NEXT_STEP = {
+    "drift": "The image changed under the queue: `imgquilt rebase --image REF` carries the patches onto it.",
+    "missing": "The file is gone from this image: check --image, or `imgquilt rebase` (it finds moved files).",
+    "result": "The patch does not produce what it pins: `imgquilt refresh` it, or fix its Patched-SHA256.",
+    "hunk": "The patch is inconsistent with its own Base-SHA256: regenerate it (`imgquilt refresh`).",
+    "python": "Fix the patch so the file compiles and names resolve (or run with --no-python-check).",
+    "lock": LOCK_HINT,
+}
+
+
+def refusal(problems: list[Problem]) -> ImgquiltError:
+    """One error naming every problem; bad input (6) wins over verification failures (3)."""
+    kinds = {p.kind for p in problems}
+    if kinds & {"missing", "hunk"}:
+        cls = {frozenset({"missing"}): MissingTarget, frozenset({"hunk"}): MalformedPatch}.get(frozenset(kinds), BadInput)
+    else:
+        by_kind = {"drift": BaseDrift, "result": ResultMismatch, "python": PythonCheckFailed, "lock": BaseDrift}
+        cls = by_kind[next(iter(kinds))] if len(kinds) == 1 else Refused
+    msg = f"Refused: {len(problems)} verification failure(s); nothing was written.\n" + "\n".join(
+        f"  - {p.render()}" for p in problems
+    )
+    err = cls(msg, hint="\n".join(sorted({NEXT_STEP[p.kind] for p in problems})))
+    err.problems = problems  # type: ignore[attr-defined]
+    return err
+
+
+def check_lock_fresh(queue: Queue, lock: Lock | None, *, locked: bool) -> None:
+    if lock is None:
+        if locked:
+            raise StaleLock(f"--locked given, but {queue.lock_path} does not exist.", hint=LOCK_HINT)
+        return
+    if lock.series_sha256 != queue.series_sha256:
+        raise StaleLock(
+            f"targets.lock is stale: it pins series sha256 {lock.series_sha256}, but the queue is now {queue.series_sha256}.",
+            hint=LOCK_HINT,
+        )
+
+
+def deleted_note(source: Source, t: TargetFile) -> str:
+    by = getattr(source, "deleted_by", None)
+    layer = by(t.path) if callable(by) else None
+    return f"It was deleted (whited out) by layer {layer}." if layer else ""
+
+
+def run_series(queue: Queue, targets: dict[str, TargetFile], *, source: Source | None = None, python_check: bool = True) -> tuple[dict[str, _FileState], list[Problem]]:
+    """Apply every section in series order to the targets' bytes; collect every problem."""
+    states: dict[str, _FileState] = {}
+    for path, t in targets.items():
+        states.setdefault(t.resolved, _FileState(t, t.data))
+    problems: list[Problem] = []
+    for patch in queue.patches:
+        for s in patch.sections:
+            t = targets[s.path]
+            st = states[t.resolved]
+            if st.broken:
+                continue
+            actual = sha256_hex(st.data)
+            if actual != s.base_sha256:
+                kind = "missing" if st.data is None else "drift"
+                note = deleted_note(source, t) if (kind == "missing" and source is not None) else ""
+                problems.append(Problem(kind, patch.name, s.path, t.resolved, s.base_sha256, actual, note))
+                st.broken = True
+                continue
+            try:
+                new = apply_hunks(st.data or b"", s.hunks)
+            except HunkError as exc:
+                problems.append(Problem("hunk", patch.name, s.path, t.resolved, s.base_sha256, actual, str(exc)))
+                st.broken = True
+                continue
+            result = None if s.is_delete else new
+            if s.is_delete and new:
+                problems.append(Problem("result", patch.name, s.path, t.resolved, ABSENT, sha256_hex(new), "the deletion leaves content"))
+                st.broken = True
+                continue
+            got = sha256_hex(result)
+            if got != s.patched_sha256:
+                problems.append(Problem("result", patch.name, s.path, t.resolved, s.patched_sha256, got))
+                st.broken = True
+                continue
+            if python_check and result is not None and t.resolved.endswith(".py"):
+                errs = new_python_errors(st.data, result, t.resolved)
+                if errs:
+                    problems.append(Problem("python", patch.name, s.path, t.resolved, s.base_sha256, got, "; ".join(errs)))
+                    st.broken = True
+                    continue
+            if s.is_new and s.mode is not None:
+                st.mode = s.mode
+            st.data = result
+            st.patches.append(patch.name)
+    return states, problems
+
+
+def final_hashes(queue: Queue) -> dict[str, str]:
+    """Per named path, the hash the whole series ends at (from the headers alone)."""
+    out: dict[str, str] = {}
+    for p in queue.patches:
+        for s in p.sections:
+            out[s.path] = s.patched_sha256
+    return out
+
+
+def already_applied(queue: Queue, targets: dict[str, TargetFile]) -> bool:
+    """True when every target is already at the series' final state (re-running an in-place apply)."""
+    finals = final_hashes(queue)
+    return bool(finals) and all(sha256_hex(targets[p].data) == h for p, h in finals.items())
+
+
+def record_bytes(queue: Queue, image_digest: str | None, image_ref: str, targets: dict[str, TargetFile]) -> bytes:
+    """var/lib/imgquilt/applied.json: what was applied, reproducible (no timestamps)."""
+    doc = {
+        "imgquilt_version": __version__,
+        "series_sha256": queue.series_sha256,
+        "image": {"ref": image_ref, "digest": image_digest},
+        "patches": [
+            {
+                "name": p.name,
+                "files": [
+                    {"path": s.path, "resolved": targets[s.path].resolved, "base_sha256": s.base_sha256, "patched_sha256": s.patched_sha256}
+                    for s in p.sections
+                ],
+            }
+            for p in queue.patches
+        ],
+    }
+    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+
+
+def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False, python_check: bool = True) -> ApplyResult:
+    """Read, apply and verify everything in memory. Raises a refusal naming every problem."""
+    check_lock_fresh(queue, lock, locked=locked)
+    paths = queue.target_paths()
+    targets = source.read_targets(paths + [RECORD_PATH])
+    record_target = targets.pop(RECORD_PATH)
+    info = source.info()
+    notes: list[str] = []
+    if lock is None:
+        notes.append("The image is not pinned (no targets.lock): verified against the patch headers alone.")
+    done = already_applied(queue, targets) and not at_first_bases(queue, targets)
+    if done:
+        notes.append("Every target is already at the series' result: nothing to change.")
+        states = {t.resolved: _FileState(t, t.data, [p.name for p in queue.patches if t.path in p.paths]) for t in targets.values()}
+        problems: list[Problem] = []
+    else:
+        states, problems = run_series(queue, targets, source=source, python_check=python_check)
+    if lock is not None:
+        if not done:
+            for lt in lock.targets:
+                t = targets.get(lt.path)
+                if t is not None and sha256_hex(t.data) != lt.base_sha256 and not any(p.path == lt.path for p in problems):
+                    problems.append(Problem("lock", "-", lt.path, t.resolved, lt.base_sha256, sha256_hex(t.data)))
+        digest = info.digest or rootfs_digest([(t.resolved, sha256_hex(t.data)) for t in targets.values()])
+        if lock.image.digest and digest != lock.image.digest and not done:
+            notes.append(f"The image digest {digest} differs from the lock's {lock.image.digest}; the file hashes decide.")
+    if problems:
+        raise refusal(problems)
+    files = []
+    for st in states.values():
+        t = st.target
+        mode = t.mode if t.data is not None else (st.mode if st.mode is not None else 0o644)
+        files.append(FileResult(t, st.data, mode, t.uid, t.gid, tuple(st.patches)))
+    image_digest = lock.image.digest if lock else (info.digest or rootfs_digest([(t.resolved, sha256_hex(t.data)) for t in targets.values()]))
+    record = record_bytes(queue, image_digest, info.ref, targets)
+    files.append(FileResult(record_target, record, record_target.mode if record_target.data is not None else 0o644, record_target.uid, record_target.gid, ()))
+    files.sort(key=lambda f: f.resolved)
+    return ApplyResult(info, queue.series_sha256, tuple(queue.names), tuple(files), lock is not None, tuple(notes))
+
+
+def at_first_bases(queue: Queue, targets: dict[str, TargetFile]) -> bool:
+    """True when every target is at the base the series starts from."""
+    firsts: dict[str, str] = {}
+    for p in queue.patches:
+        for s in p.sections:
+            firsts.setdefault(s.path, s.base_sha256)
+    return all(sha256_hex(targets[p].data) == h for p, h in firsts.items())
+
+
+def plan_lock(queue: Queue, source: Source, ref: str) -> Lock:
+    """Pin the image and every target: the whole series must verify on it."""
+    paths = queue.target_paths()
+    targets = source.read_targets(paths)
+    states, problems = run_series(queue, targets, source=source)
+    if problems:
+        raise refusal(problems)
+    info = source.info()
+    digest = info.digest or rootfs_digest([(t.resolved, sha256_hex(t.data)) for t in targets.values()])
+    lock_targets = []
+    for path in paths:
+        t = targets[path]
+        st = states[t.resolved]
+        mode = t.mode if t.data is not None else (st.mode if st.mode is not None else 0o644)
+        lock_targets.append(
+            LockTarget(
+                path=path,
+                resolved=t.resolved,
+                base_sha256=sha256_hex(t.data),
+                final_sha256=sha256_hex(st.data),
+                mode=mode,
+                uid=t.uid,
+                gid=t.gid,
+                layer=t.layer,
+                patches=tuple(p.name for p in queue.patches if path in p.paths),
+            )
+        )
+    from ..fs.types import ImageInfo
+
+    return Lock(queue.series_sha256, ImageInfo(ref, digest, info.platform, info.kind), tuple(lock_targets))

@@ -1,0 +1,40 @@
+"""The values an apply produces: every sink (layer, image, rootfs, overlay) writes from these."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..fs.types import ImageInfo, TargetFile
+
+RECORD_PATH = "var/lib/imgquilt/applied.json"
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """One resolved file after the whole series: its base as read and its final bytes."""
+
+    target: TargetFile  # the base as read from the source (named path, resolved path, data, metadata)
+    final: bytes | None  # None: the series deletes the file
+    mode: int  # final permission bits (the base's; `Mode:` or 0644 for a new file)
+    uid: int
+    gid: int
+    patches: tuple[str, ...]  # the patches that touch it, in series order
+
+    @property
+    def resolved(self) -> str:
+        return self.target.resolved
+
+    @property
+    def changed(self) -> bool:
+        return self.final != self.target.data
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """A verified apply, held in memory: nothing has been written yet."""
+
+    info: ImageInfo
+    series_sha256: str
+    patches: tuple[str, ...]
+    files: tuple[FileResult, ...]  # sorted by resolved path; includes the record at RECORD_PATH
+    pinned: bool  # a targets.lock was used
+    notes: tuple[str, ...] = ()  # things to tell the user (image digest differs from the lock, ...)

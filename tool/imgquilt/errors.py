@@ -1,0 +1,118 @@
+"""The whole error tree of imgquilt; every class carries the exit code the CLI returns for it.
+
+Grouped as in DESIGN.md's exit-code table: usage (2), refused (3), conflict (4), not live (5),
+bad input (6). Anything that is not an ImgquiltError is a bug (exit 1).
+"""
+from __future__ import annotations
+
+
+class ImgquiltError(Exception):
+    """Base of every error imgquilt reports to a user."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def render(self) -> str:
+        """One paragraph: what happened, then what to do next."""
+        return f"{self.message}\n{self.hint}" if self.hint else self.message
+
+
+# --- 2: usage -------------------------------------------------------------------------------
+class UsageError(ImgquiltError):
+    """The command line or the queue state does not allow this command."""
+
+    exit_code = 2
+
+
+class QueueNotFound(UsageError):
+    """No queue directory (a directory holding `series`) was found."""
+
+
+# --- 3: refused -----------------------------------------------------------------------------
+class Refused(ImgquiltError):
+    """Verification failed; nothing was written."""
+
+    exit_code = 3
+
+
+class BaseDrift(Refused):
+    """A file's bytes are not the base a patch section expects."""
+
+
+class ResultMismatch(Refused):
+    """Applying a section did not produce the pinned result hash."""
+
+
+class HunkMismatch(Refused):
+    """A hunk's context or removed lines are not at the place the hunk names."""
+
+
+class PythonCheckFailed(Refused):
+    """The patched Python source has an error its base did not have."""
+
+
+# --- 4: conflict ----------------------------------------------------------------------------
+class RebaseConflict(ImgquiltError):
+    """A 3-way merge during rebase left conflicts to resolve by hand."""
+
+    exit_code = 4
+
+
+# --- 5: audit -------------------------------------------------------------------------------
+class NotLive(ImgquiltError):
+    """Audit found a patch not in the expected state."""
+
+    exit_code = 5
+
+
+# --- 6: bad input ---------------------------------------------------------------------------
+class BadInput(ImgquiltError):
+    """Input imgquilt cannot accept: malformed, unsafe or missing."""
+
+    exit_code = 6
+
+
+class MalformedSeries(BadInput):
+    """The series file has a line imgquilt cannot read."""
+
+
+class MalformedPatch(BadInput):
+    """A patch file is not in the imgquilt patch format."""
+
+
+class MalformedLock(BadInput):
+    """targets.lock cannot be read."""
+
+
+class StaleLock(BadInput):
+    """targets.lock does not match the queue or is required but missing."""
+
+
+class UnsafePath(BadInput):
+    """A path escapes the root, is absolute, or holds `..`, NUL or a backslash."""
+
+
+class MissingTarget(BadInput):
+    """A file the queue needs does not exist in the image or root."""
+
+
+class BadImage(BadInput):
+    """An image reference, archive, manifest or blob cannot be used."""
+
+
+class DigestMismatch(BadImage):
+    """A blob's bytes do not match its digest."""
+
+
+class QueueProblems(BadInput):
+    """`check` found problems in the queue (all are listed)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__(
+            f"The queue has {len(problems)} problem(s):\n" + "\n".join(f"  - {p}" for p in problems)
+        )
+        self.problems = problems

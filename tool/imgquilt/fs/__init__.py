@@ -1,0 +1,1 @@
+"""Filesystem views shared by every source: values, the in-root path resolver, path checks."""

@@ -1,0 +1,35 @@
+"""Checks on paths that come from patches, locks and archives: never trusted as they are."""
+from __future__ import annotations
+
+from ..errors import UnsafePath
+
+
+def check_member_path(path: str, *, what: str = "path") -> str:
+    """Return `path` normalised (no leading `./`, no duplicate slashes) or raise UnsafePath.
+
+    Refused: absolute paths, `..` components, NUL bytes and backslashes.
+    """
+    if not path or path in (".", "./"):
+        raise UnsafePath(f"Empty {what} {path!r}.", hint="Name a file inside the image root.")
+    if "\x00" in path or "\\" in path:
+        raise UnsafePath(f"Unsafe {what} {path!r}: NUL bytes and backslashes are not allowed.")
+    if path.startswith("/"):
+        raise UnsafePath(
+            f"Unsafe {what} {path!r}: absolute paths are not allowed.",
+            hint="Write the path relative to the image root (etc/os-release, not /etc/os-release).",
+        )
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        raise UnsafePath(f"Unsafe {what} {path!r}: `..` components are not allowed.")
+    if not parts:
+        raise UnsafePath(f"Empty {what} {path!r}.")
+    return "/".join(parts)
+
+
+def normalize_archive_path(name: str) -> str | None:
+    """Normalise a tar member name; None for the root itself. Raises UnsafePath on escapes."""
+    stripped = name.lstrip("/")
+    parts = [p for p in stripped.split("/") if p not in ("", ".")]
+    if not parts:
+        return None
+    return check_member_path("/".join(parts), what="archive member")

@@ -1,0 +1,77 @@
+"""Resolve a path inside a root the way the container would, never leaving the root.
+
+The resolver works on any filesystem view through a `lookup` callable that returns the Node at a
+path whose parents are already resolved (no symlink in them), or None. Absolute symlinks are
+re-rooted at the image root, as in the container. A relative symlink that climbs above the root is
+refused: in a container the kernel would clamp it, but such a link in an image is almost always a
+sign of a hostile or broken archive, so imgquilt will not patch through it.
+"""
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import BadInput, UnsafePath
+from .types import Node
+
+MAX_SYMLINKS = 40  # as Linux's ELOOP limit
+
+Lookup = Callable[[str], "Node | None"]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Result of resolving a named path: the in-root path and the node there (None: absent)."""
+
+    named: str
+    resolved: str
+    node: Node | None
+    parents: tuple[tuple[str, Node], ...]  # existing directories on the way, root first
+
+
+def resolve(named: str, lookup: Lookup, *, follow_final: bool = True) -> Resolved:
+    """Resolve `named` (already checked by check_member_path) inside the root through `lookup`."""
+    pending = [p for p in named.split("/") if p not in ("", ".")]
+    done: list[str] = []
+    parents: list[tuple[str, Node]] = []
+    hops = 0
+    node: Node | None = None
+    while pending:
+        part = pending.pop(0)
+        if part == "..":
+            # only reachable through a symlink's target: climbing above the root is refused
+            if not done:
+                raise UnsafePath(
+                    f"Unsafe path {named!r}: a symlink on its way points above the image root.",
+                    hint="Fix the symlink in the image, or name the file by its real path.",
+                )
+            done.pop()
+            parents = parents[: len(done)]
+            continue
+        cur = "/".join(done + [part])
+        node = lookup(cur)
+        is_last = not pending
+        if node is not None and node.kind == "symlink" and (follow_final or not is_last):
+            hops += 1
+            if hops > MAX_SYMLINKS:
+                raise BadInput(f"Too many levels of symbolic links resolving {named!r} (at {cur!r}).")
+            target = node.linkname
+            if target.startswith("/"):
+                done, parents = [], []
+            pending = [p for p in target.split("/") if p not in ("", ".")] + pending
+            node = None
+            continue
+        if not is_last:
+            if node is None:
+                # a missing parent: the rest does not exist either
+                rest = "/".join([cur] + pending)
+                return Resolved(named, posixpath.normpath(rest), None, tuple(parents))
+            if node.kind != "dir":
+                raise BadInput(f"Cannot resolve {named!r}: {cur!r} is not a directory.")
+            parents.append((cur, node))
+        done.append(part)
+    resolved = "/".join(done)
+    if not resolved:
+        raise UnsafePath(f"Path {named!r} resolves to the image root itself, not a file.")
+    return Resolved(named, resolved, node, tuple(parents))

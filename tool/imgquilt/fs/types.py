@@ -1,0 +1,67 @@
+"""Values that every filesystem source (image, rootfs, tar) hands to the core."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, Sequence
+
+NodeKind = Literal["file", "dir", "symlink", "other"]
+
+
+@dataclass(frozen=True)
+class Node:
+    """One filesystem entry as seen without following a final symlink."""
+
+    kind: NodeKind
+    mode: int = 0o644  # permission bits only (incl. suid/sgid/sticky), never the type
+    uid: int = 0
+    gid: int = 0
+    linkname: str = ""  # symlink target, verbatim
+    layer: str | None = None  # digest of the layer that provides it (images)
+
+
+@dataclass(frozen=True)
+class DirMeta:
+    """An existing directory on the way to a target: path (relative) and its metadata."""
+
+    path: str
+    mode: int
+    uid: int
+    gid: int
+
+
+@dataclass(frozen=True)
+class TargetFile:
+    """A target file read from a source: named path, resolved path, bytes and metadata."""
+
+    path: str  # as the patch names it
+    resolved: str  # resolved inside the root, relative, no leading slash
+    data: bytes | None  # None: the file does not exist
+    mode: int = 0o644
+    uid: int = 0
+    gid: int = 0
+    layer: str | None = None
+    parents: tuple[DirMeta, ...] = field(default=())  # existing parents of `resolved`, root first
+
+    @property
+    def exists(self) -> bool:
+        return self.data is not None
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What identifies the filesystem a queue was applied to."""
+
+    ref: str
+    digest: str | None  # manifest digest; None for a rootfs (the lock computes one over targets)
+    platform: str | None = None
+    kind: Literal["image", "rootfs", "tar"] = "image"
+
+
+class Source(Protocol):
+    """A filesystem imgquilt can read targets from (an image, a rootfs, a flat tar)."""
+
+    def info(self) -> ImageInfo: ...
+
+    def read_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]:
+        """Resolve every named path inside the root and read it; absent files have data None."""
+        ...

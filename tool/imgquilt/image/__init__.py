@@ -1,0 +1,1 @@
+"""Container images: references, transports (sources), layer reading, and writers (sinks)."""

@@ -1,0 +1,83 @@
+"""Lint a queue: series vs patches/, hash chains, Requires order, lock freshness."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ImgquiltError
+from .lock import read_lock
+from .patchfile import Patch, parse_patch
+from .queue import series_sha256
+from .series import parse_series
+
+
+def check_queue(root: Path) -> tuple[list[str], list[Patch]]:
+    """Every problem found (empty: the queue is sound) and the patches that parsed, in order."""
+    problems: list[str] = []
+    series_file = root / "series"
+    series_bytes = series_file.read_bytes() if series_file.exists() else b""
+    try:
+        entries = parse_series(series_bytes)
+    except ImgquiltError as exc:
+        return [exc.message], []
+    names = [e.name for e in entries]
+    for n in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"series lists {n!r} {names.count(n)} times.")
+    pdir = root / "patches"
+    on_disk = sorted(
+        str(p.relative_to(pdir)) for p in pdir.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(pdir).parts)
+    ) if pdir.is_dir() else []
+    for n in on_disk:
+        if n not in names and n != "series":
+            problems.append(f"patches/{n} is not listed in series.")
+    patches: list[Patch] = []
+    raw: list[bytes] = []
+    for e in entries:
+        f = pdir / e.name
+        if not f.is_file():
+            problems.append(f"series line {e.line} lists {e.name!r}, but patches/{e.name} does not exist.")
+            continue
+        data = f.read_bytes()
+        raw.append(data)
+        try:
+            patches.append(parse_patch(data, e.name))
+        except ImgquiltError as exc:
+            problems.append(exc.message)
+    # hash chains: per named path, each base is the previous result
+    last: dict[str, tuple[str, str]] = {}
+    for p in patches:
+        for s in p.sections:
+            if s.path in last and last[s.path][1] != s.base_sha256:
+                prev, h = last[s.path]
+                problems.append(
+                    f"{p.name}: {s.path}: Base-SHA256 {s.base_sha256} does not continue the chain: {prev} leaves it at {h}."
+                )
+            last[s.path] = (p.name, s.patched_sha256)
+    order = {n: i for i, n in enumerate(names)}
+    for p in patches:
+        for req in p.header.requires:
+            if req not in order:
+                problems.append(f"{p.name}: Requires {req!r}, which is not in series.")
+            elif order[req] >= order[p.name]:
+                problems.append(f"{p.name}: Requires {req!r}, which comes after it in series.")
+    try:
+        lock = read_lock(root / "targets.lock")
+    except ImgquiltError as exc:
+        problems.append(exc.message)
+        lock = None
+    if lock is not None and len(raw) == len(entries):
+        if lock.series_sha256 != series_sha256(series_bytes, raw):
+            problems.append("targets.lock is stale (series or a patch changed since); run `imgquilt lock`.")
+        else:
+            firsts: dict[str, str] = {}
+            for p in patches:
+                for s in p.sections:
+                    firsts.setdefault(s.path, s.base_sha256)
+            locked = {t.path: t for t in lock.targets}
+            for path in sorted(set(firsts) ^ set(locked)):
+                problems.append(f"targets.lock and the patches disagree on target {path!r}; run `imgquilt lock`.")
+            for path, base in firsts.items():
+                if path in locked and locked[path].base_sha256 != base:
+                    problems.append(f"targets.lock pins {path!r} at {locked[path].base_sha256}, the series starts from {base}.")
+                if path in last and path in locked and locked[path].final_sha256 != last[path][1]:
+                    problems.append(f"targets.lock says {path!r} ends at {locked[path].final_sha256}, the series ends at {last[path][1]}.")
+    return problems, patches

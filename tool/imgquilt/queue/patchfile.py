@@ -1,0 +1,261 @@
+"""The imgquilt patch file: a DEP-3 style header, then per file `Index:`, hashes and a unified diff.
+
+Parsing keeps the original bytes: `Patch.raw` is the file as read, so parse-then-write of a patch is
+byte-identical. unidiff gives the structure of each section's diff (decoded as latin-1, which maps
+every byte to one character, so the line bytes come back exactly).
+"""
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass, field, replace
+
+from unidiff import PatchSet
+from unidiff.constants import LINE_TYPE_NO_NEWLINE
+from unidiff.errors import UnidiffParseError
+
+from ..engine.diff import unified_diff
+from ..engine.hunks import ABSENT, Hunk, HunkLine
+from ..errors import MalformedPatch
+from ..fs.paths import check_member_path
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_FIELD = re.compile(rb"^([A-Za-z][A-Za-z0-9_-]*):[ \t]?(.*?)\r?\n?$", re.S)
+SECTION_FIELDS = ("Base-SHA256", "Patched-SHA256", "Mode")
+
+
+@dataclass(frozen=True)
+class Header:
+    """The text before the first `Index:` line, kept verbatim; fields are parsed from it."""
+
+    raw: bytes = b""
+
+    @property
+    def fields(self) -> list[tuple[str, str]]:
+        """RFC 822-style fields in order; continuation lines (leading space) are joined with newlines."""
+        out: list[tuple[str, str]] = []
+        for line in self.raw.splitlines():
+            if line[:1] in (b" ", b"\t") and out:
+                name, value = out[-1]
+                out[-1] = (name, value + "\n" + line[1:].decode("utf-8", "surrogateescape"))
+                continue
+            m = _FIELD.match(line)
+            if m:
+                out.append((m.group(1).decode(), m.group(2).decode("utf-8", "surrogateescape")))
+        return out
+
+    def get(self, name: str) -> str | None:
+        for k, v in self.fields:
+            if k.lower() == name.lower():
+                return v
+        return None
+
+    @property
+    def description(self) -> str:
+        return self.get("Description") or self.get("Subject") or ""
+
+    @property
+    def requires(self) -> list[str]:
+        value = self.get("Requires") or ""
+        return [w for w in re.split(r"[\s,]+", value) if w]
+
+    def with_field(self, name: str, value: str | None) -> "Header":
+        """A header with `name` set to `value` (None removes it); other bytes are untouched."""
+        lines = self.raw.splitlines(keepends=True)
+        out: list[bytes] = []
+        skipping = False
+        done = False
+        new = None
+        if value is not None:
+            first, *rest = value.split("\n")
+            new = (f"{name}: {first}\n" + "".join(f" {r}\n" for r in rest)).encode("utf-8", "surrogateescape")
+        for line in lines:
+            if skipping and line[:1] in (b" ", b"\t"):
+                continue
+            skipping = False
+            m = _FIELD.match(line)
+            if m and m.group(1).decode().lower() == name.lower():
+                skipping = True
+                if new is not None and not done:
+                    out.append(new)
+                    done = True
+                continue
+            out.append(line)
+        if new is not None and not done:
+            # insert after the last field, before the blank separator line
+            idx = len(out)
+            while idx > 0 and out[idx - 1].strip() == b"":
+                idx -= 1
+            out.insert(idx, new)
+            if idx == len(out) - 1:
+                out.append(b"\n")
+        return Header(b"".join(out))
+
+
+@dataclass(frozen=True)
+class FileSection:
+    """One file of a patch: its path, its pinned hashes and its diff."""
+
+    path: str
+    base_sha256: str  # 64 hex or "absent"
+    patched_sha256: str
+    hunks: tuple[Hunk, ...]
+    raw: bytes  # the section's exact bytes, from `Index:` to the next section
+    mode: int | None = None  # `Mode:` for a new file
+    extra: tuple[tuple[str, str], ...] = field(default=())  # unknown section fields, kept
+
+    @property
+    def is_new(self) -> bool:
+        return self.base_sha256 == ABSENT
+
+    @property
+    def is_delete(self) -> bool:
+        return self.patched_sha256 == ABSENT
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A parsed patch file; `raw` is its exact bytes."""
+
+    name: str
+    header: Header
+    sections: tuple[FileSection, ...]
+    raw: bytes
+
+    def to_bytes(self) -> bytes:
+        return self.raw
+
+    @property
+    def paths(self) -> list[str]:
+        return [s.path for s in self.sections]
+
+
+def _bad(name: str, msg: str) -> MalformedPatch:
+    return MalformedPatch(
+        f"Malformed patch {name}: {msg}",
+        hint="Fix the patch file, or bring it in with `imgquilt import`, which writes the imgquilt format.",
+    )
+
+
+def _hash_field(name: str, path: str, key: str, value: str | None) -> str:
+    if value is None:
+        raise _bad(name, f"section {path!r} has no {key}: line.")
+    value = value.strip()
+    if value != ABSENT and not _HEX64.match(value):
+        raise _bad(name, f"section {path!r}: {key} must be 64 lowercase hex digits or `absent`, not {value!r}.")
+    return value
+
+
+def _parse_hunks(name: str, path: str, diff: bytes) -> tuple[str, str, tuple[Hunk, ...]]:
+    try:
+        ps = PatchSet(io.BytesIO(diff), encoding="latin-1")
+    except UnidiffParseError as exc:
+        raise _bad(name, f"section {path!r}: {exc}") from None
+    if len(ps) != 1:
+        raise _bad(name, f"section {path!r} must hold exactly one ---/+++ file diff, found {len(ps)}.")
+    pf = ps[0]
+    hunks: list[Hunk] = []
+    for uh in pf:
+        lines: list[HunkLine] = []
+        for ln in uh:
+            if ln.line_type == LINE_TYPE_NO_NEWLINE:
+                if not lines or not lines[-1].text.endswith(b"\n"):
+                    raise _bad(name, f"section {path!r}: a `\\ No newline` marker follows no line.")
+                lines[-1] = HunkLine(lines[-1].kind, lines[-1].text[:-1])
+                continue
+            if ln.line_type not in (" ", "-", "+"):
+                continue  # trailing empty separator lines
+            lines.append(HunkLine(ln.line_type, ln.value.encode("latin-1")))
+        hunk = Hunk(uh.source_start, uh.source_length, uh.target_start, uh.target_length, tuple(lines))
+        if len(hunk.old_lines) != hunk.old_len or len(hunk.new_lines) != hunk.new_len:
+            raise _bad(name, f"section {path!r}: a hunk is shorter than its @@ header says (truncated patch?).")
+        hunks.append(hunk)
+    return pf.source_file, pf.target_file, tuple(hunks)
+
+
+def _parse_section(name: str, raw: bytes) -> FileSection:
+    lines = raw.splitlines(keepends=True)
+    path = lines[0][len(b"Index: "):].rstrip(b"\r\n").decode("utf-8", "surrogateescape")
+    try:
+        path = check_member_path(path, what=f"path in patch {name}")
+    except MalformedPatch:
+        raise
+    fields: dict[str, str] = {}
+    extra: list[tuple[str, str]] = []
+    i = 1
+    while i < len(lines) and not lines[i].startswith(b"--- "):
+        m = _FIELD.match(lines[i])
+        if m:
+            key, value = m.group(1).decode(), m.group(2).decode("utf-8", "surrogateescape")
+            if key in SECTION_FIELDS:
+                fields[key] = value
+            else:
+                extra.append((key, value))
+        elif lines[i].strip() and not lines[i].startswith(b"="):
+            raise _bad(name, f"section {path!r}: unexpected line {lines[i].rstrip()!r} before `---`.")
+        i += 1
+    if i == len(lines):
+        raise _bad(name, f"section {path!r} has no `---`/`+++` lines.")
+    base = _hash_field(name, path, "Base-SHA256", fields.get("Base-SHA256"))
+    patched = _hash_field(name, path, "Patched-SHA256", fields.get("Patched-SHA256"))
+    mode = None
+    if "Mode" in fields:
+        try:
+            mode = int(fields["Mode"].strip(), 8)
+        except ValueError:
+            raise _bad(name, f"section {path!r}: Mode must be octal, not {fields['Mode']!r}.") from None
+    src, dst, hunks = _parse_hunks(name, path, b"".join(lines[i:]))
+    if (src == "/dev/null") != (base == ABSENT):
+        raise _bad(name, f"section {path!r}: `---` is {src} but Base-SHA256 is {base}.")
+    if (dst == "/dev/null") != (patched == ABSENT):
+        raise _bad(name, f"section {path!r}: `+++` is {dst} but Patched-SHA256 is {patched}.")
+    return FileSection(path, base, patched, hunks, raw, mode, tuple(extra))
+
+
+def parse_patch(data: bytes, name: str = "<patch>") -> Patch:
+    """Parse a patch in the imgquilt format. Raises MalformedPatch with the reason."""
+    lines = data.splitlines(keepends=True)
+    starts = [i for i, ln in enumerate(lines) if ln.startswith(b"Index: ")]
+    if not starts:
+        raise _bad(name, "no `Index:` section (is it a plain diff? use `imgquilt import`).")
+    header = Header(b"".join(lines[: starts[0]]))
+    sections = []
+    bounds = starts + [len(lines)]
+    for a, b in zip(bounds, bounds[1:]):
+        sections.append(_parse_section(name, b"".join(lines[a:b])))
+    seen: set[str] = set()
+    for s in sections:
+        if s.path in seen:
+            raise _bad(name, f"file {s.path!r} has two sections; one section per file.")
+        seen.add(s.path)
+    return Patch(name, header, tuple(sections), data)
+
+
+def render_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None) -> bytes:
+    """The canonical bytes of a section turning `old` into `new` (None: absent)."""
+    from ..engine.hunks import sha256_hex
+
+    head = f"Index: {path}\nBase-SHA256: {sha256_hex(old)}\nPatched-SHA256: {sha256_hex(new)}\n"
+    if mode is not None and old is None and new is not None:
+        head += f"Mode: {mode:04o}\n"
+    return head.encode("utf-8", "surrogateescape") + unified_diff(old, new, path)
+
+
+def make_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None) -> FileSection:
+    """A parsed section turning `old` into `new`."""
+    return _parse_section("<new>", render_section(path, old, new, mode))
+
+
+def build_patch(name: str, header: Header, sections: list[FileSection] | tuple[FileSection, ...]) -> Patch:
+    """Assemble a patch from a header and sections (each keeps its own raw bytes)."""
+    raw = header.raw + b"".join(s.raw for s in sections)
+    return Patch(name, header, tuple(sections), raw)
+
+
+def with_header(patch: Patch, header: Header) -> Patch:
+    """The same patch under another header."""
+    return build_patch(patch.name, header, patch.sections)
+
+
+def renamed(patch: Patch, name: str) -> Patch:
+    return replace(patch, name=name)

@@ -1,0 +1,109 @@
+"""The queue directory: `series`, `patches/`, `targets.lock` and local state in `.imgquilt/`."""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import MalformedPatch, QueueNotFound
+from .lock import Lock, read_lock
+from .patchfile import Patch, parse_patch
+from .series import SeriesEntry, parse_series
+
+
+def find_queue(explicit: str | os.PathLike | None = None, cwd: Path | None = None) -> Path:
+    """`--queue DIR`, else IMGQUILT_QUEUE, else the nearest directory at or above cwd holding `series`."""
+    if explicit:
+        p = Path(explicit)
+        if not p.is_dir():
+            raise QueueNotFound(f"Queue directory {str(p)!r} does not exist.")
+        return p.resolve()
+    env = os.environ.get("IMGQUILT_QUEUE")
+    if env:
+        p = Path(env)
+        if not p.is_dir():
+            raise QueueNotFound(f"IMGQUILT_QUEUE={env!r} is not a directory.")
+        return p.resolve()
+    here = (cwd or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "series").is_file():
+            return d
+    raise QueueNotFound(
+        f"No queue found: no `series` file in {here} or above.",
+        hint="Run inside a queue directory, pass --queue DIR, or set IMGQUILT_QUEUE (create one with `imgquilt new`).",
+    )
+
+
+def series_sha256(series_bytes: bytes, patch_bytes: list[bytes]) -> str:
+    """sha256 over the series file followed by every patch file, in series order."""
+    h = hashlib.sha256(series_bytes)
+    for b in patch_bytes:
+        h.update(b)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A loaded queue: its series and every listed patch, parsed."""
+
+    root: Path
+    series_bytes: bytes
+    entries: tuple[SeriesEntry, ...]
+    patches: tuple[Patch, ...]  # in series order
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.root / "patches"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "targets.lock"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / ".imgquilt"
+
+    @property
+    def series_sha256(self) -> str:
+        return series_sha256(self.series_bytes, [p.raw for p in self.patches])
+
+    @property
+    def names(self) -> list[str]:
+        return [e.name for e in self.entries]
+
+    def lock(self) -> Lock | None:
+        return read_lock(self.lock_path)
+
+    def patch(self, name: str) -> Patch:
+        for p in self.patches:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def target_paths(self) -> list[str]:
+        """Every path the series names, in first-use order."""
+        seen: dict[str, None] = {}
+        for p in self.patches:
+            for s in p.sections:
+                seen.setdefault(s.path)
+        return list(seen)
+
+
+def load_queue(root: Path) -> Queue:
+    """Read series and every patch it lists (strictly: a missing or malformed patch is an error)."""
+    series_file = root / "series"
+    series_bytes = series_file.read_bytes() if series_file.exists() else b""
+    entries = parse_series(series_bytes, source=str(series_file))
+    patches = []
+    for e in entries:
+        f = root / "patches" / e.name
+        try:
+            data = f.read_bytes()
+        except FileNotFoundError:
+            raise MalformedPatch(
+                f"series line {e.line} lists {e.name!r}, but {f} does not exist.",
+                hint="Restore the patch file or remove it from series (`imgquilt check` lists every problem).",
+            ) from None
+        patches.append(parse_patch(data, e.name))
+    return Queue(root, series_bytes, tuple(entries), tuple(patches))

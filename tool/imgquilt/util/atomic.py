@@ -1,0 +1,33 @@
+"""Outputs appear whole or not at all: write a temp file beside the destination, fsync, rename."""
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+
+@contextmanager
+def atomic_file(dest: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
+    """Yield a file to write; on success it replaces `dest`, on error it is removed."""
+    dest = Path(dest)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, dest)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write(dest: Path, data: bytes, mode: int = 0o644) -> None:
+    with atomic_file(dest, mode) as f:
+        f.write(data)
