@@ -5,8 +5,12 @@ import sys
 import traceback
 from typing import Optional
 
-import click
 import typer
+
+try:  # typer >= 0.22 vendors click under typer._click
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover
+    from click import exceptions as click_exc
 
 from .. import __version__
 from ..errors import ImgquiltError
@@ -21,6 +25,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     rich_markup_mode=None,
+    pretty_exceptions_enable=False,
     help=(
         "A quilt-style patch queue for container images.\n\n"
         "Global options --queue DIR, --json and --debug may stand before or after the command.\n\n"
@@ -60,17 +65,17 @@ for module in (apply_cmds, audit_cmds, rebase_cmds, work_cmds):
 def main(argv: list[str] | None = None) -> int:
     args = hoist_globals(list(sys.argv[1:] if argv is None else argv))
     try:
-        app(args=args, prog_name="imgquilt", standalone_mode=False)
-        return 0
+        rv = app(args=args, prog_name="imgquilt", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0  # a raised Exit comes back as its code
     except ImgquiltError as exc:
         err.print(f"[bold red]imgquilt:[/] {exc.render()}", markup=True, highlight=False)
         return exc.exit_code
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return exc.exit_code
-    except click.ClickException as exc:  # usage errors: exit 2
+    except click_exc.ClickException as exc:  # usage errors: exit 2
         exc.show()
         return exc.exit_code
-    except click.exceptions.Abort:
+    except typer.Abort:
         err.print("Aborted.")
         return 130
     except KeyboardInterrupt:

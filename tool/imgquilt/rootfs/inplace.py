@@ -86,10 +86,21 @@ def _restore(root_fd: int, e: _Entry) -> None:
     with parent_dir(root_fd, e.resolved) as (dfd, name):
         _unlink_quiet(dfd, _tmp_name(name, NEW_SUFFIX))
         if e.has_old:
+            old = _tmp_name(name, OLD_SUFFIX)
             try:
-                os.replace(_tmp_name(name, OLD_SUFFIX), name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                st_old = os.stat(old, dir_fd=dfd, follow_symlinks=False)
             except FileNotFoundError:
-                pass  # never linked, so the target was never touched
+                return  # never linked, so the target was never touched
+            try:
+                st_cur = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                same = (st_cur.st_ino, st_cur.st_dev) == (st_old.st_ino, st_old.st_dev)
+            except FileNotFoundError:
+                same = False
+            if same:
+                # not committed yet; rename() between two links of one inode would do nothing
+                os.unlink(old, dir_fd=dfd)
+            else:
+                os.replace(old, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         elif not e.delete:
             _unlink_quiet(dfd, name)
 

@@ -1,0 +1,27 @@
+# `make demo` and `make test` work on a fresh machine: each makes the virtualenv it needs.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+OUT := out
+
+.PHONY: demo test venv clean bench
+
+$(BIN)/imgquilt: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+venv: $(BIN)/imgquilt
+
+demo: venv
+	bash examples/demo.sh $(BIN)/imgquilt $(OUT)
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+bench: venv
+	$(BIN)/python bench/bench_apply.py
+
+clean:
+	rm -rf $(VENV) $(OUT)

@@ -1,0 +1,24 @@
+"""Shared fixtures: run the real console script, hash whole trees, build small queues."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TOOL = REPO / "tool"
+if str(TOOL) not in sys.path:
+    sys.path.insert(0, str(TOOL))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+@pytest.fixture
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(TOOL) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("IMGQUILT_QUEUE", None)
+    env["HOME"] = str(tmp_path / "home")
+    env["COLUMNS"] = "200"
+    return env

@@ -1,0 +1,62 @@
+"""Helpers for tests: build queues and patches from before/after bytes, run the CLI, hash trees."""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from imgquilt.queue.patchfile import Header, build_patch, make_section
+
+REPO = Path(__file__).resolve().parent.parent
+TOOL = REPO / "tool"
+
+
+def write_patch(queue: Path, name: str, changes: list[tuple[str, bytes | None, bytes | None]], *,
+                fields: dict[str, str] | None = None, modes: dict[str, int] | None = None) -> bytes:
+    """Write patches/NAME from (path, old, new) triples and append it to series; return its bytes."""
+    head = "".join(f"{k}: {v}\n" for k, v in (fields or {"Description": name}).items()) + "\n"
+    sections = [make_section(p, old, new, (modes or {}).get(p)) for p, old, new in changes]
+    patch = build_patch(name, Header(head.encode()), sections)
+    (queue / "patches").mkdir(parents=True, exist_ok=True)
+    (queue / "patches" / name).write_bytes(patch.raw)
+    with open(queue / "series", "a") as f:
+        f.write(name + "\n")
+    return patch.raw
+
+
+def tree_hash(root: Path) -> str:
+    """A hash of a whole tree: every path, type, mode, owner, symlink target and file content."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            p = Path(dirpath) / name
+            st = p.lstat()
+            h.update(f"{p.relative_to(root)}\0{st.st_mode:o}\0{st.st_uid}\0{st.st_gid}\0".encode())
+            if p.is_symlink():
+                h.update(os.readlink(p).encode())
+            elif p.is_file():
+                h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+def imgquilt(*args: str, cwd: Path, env: dict[str, str] | None = None, check: int | None = None) -> Run:
+    """Run the real console entry point (python -m imgquilt) as a user would."""
+    e = dict(env or os.environ)
+    e["PYTHONPATH"] = str(TOOL) + os.pathsep + e.get("PYTHONPATH", "")
+    e.setdefault("COLUMNS", "200")
+    p = subprocess.run([sys.executable, "-m", "imgquilt", *args], cwd=cwd, env=e, capture_output=True, text=True)
+    r = Run(p.returncode, p.stdout, p.stderr)
+    if check is not None:
+        assert r.code == check, f"imgquilt {' '.join(args)} exited {r.code}, wanted {check}\nstdout:\n{r.out}\nstderr:\n{r.err}"
+    return r

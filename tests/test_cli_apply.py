@@ -1,0 +1,143 @@
+"""A user's session with lock, apply and check on an extracted rootfs, run through the real console script."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from qtools import imgquilt, tree_hash, write_patch
+
+SERVER = b"import os\n\nPORT = int(os.environ.get('PORT', '8000'))\n\n\ndef serve():\n    return PORT\n"
+CONF = b"[server]\r\nworkers = 2\r\n"
+
+
+@pytest.fixture
+def session(tmp_path: Path):
+    root = tmp_path / "rootfs"
+    (root / "usr/lib/svc").mkdir(parents=True)
+    (root / "etc").mkdir()
+    os.symlink("usr/lib", root / "lib")
+    (root / "usr/lib/svc/server.py").write_bytes(SERVER)
+    (root / "etc/svc.conf").write_bytes(CONF)
+    q = tmp_path / "queue"
+    q.mkdir()
+    write_patch(q, "0001-port.patch", [("lib/svc/server.py", SERVER, SERVER.replace(b"'8000'", b"'9000'"))],
+                fields={"Description": "Serve on 9000", "Author": "Ops <ops@example.org>"})
+    write_patch(q, "0002-workers.patch", [("etc/svc.conf", CONF, CONF.replace(b"2", b"8"))],
+                fields={"Description": "More workers", "Requires": "0001-port.patch"})
+    return q, root
+
+
+def test_session_check_lock_apply(session) -> None:
+    q, root = session
+    r = imgquilt("check", cwd=q, check=0)
+    assert "sound" in r.out
+
+    r = imgquilt("lock", "--image", f"rootfs:{root}", cwd=q, check=0)
+    lock = (q / "targets.lock").read_text()
+    assert 'path = "lib/svc/server.py"' in lock and 'resolved = "usr/lib/svc/server.py"' in lock
+    assert lock.startswith("version = 1\n")
+    again = imgquilt("lock", "--image", f"rootfs:{root}", cwd=q, check=0)
+    assert (q / "targets.lock").read_text() == lock  # stable
+
+    copy = q.parent / "copy"
+    shutil.copytree(root, copy, symlinks=True)
+    r = imgquilt("apply", "--root", str(copy), cwd=q, check=0)
+    assert "0001-port.patch" in r.out and "Wrote root" in r.out
+    assert (copy / "usr/lib/svc/server.py").read_bytes() == SERVER.replace(b"'8000'", b"'9000'")
+    assert (copy / "etc/svc.conf").read_bytes() == b"[server]\r\nworkers = 8\r\n"
+    record = json.loads((copy / "var/lib/imgquilt/applied.json").read_text())
+    assert [p["name"] for p in record["patches"]] == ["0001-port.patch", "0002-workers.patch"]
+
+    # running it again is a no-op, not a refusal
+    r = imgquilt("apply", "--root", str(copy), cwd=q, check=0)
+    assert "already" in r.err
+
+
+def test_drift_is_refused_with_every_fact_and_nothing_written(session) -> None:
+    q, root = session
+    imgquilt("lock", "--image", str(root), cwd=q, check=0)
+    (root / "usr/lib/svc/server.py").write_bytes(SERVER + b"# local change\n")
+    before = tree_hash(root)
+    r = imgquilt("apply", "--root", str(root), cwd=q, check=3)
+    for fact in ("0001-port.patch", "lib/svc/server.py", "usr/lib/svc/server.py", "expected sha256", "found", "rebase", "nothing was written"):
+        assert fact in r.err, fact
+    assert tree_hash(root) == before
+
+
+def test_stale_and_missing_lock(session) -> None:
+    q, root = session
+    r = imgquilt("apply", "--root", str(root), "--locked", cwd=q, check=6)
+    assert "targets.lock" in r.err
+    imgquilt("lock", "--image", str(root), cwd=q, check=0)
+    with open(q / "series", "a") as f:
+        f.write("# a comment changes the series bytes\n")
+    before = tree_hash(root)
+    r = imgquilt("apply", "--root", str(root), cwd=q, check=6)
+    assert "stale" in r.err and "imgquilt lock" in r.err
+    assert tree_hash(root) == before
+
+
+def test_unpinned_apply_says_so(session) -> None:
+    q, root = session
+    r = imgquilt("apply", "--image", str(root), cwd=q, check=0)
+    assert "not pinned" in r.err + r.out
+    assert "Nothing written" in r.out
+
+
+def test_global_options_before_and_after_the_command(session, tmp_path: Path) -> None:
+    q, root = session
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    a = imgquilt("--queue", str(q), "apply", "--image", str(root), "--json", cwd=elsewhere, check=0)
+    b = imgquilt("apply", "--image", str(root), "--queue", str(q), "--json", cwd=elsewhere, check=0)
+    assert json.loads(a.out) == json.loads(b.out)
+    doc = json.loads(a.out)
+    assert doc["pinned"] is False and doc["patches"] == ["0001-port.patch", "0002-workers.patch"]
+    env = dict(os.environ, IMGQUILT_QUEUE=str(q))
+    imgquilt("check", cwd=elsewhere, env=env, check=0)
+
+
+def test_check_lists_every_problem(session) -> None:
+    q, root = session
+    (q / "patches" / "0003-unlisted.patch").write_bytes(b"Description: x\n")
+    with open(q / "series", "a") as f:
+        f.write("0009-missing.patch\n0001-port.patch\n")
+    # break 0002's Requires order: it now requires a patch listed after it
+    p2 = q / "patches" / "0002-workers.patch"
+    p2.write_bytes(p2.read_bytes().replace(b"Requires: 0001-port.patch", b"Requires: 0009-missing.patch"))
+    r = imgquilt("check", cwd=q, check=6)
+    for problem in ("0003-unlisted.patch is not listed", "0009-missing.patch", "2 times", "comes after it"):
+        assert problem in r.err, problem
+    doc = json.loads(imgquilt("check", "--json", cwd=q, check=6).out)
+    assert doc["ok"] is False and len(doc["problems"]) >= 4
+
+
+def test_check_finds_broken_hash_chain(session) -> None:
+    q, root = session
+    write_patch(q, "0003-port-again.patch", [("lib/svc/server.py", SERVER, SERVER.replace(b"8000", b"7000"))])
+    r = imgquilt("check", cwd=q, check=6)
+    assert "does not continue the chain" in r.err
+
+
+def test_bad_input_exit_codes(session, tmp_path: Path) -> None:
+    q, root = session
+    (q / "series").write_text("0001-port.patch -R\n")
+    r = imgquilt("check", cwd=q, check=6)
+    assert "line 1" in r.err and "-R" in r.err
+    r = imgquilt("apply", "--root", str(root), cwd=q, check=6)
+    r = imgquilt("apply", "--no-such-option", cwd=q, check=2)
+    r = imgquilt("check", cwd=tmp_path, check=2)
+    assert "No queue found" in r.err
+    assert "Traceback" not in r.err
+
+
+def test_version_and_help() -> None:
+    r = imgquilt("--version", cwd=Path("."), check=0)
+    assert r.out.startswith("imgquilt ")
+    r = imgquilt("--help", cwd=Path("."), check=0)
+    for cmd in ("lock", "apply", "audit", "rebase", "check", "refresh", "push", "pop", "import"):
+        assert cmd in r.out, cmd
