@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT := out
 
-.PHONY: demo test venv clean bench
+.PHONY: demo test venv tools clean bench
 
 $(BIN)/imgquilt: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -17,7 +17,10 @@ venv: $(BIN)/imgquilt
 demo: venv
 	bash examples/demo.sh $(BIN)/imgquilt $(OUT)
 
-test: venv
+tools:
+	bash .ci/install-tools
+
+test: venv tools
 	$(BIN)/python -m pytest -q
 
 bench: venv

@@ -53,13 +53,24 @@ def lock_cmd(image: Optional[str] = ImageOpt, platform: Optional[str] = Platform
     out.print(f"Wrote {q.lock_path}.")
 
 
+def _short(sha: str) -> str:
+    return sha if sha == "absent" else sha[:12]
+
+
 def _table(result: ApplyResult) -> Table:
-    t = Table(title="Verification", show_lines=False)
-    for col in ("patch", "file", "resolved", "base", "result"):
-        t.add_column(col)
-    for f in result.files:
-        for name in f.patches:
-            t.add_row(name, f.target.path, f.resolved if f.resolved != f.target.path else "", "[green]ok[/]", "[green]ok[/]")
+    """One row per patch and file, in series order: what was checked and what it became."""
+    t = Table(title="Verified", title_justify="left")
+    t.add_column("patch", overflow="fold")
+    t.add_column("file (resolved)", overflow="fold")
+    t.add_column("base", no_wrap=True)
+    t.add_column("result", no_wrap=True)
+    t.add_column("", no_wrap=True)
+    for name in result.patches:
+        for f in result.files:
+            for patch, base, done in f.steps:
+                if patch == name:
+                    where = f.target.path if f.resolved == f.target.path else f"{f.target.path} ({f.resolved})"
+                    t.add_row(name, where, _short(base), _short(done), "[green]ok[/]")
     return t
 
 

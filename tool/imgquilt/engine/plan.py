@@ -53,6 +53,7 @@ class _FileState:
     patches: list[str] = field(default_factory=list)
     broken: bool = False
     mode: int | None = None
+    steps: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 NEXT_STEP = {
@@ -144,6 +145,7 @@ def run_series(queue: Queue, targets: dict[str, TargetFile], *, source: Source |
                 st.mode = s.mode
             st.data = result
             st.patches.append(patch.name)
+            st.steps.append((patch.name, actual, got))
     return states, problems
 
 
@@ -214,7 +216,7 @@ def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool 
     for st in states.values():
         t = st.target
         mode = t.mode if t.data is not None else (st.mode if st.mode is not None else 0o644)
-        files.append(FileResult(t, st.data, mode, t.uid, t.gid, tuple(st.patches)))
+        files.append(FileResult(t, st.data, mode, t.uid, t.gid, tuple(st.patches), tuple(st.steps)))
     image_digest = lock.image.digest if lock else (info.digest or rootfs_digest([(t.resolved, sha256_hex(t.data)) for t in targets.values()]))
     record = record_bytes(queue, image_digest, info.ref, targets)
     files.append(FileResult(record_target, record, record_target.mode if record_target.data is not None else 0o644, record_target.uid, record_target.gid, ()))

@@ -18,6 +18,7 @@ class FileResult:
     uid: int
     gid: int
     patches: tuple[str, ...]  # the patches that touch it, in series order
+    steps: tuple[tuple[str, str, str], ...] = ()  # (patch, base sha256, result sha256) per section, in order
 
     @property
     def resolved(self) -> str:
