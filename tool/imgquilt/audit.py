@@ -1,0 +1,433 @@
+"""Audit: which patches of the queue are live in a filesystem, and does the apply record agree.
+
+Pure functions over a Queue and the TargetFiles read from a source: nothing here reads or writes
+anything else. `audit_source` is the one entry point that touches a Source (through the same
+`read_targets` as apply, so only the target files are ever read).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Sequence
+
+from .engine.hunks import ABSENT, Hunk, HunkError, apply_hunks, reverse_hunks, sha256_hex, split_lines
+from .engine.result import RECORD_PATH
+from .errors import BadImage, BadInput
+from .fs.types import ImageInfo, Source, TargetFile
+from .queue.patchfile import FileSection, Patch
+from .queue.queue import Queue
+
+LIVE = "live"
+PENDING = "pending"
+DRIFTED_LIVE = "drifted-live"
+DRIFTED = "drifted"
+MISSING = "missing"
+PARTIAL = "partial"
+STATES = (LIVE, PENDING, DRIFTED_LIVE, DRIFTED, MISSING, PARTIAL)
+
+
+@dataclass(frozen=True)
+class FileAudit:
+    """One file of one patch: its state and the hashes that decided it."""
+
+    path: str  # as the patch names it
+    resolved: str
+    state: str
+    expected_base: str
+    expected_patched: str
+    actual: str
+    detail: str = ""  # why, when the hashes alone do not say (whiteout, unreadable node, ...)
+    recorded: str | None = None  # the patched sha256 the apply record holds for this file, if any
+
+
+@dataclass(frozen=True)
+class PatchAudit:
+    name: str
+    state: str
+    files: tuple[FileAudit, ...]
+    record: str | None = None  # "applied" / "not-recorded"; None when there is no record
+
+    @property
+    def first_divergent(self) -> FileAudit | None:
+        """The first file that is not live (what a person looks at first)."""
+        return next((f for f in self.files if f.state != LIVE), None)
+
+
+@dataclass(frozen=True)
+class RecordProblem:
+    """A place where the apply record and the bytes (or the queue) disagree."""
+
+    kind: str  # "series", "not-live", "unrecorded", "not-in-series", "not-in-patch", "unreadable"
+    patch: str
+    path: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RecordCheck:
+    """The record found at RECORD_PATH (var/lib/imgquilt/applied.json) and how it compares."""
+
+    path: str
+    series_sha256: str | None
+    series_matches: bool
+    image_ref: str | None
+    image_digest: str | None
+    imgquilt_version: str | None
+    patches: tuple[str, ...]
+    problems: tuple[RecordProblem, ...] = ()
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    info: ImageInfo
+    series_sha256: str
+    patches: tuple[PatchAudit, ...]
+    record: RecordCheck | None
+
+    @property
+    def summary(self) -> dict[str, int]:
+        counts = {s: 0 for s in STATES}
+        for p in self.patches:
+            counts[p.state] += 1
+        return counts
+
+    def all_in(self, state: str) -> bool:
+        return all(p.state == state for p in self.patches)
+
+
+# --- the record -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Record:
+    series_sha256: str | None
+    image_ref: str | None
+    image_digest: str | None
+    version: str | None
+    files: dict[str, dict[str, str]]  # patch name -> named path -> recorded patched sha256
+
+
+def parse_record(data: bytes) -> _Record:
+    """Read applied.json as record_bytes writes it. Raises ValueError on anything else."""
+    doc = json.loads(data.decode("utf-8"))
+    if not isinstance(doc, dict) or not isinstance(doc.get("patches"), list):
+        raise ValueError("not an imgquilt apply record (no `patches` list)")
+    files: dict[str, dict[str, str]] = {}
+    for p in doc["patches"]:
+        name = str(p["name"])
+        files[name] = {str(f["path"]): str(f["patched_sha256"]) for f in p.get("files", [])}
+    image = doc.get("image") or {}
+    return _Record(doc.get("series_sha256"), image.get("ref"), image.get("digest"), doc.get("imgquilt_version"), files)
+
+
+# --- where is the change? ---------------------------------------------------------------------
+def _find(lines: list[bytes], seq: list[bytes], lo: int, want: int) -> int | None:
+    """The start >= lo where `seq` occurs in `lines`, nearest to `want` (ties: the earlier one)."""
+    if want >= lo and lines[want : want + len(seq)] == seq:
+        return want
+    best: int | None = None
+    for i in range(lo, len(lines) - len(seq) + 1):
+        if lines[i : i + len(seq)] == seq and (best is None or abs(i - want) < abs(best - want)):
+            best = i
+    return best
+
+
+def undo_change(data: bytes, hunks: Sequence[Hunk]) -> bytes | None:
+    """`data` with the change of `hunks` taken out, or None when the change is not there.
+
+    The change is there when every hunk's result (context plus added lines, byte-exact) is in the
+    file in order: at the place the hunk names, else at the nearest offset (the file may have
+    changed elsewhere, which shifts lines, as `patch -R` allows). No fuzz: context must match
+    whole. The undo itself is the engine's exact reverse-apply at those places.
+    """
+    lines = split_lines(data)
+    placed: list[Hunk] = []
+    lo = 0
+    shift = 0
+    for h in hunks:
+        post = h.new_lines
+        named = (h.new_start - 1 if h.new_len else h.new_start) + shift
+        if post:
+            at = _find(lines, post, lo, named)
+            if at is None:
+                return None
+            new_start = at + 1
+            lo = at + len(post)
+        else:
+            # a hunk that removes lines with no context left: its removed lines must be gone
+            if h.old_lines and _find(lines, h.old_lines, 0, 0) is not None:
+                return None
+            at = min(max(named, lo), len(lines))
+            new_start = at
+            lo = at
+        shift = at - (h.new_start - 1 if h.new_len else h.new_start)
+        placed.append(Hunk(h.old_start, h.old_len, new_start, h.new_len, h.lines))
+    try:
+        return apply_hunks(data, reverse_hunks(tuple(placed)))
+    except HunkError:
+        return None
+
+
+def _drift_states(data: bytes, chain: list[FileSection]) -> list[str]:
+    """For a file at a hash on no chain: per section, is its change there? Peel from the last.
+
+    Undoing a later patch that is present first lets an earlier patch under it be tested on the
+    bytes it produced (a later patch may rewrite the lines an earlier one added).
+    """
+    states = [DRIFTED] * len(chain)
+    cur: bytes | None = data
+    for i in range(len(chain) - 1, -1, -1):
+        s = chain[i]
+        if cur is None:
+            # a later section created the file: what came before cannot be seen in these bytes
+            if s.is_delete:
+                states[i] = DRIFTED_LIVE
+            continue
+        if s.is_delete:
+            continue  # the file is here: the deletion is not
+        if not s.hunks and not s.is_new:
+            continue  # nothing to look for
+        undone = undo_change(cur, s.hunks)
+        if s.is_new and (undone is not None or not s.hunks):
+            states[i] = DRIFTED_LIVE
+            cur = None
+        elif undone is not None:
+            states[i] = DRIFTED_LIVE
+            cur = undone
+    return states
+
+
+def _positions(chain: list[FileSection], actual: str) -> list[int]:
+    """Every k such that the file looks like "after the first k sections of the chain"."""
+    ks = []
+    for k in range(len(chain) + 1):
+        after = chain[k - 1].patched_sha256 if k else None
+        before_next = chain[k].base_sha256 if k < len(chain) else None
+        if actual in (after, before_next):
+            ks.append(k)
+    return ks
+
+
+def chain_states(chain: list[FileSection], data: bytes | None, recorded: Sequence[bool]) -> list[str]:
+    """The state of every section of one file's chain (series order), given the file's bytes.
+
+    `recorded[i]`: the apply record lists section i's patch. It only breaks ties, when the hash
+    sits at more than one place on the chain (a later patch reverts an earlier one).
+    """
+    actual = sha256_hex(data)
+    ks = _positions(chain, actual)
+    if ks:
+        k = ks[0]
+        for cand in reversed(ks):
+            if all(recorded[:cand]):
+                k = cand
+                break
+        return [LIVE] * k + [PENDING] * (len(chain) - k)
+    if data is None:
+        return [MISSING] * len(chain)
+    return _drift_states(data, chain)
+
+
+def patch_state(files: Sequence[FileAudit]) -> str:
+    states = {f.state for f in files}
+    return states.pop() if len(states) == 1 else PARTIAL
+
+
+# --- the audit --------------------------------------------------------------------------------
+def audit_files(queue: Queue, targets: dict[str, TargetFile], record: _Record | None = None,
+                details: dict[str, str] | None = None) -> list[PatchAudit]:
+    """Per patch and file, the state of the queue in these targets (keyed by named path)."""
+    details = details or {}
+    chains: dict[str, list[tuple[Patch, FileSection]]] = {}
+    for p in queue.patches:
+        for s in p.sections:
+            chains.setdefault(targets[s.path].resolved, []).append((p, s))
+    state_of: dict[tuple[str, str], str] = {}
+    for resolved, chain in chains.items():
+        sections = [s for _, s in chain]
+        recorded = [record is not None and s.path in record.files.get(p.name, {}) for p, s in chain]
+        data = targets[sections[0].path].data
+        for (p, s), st in zip(chain, chain_states(sections, data, recorded)):
+            state_of[(p.name, s.path)] = st
+    out = []
+    for p in queue.patches:
+        rec_files = record.files.get(p.name) if record is not None else None
+        files = tuple(
+            FileAudit(
+                path=s.path,
+                resolved=targets[s.path].resolved,
+                state=state_of[(p.name, s.path)],
+                expected_base=s.base_sha256,
+                expected_patched=s.patched_sha256,
+                actual=sha256_hex(targets[s.path].data),
+                detail=details.get(s.path, ""),
+                recorded=rec_files.get(s.path) if rec_files is not None else None,
+            )
+            for s in p.sections
+        )
+        rec = None if record is None else ("applied" if rec_files is not None else "not-recorded")
+        out.append(PatchAudit(p.name, patch_state(files), files, rec))
+    return out
+
+
+_SAYS = {
+    PENDING: "is at its base (the patch is not applied)",
+    DRIFTED: "drifted (its hash is on no chain and the change is not there)",
+    DRIFTED_LIVE: "drifted (its change is there, but the file changed elsewhere)",
+    MISSING: "is missing",
+}
+
+
+def check_record(queue: Queue, record: _Record, patches: Sequence[PatchAudit]) -> list[RecordProblem]:
+    """Every disagreement between the record, the queue and the bytes."""
+    problems: list[RecordProblem] = []
+    if record.series_sha256 != queue.series_sha256:
+        problems.append(RecordProblem(
+            "series", "-", RECORD_PATH,
+            f"the record was written for series sha256 {record.series_sha256}, but the queue is now {queue.series_sha256} "
+            "(the queue changed since this apply).",
+        ))
+    names = set(queue.names)
+    for name in record.files:
+        if name not in names:
+            problems.append(RecordProblem("not-in-series", name, "", f"{name}: recorded as applied, but no longer in the series."))
+    for p in patches:
+        if p.record == "not-recorded":
+            if p.state == LIVE:
+                problems.append(RecordProblem("unrecorded", p.name, "", f"{p.name}: live in the bytes, but not in the record."))
+            continue
+        if p.record != "applied":
+            continue
+        rec_files = record.files[p.name]
+        for path in rec_files:
+            if path not in {f.path for f in p.files}:
+                problems.append(RecordProblem("not-in-patch", p.name, path, f"{p.name}: {path}: recorded as applied, but the patch no longer touches it."))
+        for f in p.files:
+            if f.state == LIVE or f.recorded is None:
+                continue
+            where = f.path if f.path == f.resolved else f"{f.path} (resolved: {f.resolved})"
+            msg = f"{p.name}: {where}: recorded as applied, but the file {_SAYS[f.state]}: expected sha256 {f.expected_patched}, found {f.actual}."
+            if f.actual == f.recorded and f.recorded != f.expected_patched:
+                msg += " It is at the result the record names: the patch changed since it was applied."
+            problems.append(RecordProblem("not-live", p.name, f.path, msg))
+    return problems
+
+
+def _read(source: Source, paths: list[str]) -> tuple[dict[str, TargetFile], dict[str, str]]:
+    """Read every target; a path the source refuses (not a regular file, a symlink out of the root)
+    reads as absent, with the reason: a running container's root is reported on, not refused."""
+    try:
+        return source.read_targets(paths), {}
+    except BadImage:
+        raise  # the image itself cannot be read: that is an error, not a state
+    except BadInput:
+        pass
+    targets: dict[str, TargetFile] = {}
+    details: dict[str, str] = {}
+    for p in paths:
+        try:
+            targets.update(source.read_targets([p]))
+        except BadImage:
+            raise
+        except BadInput as exc:
+            targets[p] = TargetFile(p, p, None)
+            details[p] = f"cannot be read: {exc.message}"
+    return targets, details
+
+
+def _deleted_notes(source: Source, targets: dict[str, TargetFile]) -> dict[str, str]:
+    by = getattr(source, "deleted_by", None)
+    if not callable(by):
+        return {}
+    notes = {}
+    for path, t in targets.items():
+        if t.data is None:
+            layer = by(path)
+            if layer:
+                notes[path] = f"deleted (whited out) by layer {layer}"
+    return notes
+
+
+def audit_targets(queue: Queue, targets: dict[str, TargetFile], record_target: TargetFile | None, info: ImageInfo,
+                  details: dict[str, str] | None = None) -> AuditReport:
+    """The whole audit over targets already read (`record_target`: RECORD_PATH as read, or None)."""
+    record: _Record | None = None
+    unreadable: RecordProblem | None = None
+    if record_target is not None and record_target.data is not None:
+        try:
+            record = parse_record(record_target.data)
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            unreadable = RecordProblem("unreadable", "-", RECORD_PATH, f"{RECORD_PATH} is not a readable apply record: {exc}.")
+    patches = audit_files(queue, targets, record, details)
+    check: RecordCheck | None = None
+    if record is not None:
+        check = RecordCheck(
+            RECORD_PATH, record.series_sha256, record.series_sha256 == queue.series_sha256, record.image_ref,
+            record.image_digest, record.version, tuple(record.files), tuple(check_record(queue, record, patches)),
+        )
+    elif unreadable is not None:
+        check = RecordCheck(RECORD_PATH, None, False, None, None, None, (), (unreadable,))
+    return AuditReport(info, queue.series_sha256, tuple(patches), check)
+
+
+def audit_source(queue: Queue, source: Source) -> AuditReport:
+    """Read only the target files (and the record) from `source` and audit them."""
+    paths = queue.target_paths()
+    targets, details = _read(source, paths + [RECORD_PATH])
+    record_target = targets.pop(RECORD_PATH)
+    if RECORD_PATH in details:
+        details.pop(RECORD_PATH)
+        record_target = None
+    for path, note in _deleted_notes(source, targets).items():
+        details.setdefault(path, note)
+    return audit_targets(queue, targets, record_target, source.info(), details)
+
+
+# --- JSON ---------------------------------------------------------------------------------------
+def report_json(report: AuditReport) -> dict:
+    """The document of DESIGN.md section 3 (image, patches, summary) plus the record check."""
+    info = report.info
+    rec = report.record
+    return {
+        "image": {"ref": info.ref, "digest": info.digest, "platform": info.platform, "kind": info.kind},
+        "series_sha256": report.series_sha256,
+        "patches": [
+            {
+                "name": p.name,
+                "state": p.state,
+                "record": p.record,
+                "files": [
+                    {
+                        "path": f.path,
+                        "resolved": f.resolved,
+                        "state": f.state,
+                        "expected_base": f.expected_base,
+                        "expected_patched": f.expected_patched,
+                        "actual": f.actual,
+                        "detail": f.detail or None,
+                        "record": f.recorded,
+                    }
+                    for f in p.files
+                ],
+            }
+            for p in report.patches
+        ],
+        "summary": report.summary,
+        "record": None if rec is None else {
+            "path": rec.path,
+            "series_sha256": rec.series_sha256,
+            "series_matches": rec.series_matches,
+            "image": {"ref": rec.image_ref, "digest": rec.image_digest},
+            "imgquilt_version": rec.imgquilt_version,
+            "patches": list(rec.patches),
+            "agrees": not rec.problems,
+        },
+        "record_problems": [] if rec is None else [
+            {"kind": x.kind, "patch": x.patch, "path": x.path, "message": x.message} for x in rec.problems
+        ],
+    }
+
+
+__all__ = [
+    "ABSENT", "AuditReport", "FileAudit", "PatchAudit", "RecordCheck", "RecordProblem", "STATES",
+    "audit_files", "audit_source", "audit_targets", "chain_states", "check_record", "parse_record",
+    "patch_state", "report_json", "undo_change",
+]
