@@ -1,0 +1,542 @@
+"""Rebase engine on real-world-shaped data: a ~100-line Python module of a vLLM-like package in two
+versions, laid out as old and new rootfs trees; real `git merge-file` does every merge."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from imgquilt.engine.hunks import sha256_hex
+from imgquilt.engine.plan import plan_apply, plan_lock
+from imgquilt.errors import BadInput, BaseDrift, MissingTarget, RebaseConflict, UsageError
+from imgquilt.image.reference import open_source
+from imgquilt.queue.check import check_queue
+from imgquilt.queue.lock import render_lock
+from imgquilt.queue.patchfile import parse_patch
+from imgquilt.queue.queue import load_queue
+from imgquilt.rebase import RebaseOptions, abort_rebase, continue_rebase, rebase_in_progress, start_rebase
+from imgquilt.store import remember
+from qtools import write_patch
+
+SITE311 = "usr/local/lib/python3.11/site-packages/vllm"
+SITE312 = "usr/local/lib/python3.12/site-packages/vllm"
+WEIGHTS = "model_loader/weights.py"
+ENVS = "envs.py"
+SHARD_LOG = "model_loader/shard_log.py"
+
+WEIGHTS_V1 = b'''# SPDX-License-Identifier: Apache-2.0
+"""Load model weights from local shards, checking their digests on request."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CHUNK_SIZE = 1 << 20
+SHARD_INDEX = "model.safetensors.index.json"
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """One shard file and the tensors it holds."""
+
+    path: Path
+    tensors: tuple[str, ...] = field(default_factory=tuple)
+    sha256: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+class LoaderError(RuntimeError):
+    """Raised when a checkpoint cannot be read."""
+
+
+def read_index(model_dir: Path) -> dict[str, str]:
+    """Map every tensor name to the shard file that holds it."""
+    index_file = model_dir / SHARD_INDEX
+    if not index_file.exists():
+        return {}
+    with index_file.open("r", encoding="utf-8") as f:
+        doc = json.load(f)
+    return dict(doc.get("weight_map", {}))
+
+
+def list_shards(model_dir: Path) -> list[ShardSpec]:
+    """Every shard of a checkpoint, in a stable order."""
+    weight_map = read_index(model_dir)
+    by_file: dict[str, list[str]] = {}
+    for tensor, filename in weight_map.items():
+        by_file.setdefault(filename, []).append(tensor)
+    if not by_file:
+        by_file = {p.name: [] for p in model_dir.glob("*.safetensors")}
+    return [
+        ShardSpec(model_dir / name, tuple(sorted(tensors)))
+        for name, tensors in sorted(by_file.items())
+    ]
+
+
+def _digest(path: Path, chunk_size: int = DEFAULT_CHUNK_SIZE) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(chunk_size), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_shard(shard: ShardSpec) -> None:
+    """Check a shard against its recorded digest, when there is one."""
+    if shard.sha256 is None:
+        return
+    actual = _digest(shard.path)
+    if actual != shard.sha256:
+        raise LoaderError(f"{shard.name}: sha256 {actual}, expected {shard.sha256}")
+
+
+def iter_shards(model_dir: Path, *, verify: bool = False) -> Iterator[ShardSpec]:
+    """Yield shards one by one, verifying them first when asked."""
+    shards = list_shards(model_dir)
+    if not shards:
+        raise LoaderError(f"no weights found in {model_dir}")
+    for shard in shards:
+        if verify:
+            verify_shard(shard)
+        logger.debug("loading shard %s", shard.name)
+        yield shard
+
+
+def load_checkpoint(model_dir: str | os.PathLike[str], *, verify: bool = False) -> list[ShardSpec]:
+    """Load every shard of a checkpoint directory."""
+    root = Path(model_dir)
+    if not root.is_dir():
+        raise LoaderError(f"{root} is not a directory")
+    loaded = []
+    for shard in iter_shards(root, verify=verify):
+        loaded.append(shard)
+    logger.info("loaded %d shards from %s", len(loaded), root)
+    return loaded
+'''
+
+ENVS_V1 = b"""import os
+
+VLLM_LOGGING_LEVEL = os.getenv("VLLM_LOGGING_LEVEL", "INFO")
+VLLM_WORKER_MULTIPROC_METHOD = os.getenv("VLLM_WORKER_MULTIPROC_METHOD", "fork")
+VLLM_USE_V1 = os.getenv("VLLM_USE_V1", "1") == "1"
+"""
+
+# the queue's changes
+DEBUG_LINE = b'logger.debug("loading shard %s", shard.name)'
+INFO_LINE = b'logger.info("loading shard %s (%d tensors)", shard.name, len(shard.tensors))'
+LOADED_LINE = b'logger.info("loaded %d shards from %s", len(loaded), root)'
+LOADED_VERIFY = b'logger.info("loaded %d shards from %s (verified: %s)", len(loaded), root, verify)'
+SHARD_LOG_PY = b'"""Per-shard load log."""\n\nSEEN: list[str] = []\n'
+
+# upstream's next version: lines inserted above the patched region (an import and a helper)
+RETRY = b"""def _retry(fn, attempts: int = 3):
+    \"\"\"Call fn, retrying transient I/O errors with a short backoff.\"\"\"
+    for i in range(attempts - 1):
+        try:
+            return fn()
+        except OSError:
+            time.sleep(0.1 * (i + 1))
+    return fn()
+
+
+def iter_shards"""
+WEIGHTS_V2 = WEIGHTS_V1.replace(b"import os\n", b"import os\nimport time\n").replace(b"def iter_shards", RETRY, 1)
+INSERTED = 11  # lines WEIGHTS_V2 adds above the patched region
+
+
+def patched(data: bytes, *, info: bool = True, verify: bool = False) -> bytes:
+    if info:
+        data = data.replace(DEBUG_LINE, INFO_LINE)
+    if verify:
+        data = data.replace(LOADED_LINE, LOADED_VERIFY)
+    return data
+
+
+def make_root(root: Path, weights: bytes, envs: bytes = ENVS_V1, site: str = SITE311) -> Path:
+    for rel, data in ((WEIGHTS, weights), (ENVS, envs)):
+        p = root / site / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    (root / "etc").mkdir(exist_ok=True)
+    (root / "etc/os-release").write_bytes(b"ID=debian\n")
+    return root
+
+
+def make_patches(q: Path) -> None:
+    """Three patches as a user keeps them: a chain on weights.py, and one on envs.py adding a file."""
+    q.mkdir()
+    w, e = f"{SITE311}/{WEIGHTS}", f"{SITE311}/{ENVS}"
+    write_patch(q, "0001-log-shard-tensors.patch", [(w, WEIGHTS_V1, patched(WEIGHTS_V1))],
+                fields={"Description": "Log each shard with its tensor count", "Author": "Platform Team <platform@example.org>"})
+    write_patch(q, "0002-log-verify.patch", [(w, patched(WEIGHTS_V1), patched(WEIGHTS_V1, verify=True))],
+                fields={"Description": "Say whether shards were verified", "Requires": "0001-log-shard-tensors.patch"})
+    write_patch(q, "0003-spawn-workers.patch", [
+        (e, ENVS_V1, ENVS_V1.replace(b'"fork"', b'"spawn"')),
+        (f"{SITE311}/{SHARD_LOG}", None, SHARD_LOG_PY),
+    ], fields={"Description": "Spawn workers; keep a shard log"}, modes={f"{SITE311}/{SHARD_LOG}": 0o644})
+
+
+def make_queue(q: Path, old_root: Path) -> None:
+    make_patches(q)
+    queue = load_queue(q)
+    (q / "targets.lock").write_bytes(render_lock(plan_lock(queue, open_source(f"rootfs:{old_root}"), f"rootfs:{old_root}")))
+
+
+def opener(ref: str, platform: str | None):
+    return open_source(ref, platform=platform)
+
+
+def snapshot(q: Path) -> dict[str, bytes]:
+    files = {"series": (q / "series").read_bytes(), "targets.lock": (q / "targets.lock").read_bytes()}
+    for p in sorted((q / "patches").iterdir()):
+        files[f"patches/{p.name}"] = p.read_bytes()
+    return files
+
+
+@pytest.fixture
+def world(tmp_path: Path):
+    old = make_root(tmp_path / "old", WEIGHTS_V1)
+    q = tmp_path / "queue"
+    make_queue(q, old)
+    return tmp_path, q, old
+
+
+def rebase(q: Path, new: Path, old: Path | None = None, **kw):
+    opts = RebaseOptions(f"rootfs:{new}", from_ref=f"rootfs:{old}" if old else None, **kw)
+    return start_rebase(q, opts, opener)
+
+
+def verify_on(q: Path, root: Path) -> dict[str, bytes | None]:
+    """The rebased queue passes check and applies onto `root`; returns the results by resolved path."""
+    problems, _ = check_queue(q)
+    assert problems == []
+    queue = load_queue(q)
+    result = plan_apply(queue, open_source(f"rootfs:{root}"), queue.lock(), locked=True)
+    return {f.resolved: f.final for f in result.files}
+
+
+def test_lines_inserted_above_merge_cleanly_and_the_hunk_moves_with_them(world) -> None:
+    tmp, q, old = world
+    before = snapshot(q)
+    new = make_root(tmp / "new", WEIGHTS_V2)
+    report = rebase(q, new, old)
+    assert report.status == "done"
+    assert [(p.name, p.state) for p in report.patches] == [
+        ("0001-log-shard-tensors.patch", "merged"),
+        ("0002-log-verify.patch", "merged"),
+        ("0003-spawn-workers.patch", "unchanged"),
+    ]
+    # the chain: 0002 rebased on 0001's new result
+    p1, p2 = report.patches[0].files[0], report.patches[1].files[0]
+    assert p1.new_base == sha256_hex(WEIGHTS_V2) and p2.new_base == p1.new_patched
+    assert p2.new_patched == sha256_hex(patched(WEIGHTS_V2, verify=True))
+
+    old_hunk = parse_patch(before["patches/0001-log-shard-tensors.patch"]).sections[0].hunks[0]
+    new_patch = parse_patch((q / "patches/0001-log-shard-tensors.patch").read_bytes())
+    hunk = new_patch.sections[0].hunks[0]
+    assert hunk.old_start == old_hunk.old_start + INSERTED and hunk.lines == old_hunk.lines
+    assert new_patch.header.raw == parse_patch(before["patches/0001-log-shard-tensors.patch"]).header.raw
+    # an untouched patch stays byte for byte
+    assert (q / "patches/0003-spawn-workers.patch").read_bytes() == before["patches/0003-spawn-workers.patch"]
+    assert (q / "series").read_bytes() == before["series"]
+    lock = load_queue(q).lock()
+    assert lock.image.ref == f"rootfs:{new}"
+    results = verify_on(q, new)
+    assert results[f"{SITE311}/{WEIGHTS}"] == patched(WEIGHTS_V2, verify=True)
+    assert not rebase_in_progress(q) and not (q / ".imgquilt/rebase").exists()
+
+
+def test_changed_patched_lines_conflict_then_continue_finishes(world) -> None:
+    tmp, q, old = world
+    before = snapshot(q)
+    upstream_line = b'logger.debug("loading shard %s from %s", shard.name, model_dir)'
+    new = make_root(tmp / "new", WEIGHTS_V2.replace(DEBUG_LINE, upstream_line))
+    report = rebase(q, new, old)
+    assert report.status == "stopped" and report.conflict_patch == "0001-log-shard-tensors.patch"
+    [c] = report.conflicts
+    assert c.conflict == "markers" and c.work == f".imgquilt/work/{SITE311}/{WEIGHTS}"
+    work = q / c.work
+    text = work.read_bytes()
+    assert b"<<<<<<< 0001-log-shard-tensors.patch (old image + patch)\n        " + INFO_LINE + b"\n=======\n" in text
+    assert b"        " + upstream_line + b"\n>>>>>>> rootfs:" in text
+    assert snapshot(q) == before  # nothing in the queue changed yet
+
+    with pytest.raises(RebaseConflict, match="markers remain"):
+        continue_rebase(q, opener)
+
+    # the user keeps both: upstream's extra argument and the patch's level and count
+    resolved_line = b'logger.info("loading shard %s from %s (%d tensors)", shard.name, model_dir, len(shard.tensors))'
+    lines = text.splitlines(keepends=True)
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(b"<<<<<<< "))
+    end = next(i for i, ln in enumerate(lines) if ln.startswith(b">>>>>>> "))
+    lines[start:end + 1] = [b"        " + resolved_line + b"\n"]
+    work.write_bytes(b"".join(lines))
+
+    report = continue_rebase(q, opener)
+    assert report.status == "done"
+    states = {p.name: p.state for p in report.patches}
+    assert states == {"0001-log-shard-tensors.patch": "merged", "0002-log-verify.patch": "merged", "0003-spawn-workers.patch": "unchanged"}
+    assert report.patches[0].files[0].by_hand
+    expected = WEIGHTS_V2.replace(DEBUG_LINE, resolved_line).replace(LOADED_LINE, LOADED_VERIFY)
+    assert verify_on(q, new)[f"{SITE311}/{WEIGHTS}"] == expected
+    assert not work.exists()  # the conflict file left the work tree
+
+
+def test_abort_restores_the_queue_byte_for_byte(world) -> None:
+    tmp, q, old = world
+    before = snapshot(q)
+    new = make_root(tmp / "new", WEIGHTS_V2.replace(DEBUG_LINE, b'logger.warning("shard %s", shard.name)'))
+    assert rebase(q, new, old).status == "stopped"
+    with pytest.raises(UsageError, match="already in progress"):
+        rebase(q, new, old)
+    report, restored = abort_rebase(q)
+    assert report.status == "aborted"
+    assert "targets.lock" in restored and "series" in restored
+    assert snapshot(q) == before
+    assert not (q / ".imgquilt/rebase").exists()
+    assert not (q / ".imgquilt/work" / SITE311 / WEIGHTS).exists()
+    with pytest.raises(UsageError, match="No rebase in progress"):
+        abort_rebase(q)
+
+
+class PowerCut(BaseException):
+    pass
+
+
+def _cut_power_while_writing_the_lock(monkeypatch) -> None:
+    import imgquilt.rebase as engine
+
+    def boom(lock):
+        raise PowerCut()
+
+    monkeypatch.setattr(engine, "render_lock", boom)
+
+
+def test_abort_after_a_crash_in_the_middle_of_the_finish(world, monkeypatch) -> None:
+    tmp, q, old = world
+    before = snapshot(q)
+    new = make_root(tmp / "new", WEIGHTS_V2)
+    with monkeypatch.context() as m:
+        _cut_power_while_writing_the_lock(m)
+        with pytest.raises(PowerCut):
+            rebase(q, new, old)
+    # the patches were already rewritten when the power went
+    assert (q / "patches/0001-log-shard-tensors.patch").read_bytes() != before["patches/0001-log-shard-tensors.patch"]
+    assert rebase_in_progress(q)
+    abort_rebase(q)
+    assert snapshot(q) == before
+
+
+def test_continue_after_a_crash_in_the_finish_completes_it(world, monkeypatch) -> None:
+    tmp, q, old = world
+    new = make_root(tmp / "new", WEIGHTS_V2)
+    with monkeypatch.context() as m:
+        _cut_power_while_writing_the_lock(m)
+        with pytest.raises(PowerCut):
+            rebase(q, new, old)
+    report = continue_rebase(q, opener)
+    assert report.status == "done"
+    assert verify_on(q, new)[f"{SITE311}/{WEIGHTS}"] == patched(WEIGHTS_V2, verify=True)
+
+
+def test_a_change_that_went_upstream_is_dropped(world) -> None:
+    tmp, q, old = world
+    new = make_root(tmp / "new", patched(WEIGHTS_V2))
+    report = rebase(q, new, old)
+    assert report.status == "done"
+    p1, p2, p3 = report.patches
+    assert (p1.state, p1.dropped) == ("merged-upstream", True)
+    assert any("dropped from series" in n for n in p1.notes)
+    assert p2.state == "merged" and any("Requires no longer names 0001" in n for n in p2.notes)
+    assert (q / "series").read_bytes() == b"0002-log-verify.patch\n0003-spawn-workers.patch\n"
+    assert not (q / "patches/0001-log-shard-tensors.patch").exists()
+    header = parse_patch((q / "patches/0002-log-verify.patch").read_bytes()).header
+    assert header.get("Requires") is None and header.get("Description") == "Say whether shards were verified"
+    assert verify_on(q, new)[f"{SITE311}/{WEIGHTS}"] == patched(WEIGHTS_V2, verify=True)
+
+
+def test_keep_empty_keeps_an_upstreamed_patch_as_a_no_op(world) -> None:
+    tmp, q, old = world
+    new = make_root(tmp / "new", patched(WEIGHTS_V2))
+    report = rebase(q, new, old, keep_empty=True)
+    p1 = report.patches[0]
+    assert (p1.state, p1.dropped) == ("merged-upstream", False)
+    patch = parse_patch((q / "patches/0001-log-shard-tensors.patch").read_bytes())
+    assert patch.header.get("Applied-Upstream") == f"rootfs:{new}"
+    [s] = patch.sections
+    assert s.base_sha256 == s.patched_sha256 == sha256_hex(patched(WEIGHTS_V2)) and s.hunks == ()
+    assert parse_patch((q / "patches/0002-log-verify.patch").read_bytes()).header.get("Requires") == "0001-log-shard-tensors.patch"
+    verify_on(q, new)
+
+
+def test_a_target_moved_to_python3_12_is_found_and_remapped(world) -> None:
+    tmp, q, old = world
+    before = snapshot(q)
+    new = make_root(tmp / "new", WEIGHTS_V2, site=SITE312)
+    report = rebase(q, new, old)
+    assert report.status == "done"
+    assert [p.state for p in report.patches] == ["moved", "moved", "moved"]
+    f1 = report.patches[0].files[0]
+    assert (f1.moved_from, f1.path, f1.merged) == (f"{SITE311}/{WEIGHTS}", f"{SITE312}/{WEIGHTS}", True)
+    envs, shard_log = report.patches[2].files
+    assert envs.path == f"{SITE312}/{ENVS}" and not envs.merged
+    assert shard_log.path == f"{SITE312}/{SHARD_LOG}"  # a new file follows its moved neighbours
+    assert any("moved to" in n for n in report.notes)
+    # an unchanged, moved section keeps its diff; only its path lines change
+    p3 = (q / "patches/0003-spawn-workers.patch").read_bytes()
+    assert p3 == before["patches/0003-spawn-workers.patch"].replace(SITE311.encode(), SITE312.encode())
+    assert SITE311.encode() not in (q / "targets.lock").read_bytes()
+    results = verify_on(q, new)
+    assert results[f"{SITE312}/{WEIGHTS}"] == patched(WEIGHTS_V2, verify=True)
+    assert results[f"{SITE312}/{SHARD_LOG}"] == SHARD_LOG_PY
+
+
+def test_ambiguous_moves_need_map_and_map_overrides(world) -> None:
+    tmp, q, old = world
+    new = make_root(tmp / "new", WEIGHTS_V2, site=SITE312)
+    # a second copy of the package makes the tail ambiguous
+    make_root(tmp / "new", WEIGHTS_V2, site="opt/venv/lib/python3.12/site-packages/vllm")
+    with pytest.raises(BadInput, match="could be it") as exc:
+        rebase(q, new, old)
+    assert "--map" in exc.value.hint
+    assert not (q / ".imgquilt/rebase").exists()
+    report = rebase(q, new, old, maps=((f"{SITE311}", "opt/venv/lib/python3.12/site-packages/vllm"),))
+    assert report.status == "done"
+    assert report.patches[0].files[0].path == f"opt/venv/lib/python3.12/site-packages/vllm/{WEIGHTS}"
+    verify_on(q, new)
+
+
+def test_a_target_gone_for_good_is_refused_before_anything_changes(world) -> None:
+    tmp, q, old = world
+    new = make_root(tmp / "new", WEIGHTS_V2)
+    (new / SITE311 / ENVS).unlink()
+    with pytest.raises(MissingTarget, match="envs.py"):
+        rebase(q, new, old)
+    assert not (q / ".imgquilt/rebase").exists()
+
+
+def test_missing_old_bases_need_from_and_a_filled_store_does_not(world) -> None:
+    tmp, q, old = world
+    new = make_root(tmp / "new", WEIGHTS_V2)
+    with pytest.raises(BadInput, match="no copy of the old base") as exc:
+        rebase(q, new)
+    assert "--from OLDREF" in exc.value.hint and f"rootfs:{old}" in exc.value.hint
+    assert not (q / ".imgquilt/rebase").exists()
+    # what lock/apply/audit remember is enough
+    remember(q, [WEIGHTS_V1, ENVS_V1])
+    assert rebase(q, new).status == "done"
+
+
+def test_from_the_wrong_old_image_is_refused(world) -> None:
+    tmp, q, old = world
+    new = make_root(tmp / "new", WEIGHTS_V2)
+    with pytest.raises(BaseDrift, match="not the image this queue was made for"):
+        rebase(q, new, new)
+
+
+def test_a_clean_merge_that_breaks_python_stops_as_a_conflict(world) -> None:
+    tmp, q, old = world
+    # upstream renamed load_checkpoint's `verify` to `check`; 0002's new line still says `verify`
+    renamed = WEIGHTS_V2.replace(b"*, verify: bool = False) -> list[ShardSpec]", b"*, check: bool = False) -> list[ShardSpec]")
+    renamed = renamed.replace(b"iter_shards(root, verify=verify)", b"iter_shards(root, verify=check)")
+    new = make_root(tmp / "new", renamed)
+    report = rebase(q, new, old)
+    assert report.status == "stopped" and report.conflict_patch == "0002-log-verify.patch"
+    assert report.patches[0].state == "merged"
+    [c] = report.conflicts
+    assert c.conflict == "python" and "verify" in c.detail
+    work = q / c.work
+    assert b"<<<<<<<" not in work.read_bytes()  # a clean text merge, wrong code
+    work.write_bytes(work.read_bytes().replace(b"len(loaded), root, verify)", b"len(loaded), root, check)"))
+    report = continue_rebase(q, opener)
+    assert report.status == "done"
+    verify_on(q, new)
+
+
+def test_same_image_again_carries_everything_unchanged(world) -> None:
+    tmp, q, old = world
+    before = snapshot(q)
+    report = rebase(q, old)
+    assert {p.state for p in report.patches} == {"unchanged"}
+    after = snapshot(q)
+    assert {k: v for k, v in after.items() if k != "targets.lock"} == {k: v for k, v in before.items() if k != "targets.lock"}
+    verify_on(q, old)
+
+
+def test_p0_entries_and_unknown_section_fields_survive_a_merge(world) -> None:
+    tmp, q, old = world
+    name = "0001-log-shard-tensors.patch"
+    raw = (q / "patches" / name).read_bytes()
+    w = f"{SITE311}/{WEIGHTS}".encode()
+    # as an imported quilt patch might be: -p0 paths and a field imgquilt does not know
+    raw = raw.replace(b"--- a/" + w, b"--- " + w).replace(b"+++ b/" + w, b"+++ " + w)
+    raw = raw.replace(b"Patched-SHA256: ", b"Forwarded-Hunk: upstream#1234\nPatched-SHA256: ", 1)
+    (q / "patches" / name).write_bytes(raw)
+    (q / "series").write_bytes((q / "series").read_bytes().replace(name.encode(), name.encode() + b" -p0"))
+    (q / "targets.lock").write_bytes(render_lock(plan_lock(load_queue(q), open_source(f"rootfs:{old}"), f"rootfs:{old}")))
+    new = make_root(tmp / "new", WEIGHTS_V2)
+    assert rebase(q, new, old).status == "done"
+    out = (q / "patches" / name).read_bytes()
+    assert b"\n--- " + w + b"\n+++ " + w + b"\n" in out
+    assert parse_patch(out).sections[0].extra == (("Forwarded-Hunk", "upstream#1234"),)
+    verify_on(q, new)
+    # and GNU patch -p0 still takes it
+    work = tmp / "p0"
+    shutil.copytree(new, work)
+    base = parse_patch(out).sections[0]
+    assert base.base_sha256 == sha256_hex(WEIGHTS_V2)
+    subprocess.run(["patch", "-p0", "-s", "-i", str(q / "patches" / name)], cwd=work, check=True)
+    assert (work / SITE311 / WEIGHTS).read_bytes() == patched(WEIGHTS_V2)
+
+
+def test_the_quilt_work_tree_is_left_as_it_was(world) -> None:
+    tmp, q, old = world
+    mine = q / ".imgquilt/work" / SITE311 / WEIGHTS
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(b"# my work in progress\n")
+    new = make_root(tmp / "new", WEIGHTS_V2.replace(DEBUG_LINE, b'logger.warning("shard %s", shard.name)'))
+    assert rebase(q, new, old).status == "stopped"
+    assert b"<<<<<<<" in mine.read_bytes()
+    abort_rebase(q)
+    assert mine.read_bytes() == b"# my work in progress\n"
+    assert rebase(q, new, old).status == "stopped"
+    mine.write_bytes(patched(WEIGHTS_V2.replace(DEBUG_LINE, b'logger.warning("shard %s", shard.name)')).replace(b"logger.warning", b"logger.info"))
+    assert continue_rebase(q, opener).status == "done"
+    assert mine.read_bytes() == b"# my work in progress\n"
+
+
+def test_a_deletion_against_a_changed_file_conflicts_and_can_keep_the_deletion(tmp_path: Path) -> None:
+    old = make_root(tmp_path / "old", WEIGHTS_V1)
+    q = tmp_path / "queue"
+    q.mkdir()
+    e = f"{SITE311}/{ENVS}"
+    write_patch(q, "0001-drop-envs.patch", [(e, ENVS_V1, None)], fields={"Description": "Remove envs.py"})
+    (q / "targets.lock").write_bytes(render_lock(plan_lock(load_queue(q), open_source(f"rootfs:{old}"), f"rootfs:{old}")))
+    new = make_root(tmp_path / "new", WEIGHTS_V1, envs=ENVS_V1 + b'VLLM_NEW = os.getenv("VLLM_NEW", "")\n')
+    report = rebase(q, new, old)
+    [c] = report.conflicts
+    assert c.conflict == "delete"
+    (q / c.work).unlink()  # keep the deletion
+    report = continue_rebase(q, opener)
+    assert report.status == "done"
+    s = parse_patch((q / "patches/0001-drop-envs.patch").read_bytes()).sections[0]
+    assert s.is_delete and s.base_sha256 == sha256_hex(ENVS_V1 + b'VLLM_NEW = os.getenv("VLLM_NEW", "")\n')
+    assert verify_on(q, new)[e] is None
+    # upstream deleted it too: merged upstream
+    newer = make_root(tmp_path / "newer", WEIGHTS_V1)
+    (newer / e).unlink()
+    report = rebase(q, newer)
+    assert report.patches[0].state == "merged-upstream" and report.patches[0].dropped
+    assert (q / "series").read_bytes() == b""

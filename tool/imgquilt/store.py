@@ -1,0 +1,106 @@
+"""The content-addressed object store in a queue's `.imgquilt/objects/`: every base and result seen.
+
+Rebase needs the exact bytes of the old bases to run a true 3-way merge; the patches only carry
+their hashes. Objects are named by the sha256 of their bytes (`objects/ab/ab12…`), written once,
+atomically, read-only; a read checks the hash again, so a damaged object reads as missing.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+from .engine.hunks import ABSENT
+from .util.atomic import atomic_write
+
+if TYPE_CHECKING:
+    from .queue.queue import Queue
+
+OBJECTS_DIR = Path(".imgquilt") / "objects"
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class ObjectStore:
+    """sha256-named blobs below `<queue>/.imgquilt/objects/`."""
+
+    def __init__(self, queue_root: Path) -> None:
+        self.dir = Path(queue_root) / OBJECTS_DIR
+
+    def path(self, sha: str) -> Path:
+        if not _HEX64.match(sha):
+            raise ValueError(f"not a sha256: {sha!r}")
+        return self.dir / sha[:2] / sha
+
+    def has(self, sha: str) -> bool:
+        return sha == ABSENT or (_HEX64.match(sha) is not None and self.path(sha).is_file())
+
+    def put(self, data: bytes) -> str:
+        """Store `data` (once) and return its sha256."""
+        sha = hashlib.sha256(data).hexdigest()
+        dest = self.path(sha)
+        if dest.is_file() and self.get(sha) is not None:
+            return sha
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(dest, data, mode=0o444)
+        return sha
+
+    def get(self, sha: str) -> bytes | None:
+        """The bytes named `sha`, or None when they are not stored (or were damaged)."""
+        if not _HEX64.match(sha or ""):
+            return None
+        try:
+            data = self.path(sha).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return data if hashlib.sha256(data).hexdigest() == sha else None
+
+    def get_or_absent(self, sha: str) -> tuple[bool, bytes | None]:
+        """(found, bytes): "absent" is always found, as None."""
+        if sha == ABSENT:
+            return True, None
+        data = self.get(sha)
+        return data is not None, data
+
+
+def remember(queue_root: Path, datas: Iterable[bytes | None]) -> int:
+    """Store every file content in `datas` (None: absent, skipped); returns how many were new.
+
+    Best effort by design: a read-only queue (e.g. COPY'd into a Dockerfile build) must not make
+    `apply` or `audit` fail, so storage errors are swallowed here.
+    """
+    store = ObjectStore(queue_root)
+    new = 0
+    try:
+        for data in datas:
+            if data is None:
+                continue
+            sha = hashlib.sha256(data).hexdigest()
+            if not store.path(sha).is_file():
+                store.put(data)
+                new += 1
+    except OSError:
+        pass
+    return new
+
+
+def remember_named(queue: "Queue", datas: Iterable[bytes | None]) -> int:
+    """Like remember(), for the contents some section of `queue` names (as base or result) only.
+
+    For audit, which reads whatever a filesystem holds: drifted files are of no use to a rebase.
+    """
+    known = {h for p in queue.patches for s in p.sections for h in (s.base_sha256, s.patched_sha256)}
+    return remember(queue.root, [d for d in datas if d is not None and hashlib.sha256(d).hexdigest() in known])
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename in `path` durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
