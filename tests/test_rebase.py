@@ -17,7 +17,7 @@ from imgquilt.queue.lock import render_lock
 from imgquilt.queue.patchfile import parse_patch
 from imgquilt.queue.queue import load_queue
 from imgquilt.rebase import RebaseOptions, abort_rebase, continue_rebase, rebase_in_progress, start_rebase
-from imgquilt.store import remember
+from imgquilt.store import ObjectStore, remember
 from qtools import write_patch
 
 SITE311 = "usr/local/lib/python3.11/site-packages/vllm"
@@ -430,6 +430,9 @@ def test_a_target_gone_for_good_is_refused_before_anything_changes(world) -> Non
 def test_missing_old_bases_need_from_and_a_filled_store_does_not(world) -> None:
     tmp, q, old = world
     new = make_root(tmp / "new", WEIGHTS_V2)
+    # `lock` already stored every base and result it read
+    assert ObjectStore(q).has(sha256_hex(WEIGHTS_V1))
+    shutil.rmtree(q / ".imgquilt" / "objects")
     with pytest.raises(BadInput, match="no copy of the old base") as exc:
         rebase(q, new)
     assert "--from OLDREF" in exc.value.hint and f"rootfs:{old}" in exc.value.hint
@@ -442,6 +445,7 @@ def test_missing_old_bases_need_from_and_a_filled_store_does_not(world) -> None:
 def test_from_the_wrong_old_image_is_refused(world) -> None:
     tmp, q, old = world
     new = make_root(tmp / "new", WEIGHTS_V2)
+    shutil.rmtree(q / ".imgquilt" / "objects")  # --from is read only when the store lacks bytes
     with pytest.raises(BaseDrift, match="not the image this queue was made for"):
         rebase(q, new, new)
 

@@ -16,6 +16,7 @@ from .errors import BadImage, BadInput
 from .fs.types import ImageInfo, Source, TargetFile
 from .queue.patchfile import FileSection, Patch
 from .queue.queue import Queue
+from .store import remember_named
 
 LIVE = "live"
 PENDING = "pending"
@@ -378,6 +379,7 @@ def audit_source(queue: Queue, source: Source) -> AuditReport:
         record_target = None
     for path, note in _deleted_notes(source, targets).items():
         details.setdefault(path, note)
+    remember_named(queue, [t.data for t in targets.values()])
     return audit_targets(queue, targets, record_target, source.info(), details)
 
 

@@ -14,6 +14,7 @@ from ..errors import QueueProblems, UsageError
 from ..fs.types import Source
 from ..queue.check import check_queue
 from ..queue.lock import render_lock
+from ..store import remember
 from ..util.atomic import atomic_write
 from .context import G, cache_dir, emit_json, err, load, out, queue_root
 
@@ -113,6 +114,10 @@ def apply_cmd(
         ref = pick_ref(image, lock.image.ref if lock else None)
     source = open_ref(ref, platform)
     result = plan_apply(q, source, lock, locked=locked, python_check=not no_python_check)
+    if root is None or not q.root.resolve().is_relative_to(root.resolve()):
+        # not when the queue sits inside the root being patched (RUN imgquilt apply --root /):
+        # the stored copies would end up in the image
+        remember(q.root, [x for f in result.files if f.patches for x in (f.target.data, f.final)])
     written: dict[str, object] = {}
     if layer is not None:
         from ..image.layer_writer import write_layer

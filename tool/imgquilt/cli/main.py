@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         rv = app(args=args, prog_name="imgquilt", standalone_mode=False)
         return rv if isinstance(rv, int) else 0  # a raised Exit comes back as its code
     except ImgquiltError as exc:
-        err.print(f"[bold red]imgquilt:[/] {exc.render()}", markup=True, highlight=False)
+        err.print("[bold red]imgquilt:[/] ", end="")
+        err.print(exc.render(), markup=False, highlight=False)  # paths may hold `[`
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code

@@ -12,6 +12,7 @@ from ..errors import BadInput, BaseDrift, ImgquiltError, MalformedPatch, Missing
 from ..fs.types import Source, TargetFile
 from ..queue.lock import Lock, LockTarget, rootfs_digest
 from ..queue.queue import Queue
+from ..store import remember
 from .hunks import ABSENT, HunkError, apply_hunks, sha256_hex
 from .pycheck import new_python_errors
 from .result import RECORD_PATH, ApplyResult, FileResult
@@ -240,6 +241,8 @@ def plan_lock(queue: Queue, source: Source, ref: str) -> Lock:
     states, problems = run_series(queue, targets, source=source)
     if problems:
         raise refusal(problems)
+    # keep every base and result: rebase merges from these bytes later
+    remember(queue.root, [t.data for t in targets.values()] + [st.data for st in states.values()])
     info = source.info()
     digest = info.digest or rootfs_digest([(t.resolved, sha256_hex(t.data)) for t in targets.values()])
     lock_targets = []
