@@ -1,0 +1,239 @@
+"""Importing foreign patches: every dialect, every pin checked, hunks applied exactly (no fuzz), DEP-3 kept."""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from imgquilt.engine.hunks import sha256_hex
+from imgquilt.errors import BadInput, BaseDrift, HunkMismatch, MalformedPatch, MissingTarget, ResultMismatch, UnsafePath, UsageError
+from imgquilt.importer import apply_foreign, mail_subject_name, parse_foreign, split_mbox, strip_path
+from imgquilt.queue.patchfile import make_section, parse_patch
+from imgquilt.rootfs.source import RootfsSource
+from imgquilt.work import ImportItem, WorkTree
+
+CONF = b"[server]\nworkers = 2\nport = 80\n"
+CONF_8 = b"[server]\nworkers = 8\nport = 80\n"
+PY = b"def f():\n    return 1\n\n\ndef g():\n    return 2\n"
+
+
+def files(mapping: dict[str, bytes | None]):
+    """A base reader over a dict (None: absent)."""
+    return lambda path, _want: mapping.get(path)
+
+
+def convert(data: bytes, mapping: dict[str, bytes | None], strip: int = 1, **kw):
+    conv = apply_foreign(parse_foreign(data, "t.patch"), strip, files(mapping), **kw)
+    return {c.path: (c.base, c.result, c.mode) for c in conv.changes}, conv.notes
+
+
+def test_plain_diff_u_with_timestamps_and_strip_levels() -> None:
+    diff = b"--- etc/svc.conf.orig\t2024-05-01 10:00:00.000000000 +0200\n+++ etc/svc.conf\t2024-05-01 11:00:00.000000000 +0200\n@@ -1,3 +1,3 @@\n [server]\n-workers = 2\n+workers = 8\n port = 80\n"
+    changes, _ = convert(diff, {"etc/svc.conf": CONF}, strip=0)
+    assert changes == {"etc/svc.conf": (CONF, CONF_8, None)}
+    # -p1 on a/ b/ names, -p2 deeper
+    diff1 = diff.replace(b"--- etc/svc.conf.orig", b"--- a/etc/svc.conf").replace(b"+++ etc/svc.conf", b"+++ b/etc/svc.conf")
+    assert convert(diff1, {"etc/svc.conf": CONF})[0] == changes
+    assert strip_path("x/y/etc/svc.conf", 2) == "etc/svc.conf"
+    assert strip_path("/abs//etc/a", 1) == "etc/a"
+    with pytest.raises(MalformedPatch, match="fewer than 4 components"):
+        convert(diff1, {}, strip=3)
+
+
+def test_quilt_patch_with_index_lines_function_headers_and_dep3() -> None:
+    patch = (b"Description: Return three\n Because two is not enough.\nOrigin: vendor\nX-Local: kept\n\n"
+             b"Index: pkg/mod.py\n===================================================================\n"
+             b"--- pkg.orig/mod.py\n+++ pkg/mod.py\n@@ -4,3 +4,3 @@ def f():\n \n def g():\n-    return 2\n+    return 3\n")
+    fp = parse_foreign(patch, "q.patch")
+    assert fp.header == b"Description: Return three\n Because two is not enough.\nOrigin: vendor\nX-Local: kept\n\n"
+    changes, _ = convert(patch, {"mod.py": PY})
+    assert changes == {"mod.py": (PY, PY.replace(b"return 2", b"return 3"), None)}
+
+
+def test_git_diff_new_deleted_renamed_quoted_and_mode_changes() -> None:
+    patch = (
+        b"diff --git a/bin/run b/bin/run\nnew file mode 100755\nindex 0000000..1c8a0b0\n--- /dev/null\n+++ b/bin/run\n@@ -0,0 +1 @@\n+#!/bin/sh\n"
+        b"diff --git a/etc/old.conf b/etc/old.conf\ndeleted file mode 100644\nindex 3b18e51..0000000\n--- a/etc/old.conf\n+++ /dev/null\n@@ -1 +0,0 @@\n-hello world\n"
+        b"diff --git a/etc/empty b/etc/empty\nnew file mode 100644\nindex 0000000..e69de29\n"
+        b"diff --git a/etc/svc.conf b/etc/svc2.conf\nsimilarity index 60%\nrename from etc/svc.conf\nrename to etc/svc2.conf\n"
+        b"--- a/etc/svc.conf\n+++ b/etc/svc2.conf\n@@ -1,3 +1,3 @@\n [server]\n-workers = 2\n+workers = 8\n port = 80\n"
+        b"diff --git \"a/usr/share/caf\\303\\251.txt\" \"b/usr/share/caf\\303\\251.txt\"\nold mode 100644\nnew mode 100755\n"
+        b"--- \"a/usr/share/caf\\303\\251.txt\"\n+++ \"b/usr/share/caf\\303\\251.txt\"\n@@ -1 +1 @@\n-a\n+b\n"
+    )
+    base = {"etc/old.conf": b"hello world\n", "etc/svc.conf": CONF, "usr/share/caf\u00e9.txt": b"a\n"}
+    changes, notes = convert(patch, base, check_git_index=False)
+    assert changes == {
+        "bin/run": (None, b"#!/bin/sh\n", 0o755),
+        "etc/old.conf": (b"hello world\n", None, None),
+        "etc/empty": (None, b"", None),
+        "etc/svc.conf": (CONF, None, None),
+        "etc/svc2.conf": (None, CONF_8, None),
+        "usr/share/caf\u00e9.txt": (b"a\n", b"b\n", None),
+    }
+    assert notes == ["usr/share/caf\u00e9.txt: mode change 0644 -> 0755 ignored (imgquilt keeps the image's mode)."]
+
+
+def test_git_index_hashes_are_checked() -> None:
+    def blob(d: bytes) -> str:
+        return hashlib.sha1(b"blob %d\0" % len(d) + d).hexdigest()
+
+    diff = (f"diff --git a/etc/svc.conf b/etc/svc.conf\nindex {blob(CONF)[:12]}..{blob(CONF_8)[:12]} 100644\n".encode()
+            + b"--- a/etc/svc.conf\n+++ b/etc/svc.conf\n@@ -2 +2 @@\n-workers = 2\n+workers = 8\n")
+    assert convert(diff, {"etc/svc.conf": CONF})[0]["etc/svc.conf"][1] == CONF_8
+    other = CONF.replace(b"port = 80", b"port = 81")
+    with pytest.raises(BaseDrift, match=f"blob {blob(CONF)[:12]}, the file here is blob {blob(other)[:12]}") as exc:
+        convert(diff, {"etc/svc.conf": other})
+    assert "--ignore-git-index" in exc.value.hint
+    assert convert(diff, {"etc/svc.conf": other}, check_git_index=False)[0]["etc/svc.conf"][1] == other.replace(b"2", b"8")
+
+
+def test_format_patch_mail_becomes_dep3_fields() -> None:
+    mail = (
+        b"From 0123456789abcdef0123456789abcdef01234567 Mon Sep 17 00:00:00 2001\n"
+        b"From: =?UTF-8?q?Ren=C3=A9e=20Dev?= <renee@example.org>\n"
+        b"Date: Thu, 2 May 2024 12:00:00 +0200\n"
+        b"Subject: [PATCH 2/3] svc: more workers for\n the busy hours\n"
+        b"MIME-Version: 1.0\nContent-Type: text/plain; charset=UTF-8\nContent-Transfer-Encoding: 8bit\n\n"
+        b"Two workers saturate at peak.\n\nSigned-off-by: Ren\xc3\xa9e Dev <renee@example.org>\n---\n etc/svc.conf | 2 +-\n 1 file changed\n\n"
+        b"diff --git a/etc/svc.conf b/etc/svc.conf\n--- a/etc/svc.conf\n+++ b/etc/svc.conf\n@@ -2 +2 @@\n-workers = 2\n+workers = 8\n"
+        b"-- \n2.39.2\n\n"
+    )
+    fp = parse_foreign(mail, "m.patch")
+    assert fp.kind == "mail"
+    assert fp.header == (
+        "Description: svc: more workers for the busy hours\n Two workers saturate at peak.\n .\n Signed-off-by: Ren\u00e9e Dev <renee@example.org>\n"
+        "Author: Ren\u00e9e Dev <renee@example.org>\nLast-Update: 2024-05-02\n\n"
+    ).encode()
+    assert convert(mail, {"etc/svc.conf": CONF})[0] == {"etc/svc.conf": (CONF, CONF_8, None)}
+    two = split_mbox(mail + mail.replace(b"[PATCH 2/3] svc: more", b"[PATCH 3/3] svc: fewer"))
+    assert len(two) == 2 and two[0] == mail
+    assert mail_subject_name(two[1], 3) == "0003-svc-fewer-workers-for.patch"
+
+
+def test_pinned_target_format_is_verified() -> None:
+    new = PY.replace(b"return 2", b"return 3")
+    pinned = (b"# Hotfix for the g() regression.\n# TARGET: /usr/lib/python3/dist-packages/foo.py\n"
+              + f"# base sha256: {sha256_hex(PY)}\n# patched sha256: {sha256_hex(new)}\n".encode()
+              + b"--- foo.py.orig\n+++ foo.py\n@@ -5,2 +5,2 @@\n def g():\n-    return 2\n+    return 3\n")
+    fp = parse_foreign(pinned, "pin.diff")
+    assert fp.header == b"# Hotfix for the g() regression.\n\n"  # pin lines become the section's hashes
+    changes, _ = convert(pinned, {"usr/lib/python3/dist-packages/foo.py": PY})
+    assert changes == {"usr/lib/python3/dist-packages/foo.py": (PY, new, None)}
+    with pytest.raises(BaseDrift) as exc:
+        convert(pinned, {"usr/lib/python3/dist-packages/foo.py": PY + b"\n"})
+    assert exc.value.exit_code == 3 and sha256_hex(PY) in exc.value.message and sha256_hex(PY + b"\n") in exc.value.message
+    with pytest.raises(ResultMismatch):
+        convert(pinned.replace(sha256_hex(new).encode(), b"a" * 64), {"usr/lib/python3/dist-packages/foo.py": PY})
+
+
+def test_several_pin_blocks_go_to_the_diffs_in_order() -> None:
+    two = (b"TARGET: /etc/a.conf\nbase sha256: " + sha256_hex(b"a\n").encode() + b"\n"
+           b"TARGET: /etc/b.conf\npatched sha256: " + sha256_hex(b"B\n").encode() + b"\n\n"
+           b"--- x\n+++ x\n@@ -1 +1 @@\n-a\n+A\n"
+           b"--- y\n+++ y\n@@ -1 +1 @@\n-b\n+B\n")
+    changes, _ = convert(two, {"etc/a.conf": b"a\n", "etc/b.conf": b"b\n"})
+    assert changes == {"etc/a.conf": (b"a\n", b"A\n", None), "etc/b.conf": (b"b\n", b"B\n", None)}
+    with pytest.raises(MalformedPatch, match="pin block"):
+        parse_foreign(two + b"TARGET: /etc/c.conf\n", "x")
+
+
+def test_no_fuzz_no_offset_a_misplaced_hunk_is_refused() -> None:
+    # made against a file with one more line on top: GNU patch would apply it "with offset 1"
+    diff = b"--- a/mod.py\n+++ b/mod.py\n@@ -6,3 +6,3 @@\n \n def g():\n-    return 2\n+    return 3\n"
+    with pytest.raises(HunkMismatch) as exc:
+        convert(diff, {"mod.py": PY})
+    assert exc.value.exit_code == 3
+    assert "hunk #1 does not match at line 6" in exc.value.message and sha256_hex(PY) in exc.value.message
+
+
+@pytest.mark.parametrize("data,cls,needle", [
+    (b"just some words\n", MalformedPatch, "no file diff"),
+    (b"--- a/x\n+++ b/x\n@@ -1,3 +1,3 @@\n a\n-b\n", MalformedPatch, "truncated"),
+    (b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n+c\n", MalformedPatch, "more lines"),
+    (b"--- a/x\n+++ b/x\n@@ bad @@\n", MalformedPatch, "hunk header"),
+    (b"--- a/../etc/passwd\n+++ b/../etc/passwd\n@@ -1 +1 @@\n-a\n+b\n", UnsafePath, ".."),
+    (b"diff --git a/x.bin b/x.bin\nindex 1..2 100644\nBinary files a/x.bin and b/x.bin differ\n", BadInput, "binary"),
+])
+def test_bad_foreign_patches(data: bytes, cls: type, needle: str) -> None:
+    with pytest.raises(cls, match=needle):
+        convert(data, {"x": b"a\nb\nc\n", "x.bin": b"\0", "etc/passwd": b"a\n"}, check_git_index=False)
+
+
+def test_creating_a_file_that_exists_and_changing_one_that_does_not() -> None:
+    with pytest.raises(BaseDrift, match="creates the file, but it exists"):
+        convert(b"--- /dev/null\n+++ b/x\n@@ -0,0 +1 @@\n+new\n", {"x": b"old\n"})
+    with pytest.raises(MissingTarget):
+        convert(b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", {})
+
+
+def test_crlf_no_newline_stripped_context_and_two_diffs_of_one_file() -> None:
+    base = b"one\r\n\r\ntwo\r\n\nthree"
+    diff = (b"--- a/w.txt\n+++ b/w.txt\n@@ -1,3 +1,3 @@\n-one\r\n+ONE\r\n \r\n two\r\n"
+            b"--- a/w.txt\n+++ b/w.txt\n@@ -3,3 +3,3 @@\n two\r\n\n-three\n\\ No newline at end of file\n+THREE\n")
+    changes, _ = convert(diff, {"w.txt": base})
+    assert changes == {"w.txt": (base, b"ONE\r\n\r\ntwo\r\n\nTHREE\n", None)}  # one net change per file
+
+
+# --- into a queue ---------------------------------------------------------------------------
+@pytest.fixture
+def setup(tmp_path: Path):
+    image = tmp_path / "image"
+    (image / "etc").mkdir(parents=True)
+    (image / "etc/svc.conf").write_bytes(CONF)
+    (image / "mod.py").write_bytes(PY)
+    q = tmp_path / "queue"
+    q.mkdir()
+    (q / "series").write_text("# ours\n")
+    wt = WorkTree(q, open_image=lambda: RootfsSource(image), image_explicit=True)
+    return q, image, wt
+
+
+def test_import_inserts_after_the_top_and_chains_bases(setup) -> None:
+    q, image, wt = setup
+    p1 = b"--- a/etc/svc.conf\n+++ b/etc/svc.conf\n@@ -2 +2 @@\n-workers = 2\n+workers = 8\n"
+    p2 = b"Description: then the port\n\n--- a/etc/svc.conf\n+++ b/etc/svc.conf\n@@ -3 +3 @@\n-port = 80\n+port = 81\n"
+    done = wt.import_patches([ImportItem("01.patch", p1), ImportItem("02.patch", p2)], fields=[("Author", "Ops <ops@example.org>")])
+    assert [d.name for d in done] == ["01.patch", "02.patch"]
+    assert (q / "series").read_text() == "# ours\n01.patch\n02.patch\n"
+    a = parse_patch((q / "patches/01.patch").read_bytes())
+    b = parse_patch((q / "patches/02.patch").read_bytes())
+    assert a.raw == b"Author: Ops <ops@example.org>\n\n" + make_section("etc/svc.conf", CONF, CONF_8).raw
+    assert b.raw == b"Description: then the port\nAuthor: Ops <ops@example.org>\n\n" + make_section("etc/svc.conf", CONF_8, CONF_8.replace(b"80", b"81")).raw
+    # push the first, then import in between: the base is the work tree's, the new patch goes after the top
+    wt.push()
+    p3 = b"--- a/mod.py\n+++ b/mod.py\n@@ -2 +2 @@\n-    return 1\n+    return 10\n"
+    wt.import_patches([ImportItem("01b.patch", p3)])
+    assert wt.series() == ["01.patch", "01b.patch", "02.patch"]
+    (q / ".imgquilt/work/etc/svc.conf").write_bytes(CONF_8 + b"# local\n")  # not refreshed: import sees it
+    p4 = b"--- a/etc/svc.conf\n+++ b/etc/svc.conf\n@@ -4 +4 @@\n-# local\n+# LOCAL\n"
+    wt.import_patches([ImportItem("01c.patch", p4)])
+    assert parse_patch((q / "patches/01c.patch").read_bytes()).sections[0].base_sha256 == sha256_hex(CONF_8 + b"# local\n")
+
+
+def test_import_refuses_name_clashes_unless_forced_and_never_an_applied_patch(setup) -> None:
+    q, image, wt = setup
+    p1 = b"--- a/etc/svc.conf\n+++ b/etc/svc.conf\n@@ -2 +2 @@\n-workers = 2\n+workers = 8\n"
+    wt.import_patches([ImportItem("01.patch", p1)])
+    with pytest.raises(UsageError, match="already exists"):
+        wt.import_patches([ImportItem("01.patch", p1)])
+    again = p1.replace(b"workers = 8", b"workers = 4")
+    wt.import_patches([ImportItem("01.patch", again)], replace=True)
+    assert wt.series() == ["01.patch"]
+    assert parse_patch((q / "patches/01.patch").read_bytes()).sections[0].patched_sha256 == sha256_hex(CONF.replace(b"2", b"4"))
+    wt.push()
+    with pytest.raises(UsageError, match="applied"):
+        wt.import_patches([ImportItem("01.patch", p1)], replace=True)
+    with pytest.raises(BadInput, match="changes nothing"):
+        wt.import_patches([ImportItem("noop.patch", b"diff --git a/mod.py b/mod.py\nold mode 100644\nnew mode 100755\n")])
+
+
+def test_nothing_is_written_when_one_patch_of_a_series_fails(setup) -> None:
+    q, image, wt = setup
+    good = b"--- a/etc/svc.conf\n+++ b/etc/svc.conf\n@@ -2 +2 @@\n-workers = 2\n+workers = 8\n"
+    bad = b"--- a/mod.py\n+++ b/mod.py\n@@ -1 +1 @@\n-def nope():\n+def f():\n"
+    with pytest.raises(HunkMismatch):
+        wt.import_patches([ImportItem("01.patch", good), ImportItem("02.patch", bad)])
+    assert (q / "series").read_text() == "# ours\n"
+    assert not (q / "patches").exists() or os.listdir(q / "patches") == []

@@ -1,0 +1,102 @@
+"""`import`: bring patches from elsewhere into the queue in the imgquilt format (see imgquilt.importer)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..errors import BadInput, UsageError
+from ..importer import mail_subject_name, split_mbox
+from ..queue.series import parse_series
+from ..work import ImportItem
+from .apply import ImageOpt, PlatformOpt
+from .context import G, emit_json
+from .work import files_json, header_fields, note, say, tree
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise BadInput(f"{path} does not exist.") from None
+    except IsADirectoryError:
+        raise BadInput(f"{path} is a directory.", hint="For a quilt patches directory, pass --series DIR/series.") from None
+
+
+def items_from(files: list[str], patch: str | None, strip: int, series: str | None) -> list[ImportItem]:
+    """What to import: each FILE (a multi-mail `git format-patch --stdout` file gives one patch per mail), or a quilt series."""
+    items: list[ImportItem] = []
+    if series is not None:
+        if files or patch:
+            raise UsageError("--series imports the patches that series lists; give no FILE and no -P with it.")
+        sfile = Path(series)
+        if sfile.is_dir():
+            sfile = sfile / "series"
+        for e in parse_series(_read(sfile), source=str(sfile)):
+            f = sfile.parent / e.name
+            items.append(ImportItem(e.name, _read(f), e.strip, str(f)))
+        if not items:
+            raise UsageError(f"{sfile} lists no patch.")
+        return items
+    if not files:
+        raise UsageError("Name a patch FILE to import, or --series DIR/series.")
+    if patch and len(files) > 1:
+        raise UsageError("-P NAME names one imported patch; give one FILE with it.")
+    for f in files:
+        data = _read(Path(f))
+        mails = split_mbox(data)
+        if len(mails) > 1:
+            if patch:
+                raise UsageError(f"{f} holds {len(mails)} mails (git format-patch --stdout); -P cannot name them all.")
+            items += [ImportItem(mail_subject_name(m, k), m, strip, f"{f} (mail {k})") for k, m in enumerate(mails, 1)]
+            continue
+        items.append(ImportItem(patch or Path(f).name, data, strip, f))
+    return items
+
+
+def import_cmd(
+    files: List[str] = typer.Argument(None, help="Patch files: diff -u, git diff, git format-patch mails, quilt patches, TARGET/sha256 pinned diffs."),
+    patch: Optional[str] = typer.Option(None, "-P", "--patch", help="Name of the imported patch (one FILE only; default: the file's name)."),
+    strip: int = typer.Option(1, "-p", help="Strip this many leading path components (as patch -pN; -p1 default, -p0 accepted)."),
+    series: Optional[str] = typer.Option(None, "--series", help="Import every patch a quilt series file lists, in order, with its -pN."),
+    force: bool = typer.Option(False, "--force", "-f", help="Replace an unapplied patch of the same name."),
+    description: Optional[str] = typer.Option(None, "--description", "-d", help="Set the Description field."),
+    author: Optional[str] = typer.Option(None, "--author", help="Set the Author field."),
+    field: List[str] = typer.Option([], "--field", help="Set any header field, FIELD=VALUE (repeatable)."),
+    ignore_git_index: bool = typer.Option(False, "--ignore-git-index", help="Do not check git `index` blob hashes against the bases."),
+    image: Optional[str] = ImageOpt,
+    platform: Optional[str] = PlatformOpt,
+) -> None:
+    """Import patches from elsewhere, written in the imgquilt format with real hashes, after the top patch.
+
+    Bases come from the work tree and the image (--image, else the lock's). Hunks must fit exactly
+    (no fuzz); pins the patch carries (TARGET/sha256 lines, git index hashes) are verified (exit 3).
+    Examples:
+      imgquilt import ~/fix.diff -P 0005-fix.patch
+      imgquilt import --series ../upstream/patches/series
+      git format-patch -1 --stdout | tee /tmp/x.mbox; imgquilt import /tmp/x.mbox
+    """
+    if strip < 0:
+        raise UsageError("-p wants a number >= 0.")
+    items = items_from(list(files or []), patch, strip, series)
+    wt = tree(image, platform, create=True)
+    fields = header_fields(description, author, [], None, field)
+    top = wt.top()
+    done = wt.import_patches(items, fields=fields, replace=force, check_git_index=not ignore_git_index)
+    if G.json:
+        emit_json({"imported": [
+            {"name": d.name, "kind": d.kind, "file": str(wt.patches_dir / d.name), "files": files_json(d.patch), "notes": list(d.notes)}
+            for d in done
+        ], "top": wt.top()})
+        return
+    for d in done:
+        for n in d.notes:
+            note(f"note: {d.name}: {n}")
+        say(f"Imported {d.name} ({len(d.patch.sections)} file(s)) as patches/{d.name}.")
+    where = f"after the top patch {top}" if top else "at the start of series (no patch is applied)"
+    say(f"They stand {where}, with bases read there; `imgquilt push` applies them to the work tree.")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("import")(import_cmd)
