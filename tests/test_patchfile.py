@@ -74,7 +74,8 @@ def _section(path="usr/x", base="a" * 64, patched="b" * 64, body=b"--- a/usr/x\n
 @pytest.mark.parametrize(
     "data,needle",
     [
-        (b"just text\n", "no `Index:`"),
+        (b"Description: only a header\n", "no file sections yet"),
+        (b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", "no `Index:`"),
         (_section(base="XYZ"), "64 lowercase hex"),
         (_section(base="A" * 64), "64 lowercase hex"),
         (_section().replace(b"Patched-SHA256: " + b"b" * 64 + b"\n", b""), "no Patched-SHA256"),

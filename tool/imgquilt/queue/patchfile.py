@@ -217,6 +217,11 @@ def parse_patch(data: bytes, name: str = "<patch>") -> Patch:
     lines = data.splitlines(keepends=True)
     starts = [i for i, ln in enumerate(lines) if ln.startswith(b"Index: ")]
     if not starts:
+        if not re.search(rb"^(diff |--- |\+\+\+ |@@ )", data, re.M):
+            raise MalformedPatch(
+                f"Patch {name} has no file sections yet (made by `imgquilt new`).",
+                hint="`imgquilt add` files, edit them and `imgquilt refresh`, or `imgquilt delete -r` it.",
+            )
         raise _bad(name, "no `Index:` section (is it a plain diff? use `imgquilt import`).")
     header = Header(b"".join(lines[: starts[0]]))
     sections = []
