@@ -111,6 +111,11 @@ def test_conflict_abort_session_restores_every_byte(session) -> None:
 
     r = imgquilt("rebase", "--image", f"rootfs:{new}", cwd=q, env=env, check=2)
     assert "already in progress" in r.err
+    # while the rebase is stopped, commands that would change the queue wait for it
+    for cmd in (["lock", "--image", f"rootfs:{new}"], ["push"], ["new", "0009-x.patch"], ["refresh"]):
+        r = imgquilt(*cmd, cwd=q, env=env, check=2)
+        assert "rebase --continue" in r.err and "--abort" in r.err, cmd
+    imgquilt("series", cwd=q, env=env, check=0)
     r = imgquilt("rebase", "--abort", cwd=q, env=env, check=0)
     assert "aborted" in r.out
     assert snapshot(q) == before

@@ -16,7 +16,7 @@ from ..queue.check import check_queue
 from ..queue.lock import render_lock
 from ..store import remember
 from ..util.atomic import atomic_write
-from .context import G, cache_dir, emit_json, err, load, out, queue_root
+from .context import G, cache_dir, emit_json, err, load, out, queue_root, refuse_during_rebase
 
 ImageOpt = typer.Option(None, "--image", "-i", help="Image reference (oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, rootfs:DIR, tar:FILE, a path, or any skopeo transport).")
 PlatformOpt = typer.Option(None, "--platform", help="os/arch[/variant] to pick from a multi-platform image.")
@@ -42,6 +42,7 @@ def lock_cmd(image: Optional[str] = ImageOpt, platform: Optional[str] = Platform
     Example: imgquilt lock --image oci:examples/demo-image:latest
     """
     q = load()
+    refuse_during_rebase(q.root)
     old = q.lock()
     ref = pick_ref(image, old.image.ref if old else None)
     lock = plan_lock(q, open_ref(ref, platform), ref)

@@ -54,6 +54,18 @@ def queue_root() -> Path:
     return find_queue(G.queue)
 
 
+def refuse_during_rebase(root: Path) -> None:
+    """A stopped rebase owns series, patches/ and the work tree until --continue or --abort."""
+    from ..errors import UsageError
+    from ..rebase import rebase_in_progress
+
+    if rebase_in_progress(root):
+        raise UsageError(
+            "A rebase is in progress in this queue.",
+            hint="Resolve it with `imgquilt rebase --continue`, or give it up with `imgquilt rebase --abort`.",
+        )
+
+
 def load() -> Queue:
     return load_queue(queue_root())
 

@@ -17,7 +17,7 @@ from ..queue.lock import read_lock
 from ..queue.patchfile import Header, Patch
 from ..work import WorkTree
 from .apply import ImageOpt, PlatformOpt, open_ref, pick_ref
-from .context import G, emit_json, err, out, queue_root
+from .context import G, emit_json, err, out, queue_root, refuse_during_rebase
 
 
 def say(text: str) -> None:
@@ -28,8 +28,11 @@ def note(text: str) -> None:
     err.print(text, markup=False, highlight=False)
 
 
-def tree(image: str | None = None, platform: str | None = None, *, create: bool = False) -> WorkTree:
-    """The work tree of the current queue; `create` makes a queue in the working directory when there is none."""
+def tree(image: str | None = None, platform: str | None = None, *, create: bool = False, guard: bool = True) -> WorkTree:
+    """The work tree of the current queue; `create` makes a queue in the working directory when there is none.
+
+    `guard`: refuse while a rebase is stopped (every command that changes the queue or work tree).
+    """
     try:
         root = queue_root()
     except QueueNotFound:
@@ -38,6 +41,8 @@ def tree(image: str | None = None, platform: str | None = None, *, create: bool 
         root = Path(G.queue or os.environ.get("IMGQUILT_QUEUE") or ".").resolve()
         root.mkdir(parents=True, exist_ok=True)
 
+    if guard:
+        refuse_during_rebase(root)
     wt: WorkTree
 
     def opener():
@@ -268,7 +273,7 @@ def top_cmd() -> None:
 
     Example: imgquilt top
     """
-    wt = tree()
+    wt = tree(guard=False)
     top = wt.top()
     if G.json:
         emit_json({"top": top})
@@ -283,7 +288,7 @@ def applied_cmd() -> None:
 
     Example: imgquilt applied --json
     """
-    names = tree().applied()
+    names = tree(guard=False).applied()
     if G.json:
         emit_json({"applied": names})
         return
@@ -296,7 +301,7 @@ def unapplied_cmd() -> None:
 
     Example: imgquilt unapplied
     """
-    names = tree().unapplied()
+    names = tree(guard=False).unapplied()
     if G.json:
         emit_json({"unapplied": names})
         return
@@ -309,7 +314,7 @@ def series_cmd(verbose: bool = typer.Option(False, "--verbose", "-v", help="Mark
 
     Example: imgquilt series -v
     """
-    wt = tree()
+    wt = tree(guard=False)
     names, applied = wt.series(), wt.applied()
     if G.json:
         emit_json({"series": names, "applied": applied, "top": applied[-1] if applied else None})
@@ -327,7 +332,7 @@ def diff_cmd(patch: Optional[str] = typer.Option(None, "-P", "--patch", help="An
 
     Example: imgquilt diff > /tmp/top.diff
     """
-    wt = tree()
+    wt = tree(guard=False)
     p = wt.diff(patch)
     if G.json:
         emit_json({"patch": p.name, "files": [
