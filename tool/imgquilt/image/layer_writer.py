@@ -17,16 +17,17 @@ import hashlib
 import io
 import os
 import struct
-import tempfile
 import tarfile
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import BinaryIO, Iterator, Literal
 
 from ..engine.result import ApplyResult
 from ..errors import BadInput, UsageError
 from ..fs.paths import check_member_path
+from ..util.atomic import atomic_file
 
 MEDIA_TAR = "application/vnd.oci.image.layer.v1.tar"
 MEDIA_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
@@ -211,10 +212,7 @@ def compression_for(dest: Path) -> Compression:
     for suffix, comp in SUFFIXES:
         if name.endswith(suffix) and len(name) > len(suffix):
             return comp
-    raise UsageError(
-        f"Cannot tell the layer format from {str(dest)!r}.",
-        hint="Name the layer file with .tar, .tar.gz or .tar.zst.",
-    )
+    raise UsageError(f"Cannot tell the layer format from {str(dest)!r}: name it .tar, .tar.gz or .tar.zst.")
 
 
 def build_layer(result: ApplyResult, compression: Compression = "gzip", *, epoch: int | None = None) -> LayerBlob:
@@ -227,10 +225,25 @@ def build_layer(result: ApplyResult, compression: Compression = "gzip", *, epoch
 
 
 # --- atomic files -----------------------------------------------------------------------------
-def _default_file_mode() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
+def check_output_path(dest: Path, *, what: str) -> None:
+    """Refuse an output whose directory is missing or which names a directory."""
+    if not dest.parent.is_dir():
+        raise UsageError(f"Cannot write the {what} {str(dest)!r}: directory {str(dest.parent)!r} does not exist.")
+    if dest.is_dir():
+        raise UsageError(f"Cannot write the {what} {str(dest)!r}: it is a directory.")
+
+
+@contextmanager
+def output_file(dest: Path, *, what: str = "output") -> Iterator[BinaryIO]:
+    """A temp file beside `dest` that replaces it on success; OS errors become a UsageError."""
+    dest = Path(dest)
+    check_output_path(dest, what=what)
+    try:
+        with atomic_file(dest) as fh:
+            yield fh
+    except OSError as exc:
+        raise UsageError(f"Cannot write the {what} {str(dest)!r}: {exc.strerror or exc}.") from None
+    fsync_dir(dest.parent)
 
 
 def fsync_dir(path: Path) -> None:
@@ -247,33 +260,17 @@ def fsync_dir(path: Path) -> None:
 
 
 def write_bytes_atomic(dest: Path, data: bytes, *, what: str = "output") -> None:
-    """Write `data` to `dest` whole or not at all: temp file in the same directory, fsync, rename."""
+    """Write `data` to `dest` whole or not at all."""
+    with output_file(dest, what=what) as fh:
+        fh.write(data)
 
-    parent = dest.parent
-    if not parent.is_dir():
-        raise UsageError(f"Cannot write the {what} {str(dest)!r}: directory {str(parent)!r} does not exist.")
-    if dest.is_dir():
-        raise UsageError(f"Cannot write the {what} {str(dest)!r}: it is a directory.")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=parent)
-    except OSError as exc:
-        raise UsageError(f"Cannot write the {what} {str(dest)!r}: {exc.strerror}.") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fchmod(fh.fileno(), _default_file_mode())
-            os.fsync(fh.fileno())
-        os.replace(tmp, dest)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise UsageError(f"Cannot write the {what} {str(dest)!r}: {exc.strerror}.") from None
-        raise
-    fsync_dir(parent)
+
+def check_layer_destination(dest: Path) -> Compression:
+    """Refuse a bad `--layer` path before anything is computed or written; return its compression."""
+    dest = Path(dest)
+    comp = compression_for(dest)
+    check_output_path(dest, what="layer")
+    return comp
 
 
 def write_layer(result: ApplyResult, dest: Path, *, epoch: int | None = None) -> LayerInfo:

@@ -1,0 +1,143 @@
+"""Write an apply's result as bind-mountable files: DIR/<resolved path> plus DIR/mounts.tsv.
+
+    podman run $(awk -F'\\t' '{printf "-v %s:%s:ro ", $1, $2}' DIR/mounts.tsv) IMAGE
+
+mounts.tsv has one line per file, sorted by container path: host path (absolute, inside DIR),
+a TAB, the container path ("/usr/bin/which"), a TAB, the mode in octal ("0755"). Files keep
+their mode, and their uid/gid when written as root. A deletion cannot be expressed as a bind
+mount, so a series that deletes a file is refused before anything is written.
+
+The directory is built beside DIR and renamed into place. An existing DIR is replaced only when
+it is empty or an earlier overlay (it holds mounts.tsv); anything else is refused.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..engine.result import ApplyResult
+from ..errors import UsageError
+from ..fs.paths import check_member_path
+from .layer_writer import fsync_dir
+
+MOUNTS_FILE = "mounts.tsv"
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One bind mount: a file under the overlay directory onto its path in the container."""
+
+    host_path: Path
+    container_path: str  # absolute, "/usr/bin/which"
+    mode: int
+
+    def line(self) -> str:
+        return f"{self.host_path}\t{self.container_path}\t{self.mode:04o}\n"
+
+
+@dataclass(frozen=True)
+class OverlayInfo:
+    """What write_overlay wrote."""
+
+    path: Path
+    mounts_file: Path
+    mounts: tuple[Mount, ...]
+
+
+def check_overlay(result: ApplyResult) -> None:
+    """Refuse a result an overlay cannot express (a deletion), before any output is written."""
+    deleted = [f for f in result.files if f.final is None and f.target.data is not None]
+    if deleted:
+        names = ", ".join(f"{f.target.path} (resolved: {f.resolved})" if f.target.path != f.resolved else f.resolved for f in deleted)
+        raise UsageError(
+            f"The series deletes {names}; a deletion cannot be bind-mounted, so no overlay was written.",
+            hint="Use --layer or --output-image for a series that deletes files.",
+        )
+
+
+def _plan(result: ApplyResult, final_dir: Path) -> list[tuple[str, bytes, int, int, int]]:
+    """(resolved, data, mode, uid, gid) per file, checked before anything is written."""
+    check_overlay(result)
+    out = []
+    for f in result.files:
+        if f.final is None:
+            continue
+        resolved = check_member_path(f.resolved, what="resolved path")
+        if resolved == MOUNTS_FILE:
+            raise UsageError(f"A patched file is named {MOUNTS_FILE!r} at the image root; it would clash with the overlay's list.")
+        host = str(final_dir / resolved)
+        if any(c in host for c in "\t\n\r"):
+            raise UsageError(f"Cannot list {resolved!r} in {MOUNTS_FILE}: its path holds a tab or a newline.")
+        out.append((resolved, f.final, f.mode & 0o7777, f.uid, f.gid))
+    return sorted(out)
+
+
+def _is_replaceable(dest: Path) -> bool:
+    if not dest.exists():
+        return True
+    if not dest.is_dir() or dest.is_symlink():
+        return False
+    return (dest / MOUNTS_FILE).is_file() or not any(dest.iterdir())
+
+
+def check_overlay_destination(dest_dir: Path) -> Path:
+    """Refuse a bad `--overlay` directory before anything is computed or written."""
+    dest = Path(os.path.abspath(dest_dir))
+    if not dest.parent.is_dir():
+        raise UsageError(f"Cannot write the overlay {str(dest_dir)!r}: directory {str(dest.parent)!r} does not exist.")
+    if not _is_replaceable(dest):
+        raise UsageError(
+            f"Cannot write the overlay to {str(dest_dir)!r}: it exists and is not an earlier overlay (no {MOUNTS_FILE}).",
+            hint="Name a new or empty directory.",
+        )
+    return dest
+
+
+def write_overlay(result: ApplyResult, dest_dir: Path) -> OverlayInfo:
+    """Write every final file under `dest_dir` and list them in `dest_dir/mounts.tsv`, atomically."""
+    dest = Path(os.path.abspath(dest_dir))
+    files = _plan(result, dest)
+    check_overlay_destination(dest_dir)
+    as_root = os.geteuid() == 0
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    except OSError as exc:
+        raise UsageError(f"Cannot write the overlay {str(dest_dir)!r}: {exc.strerror}.") from None
+    old: Path | None = None
+    try:
+        os.chmod(tmp, 0o755)
+        mounts = []
+        for resolved, data, mode, uid, gid in files:
+            path = tmp / resolved
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "xb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            if as_root:
+                os.chown(path, uid, gid)
+            os.chmod(path, mode)  # after chown, which clears setuid bits
+            mounts.append(Mount(dest / resolved, "/" + resolved, mode))
+        mounts.sort(key=lambda m: m.container_path)
+        (tmp / MOUNTS_FILE).write_text("".join(m.line() for m in mounts))
+        if dest.exists() and any(dest.iterdir()):
+            # an earlier overlay: move it aside, put the new one in place, then drop the old one
+            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
+            os.rename(dest, old / "overlay")
+        os.rename(tmp, dest)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and (old / "overlay").exists() and not dest.exists():
+            os.rename(old / "overlay", dest)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise UsageError(f"Cannot write the overlay {str(dest_dir)!r}: {exc.strerror or exc}.") from None
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    fsync_dir(dest.parent)
+    return OverlayInfo(dest, dest / MOUNTS_FILE, tuple(mounts))
