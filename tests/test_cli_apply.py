@@ -141,3 +141,24 @@ def test_version_and_help() -> None:
     r = imgquilt("--help", cwd=Path("."), check=0)
     for cmd in ("lock", "apply", "audit", "rebase", "check", "refresh", "push", "pop", "import"):
         assert cmd in r.out, cmd
+
+
+def test_bad_destinations_are_refused_before_anything_is_written(session, tmp_path: Path) -> None:
+    q, root = session
+    overlay = tmp_path / "overlay"
+    r = imgquilt("apply", "--image", str(root), "--overlay", str(overlay), "--layer", str(tmp_path / "no/such/dir/x.tar"), cwd=q, check=2)
+    assert "does not exist" in r.err
+    assert not overlay.exists()
+    r = imgquilt("apply", "--image", f"rootfs:{root}", "--output-image", f"oci:{tmp_path / 'img'}:x", cwd=q, check=2)
+    assert "needs a container image" in r.err
+    assert not (tmp_path / "img").exists()
+
+
+def test_overlay_session(session, tmp_path: Path) -> None:
+    q, root = session
+    overlay = tmp_path / "overlay"
+    imgquilt("apply", "--image", str(root), "--overlay", str(overlay), cwd=q, check=0)
+    mounts = (overlay / "mounts.tsv").read_text().splitlines()
+    assert any(line.split("\t")[1] == "/usr/lib/svc/server.py" for line in mounts)
+    host = next(line.split("\t")[0] for line in mounts if "/usr/lib/svc/server.py" in line)
+    assert Path(host).read_bytes() == SERVER.replace(b"'8000'", b"'9000'")

@@ -14,6 +14,7 @@ from ..errors import QueueProblems, UsageError
 from ..fs.types import Source
 from ..queue.check import check_queue
 from ..queue.lock import render_lock
+from ..outputs import Outputs, check_destinations, check_result, write_outputs
 from ..store import remember
 from ..util.atomic import atomic_write
 from .context import G, cache_dir, emit_json, err, load, out, queue_root, refuse_during_rebase
@@ -114,34 +115,21 @@ def apply_cmd(
     else:
         ref = pick_ref(image, lock.image.ref if lock else None)
     source = open_ref(ref, platform)
+    outputs = Outputs(layer=layer, image=output_image, root=root, overlay=overlay)
+    check_destinations(outputs, source.info())
     result = plan_apply(q, source, lock, locked=locked, python_check=not no_python_check)
+    check_result(outputs, result)
     if root is None or not q.root.resolve().is_relative_to(root.resolve()):
         # not when the queue sits inside the root being patched (RUN imgquilt apply --root /):
         # the stored copies would end up in the image
         remember(q.root, [x for f in result.files if f.patches for x in (f.target.data, f.final)])
-    written: dict[str, object] = {}
-    if layer is not None:
-        from ..image.layer_writer import write_layer
 
-        info = write_layer(result, layer)
-        written["layer"] = {"path": str(layer), "digest": info.digest, "diff_id": info.diff_id, "media_type": info.media_type, "size": info.size}
-    if output_image is not None:
-        from ..image.image_writer import write_image
+    def open_base():
         from ..image.reference import open_image
 
-        base = open_image(ref, platform=platform, cache_dir=cache_dir())
-        img = write_image(base, result, output_image)
-        written["image"] = {"ref": output_image, "digest": getattr(img, "digest", None)}
-    if overlay is not None:
-        from ..image.overlay import write_overlay
+        return open_image(ref, platform=platform, cache_dir=cache_dir())
 
-        write_overlay(result, overlay)
-        written["overlay"] = {"path": str(overlay), "mounts": str(overlay / "mounts.tsv")}
-    if root is not None:
-        from ..rootfs.inplace import write_in_place
-
-        changed = write_in_place(root, result)
-        written["root"] = {"path": str(root), "changed": changed}
+    written = write_outputs(outputs, result, open_base)
     if G.json:
         doc = result_json(result)
         doc["outputs"] = written
@@ -154,9 +142,10 @@ def apply_cmd(
     if not written:
         out.print("Nothing written: give --layer, --output-image, --root or --overlay.")
     for kind, w in written.items():
-        where = w.get("path") or w.get("ref")  # type: ignore[union-attr]
-        extra = f" {w['digest']}" if isinstance(w, dict) and w.get("digest") else ""
-        out.print(f"Wrote {kind}: {where}{extra}")
+        extra = f" {w['digest']}" if w.get("digest") else ""
+        if kind == "root":
+            extra = f" ({len(w['changed'])} file(s) replaced)"
+        out.print(f"Wrote {kind}: {w.get('path') or w.get('ref')}{extra}")
 
 
 def check_cmd(image: Optional[str] = ImageOpt, platform: Optional[str] = PlatformOpt) -> None:
