@@ -316,7 +316,7 @@ class PowerCut(BaseException):
 
 
 def _cut_power_while_writing_the_lock(monkeypatch) -> None:
-    import imgquilt.rebase as engine
+    import imgquilt.rebase.finish as engine
 
     def boom(lock):
         raise PowerCut()

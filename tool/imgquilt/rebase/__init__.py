@@ -1,0 +1,28 @@
+"""Carry a queue onto a new image with 3-way merges; stop on conflicts; `--continue` / `--abort`.
+
+    options     RebaseOptions, --map parsing, the image opener type
+    moves       where each target is in the new image (--map, files found moved)
+    carry       one patch onto the new image: carry or 3-way merge each section
+    sections    rewriting a section's bytes (renamed path, new base)
+    resolve     --continue: the user's resolutions from the work tree
+    work_files  conflicted files in .imgquilt/work/ (and what was there before)
+    state       the journal (state.json) and the state directory
+    backup      the copy of the queue taken at the start; --abort puts it back
+    finish      verify the rebased queue on the new image, write it, end the rebase
+    loop        start / continue / abort
+    report      per-file and per-patch outcomes, the report and its JSON
+"""
+from __future__ import annotations
+
+from ..work import WORK_DIR
+from .loop import abort_rebase, continue_rebase, start_rebase
+from .moves import find_moved, image_listing
+from .options import Opener, RebaseOptions, parse_map
+from .report import CONFLICT, MERGED, MOVED, STATES, UNCHANGED, UPSTREAM, FileOutcome, PatchOutcome, RebaseReport, patch_state
+from .state import REBASE_DIR, STATE_VERSION, rebase_in_progress
+
+__all__ = [
+    "CONFLICT", "MERGED", "MOVED", "REBASE_DIR", "STATES", "STATE_VERSION", "UNCHANGED", "UPSTREAM", "WORK_DIR",
+    "FileOutcome", "Opener", "PatchOutcome", "RebaseOptions", "RebaseReport",
+    "abort_rebase", "continue_rebase", "find_moved", "image_listing", "parse_map", "patch_state", "rebase_in_progress", "start_rebase",
+]

@@ -1,0 +1,178 @@
+"""Start, continue and abort a rebase: run the patches in series order until the end or a conflict.
+
+Transaction: `series`, `patches/` and `targets.lock` are not touched until every patch is
+carried. At the start they are copied to `.imgquilt/rebase/backup/`, and `state.json` journals
+the progress. The finish writes the queue and then removes the state directory, so until that
+removal `--abort` restores the old queue byte for byte, also after a crash, and `--continue`
+redoes an interrupted finish.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from ..engine.hunks import ABSENT, sha256_hex
+from ..engine.plan import run_series
+from ..errors import BadInput, BaseDrift, ImgquiltError, RebaseConflict, UsageError
+from ..queue.queue import Queue, load_queue
+from ..store import ObjectStore
+from ..work import WorkTree
+from .backup import backup, backup_queue, restore
+from .carry import finish_patch, rebase_section
+from .finish import finish
+from .moves import first_bases, plan_paths
+from .options import Opener, RebaseOptions
+from .report import CONFLICT, RebaseReport
+from .resolve import take_resolutions
+from .state import (
+    CarriedSection, RebaseState, clear_leftovers, load_state, rebase_in_progress, remove_state, save_state, state_dir,
+)
+from .work_files import release_work
+
+
+def _fill_from_old(q: Queue, store: ObjectStore, ref: str, opener: Opener, platform: str | None) -> None:
+    """Read the old image's targets, check the series verifies on it, store every base and result."""
+    source = opener(ref, platform)
+    targets = source.read_targets(q.target_paths())
+    states, problems = run_series(q, targets, source=source, python_check=False)
+    if problems:
+        raise BaseDrift(
+            f"--from {ref} is not the image this queue was made for:\n" + "\n".join(f"  - {p.render()}" for p in problems),
+            hint="Pass the image the queue applies to (the one targets.lock pins).",
+        )
+    for data in [t.data for t in targets.values()] + [s.data for s in states.values()]:
+        if data is not None:
+            store.put(data)
+
+
+def start_rebase(root: Path, opts: RebaseOptions, opener: Opener) -> RebaseReport:
+    """Begin a rebase of the queue at `root` onto `opts.new_ref` and run it as far as it goes."""
+    if rebase_in_progress(root):
+        raise UsageError(
+            "A rebase is already in progress.",
+            hint="Resolve and run `imgquilt rebase --continue`, or `imgquilt rebase --abort`.",
+        )
+    _refuse_applied_work(root)
+    clear_leftovers(root)
+    q = load_queue(root)
+    store = ObjectStore(root)
+    old_lock = q.lock()
+    source = opener(opts.new_ref, opts.platform)
+    paths, new_data, notes = plan_paths(q, source, opts.maps)
+    firsts = first_bases(q)
+    new_chain = {p: sha256_hex(d) for p, d in new_data.items()}
+    for data in new_data.values():
+        if data is not None:
+            store.put(data)  # unlike remember(), failing to store here must stop the rebase
+    # the old bytes are only needed where the base changed; a chain on an unchanged base is carried
+    needed = [p for p, base in firsts.items() if new_chain[p] != base and base != ABSENT and not store.has(base)]
+    if needed and opts.from_ref:
+        _fill_from_old(q, store, opts.from_ref, opener, opts.platform)
+        needed = [p for p in needed if not store.has(firsts[p])]
+    if needed:
+        pinned = f" (targets.lock pins {old_lock.image.ref})" if old_lock else ""
+        raise BadInput(
+            "The object store has no copy of the old base of " + ", ".join(f"{p} ({firsts[p][:12]}…)" for p in needed)
+            + ", which a 3-way merge needs.",
+            hint=f"Pass --from OLDREF, the image the queue was made for{pinned}: `imgquilt rebase --image {opts.new_ref} --from OLDREF`.",
+        )
+    info = source.info()
+    st = RebaseState(
+        new_ref=opts.new_ref,
+        platform=opts.platform,
+        keep_empty=opts.keep_empty,
+        paths=paths,
+        old_chain=dict(firsts),
+        new_chain=new_chain,
+        old_image={"ref": old_lock.image.ref, "digest": old_lock.image.digest} if old_lock else {"ref": None, "digest": None},
+        new_image={"ref": opts.new_ref, "digest": info.digest},
+        notes=notes,
+    )
+    state_dir(root).mkdir(parents=True)
+    backup(root, q)
+    save_state(root, st)  # from here on, --abort restores the backup
+    return _guarded(_advance, root, st, opener)
+
+
+def _refuse_applied_work(root: Path) -> None:
+    """Rebase rewrites patches; ones pushed in the quilt work tree would be left on stale bases."""
+    applied = WorkTree(root).applied()
+    if applied:
+        raise UsageError(
+            f"{len(applied)} patch(es) are applied in the work tree ({', '.join(applied)}); rebase rewrites them.",
+            hint="`imgquilt refresh` what you want to keep, then `imgquilt pop -a`, and rebase again.",
+        )
+
+
+def _guarded(step: Callable[..., RebaseReport], *args: object) -> RebaseReport:
+    """Run a step of a started rebase; an error tells the user the rebase is still there to abort."""
+    try:
+        return step(*args)
+    except RebaseConflict:
+        raise  # its own hint already names --continue and --abort
+    except ImgquiltError as exc:
+        more = "The rebase is still in progress: fix the cause and `imgquilt rebase --continue`, or `imgquilt rebase --abort`."
+        exc.hint = f"{exc.hint}\n{more}" if exc.hint else more
+        raise
+
+
+def _advance(root: Path, st: RebaseState, opener: Opener) -> RebaseReport:
+    """Run patches from `st.next` until the end (then finish) or a conflict."""
+    store = ObjectStore(root)
+    q = backup_queue(root)
+    while st.next < len(q.patches):
+        patch = q.patches[st.next]
+        strip = q.entries[st.next].strip
+        sections = [rebase_section(root, st, store, patch, s, strip) for s in patch.sections]
+        if any(s.outcome.state == CONFLICT for s in sections):
+            st.phase = "conflict"
+            st.current = {"name": patch.name, "sections": [s.to_json() for s in sections]}
+            save_state(root, st)
+            return st.report("stopped")
+        finish_patch(st, store, patch, sections, strip)
+        save_state(root, st)
+    return finish(root, st, q, opener)
+
+
+def continue_rebase(root: Path, opener: Opener) -> RebaseReport:
+    """Take the resolved work-tree files of the stopped patch, then go on."""
+    st = load_state(root)
+    if st.phase != "conflict" or st.current is None:
+        # an interrupted run or finish: redo from the journal
+        return _guarded(_advance, root, st, opener)
+    return _guarded(_resolve_and_go_on, root, st, opener)
+
+
+def _resolve_and_go_on(root: Path, st: RebaseState, opener: Opener) -> RebaseReport:
+    store = ObjectStore(root)
+    q = backup_queue(root)
+    patch = q.patches[st.next]
+    strip = q.entries[st.next].strip
+    sections = [CarriedSection.from_json(d) for d in st.current["sections"]]
+    resolved = take_resolutions(root, store, patch, sections, strip)
+    finish_patch(st, store, patch, resolved, strip)
+    st.phase = "running"
+    save_state(root, st)  # journal the resolution before its files leave the work tree
+    release_work(root, st, [s.outcome.path for s in sections if s.outcome.state == CONFLICT])
+    save_state(root, st)
+    return _advance(root, st, opener)
+
+
+def abort_rebase(root: Path) -> tuple[RebaseReport | None, list[str]]:
+    """Restore series, patches/ and targets.lock as they were; end the rebase."""
+    if not state_dir(root).exists():
+        raise UsageError("No rebase in progress.", hint="Nothing to abort.")
+    if not rebase_in_progress(root):
+        remove_state(root)  # crashed before its journal existed: nothing was changed
+        return None, []
+    try:
+        st: RebaseState | None = load_state(root)
+    except ImgquiltError:
+        st = None
+    restored = restore(root)
+    report = None
+    if st is not None:
+        report = st.report("aborted")
+        release_work(root, st, list(st.work_written))
+    remove_state(root)
+    return report, restored

@@ -1,0 +1,28 @@
+"""What the user asks a rebase for: the new image, the old one, --keep-empty and --map prefixes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import UsageError
+from ..fs.paths import check_member_path
+from ..fs.types import Source
+
+Opener = Callable[[str, "str | None"], Source]
+
+
+@dataclass(frozen=True)
+class RebaseOptions:
+    new_ref: str
+    platform: str | None = None
+    from_ref: str | None = None
+    keep_empty: bool = False
+    maps: tuple[tuple[str, str], ...] = ()  # --map OLD=NEW path prefixes
+
+
+def parse_map(value: str) -> tuple[str, str]:
+    """`OLD=NEW` as given to --map, both checked as in-image paths."""
+    if "=" not in value:
+        raise UsageError(f"--map {value!r}: expected OLD=NEW (path prefixes inside the image).")
+    old, new = value.split("=", 1)
+    return check_member_path(old, what="--map OLD"), check_member_path(new, what="--map NEW")

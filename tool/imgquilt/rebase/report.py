@@ -1,0 +1,113 @@
+"""The outcome of a rebase per file, per patch and overall, and its JSON form."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+# file and patch states of the report
+UNCHANGED, MERGED, CONFLICT, MOVED, UPSTREAM = "unchanged", "merged", "conflict", "moved", "merged-upstream"
+STATES = (UNCHANGED, MERGED, CONFLICT, MOVED, UPSTREAM)
+
+
+@dataclass(frozen=True)
+class FileOutcome:
+    """What happened to one file section."""
+
+    path: str  # in the rebased queue
+    state: str
+    old_base: str
+    old_patched: str
+    new_base: str
+    new_patched: str | None = None  # None while a conflict waits for its resolution
+    moved_from: str | None = None
+    merged: bool = False  # the diff was rewritten by a 3-way merge (also for moved files)
+    by_hand: bool = False  # a conflict resolved in the work tree
+    conflict: str | None = None  # markers | binary | delete | python
+    work: str | None = None  # the work-tree file to resolve, relative to the queue
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        return {
+            "path": self.path, "from": self.moved_from, "state": self.state, "merged": self.merged,
+            "by_hand": self.by_hand, "old_base": self.old_base, "old_patched": self.old_patched,
+            "new_base": self.new_base, "new_patched": self.new_patched, "conflict": self.conflict,
+            "work": self.work, "detail": self.detail,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> FileOutcome:
+        return cls(
+            path=doc["path"], state=doc["state"], old_base=doc["old_base"], old_patched=doc["old_patched"],
+            new_base=doc["new_base"], new_patched=doc["new_patched"], moved_from=doc["from"], merged=doc["merged"],
+            by_hand=doc["by_hand"], conflict=doc["conflict"], work=doc["work"], detail=doc["detail"],
+        )
+
+
+@dataclass(frozen=True)
+class PatchOutcome:
+    name: str
+    state: str
+    files: tuple[FileOutcome, ...]
+    dropped: bool = False
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "state": self.state, "dropped": self.dropped, "notes": list(self.notes),
+                "files": [f.to_json() for f in self.files]}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> PatchOutcome:
+        return cls(doc["name"], doc["state"], tuple(FileOutcome.from_json(f) for f in doc["files"]), doc["dropped"], tuple(doc["notes"]))
+
+
+@dataclass(frozen=True)
+class RebaseReport:
+    """The outcome of a rebase step: done, stopped on a conflict, or aborted."""
+
+    status: str  # done | stopped | aborted
+    old_image: dict
+    new_image: dict
+    patches: tuple[PatchOutcome, ...]
+    notes: tuple[str, ...] = ()
+    conflict_patch: str | None = None
+
+    @property
+    def conflicts(self) -> list[FileOutcome]:
+        return [f for p in self.patches if p.state == CONFLICT for f in p.files if f.state == CONFLICT]
+
+    def summary(self) -> dict[str, int]:
+        counts = {s: 0 for s in STATES}
+        for p in self.patches:
+            counts[p.state] += 1
+        counts["dropped"] = sum(1 for p in self.patches if p.dropped)
+        return counts
+
+    def to_json(self) -> dict:
+        doc = {
+            "status": self.status,
+            "image": {"old": self.old_image, "new": self.new_image},
+            "patches": [p.to_json() for p in self.patches],
+            "summary": self.summary(),
+            "notes": list(self.notes),
+        }
+        if self.status == "stopped":
+            doc["conflict"] = {
+                "patch": self.conflict_patch,
+                "files": [{"path": f.path, "work": f.work, "kind": f.conflict, "detail": f.detail} for f in self.conflicts],
+                "next": ["imgquilt rebase --continue", "imgquilt rebase --abort"],
+            }
+        return doc
+
+
+def patch_state(files: Sequence[FileOutcome]) -> str:
+    """A patch takes the most telling state of its files."""
+    states = {f.state for f in files}
+    if CONFLICT in states:
+        return CONFLICT
+    if states == {UPSTREAM}:
+        return UPSTREAM
+    if MOVED in states:
+        return MOVED
+    if states & {MERGED, UPSTREAM}:
+        return MERGED
+    return UNCHANGED
