@@ -40,7 +40,7 @@ def test_session_check_lock_apply(session) -> None:
     lock = (q / "targets.lock").read_text()
     assert 'path = "lib/svc/server.py"' in lock and 'resolved = "usr/lib/svc/server.py"' in lock
     assert lock.startswith("version = 1\n")
-    again = imgquilt("lock", "--image", f"rootfs:{root}", cwd=q, check=0)
+    imgquilt("lock", "--image", f"rootfs:{root}", cwd=q, check=0)
     assert (q / "targets.lock").read_text() == lock  # stable
 
     copy = q.parent / "copy"

@@ -7,7 +7,6 @@ atomically, read-only; a read checks the hash again, so a damaged object reads a
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
@@ -92,15 +91,3 @@ def remember_named(queue: "Queue", datas: Iterable[bytes | None]) -> int:
     """
     known = {h for p in queue.patches for s in p.sections for h in (s.base_sha256, s.patched_sha256)}
     return remember(queue.root, [d for d in datas if d is not None and hashlib.sha256(d).hexdigest() in known])
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename in `path` durable."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

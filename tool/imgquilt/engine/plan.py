@@ -150,18 +150,9 @@ def run_series(queue: Queue, targets: dict[str, TargetFile], *, source: Source |
     return states, problems
 
 
-def final_hashes(queue: Queue) -> dict[str, str]:
-    """Per named path, the hash the whole series ends at (from the headers alone)."""
-    out: dict[str, str] = {}
-    for p in queue.patches:
-        for s in p.sections:
-            out[s.path] = s.patched_sha256
-    return out
-
-
 def already_applied(queue: Queue, targets: dict[str, TargetFile]) -> bool:
     """True when every target is already at the series' final state (re-running an in-place apply)."""
-    finals = final_hashes(queue)
+    finals = queue.final_hashes()
     return bool(finals) and all(sha256_hex(targets[p].data) == h for p, h in finals.items())
 
 
@@ -227,11 +218,7 @@ def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool 
 
 def at_first_bases(queue: Queue, targets: dict[str, TargetFile]) -> bool:
     """True when every target is at the base the series starts from."""
-    firsts: dict[str, str] = {}
-    for p in queue.patches:
-        for s in p.sections:
-            firsts.setdefault(s.path, s.base_sha256)
-    return all(sha256_hex(targets[p].data) == h for p, h in firsts.items())
+    return all(sha256_hex(targets[p].data) == h for p, h in queue.first_bases().items())
 
 
 def plan_lock(queue: Queue, source: Source, ref: str) -> Lock:

@@ -37,7 +37,8 @@ from typing import BinaryIO, Iterator, Literal
 
 from ..engine.result import ApplyResult
 from ..errors import BadImage, DigestMismatch, UsageError
-from .layer_writer import Compression, LayerBlob, build_layer, check_output_path, fsync_dir, output_file, resolve_epoch
+from ..util.atomic import fsync_dir
+from .layer_writer import Compression, LayerBlob, build_layer, check_output_path, output_file, resolve_epoch
 from .model import Descriptor, Image, Layer
 
 Transport = Literal["oci", "oci-archive", "docker-archive"]

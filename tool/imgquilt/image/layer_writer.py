@@ -28,6 +28,7 @@ from ..engine.result import ApplyResult
 from ..errors import BadInput, UsageError
 from ..fs.paths import check_member_path
 from ..util.atomic import atomic_file
+from ..util.atomic import fsync_dir
 
 MEDIA_TAR = "application/vnd.oci.image.layer.v1.tar"
 MEDIA_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
@@ -244,19 +245,6 @@ def output_file(dest: Path, *, what: str = "output") -> Iterator[BinaryIO]:
     except OSError as exc:
         raise UsageError(f"Cannot write the {what} {str(dest)!r}: {exc.strerror or exc}.") from None
     fsync_dir(dest.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def write_bytes_atomic(dest: Path, data: bytes, *, what: str = "output") -> None:

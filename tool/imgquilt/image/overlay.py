@@ -21,7 +21,7 @@ from pathlib import Path
 from ..engine.result import ApplyResult
 from ..errors import UsageError
 from ..fs.paths import check_member_path
-from .layer_writer import fsync_dir
+from ..util.atomic import fsync_dir
 
 MOUNTS_FILE = "mounts.tsv"
 

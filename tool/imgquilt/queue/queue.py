@@ -81,6 +81,18 @@ class Queue:
                 return p
         raise KeyError(name)
 
+    def first_bases(self) -> dict[str, str]:
+        """Per named path, the base hash the series starts from."""
+        out: dict[str, str] = {}
+        for p in self.patches:
+            for s in p.sections:
+                out.setdefault(s.path, s.base_sha256)
+        return out
+
+    def final_hashes(self) -> dict[str, str]:
+        """Per named path, the hash the whole series ends at (from the headers alone)."""
+        return {s.path: s.patched_sha256 for p in self.patches for s in p.sections}
+
     def target_paths(self) -> list[str]:
         """Every path the series names, in first-use order."""
         seen: dict[str, None] = {}

@@ -6,7 +6,7 @@ import stat
 from pathlib import Path
 
 from ..queue.queue import Queue, load_queue
-from ..store import fsync_dir
+from ..util.atomic import fsync_dir
 from ..util.atomic import atomic_write
 from .state import state_dir
 

@@ -20,7 +20,7 @@ from ..work import WorkTree
 from .backup import backup, backup_queue, restore
 from .carry import finish_patch, rebase_section
 from .finish import finish
-from .moves import first_bases, plan_paths
+from .moves import plan_paths
 from .options import Opener, RebaseOptions
 from .report import CONFLICT, RebaseReport
 from .resolve import take_resolutions
@@ -59,7 +59,7 @@ def start_rebase(root: Path, opts: RebaseOptions, opener: Opener) -> RebaseRepor
     old_lock = q.lock()
     source = opener(opts.new_ref, opts.platform)
     paths, new_data, notes = plan_paths(q, source, opts.maps)
-    firsts = first_bases(q)
+    firsts = q.first_bases()
     new_chain = {p: sha256_hex(d) for p, d in new_data.items()}
     for data in new_data.values():
         if data is not None:

@@ -117,10 +117,6 @@ def _first_sections(q: Queue) -> dict[str, FileSection]:
     return firsts
 
 
-def first_bases(q: Queue) -> dict[str, str]:
-    return {path: s.base_sha256 for path, s in _first_sections(q).items()}
-
-
 def plan_paths(q: Queue, source: Source, maps: Sequence[tuple[str, str]]) -> tuple[dict[str, str], dict[str, bytes | None], list[str]]:
     """Where each target is in the new image and its bytes there; notes on what moved."""
     sections = _first_sections(q)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import BadInput, UsageError
-from ..store import fsync_dir
+from ..util.atomic import fsync_dir
 from ..util.atomic import atomic_write
 from .report import FileOutcome, PatchOutcome, RebaseReport, patch_state
 

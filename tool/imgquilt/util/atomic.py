@@ -8,6 +8,20 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 
+def fsync_dir(path: Path) -> None:
+    """Make a rename in `path` durable (best effort: some filesystems refuse fsync on directories)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def atomic_file(dest: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
     """Yield a file to write; on success it replaces `dest`, on error it is removed."""
@@ -20,6 +34,7 @@ def atomic_file(dest: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, dest)
+        fsync_dir(dest.parent)
     except BaseException:
         try:
             os.unlink(tmp)
