@@ -1,19 +1,212 @@
-"""Image references as skopeo and podman spell them, opened as a filesystem Source."""
+"""Image references as skopeo and podman spell them, opened as a filesystem Source or an Image.
+
+    oci:DIR[:TAG|@DIGEST]            an OCI image layout
+    oci-archive:FILE[:TAG]           a tar of an OCI layout
+    docker-archive:FILE[:REPO:TAG]   `docker save` output (legacy, or Docker 25+ OCI-in-tar); :@N too
+    dir:DIR                          skopeo's directory transport
+    tar:FILE                         a flat filesystem tar (`docker export`)
+    rootfs:DIR                       an extracted filesystem, or /proc/PID/root of a container
+    PATH                             detected: a layout, a skopeo dir, a rootfs, an archive or a tar
+    docker://..., containers-storage:..., docker-daemon:..., ...   copied with skopeo first
+"""
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BadImage
 from ..fs.types import Source
+from .archive_index import ArchiveIndex
+from .blobio import VerifiedBlobs
+from .compression import detect
+from .digests import check_digest
+
+OWN_TRANSPORTS = ("oci", "oci-archive", "docker-archive", "dir", "tar", "rootfs")
+_SCHEME = re.compile(r"^([a-z][a-z0-9-]*):(.*)$", re.S)
+_ARCHIVE_MEMBER = re.compile(r"^(?:[0-9a-f]{64}(?:\.json|\.tar|/.*)?|blobs(?:/.*)?|repositories|manifest\.json|"
+                             r"index\.json|oci-layout)$")
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """A parsed reference: transport, path, and the tag or digest naming one image in it."""
+
+    raw: str
+    transport: str  # one of OWN_TRANSPORTS, or "skopeo"
+    path: str
+    tag: str | None = None
+    digest: str | None = None
+
+
+def _split_name(rest: str, *, allow_digest: bool) -> tuple[str, str | None, str | None]:
+    """PATH[:TAG|@DIGEST] -> (path, tag, digest); the path ends at the first ':' as in skopeo."""
+    if allow_digest:
+        m = re.match(r"^(.*?):?@(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})$", rest)
+        if m:
+            return m.group(1), None, m.group(2)
+    path, sep, name = rest.partition(":")
+    return path, (name if sep and name else None), None
+
+
+def parse_ref(ref: str) -> ImageRef:
+    """Parse an image reference; a bare path is kept for `detect` to look at."""
+    if not ref:
+        raise BadImage("Empty image reference.")
+    m = _SCHEME.match(ref)
+    if m and m.group(1) in OWN_TRANSPORTS:
+        transport, rest = m.group(1), m.group(2)
+        if not rest:
+            raise BadImage(f"Image reference {ref!r} names no path.")
+        if transport in ("rootfs", "tar", "dir"):
+            return ImageRef(ref, transport, rest)
+        path, tag, digest = _split_name(rest, allow_digest=transport == "oci")
+        return ImageRef(ref, transport, path, tag, digest)
+    if m and not Path(ref).exists() and len(m.group(1)) > 1 and not Path(m.group(1)).exists():
+        return ImageRef(ref, "skopeo", ref)  # docker://, containers-storage:, docker-daemon:, ...
+    return ImageRef(ref, "path", ref)
+
+
+def _detect_path(ref: str) -> ImageRef:
+    """What a bare path is: layout dir, skopeo dir, rootfs dir, image archive, or flat tar."""
+    from .dir_layout import is_dir_layout
+
+    path = Path(ref)
+    tag = None
+    if not path.exists() and ":" in ref:
+        # PATH:TAG with an existing PATH
+        head, _, tail = ref.partition(":")
+        if head and Path(head).exists():
+            path, tag = Path(head), tail
+    if path.is_dir():
+        if (path / "oci-layout").exists():
+            if tag is not None and tag.startswith("@"):
+                return ImageRef(ref, "oci", str(path), None, tag[1:])
+            return ImageRef(ref, "oci", str(path), tag)
+        if is_dir_layout(path):
+            return ImageRef(ref, "dir", str(path))
+        return ImageRef(ref, "rootfs", str(path))
+    if not path.exists():
+        raise BadImage(f"Image reference {ref!r} is neither a transport (oci:, oci-archive:, docker-archive:, "
+                       "tar:, rootfs:, docker://...) nor an existing path.")
+    return ImageRef(ref, _archive_kind(path), str(path), tag)
+
+
+def _archive_kind(path: Path) -> str:
+    """oci-archive, docker-archive or tar, from the first members of the file."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    kind = detect(head, what=f"file {path}")
+    if kind is not None:
+        # only flat tars are read compressed; say so if this is a compressed image archive
+        first = _first_member(path, kind)
+        if first is not None and _ARCHIVE_MEMBER.match(first):
+            raise BadImage(
+                f"{path} looks like a {kind}-compressed image archive; imgquilt reads image archives "
+                "uncompressed, in place.",
+                hint=f"Decompress it first (e.g. `{'gunzip -k' if kind == 'gzip' else 'zstd -d'} {path}`).",
+            )
+        return "tar"
+    seen: set[str] = set()
+
+    def stop(name: str) -> bool:
+        seen.add(name)
+        return not _ARCHIVE_MEMBER.match(name)  # a filesystem member: a flat tar
+
+    try:
+        index = ArchiveIndex.build(path, what="archive", stop_when=stop)
+    except BadImage:
+        return "tar"  # let the tar reader give the precise error
+    names = set(index.members)
+    if not all(_ARCHIVE_MEMBER.match(n) for n in names):
+        return "tar"
+    if "manifest.json" in names:
+        return "docker-archive"
+    if "oci-layout" in names:
+        return "oci-archive"
+    return "tar"
+
+
+def _first_member(path: Path, kind: str) -> str | None:
+    from .blobio import BlobLocation, FileRange
+    from .compression import Decompressed
+    from .tarwalk import TarWalker, member_path
+
+    try:
+        with FileRange(BlobLocation(path, 0, path.stat().st_size)) as raw:
+            stream = Decompressed(raw, kind, what=f"file {path}")  # type: ignore[arg-type]
+            for entry in TarWalker(stream, what=f"file {path}"):
+                name = member_path(entry.name)
+                if name is not None:
+                    return name
+    except (BadImage, OSError):
+        return None
+    return None
+
+
+def resolve_ref(ref: str) -> ImageRef:
+    parsed = parse_ref(ref)
+    return _detect_path(ref) if parsed.transport == "path" else parsed
+
+
+def open_image(ref: str, *, platform: str | None = None, cache_dir: Path | None = None):
+    """Open `ref` as a model.Image (manifest, config, layers), every small blob verified."""
+    parsed = resolve_ref(ref)
+    t = parsed.transport
+    path = Path(parsed.path)
+    if t == "rootfs":
+        raise BadImage(f"{ref!r} is a root filesystem, not an image: it has no layers to build on.",
+                       hint="Use --root DIR to patch it in place, or pass an image reference.")
+    if t == "oci":
+        from .oci_layout import open_oci_layout
+
+        if parsed.digest:
+            check_digest(parsed.digest, what=f"reference {ref!r}")
+        return open_oci_layout(path, ref=ref, tag=parsed.tag, digest=parsed.digest, platform=platform)
+    if t == "oci-archive":
+        from .oci_archive import open_oci_archive
+
+        return open_oci_archive(_existing_file(path, ref), ref=ref, tag=parsed.tag, digest=parsed.digest,
+                                platform=platform)
+    if t == "docker-archive":
+        from .docker_archive import open_docker_archive
+
+        return open_docker_archive(_existing_file(path, ref), ref=ref, tag=parsed.tag, platform=platform)
+    if t == "dir":
+        from .dir_layout import open_dir_layout
+
+        return open_dir_layout(path, ref=ref, platform=platform)
+    if t == "tar":
+        from .flat_tar import FlatTarImage
+
+        return FlatTarImage(_existing_file(path, ref), ref=ref)
+    if t == "skopeo":
+        from .dir_layout import open_dir_layout
+        from .skopeo_copy import copy_with_skopeo
+
+        copied = copy_with_skopeo(ref, platform=platform, cache_dir=cache_dir)
+        return open_dir_layout(copied, ref=ref, platform=platform)
+    raise BadImage(f"Unsupported image reference {ref!r}.")  # pragma: no cover
+
+
+def _existing_file(path: Path, ref: str) -> Path:
+    if not path.is_file():
+        raise BadImage(f"Image reference {ref!r}: {path} does not exist or is not a file.")
+    return path
 
 
 def open_source(ref: str, *, platform: str | None = None, cache_dir: Path | None = None) -> Source:
-    """Open `ref` (rootfs:DIR, a bare directory, ...) for reading targets."""
-    from ..rootfs.source import RootfsSource
+    """Open `ref` for reading targets: a RootfsSource for a directory tree, else an ImageSource."""
+    parsed = resolve_ref(ref)
+    if parsed.transport == "rootfs":
+        from ..rootfs.source import RootfsSource
 
-    if ref.startswith("rootfs:"):
-        return RootfsSource(Path(ref[len("rootfs:"):]), ref=ref)
-    p = Path(ref)
-    if p.is_dir() and not (p / "oci-layout").exists():
-        return RootfsSource(p, ref=ref)
-    raise BadImage(f"Unsupported image reference {ref!r}.")
+        root = Path(parsed.path)
+        if not root.is_dir():
+            raise BadImage(f"Root filesystem {root} does not exist or is not a directory.")
+        return RootfsSource(root, ref=ref)
+    from .image_source import ImageSource
+
+    image = open_image(ref, platform=platform, cache_dir=cache_dir)
+    kind = "tar" if getattr(image, "kind", "image") == "tar" else "image"
+    return ImageSource(image, kind=kind, verified=VerifiedBlobs(cache_dir), ref=ref)

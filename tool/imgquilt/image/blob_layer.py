@@ -1,0 +1,141 @@
+"""A layer whose blob lies in a file (layout, archive member, flat tar): the model.Layer of every transport."""
+from __future__ import annotations
+
+import hashlib
+from functools import cached_property
+from typing import BinaryIO, Literal
+
+from .blobio import BlobFile, BlobLocation, FileRange, Fingerprint, HashingRange, HashingStream, fingerprint
+from .compression import Compression, Decompressed, detect
+from .mediatypes import OCI_LAYER_BY_COMPRESSION
+from .model import Descriptor
+
+Verify = Literal["blob", "diff_id"] | None
+
+
+class TarStream:
+    """A layer's uncompressed tar stream plus what reading its blob to the end proves."""
+
+    def __init__(self, tar, raw, checker, *, seekable: bool, fingerprint: Fingerprint) -> None:
+        self._tar = tar
+        self.raw = raw
+        self.fingerprint = fingerprint  # of the file when the stream was opened
+        self._checker = checker  # the object whose .verified turns True once the digest matched
+        self.seekable = seekable
+
+    def read(self, n: int = -1) -> bytes:
+        return self._tar.read(n)
+
+    def skip(self, n: int) -> int:
+        return self._tar.skip(n)
+
+    def pread(self, n: int, pos: int) -> bytes:
+        return self._tar.pread(n, pos)
+
+    def drain(self) -> None:
+        self._tar.drain()
+
+    @property
+    def verified(self) -> bool:
+        return self._checker is not None and self._checker.verified
+
+    def close(self) -> None:
+        self._tar.close()
+
+    def __enter__(self) -> "TarStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class BlobLayer:
+    """One layer: its descriptor, diff_id, and where its blob's bytes are.
+
+    `verify` says which digest reading checks: "blob" (the descriptor's digest over the stored
+    bytes), "diff_id" (the config's diff_id over the uncompressed tar; legacy docker-archive layers
+    have no other), or None (a flat tar: nothing to check against).
+    """
+
+    def __init__(self, descriptor: Descriptor | None, diff_id: str | None, location: BlobLocation,
+                 *, verify: Verify, what: str) -> None:
+        self._descriptor = descriptor
+        self._diff_id = diff_id
+        self.location = location
+        self.verify = verify
+        self.what = what
+
+    # --- model.Layer ---
+    @property
+    def descriptor(self) -> Descriptor:
+        if self._descriptor is None:
+            self._descriptor = self._describe()
+        return self._descriptor
+
+    @property
+    def diff_id(self) -> str:
+        if self._diff_id is None:
+            self._diff_id = self._hash_tar()
+        return self._diff_id
+
+    def open_blob(self) -> BinaryIO:
+        """The stored bytes; checked against the descriptor's digest as they are read."""
+        stream = HashingRange(self.location, self.descriptor.digest, what=self.what)
+        return BlobFile(stream)  # type: ignore[return-value]
+
+    def open_tar(self) -> BinaryIO:
+        """The uncompressed tar; the blob's digest is checked when the stream reaches its end."""
+        return BlobFile(self.open_stream(trusted=False))  # type: ignore[return-value]
+
+    # --- reading ---
+    @cached_property
+    def compression(self) -> Compression:
+        with FileRange(self.location, what=self.what) as f:
+            return detect(f.peek(8), what=self.what)
+
+    @property
+    def check_digest(self) -> str | None:
+        """The digest reading this layer verifies (None: nothing to verify)."""
+        if self.verify == "blob":
+            return self.descriptor.digest
+        if self.verify == "diff_id":
+            return self._diff_id
+        return None
+
+    def open_stream(self, *, trusted: bool) -> TarStream:
+        """The tar stream. `trusted`: the blob is known good (verified earlier, file unchanged),
+        so an uncompressed blob may be skipped through by seeking."""
+        kind = self.compression
+        digest = self.check_digest
+        seen = fingerprint(self.location.path)
+        if trusted or digest is None:
+            raw = FileRange(self.location, what=self.what)
+            checker = None
+        elif self.verify == "diff_id" and kind is not None:
+            raw = FileRange(self.location, what=self.what)
+            checker = None  # set below, over the decompressed bytes
+        else:
+            raw = HashingRange(self.location, digest, what=self.what)
+            checker = raw
+        if kind is None:
+            return TarStream(raw, raw, checker, seekable=isinstance(raw, FileRange), fingerprint=seen)
+        tar = Decompressed(raw, kind, what=self.what)
+        if checker is None and not trusted and digest is not None:
+            tar = HashingStream(tar, digest, what=self.what)
+            checker = tar
+        return TarStream(tar, raw, checker, seekable=False, fingerprint=seen)
+
+    def _describe(self) -> Descriptor:
+        # only for blobs no manifest describes (legacy docker-archive, flat tar): hash the stored bytes
+        h = hashlib.sha256()
+        with FileRange(self.location, what=self.what) as f:
+            while chunk := f.read(4 << 20):
+                h.update(chunk)
+        return Descriptor(OCI_LAYER_BY_COMPRESSION[self.compression], "sha256:" + h.hexdigest(), self.location.size)
+
+    def _hash_tar(self) -> str:
+        h = hashlib.sha256()
+        with self.open_stream(trusted=True) as s:
+            while chunk := s.read(4 << 20):
+                h.update(chunk)
+        return "sha256:" + h.hexdigest()

@@ -1,0 +1,36 @@
+"""Digest strings ("sha256:<hex>"): checked before use, since they also name files in layouts."""
+from __future__ import annotations
+
+import hashlib
+import re
+
+from ..errors import BadImage
+
+_DIGEST = re.compile(r"^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})$")
+
+
+def check_digest(digest: object, *, what: str) -> str:
+    """Return `digest` if it is a well-formed sha256/sha512 digest, else raise BadImage."""
+    if not isinstance(digest, str) or not _DIGEST.match(digest):
+        raise BadImage(f"The {what} has an invalid digest {digest!r}.")
+    return digest
+
+
+def split_digest(digest: str) -> tuple[str, str]:
+    """("sha256", "<hex>") of a checked digest."""
+    algo, _, hexpart = digest.partition(":")
+    return algo, hexpart
+
+
+def new_hasher(digest: str):
+    return hashlib.new(split_digest(digest)[0])
+
+
+def sha256_digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def digest_of(data: bytes, like: str) -> str:
+    """The digest of `data` with the algorithm of `like`."""
+    algo = split_digest(like)[0]
+    return f"{algo}:{hashlib.new(algo, data).hexdigest()}"

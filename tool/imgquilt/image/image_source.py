@@ -1,0 +1,294 @@
+"""ImageSource: the target files of an image (or flat tar), read from its layers without extracting.
+
+How a read goes:
+1. Resolve every target over the layers scanned so far (`MergedView`), as the runtime would,
+   symlinks included. A lookup nothing scanned decides is UNKNOWN: the target is still open, and
+   the path where it would be is "wanted".
+2. While some target is open, scan the next layer down: headers only, keeping the data of wanted
+   files (and, within a budget, of files that share a wanted file's name: the usual way a symlink
+   found lower down redirects to a file seen higher up, e.g. bin -> usr/bin).
+3. Once every target is decided, stop: lower layers are never opened.
+4. A file whose data was not kept when its layer was scanned (its path was discovered later, or
+   it is a hard link to an earlier member) is read in a second pass over just that layer.
+
+Digests: a layer blob is always read to its end, and its digest checked, before anything read from
+it is used; a mismatch is DigestMismatch (exit 6). Layers are read whole anyway, since a later
+member of a layer can replace an earlier one. A second pass over a layer verified earlier in this
+run (or, with a cache directory, in an earlier run) whose file is unchanged (same device, inode,
+size, mtime and ctime) does not hash again; it seeks straight to the member in an uncompressed
+blob, and stops after the member in a compressed one.
+"""
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..errors import BadImage, BadInput
+from ..fs.paths import check_member_path
+from ..fs.resolve import resolve
+from ..fs.types import DirMeta, ImageInfo, Node, TargetFile
+from .blob_layer import BlobLayer
+from .blobio import FileRange, VerifiedBlobs
+from .layer_index import DIR, FILE, HARDLINK, OTHER, SYMLINK, Rec, scan_layer
+from .merged_view import UNKNOWN, Absent, Deletion, Found, MergedView
+from .tarwalk import TarWalker
+
+KEEP_LIKELY_MAX = 8 << 20  # a same-named file up to this size is kept in case a symlink leads to it
+KEEP_LIKELY_BUDGET = 256 << 20
+MAX_HARDLINK_HOPS = 16
+_PROVISIONAL_DIR = Node("dir", 0o755)
+
+
+@dataclass
+class ScanStats:
+    """What reading cost: which layers were scanned, and re-read for a second pass."""
+
+    layers_scanned: list[str] = field(default_factory=list)  # layer digests, top first
+    second_passes: list[str] = field(default_factory=list)
+    members_seen: int = 0
+
+
+@dataclass(frozen=True)
+class _Open:
+    """A target not yet decided: where it may be."""
+
+    wanted: frozenset[str]
+
+
+@dataclass(frozen=True)
+class _Decided:
+    target: TargetFile  # without data yet
+    source: tuple[int, Rec] | None  # (layer position, file member) that holds the bytes
+    deletion: Deletion | None
+
+
+class _Tracker:
+    """The lookup handed to fs.resolve: records what was unknown, found and hidden."""
+
+    def __init__(self, view: MergedView, digest_of) -> None:
+        self.view = view
+        self.digest_of = digest_of
+        self.definite = True
+        self.unknown: list[str] = []
+        self.found: dict[str, Found] = {}
+        self.hidden: dict[str, Deletion | None] = {}
+        self.last_absent: str | None = None
+
+    def __call__(self, path: str) -> Node | None:
+        result = self.view.lookup(path)
+        if result is UNKNOWN:
+            self.definite = False
+            self.unknown.append(path)
+            return _PROVISIONAL_DIR  # go on as if it were a directory: the rest is "wanted"
+        if isinstance(result, Absent):
+            self.hidden[path] = result.hidden
+            self.last_absent = path
+            return None
+        assert isinstance(result, Found)
+        self.found[path] = result
+        return result.rec.node(self.digest_of(result.layer))
+
+
+class ImageSource:
+    """A filesystem Source over an image's layers (or a flat tar's single "layer")."""
+
+    def __init__(self, image, *, kind: str = "image", verified: VerifiedBlobs | None = None,
+                 ref: str | None = None) -> None:
+        self.image = image
+        self.kind = kind
+        self.ref = ref or image.ref
+        self._layers: list[BlobLayer] = list(reversed(image.layers))  # top first
+        self._view = MergedView(len(self._layers), whiteouts=(kind == "image"))
+        self._verified = verified if verified is not None else VerifiedBlobs(None)
+        self._deletions: dict[str, Deletion] = {}
+        self._likely_kept = 0
+        self.stats = ScanStats()
+
+    # --- Source protocol ---
+    def info(self) -> ImageInfo:
+        if self.kind == "tar":
+            return ImageInfo(self.ref, None, None, kind="tar")
+        return ImageInfo(self.ref, self.image.manifest_digest, self.image.platform, kind="image")
+
+    def read_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]:
+        named = {p: check_member_path(p, what="target path") for p in paths}
+        while True:
+            attempts = {p: self._attempt(n) for p, n in named.items()}
+            open_ = [a for a in attempts.values() if isinstance(a, _Open)]
+            if not open_:
+                break
+            if self._view.complete:  # pragma: no cover - every lookup is decided once all is read
+                raise AssertionError("targets undecided after reading every layer")
+            wanted: set[str] = set()
+            for a in open_:
+                wanted |= a.wanted
+            self._scan_next(wanted)
+        decided: dict[str, _Decided] = attempts  # type: ignore[assignment]
+        self._fill_data([d.source for d in decided.values() if d.source is not None])
+        out: dict[str, TargetFile] = {}
+        for p, d in decided.items():
+            if d.deletion is not None:
+                self._deletions[p] = d.deletion
+            else:
+                self._deletions.pop(p, None)
+            if d.source is None:
+                out[p] = d.target
+                continue
+            _, rec = d.source
+            t = d.target
+            out[p] = TargetFile(t.path, t.resolved, rec.data, t.mode, t.uid, t.gid, t.layer, t.parents)
+        return out
+
+    # --- whiteouts, for error messages ---
+    def deletion(self, path: str) -> Deletion | None:
+        """How the last read_targets found `path` (as named) hidden, if it was."""
+        return self._deletions.get(path)
+
+    def deleted_by(self, path: str) -> str | None:
+        """The digest of the layer whose whiteout (or opaque directory) hides `path`, if any."""
+        d = self._deletions.get(path)
+        return None if d is None else self.layer_digest(d.layer)
+
+    def describe_deletion(self, path: str) -> str | None:
+        """One sentence for an error message: "whited out by layer sha256:… (usr/lib/.wh.foo)"."""
+        d = self._deletions.get(path)
+        if d is None:
+            return None
+        layer = self.layer_digest(d.layer) or f"layer {len(self._layers) - d.layer} (from the bottom)"
+        if d.how == "whiteout":
+            return f"whited out by layer {layer} ({d.marker})"
+        if d.how == "opaque":
+            return f"hidden by the opaque directory marker {d.marker} in layer {layer}"
+        return f"hidden because {d.marker} is not a directory in layer {layer}"
+
+    def layer_digest(self, position: int) -> str | None:
+        if self.kind != "image" or position < 0:
+            return None
+        return self._layers[position].descriptor.digest
+
+    # --- resolution ---
+    def _attempt(self, named: str) -> _Open | _Decided:
+        tracker = _Tracker(self._view, self.layer_digest)
+        try:
+            res = resolve(named, tracker)
+        except BadInput:
+            if tracker.definite:
+                raise
+            return _Open(frozenset(tracker.unknown) | {named})
+        if not tracker.definite:
+            return _Open(frozenset(tracker.unknown) | {res.resolved})
+        parents = tuple(DirMeta(p, n.mode, n.uid, n.gid) for p, n in res.parents)
+        if res.node is None:
+            deletion = tracker.hidden.get(tracker.last_absent) if tracker.last_absent else None
+            return _Decided(TargetFile(named, res.resolved, None, parents=parents), None, deletion)
+        found = tracker.found[res.resolved]
+        rec = found.rec
+        if rec.kind == DIR:
+            raise BadInput(f"Target {named!r} is a directory in the image (at {res.resolved!r}), not a file.")
+        if rec.kind == OTHER:
+            raise BadInput(f"Target {named!r} is not a regular file in the image (at {res.resolved!r}).")
+        source = self._data_source(named, res.resolved, found)
+        if isinstance(source, _Open):
+            return source
+        target = TargetFile(named, res.resolved, None, rec.mode, rec.uid, rec.gid,
+                            self.layer_digest(found.layer), parents)
+        return _Decided(target, source, None)
+
+    def _data_source(self, named: str, resolved: str, found: Found) -> tuple[int, Rec] | _Open:
+        """The member holding the bytes: the file itself, or what its hard link(s) point to."""
+        layer, rec = found.layer, found.rec
+        for _ in range(MAX_HARDLINK_HOPS):
+            if rec.kind == FILE:
+                if rec.sparse:
+                    raise BadImage(f"Target {named!r} ({resolved}) is a sparse file in the image; "
+                                   "imgquilt does not read sparse tar members.")
+                return (layer, rec)
+            if rec.kind != HARDLINK:
+                kind = "a symlink" if rec.kind == SYMLINK else "a directory" if rec.kind == DIR else "not a file"
+                raise BadImage(f"Target {named!r} ({resolved}) is a hard link to {kind}.")
+            link = rec.linkname
+            result = self._view.lookup(link, start=layer, before=rec.ordinal)
+            if result is UNKNOWN:
+                return _Open(frozenset({link}))
+            if isinstance(result, Absent):
+                raise BadImage(f"Target {named!r} ({resolved}) is a hard link to {link!r}, which the "
+                               "image does not hold at that point: the layer is broken.")
+            assert isinstance(result, Found)
+            layer, rec = result.layer, result.rec
+        raise BadImage(f"Target {named!r} ({resolved}): too many hard links in a row.")
+
+    # --- reading layers ---
+    def _scan_next(self, wanted: set[str]) -> None:
+        position = self._view.scanned
+        layer = self._layers[position]
+        basenames = {posixpath.basename(w) for w in wanted}
+
+        def keep(path: str, size: int) -> bool:
+            if path in wanted:
+                return True
+            if size <= KEEP_LIKELY_MAX and path.rpartition("/")[2] in basenames \
+                    and self._likely_kept + size <= KEEP_LIKELY_BUDGET:
+                self._likely_kept += size
+                return True
+            return False
+
+        digest = layer.check_digest
+        trusted = digest is None or self._verified.is_verified(digest, layer.location)
+        with layer.open_stream(trusted=trusted) as stream:
+            index = scan_layer(stream, position=position, whiteouts=self._view.whiteouts, keep=keep,
+                               what=self._what(position))
+            if stream.verified and digest is not None:
+                self._verified.mark(digest, layer.location, stream.fingerprint)
+        self._view.add(index)
+        self.stats.layers_scanned.append(self._label(position))
+        self.stats.members_seen += index.members
+
+    def _fill_data(self, sources: list[tuple[int, Rec]]) -> None:
+        missing: dict[int, list[Rec]] = {}
+        for position, rec in sources:
+            if rec.data is None and rec not in missing.get(position, []):
+                missing.setdefault(position, []).append(rec)
+        for position, recs in sorted(missing.items()):
+            self._second_pass(position, recs)
+
+    def _second_pass(self, position: int, recs: list[Rec]) -> None:
+        layer = self._layers[position]
+        what = self._what(position)
+        digest = layer.check_digest
+        trusted = digest is None or self._verified.is_verified(digest, layer.location)
+        self.stats.second_passes.append(self._label(position))
+        found: dict[int, bytes] = {}
+        if trusted and layer.compression is None:
+            with FileRange(layer.location, what=what) as f:
+                for rec in recs:
+                    data = f.pread(rec.size, rec.offset)
+                    if len(data) != rec.size:
+                        raise BadImage(f"The {what} is truncated.")
+                    found[rec.ordinal] = data
+        else:
+            wanted = {rec.ordinal for rec in recs}
+            last = max(wanted)
+            with layer.open_stream(trusted=trusted) as stream:
+                walker = TarWalker(stream, what=what)
+                for entry in walker:
+                    if entry.ordinal in wanted:
+                        found[entry.ordinal] = walker.read_data()
+                    if trusted and entry.ordinal >= last:
+                        break
+                if not trusted:
+                    walker.finish()  # verify before using anything
+                    if stream.verified and digest is not None:
+                        self._verified.mark(digest, layer.location, stream.fingerprint)
+        for rec in recs:
+            if rec.ordinal not in found:
+                raise BadImage(f"The {what} changed while imgquilt read it (member {rec.ordinal} is gone).")
+            rec.data = found[rec.ordinal]
+
+    def _label(self, position: int) -> str:
+        return self.layer_digest(position) or f"tar:{self._layers[position].location.path}"
+
+    def _what(self, position: int) -> str:
+        if self.kind != "image":
+            return f"tar file {self._layers[position].location.path}"
+        return f"layer {self.layer_digest(position)}"

@@ -1,0 +1,70 @@
+"""Any other skopeo transport (docker://, containers-storage:, docker-daemon:, ...): copied first.
+
+`skopeo copy` writes the image into the cache as a `dir:` image, which keeps the source's manifest
+byte for byte (so the digest is the source's). A reference by digest is immutable, so a finished
+copy of it is reused; anything else is copied afresh every time (a tag may have moved). The copy
+is made under a temporary name and renamed into place whole.
+"""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..errors import BadImage
+from .dir_layout import is_dir_layout
+from .platforms import DEFAULT_PLATFORM, Platform
+
+_TEMP_CACHES: list[Path] = []
+
+
+def _default_cache() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="imgquilt-cache-"))
+    _TEMP_CACHES.append(path)
+    if len(_TEMP_CACHES) == 1:
+        atexit.register(lambda: [shutil.rmtree(p, ignore_errors=True) for p in _TEMP_CACHES])
+    return path
+
+
+def copy_with_skopeo(ref: str, *, platform: str | None, cache_dir: Path | None) -> Path:
+    """Copy `ref` into the cache with skopeo; return the `dir:` image directory."""
+    skopeo = shutil.which("skopeo")
+    if skopeo is None:
+        raise BadImage(
+            f"Reading {ref!r} needs skopeo, which is not installed.",
+            hint="Install skopeo, or save the image to a file first (e.g. `docker save -o img.tar IMAGE`) "
+                 "and pass docker-archive:img.tar.",
+        )
+    want = Platform.parse(platform or DEFAULT_PLATFORM)
+    base = (cache_dir if cache_dir is not None else _default_cache()) / "skopeo"
+    key = hashlib.sha256(f"{ref}\0{want}".encode()).hexdigest()[:24]
+    dest = base / key
+    if "@sha256:" in ref and is_dir_layout(dest):
+        return dest
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=base))
+    cmd = [skopeo, "--override-os", want.os, "--override-arch", want.arch]
+    if want.variant:
+        cmd += ["--override-variant", want.variant]
+    cmd += ["copy", "--quiet", ref, f"dir:{tmp}"]
+    try:
+        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if proc.returncode != 0:
+            detail = " ".join(proc.stderr.strip().splitlines()[-3:]) or f"exit status {proc.returncode}"
+            raise BadImage(f"skopeo could not copy {ref!r}: {detail}",
+                           hint="Check the reference and that `skopeo inspect` can read it.")
+        old = None
+        if dest.exists():
+            old = base / f".{key}.old.{os.getpid()}"
+            os.replace(dest, old)
+        os.replace(tmp, dest)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest

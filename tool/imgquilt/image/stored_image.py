@@ -1,0 +1,39 @@
+"""An image read from a transport: the model.Image every reader returns."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .blob_layer import BlobLayer
+
+
+@dataclass(frozen=True, eq=False)
+class StoredImage:
+    """One platform's image: verified manifest and config bytes, and its layers (bottom first)."""
+
+    ref: str
+    manifest_digest: str
+    manifest_bytes: bytes
+    config_bytes: bytes
+    platform: str
+    layers: list[BlobLayer]
+    kind: Literal["image", "tar"] = "image"
+    transport: str = "oci"
+    names: tuple[str, ...] = field(default=())  # tags/names the image has where it is stored
+
+    @property
+    def config(self) -> dict[str, Any]:
+        try:
+            obj = json.loads(self.config_bytes)
+        except ValueError:
+            return {}
+        return obj if isinstance(obj, dict) else {}
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        try:
+            obj = json.loads(self.manifest_bytes)
+        except ValueError:
+            return {}
+        return obj if isinstance(obj, dict) else {}
