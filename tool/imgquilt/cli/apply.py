@@ -127,7 +127,8 @@ def apply_cmd(
     def open_base():
         from ..image.reference import open_image
 
-        return open_image(ref, platform=platform, cache_dir=cache_dir())
+        # reuse the image the source already opened (a skopeo transport would be copied twice)
+        return getattr(source, "image", None) or open_image(ref, platform=platform, cache_dir=cache_dir())
 
     written = write_outputs(outputs, result, open_base)
     if G.json:

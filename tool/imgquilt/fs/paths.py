@@ -1,4 +1,8 @@
-"""Checks on paths that come from patches, locks and archives: never trusted as they are."""
+"""Checks on paths that come from patches and locks: never trusted as they are.
+
+Tar members are checked by image.tarwalk.member_path, which must accept backslashes (systemd unit
+names such as `system-systemd\\x2dcryptsetup.slice` hold them).
+"""
 from __future__ import annotations
 
 from ..errors import UnsafePath
@@ -24,12 +28,3 @@ def check_member_path(path: str, *, what: str = "path") -> str:
     if not parts:
         raise UnsafePath(f"Empty {what} {path!r}.")
     return "/".join(parts)
-
-
-def normalize_archive_path(name: str) -> str | None:
-    """Normalise a tar member name; None for the root itself. Raises UnsafePath on escapes."""
-    stripped = name.lstrip("/")
-    parts = [p for p in stripped.split("/") if p not in ("", ".")]
-    if not parts:
-        return None
-    return check_member_path("/".join(parts), what="archive member")
