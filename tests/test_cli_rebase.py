@@ -324,3 +324,27 @@ def test_moved_site_packages_in_a_real_oci_image_with_map(session) -> None:
     imgquilt("check", cwd=q, env=env, check=0)
     imgquilt("apply", "--image", f"oci:{layout}:py312", "--locked", cwd=q, env=env, check=0)
     assert "python3.11" not in (q / "patches/0001-log-shard-tensors.patch").read_text()
+
+
+def test_moved_site_packages_found_in_a_real_oci_image_without_map(session) -> None:
+    """The image lists its own paths (tar headers only), so a move needs no --map."""
+    from imagetools import build_oci, umoci_edit
+
+    tmp, q, old, env = session
+    layout = tmp / "images/vllm"
+    layout.parent.mkdir()
+    build_oci(layout, [old], tag="py311")
+
+    def to_py312(rootfs: Path) -> None:
+        (rootfs / SITE312).parent.mkdir(parents=True)
+        os.rename(rootfs / SITE311, rootfs / SITE312)  # umoci writes whiteouts for the old paths
+        (rootfs / SITE312 / WEIGHTS).write_bytes(WEIGHTS_V2)
+
+    umoci_edit(layout, "py311", to_py312, new_tag="py312")
+    imgquilt("lock", "--image", f"oci:{layout}:py311", cwd=q, env=env, check=0)
+    r = imgquilt("rebase", "--image", f"oci:{layout}:py312", "--json", cwd=q, env=env, check=0)
+    doc = json.loads(r.out)
+    assert {p["state"] for p in doc["patches"]} == {"moved"}
+    moved = doc["patches"][0]["files"][0]
+    assert moved["from"] == W311 and moved["path"] == f"{SITE312}/{WEIGHTS}"
+    imgquilt("apply", "--image", f"oci:{layout}:py312", "--locked", cwd=q, env=env, check=0)

@@ -363,3 +363,15 @@ def test_second_pass_reads_a_member_found_through_a_lower_symlink(tmp_path, comp
     top = layer_digests(layout, "v1")[1]
     assert t["usr/bin/which"].data == b"new\n" and t["usr/bin/which"].layer == top
     assert source.stats.second_passes == [top]
+
+
+def test_list_paths_is_the_merged_filesystem(tmp_path):
+    """What rebase searches for moved targets: whiteouts, opaque dirs and symlinked parents hide paths."""
+    layout = tmp_path / "img"
+    build_oci(layout, [
+        [file("opt/tool/bin/run", "run\n"), file("opt/keep", "keep\n"), file("opt/conf/a", "a\n"),
+         file("srv/x/y", "y\n"), file("usr/lib/z", "z\n")],
+        [whiteout("opt/tool"), opaque("opt/conf"), file("opt/conf/b", "b\n"), symlink("srv/x", "/usr/lib")],
+    ], tag="v1")
+    source = open_source(f"oci:{layout}:v1")
+    assert source.list_paths() == ["opt/conf/b", "opt/keep", "srv/x", "usr/lib/z"]

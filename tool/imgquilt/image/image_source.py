@@ -140,6 +140,33 @@ class ImageSource:
             out[p] = TargetFile(t.path, t.resolved, rec.data, t.mode, t.uid, t.gid, t.layer, t.parents)
         return out
 
+    def list_paths(self) -> list[str]:
+        """Every non-directory path of the merged filesystem, from tar headers only.
+
+        For rebase's search for moved targets; unlike read_targets it scans every layer.
+        """
+        while not self._view.complete:
+            self._scan_next(set())
+        is_dir: dict[str, bool] = {"": True}
+
+        def visible_dir(path: str) -> bool:
+            # every ancestor must be a real directory at the top: a symlink or whiteout above hides it
+            if path not in is_dir:
+                parent = path.rpartition("/")[0]
+                found = self._view.lookup(path) if visible_dir(parent) else None
+                is_dir[path] = isinstance(found, Found) and found.rec.kind == DIR
+            return is_dir[path]
+
+        out: set[str] = set()
+        for layer in self._view.layers:
+            for path, rec in layer.entries.items():
+                if rec.kind == DIR or path in out or not visible_dir(path.rpartition("/")[0]):
+                    continue
+                found = self._view.lookup(path)
+                if isinstance(found, Found) and found.rec.kind != DIR:
+                    out.add(path)
+        return sorted(out)
+
     # --- whiteouts, for error messages ---
     def deletion(self, path: str) -> Deletion | None:
         """How the last read_targets found `path` (as named) hidden, if it was."""
