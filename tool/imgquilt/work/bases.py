@@ -1,0 +1,64 @@
+"""Where bases come from: the content a path has in the image, before any applied patch.
+
+From the object store by the sha256 targets.lock pins for the path, else from the image (`--image`,
+else the lock's, else the last --image this work tree used: the opener decides). An explicit
+--image wins over the lock. A base is never looked up by the hash a patch *wants*: that would
+hide drift.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from ..engine.hunks import ABSENT
+from ..errors import UsageError
+from ..fs.types import Source
+from ..queue.lock import read_lock
+from ..store import ObjectStore, remember
+from .files import FileState
+
+SourceOpener = Callable[[], Source]
+
+
+class Bases:
+    """Reads bases for one queue; the image is opened at most once, and only when needed."""
+
+    def __init__(self, root: Path, store: ObjectStore, open_image: SourceOpener | None, *, image_explicit: bool) -> None:
+        self.root = Path(root)
+        self.store = store
+        self._open_image = open_image
+        self._image_explicit = image_explicit
+        self._source: Source | None = None
+
+    def read(self, paths: list[str]) -> dict[str, FileState]:
+        out: dict[str, FileState] = {}
+        need: list[str] = []
+        lock = None if self._image_explicit else read_lock(self.root / "targets.lock")
+        for p in paths:
+            t = lock.target(p) if lock is not None else None
+            if t is not None:
+                if t.base_sha256 == ABSENT:
+                    out[p] = FileState(None, None, t.resolved)
+                    continue
+                data = self.store.get(t.base_sha256)
+                if data is not None:
+                    out[p] = FileState(data, t.mode & 0o777, t.resolved)
+                    continue
+            need.append(p)
+        if need:
+            targets = self._image().read_targets(need)
+            for p in need:
+                tf = targets[p]
+                out[p] = FileState(tf.data, None if tf.data is None else tf.mode & 0o777, tf.resolved)
+            remember(self.root, [targets[p].data for p in need])
+        return out
+
+    def _image(self) -> Source:
+        if self._source is None:
+            if self._open_image is None:
+                raise UsageError(
+                    "A base must be read from the image, but no image is known.",
+                    hint="Pass --image REF, or pin one with `imgquilt lock --image REF`.",
+                )
+            self._source = self._open_image()
+        return self._source

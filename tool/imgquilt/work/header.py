@@ -1,0 +1,42 @@
+"""header: read or change a patch's header; its sections are kept byte for byte."""
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from ..errors import UsageError
+from ..queue.patchfile import Header, Patch, with_header
+from .patchtext import check_header
+
+if TYPE_CHECKING:
+    from .tree import WorkTree
+
+# the fields the sections own; a header may not set them
+_SECTION_FIELDS = ("Index", "Base-SHA256", "Patched-SHA256")
+
+
+def header(wt: WorkTree, name: str | None = None) -> tuple[str, Header]:
+    """(name, header) of a patch in series, the top by default."""
+    name = name or wt.need_top()
+    if name not in wt.series():
+        raise UsageError(f"Patch {name} is not in series.")
+    return name, wt.read_patch(name).header
+
+
+def set_header(wt: WorkTree, name: str, new: Header) -> Patch:
+    with wt.locked():
+        patch = wt.read_patch(name)
+        changed = with_header(patch, check_header(new.raw, name))
+        if changed.raw != patch.raw:
+            wt.queue.write_patch(changed)
+        return changed
+
+
+def set_fields(wt: WorkTree, name: str | None, changes: list[tuple[str, str | None]]) -> Patch:
+    """Set (value) or remove (None) header fields, keeping every other byte."""
+    name, hdr = header(wt, name)
+    for key, value in changes:
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", key) or key in _SECTION_FIELDS:
+            raise UsageError(f"Unusable header field name {key!r}.")
+        hdr = hdr.with_field(key, value)
+    return set_header(wt, name, hdr)

@@ -1,0 +1,93 @@
+"""import: foreign patches (diff -u, git, quilt, pinned) turned into imgquilt patches after the top.
+
+Bases are read at that point of the stack: the work tree, else the image. Several patches chain:
+each one's bases are the results of the ones before it. Nothing is written until all converted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..errors import BadInput, UsageError
+from ..importer import apply_foreign, parse_foreign
+from ..queue.patchfile import Header, Patch, build_patch, make_section, parse_patch
+from ..store import remember
+from .patchtext import check_patch_name
+
+if TYPE_CHECKING:
+    from .tree import WorkTree
+
+
+@dataclass(frozen=True)
+class ImportItem:
+    """One foreign patch to import under `name`."""
+
+    name: str
+    data: bytes
+    strip: int = 1
+    source: str = "<patch>"
+
+
+@dataclass(frozen=True)
+class Imported:
+    name: str
+    patch: Patch
+    kind: str
+    notes: tuple[str, ...] = field(default=())
+
+
+def import_patches(
+    wt: WorkTree,
+    items: list[ImportItem],
+    *,
+    fields: list[tuple[str, str | None]] = (),  # type: ignore[assignment]
+    replace: bool = False,
+    check_git_index: bool = True,
+) -> list[Imported]:
+    """Turn foreign patches into imgquilt patches inserted after the top patch, bases from the work tree or image."""
+    with wt.locked():
+        applied = wt.consistent()
+        names = wt.series()
+        _check_names(wt, items, applied, names, replace)
+        overlay: dict[str, bytes | None] = {}
+
+        def read(path: str, _want: str | None) -> bytes | None:
+            if path not in overlay:
+                overlay[path] = wt.current([path], applied)[path].data
+            return overlay[path]
+
+        out: list[Imported] = []
+        for it in items:
+            fp = parse_foreign(it.data, it.source)
+            conv = apply_foreign(fp, it.strip, read, label=it.source, check_git_index=check_git_index)
+            if not conv.changes:
+                raise BadInput(f"{it.source} changes nothing in these files.", hint="Nothing to import.")
+            header = Header(fp.header)
+            for key, value in fields:
+                header = header.with_field(key, value)
+            patch = build_patch(it.name, header, [make_section(c.path, c.base, c.result, c.mode) for c in conv.changes])
+            parse_patch(patch.raw, it.name)  # what we write must read back
+            for c in conv.changes:
+                overlay[c.path] = c.result
+            remember(wt.root, [c.base for c in conv.changes] + [c.result for c in conv.changes])
+            out.append(Imported(it.name, patch, fp.kind, tuple(conv.notes)))
+        for imp in out:
+            wt.queue.write_patch(imp.patch)
+        wt.queue.ensure_series()
+        fresh = [imp.name for imp in out if imp.name not in names]
+        if fresh:
+            wt.queue.insert(fresh, applied[-1] if applied else None)
+        return out
+
+
+def _check_names(wt: WorkTree, items: list[ImportItem], applied: list[str], names: list[str], replace: bool) -> None:
+    seen: set[str] = set()
+    for it in items:
+        check_patch_name(it.name)
+        if it.name in seen:
+            raise UsageError(f"Two imported patches would be named {it.name}.", hint="Name them with -P, one file at a time.")
+        seen.add(it.name)
+        if it.name in applied:
+            raise UsageError(f"Patch {it.name} is applied; it cannot be replaced.", hint="Pop it first.")
+        if (it.name in names or wt.queue.exists(it.name)) and not replace:
+            raise UsageError(f"Patch {it.name} already exists.", hint="Pass -f to replace it, or -P to import under another name.")

@@ -1,0 +1,118 @@
+"""push: verify every base hash, apply in memory, verify every result hash, and only then write.
+
+The writes go snapshot (object store + pc/<name>.json), the applied list, then the work files.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..engine.hunks import HunkError, apply_hunks, sha256_hex
+from ..errors import BaseDrift, MalformedPatch, Refused, ResultMismatch, UsageError
+from ..queue.patchfile import Patch
+from ..store import remember
+from .files import FileState
+from .state import one_name_per_file
+
+if TYPE_CHECKING:
+    from .tree import WorkTree
+
+
+@dataclass(frozen=True)
+class Pushed:
+    name: str
+    files: tuple[str, ...]
+
+
+def push(wt: WorkTree, target: str | None = None, *, all: bool = False, count: int | None = None) -> list[Pushed]:
+    """Apply the next patch (or up to and including `target`, `count` patches, or all)."""
+    with wt.locked():
+        applied = wt.consistent()
+        rest = wt.series()[len(applied) :]
+        if not rest:
+            raise UsageError(
+                "The series is fully applied" + (f", ending at {applied[-1]}." if applied else " (it is empty)."),
+                hint="Nothing to push.",
+            )
+        if target is not None:
+            if target not in rest:
+                where = "already applied" if target in applied else "not in series"
+                raise UsageError(f"Patch {target} is {where}.")
+            todo = rest[: rest.index(target) + 1]
+        elif all:
+            todo = rest
+        else:
+            todo = rest[: max(1, count or 1)]
+        done: list[Pushed] = []
+        for name in todo:
+            try:
+                done.append(_push_one(wt, name, applied))
+            except Refused as exc:
+                exc.pushed = done  # type: ignore[attr-defined]  # the CLI names what did go on
+                raise
+            applied = applied + [name]
+        return done
+
+
+def _push_one(wt: WorkTree, name: str, applied: list[str]) -> Pushed:
+    patch, cur, results = _plan(wt, name, applied)
+    _, where = wt.file_index(applied)
+    snap = [wt.track(s.path, cur[s.path]) for s in patch.sections]
+    remember(wt.root, [r.data for r in results.values()])
+    wt.record.write_snapshot(name, snap)
+    wt.record.write_applied(applied + [name])
+    for s in patch.sections:
+        r, before = results[s.path], cur[s.path]
+        loc = where.get(before.resolved or s.path, s.path)
+        if before.resolved not in where or (r.data, r.mode) != (before.data, before.mode):
+            wt.files.write(loc, r.data, r.mode)
+    return Pushed(name, tuple(patch.paths))
+
+
+def _plan(wt: WorkTree, name: str, applied: list[str]) -> tuple[Patch, dict[str, FileState], dict[str, FileState]]:
+    """(patch, each path's content now, each path's verified result); every problem at once, or nothing."""
+    patch = wt.read_patch(name)
+    cur = wt.current(patch.paths, applied)
+    one_name_per_file(name, [], cur)
+    named, where = wt.file_index(applied)
+    results: dict[str, FileState] = {}
+    problems: list[str] = []
+    kinds: set[type] = set()
+    top = applied[-1] if applied else None
+    for s in patch.sections:
+        st = cur[s.path]
+        actual = sha256_hex(st.data)
+        if actual != s.base_sha256:
+            if st.resolved in where:
+                dirty = wt.unrefreshed(top) if top is not None else []
+                if any(named.get(d) == st.resolved for d in dirty):
+                    why = f"it has changes not refreshed into {top}: `imgquilt refresh` first"
+                else:
+                    why = "the work copy is what the patches below left; the series chain is broken here (`imgquilt check`)"
+            else:
+                why = "the image differs from the patch's base: pass the right --image, or `imgquilt rebase --image REF`"
+            where_txt = s.path if (st.resolved or s.path) == s.path else f"{s.path} (resolved: {st.resolved})"
+            problems.append(f"{name}: {where_txt}: base drifted: expected sha256 {s.base_sha256}, found {actual} ({why}).")
+            kinds.add(BaseDrift)
+            continue
+        try:
+            new = apply_hunks(st.data or b"", s.hunks)
+        except HunkError as exc:
+            problems.append(f"{name}: {s.path}: base matches ({actual}) but {exc}; regenerate the patch.")
+            kinds.add(MalformedPatch)
+            continue
+        result = None if s.is_delete else new
+        got = sha256_hex(new) if (s.is_delete and new) else sha256_hex(result)
+        if got != s.patched_sha256:
+            problems.append(f"{name}: {s.path}: the result is not the pinned one: expected sha256 {s.patched_sha256}, got {got}.")
+            kinds.add(ResultMismatch)
+            continue
+        mode = s.mode if (s.is_new and s.mode is not None) else (st.mode if st.mode is not None else 0o644)
+        results[s.path] = FileState(result, None if result is None else mode & 0o777, st.resolved)
+    if problems:
+        cls = next(iter(kinds)) if len(kinds) == 1 else Refused
+        raise cls(
+            f"Refused: cannot push {name}; nothing was changed.\n" + "\n".join(f"  - {p}" for p in problems),
+            hint="Fix what is named above, then push again.",
+        )
+    return patch, cur, results

@@ -1,0 +1,92 @@
+"""The queue's `series` and `patches/` as the work commands edit them.
+
+Series edits go line by line, so comments, blank lines and `-p0` options of other lines are kept.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import BadInput
+from ..queue.patchfile import Patch
+from ..queue.series import SeriesEntry, parse_series
+from ..util.atomic import atomic_write
+from .patchtext import read_queue_patch
+
+
+class QueueFiles:
+    """`series` and `patches/` of one queue directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.series_path = Path(root) / "series"
+        self.patches_dir = Path(root) / "patches"
+
+    # --- series -------------------------------------------------------------------------
+    def series_bytes(self) -> bytes:
+        try:
+            return self.series_path.read_bytes()
+        except FileNotFoundError:
+            return b""
+
+    def entries(self) -> list[SeriesEntry]:
+        return parse_series(self.series_bytes(), source=str(self.series_path))
+
+    def names(self) -> list[str]:
+        return [e.name for e in self.entries()]
+
+    def ensure_series(self) -> None:
+        if not self.series_path.exists():
+            atomic_write(self.series_path, b"")
+
+    def insert(self, names: list[str], after: str | None) -> None:
+        """Insert names after `after` (None: before the first patch)."""
+        lines = self._lines()
+        entries = self.entries()
+        if after is not None:
+            at = next(e.line for e in entries if e.name == after)
+        else:
+            at = entries[0].line - 1 if entries else len(lines)
+        if at > 0 and not lines[at - 1].endswith(("\n", "\r")):
+            lines[at - 1] += "\n"
+        lines[at:at] = [n + "\n" for n in names]
+        self._write_lines(lines)
+
+    def remove(self, name: str) -> None:
+        lines = self._lines()
+        entry = next(e for e in self.entries() if e.name == name)
+        del lines[entry.line - 1]
+        self._write_lines(lines)
+
+    def rename(self, old: str, new: str) -> None:
+        lines = self._lines()
+        entry = next(e for e in self.entries() if e.name == old)
+        line = lines[entry.line - 1]
+        k = line.index(old)
+        lines[entry.line - 1] = line[:k] + new + line[k + len(old) :]
+        self._write_lines(lines)
+
+    def _lines(self) -> list[str]:
+        return self.series_bytes().decode("utf-8", "surrogateescape").splitlines(keepends=True)
+
+    def _write_lines(self, lines: list[str]) -> None:
+        if lines and not lines[-1].endswith(("\n", "\r")):
+            lines[-1] += "\n"
+        atomic_write(self.series_path, "".join(lines).encode("utf-8", "surrogateescape"))
+
+    # --- patches/ -----------------------------------------------------------------------
+    def exists(self, name: str) -> bool:
+        return (self.patches_dir / name).exists()
+
+    def read_patch(self, name: str) -> Patch:
+        try:
+            data = (self.patches_dir / name).read_bytes()
+        except FileNotFoundError:
+            raise BadInput(f"Patch file patches/{name} does not exist.", hint="Restore it, or `imgquilt delete` it from series.") from None
+        return read_queue_patch(data, name)
+
+    def write_patch(self, patch: Patch) -> None:
+        dest = self.patches_dir / patch.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(dest, patch.raw)
+
+    def remove_patch(self, name: str, *, missing_ok: bool = False) -> None:
+        (self.patches_dir / name).unlink(missing_ok=missing_ok)

@@ -1,0 +1,102 @@
+"""refresh and diff: a patch recomputed from snapshot -> current bytes.
+
+Every section without a change is dropped; an unchanged section keeps its bytes (and any extra
+fields); a new file whose work copy is executable gets `Mode:` with its permission bits.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..engine.hunks import sha256_hex
+from ..errors import UsageError
+from ..queue.patchfile import FileSection, Patch, build_patch, make_section
+from ..store import remember
+from .files import FileState
+from .state import Tracked
+
+if TYPE_CHECKING:
+    from .tree import WorkTree
+
+
+@dataclass(frozen=True)
+class Refreshed:
+    name: str
+    patch: Patch
+    changed: bool
+
+
+def _after(wt: WorkTree, applied: list[str], index: int, t: Tracked) -> FileState:
+    """The content of t's file right after applied[index]: the next snapshot above it, else the work copy."""
+    for name in applied[index + 1 :]:
+        for u in wt.snapshot(name):
+            if u.resolved == t.resolved:
+                return FileState(wt.blob(u.sha256, what=f"{u.path} before {name}"), u.mode, u.resolved)
+    return wt.read_work(wt.location(t.path, applied))
+
+
+def compute(wt: WorkTree, name: str) -> tuple[Patch, Patch]:
+    """(patch as on disk, patch as the work tree says it should be now)."""
+    applied = wt.consistent()
+    if name not in applied:
+        raise UsageError(f"Patch {name} is not applied.", hint=f"`imgquilt push {name}` first.")
+    patch = wt.read_patch(name)
+    snap = wt.snapshot(name)
+    by_path = {t.path: t for t in snap}
+    for s in patch.sections:
+        if s.path not in by_path:
+            raise UsageError(
+                f"patches/{name} has a section for {s.path}, which its work tree does not track (was the patch file edited while applied?).",
+                hint="Pop it with `imgquilt pop -f` and push it again, or `imgquilt add` the file.",
+            )
+    existing = {s.path: s for s in patch.sections}
+    order = [s.path for s in patch.sections] + [t.path for t in snap if t.path not in existing]
+    index = applied.index(name)
+    sections: list[FileSection] = []
+    for path in order:
+        t = by_path[path]
+        old = wt.blob(t.sha256, what=f"{path} before {name}")
+        now = _after(wt, applied, index, t)
+        if sha256_hex(old) == sha256_hex(now.data):
+            continue
+        mode = None
+        if old is None and now.data is not None and now.mode is not None and now.mode & 0o111:
+            mode = now.mode
+        s0 = existing.get(path)
+        if s0 is not None and (s0.base_sha256, s0.patched_sha256, s0.mode if old is None else None) == (t.sha256, sha256_hex(now.data), mode):
+            sections.append(s0)  # unchanged: keep its bytes (and any extra fields)
+        else:
+            sections.append(make_section(path, old, now.data, mode))
+    return patch, build_patch(name, patch.header, sections)
+
+
+def unrefreshed(wt: WorkTree, name: str) -> list[str]:
+    """Paths whose content after patch `name` is not what the patch file says (hashes only, no diff)."""
+    applied = wt.consistent()
+    if name not in applied:
+        return []
+    sections = {s.path: s for s in wt.read_patch(name).sections}
+    snap = wt.snapshot(name)
+    index = applied.index(name)
+    dirty = [p for p in sections if p not in {t.path for t in snap}]
+    for t in snap:
+        want = sections[t.path].patched_sha256 if t.path in sections else t.sha256
+        if sha256_hex(_after(wt, applied, index, t).data) != want:
+            dirty.append(t.path)
+    return sorted(dirty)
+
+
+def refresh(wt: WorkTree, name: str | None = None) -> Refreshed:
+    """Write the work tree's changes into the patch (the top by default); the header is kept."""
+    with wt.locked():
+        name = name or wt.need_top()
+        disk, now = compute(wt, name)
+        if now.raw != disk.raw:
+            wt.queue.write_patch(now)
+        remember(wt.root, [wt.read_work(wt.location(s.path)).data for s in now.sections])
+        return Refreshed(name, now, now.raw != disk.raw)
+
+
+def diff(wt: WorkTree, name: str | None = None) -> Patch:
+    """The patch as the work tree says it is now (snapshot -> current), without writing it."""
+    return compute(wt, name or wt.need_top())[1]

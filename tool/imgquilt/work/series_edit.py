@@ -1,0 +1,86 @@
+"""new, delete and rename: the commands that change which patches series lists.
+
+`new` (like import) inserts after the top patch, at the start of series when none is applied, as
+quilt does.
+"""
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from ..errors import BadInput, UsageError
+from ..queue.patchfile import Header, Patch, renamed, with_header
+from .patchtext import check_header, check_patch_name
+from .pop import pop_one
+
+if TYPE_CHECKING:
+    from .tree import WorkTree
+
+
+def new(wt: WorkTree, name: str, header: Header) -> Patch:
+    """Create patches/NAME (header only), insert it after the top patch and make it the top."""
+    check_patch_name(name)
+    with wt.locked():
+        applied = wt.consistent()
+        if name in wt.series():
+            raise UsageError(f"Patch {name} is already in series.", hint="Pick another name.")
+        if wt.queue.exists(name):
+            raise UsageError(f"patches/{name} already exists (not in series).", hint="Import it with `imgquilt import`, or pick another name.")
+        raw = check_header(header.raw, name).raw
+        patch = Patch(name, Header(raw), (), raw)
+        wt.queue.write_patch(patch)
+        wt.queue.insert([name], applied[-1] if applied else None)
+        wt.record.write_snapshot(name, [])
+        wt.record.write_applied(applied + [name])
+        return patch
+
+
+def delete(wt: WorkTree, name: str | None = None, *, remove: bool = False, force: bool = False) -> str:
+    """Remove a patch (the top by default) from series, popping it first when it is the applied top."""
+    with wt.locked():
+        applied = wt.consistent()
+        name = name or wt.need_top()
+        if name not in wt.series():
+            raise UsageError(f"Patch {name} is not in series.")
+        if name in applied:
+            if name != applied[-1]:
+                raise UsageError(f"Patch {name} is applied below the top.", hint=f"Pop to it first: `imgquilt pop {name}`, then `imgquilt pop`.")
+            pop_one(wt, applied, force)
+        wt.queue.remove(name)
+        if remove:
+            wt.queue.remove_patch(name, missing_ok=True)
+        return name
+
+
+def rename(wt: WorkTree, new: str, old: str | None = None) -> tuple[str, list[str]]:
+    """Rename a patch everywhere: patches/, series, the applied state and other patches' Requires."""
+    check_patch_name(new)
+    with wt.locked():
+        applied = wt.consistent()
+        old = old or wt.need_top()
+        names = wt.series()
+        if old not in names:
+            raise UsageError(f"Patch {old} is not in series.")
+        if new in names or wt.queue.exists(new):
+            raise UsageError(f"Patch {new} already exists.", hint="Pick another name.")
+        wt.queue.write_patch(renamed(wt.read_patch(old), new))
+        wt.queue.rename(old, new)
+        if old in applied:
+            wt.record.write_snapshot(new, wt.snapshot(old))
+            wt.record.drop_snapshot(old)
+            wt.record.write_applied([new if n == old else n for n in applied])
+        wt.queue.remove_patch(old)
+        touched = []
+        token = re.compile(r"(?<![^\s,])" + re.escape(old) + r"(?![^\s,])")
+        for other in wt.series():
+            if other == new:
+                continue
+            try:
+                p = wt.read_patch(other)
+            except BadInput:
+                continue
+            if old in p.header.requires:
+                value = token.sub(new, p.header.get("Requires") or "")
+                wt.queue.write_patch(with_header(p, p.header.with_field("Requires", value)))
+                touched.append(other)
+        return old, touched

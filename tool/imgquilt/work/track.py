@@ -1,0 +1,70 @@
+"""add and fold: bring files into the top patch's snapshot; their changes then need a refresh.
+
+The first time a path is needed its current content is its base: the work copy when an applied
+patch tracks the file (under any name), else the image's (see bases.py).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..fs.paths import check_member_path
+from ..importer import apply_foreign, parse_foreign
+from .files import FileState
+from .state import one_name_per_file
+
+if TYPE_CHECKING:
+    from .tree import WorkTree
+
+
+def add(wt: WorkTree, paths: list[str]) -> tuple[str, list[str], list[str]]:
+    """Track files in the top patch: snapshot their current content. Returns (top, added, already)."""
+    with wt.locked():
+        applied = wt.consistent()
+        top = wt.need_top()
+        norm = list(dict.fromkeys(check_member_path(p, what="file to add") for p in paths))
+        snap = wt.snapshot(top)
+        have = {t.path for t in snap}
+        fresh = [p for p in norm if p not in have]
+        cur = wt.current(fresh, applied)
+        one_name_per_file(top, snap, {p: cur[p] for p in fresh})
+        _, where = wt.file_index(applied)
+        for p in fresh:
+            st = cur[p]
+            snap.append(wt.track(p, st))
+            if st.resolved in where:
+                continue  # an applied patch tracks this file already: its work copy is in place
+            if st.data is not None:
+                wt.files.write(p, st.data, st.mode)
+            else:
+                wt.files.make_parents(p)  # so the new file can be created right there
+        wt.record.write_snapshot(top, snap)
+        return top, fresh, [p for p in norm if p in have]
+
+
+def fold(wt: WorkTree, data: bytes, *, strip: int = 1, source: str = "<stdin>", check_git_index: bool = True) -> tuple[str, list[str], list[str]]:
+    """Apply a plain patch to the top patch's files (adding them); the patch then needs a refresh."""
+    with wt.locked():
+        applied = wt.consistent()
+        top = wt.need_top()
+        fp = parse_foreign(data, source)
+        cache: dict[str, FileState] = {}
+
+        def read(path: str, _want: str | None) -> bytes | None:
+            if path not in cache:
+                cache.update(wt.current([path], applied))
+            return cache[path].data
+
+        conv = apply_foreign(fp, strip, read, label=source, check_git_index=check_git_index)
+        snap = wt.snapshot(top)
+        have = {t.path for t in snap}
+        changed = {c.path for c in conv.changes}
+        fresh = {p: st for p, st in cache.items() if p in changed and p not in have}
+        one_name_per_file(top, snap, fresh)
+        snap += [wt.track(path, st) for path, st in fresh.items()]
+        _, where = wt.file_index(applied)
+        wt.record.write_snapshot(top, snap)
+        for c in conv.changes:
+            st = cache[c.path]
+            mode = st.mode if st.mode is not None else (c.mode or 0o644)
+            wt.files.write(where.get(st.resolved or c.path, c.path), c.result, mode)
+        return top, [c.path for c in conv.changes], conv.notes

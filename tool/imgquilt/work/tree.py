@@ -1,0 +1,216 @@
+"""WorkTree: one queue's work tree and applied stack, and the queries every command shares.
+
+The commands themselves live in their own modules (push, pop, refresh, track, series_edit, header,
+importing); WorkTree's methods of the same names call them.
+"""
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+from ..engine.hunks import sha256_hex
+from ..errors import BadInput, UsageError
+from ..queue.patchfile import Header, Patch
+from ..store import ObjectStore
+from . import header as _header
+from . import importing as _importing
+from . import pop as _pop
+from . import push as _push
+from . import refresh as _refresh
+from . import series_edit as _series_edit
+from . import track as _track
+from .bases import Bases, SourceOpener
+from .files import WORK_DIR, FileState, WorkFiles
+from .queuefiles import QueueFiles
+from .state import Tracked, WorkState
+
+
+class WorkTree:
+    """The work tree and applied stack of one queue directory."""
+
+    def __init__(self, root: Path, *, open_image: SourceOpener | None = None, image_explicit: bool = False) -> None:
+        self.root = Path(root)
+        self.store = ObjectStore(self.root)
+        self.queue = QueueFiles(self.root)
+        self.record = WorkState(self.root)
+        self.files = WorkFiles(self.root / WORK_DIR)
+        self.bases = Bases(self.root, self.store, open_image, image_explicit=image_explicit)
+
+    @property
+    def work(self) -> Path:
+        return self.files.dir
+
+    @property
+    def state(self) -> Path:
+        return self.record.dir
+
+    @property
+    def series_path(self) -> Path:
+        return self.queue.series_path
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.queue.patches_dir
+
+    # --- series and the applied stack ---------------------------------------------------
+    def series(self) -> list[str]:
+        return self.queue.names()
+
+    def applied(self) -> list[str]:
+        return self.record.applied()
+
+    def top(self) -> str | None:
+        applied = self.applied()
+        return applied[-1] if applied else None
+
+    def unapplied(self) -> list[str]:
+        return self.series()[len(self.applied()) :]
+
+    def snapshot(self, name: str) -> list[Tracked]:
+        """The files patch `name` tracks, as they were before it (only for applied patches)."""
+        return self.record.snapshot(name)
+
+    def locked(self) -> AbstractContextManager[None]:
+        """Hold the work-tree lock: one changing command at a time."""
+        return self.record.locked()
+
+    def remembered_image(self) -> str | None:
+        return self.record.remembered_image()
+
+    def remember_image(self, ref: str) -> None:
+        self.record.remember_image(ref)
+
+    def read_patch(self, name: str) -> Patch:
+        return self.queue.read_patch(name)
+
+    def read_work(self, path: str) -> FileState:
+        return self.files.read(path)
+
+    def consistent(self) -> list[str]:
+        """The applied list, checked to be the head of series."""
+        applied = self.applied()
+        if self.series()[: len(applied)] != applied:
+            raise UsageError(
+                "The applied patches are no longer the first patches of series (series was edited while they were applied).",
+                hint=f"Applied: {', '.join(applied)}. Restore series, or remove .imgquilt/state and .imgquilt/work to start over.",
+            )
+        return applied
+
+    def need_top(self) -> str:
+        top = self.top()
+        if top is None:
+            raise UsageError("No patch is applied.", hint="`imgquilt push` one, or create one with `imgquilt new NAME`.")
+        return top
+
+    # --- contents -----------------------------------------------------------------------
+    def file_index(self, applied: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+        """Over the applied stack: (named path -> resolved file, resolved file -> its work-tree location).
+
+        Two names of one image file (`lib/x` through a symlink, `usr/lib/x`) share one work copy, kept
+        at the name the lowest applied patch used, as the container would see one file.
+        """
+        named: dict[str, str] = {}
+        where: dict[str, str] = {}
+        for name in applied:
+            for t in self.snapshot(name):
+                named[t.path] = t.resolved
+                where.setdefault(t.resolved, t.path)
+        return named, where
+
+    def location(self, path: str, applied: list[str] | None = None) -> str:
+        """Where in work/ the content of `path` lives (another name of the same file, if one is tracked)."""
+        named, where = self.file_index(self.applied() if applied is None else applied)
+        return where.get(named.get(path, path), path)
+
+    def current(self, paths: list[str], applied: list[str] | None = None) -> dict[str, FileState]:
+        """What each path holds now: the work copy if an applied patch tracks its file, else the image's."""
+        named, where = self.file_index(self.applied() if applied is None else applied)
+        untracked = [p for p in paths if p not in named]
+        seeded = self.bases.read(untracked) if untracked else {}
+        out: dict[str, FileState] = {}
+        for p in paths:
+            resolved = named.get(p) or seeded[p].resolved or p
+            if resolved in where:
+                st = self.read_work(where[resolved])
+                out[p] = FileState(st.data, st.mode, resolved)
+                continue
+            out[p] = seeded[p]
+            stray = self.read_work(p)
+            if stray.data is not None and stray.data != seeded[p].data:
+                raise UsageError(
+                    f"{self.work / p} is tracked by no applied patch and differs from the image's {p}.",
+                    hint="Move it aside (its base is read from the image), then `imgquilt add` the path and copy your edit back.",
+                )
+        return out
+
+    def blob(self, sha: str, *, what: str) -> bytes | None:
+        """Snapshot bytes from the object store (None for "absent")."""
+        found, data = self.store.get_or_absent(sha)
+        if not found:
+            raise BadInput(
+                f"The saved bytes of {what} (sha256 {sha}) are missing from .imgquilt/objects.",
+                hint="The work-tree state is damaged: `imgquilt pop -f` what you can, or remove .imgquilt/state and .imgquilt/work.",
+            )
+        return data
+
+    def track(self, path: str, st: FileState) -> Tracked:
+        """A snapshot entry for `path` as it is now; its bytes go to the object store for pop to restore."""
+        if st.data is not None:
+            self.store.put(st.data)
+        return Tracked(path, sha256_hex(st.data), st.mode, st.resolved or path)
+
+    # --- the patch as the work tree says it is ---------------------------------------------
+    def compute(self, name: str) -> tuple[Patch, Patch]:
+        """(patch as on disk, patch as the work tree says it should be now)."""
+        return _refresh.compute(self, name)
+
+    def unrefreshed(self, name: str) -> list[str]:
+        """Paths whose content after patch `name` is not what the patch file says (hashes only, no diff)."""
+        return _refresh.unrefreshed(self, name)
+
+    # --- commands -----------------------------------------------------------------------
+    def new(self, name: str, header: Header) -> Patch:
+        return _series_edit.new(self, name, header)
+
+    def delete(self, name: str | None = None, *, remove: bool = False, force: bool = False) -> str:
+        return _series_edit.delete(self, name, remove=remove, force=force)
+
+    def rename(self, new: str, old: str | None = None) -> tuple[str, list[str]]:
+        return _series_edit.rename(self, new, old)
+
+    def add(self, paths: list[str]) -> tuple[str, list[str], list[str]]:
+        return _track.add(self, paths)
+
+    def fold(self, data: bytes, *, strip: int = 1, source: str = "<stdin>", check_git_index: bool = True) -> tuple[str, list[str], list[str]]:
+        return _track.fold(self, data, strip=strip, source=source, check_git_index=check_git_index)
+
+    def refresh(self, name: str | None = None) -> _refresh.Refreshed:
+        return _refresh.refresh(self, name)
+
+    def diff(self, name: str | None = None) -> Patch:
+        return _refresh.diff(self, name)
+
+    def push(self, target: str | None = None, *, all: bool = False, count: int | None = None) -> list[_push.Pushed]:
+        return _push.push(self, target, all=all, count=count)
+
+    def pop(self, target: str | None = None, *, all: bool = False, count: int | None = None, force: bool = False) -> list[str]:
+        return _pop.pop(self, target, all=all, count=count, force=force)
+
+    def header(self, name: str | None = None) -> tuple[str, Header]:
+        return _header.header(self, name)
+
+    def set_header(self, name: str, header: Header) -> Patch:
+        return _header.set_header(self, name, header)
+
+    def set_fields(self, name: str | None, changes: list[tuple[str, str | None]]) -> Patch:
+        return _header.set_fields(self, name, changes)
+
+    def import_patches(
+        self,
+        items: list[_importing.ImportItem],
+        *,
+        fields: list[tuple[str, str | None]] = (),  # type: ignore[assignment]
+        replace: bool = False,
+        check_git_index: bool = True,
+    ) -> list[_importing.Imported]:
+        return _importing.import_patches(self, items, fields=fields, replace=replace, check_git_index=check_git_index)
