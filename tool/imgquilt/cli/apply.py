@@ -40,7 +40,9 @@ def pick_ref(image: str | None, lock_ref: str | None) -> str:
 def lock_cmd(image: Optional[str] = ImageOpt, platform: Optional[str] = PlatformOpt) -> None:
     """Pin the image and every target file (writes targets.lock).
 
-    Example: imgquilt lock --image oci:examples/demo-image:latest
+    \b
+    Example:
+      imgquilt lock --image oci:examples/demo-image:latest
     """
     q = load()
     refuse_during_rebase(q.root)
@@ -104,6 +106,7 @@ def apply_cmd(
 ) -> None:
     """Verify every base, apply the series in memory, verify every result, then write the outputs.
 
+    \b
     Examples:
       imgquilt apply --root /                      (in a Dockerfile: RUN imgquilt apply --root /)
       imgquilt apply --image oci:img:1.0 --layer fix.tar.gz --output-image oci:out:1.0-fixed
@@ -153,7 +156,10 @@ def check_cmd(image: Optional[str] = ImageOpt, platform: Optional[str] = Platfor
     """Lint the queue: series vs patches/, hash chains, Requires order, lock freshness.
 
     With --image, also verify the whole series on that image.
-    Example: imgquilt check --image oci:examples/demo-image:latest
+
+    \b
+    Example:
+      imgquilt check --image oci:examples/demo-image:latest
     """
     root = queue_root()
     problems, patches = check_queue(root)
