@@ -162,3 +162,19 @@ def test_overlay_session(session, tmp_path: Path) -> None:
     assert any(line.split("\t")[1] == "/usr/lib/svc/server.py" for line in mounts)
     host = next(line.split("\t")[0] for line in mounts if "/usr/lib/svc/server.py" in line)
     assert Path(host).read_bytes() == SERVER.replace(b"'8000'", b"'9000'")
+
+
+def test_another_image_with_the_same_files_is_reported_not_refused(tmp_path: Path) -> None:
+    """The lock pins the demo image; a docker-archive copy has another manifest digest but the same bytes."""
+    from imagetools import skopeo_copy
+
+    from conftest import REPO
+
+    q = tmp_path / "queue"
+    shutil.copytree(REPO, q, ignore=shutil.ignore_patterns(".venv", ".git", "out", ".imgquilt", "tests", "tool", "bench"))
+    archive = tmp_path / "demo.tar"
+    skopeo_copy(f"oci:{q / 'examples/demo-image'}:latest", f"docker-archive:{archive}:demo:latest")
+    r = imgquilt("apply", "--image", f"docker-archive:{archive}", "--locked", cwd=q, check=0)
+    assert "differs from the lock's" in r.err and "the file hashes decide" in r.err
+    r = imgquilt("apply", "--locked", cwd=q, check=0)  # the pinned image itself: nothing to say
+    assert "differs" not in r.err

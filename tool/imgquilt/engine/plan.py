@@ -199,9 +199,9 @@ def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool 
                 t = targets.get(lt.path)
                 if t is not None and sha256_hex(t.data) != lt.base_sha256 and not any(p.path == lt.path for p in problems):
                     problems.append(Problem("lock", "-", lt.path, t.resolved, lt.base_sha256, sha256_hex(t.data)))
-        digest = info.digest or rootfs_digest([(t.resolved, sha256_hex(t.data)) for t in targets.values()])
-        if lock.image.digest and digest != lock.image.digest and not done:
-            notes.append(f"The image digest {digest} differs from the lock's {lock.image.digest}; the file hashes decide.")
+        # only a manifest digest says something the per-file hashes do not (a rootfs has none)
+        if info.digest and lock.image.digest and info.digest != lock.image.digest and not done:
+            notes.append(f"The image digest {info.digest} differs from the lock's {lock.image.digest}; the file hashes decide.")
     if problems:
         raise refusal(problems)
     files = []
