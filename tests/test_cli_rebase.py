@@ -12,17 +12,10 @@ import pytest
 from qtools import imgquilt, write_patch
 from test_rebase import (
     DEBUG_LINE, ENVS, LOADED_LINE, LOADED_VERIFY, SHARD_LOG, SHARD_LOG_PY, SITE311, SITE312, WEIGHTS,
-    WEIGHTS_V1, WEIGHTS_V2, make_patches, make_root, patched,
+    WEIGHTS_V1, WEIGHTS_V2, make_patches, make_root, patched, snapshot,
 )
 
 W311 = f"{SITE311}/{WEIGHTS}"
-
-
-def snapshot(q: Path) -> dict[str, bytes]:
-    files = {"series": (q / "series").read_bytes(), "targets.lock": (q / "targets.lock").read_bytes()}
-    for p in sorted((q / "patches").iterdir()):
-        files[f"patches/{p.name}"] = p.read_bytes()
-    return files
 
 
 @pytest.fixture
