@@ -234,3 +234,33 @@ def test_the_image_apply_wrote_is_live_and_its_record_agrees(tmp_path: Path, cli
     doc = json.loads(imgquilt("audit", "--root", str(copy), "--json", cwd=q, env=cli_env, check=5).out)
     assert {p["name"]: p["state"] for p in doc["patches"]}["0001-live-a.patch"] == "drifted"
     assert [x["patch"] for x in doc["record_problems"]] == ["0001-live-a.patch"]
+
+
+def test_audit_reads_only_the_layers_its_targets_need(tmp_path: Path, cli_env) -> None:
+    """Audit uses apply's reader: lower layers, here made unreadable, are never opened."""
+    from imagetools import blob_path, build_oci, file, flip_byte, layer_digests
+
+    from qtools import write_patch
+
+    layout = tmp_path / "img"
+    svc = b"def port():\n    return 8000\n"
+    build_oci(layout, [
+        [file("usr/share/big/data.bin", bytes(range(256)) * 4096)],
+        [file("usr/lib/other.py", "x = 1\n")],
+        [file("srv/app/svc.py", svc.decode())],
+    ], tag="v1")
+    for d in layer_digests(layout, "v1")[:2]:
+        flip_byte(blob_path(layout, d), blob_path(layout, d).stat().st_size // 2)
+    q = tmp_path / "queue"
+    q.mkdir()
+    write_patch(q, "0001-port.patch", [("srv/app/svc.py", svc, svc.replace(b"8000", b"9000"))])
+    r = imgquilt("audit", "--image", f"oci:{layout}:v1", "--json", cwd=q, env=cli_env, check=5)
+    doc = json.loads(r.out)
+    assert [(p["name"], p["state"]) for p in doc["patches"]] == [("0001-port.patch", "pending")]
+    imgquilt("audit", "--image", f"oci:{layout}:v1", "--expect", "pending", cwd=q, env=cli_env, check=0)
+    # apply reads the same way: its layer and record come from the top layer alone
+    imgquilt("apply", "--image", f"oci:{layout}:v1", "--layer", str(tmp_path / "fix.tar"), cwd=q, env=cli_env, check=0)
+    # a new image copies every base blob, so there the corrupt lower blobs are found and refused
+    out = tmp_path / "out"
+    r = imgquilt("apply", "--image", f"oci:{layout}:v1", "--output-image", f"oci:{out}:fixed", cwd=q, env=cli_env, check=6)
+    assert "does not match its digest" in r.err and not out.exists()

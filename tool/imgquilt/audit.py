@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .engine.hunks import ABSENT, Hunk, HunkError, apply_hunks, reverse_hunks, sha256_hex, split_lines
+from .engine.record import read_record_target
 from .engine.result import RECORD_PATH
 from .errors import BadImage, BadInput
 from .fs.types import ImageInfo, Source, TargetFile
@@ -372,11 +373,8 @@ def audit_targets(queue: Queue, targets: dict[str, TargetFile], record_target: T
 def audit_source(queue: Queue, source: Source) -> AuditReport:
     """Read only the target files (and the record) from `source` and audit them."""
     paths = queue.target_paths()
-    targets, details = _read(source, paths + [RECORD_PATH])
-    record_target = targets.pop(RECORD_PATH)
-    if RECORD_PATH in details:
-        details.pop(RECORD_PATH)
-        record_target = None
+    targets, details = _read(source, paths)
+    record_target = read_record_target(source)
     for path, note in _deleted_notes(source, targets).items():
         details.setdefault(path, note)
     remember_named(queue, [t.data for t in targets.values()])

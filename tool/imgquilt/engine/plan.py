@@ -4,10 +4,8 @@ Nothing here writes: the ApplyResult is handed to sinks only when everything ver
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
-from .. import __version__
 from ..errors import BadInput, BaseDrift, ImgquiltError, MalformedPatch, MissingTarget, PythonCheckFailed, Refused, ResultMismatch, StaleLock
 from ..fs.types import Source, TargetFile
 from ..queue.lock import Lock, LockTarget, rootfs_digest
@@ -15,6 +13,7 @@ from ..queue.queue import Queue
 from ..store import remember
 from .hunks import ABSENT, HunkError, apply_hunks, sha256_hex
 from .pycheck import new_python_errors
+from .record import read_record_target, record_bytes
 from .result import RECORD_PATH, ApplyResult, FileResult
 
 LOCK_HINT = "Run `imgquilt lock` to pin the queue to the image again."
@@ -156,32 +155,13 @@ def already_applied(queue: Queue, targets: dict[str, TargetFile]) -> bool:
     return bool(finals) and all(sha256_hex(targets[p].data) == h for p, h in finals.items())
 
 
-def record_bytes(queue: Queue, image_digest: str | None, image_ref: str, targets: dict[str, TargetFile]) -> bytes:
-    """var/lib/imgquilt/applied.json: what was applied, reproducible (no timestamps)."""
-    doc = {
-        "imgquilt_version": __version__,
-        "series_sha256": queue.series_sha256,
-        "image": {"ref": image_ref, "digest": image_digest},
-        "patches": [
-            {
-                "name": p.name,
-                "files": [
-                    {"path": s.path, "resolved": targets[s.path].resolved, "base_sha256": s.base_sha256, "patched_sha256": s.patched_sha256}
-                    for s in p.sections
-                ],
-            }
-            for p in queue.patches
-        ],
-    }
-    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
-
-
 def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False, python_check: bool = True) -> ApplyResult:
     """Read, apply and verify everything in memory. Raises a refusal naming every problem."""
     check_lock_fresh(queue, lock, locked=locked)
     paths = queue.target_paths()
-    targets = source.read_targets(paths + [RECORD_PATH])
-    record_target = targets.pop(RECORD_PATH)
+    targets = source.read_targets(paths)
+    # an image whose scanned layers do not decide the record gets one at its plain path
+    record_target = read_record_target(source) or TargetFile(RECORD_PATH, RECORD_PATH, None)
     info = source.info()
     notes: list[str] = []
     if lock is None:

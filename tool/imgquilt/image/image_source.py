@@ -124,7 +124,16 @@ class ImageSource:
             for a in open_:
                 wanted |= a.wanted
             self._scan_next(wanted)
-        decided: dict[str, _Decided] = attempts  # type: ignore[assignment]
+        return self._finish(attempts)  # type: ignore[arg-type]
+
+    def peek_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]:
+        """Like read_targets, over the layers already scanned only: a path they leave undecided is
+        left out. For the apply record, which must not make a read go deeper than the targets did."""
+        named = {p: check_member_path(p, what="target path") for p in paths}
+        attempts = {p: self._attempt(n) for p, n in named.items()}
+        return self._finish({p: a for p, a in attempts.items() if isinstance(a, _Decided)})
+
+    def _finish(self, decided: dict[str, _Decided]) -> dict[str, TargetFile]:
         self._fill_data([d.source for d in decided.values() if d.source is not None])
         out: dict[str, TargetFile] = {}
         for p, d in decided.items():

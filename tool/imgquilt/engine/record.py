@@ -1,0 +1,51 @@
+"""The apply record, var/lib/imgquilt/applied.json: written by every output, read by audit.
+
+Reading it must not cost more than the targets do. An image whose top layers decide every target
+is not read further just to learn that the record is absent: `peek_targets` resolves with the layers
+already scanned, and a record those layers do not decide counts as not there.
+"""
+from __future__ import annotations
+
+import json
+
+from .. import __version__
+from ..errors import BadImage, BadInput
+from ..fs.types import Source, TargetFile
+from ..queue.queue import Queue
+from .result import RECORD_PATH
+
+
+def record_bytes(queue: Queue, image_digest: str | None, image_ref: str, targets: dict[str, TargetFile]) -> bytes:
+    """What was applied, reproducible (no timestamps)."""
+    doc = {
+        "imgquilt_version": __version__,
+        "series_sha256": queue.series_sha256,
+        "image": {"ref": image_ref, "digest": image_digest},
+        "patches": [
+            {
+                "name": p.name,
+                "files": [
+                    {"path": s.path, "resolved": targets[s.path].resolved, "base_sha256": s.base_sha256, "patched_sha256": s.patched_sha256}
+                    for s in p.sections
+                ],
+            }
+            for p in queue.patches
+        ],
+    }
+    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+
+
+def read_record_target(source: Source) -> TargetFile | None:
+    """The record as `source` holds it, reading nothing beyond what the targets needed.
+
+    None: not decided by what was read, or not a readable file (audit reports no record then).
+    Call after read_targets for the queue's targets.
+    """
+    peek = getattr(source, "peek_targets", None)
+    try:
+        found = peek([RECORD_PATH]) if callable(peek) else source.read_targets([RECORD_PATH])
+    except BadImage:
+        raise
+    except BadInput:
+        return None
+    return found.get(RECORD_PATH)
