@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.table import Table
 
 from ..engine.hunks import sha256_hex
 from ..engine.plan import plan_apply, plan_lock
@@ -18,6 +17,9 @@ from ..outputs import Outputs, check_destinations, check_result, write_outputs
 from ..store import remember
 from ..util.atomic import atomic_write
 from .context import G, cache_dir, emit_json, err, load, out, queue_root, refuse_during_rebase
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 ImageOpt = typer.Option(None, "--image", "-i", help="Image reference (oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, rootfs:DIR, tar:FILE, a path, or any skopeo transport).")
 PlatformOpt = typer.Option(None, "--platform", help="os/arch[/variant] to pick from a multi-platform image.")
@@ -64,6 +66,8 @@ def _short(sha: str) -> str:
 
 def _table(result: ApplyResult) -> Table:
     """One row per patch and file, in series order: what was checked and what it became."""
+    from rich.table import Table  # only the human-readable output needs it
+
     t = Table(title="Verified", title_justify="left")
     t.add_column("patch", overflow="fold")
     t.add_column("file (resolved)", overflow="fold")

@@ -3,17 +3,19 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from ..audit import LIVE, STATES, AuditReport, audit_source, report_json
 from ..errors import NotLive, UsageError
 from ..fs.types import Source
 from .apply import ImageOpt, PlatformOpt, open_ref
 from .context import G, emit_json, load, out
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 COLOR = {"live": "green", "pending": "cyan", "drifted-live": "yellow", "drifted": "red", "missing": "red", "partial": "magenta"}
 
@@ -41,6 +43,8 @@ def _state(s: str) -> str:
 
 
 def _table(report: AuditReport) -> Table:
+    from rich.table import Table
+
     t = Table(title=escape(f"Audit of {report.info.ref}"))
     for col in ("patch", "state", "files", "first divergent file"):
         t.add_column(col)
@@ -57,6 +61,8 @@ def _table(report: AuditReport) -> Table:
 
 
 def _history_table(h) -> Table:
+    from rich.table import Table
+
     t = Table(title=escape(f"History of {h.queue_path} in {h.repo} ({h.commits} commit(s))"))
     for col in ("patch", "event", "commit", "date", "subject", "note"):
         t.add_column(col)

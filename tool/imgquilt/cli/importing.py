@@ -2,17 +2,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
 from ..errors import BadInput, UsageError
-from ..importer import mail_subject_name, split_mbox
 from ..queue.series import parse_series
-from ..work import ImportItem
 from .apply import ImageOpt, PlatformOpt
 from .context import G, emit_json
 from .work import files_json, header_fields, note, say, tree
+
+if TYPE_CHECKING:  # the importer (and the email package) load only when import runs
+    from ..work import ImportItem
 
 
 def _read(path: Path) -> bytes:
@@ -26,6 +27,9 @@ def _read(path: Path) -> bytes:
 
 def items_from(files: list[str], patch: str | None, strip: int, series: str | None) -> list[ImportItem]:
     """What to import: each FILE (a multi-mail `git format-patch --stdout` file gives one patch per mail), or a quilt series."""
+    from ..importer import mail_subject_name, split_mbox
+    from ..work import ImportItem
+
     items: list[ImportItem] = []
     if series is not None:
         if files or patch:

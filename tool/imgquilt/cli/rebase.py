@@ -1,21 +1,26 @@
 """`rebase`: carry the queue onto a new image; `--continue` and `--abort` a stopped rebase."""
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from ..errors import RebaseConflict, UsageError
-from ..rebase import RebaseOptions, RebaseReport, abort_rebase, continue_rebase, parse_map, rebase_in_progress, start_rebase
 from .apply import ImageOpt, PlatformOpt, open_ref
 from .context import G, emit_json, err, out, queue_root
+
+if TYPE_CHECKING:  # the rebase machinery (and gitpython) load only when rebase runs
+    from rich.table import Table
+
+    from ..rebase import RebaseReport
 
 _STYLE = {"unchanged": "green", "merged": "cyan", "moved": "magenta", "merged-upstream": "blue", "conflict": "bold red"}
 
 
 def _table(report: RebaseReport) -> Table:
+    from rich.table import Table
+
     t = Table(title=f"Rebase onto {report.new_image.get('ref')}")
     for col in ("patch", "state", "file", "file state", "note"):
         t.add_column(col)
@@ -79,6 +84,8 @@ def rebase_cmd(
       imgquilt rebase --continue
       imgquilt rebase --abort
     """
+    from ..rebase import RebaseOptions, abort_rebase, continue_rebase, parse_map, rebase_in_progress, start_rebase
+
     root = queue_root()
     if continue_ and abort:
         raise UsageError("--continue and --abort exclude each other.")

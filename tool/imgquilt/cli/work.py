@@ -8,16 +8,18 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
 from ..errors import QueueNotFound, UsageError
 from ..queue.lock import read_lock
 from ..queue.patchfile import Header, Patch
-from ..work import WorkTree
 from .apply import ImageOpt, PlatformOpt, open_ref, pick_ref
 from .context import G, emit_json, err, out, queue_root, refuse_during_rebase
+
+if TYPE_CHECKING:  # imgquilt.work loads only for the commands that use the work tree
+    from ..work import WorkTree
 
 
 def say(text: str) -> None:
@@ -51,6 +53,8 @@ def tree(image: str | None = None, platform: str | None = None, *, create: bool 
         if image is not None:
             wt.remember_image(absolute_ref(image))
         return source
+
+    from ..work import WorkTree
 
     wt = WorkTree(root, open_image=opener, image_explicit=image is not None)
     return wt

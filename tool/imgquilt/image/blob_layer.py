@@ -5,7 +5,8 @@ import hashlib
 from functools import cached_property
 from typing import BinaryIO, Literal
 
-from .blobio import BlobFile, BlobLocation, FileRange, Fingerprint, HashingRange, HashingStream, fingerprint
+from .blobio import (BlobFile, BlobLocation, CheckedRange, FileRange, Fingerprint, HashingRange, HashingStream,
+                     fingerprint)
 from .compression import Compression, Decompressed, detect
 from .mediatypes import OCI_LAYER_BY_COMPRESSION
 from .model import Descriptor
@@ -104,7 +105,12 @@ class BlobLayer:
 
     def open_stream(self, *, trusted: bool) -> TarStream:
         """The tar stream. `trusted`: the blob is known good (verified earlier, file unchanged),
-        so an uncompressed blob may be skipped through by seeking."""
+        so its digest is not computed again.
+
+        The blob's digest is computed by a thread of its own over the stored bytes while the tar is
+        read (and, in an uncompressed blob, skipped through by seeking); the end of the stream is
+        reached only after it matched. A diff_id (legacy docker-archive) is a digest of the
+        decompressed tar and is computed over what the decompressor hands out."""
         kind = self.compression
         digest = self.check_digest
         seen = fingerprint(self.location.path)
@@ -115,10 +121,10 @@ class BlobLayer:
             raw = FileRange(self.location, what=self.what)
             checker = None  # set below, over the decompressed bytes
         else:
-            raw = HashingRange(self.location, digest, what=self.what)
+            raw = CheckedRange(self.location, digest, what=self.what)
             checker = raw
         if kind is None:
-            return TarStream(raw, raw, checker, seekable=isinstance(raw, FileRange), fingerprint=seen)
+            return TarStream(raw, raw, checker, seekable=True, fingerprint=seen)
         tar = Decompressed(raw, kind, what=self.what)
         if checker is None and not trusted and digest is not None:
             tar = HashingStream(tar, digest, what=self.what)

@@ -1,18 +1,20 @@
 """Reading blobs where they lie (a file in a layout, or a member of an archive at an offset).
 
-Two raw streams share one small interface (`read`, `skip`, `peek`, `drain`, `close`):
+Three raw streams share one small interface (`read`, `skip`, `peek`, `drain`, `close`):
 - `FileRange`: positional reads of a byte range; `skip` seeks. Used where no digest is to be checked
   (a flat tar) or where the blob was already verified and its file has not changed since.
-- `HashingRange`: reads the range in order and hashes every byte; `skip` reads and hashes. The end
-  of the stream (b"") is only ever returned after the digest matched; a mismatch raises
-  DigestMismatch instead. Callers that build results from a blob
-  therefore read it to its end (`drain`) before they use anything from it.
+- `CheckedRange`: a FileRange whose digest a second thread computes over the whole range while the
+  caller reads (and seeks) where it likes. The end of the stream (b"") and `drain` only ever return
+  after the digest matched; a mismatch raises DigestMismatch instead. Callers that build results
+  from a blob therefore read it to its end (`drain`) before they use anything from it.
+- `HashingRange`: reads the range in order and hashes every byte in line (`open_blob`, for copies).
 """
 from __future__ import annotations
 
 import io
 import json
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,11 +129,15 @@ class FileRange:
 
     seekable = True
 
-    def __init__(self, loc: BlobLocation, *, what: str = "blob") -> None:
+    def __init__(self, loc: BlobLocation, *, what: str = "blob", fd: int | None = None) -> None:
         self.loc = loc
-        self._fd = _open_fd(loc, what)
+        self._fd = _open_fd(loc, what) if fd is None else fd
         self._pos = 0
         self.bytes_read = 0
+
+    def dup(self) -> "FileRange":
+        """The same range of the same open file (not of whatever the path names by now)."""
+        return FileRange(self.loc, fd=os.dup(self._fd))
 
     def read(self, n: int = -1) -> bytes:
         left = self.loc.size - self._pos
@@ -145,9 +151,15 @@ class FileRange:
         return data
 
     def readinto(self, b) -> int:
-        data = self.read(len(b))
-        n = len(data)
-        b[:n] = data
+        left = self.loc.size - self._pos
+        view = memoryview(b).cast("B")
+        if len(view) > left:
+            view = view[: max(0, left)]
+        if not len(view):
+            return 0
+        n = os.preadv(self._fd, [view], self.loc.offset + self._pos)  # straight into the caller's buffer
+        self._pos += n
+        self.bytes_read += n
         return n
 
     def pread(self, n: int, pos: int) -> bytes:
@@ -168,6 +180,10 @@ class FileRange:
     def drain(self) -> None:
         self._pos = self.loc.size
 
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
@@ -180,12 +196,112 @@ class FileRange:
         self.close()
 
 
-class HashingRange:
-    """A byte range read sequentially and hashed; b"" (the end) only after the digest matched.
+def _content_stamp(fd: int) -> tuple[int, int, int, int]:
+    """What changes when a file's bytes change (unlike ctime, which a new hard link changes too)."""
+    st = os.fstat(fd)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
-    Hashing is done inline: the decompressors hold the GIL, so a reader thread only fights them
-    for it (measured: slower than hashing in line, which costs ~0.7 s per GB with SHA-NI).
+
+class RangeDigest:
+    """The digest of a byte range, computed by a thread of its own.
+
+    hashlib and pread release the GIL, so on a second core this costs the reader (a decompressor,
+    a tar walk) nothing. `check()` waits for the thread and raises DigestMismatch on a mismatch.
     """
+
+    def __init__(self, loc: BlobLocation, digest: str, *, what: str, fd: int) -> None:
+        self.loc = loc
+        self.digest = digest
+        self.what = what
+        self._fd = os.dup(fd)  # the file the reader has open, whatever its path names later
+        self._content = _content_stamp(self._fd)
+        self._stop = False
+        self._error: str | None = None
+        self._hexdigest: str | None = None
+        self._thread = threading.Thread(target=self._run, name="imgquilt-digest", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            hasher = new_hasher(self.digest)
+            buf = memoryview(bytearray(min(CHUNK, max(self.loc.size, 1))))
+            pos, end = 0, self.loc.size
+            while pos < end and not self._stop:
+                n = os.preadv(self._fd, [buf[: min(len(buf), end - pos)]], self.loc.offset + pos)
+                if n <= 0:
+                    self._error = "truncated (the file shrank while read)"
+                    return
+                hasher.update(buf[:n])
+                pos += n
+            self._hexdigest = hasher.hexdigest()
+        except OSError as exc:
+            self._error = f"unreadable ({exc.strerror})"
+
+    def check(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise BadImage(f"The {self.what} at {self.loc.describe()} is {self._error}.")
+        if self._hexdigest is None:
+            raise RuntimeError("digest thread stopped early")
+        actual = f"{split_digest(self.digest)[0]}:{self._hexdigest}"
+        if actual != self.digest:
+            raise DigestMismatch(
+                f"The {self.what} {self.digest} at {self.loc.describe()} does not match its "
+                f"digest: its bytes hash to {actual}. Nothing from it was used.",
+                hint="The image is corrupt or was modified; fetch or copy it again.",
+            )
+        # the reader and the digest thread read the file separately: both saw these bytes
+        if _content_stamp(self._fd) != self._content:
+            raise BadImage(f"The {self.what} at {self.loc.describe()} changed while imgquilt read it.",
+                           hint="Run again once nothing else writes to the image.")
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class CheckedRange(FileRange):
+    """A FileRange (skip seeks) whose digest is checked, by a second thread, before its end is seen.
+
+    `read` returns b"" and `drain` returns only once the digest matched; `verified` is then True.
+    """
+
+    def __init__(self, loc: BlobLocation, digest: str, *, what: str = "blob") -> None:
+        super().__init__(loc, what=what)
+        try:
+            self._digest = RangeDigest(loc, digest, what=what, fd=self._fd)
+        except BaseException:
+            super().close()
+            raise
+        self.digest = digest
+        self.verified = False
+
+    def _verify(self) -> None:
+        if not self.verified:
+            self._digest.check()
+            self.verified = True
+
+    def read(self, n: int = -1) -> bytes:
+        data = super().read(n)
+        if not data and n != 0:
+            self._verify()
+        return data
+
+    def drain(self) -> None:
+        """Wait for the digest: raises DigestMismatch (or truncation) if the blob is bad."""
+        super().drain()
+        self._verify()
+
+    def close(self) -> None:
+        self._digest.close()
+        super().close()
+
+
+class HashingRange:
+    """A byte range read sequentially and hashed in line; b"" (the end) only after the digest matched."""
 
     seekable = False
 

@@ -12,7 +12,9 @@ How a read goes:
    it is a hard link to an earlier member) is read in a second pass over just that layer.
 
 Digests: a layer blob is always read to its end, and its digest checked, before anything read from
-it is used; a mismatch is DigestMismatch (exit 6). Layers are read whole anyway, since a later
+it is used; a mismatch is DigestMismatch (exit 6). While a layer is scanned three threads share the
+work: one decompresses, one hashes the stored bytes, and this one walks the tar headers; so a
+scan costs about what decompressing the layer alone costs. Layers are read whole anyway, since a later
 member of a layer can replace an earlier one. A second pass over a layer verified earlier in this
 run (or, with a cache directory, in an earlier run) whose file is unchanged (same device, inode,
 size, mtime and ctime) does not hash again; it seeks straight to the member in an uncompressed

@@ -15,7 +15,8 @@ from typing import Iterator, Protocol
 from ..errors import BadImage, UnsafePath
 
 BLOCK = 512
-READ_CHUNK = 1 << 20
+READ_CHUNK = 1 << 20  # per read of a seekable stream: after a skip, the next header is somewhere near
+STREAM_CHUNK = 4 << 20  # per read of a decompressed stream: it hands over one whole chunk, uncopied
 
 REGULAR = "0"
 HARDLINK = "1"
@@ -139,6 +140,7 @@ class TarWalker:
     def __init__(self, stream: Stream, *, what: str) -> None:
         self._src = stream
         self.what = what
+        self._read_size = READ_CHUNK if getattr(stream, "seekable", False) else STREAM_CHUNK
         self._buf = b""
         self._pos = 0
         self._base = 0  # stream offset of _buf[0]
@@ -149,36 +151,41 @@ class TarWalker:
         self.count = 0
 
     # --- buffer primitives ---
+    # _buf is the chunk the stream last returned, used in place; only what straddles two chunks
+    # (a header, a kept member's data) is copied out of them.
     @property
     def position(self) -> int:
         return self._base + self._pos
 
-    def _fill(self, n: int) -> bool:
-        """Make at least n bytes available at _pos; False at a clean end of stream."""
-        have = len(self._buf) - self._pos
-        parts = [self._buf[self._pos :]] if have else []
-        self._base += self._pos
-        while have < n:
-            chunk = self._src.read(max(READ_CHUNK, n - have))
-            if not chunk:
-                self._buf = b"".join(parts)
-                self._pos = 0
-                return False
-            parts.append(chunk)
-            have += len(chunk)
-        self._buf = parts[0] if len(parts) == 1 else b"".join(parts)
+    def _next(self) -> bool:
+        """Drop the (consumed) chunk and read the next; False at the end of the stream."""
+        self._base += len(self._buf)
+        self._buf = self._src.read(self._read_size)
         self._pos = 0
-        return True
+        return bool(self._buf)
 
     def _take(self, n: int) -> bytes:
         pos = self._pos
         end = pos + n
-        if end > len(self._buf):
-            if not self._fill(n):
+        buf = self._buf
+        if end <= len(buf):
+            self._pos = end
+            return buf[pos:end]
+        parts = [buf[pos:]]
+        need = end - len(buf)
+        self._pos = len(buf)
+        while need:
+            if not self._next():
                 raise self._truncated()
-            pos, end = 0, n
-        self._pos = end
-        return self._buf[pos:end]
+            buf = self._buf
+            if len(buf) >= need:
+                parts.append(buf[:need])
+                self._pos = need
+                break
+            parts.append(buf)
+            self._pos = len(buf)
+            need -= len(buf)
+        return b"".join(parts)
 
     def _skip(self, n: int) -> None:
         avail = len(self._buf) - self._pos
@@ -235,12 +242,9 @@ class TarWalker:
                 block = self._buf[start : start + BLOCK]
                 self._pos = start + BLOCK
             else:
-                if not self._fill(BLOCK):
-                    if len(self._buf) - self._pos == 0:
-                        return  # a clean end without end-of-archive blocks: accepted, as Go does
-                    raise self._truncated()
-                block = self._buf[0:BLOCK]
-                self._pos = BLOCK
+                if start == len(self._buf) and not self._next():
+                    return  # a clean end without end-of-archive blocks: accepted, as Go does
+                block = self._take(BLOCK)
             magic = block[257:265]
             ustar = magic[:5] == b"ustar"
             # The checksum is summed only for pre-POSIX headers: a ustar magic already tells a
