@@ -300,7 +300,25 @@ class CheckedRange(FileRange):
         super().close()
 
 
-class HashingRange:
+class _ReadToSkip:
+    """skip() and drain() by reading: the bytes must pass through the hash."""
+
+    def skip(self, n: int) -> int:
+        done = 0
+        while done < n:
+            part = self.read(min(CHUNK, n - done))  # type: ignore[attr-defined]
+            if not part:
+                break
+            done += len(part)
+        return done
+
+    def drain(self) -> None:
+        """Read to the end: raises DigestMismatch (or truncation) if the blob is bad."""
+        while self.read(CHUNK):  # type: ignore[attr-defined]
+            pass
+
+
+class HashingRange(_ReadToSkip):
     """A byte range read sequentially and hashed in line; b"" (the end) only after the digest matched."""
 
     seekable = False
@@ -354,20 +372,6 @@ class HashingRange:
         n = max(0, min(n, self.loc.size - self._pos))
         return os.pread(self._fd, n, self.loc.offset + self._pos) if n else b""
 
-    def skip(self, n: int) -> int:
-        done = 0
-        while done < n:
-            part = self.read(min(CHUNK, n - done))
-            if not part:
-                break
-            done += len(part)
-        return done
-
-    def drain(self) -> None:
-        """Read to the end: raises DigestMismatch (or truncation) if the blob is bad."""
-        while self.read(CHUNK):
-            pass
-
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
@@ -380,7 +384,7 @@ class HashingRange:
         self.close()
 
 
-class HashingStream:
+class HashingStream(_ReadToSkip):
     """Hash whatever passes through another stream (for digests over decompressed data)."""
 
     seekable = False
@@ -409,19 +413,6 @@ class HashingStream:
         elif n != 0 and not self.verified:
             self._check_end()
         return data
-
-    def skip(self, n: int) -> int:
-        done = 0
-        while done < n:
-            part = self.read(min(CHUNK, n - done))
-            if not part:
-                break
-            done += len(part)
-        return done
-
-    def drain(self) -> None:
-        while self.read(CHUNK):
-            pass
 
     def close(self) -> None:
         self._inner.close()
