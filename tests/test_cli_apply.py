@@ -178,3 +178,52 @@ def test_another_image_with_the_same_files_is_reported_not_refused(tmp_path: Pat
     assert "differs from the lock's" in r.err and "the file hashes decide" in r.err
     r = imgquilt("apply", "--locked", cwd=q, check=0)  # the pinned image itself: nothing to say
     assert "differs" not in r.err
+
+
+def _demo_queue(tmp_path: Path) -> Path:
+    from conftest import REPO
+
+    q = tmp_path / "queue"
+    shutil.copytree(REPO, q, ignore=shutil.ignore_patterns(".venv", ".git", "out", ".imgquilt", "tests", "tool", "bench"))
+    return q
+
+
+@pytest.mark.parametrize("damage", ["truncated-archive", "wrong-digest", "unknown-media-type", "missing-tag"])
+def test_bad_images_exit_6_and_leave_no_output(tmp_path: Path, damage: str) -> None:
+    import json as _json
+    import tarfile
+
+    from imagetools import blob_path, flip_byte, layer_digests
+
+    q = _demo_queue(tmp_path)
+    layout = q / "examples/demo-image"
+    ref = f"oci:{layout}:latest"
+    if damage == "truncated-archive":
+        archive = tmp_path / "demo.tar"
+        with tarfile.open(archive, "w") as tar:
+            tar.add(layout, arcname=".")
+        archive.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+        ref = f"oci-archive:{archive}"
+    elif damage == "wrong-digest":
+        top = layer_digests(layout, "latest")[-1]
+        flip_byte(blob_path(layout, top), 100)
+    elif damage == "unknown-media-type":
+        index = _json.loads((layout / "index.json").read_text())
+        mdigest = index["manifests"][0]["digest"]
+        mpath = layout / "blobs/sha256" / mdigest.split(":")[1]
+        m = _json.loads(mpath.read_text())
+        m["layers"][-1]["mediaType"] = "application/x-unknown-layer"
+        data = _json.dumps(m).encode()
+        import hashlib
+
+        new = hashlib.sha256(data).hexdigest()
+        (layout / "blobs/sha256" / new).write_bytes(data)
+        index["manifests"][0].update(digest=f"sha256:{new}", size=len(data))
+        (layout / "index.json").write_text(_json.dumps(index))
+    else:
+        ref = f"oci:{layout}:no-such-tag"
+    out_layer, out_image = tmp_path / "fix.tar.gz", tmp_path / "out-image"
+    r = imgquilt("apply", "--image", ref, "--layer", str(out_layer), "--output-image", f"oci:{out_image}:x", cwd=q, check=6)
+    assert "Traceback" not in r.err and r.err.startswith("imgquilt: ")
+    assert not out_layer.exists() and not out_image.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
