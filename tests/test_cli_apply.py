@@ -227,3 +227,11 @@ def test_bad_images_exit_6_and_leave_no_output(tmp_path: Path, damage: str) -> N
     assert "Traceback" not in r.err and r.err.startswith("imgquilt: ")
     assert not out_layer.exists() and not out_image.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_check_with_an_image_verifies_the_series_on_it(session) -> None:
+    q, root = session
+    imgquilt("check", "--image", f"rootfs:{root}", cwd=q, check=0)
+    (root / "etc/svc.conf").write_bytes(b"[server]\r\nworkers = 4\r\n")
+    r = imgquilt("check", "--image", f"rootfs:{root}", cwd=q, check=6)
+    assert "0002-workers.patch" in r.err and "base drifted" in r.err

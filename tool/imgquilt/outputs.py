@@ -5,10 +5,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from .engine.plan import plan_apply
 from .engine.result import ApplyResult
 from .errors import UsageError
-from .fs.types import ImageInfo
+from .fs.types import ImageInfo, Source
 from .image.model import Image
+from .queue.lock import Lock
+from .queue.queue import Queue
+from .store import remember
 
 
 @dataclass(frozen=True)
@@ -78,3 +82,17 @@ def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[],
         changed = write_in_place(outputs.root, result)
         written["root"] = {"path": str(outputs.root), "changed": changed}
     return written
+
+
+def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Outputs, open_base: Callable[[], Image], *,
+                locked: bool = False, python_check: bool = True) -> tuple[ApplyResult, dict[str, dict[str, Any]]]:
+    """The whole apply: check destinations, verify in memory, keep the bytes for rebase, write."""
+    check_destinations(outputs, source.info())
+    result = plan_apply(queue, source, lock, locked=locked, python_check=python_check)
+    check_result(outputs, result)
+    root = outputs.root
+    if root is None or not queue.root.resolve().is_relative_to(root.resolve()):
+        # not when the queue sits inside the root being patched (RUN imgquilt apply --root /):
+        # the stored copies would end up in the image
+        remember(queue.root, [x for f in result.files if f.patches for x in (f.target.data, f.final)])
+    return result, write_outputs(outputs, result, open_base)

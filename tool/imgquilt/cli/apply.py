@@ -7,14 +7,13 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from ..engine.hunks import sha256_hex
-from ..engine.plan import plan_apply, plan_lock
+from ..engine.plan import plan_lock, verification_problems
 from ..engine.result import ApplyResult
 from ..errors import QueueProblems, UsageError
 from ..fs.types import Source
 from ..queue.check import check_queue
 from ..queue.lock import render_lock
-from ..outputs import Outputs, check_destinations, check_result, write_outputs
-from ..store import remember
+from ..outputs import Outputs, apply_queue
 from ..util.atomic import atomic_write
 from .context import G, cache_dir, emit_json, err, load, out, queue_root, refuse_during_rebase
 
@@ -123,13 +122,6 @@ def apply_cmd(
         ref = pick_ref(image, lock.image.ref if lock else None)
     source = open_ref(ref, platform)
     outputs = Outputs(layer=layer, image=output_image, root=root, overlay=overlay)
-    check_destinations(outputs, source.info())
-    result = plan_apply(q, source, lock, locked=locked, python_check=not no_python_check)
-    check_result(outputs, result)
-    if root is None or not q.root.resolve().is_relative_to(root.resolve()):
-        # not when the queue sits inside the root being patched (RUN imgquilt apply --root /):
-        # the stored copies would end up in the image
-        remember(q.root, [x for f in result.files if f.patches for x in (f.target.data, f.final)])
 
     def open_base():
         from ..image.reference import open_image
@@ -137,7 +129,7 @@ def apply_cmd(
         # reuse the image the source already opened (a skopeo transport would be copied twice)
         return getattr(source, "image", None) or open_image(ref, platform=platform, cache_dir=cache_dir())
 
-    written = write_outputs(outputs, result, open_base)
+    result, written = apply_queue(q, source, lock, outputs, open_base, locked=locked, python_check=not no_python_check)
     if G.json:
         doc = result_json(result)
         doc["outputs"] = written
@@ -168,15 +160,8 @@ def check_cmd(image: Optional[str] = ImageOpt, platform: Optional[str] = Platfor
     root = queue_root()
     problems, patches = check_queue(root)
     if image and not problems:
-        from ..engine.plan import plan_apply as _plan
-        from ..errors import ImgquiltError
-
         q = load()
-        try:
-            _plan(q, open_ref(image, platform), q.lock())
-        except ImgquiltError as exc:
-            found = getattr(exc, "problems", None)
-            problems.extend([p.render() for p in found] if found else [exc.message])
+        problems.extend(verification_problems(q, open_ref(image, platform), q.lock()))
     if G.json:
         emit_json({"ok": not problems, "problems": problems, "patches": [p.name for p in patches]})
         if problems:
