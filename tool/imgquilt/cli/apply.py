@@ -27,7 +27,11 @@ PlatformOpt = typer.Option(None, "--platform", help="os/arch[/variant] to pick f
 def open_ref(ref: str, platform: str | None) -> Source:
     from ..image.reference import open_source
 
-    return open_source(ref, platform=platform, cache_dir=cache_dir())
+    source = open_source(ref, platform=platform, cache_dir=cache_dir())
+    if hasattr(source, "on_layer") and err.is_terminal and not G.json:
+        # progress for people only: one line per layer read, on stderr, never into JSON or a pipe
+        source.on_layer = lambda i, n, digest: err.print(f"[dim]reading layer {i + 1} of {n} from the top: {digest}[/]")
+    return source
 
 
 def pick_ref(image: str | None, lock_ref: str | None) -> str:

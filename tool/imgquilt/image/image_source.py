@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..errors import BadImage, BadInput
 from ..fs.paths import check_member_path
@@ -106,6 +106,8 @@ class ImageSource:
         self._deletions: dict[str, Deletion] = {}
         self._likely_kept = 0
         self.stats = ScanStats()
+        # called with (layer position from the top, layer count, layer digest) before a layer is read
+        self.on_layer: Callable[[int, int, str], None] | None = None
 
     # --- Source protocol ---
     def info(self) -> ImageInfo:
@@ -260,6 +262,8 @@ class ImageSource:
     def _scan_next(self, wanted: set[str]) -> None:
         position = self._view.scanned
         layer = self._layers[position]
+        if self.on_layer is not None:
+            self.on_layer(position, len(self._layers), self._label(position))
         basenames = {posixpath.basename(w) for w in wanted}
 
         def keep(path: str, size: int) -> bool:
