@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -25,6 +26,13 @@ def write_patch(queue: Path, name: str, changes: list[tuple[str, bytes | None, b
     with open(queue / "series", "a") as f:
         f.write(name + "\n")
     return patch.raw
+
+
+def copy_demo_queue(dest: Path) -> Path:
+    """The repository's demo queue (series, patches, lock, examples/) copied to `dest`, so that what
+    apply keeps in the queue's .imgquilt/ never lands in the repository."""
+    shutil.copytree(REPO, dest, ignore=shutil.ignore_patterns(".venv", ".git", "out", ".imgquilt", "tests", "tool", "bench"))
+    return dest
 
 
 def tree_hash(root: Path) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import imgquilt, tree_hash, write_patch
+from qtools import copy_demo_queue, imgquilt, tree_hash, write_patch
 
 SERVER = b"import os\n\nPORT = int(os.environ.get('PORT', '8000'))\n\n\ndef serve():\n    return PORT\n"
 CONF = b"[server]\r\nworkers = 2\r\n"
@@ -168,24 +168,13 @@ def test_another_image_with_the_same_files_is_reported_not_refused(tmp_path: Pat
     """The lock pins the demo image; a docker-archive copy has another manifest digest but the same bytes."""
     from imagetools import skopeo_copy
 
-    from conftest import REPO
-
-    q = tmp_path / "queue"
-    shutil.copytree(REPO, q, ignore=shutil.ignore_patterns(".venv", ".git", "out", ".imgquilt", "tests", "tool", "bench"))
+    q = copy_demo_queue(tmp_path / "queue")
     archive = tmp_path / "demo.tar"
     skopeo_copy(f"oci:{q / 'examples/demo-image'}:latest", f"docker-archive:{archive}:demo:latest")
     r = imgquilt("apply", "--image", f"docker-archive:{archive}", "--locked", cwd=q, check=0)
     assert "differs from the lock's" in r.err and "the file hashes decide" in r.err
     r = imgquilt("apply", "--locked", cwd=q, check=0)  # the pinned image itself: nothing to say
     assert "differs" not in r.err
-
-
-def _demo_queue(tmp_path: Path) -> Path:
-    from conftest import REPO
-
-    q = tmp_path / "queue"
-    shutil.copytree(REPO, q, ignore=shutil.ignore_patterns(".venv", ".git", "out", ".imgquilt", "tests", "tool", "bench"))
-    return q
 
 
 @pytest.mark.parametrize("damage", ["truncated-archive", "wrong-digest", "unknown-media-type", "missing-tag"])
@@ -195,7 +184,7 @@ def test_bad_images_exit_6_and_leave_no_output(tmp_path: Path, damage: str) -> N
 
     from imagetools import blob_path, flip_byte, layer_digests
 
-    q = _demo_queue(tmp_path)
+    q = copy_demo_queue(tmp_path / "queue")
     layout = q / "examples/demo-image"
     ref = f"oci:{layout}:latest"
     if damage == "truncated-archive":

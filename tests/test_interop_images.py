@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import imgquilt, tree_hash
+from qtools import copy_demo_queue, imgquilt, tree_hash
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "examples" / "demo-image"
@@ -133,8 +133,7 @@ def test_the_demo_image_is_rebuilt_byte_for_byte(tmp_path: Path) -> None:
 
 
 def test_the_top_level_lock_pins_the_demo_image_and_is_fresh(tmp_path: Path) -> None:
-    q = tmp_path / "queue"  # a copy: apply keeps bases in the queue's .imgquilt/, not in the repository
-    shutil.copytree(REPO, q, ignore=shutil.ignore_patterns(".venv", ".git", "out", ".imgquilt", "tests", "tool", "bench"))
+    q = copy_demo_queue(tmp_path / "queue")
     imgquilt("check", cwd=q, check=0)
     r = imgquilt("--json", "apply", "--locked", "--image", f"oci:{DEMO}:latest", cwd=q, check=0)
     assert json.loads(r.out)["pinned"] is True

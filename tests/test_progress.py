@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import os
 import pty
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO, TOOL
+from conftest import TOOL
+from qtools import copy_demo_queue
 
 
 def run_on_a_terminal(args: list[str], cwd: Path) -> str:
@@ -34,8 +34,7 @@ def run_on_a_terminal(args: list[str], cwd: Path) -> str:
 
 
 def test_layers_are_reported_on_a_terminal_only(tmp_path: Path) -> None:
-    q = tmp_path / "queue"  # the demo queue, copied: apply keeps bases in the queue's .imgquilt/
-    shutil.copytree(REPO, q, ignore=shutil.ignore_patterns(".venv", ".git", "out", ".imgquilt", "tests", "tool", "bench"))
+    q = copy_demo_queue(tmp_path / "queue")
     text = run_on_a_terminal(["apply"], cwd=q)
     assert "reading layer 1 of 3 from the top: sha256:" in text
     piped = subprocess.run([sys.executable, "-m", "imgquilt", "apply"], cwd=q, capture_output=True, text=True,
