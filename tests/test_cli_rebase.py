@@ -295,20 +295,26 @@ def test_rebase_between_two_real_oci_images(session) -> None:
     assert f'ref = "oci:{layout}:0.10.2"' in lock
 
 
-def test_moved_site_packages_in_a_real_oci_image_with_map(session) -> None:
+def py311_and_py312_images(tmp: Path, old: Path) -> Path:
+    """An OCI layout with `py311` (the old rootfs) and `py312` (site-packages moved, by umoci)."""
     from imagetools import build_oci, umoci_edit
 
-    tmp, q, old, env = session
     layout = tmp / "images/vllm"
     layout.parent.mkdir()
     build_oci(layout, [old], tag="py311")
 
     def to_py312(rootfs: Path) -> None:
         (rootfs / SITE312).parent.mkdir(parents=True)
-        os.rename(rootfs / SITE311, rootfs / SITE312)  # umoci writes the whiteouts
+        os.rename(rootfs / SITE311, rootfs / SITE312)  # umoci writes whiteouts for the old paths
         (rootfs / SITE312 / WEIGHTS).write_bytes(WEIGHTS_V2)
 
     umoci_edit(layout, "py311", to_py312, new_tag="py312")
+    return layout
+
+
+def test_moved_site_packages_in_a_real_oci_image_with_map(session) -> None:
+    tmp, q, old, env = session
+    layout = py311_and_py312_images(tmp, old)
     imgquilt("lock", "--image", f"oci:{layout}:py311", cwd=q, env=env, check=0)
     r = imgquilt("rebase", "--image", f"oci:{layout}:py312", "--from", f"oci:{layout}:py311",
                  "--map", "usr/local/lib/python3.11=usr/local/lib/python3.12", "--json", cwd=q, env=env, check=0)
@@ -321,19 +327,8 @@ def test_moved_site_packages_in_a_real_oci_image_with_map(session) -> None:
 
 def test_moved_site_packages_found_in_a_real_oci_image_without_map(session) -> None:
     """The image lists its own paths (tar headers only), so a move needs no --map."""
-    from imagetools import build_oci, umoci_edit
-
     tmp, q, old, env = session
-    layout = tmp / "images/vllm"
-    layout.parent.mkdir()
-    build_oci(layout, [old], tag="py311")
-
-    def to_py312(rootfs: Path) -> None:
-        (rootfs / SITE312).parent.mkdir(parents=True)
-        os.rename(rootfs / SITE311, rootfs / SITE312)  # umoci writes whiteouts for the old paths
-        (rootfs / SITE312 / WEIGHTS).write_bytes(WEIGHTS_V2)
-
-    umoci_edit(layout, "py311", to_py312, new_tag="py312")
+    layout = py311_and_py312_images(tmp, old)
     imgquilt("lock", "--image", f"oci:{layout}:py311", cwd=q, env=env, check=0)
     r = imgquilt("rebase", "--image", f"oci:{layout}:py312", "--json", cwd=q, env=env, check=0)
     doc = json.loads(r.out)

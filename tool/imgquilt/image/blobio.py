@@ -124,7 +124,28 @@ def _open_fd(loc: BlobLocation, what: str) -> int:
     return fd
 
 
-class FileRange:
+class _OwnsFd:
+    """A reader that owns one file descriptor: closing it, and `with` support."""
+
+    _fd: int
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class FileRange(_OwnsFd):
     """A byte range of a file, read with pread; skipping seeks. Nothing is verified."""
 
     seekable = True
@@ -180,20 +201,6 @@ class FileRange:
     def drain(self) -> None:
         self._pos = self.loc.size
 
-    @property
-    def closed(self) -> bool:
-        return self._fd < 0
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def __enter__(self) -> "FileRange":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _content_stamp(fd: int) -> tuple[int, int, int, int]:
@@ -318,7 +325,7 @@ class _ReadToSkip:
             pass
 
 
-class HashingRange(_ReadToSkip):
+class HashingRange(_ReadToSkip, _OwnsFd):
     """A byte range read sequentially and hashed in line; b"" (the end) only after the digest matched."""
 
     seekable = False
@@ -372,16 +379,6 @@ class HashingRange(_ReadToSkip):
         n = max(0, min(n, self.loc.size - self._pos))
         return os.pread(self._fd, n, self.loc.offset + self._pos) if n else b""
 
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def __enter__(self) -> "HashingRange":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class HashingStream(_ReadToSkip):

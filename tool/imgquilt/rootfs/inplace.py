@@ -19,6 +19,7 @@ from pathlib import Path
 from ..engine.hunks import sha256_hex
 from ..engine.result import ApplyResult, FileResult
 from ..errors import BaseDrift
+from ..fs.types import TargetFile
 from .dirfd import open_dir, open_root, parent_dir, split
 from .source import RootfsSource
 
@@ -132,8 +133,12 @@ def _commit_one(dfd: int, name: str, e: _Entry) -> None:
     os.fsync(dfd)
 
 
-def _expect_current(root: Path, result: ApplyResult, changed: list[FileResult]) -> None:
-    """Under the lock, the root must still hold the verified bases (or already the results)."""
+def _read_current(root: Path, changed: list[FileResult]) -> dict[str, TargetFile]:
+    """Under the lock, the root must still hold the verified bases (or already the results).
+
+    Returns the targets as the root resolves them: that decides where to write, since a root given
+    with --image may resolve a path differently from the image.
+    """
     cur = RootfsSource(root).read_targets([f.target.path for f in changed])
     for f in changed:
         now = cur[f.target.path]
@@ -144,6 +149,7 @@ def _expect_current(root: Path, result: ApplyResult, changed: list[FileResult]) 
             f"but the verified base is {sha256_hex(f.target.data)}; nothing was written.",
             hint="The root is not the filesystem that was verified (or it changed meanwhile); apply onto a copy of that image.",
         )
+    return cur
 
 
 def _prepare(root_fd: int, f: FileResult, e: _Entry, created: list[str]) -> None:
@@ -179,9 +185,7 @@ def write_in_place(root: Path, result: ApplyResult) -> list[str]:
         fcntl.flock(root_fd, fcntl.LOCK_EX)
         recover(root)
         changed = [f for f in result.files if f.final != f.target.data]
-        _expect_current(root, result, changed)
-        # the root's own resolution decides where to write (it may differ from the image's)
-        here = RootfsSource(root).read_targets([f.target.path for f in changed])
+        here = _read_current(root, changed)
         entries: list[_Entry] = []
         created: list[str] = []
         try:
