@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from imgquilt.engine.hunks import sha256_hex
+from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.patchfile import Header, build_patch, make_section, parse_patch
 from qtools import imgquilt
 

@@ -5,8 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imgquilt.engine.diff import diff_hunks, format_hunks, unified_diff
-from imgquilt.engine.hunks import Hunk, HunkError, HunkLine, apply_hunks, reverse_hunks, sha256_hex, split_lines
+from imgquilt.engine.apply import HunkError, apply_hunks, reverse_hunks
+from imgquilt.queue.difftext import diff_hunks, format_hunks, unified_diff
+from imgquilt.queue.hunks import Hunk, HunkLine, sha256_hex, split_lines
 
 CASES = {
     "crlf": (b"one\r\ntwo\r\nthree\r\n", b"one\r\nTWO\r\nthree\r\n"),

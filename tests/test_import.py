@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from imgquilt.engine.hunks import sha256_hex
+from imgquilt.queue.hunks import sha256_hex
 from imgquilt.errors import BadInput, BaseDrift, HunkMismatch, MalformedPatch, MissingTarget, ResultMismatch, UnsafePath, UsageError
 from imgquilt.importer import apply_foreign, mail_subject_name, parse_foreign, split_mbox, strip_path
 from imgquilt.queue.patchfile import make_section, parse_patch

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from imgquilt.engine.hunks import apply_hunks, sha256_hex
+from imgquilt.engine.apply import apply_hunks
+from imgquilt.queue.hunks import sha256_hex
 from imgquilt.errors import MalformedPatch, UnsafePath
 from imgquilt.queue.patchfile import Header, build_patch, make_section, parse_patch, render_section
 
@@ -79,7 +80,7 @@ def _section(path="usr/x", base="a" * 64, patched="b" * 64, body=b"--- a/usr/x\n
         (_section(base="XYZ"), "64 lowercase hex"),
         (_section(base="A" * 64), "64 lowercase hex"),
         (_section().replace(b"Patched-SHA256: " + b"b" * 64 + b"\n", b""), "no Patched-SHA256"),
-        (_section(body=b"--- a/usr/x\n+++ b/usr/x\n@@ -1,3 +1,3 @@\n-a\n+b\n"), "shorter"),
+        (_section(body=b"--- a/usr/x\n+++ b/usr/x\n@@ -1,3 +1,3 @@\n-a\n+b\n"), "truncated"),
         (_section(base="absent"), "Base-SHA256 is absent"),
         (_section() + _section(), "two sections"),
         (_section(body=b""), "no `---`"),

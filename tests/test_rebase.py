@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from imgquilt.engine.hunks import sha256_hex
+from imgquilt.queue.hunks import sha256_hex
 from imgquilt.engine.plan import plan_apply, plan_lock
 from imgquilt.errors import BadInput, BaseDrift, MissingTarget, RebaseConflict, UsageError
 from imgquilt.image.reference import open_source

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from imgquilt.engine.hunks import sha256_hex
+from imgquilt.queue.hunks import sha256_hex
 from imgquilt.errors import BaseDrift, MalformedPatch, Refused, UnsafePath, UsageError
 from imgquilt.queue.patchfile import Header, build_patch, make_section, parse_patch
 from imgquilt.rootfs.source import RootfsSource

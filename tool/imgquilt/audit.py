@@ -10,7 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
-from .engine.hunks import ABSENT, Hunk, HunkError, apply_hunks, reverse_hunks, sha256_hex, split_lines
+from .engine.apply import HunkError, apply_hunks, reverse_hunks
+from .queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
 from .engine.record import read_record_target
 from .engine.result import RECORD_PATH
 from .errors import BadImage, BadInput

@@ -25,11 +25,12 @@ from datetime import datetime
 from email.parser import BytesHeaderParser
 from typing import Callable
 
-from .engine.hunks import ABSENT, Hunk, HunkError, HunkLine, apply_hunks, sha256_hex, split_lines
+from .engine.apply import HunkError, apply_hunks
 from .errors import BadInput, BaseDrift, HunkMismatch, MalformedPatch, ResultMismatch
 from .fs.paths import check_member_path
+from .queue.difftext import HunkTextError, is_file_start, read_hunks
+from .queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
 
-_HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 # at the start of a line, or in a `#` comment; never an indented DEP-3 continuation line
 _PIN = re.compile(rb"^(?:[ \t]*#+[ \t]*)?(target|base[ _-]?sha256|patched[ _-]?sha256|mode)[ \t]*:[ \t]*(\S[^\r\n]*?)[ \t]*\r?\n?$", re.I)
 _HASH = re.compile(r"^(?:[0-9a-f]{64}|absent)$")
@@ -195,69 +196,7 @@ def strip_path(name: str, strip: int, *, source: str = "", line: int = 0) -> str
     return rest
 
 
-# --- reading hunks -----------------------------------------------------------------------
-def _no_newline(body: list[HunkLine], source: str, lineno: int) -> None:
-    if not body or not body[-1].text.endswith(b"\n"):
-        raise _bad(source, lineno, "a `\\ No newline at end of file` marker follows no line.")
-    last = body[-1]
-    body[-1] = HunkLine(last.kind, last.text[:-1])
-
-
-def _parse_hunks(lines: list[bytes], i: int, source: str) -> tuple[list[Hunk], int]:
-    hunks: list[Hunk] = []
-    n = len(lines)
-    while i < n and lines[i].startswith(b"@@ "):
-        m = _HUNK.match(lines[i])
-        if not m:
-            raise _bad(source, i + 1, f"cannot read hunk header {lines[i].rstrip()!r}.")
-        old_start, new_start = int(m.group(1)), int(m.group(3))
-        old_len = 1 if m.group(2) is None else int(m.group(2))
-        new_len = 1 if m.group(4) is None else int(m.group(4))
-        head_line = i + 1
-        i += 1
-        body: list[HunkLine] = []
-        old_left, new_left = old_len, new_len
-        while old_left or new_left:
-            if i >= n:
-                raise _bad(source, head_line, "the hunk ends before its @@ header says (truncated patch?).")
-            ln = lines[i]
-            c = ln[:1]
-            if c == b"\\":
-                _no_newline(body, source, i + 1)
-                i += 1
-                continue
-            if c in (b" ", b"-", b"+"):
-                kind, text = c.decode(), ln[1:]
-            elif ln in (b"\n", b"\r\n"):
-                kind, text = " ", ln  # a context line whose leading space a mailer stripped
-            else:
-                raise _bad(source, i + 1, f"the hunk at line {head_line} ends early, at {ln[:60]!r}.")
-            if kind != "+":
-                old_left -= 1
-            if kind != "-":
-                new_left -= 1
-            if old_left < 0 or new_left < 0:
-                raise _bad(source, i + 1, f"the hunk at line {head_line} has more lines than its @@ header says.")
-            body.append(HunkLine(kind, text))
-            i += 1
-        if i < n and lines[i].startswith(b"\\"):
-            _no_newline(body, source, i + 1)
-            i += 1
-        if i < n and lines[i][:1] in (b"+", b"-") and not _is_start(lines, i) and lines[i].rstrip(b"\r\n") != b"-- ":
-            # a hand-edited hunk that grew: refusing beats silently dropping the line
-            raise _bad(source, i + 1, f"the hunk at line {head_line} has more lines than its @@ header says.")
-        hunks.append(Hunk(old_start, old_len, new_start, new_len, tuple(body)))
-    return hunks, i
-
-
 # --- the whole file ----------------------------------------------------------------------
-def _is_start(lines: list[bytes], i: int) -> bool:
-    ln = lines[i]
-    if ln.startswith(b"diff --git "):
-        return True
-    return ln.startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ ")
-
-
 def _intro_line(ln: bytes) -> bool:
     """Lines that belong to the next file diff, not to the header (quilt, svn, diff -r)."""
     return ln.startswith(b"Index: ") or ln.startswith(b"====") or (ln.startswith(b"diff ") and not ln.startswith(b"diff --git "))
@@ -316,7 +255,7 @@ def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
     i = 0
     while i < n:
         ln = lines[i]
-        if not _is_start(lines, i):
+        if not is_file_start(lines, i):
             pin = _pin_of(ln)
             if pin is not None:
                 pins.add(pin[0], pin[1], i + 1)
@@ -363,7 +302,10 @@ def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
         if git:
             old_absent = old_absent or b"new file mode " in meta
             new_absent = new_absent or b"deleted file mode " in meta
-        hunks, i = _parse_hunks(lines, i, source)
+        try:
+            hunks, i = read_hunks(lines, i)
+        except HunkTextError as exc:
+            raise _bad(source, exc.line, exc.message) from None
         index = None
         if b"index " in meta:
             m = re.match(rb"^([0-9a-f]+)\.\.([0-9a-f]+)", meta[b"index "])

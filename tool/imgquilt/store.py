@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from .engine.hunks import ABSENT
+from .queue.hunks import ABSENT
 from .util.atomic import atomic_write
 
 if TYPE_CHECKING:

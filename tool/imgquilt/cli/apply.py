@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ..engine.hunks import sha256_hex
+from ..queue.hunks import sha256_hex
 from ..engine.plan import plan_lock, verification_problems
 from ..engine.result import ApplyResult
 from ..errors import QueueProblems, UsageError

@@ -11,7 +11,8 @@ from ..fs.types import Source, TargetFile
 from ..queue.lock import Lock, LockTarget, rootfs_digest
 from ..queue.queue import Queue
 from ..store import remember
-from .hunks import ABSENT, HunkError, apply_hunks, sha256_hex
+from ..queue.hunks import ABSENT, sha256_hex
+from .apply import HunkError, apply_hunks
 from .pycheck import new_python_errors
 from .record import read_record_target, record_bytes
 from .result import RECORD_PATH, ApplyResult, FileResult

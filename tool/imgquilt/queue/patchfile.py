@@ -1,23 +1,18 @@
 """The imgquilt patch file: a DEP-3 style header, then per file `Index:`, hashes and a unified diff.
 
 Parsing keeps the original bytes: `Patch.raw` is the file as read, so parse-then-write of a patch is
-byte-identical. unidiff gives the structure of each section's diff (decoded as latin-1, which maps
-every byte to one character, so the line bytes come back exactly).
+byte-identical. Each section's hunks are read by the one unified-diff reader in `difftext`, on bytes,
+so the line bytes come back exactly.
 """
 from __future__ import annotations
 
-import io
 import re
 from dataclasses import dataclass, field, replace
 
-from unidiff import PatchSet
-from unidiff.constants import LINE_TYPE_NO_NEWLINE
-from unidiff.errors import UnidiffParseError
-
-from ..engine.diff import unified_diff
-from ..engine.hunks import ABSENT, Hunk, HunkLine
 from ..errors import MalformedPatch
 from ..fs.paths import check_member_path
+from .difftext import HunkTextError, is_file_start, read_hunks, unified_diff
+from .hunks import ABSENT, Hunk, sha256_hex, split_lines
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _FIELD = re.compile(rb"^([A-Za-z][A-Za-z0-9_-]*):[ \t]?(.*?)\r?\n?$", re.S)
@@ -146,35 +141,27 @@ def _hash_field(name: str, path: str, key: str, value: str | None) -> str:
     return value
 
 
-def _parse_hunks(name: str, path: str, diff: bytes) -> tuple[str, str, tuple[Hunk, ...]]:
+def _diff_name(line: bytes) -> str:
+    """The name on a `---`/`+++` line, without a timestamp (after a tab)."""
+    return line[4:].split(b"\t", 1)[0].rstrip(b"\n").decode("utf-8", "surrogateescape")
+
+
+def _parse_hunks(name: str, path: str, lines: list[bytes]) -> tuple[str, str, tuple[Hunk, ...]]:
+    """The `---`/`+++` names and the hunks of one section's diff (`lines` start at `---`)."""
+    if len(lines) < 2 or not lines[1].startswith(b"+++ "):
+        raise _bad(name, f"section {path!r} must hold exactly one ---/+++ file diff, found 0.")
     try:
-        ps = PatchSet(io.BytesIO(diff), encoding="latin-1")
-    except UnidiffParseError as exc:
-        raise _bad(name, f"section {path!r}: {exc}") from None
-    if len(ps) != 1:
-        raise _bad(name, f"section {path!r} must hold exactly one ---/+++ file diff, found {len(ps)}.")
-    pf = ps[0]
-    hunks: list[Hunk] = []
-    for uh in pf:
-        lines: list[HunkLine] = []
-        for ln in uh:
-            if ln.line_type == LINE_TYPE_NO_NEWLINE:
-                if not lines or not lines[-1].text.endswith(b"\n"):
-                    raise _bad(name, f"section {path!r}: a `\\ No newline` marker follows no line.")
-                lines[-1] = HunkLine(lines[-1].kind, lines[-1].text[:-1])
-                continue
-            if ln.line_type not in (" ", "-", "+"):
-                continue  # trailing empty separator lines
-            lines.append(HunkLine(ln.line_type, ln.value.encode("latin-1")))
-        hunk = Hunk(uh.source_start, uh.source_length, uh.target_start, uh.target_length, tuple(lines))
-        if len(hunk.old_lines) != hunk.old_len or len(hunk.new_lines) != hunk.new_len:
-            raise _bad(name, f"section {path!r}: a hunk is shorter than its @@ header says (truncated patch?).")
-        hunks.append(hunk)
-    return pf.source_file, pf.target_file, tuple(hunks)
+        hunks, end = read_hunks(lines, 2)
+    except HunkTextError as exc:
+        raise _bad(name, f"section {path!r}: {exc.message}") from None
+    extra = sum(1 for k in range(end, len(lines)) if is_file_start(lines, k) and lines[k].startswith(b"--- "))
+    if extra:
+        raise _bad(name, f"section {path!r} must hold exactly one ---/+++ file diff, found {1 + extra}.")
+    return _diff_name(lines[0]), _diff_name(lines[1]), tuple(hunks)
 
 
 def _parse_section(name: str, raw: bytes) -> FileSection:
-    lines = raw.splitlines(keepends=True)
+    lines = split_lines(raw)
     path = lines[0][len(b"Index: "):].rstrip(b"\r\n").decode("utf-8", "surrogateescape")
     try:
         path = check_member_path(path, what=f"path in patch {name}")
@@ -204,7 +191,7 @@ def _parse_section(name: str, raw: bytes) -> FileSection:
             mode = int(fields["Mode"].strip(), 8)
         except ValueError:
             raise _bad(name, f"section {path!r}: Mode must be octal, not {fields['Mode']!r}.") from None
-    src, dst, hunks = _parse_hunks(name, path, b"".join(lines[i:]))
+    src, dst, hunks = _parse_hunks(name, path, lines[i:])
     if (src == "/dev/null") != (base == ABSENT):
         raise _bad(name, f"section {path!r}: `---` is {src} but Base-SHA256 is {base}.")
     if (dst == "/dev/null") != (patched == ABSENT):
@@ -214,7 +201,8 @@ def _parse_section(name: str, raw: bytes) -> FileSection:
 
 def parse_patch(data: bytes, name: str = "<patch>") -> Patch:
     """Parse a patch in the imgquilt format. Raises MalformedPatch with the reason."""
-    lines = data.splitlines(keepends=True)
+    # split at b"\n" only: a lone CR is part of a line's bytes, never a line start
+    lines = split_lines(data)
     starts = [i for i, ln in enumerate(lines) if ln.startswith(b"Index: ")]
     if not starts:
         if not re.search(rb"^(diff |--- |\+\+\+ |@@ )", data, re.M):
@@ -238,8 +226,6 @@ def parse_patch(data: bytes, name: str = "<patch>") -> Patch:
 
 def render_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None) -> bytes:
     """The canonical bytes of a section turning `old` into `new` (None: absent)."""
-    from ..engine.hunks import sha256_hex
-
     head = f"Index: {path}\nBase-SHA256: {sha256_hex(old)}\nPatched-SHA256: {sha256_hex(new)}\n"
     if mode is not None and old is None and new is not None:
         head += f"Mode: {mode:04o}\n"

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..engine.hunks import ABSENT, HunkError, apply_hunks, sha256_hex
+from ..engine.apply import HunkError, apply_hunks
+from ..queue.hunks import ABSENT, sha256_hex
 from ..engine.merge import merge3
 from ..engine.pycheck import new_python_errors
 from ..errors import BadInput, MalformedPatch

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from ..engine.hunks import ABSENT, sha256_hex
+from ..queue.hunks import ABSENT, sha256_hex
 from ..engine.plan import run_series
 from ..errors import BadInput, BaseDrift, ImgquiltError, RebaseConflict, UsageError
 from ..queue.queue import Queue, load_queue

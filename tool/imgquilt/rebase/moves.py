@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from ..engine.hunks import ABSENT
+from ..queue.hunks import ABSENT
 from ..errors import BadInput, MissingTarget, UsageError
 from ..fs.types import Source
 from ..queue.patchfile import FileSection

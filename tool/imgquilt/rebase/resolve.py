@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..engine.hunks import sha256_hex
+from ..queue.hunks import sha256_hex
 from ..engine.merge import leftover_markers
 from ..engine.pycheck import new_python_errors
 from ..errors import RebaseConflict

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine.hunks import sha256_hex
+from ..queue.hunks import sha256_hex
 from ..engine.result import ApplyResult, FileResult
 from ..errors import BaseDrift
 from ..fs.types import TargetFile

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from ..engine.hunks import ABSENT
+from ..queue.hunks import ABSENT
 from ..errors import UsageError
 from ..fs.types import Source
 from ..queue.lock import read_lock

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..engine.hunks import HunkError, apply_hunks, sha256_hex
+from ..engine.apply import HunkError, apply_hunks
+from ..queue.hunks import sha256_hex
 from ..errors import BaseDrift, MalformedPatch, Refused, ResultMismatch, UsageError
 from ..queue.patchfile import Patch
 from ..store import remember

@@ -8,7 +8,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from ..engine.hunks import sha256_hex
+from ..queue.hunks import sha256_hex
 from ..errors import BadInput, UsageError
 from ..queue.patchfile import Header, Patch
 from ..store import ObjectStore

@@ -1,0 +1,147 @@
+"""Unified-diff hunk text, byte-exact: written so GNU `patch -p1` and `git apply` accept it, and read back.
+
+One reader serves imgquilt's own patch files and every foreign patch `import` takes.
+"""
+from __future__ import annotations
+
+import re
+from difflib import SequenceMatcher
+
+from .hunks import Hunk, HunkLine, split_lines
+
+_HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+NO_NEWLINE = b"\\ No newline at end of file\n"
+
+
+def _range(start: int, length: int) -> str:
+    # GNU diff's convention (as difflib): a one-line range omits its length, an empty one points before
+    beginning = start + 1
+    if length == 1:
+        return f"{beginning}"
+    if not length:
+        beginning -= 1
+    return f"{beginning},{length}"
+
+
+def diff_hunks(old: bytes | None, new: bytes | None, context: int = 3) -> list[Hunk]:
+    """The hunks that turn `old` into `new` (None: absent, treated as empty)."""
+    a = split_lines(old or b"")
+    b = split_lines(new or b"")
+    # autojunk off: its popularity heuristic gives wrong (larger) diffs on files with many equal lines
+    matcher = SequenceMatcher(None, a, b, autojunk=False)
+    hunks: list[Hunk] = []
+    for group in matcher.get_grouped_opcodes(context):
+        if len(group) == 1 and group[0][0] == "equal":
+            continue
+        i1, i2 = group[0][1], group[-1][2]
+        j1, j2 = group[0][3], group[-1][4]
+        lines: list[HunkLine] = []
+        for tag, a1, a2, b1, b2 in group:
+            if tag == "equal":
+                lines.extend(HunkLine(" ", t) for t in a[a1:a2])
+                continue
+            lines.extend(HunkLine("-", t) for t in a[a1:a2])
+            lines.extend(HunkLine("+", t) for t in b[b1:b2])
+        old_start = i1 + 1 if i2 > i1 else i1
+        new_start = j1 + 1 if j2 > j1 else j1
+        hunks.append(Hunk(old_start, i2 - i1, new_start, j2 - j1, tuple(lines)))
+    return hunks
+
+
+def format_hunks(hunks: list[Hunk] | tuple[Hunk, ...]) -> bytes:
+    """Render hunks as unified-diff text, marking lines without a final newline."""
+    out: list[bytes] = []
+    for h in hunks:
+        old_start = h.old_start - 1 if h.old_len else h.old_start
+        new_start = h.new_start - 1 if h.new_len else h.new_start
+        out.append(f"@@ -{_range(old_start, h.old_len)} +{_range(new_start, h.new_len)} @@\n".encode())
+        for ln in h.lines:
+            out.append(ln.kind.encode() + ln.text)
+            if not ln.text.endswith(b"\n"):
+                out.append(b"\n" + NO_NEWLINE)
+    return b"".join(out)
+
+
+def unified_diff(old: bytes | None, new: bytes | None, path: str, context: int = 3) -> bytes:
+    """A whole file diff: `---`/`+++` lines (a/, b/ or /dev/null) and its hunks."""
+    old_name = "/dev/null" if old is None else f"a/{path}"
+    new_name = "/dev/null" if new is None else f"b/{path}"
+    head = f"--- {old_name}\n+++ {new_name}\n".encode("utf-8", "surrogateescape")
+    return head + format_hunks(diff_hunks(old, new, context))
+
+
+class HunkTextError(ValueError):
+    """Hunk text that cannot be read; `line` is 1-based. Callers turn it into their MalformedPatch."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+        self.message = message
+
+
+def is_file_start(lines: list[bytes], i: int) -> bool:
+    """Does a file diff start at `lines[i]` (`diff --git`, or a `---` line followed by `+++`)?"""
+    ln = lines[i]
+    if ln.startswith(b"diff --git "):
+        return True
+    return ln.startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ ")
+
+
+def _no_newline(body: list[HunkLine], lineno: int) -> None:
+    if not body or not body[-1].text.endswith(b"\n"):
+        raise HunkTextError(lineno, "a `\\ No newline at end of file` marker follows no line.")
+    last = body[-1]
+    body[-1] = HunkLine(last.kind, last.text[:-1])
+
+
+def read_hunks(lines: list[bytes], i: int) -> tuple[list[Hunk], int]:
+    """Read the hunks starting at `lines[i]` (lines keep their endings); returns them and the next index.
+
+    Each hunk is exactly as long as its @@ header says: a short one is truncated, a longer one
+    (a hand edit that grew) is refused rather than silently cut. A bare empty line is a context
+    line whose leading space a mailer stripped.
+    """
+    hunks: list[Hunk] = []
+    n = len(lines)
+    while i < n and lines[i].startswith(b"@@ "):
+        m = _HUNK_HEADER.match(lines[i])
+        if not m:
+            raise HunkTextError(i + 1, f"cannot read hunk header {lines[i].rstrip()!r}.")
+        old_start, new_start = int(m.group(1)), int(m.group(3))
+        old_len = 1 if m.group(2) is None else int(m.group(2))
+        new_len = 1 if m.group(4) is None else int(m.group(4))
+        head_line = i + 1
+        i += 1
+        body: list[HunkLine] = []
+        old_left, new_left = old_len, new_len
+        while old_left or new_left:
+            if i >= n:
+                raise HunkTextError(head_line, "the hunk ends before its @@ header says (truncated patch?).")
+            ln = lines[i]
+            c = ln[:1]
+            if c == b"\\":
+                _no_newline(body, i + 1)
+                i += 1
+                continue
+            if c in (b" ", b"-", b"+"):
+                kind, text = c.decode(), ln[1:]
+            elif ln in (b"\n", b"\r\n"):
+                kind, text = " ", ln
+            else:
+                raise HunkTextError(i + 1, f"the hunk at line {head_line} ends early, at {ln[:60]!r}.")
+            if kind != "+":
+                old_left -= 1
+            if kind != "-":
+                new_left -= 1
+            if old_left < 0 or new_left < 0:
+                raise HunkTextError(i + 1, f"the hunk at line {head_line} has more lines than its @@ header says.")
+            body.append(HunkLine(kind, text))
+            i += 1
+        if i < n and lines[i].startswith(b"\\"):
+            _no_newline(body, i + 1)
+            i += 1
+        if i < n and lines[i][:1] in (b"+", b"-") and not is_file_start(lines, i) and lines[i].rstrip(b"\r\n") != b"-- ":
+            raise HunkTextError(i + 1, f"the hunk at line {head_line} has more lines than its @@ header says.")
+        hunks.append(Hunk(old_start, old_len, new_start, new_len, tuple(body)))
+    return hunks, i

@@ -1,0 +1,51 @@
+"""The values of the patch format: hunks and their lines, byte-exact, and the file hash that pins them.
+
+They sit under the engine (which applies them) and the queue's patch files (which carry them).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+ABSENT = "absent"
+
+
+def sha256_hex(data: bytes | None) -> str:
+    """The lowercase hex sha256 of `data`, or "absent" for a file that does not exist."""
+    return ABSENT if data is None else hashlib.sha256(data).hexdigest()
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """Split into lines that keep their b"\\n" (CR stays part of the line: CRLF survives)."""
+    parts = data.split(b"\n")
+    lines = [p + b"\n" for p in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+@dataclass(frozen=True)
+class HunkLine:
+    """One hunk line: kind is " ", "-" or "+"; text is the exact line bytes (with its newline, if any)."""
+
+    kind: str
+    text: bytes
+
+
+@dataclass(frozen=True)
+class Hunk:
+    """A parsed hunk: the ranges of its header and its lines, byte-exact."""
+
+    old_start: int
+    old_len: int
+    new_start: int
+    new_len: int
+    lines: tuple[HunkLine, ...]
+
+    @property
+    def old_lines(self) -> list[bytes]:
+        return [ln.text for ln in self.lines if ln.kind != "+"]
+
+    @property
+    def new_lines(self) -> list[bytes]:
+        return [ln.text for ln in self.lines if ln.kind != "-"]
