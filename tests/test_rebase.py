@@ -8,16 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from imgquilt.queue.hunks import sha256_hex
-from imgquilt.engine.plan import plan_apply, plan_lock
+from imgquilt.engine.plan import plan_apply
 from imgquilt.errors import BadInput, BaseDrift, MissingTarget, RebaseConflict, UsageError
 from imgquilt.image.reference import open_source
 from imgquilt.queue.check import check_queue
+from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.lock import render_lock
 from imgquilt.queue.patchfile import parse_patch
 from imgquilt.queue.queue import load_queue
 from imgquilt.rebase import RebaseOptions, abort_rebase, continue_rebase, rebase_in_progress, start_rebase
 from imgquilt.store import ObjectStore, remember
+from imgquilt.verbs.lock import lock_queue
 from qtools import write_patch
 
 SITE311 = "usr/local/lib/python3.11/site-packages/vllm"
@@ -191,7 +192,7 @@ def make_patches(q: Path) -> None:
 def make_queue(q: Path, old_root: Path) -> None:
     make_patches(q)
     queue = load_queue(q)
-    (q / "targets.lock").write_bytes(render_lock(plan_lock(queue, open_source(f"rootfs:{old_root}"), f"rootfs:{old_root}")))
+    (q / "targets.lock").write_bytes(render_lock(lock_queue(queue, open_source(f"rootfs:{old_root}"), f"rootfs:{old_root}")))
 
 
 def opener(ref: str, platform: str | None):
@@ -489,7 +490,7 @@ def test_p0_entries_and_unknown_section_fields_survive_a_merge(world) -> None:
     raw = raw.replace(b"Patched-SHA256: ", b"Forwarded-Hunk: upstream#1234\nPatched-SHA256: ", 1)
     (q / "patches" / name).write_bytes(raw)
     (q / "series").write_bytes((q / "series").read_bytes().replace(name.encode(), name.encode() + b" -p0"))
-    (q / "targets.lock").write_bytes(render_lock(plan_lock(load_queue(q), open_source(f"rootfs:{old}"), f"rootfs:{old}")))
+    (q / "targets.lock").write_bytes(render_lock(lock_queue(load_queue(q), open_source(f"rootfs:{old}"), f"rootfs:{old}")))
     new = make_root(tmp / "new", WEIGHTS_V2)
     assert rebase(q, new, old).status == "done"
     out = (q / "patches" / name).read_bytes()
@@ -527,7 +528,7 @@ def test_a_deletion_against_a_changed_file_conflicts_and_can_keep_the_deletion(t
     q.mkdir()
     e = f"{SITE311}/{ENVS}"
     write_patch(q, "0001-drop-envs.patch", [(e, ENVS_V1, None)], fields={"Description": "Remove envs.py"})
-    (q / "targets.lock").write_bytes(render_lock(plan_lock(load_queue(q), open_source(f"rootfs:{old}"), f"rootfs:{old}")))
+    (q / "targets.lock").write_bytes(render_lock(lock_queue(load_queue(q), open_source(f"rootfs:{old}"), f"rootfs:{old}")))
     new = make_root(tmp_path / "new", WEIGHTS_V1, envs=ENVS_V1 + b'VLLM_NEW = os.getenv("VLLM_NEW", "")\n')
     report = rebase(q, new, old)
     [c] = report.conflicts

@@ -70,3 +70,26 @@ def test_remember_named_keeps_only_what_the_queue_names(tmp_path: Path) -> None:
     store = ObjectStore(tmp_path)
     assert store.get(hashlib.sha256(CONF).hexdigest()) == CONF
     assert store.get(hashlib.sha256(b"some drifted content\n").hexdigest()) is None
+
+
+def test_planning_a_lock_writes_nothing_and_the_lock_verb_keeps_every_base_and_result(tmp_path: Path) -> None:
+    from imgquilt.engine.plan import plan_lock
+    from imgquilt.queue.queue import load_queue
+    from imgquilt.rootfs.source import RootfsSource
+    from imgquilt.verbs.lock import lock_queue
+    from qtools import write_patch
+
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/svc.conf").write_bytes(CONF)
+    q = tmp_path / "q"
+    result = CONF.replace(b"2", b"8")
+    write_patch(q, "0001-workers.patch", [("etc/svc.conf", CONF, result)])
+    plan = plan_lock(load_queue(q), RootfsSource(root), f"rootfs:{root}")
+    assert not (q / ".imgquilt").exists()  # the engine plans; it does not write
+    assert set(plan.contents) == {CONF, result}
+    lock = lock_queue(load_queue(q), RootfsSource(root), f"rootfs:{root}")
+    assert lock == plan.lock
+    store = ObjectStore(q)
+    assert store.get(hashlib.sha256(CONF).hexdigest()) == CONF
+    assert store.get(hashlib.sha256(result).hexdigest()) == result

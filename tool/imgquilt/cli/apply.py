@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from ..queue.hunks import sha256_hex
-from ..engine.plan import plan_lock, verification_problems
+from ..engine.plan import verification_problems
 from ..engine.result import ApplyResult
 from ..errors import QueueProblems, UsageError
 from ..fs.types import Source
@@ -15,6 +15,7 @@ from ..queue.check import check_queue
 from ..queue.lock import render_lock
 from ..outputs import Outputs, apply_queue
 from ..util.atomic import atomic_write
+from ..verbs.lock import lock_queue
 from .context import G, cache_dir, emit_json, err, load, out, queue_root, refuse_during_rebase
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def lock_cmd(image: Optional[str] = ImageOpt, platform: Optional[str] = Platform
     refuse_during_rebase(q.root)
     old = q.lock()
     ref = pick_ref(image, old.image.ref if old else None)
-    lock = plan_lock(q, open_ref(ref, platform), ref)
+    lock = lock_queue(q, open_ref(ref, platform), ref)
     atomic_write(q.lock_path, render_lock(lock))
     if G.json:
         emit_json({"lock": str(q.lock_path), "image": {"ref": ref, "digest": lock.image.digest, "platform": lock.image.platform},

@@ -10,7 +10,6 @@ from ..errors import BadInput, BaseDrift, ImgquiltError, MalformedPatch, Missing
 from ..fs.types import Source, TargetFile
 from ..queue.lock import Lock, LockTarget, rootfs_digest
 from ..queue.queue import Queue
-from ..store import remember
 from ..queue.hunks import ABSENT, sha256_hex
 from .apply import HunkError, apply_hunks
 from .pycheck import new_python_errors
@@ -212,15 +211,21 @@ def verification_problems(queue: Queue, source: Source, lock: Lock | None) -> li
     return []
 
 
-def plan_lock(queue: Queue, source: Source, ref: str) -> Lock:
+@dataclass(frozen=True)
+class LockPlan:
+    """A lock and the file contents it was verified with (every base and result, for the store)."""
+
+    lock: Lock
+    contents: tuple[bytes | None, ...]
+
+
+def plan_lock(queue: Queue, source: Source, ref: str) -> LockPlan:
     """Pin the image and every target: the whole series must verify on it."""
     paths = queue.target_paths()
     targets = source.read_targets(paths)
     states, problems = run_series(queue, targets, source=source)
     if problems:
         raise refusal(problems)
-    # keep every base and result: rebase merges from these bytes later
-    remember(queue.root, [t.data for t in targets.values()] + [st.data for st in states.values()])
     info = source.info()
     digest = info.digest or rootfs_digest([(t.resolved, sha256_hex(t.data)) for t in targets.values()])
     lock_targets = []
@@ -243,4 +248,5 @@ def plan_lock(queue: Queue, source: Source, ref: str) -> Lock:
         )
     from ..fs.types import ImageInfo
 
-    return Lock(queue.series_sha256, ImageInfo(ref, digest, info.platform, info.kind), tuple(lock_targets))
+    lock = Lock(queue.series_sha256, ImageInfo(ref, digest, info.platform, info.kind), tuple(lock_targets))
+    return LockPlan(lock, tuple(t.data for t in targets.values()) + tuple(st.data for st in states.values()))

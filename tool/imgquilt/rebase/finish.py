@@ -8,7 +8,6 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from ..engine.plan import plan_lock
 from ..errors import BadInput
 from ..queue.lock import render_lock
 from ..queue.patchfile import Patch, parse_patch
@@ -16,6 +15,7 @@ from ..queue.queue import Queue
 from ..queue.series import parse_series
 from ..store import ObjectStore
 from ..util.atomic import atomic_write
+from ..verbs.lock import lock_queue
 from .options import Opener
 from .report import RebaseReport
 from .state import RebaseState, remove_state, save_state
@@ -53,7 +53,7 @@ def finish(root: Path, st: RebaseState, old: Queue, opener: Opener) -> RebaseRep
     series_bytes = _drop_series_lines(old.series_bytes, {e.line for e in old.entries if e.name in dropped})
     new_q = Queue(root, series_bytes, tuple(parse_series(series_bytes)), tuple(patches))
     source = opener(st.new_ref, st.platform)
-    lock = plan_lock(new_q, source, st.new_ref)  # verifies the whole rebased series on the new image
+    lock = lock_queue(new_q, source, st.new_ref)  # verifies the whole rebased series on the new image
     st.new_image = {"ref": st.new_ref, "digest": lock.image.digest}
     for p in patches:
         dest = root / "patches" / p.name

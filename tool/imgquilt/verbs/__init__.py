@@ -1,0 +1,1 @@
+"""User verbs that orchestrate the core (queue, engine, store, sources) and return values."""
