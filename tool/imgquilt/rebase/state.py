@@ -12,8 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import BadInput, UsageError
-from ..util.atomic import fsync_dir
-from ..util.atomic import atomic_write
+from ..util.atomic import atomic_write, publish
 from .report import FileOutcome, PatchOutcome, RebaseReport, patch_state
 
 STATE_VERSION = 1
@@ -103,8 +102,7 @@ def remove_state(root: Path) -> None:
     if not sdir.exists():
         return
     gone = sdir.with_name(f"rebase.done-{os.getpid()}")
-    os.replace(sdir, gone)
-    fsync_dir(sdir.parent)
+    publish(sdir, gone)
     shutil.rmtree(gone, ignore_errors=True)
 
 

@@ -1,67 +1,26 @@
 """Conflicted files in the quilt work tree (`.imgquilt/work/`) for the user to resolve.
 
 Whatever the quilt workflow had at such a path is saved first and put back when the rebase
-lets go of it. Every access goes through directory fds with O_NOFOLLOW, as work.py does.
+lets go of it. Every access goes through the work tree's own WorkFiles (directory fds, O_NOFOLLOW).
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Iterable
 
 from ..fs.paths import check_member_path
-from ..rootfs.dirfd import open_root, parent_dir, read_at
 from ..util.atomic import atomic_write
-from ..work import WORK_DIR
+from ..work.files import WORK_DIR, WorkFiles
 from .state import RebaseState, save_state, state_dir
 
 
-def _work_root(root: Path) -> Path:
-    d = root / WORK_DIR
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
 def work_read(root: Path, path: str) -> bytes | None:
-    fd = open_root(_work_root(root))
-    try:
-        return read_at(fd, check_member_path(path))
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    finally:
-        os.close(fd)
+    return WorkFiles(root / WORK_DIR).read(check_member_path(path)).data
 
 
 def _work_write(root: Path, path: str, data: bytes | None) -> None:
     """Write (or, for None, remove) a work-tree file without following any symlink in it."""
-    fd = open_root(_work_root(root))
-    try:
-        with parent_dir(fd, check_member_path(path), create=data is not None) as (dfd, name):
-            if data is None:
-                try:
-                    os.unlink(name, dir_fd=dfd)
-                except FileNotFoundError:
-                    pass
-                return
-            tmp = f".{name}.imgquilt-tmp"
-            wfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dfd)
-            try:
-                with os.fdopen(wfd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-            except BaseException:
-                try:
-                    os.unlink(tmp, dir_fd=dfd)
-                except FileNotFoundError:
-                    pass
-                raise
-    except FileNotFoundError:
-        if data is not None:
-            raise
-    finally:
-        os.close(fd)
+    WorkFiles(root / WORK_DIR).write(check_member_path(path), data, None)
 
 
 def put_work(root: Path, st: RebaseState, path: str, data: bytes | None) -> str:

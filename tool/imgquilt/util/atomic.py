@@ -1,9 +1,13 @@
-"""Outputs appear whole or not at all: write a temp file beside the destination, fsync, rename."""
+"""Outputs appear whole or not at all: write a temp file beside the destination, fsync, rename.
+
+The one place that does this dance for paths (atomic_write) and for names in a directory fd
+(write_atomic_at, for trees read and written with O_NOFOLLOW).
+"""
 from __future__ import annotations
 
 import os
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
@@ -20,6 +24,27 @@ def fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def write_atomic_at(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> None:
+    """Replace `name` in the directory `dir_fd` whole, never through a symlink: temp beside it, fsync, rename."""
+    tmp = f".{name}.imgquilt-tmp"
+    with suppress(FileNotFoundError):
+        os.unlink(tmp, dir_fd=dir_fd)  # left by a crash
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    with suppress(OSError):  # best effort, as fsync_dir
+        os.fsync(dir_fd)
 
 
 @contextmanager
@@ -46,3 +71,9 @@ def atomic_file(dest: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
 def atomic_write(dest: Path, data: bytes, mode: int = 0o644) -> None:
     with atomic_file(dest, mode) as f:
         f.write(data)
+
+
+def publish(tmp: Path, dest: Path) -> None:
+    """Rename a finished temp file (written and checked beside `dest`) over `dest`, durably."""
+    os.replace(tmp, dest)
+    fsync_dir(Path(dest).parent)

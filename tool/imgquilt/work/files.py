@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import stat
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 from ..errors import UnsafePath
 from ..rootfs.dirfd import lstat_at, open_root, parent_dir, read_at, split
+from ..util.atomic import write_atomic_at
 
 WORK_DIR = Path(".imgquilt") / "work"
 
@@ -74,21 +75,7 @@ class WorkFiles:
 
 def _replace(root_fd: int, path: str, data: bytes, mode: int) -> None:
     with parent_dir(root_fd, path, create=True) as (dfd, name):
-        tmp = f".{name}.imgquilt-tmp"
-        with suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=dfd)  # left by a crash
-        wfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
-        try:
-            with os.fdopen(wfd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fchmod(f.fileno(), mode)
-                os.fsync(f.fileno())
-            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
-            with suppress(FileNotFoundError):
-                os.unlink(tmp, dir_fd=dfd)
-            raise
+        write_atomic_at(dfd, name, data, mode)
 
 
 def _remove(root_fd: int, path: str) -> None:
