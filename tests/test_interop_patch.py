@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from imgquilt.engine.apply import apply_hunks
-from imgquilt.queue.hunks import sha256_hex
 from imgquilt.importer import apply_foreign, parse_foreign
+from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.patchfile import Header, build_patch, make_section, parse_patch
 from qtools import imgquilt
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from imgquilt.engine.apply import apply_hunks
-from imgquilt.queue.hunks import sha256_hex
 from imgquilt.errors import MalformedPatch, UnsafePath
+from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.patchfile import Header, build_patch, make_section, parse_patch, render_section
 
 HEADER = (
@@ -99,3 +99,22 @@ def test_unsafe_paths_are_refused(path: str) -> None:
     with pytest.raises(UnsafePath) as exc:
         parse_patch(_section(path=path), "bad.patch")
     assert exc.value.exit_code == 6
+
+
+def test_a_lone_cr_is_part_of_a_line_never_a_line_start() -> None:
+    # a CR without LF before "Index: " must not open a second section (GNU patch splits at LF only)
+    new = b"\rIndex: \nx = 1\r\n"
+    section = make_section("etc/app.ini", None, new, 0o644)
+    patch = build_patch("p.patch", Header(b"Description: d\n\n"), [section])
+    (s,) = parse_patch(patch.raw, "p.patch").sections
+    assert apply_hunks(b"", s.hunks) == new
+
+
+def test_patch_files_and_import_read_hunks_with_one_reader() -> None:
+    from imgquilt.importer import parse_foreign
+
+    grown = b"--- a/usr/x\n+++ b/usr/x\n@@ -1 +1 @@\n-a\n+b\n+c\n"
+    with pytest.raises(MalformedPatch, match="more lines than its @@ header"):
+        parse_patch(_section(body=grown), "bad.patch")
+    with pytest.raises(MalformedPatch, match="more lines than its @@ header"):
+        parse_foreign(grown, "bad.diff")

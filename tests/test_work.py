@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from imgquilt.queue.hunks import sha256_hex
 from imgquilt.errors import BaseDrift, MalformedPatch, Refused, UnsafePath, UsageError
+from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.patchfile import Header, build_patch, make_section, parse_patch
 from imgquilt.rootfs.source import RootfsSource
 from imgquilt.work import WorkTree, check_header, check_patch_name, read_queue_patch

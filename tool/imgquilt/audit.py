@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .engine.apply import HunkError, apply_hunks, reverse_hunks
-from .queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
 from .engine.record import read_record_target
 from .engine.result import RECORD_PATH
 from .errors import BadImage, BadInput
 from .fs.types import ImageInfo, Source, TargetFile
+from .queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
 from .queue.patchfile import FileSection, Patch
 from .queue.queue import Queue
 from .store import remember_named

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from ..errors import BadInput, BaseDrift, ImgquiltError, MalformedPatch, MissingTarget, PythonCheckFailed, Refused, ResultMismatch, StaleLock
 from ..fs.types import Source, TargetFile
+from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.lock import Lock, LockTarget, rootfs_digest
 from ..queue.queue import Queue
-from ..queue.hunks import ABSENT, sha256_hex
 from .apply import HunkError, apply_hunks
 from .pycheck import new_python_errors
 from .record import read_record_target, record_bytes

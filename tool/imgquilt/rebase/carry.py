@@ -10,10 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..engine.apply import HunkError, apply_hunks
-from ..queue.hunks import ABSENT, sha256_hex
 from ..engine.merge import merge3
 from ..engine.pycheck import new_python_errors
 from ..errors import BadInput, MalformedPatch
+from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.patchfile import FileSection, Patch, parse_patch
 from ..store import ObjectStore
 from .report import CONFLICT, MERGED, MOVED, UNCHANGED, UPSTREAM, FileOutcome, PatchOutcome, patch_state

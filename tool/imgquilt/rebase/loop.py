@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from ..queue.hunks import ABSENT, sha256_hex
 from ..engine.plan import run_series
 from ..errors import BadInput, BaseDrift, ImgquiltError, RebaseConflict, UsageError
+from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.queue import Queue, load_queue
 from ..store import ObjectStore
 from ..work import WorkTree

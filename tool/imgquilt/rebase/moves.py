@@ -5,9 +5,9 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from ..queue.hunks import ABSENT
 from ..errors import BadInput, MissingTarget, UsageError
 from ..fs.types import Source
+from ..queue.hunks import ABSENT
 from ..queue.patchfile import FileSection
 from ..queue.queue import Queue
 

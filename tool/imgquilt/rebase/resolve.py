@@ -4,10 +4,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..queue.hunks import sha256_hex
 from ..engine.merge import leftover_markers
 from ..engine.pycheck import new_python_errors
 from ..errors import RebaseConflict
+from ..queue.hunks import sha256_hex
 from ..queue.patchfile import Patch
 from ..store import ObjectStore
 from .carry import stored_bytes

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from ..queue.hunks import ABSENT
 from ..errors import UsageError
 from ..fs.types import Source
+from ..queue.hunks import ABSENT
 from ..queue.lock import read_lock
 from ..store import ObjectStore, remember
 from .files import FileState

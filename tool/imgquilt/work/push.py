@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..engine.apply import HunkError, apply_hunks
-from ..queue.hunks import sha256_hex
 from ..errors import BaseDrift, MalformedPatch, Refused, ResultMismatch, UsageError
+from ..queue.hunks import sha256_hex
 from ..queue.patchfile import Patch
 from ..store import remember
 from .files import FileState

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..queue.hunks import sha256_hex
 from ..errors import UsageError
+from ..queue.hunks import sha256_hex
 from ..queue.patchfile import FileSection, Patch, build_patch, make_section
 from ..store import remember
 from .files import FileState

@@ -8,8 +8,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from ..queue.hunks import sha256_hex
 from ..errors import BadInput, UsageError
+from ..queue.hunks import sha256_hex
 from ..queue.patchfile import Header, Patch
 from ..store import ObjectStore
 from . import header as _header
