@@ -70,3 +70,19 @@ def test_hook_fails_on_a_stale_hash(setup) -> None:
     assert r.returncode != 0, r.stdout + r.stderr
     assert "Failed" in r.stdout
     assert "targets.lock is stale" in r.stdout  # the lock pins the hashes the patch had
+
+
+def test_hook_definition() -> None:
+    """The hook runs `imgquilt check` once per commit, only when the queue's files change."""
+    import re
+
+    import yaml
+
+    (hook,) = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+    assert hook["id"] == "imgquilt-check" and hook["entry"] == "imgquilt check"
+    assert hook["language"] == "python" and hook["pass_filenames"] is False
+    files = re.compile(hook["files"])
+    for path in ("series", "targets.lock", "patches/0001-x.patch", "deploy/queue/series", "deploy/queue/patches/a.patch"):
+        assert files.search(path), path
+    for path in ("README.md", "tool/imgquilt/cli/main.py", "docs/series.md", "my-series"):
+        assert not files.search(path), path
