@@ -384,7 +384,7 @@ def audit_source(queue: Queue, source: Source) -> AuditReport:
 
 # --- JSON ---------------------------------------------------------------------------------------
 def report_json(report: AuditReport) -> dict:
-    """The document of DESIGN.md section 3 (image, patches, summary) plus the record check."""
+    """The document of docs/json.md (docs/schemas/audit.schema.json): image, patches, summary, and the record check."""
     info = report.info
     rec = report.record
     return {

@@ -1,6 +1,6 @@
 """The whole error tree of imgquilt; every class carries the exit code the CLI returns for it.
 
-Grouped as in DESIGN.md's exit-code table: usage (2), refused (3), conflict (4), not live (5),
+Grouped as in docs/exit-codes.md: usage (2), refused (3), conflict (4), not live (5),
 bad input (6). Anything that is not an ImgquiltError is a bug (exit 1).
 """
 from __future__ import annotations

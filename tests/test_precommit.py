@@ -1,0 +1,88 @@
+"""The pre-commit hook `imgquilt-check`, run through `pre-commit try-repo` on a committed copy of the demo queue."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qtools import REPO, copy_demo_queue
+
+HOOK_FILES = (".pre-commit-hooks.yaml", "pyproject.toml", "README.md", "LICENSE", "tool")
+
+
+def git(*args: str, cwd: Path, env: dict[str, str]) -> None:
+    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+
+
+def commit_all(repo: Path, env: dict[str, str]) -> None:
+    if not (repo / ".git").exists():
+        git("init", "-q", cwd=repo, env=env)
+    git("add", "-A", cwd=repo, env=env)
+    git("commit", "-qm", "snapshot", cwd=repo, env=env)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("precommit")
+    env = dict(os.environ, PRE_COMMIT_HOME=str(tmp / "cache"), HOME=str(tmp / "home"),
+               GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.org", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.org")
+    env.pop("IMGQUILT_QUEUE", None)
+    # try-repo installs the hook repository at a commit: commit this checkout's hook, as it is now, into a clone
+    hooks = tmp / "imgquilt"
+    hooks.mkdir()
+    for name in HOOK_FILES:
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, hooks / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, hooks / name)
+    commit_all(hooks, env)
+    queue = copy_demo_queue(tmp / "queue")
+    commit_all(queue, env)
+    return hooks, queue, env
+
+
+def try_repo(hooks: Path, queue: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pre_commit", "try-repo", str(hooks), "imgquilt-check", "--all-files"],
+                          cwd=queue, env=env, capture_output=True, text=True)
+
+
+def test_hook_passes_on_the_demo_queue(setup) -> None:
+    hooks, queue, env = setup
+    r = try_repo(hooks, queue, env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "imgquilt check" in r.stdout and "Passed" in r.stdout
+
+
+def test_hook_fails_on_a_stale_hash(setup) -> None:
+    hooks, queue, env = setup
+    patch = queue / "patches/0003-app-config-longer-timeouts.patch"
+    data = patch.read_bytes()
+    stale = data.replace(b"Patched-SHA256: 71a5", b"Patched-SHA256: 0000")
+    assert stale != data
+    patch.write_bytes(stale)
+    commit_all(queue, env)
+    r = try_repo(hooks, queue, env)
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "Failed" in r.stdout
+    assert "targets.lock is stale" in r.stdout  # the lock pins the hashes the patch had
+
+
+def test_hook_definition() -> None:
+    """The hook runs `imgquilt check` once per commit, only when the queue's files change."""
+    import re
+
+    import yaml
+
+    (hook,) = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+    assert hook["id"] == "imgquilt-check" and hook["entry"] == "imgquilt check"
+    assert hook["language"] == "python" and hook["pass_filenames"] is False
+    files = re.compile(hook["files"])
+    for path in ("series", "targets.lock", "patches/0001-x.patch", "deploy/queue/series", "deploy/queue/patches/a.patch"):
+        assert files.search(path), path
+    for path in ("README.md", "tool/imgquilt/cli/main.py", "docs/series.md", "my-series"):
+        assert not files.search(path), path
