@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import shutil
 import socket
 import subprocess
 import threading
@@ -134,10 +133,9 @@ def seed(server: RegistryServer, source: str, name: str) -> None:
 
 
 def inspect_digest(server: RegistryServer, name: str) -> str:
-    raw = skopeo("inspect", "--tls-verify=false", *server.skopeo_args(), "--raw", server.ref(name))
-    import hashlib
-
-    return "sha256:" + hashlib.sha256(raw.encode() if isinstance(raw, str) else raw).hexdigest()
+    """The digest `skopeo inspect` reports for NAME."""
+    out = skopeo("inspect", "--tls-verify=false", *server.skopeo_args(), server.ref(name))
+    return json.loads(out)["Digest"]
 
 
 # --- the token endpoint ------------------------------------------------------------------------
@@ -266,7 +264,3 @@ def token_registry(tmp_path_factory):
         server.stop()
         httpd.shutdown()
         httpd.server_close()
-
-
-def has_registry_tools() -> bool:
-    return all(shutil.which(t) for t in ("docker-registry", "htpasswd", "skopeo", "openssl"))

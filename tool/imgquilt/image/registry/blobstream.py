@@ -82,6 +82,8 @@ class RegistryBlobStream:
         data = bytes(self._buffer[:take])
         del self._buffer[:take]
         self.bytes_read += take
+        if n < 0:
+            self._finish()  # the whole rest was asked for: check it before handing it out
         return data
 
     def readinto(self, b) -> int:

@@ -148,9 +148,9 @@ class RegistryClient:
                 if i + 1 < len(schemes):
                     continue
                 raise
-            with response:
-                if response.status_code == 401:
-                    self._auth.learn(response.headers.get("www-authenticate"))
+            response.close()
+            if response.status_code == 401:
+                self._auth.learn(response.headers.get("www-authenticate"))
             return base
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -214,8 +214,10 @@ class RegistryClient:
                               headers={"Accept": ", ".join(MANIFEST_TYPES)})
         if response.status_code != 200:
             raise self._fail(response, what)
-        with response:
+        try:
             data = self._read_limited(response, what)
+        finally:
+            response.close()
         media_type = _media_type(response)
         if media_type in (DOCKER_MANIFEST_V1, DOCKER_MANIFEST_V1_SIGNED):
             raise BadImage(f"The {what} is a Docker schema 1 manifest, which imgquilt does not read.",
