@@ -27,6 +27,15 @@ USER, PASSWORD = "alice", "s3cret-pass"
 _ACCESS = re.compile(r'"([A-Z]+) (\S+) HTTP/[0-9.]+" (\d{3}) (\d+|-)')
 
 
+class QuietServer(ThreadingHTTPServer):
+    """A threaded test server that does not print a client's dropped connection."""
+
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:  # noqa: ANN001
+        pass
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -218,7 +227,7 @@ def start_token_service(work: Path) -> tuple[TokenService, ThreadingHTTPServer]:
         def log_message(self, *args: object) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", service.port), Handler)
+    httpd = QuietServer(("127.0.0.1", service.port), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return service, httpd
 
@@ -262,5 +271,95 @@ def token_registry(tmp_path_factory):
         yield server
     finally:
         server.stop()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+# --- a faulty network in front of a real registry -----------------------------------------------
+@dataclass
+class FaultProxy:
+    """Forwards to a registry, except where `fault(method, path)` returns an answer of its own:
+    ("status", CODE, {headers}) answers CODE; ("redirect",) sends blob GETs to the registry by a 307
+    (another origin); ("cut", N) forwards the headers but only N bytes of the body. `seen` logs requests."""
+
+    upstream: RegistryServer
+    fault: object = None
+    port: int = field(default_factory=free_port)
+    seen: list[tuple[str, str, str | None]] = field(default_factory=list)  # method, path, Authorization
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def ref(self, name: str) -> str:
+        return f"docker://{self.host}/{name}"
+
+
+def start_fault_proxy(upstream: RegistryServer) -> tuple[FaultProxy, ThreadingHTTPServer]:
+    import http.client
+
+    proxy = FaultProxy(upstream)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _handle(self) -> None:
+            proxy.seen.append((self.command, self.path, self.headers.get("Authorization")))
+            action = proxy.fault(self.command, self.path) if callable(proxy.fault) else None
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else None
+            if action and action[0] == "status":
+                data = json.dumps({"errors": [{"code": "TOOMANYREQUESTS" if action[1] == 429 else "UNAVAILABLE",
+                                               "message": f"injected {action[1]}"}]}).encode()
+                self.send_response(action[1])
+                for k, v in (action[2] if len(action) > 2 else {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                return
+            if action and action[0] == "redirect":
+                self.send_response(307)
+                self.send_header("Location", f"http://{upstream.host}{self.path}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            conn = http.client.HTTPConnection(upstream.host, timeout=30)
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+            conn.request(self.command, self.path, body=body, headers=headers)
+            answer = conn.getresponse()
+            data = answer.read()
+            self.send_response(answer.status)
+            for k, v in answer.getheaders():
+                if k.lower() not in ("connection", "transfer-encoding", "content-length", "date", "server"):
+                    self.send_header(k, v.replace(upstream.host, proxy.host) if k.lower() == "location" else v)
+            self.send_header("Content-Length", answer.getheader("Content-Length") or str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                if action and action[0] == "cut":
+                    self.wfile.write(data[: action[1]])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                self.wfile.write(data)
+            conn.close()
+
+        do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = QuietServer(("127.0.0.1", proxy.port), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return proxy, httpd
+
+
+@pytest.fixture
+def fault_proxy(registry):
+    proxy, httpd = start_fault_proxy(registry)
+    try:
+        yield proxy
+    finally:
         httpd.shutdown()
         httpd.server_close()

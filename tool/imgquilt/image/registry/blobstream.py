@@ -39,9 +39,8 @@ class RegistryBlobStream:
                 chunk = next(self._chunks, None)
             except httpx.HTTPError as exc:
                 self.close()
-                raise BadImage(f"The {self.what} {self.digest} was cut off after "
-                               f"{self.bytes_read + len(self._buffer)} bytes: {exc.__class__.__name__}: {exc}. "
-                               "Nothing from it was used.",
+                raise BadImage(f"The {self.what} {self.digest} was cut off mid-download: "
+                               f"{exc.__class__.__name__}: {exc}. Nothing from it was used.",
                                hint="The registry or the network failed mid-download; try again.") from None
             if chunk is None:
                 self._eof = True
