@@ -91,6 +91,8 @@ def split_host_port(host: str) -> tuple[str, int | None]:
     if host.startswith("["):
         addr, _, rest = host[1:].partition("]")
         return addr, int(rest[1:]) if rest.startswith(":") else None
+    if host.count(":") > 1:
+        return host, None  # a bare IPv6 address
     name, sep, port = host.rpartition(":")
     return (name, int(port)) if sep and port.isdigit() else (host, None)
 
