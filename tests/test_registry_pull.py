@@ -3,17 +3,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 
 import pytest
 
 from imgquilt.errors import BadImage, DigestMismatch
 from imgquilt.image.registry import RegistryClient, RetryPolicy, parse_registry_ref
-from registry_server import DEMO, inspect_digest, registry, seed  # noqa: F401 (fixtures)
+from registry_server import DEMO, free_port, inspect_digest, seed, start_registry
+from registry_server import registry  # noqa: F401 (fixtures)
 
 FAST = RetryPolicy(attempts=2, base_delay=0.05)
-
 
 def demo_blobs() -> tuple[dict, dict]:
     index = json.loads((DEMO / "index.json").read_text())
@@ -70,8 +68,6 @@ def test_one_connection_reused_for_many_requests(registry):
 @pytest.fixture
 def own_registry(tmp_path):
     """A registry this test may damage: demo:latest copied in."""
-    from registry_server import start_registry
-
     server = start_registry(tmp_path / "reg")
     try:
         seed(server, f"oci:{DEMO}:latest", "demo:latest")
@@ -138,9 +134,7 @@ def test_missing_blob_is_clear(registry):
             client.open_blob(ref.repository, digest)
 
 
-def test_registry_down_is_a_clear_error(tmp_path):
-    from registry_server import free_port
-
+def test_registry_down_is_a_clear_error():
     ref = parse_registry_ref(f"docker://127.0.0.1:{free_port()}/demo:latest")
     with RegistryClient.for_ref(ref, retry=FAST) as client, pytest.raises(BadImage) as err:
         client.resolve(ref)

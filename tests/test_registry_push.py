@@ -13,8 +13,8 @@ from imgquilt.errors import DigestMismatch
 from imgquilt.image.registry import RegistryClient, parse_registry_ref
 from imgquilt.image.mediatypes import OCI_LAYER_GZIP, OCI_MANIFEST
 from imagetools import file, layer_bytes
-from registry_server import DEMO, inspect_digest, registry, skopeo  # noqa: F401 (fixture)
-
+from registry_server import inspect_digest, skopeo
+from registry_server import registry  # noqa: F401 (fixtures)
 
 def sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()

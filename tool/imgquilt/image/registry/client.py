@@ -8,6 +8,7 @@ where HTTPS is tried without verification and plain HTTP is used if it fails, as
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 import time
 from dataclasses import dataclass
@@ -23,8 +24,8 @@ from .auth import Authenticator, repository_scope
 from .blobstream import RegistryBlobStream
 from .config import is_insecure
 from .credentials import Credentials, find_credentials
-from .problems import error_codes, http_problem, unreachable
-from .reference import DOCKER_HUB, RegistryRef, is_loopback
+from .problems import http_problem, unreachable
+from .reference import RegistryRef, is_loopback
 
 MANIFEST_TYPES = tuple(sorted(MANIFESTS | INDEXES))
 MAX_MANIFEST = 4 << 20  # the distribution spec lets registries refuse bigger ones; so do we
@@ -67,6 +68,14 @@ class Manifest:
 
 def _media_type(response: httpx.Response) -> str:
     return response.headers.get("content-type", "").split(";", 1)[0].strip()
+
+
+def _declared_media_type(data: bytes) -> str | None:
+    try:
+        declared = json.loads(data).get("mediaType")
+    except (ValueError, AttributeError):
+        return None
+    return declared if isinstance(declared, str) else None
 
 
 class RegistryClient:
@@ -219,6 +228,8 @@ class RegistryClient:
         finally:
             response.close()
         media_type = _media_type(response)
+        if media_type not in MANIFEST_TYPES:
+            media_type = _declared_media_type(data) or media_type  # some registries say application/json
         if media_type in (DOCKER_MANIFEST_V1, DOCKER_MANIFEST_V1_SIGNED):
             raise BadImage(f"The {what} is a Docker schema 1 manifest, which imgquilt does not read.",
                            hint="Push the image again with a current docker, podman or skopeo (schema 2 or OCI).")

@@ -25,14 +25,6 @@ def registry_messages(response: httpx.Response) -> str:
     return "; ".join(p for p in parts if p)
 
 
-def error_codes(response: httpx.Response) -> set[str]:
-    try:
-        errors = json.loads(response.read()).get("errors") or []
-        return {str(e.get("code")) for e in errors if isinstance(e, dict)}
-    except (ValueError, AttributeError, TypeError, httpx.HTTPError):
-        return set()
-
-
 def http_problem(response: httpx.Response, *, what: str, registry: str, credentials_source: str | None) -> BadImage:
     """A BadImage for an unexpected answer to a request about `what` (e.g. "manifest demo:latest")."""
     status = response.status_code
