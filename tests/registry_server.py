@@ -280,7 +280,8 @@ def token_registry(tmp_path_factory):
 class FaultProxy:
     """Forwards to a registry, except where `fault(method, path)` returns an answer of its own:
     ("status", CODE, {headers}) answers CODE; ("redirect",) sends blob GETs to the registry by a 307
-    (another origin); ("cut", N) forwards the headers but only N bytes of the body. `seen` logs requests."""
+    (another origin); ("cut", N) forwards the headers but only N bytes of the body; ("drop-header", NAME)
+    forwards the answer without that header. `seen` logs requests."""
 
     upstream: RegistryServer
     fault: object = None
@@ -332,7 +333,8 @@ def start_fault_proxy(upstream: RegistryServer) -> tuple[FaultProxy, ThreadingHT
             data = answer.read()
             self.send_response(answer.status)
             for k, v in answer.getheaders():
-                if k.lower() not in ("connection", "transfer-encoding", "content-length", "date", "server"):
+                dropped = action[1].lower() if action and action[0] == "drop-header" else None
+                if k.lower() not in ("connection", "transfer-encoding", "content-length", "date", "server", dropped):
                     self.send_header(k, v.replace(upstream.host, proxy.host) if k.lower() == "location" else v)
             self.send_header("Content-Length", answer.getheader("Content-Length") or str(len(data)))
             self.end_headers()

@@ -76,3 +76,13 @@ def test_a_body_cut_off_mid_way_is_detected(fault_proxy):
             with pytest.raises(BadImage, match=r"was cut off mid-download.*received 100 bytes, expected") as err:
                 stream.drain()
     assert err.value.exit_code == 6
+
+
+def test_resolve_falls_back_to_get_when_head_gives_no_digest(fault_proxy, registry):
+    ref = parse_registry_ref(fault_proxy.ref("demo:latest"))
+    expected = inspect_digest(registry, "demo:latest")
+    fault_proxy.fault = lambda method, path: ("drop-header", "Docker-Content-Digest") if "/manifests/" in path else None
+    with RegistryClient.for_ref(ref) as client:
+        desc = client.resolve(ref)
+    assert desc.digest == expected and desc.media_type == "application/vnd.oci.image.manifest.v1+json"
+    assert [m for m, p, _ in fault_proxy.seen if "/manifests/" in p] == ["HEAD", "GET"]
