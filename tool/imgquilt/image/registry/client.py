@@ -1,0 +1,431 @@
+"""A client for one registry (OCI distribution spec / Docker Registry HTTP API v2).
+
+One httpx.Client per registry, so connections are reused; bounded retries with backoff on 429, 5xx
+and connection errors; every manifest and blob checked against its digest. Which scheme: HTTPS with
+verification, except for loopback hosts, `tls_verify=False` or `insecure = true` in registries.conf,
+where HTTPS is tried without verification and plain HTTP is used if it fails, as docker and podman do.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import httpx
+
+from ... import __version__
+from ...errors import BadImage, DigestMismatch
+from ..digests import check_digest, digest_of, new_hasher, split_digest
+from ..mediatypes import DOCKER_MANIFEST_V1, DOCKER_MANIFEST_V1_SIGNED, INDEXES, MANIFESTS
+from .auth import Authenticator, repository_scope
+from .blobstream import RegistryBlobStream
+from .config import is_insecure
+from .credentials import Credentials, find_credentials
+from .problems import http_problem, unreachable
+from .reference import RegistryRef, is_loopback
+
+MANIFEST_TYPES = tuple(sorted(MANIFESTS | INDEXES))
+MAX_MANIFEST = 4 << 20  # the distribution spec lets registries refuse bigger ones; so do we
+UPLOAD_CHUNK = 8 << 20
+_RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+_LOOKUP = object()  # "find the credentials in the usual files"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently to retry 429/5xx answers and connection failures."""
+
+    attempts: int = 4
+    base_delay: float = 0.5
+    max_delay: float = 10.0
+
+    def delay(self, attempt: int, retry_after: str | None = None) -> float:
+        if retry_after and retry_after.strip().isdigit():
+            return min(float(retry_after), self.max_delay)
+        return min(self.base_delay * (2 ** attempt), self.max_delay)
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """What a reference resolves to: the manifest's digest, media type and size."""
+
+    digest: str
+    media_type: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A manifest or index as the registry stores it, byte for byte, with its checked digest."""
+
+    digest: str
+    media_type: str
+    data: bytes
+
+
+def _media_type(response: httpx.Response) -> str:
+    return response.headers.get("content-type", "").split(";", 1)[0].strip()
+
+
+def _declared_media_type(data: bytes) -> str | None:
+    try:
+        declared = json.loads(data).get("mediaType")
+    except (ValueError, AttributeError):
+        return None
+    return declared if isinstance(declared, str) else None
+
+
+class RegistryClient:
+    """Requests to one registry; `domain` as written in references (docker.io for Docker Hub)."""
+
+    def __init__(self, domain: str, *, tls_verify: bool | None = None, credentials: object = _LOOKUP,
+                 repository: str = "", retry: RetryPolicy = RetryPolicy(), timeout: float = 60.0) -> None:
+        self.domain = domain
+        self.host = RegistryRef(domain, "x").host
+        self.retry = retry
+        # loopback is trusted to be plain HTTP, as docker does; otherwise only when told so
+        self.insecure = tls_verify is False or is_loopback(self.host) or is_insecure(domain, repository)
+        self.credentials: Credentials | None = (find_credentials(domain, repository) if credentials is _LOOKUP
+                                                else credentials)  # type: ignore[assignment]
+        self._http = httpx.Client(
+            verify=not self.insecure, follow_redirects=False,
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 15.0)),
+            headers={"User-Agent": f"imgquilt/{__version__}", "Docker-Distribution-Api-Version": "registry/2.0"},
+        )
+        self._auth = Authenticator(self.domain, self.credentials, self._send, self._http.build_request)
+        self._base: str | None = None
+        self._ready = threading.Lock()
+        self._push_repos: set[str] = set()
+
+    @classmethod
+    def for_ref(cls, ref: RegistryRef, **kwargs) -> "RegistryClient":
+        return cls(ref.domain, repository=ref.repository, **kwargs)
+
+    # --- plumbing -------------------------------------------------------------------------------
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "RegistryClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _send(self, request: httpx.Request, *, stream: bool = False, follow: bool = False,
+              attempts: int | None = None) -> httpx.Response:
+        """Send with bounded retries; a registry that stays unreachable is BadImage."""
+        attempts = attempts or self.retry.attempts
+        for attempt in range(attempts):
+            last = attempt + 1 == attempts
+            try:
+                response = self._http.send(request, stream=stream, follow_redirects=follow)
+            except httpx.TransportError as exc:
+                # a request that may have reached the server is only re-sent if repeating it is harmless
+                repeatable = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)) or \
+                    request.method in ("GET", "HEAD")
+                if last or not repeatable:
+                    raise unreachable(self.domain, exc, plain_http_allowed=self.insecure) from None
+                time.sleep(self.retry.delay(attempt))
+                continue
+            if response.status_code in _RETRY_STATUS and not last:
+                wait = self.retry.delay(attempt, response.headers.get("retry-after"))
+                response.close()
+                time.sleep(wait)
+                continue
+            return response
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _base_url(self) -> str:
+        """https://HOST or (insecure registries without HTTPS) http://HOST, found by pinging /v2/."""
+        with self._ready:
+            if self._base is None:
+                self._base = self._ping()
+            return self._base
+
+    def _ping(self) -> str:
+        schemes = ("https", "http") if self.insecure else ("https",)
+        for i, scheme in enumerate(schemes):
+            base = f"{scheme}://{self.host}"
+            request = self._http.build_request("GET", f"{base}/v2/")
+            try:
+                # an HTTPS failure on a host that may be plain HTTP is not retried: try HTTP at once
+                response = self._send(request, attempts=1 if i + 1 < len(schemes) else None)
+            except BadImage:
+                if i + 1 < len(schemes):
+                    continue
+                raise
+            response.close()
+            if response.status_code == 401:
+                self._auth.learn(response.headers.get("www-authenticate"))
+            return base
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _call(self, method: str, repo: str, path: str, *, what: str, headers: dict[str, str] | None = None,
+              content: bytes | None = None, params: dict[str, str] | None = None, url: str | None = None,
+              extra_scopes: tuple[str, ...] = (), stream: bool = False, follow: bool = False) -> httpx.Response:
+        """One authenticated request about `repo`; a 401 is answered once with (new) credentials."""
+        base = self._base_url()
+        scopes = (repository_scope(repo, push=repo in self._push_repos),) + extra_scopes
+        target = url or f"{base}/v2/{repo}/{path}"
+        for attempt in range(2):
+            all_headers = dict(headers or {})
+            authorization = self._auth.authorization(scopes)
+            if authorization:
+                all_headers["Authorization"] = authorization
+            request = self._http.build_request(method, target, headers=all_headers, content=content, params=params)
+            response = self._send(request, stream=stream, follow=follow)
+            if response.status_code == 401 and attempt == 0:
+                learned = self._auth.learn(response.headers.get("www-authenticate"))
+                if learned or self._auth.challenge is not None and self._auth.challenge.scheme == "bearer":
+                    self._auth.forget(scopes)  # the token may have expired: one fresh try
+                    response.close()
+                    continue
+            return response
+        return response
+
+    def _fail(self, response: httpx.Response, what: str) -> BadImage:
+        try:
+            return http_problem(response, what=what, registry=self.domain,
+                                credentials_source=self.credentials.source if self.credentials else None)
+        finally:
+            response.close()
+
+    # --- manifests ------------------------------------------------------------------------------
+    def resolve(self, ref: RegistryRef) -> Descriptor:
+        """The digest, media type and size `ref` names now: one HEAD (a GET if the HEAD gives no digest)."""
+        what = f"manifest {ref.repository}:{ref.reference}" if not ref.digest else f"manifest {ref}"
+        response = self._call("HEAD", ref.repository, f"manifests/{ref.reference}", what=what,
+                              headers={"Accept": ", ".join(MANIFEST_TYPES)})
+        if response.status_code != 200:
+            raise self._fail(response, what)
+        response.close()
+        digest = response.headers.get("docker-content-digest")
+        media_type = _media_type(response)
+        length = response.headers.get("content-length", "")
+        if digest and media_type and length.isdigit():
+            check_digest(digest, what=f"registry's answer for {what}")
+            if ref.digest and digest != ref.digest:
+                raise DigestMismatch(f"The registry {self.domain} answered {digest} for {ref}.",
+                                     hint="The registry is misbehaving; tell its operator.")
+            return Descriptor(digest, media_type, int(length))
+        manifest = self.get_manifest(ref.repository, ref.reference)
+        return Descriptor(manifest.digest, manifest.media_type, len(manifest.data))
+
+    def get_manifest(self, repo: str, reference: str) -> Manifest:
+        """The manifest or index `reference` (tag or digest) names, verified against its digest."""
+        # a tag cannot hold ':', so a reference with one is a digest
+        what = f"manifest {repo}@{reference}" if ":" in reference else f"manifest {repo}:{reference}"
+        expected = check_digest(reference, what=what) if ":" in reference else None
+        response = self._call("GET", repo, f"manifests/{reference}", what=what, stream=True,
+                              headers={"Accept": ", ".join(MANIFEST_TYPES)})
+        if response.status_code != 200:
+            raise self._fail(response, what)
+        try:
+            data = self._read_limited(response, what)
+        finally:
+            response.close()
+        media_type = _media_type(response)
+        if media_type not in MANIFEST_TYPES:
+            media_type = _declared_media_type(data) or media_type  # some registries say application/json
+        if media_type in (DOCKER_MANIFEST_V1, DOCKER_MANIFEST_V1_SIGNED):
+            raise BadImage(f"The {what} is a Docker schema 1 manifest, which imgquilt does not read.",
+                           hint="Push the image again with a current docker, podman or skopeo (schema 2 or OCI).")
+        if media_type not in MANIFEST_TYPES:
+            raise BadImage(f"The {what} has media type {media_type!r}, not an OCI or Docker v2 manifest or index.")
+        claimed = response.headers.get("docker-content-digest")
+        digest = expected or (check_digest(claimed, what=f"registry's answer for {what}") if claimed else None)
+        actual = digest_of(data, digest) if digest else "sha256:" + hashlib.sha256(data).hexdigest()
+        if digest and actual != digest:
+            raise DigestMismatch(f"The {what} from {self.domain} does not match its digest {digest}: its bytes "
+                                 f"hash to {actual}.", hint="The registry holds a corrupt manifest; push it again.")
+        return Manifest(actual, media_type, data)
+
+    def _read_limited(self, response: httpx.Response, what: str) -> bytes:
+        data = bytearray()
+        try:
+            for chunk in response.iter_raw():
+                data += chunk
+                if len(data) > MAX_MANIFEST:
+                    raise BadImage(f"The {what} is bigger than {MAX_MANIFEST} bytes; imgquilt does not read it.")
+        except httpx.HTTPError as exc:
+            raise BadImage(f"Reading the {what} from {self.domain} failed: {exc}.", hint="Try again.") from None
+        return bytes(data)
+
+    def put_manifest(self, repo: str, tag: str, data: bytes, media_type: str) -> str:
+        """Store a manifest under `tag` (or a digest); returns the digest the registry reports."""
+        self._push_repos.add(repo)
+        local = "sha256:" + hashlib.sha256(data).hexdigest()
+        what = f"manifest {repo}:{tag}"
+        response = self._call("PUT", repo, f"manifests/{tag}", what=what, content=data,
+                              headers={"Content-Type": media_type})
+        if response.status_code not in (200, 201):
+            raise self._fail(response, f"upload of the {what}")
+        response.close()
+        remote = response.headers.get("docker-content-digest") or local
+        if remote != local:
+            raise DigestMismatch(f"The registry {self.domain} stored the {what} as {remote}, but its bytes hash "
+                                 f"to {local}.", hint="The registry rewrote the manifest; tell its operator.")
+        return remote
+
+    # --- blobs ----------------------------------------------------------------------------------
+    def open_blob(self, repo: str, digest: str, *, size: int | None = None, what: str = "blob") -> RegistryBlobStream:
+        """Stream a blob (redirects followed); the end of the stream comes only after size and digest match."""
+        check_digest(digest, what=what)
+        response = self._call("GET", repo, f"blobs/{digest}", what=f"{what} {digest}", stream=True, follow=True)
+        if response.status_code != 200:
+            raise self._fail(response, f"{what} {repo}@{digest}")
+        length = response.headers.get("content-length", "")
+        if size is not None and length.isdigit() and int(length) != size:
+            response.close()
+            raise DigestMismatch(f"The {what} {digest} in {self.domain}/{repo} is {length} bytes; its descriptor "
+                                 f"says {size}. Nothing from it was used.",
+                                 hint="The registry holds a damaged blob; push the image again.")
+        return RegistryBlobStream(response, digest, size=size, what=what)
+
+    def read_blob(self, repo: str, digest: str, *, size: int | None = None, what: str = "blob",
+                  limit: int = MAX_MANIFEST) -> bytes:
+        """A small blob (a config) whole, verified."""
+        if size is not None and size > limit:
+            raise BadImage(f"The {what} {digest} is {size} bytes; more than imgquilt accepts ({limit}).")
+        with self.open_blob(repo, digest, size=size, what=what) as stream:
+            data = stream.read(limit + 1)
+            if len(data) > limit:
+                raise BadImage(f"The {what} {digest} is more than {limit} bytes; imgquilt does not read it whole.")
+            stream.drain()
+        return data
+
+    def blob_exists(self, repo: str, digest: str) -> bool:
+        """Whether `repo` holds the blob (HEAD)."""
+        response = self._call("HEAD", repo, f"blobs/{digest}", what=f"blob {digest}", follow=True)
+        response.close()
+        if response.status_code == 200:
+            return True
+        if response.status_code == 404:
+            return False
+        raise self._fail(response, f"blob {repo}@{digest}")
+
+    def mount_blob(self, repo: str, digest: str, from_repo: str) -> bool:
+        """Cross-repository mount; False when the registry cannot (it then offers an upload, which is dropped)."""
+        self._push_repos.add(repo)
+        what = f"mount of blob {digest} from {from_repo} into {repo}"
+        response = self._call("POST", repo, "blobs/uploads/", what=what, params={"mount": digest, "from": from_repo},
+                              extra_scopes=(repository_scope(from_repo),))
+        response.close()
+        if response.status_code == 201:
+            return True
+        if response.status_code == 202:
+            self._cancel_upload(repo, response)
+            return False
+        raise self._fail(response, what)
+
+    def _upload_url(self, response: httpx.Response, what: str) -> httpx.URL:
+        location = response.headers.get("location")
+        if not location:
+            raise BadImage(f"The registry {self.domain} started the {what} but named no upload location.",
+                           hint="The registry does not follow the distribution spec; tell its operator.")
+        return response.url.join(location)
+
+    def _cancel_upload(self, repo: str, response: httpx.Response) -> None:
+        location = response.headers.get("location")
+        if location:
+            self._call("DELETE", repo, "", what="upload", url=str(response.url.join(location))).close()
+
+    def upload_blob(self, repo: str, digest: str, data: bytes | BinaryIO, *, chunk_size: int = UPLOAD_CHUNK) -> None:
+        """Upload a blob: bytes (or a stream of one chunk) in one PUT, a longer stream in PATCH chunks.
+
+        The bytes are hashed on the way; a stream that does not match `digest` is never committed."""
+        check_digest(digest, what="blob to upload")
+        self._push_repos.add(repo)
+        what = f"upload of blob {digest} to {repo}"
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            first, rest = bytes(data), None
+            if digest_of(first, digest) != digest:
+                raise DigestMismatch(f"The blob to upload does not match its digest {digest}; nothing was uploaded.")
+        else:
+            first, rest = data.read(chunk_size), data
+        response = self._call("POST", repo, "blobs/uploads/", what=what)
+        if response.status_code != 202:
+            raise self._fail(response, what)
+        response.close()
+        url = self._upload_url(response, what)
+        if rest is not None:
+            hasher = new_hasher(digest)
+            offset, chunk = 0, first
+            following = rest.read(chunk_size) if chunk else b""
+            while following:  # more than one chunk: PATCH each, the last one goes with the PUT
+                hasher.update(chunk)
+                url = self._patch(repo, url, chunk, offset, what)
+                offset += len(chunk)
+                chunk, following = following, rest.read(chunk_size)
+            hasher.update(chunk)
+            actual = f"{split_digest(digest)[0]}:{hasher.hexdigest()}"
+            if actual != digest:
+                self._call("DELETE", repo, "", what=what, url=str(url)).close()
+                raise DigestMismatch(f"The blob streamed for upload hashes to {actual}, not {digest}; "
+                                     "the upload was cancelled.")
+            first = chunk
+        response = self._call("PUT", repo, "", what=what, url=str(url.copy_merge_params({"digest": digest})),
+                              content=first, headers={"Content-Type": "application/octet-stream"})
+        if response.status_code not in (201, 204):
+            raise self._fail(response, what)
+        response.close()
+        stored = response.headers.get("docker-content-digest")
+        if stored and stored != digest:
+            raise DigestMismatch(f"The registry {self.domain} stored the blob as {stored}, not {digest}.")
+
+    def _patch(self, repo: str, url: httpx.URL, chunk: bytes, offset: int, what: str) -> httpx.URL:
+        response = self._call("PATCH", repo, "", what=what, url=str(url), content=chunk, headers={
+            "Content-Type": "application/octet-stream",
+            "Content-Range": f"{offset}-{offset + len(chunk) - 1}",
+        })
+        if response.status_code != 202:
+            raise self._fail(response, what)
+        response.close()
+        return self._upload_url(response, what)
+
+    def push_blob(self, repo: str, digest: str, data: bytes | BinaryIO | None = None, *,
+                  mount_from: str | None = None) -> str:
+        """Make sure `repo` holds the blob: "exists", "mounted" or "uploaded" (needs `data`)."""
+        if self.blob_exists(repo, digest):
+            return "exists"
+        if mount_from and mount_from != repo and self.mount_blob(repo, digest, mount_from):
+            return "mounted"
+        if data is None:
+            raise BadImage(f"The registry {self.domain} lacks the blob {digest} in {repo}, and it could not be "
+                           f"mounted{' from ' + mount_from if mount_from else ''}.",
+                           hint="Push the base image to that repository first.")
+        self.upload_blob(repo, digest, data)
+        return "uploaded"
+
+
+class Registries:
+    """One RegistryClient per registry (and TLS choice), shared by every reference that names it."""
+
+    def __init__(self, *, tls_verify: bool | None = None, retry: RetryPolicy = RetryPolicy()) -> None:
+        self.tls_verify = tls_verify
+        self.retry = retry
+        self._clients: dict[str, RegistryClient] = {}
+        self._lock = threading.Lock()
+
+    def client(self, ref: RegistryRef) -> RegistryClient:
+        with self._lock:
+            client = self._clients.get(ref.domain)
+            if client is None:
+                client = RegistryClient.for_ref(ref, tls_verify=self.tls_verify, retry=self.retry)
+                self._clients[ref.domain] = client
+            return client
+
+    def close(self) -> None:
+        with self._lock:
+            for client in self._clients.values():
+                client.close()
+            self._clients.clear()
+
+    def __enter__(self) -> "Registries":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
