@@ -37,7 +37,7 @@ from imagetools import (
 )
 from imgquilt.errors import BadImage, DigestMismatch, UsageError
 from imgquilt.image.reference import open_image, open_source, parse_ref, resolve_ref
-from imgquilt.image.skopeo_copy import copy_with_skopeo
+from imgquilt.image.sources.skopeo_copy import copy_with_skopeo
 from imgquilt.rootfs.source import RootfsSource
 
 V1 = [

@@ -31,9 +31,9 @@ class Outputs:
 
 def check_destinations(outputs: Outputs, source: ImageInfo) -> None:
     """Refuse bad destinations up front, so a later one cannot fail after an earlier one was written."""
-    from .image.image_writer import check_image_destination
-    from .image.layer_writer import check_layer_destination
-    from .image.overlay import check_overlay_destination
+    from .image.sinks.image import check_image_destination
+    from .image.sinks.layer import check_layer_destination
+    from .image.sinks.overlay import check_overlay_destination
 
     if outputs.layer is not None:
         check_layer_destination(outputs.layer)
@@ -50,7 +50,7 @@ def check_destinations(outputs: Outputs, source: ImageInfo) -> None:
 
 def check_result(outputs: Outputs, result: ApplyResult) -> None:
     """Refusals that depend on what the series does (an overlay cannot bind-mount a deletion)."""
-    from .image.overlay import check_overlay
+    from .image.sinks.overlay import check_overlay
 
     if outputs.overlay is not None:
         check_overlay(result)
@@ -60,19 +60,19 @@ def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[],
     """Write every requested output; return what was written, for the report."""
     written: dict[str, dict[str, Any]] = {}
     if outputs.layer is not None:
-        from .image.layer_writer import write_layer
+        from .image.sinks.layer import write_layer
 
         info = write_layer(result, outputs.layer)
         written["layer"] = {"path": str(outputs.layer), "digest": info.digest, "diff_id": info.diff_id,
                             "media_type": info.media_type, "size": info.size}
     if outputs.image is not None:
-        from .image.image_writer import write_image
+        from .image.sinks.image import write_image
 
         img = write_image(open_base(), result, outputs.image)
         written["image"] = {"ref": outputs.image, "digest": img.digest, "config_digest": img.config_digest,
                             "layer_digest": img.layer_digest, "diff_id": img.diff_id}
     if outputs.overlay is not None:
-        from .image.overlay import write_overlay
+        from .image.sinks.overlay import write_overlay
 
         ov = write_overlay(result, outputs.overlay)
         written["overlay"] = {"path": str(outputs.overlay), "mounts": str(ov.mounts_file)}

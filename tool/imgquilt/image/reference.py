@@ -17,9 +17,9 @@ from pathlib import Path
 
 from ..errors import BadImage
 from ..fs.types import Source
-from .archive_index import ArchiveIndex
-from .blobio import VerifiedBlobs
-from .compression import detect
+from .sources.archive_index import ArchiveIndex
+from .layers.blobio import VerifiedBlobs
+from .layers.compression import detect
 from .digests import check_digest
 
 OWN_TRANSPORTS = ("oci", "oci-archive", "docker-archive", "dir", "tar", "rootfs")
@@ -69,7 +69,7 @@ def parse_ref(ref: str) -> ImageRef:
 
 def _detect_path(ref: str) -> ImageRef:
     """What a bare path is: layout dir, skopeo dir, rootfs dir, image archive, or flat tar."""
-    from .dir_layout import is_dir_layout
+    from .sources.dir_layout import is_dir_layout
 
     path = Path(ref)
     tag = None
@@ -128,9 +128,9 @@ def _archive_kind(path: Path) -> str:
 
 
 def _first_member(path: Path, kind: str) -> str | None:
-    from .blobio import BlobLocation, FileRange
-    from .compression import Decompressed
-    from .tarwalk import TarWalker, member_path
+    from .layers.blobio import BlobLocation, FileRange
+    from .layers.compression import Decompressed
+    from .layers.tarwalk import TarWalker, member_path
 
     try:
         with FileRange(BlobLocation(path, 0, path.stat().st_size)) as raw:
@@ -158,31 +158,31 @@ def open_image(ref: str, *, platform: str | None = None, cache_dir: Path | None 
         raise BadImage(f"{ref!r} is a root filesystem, not an image: it has no layers to build on.",
                        hint="Use --root DIR to patch it in place, or pass an image reference.")
     if t == "oci":
-        from .oci_layout import open_oci_layout
+        from .sources.oci_layout import open_oci_layout
 
         if parsed.digest:
             check_digest(parsed.digest, what=f"reference {ref!r}")
         return open_oci_layout(path, ref=ref, tag=parsed.tag, digest=parsed.digest, platform=platform)
     if t == "oci-archive":
-        from .oci_archive import open_oci_archive
+        from .sources.oci_archive import open_oci_archive
 
         return open_oci_archive(_existing_file(path, ref), ref=ref, tag=parsed.tag, digest=parsed.digest,
                                 platform=platform)
     if t == "docker-archive":
-        from .docker_archive import open_docker_archive
+        from .sources.docker_archive import open_docker_archive
 
         return open_docker_archive(_existing_file(path, ref), ref=ref, tag=parsed.tag, platform=platform)
     if t == "dir":
-        from .dir_layout import open_dir_layout
+        from .sources.dir_layout import open_dir_layout
 
         return open_dir_layout(path, ref=ref, platform=platform)
     if t == "tar":
-        from .flat_tar import FlatTarImage
+        from .sources.flat_tar import FlatTarImage
 
         return FlatTarImage(_existing_file(path, ref), ref=ref)
     if t == "skopeo":
-        from .dir_layout import open_dir_layout
-        from .skopeo_copy import copy_with_skopeo
+        from .sources.dir_layout import open_dir_layout
+        from .sources.skopeo_copy import copy_with_skopeo
 
         copied = copy_with_skopeo(ref, platform=platform, cache_dir=cache_dir)
         return open_dir_layout(copied, ref=ref, platform=platform)

@@ -10,10 +10,10 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BadImage, UnsafePath
-from .blobio import BlobLocation, FileRange
-from .compression import detect
-from .tarwalk import DIRECTORY, HARDLINK, SYMLINK, TarWalker, member_path
+from ...errors import BadImage, UnsafePath
+from ..layers.blobio import BlobLocation, FileRange
+from ..layers.compression import detect
+from ..layers.tarwalk import DIRECTORY, HARDLINK, SYMLINK, TarWalker, member_path
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator, Literal
 
-from ..engine.result import ApplyResult
-from ..errors import BadInput, UsageError
-from ..fs.paths import check_member_path
-from ..util.atomic import atomic_file
-from ..util.atomic import fsync_dir
+from ...engine.result import ApplyResult
+from ...errors import BadInput, UsageError
+from ...fs.paths import check_member_path
+from ...util.atomic import atomic_file
+from ...util.atomic import fsync_dir
 
 MEDIA_TAR = "application/vnd.oci.image.layer.v1.tar"
 MEDIA_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"

@@ -15,13 +15,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadImage
+from ...errors import BadImage
 from .archive_index import ArchiveIndex
-from .blob_layer import BlobLayer
-from .blobio import read_verified
-from .digests import check_digest, sha256_digest
-from .mediatypes import DOCKER_CONFIG, DOCKER_LAYER_GZIP, DOCKER_MANIFEST, OCI_LAYER_BY_COMPRESSION
-from .model import Descriptor
+from ..layers.blob_layer import BlobLayer
+from ..layers.blobio import read_verified
+from ..digests import check_digest, sha256_digest
+from ..mediatypes import DOCKER_CONFIG, DOCKER_LAYER_GZIP, DOCKER_MANIFEST, OCI_LAYER_BY_COMPRESSION
+from ..model import Descriptor
 from .oci_archive import ArchiveStore
 from .oci_layout import check_layout_marker
 from .oci_reader import IndexEntry, index_entries, load_image, name_matches, parse_json, select_top

@@ -16,7 +16,7 @@ import threading
 import zlib
 from typing import Literal
 
-from ..errors import BadImage
+from ...errors import BadImage
 
 Compression = Literal["gzip", "zstd"] | None
 

@@ -18,8 +18,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BadImage, DigestMismatch
-from .digests import new_hasher, split_digest, sha256_digest
+from ...errors import BadImage, DigestMismatch
+from ..digests import new_hasher, split_digest, sha256_digest
 
 CHUNK = 2 << 20  # 2 MiB reads: big enough to amortise syscalls and hashing calls
 

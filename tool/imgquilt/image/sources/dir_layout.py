@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import BadImage
-from .blobio import BlobLocation, read_verified
-from .digests import sha256_digest, split_digest
-from .model import Descriptor
+from ...errors import BadImage
+from ..layers.blobio import BlobLocation, read_verified
+from ..digests import sha256_digest, split_digest
+from ..model import Descriptor
 from .oci_reader import MAX_MANIFEST, load_image
 from .stored_image import StoredImage
 

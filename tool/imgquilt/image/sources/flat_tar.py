@@ -11,14 +11,14 @@ import json
 from functools import cached_property
 from pathlib import Path
 
-from ..errors import BadImage
-from .blob_layer import BlobLayer
-from .blobio import BlobLocation, FileRange
-from .compression import detect
-from .digests import sha256_digest
-from .mediatypes import OCI_CONFIG, OCI_MANIFEST
+from ...errors import BadImage
+from ..layers.blob_layer import BlobLayer
+from ..layers.blobio import BlobLocation, FileRange
+from ..layers.compression import detect
+from ..digests import sha256_digest
+from ..mediatypes import OCI_CONFIG, OCI_MANIFEST
 from .platforms import DEFAULT_PLATFORM, Platform
-from .tarwalk import header_checksum_ok
+from ..layers.tarwalk import header_checksum_ok
 
 
 class FlatTarImage:

@@ -8,8 +8,8 @@ from typing import BinaryIO, Literal
 from .blobio import (BlobFile, BlobLocation, CheckedRange, FileRange, Fingerprint, HashingRange, HashingStream,
                      fingerprint)
 from .compression import Compression, Decompressed, detect
-from .mediatypes import OCI_LAYER_BY_COMPRESSION
-from .model import Descriptor
+from ..mediatypes import OCI_LAYER_BY_COMPRESSION
+from ..model import Descriptor
 
 Verify = Literal["blob", "diff_id"] | None
 

@@ -10,11 +10,11 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from ..errors import BadImage
-from .blob_layer import BlobLayer
-from .blobio import BlobLocation, read_verified
-from .digests import check_digest
-from .mediatypes import (
+from ...errors import BadImage
+from ..layers.blob_layer import BlobLayer
+from ..layers.blobio import BlobLocation, read_verified
+from ..digests import check_digest
+from ..mediatypes import (
     CONFIGS,
     DOCKER_MANIFEST_V1,
     DOCKER_MANIFEST_V1_SIGNED,
@@ -22,7 +22,7 @@ from .mediatypes import (
     LAYERS,
     MANIFESTS,
 )
-from .model import Descriptor
+from ..model import Descriptor
 from .platforms import Platform, choose
 from .stored_image import StoredImage
 

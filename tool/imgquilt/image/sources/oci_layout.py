@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import BadImage
-from .blobio import BlobLocation
-from .digests import split_digest
+from ...errors import BadImage
+from ..layers.blobio import BlobLocation
+from ..digests import split_digest
 from .oci_reader import index_entries, load_image, parse_json, select_top
 from .stored_image import StoredImage
 

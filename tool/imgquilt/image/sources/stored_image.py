@@ -5,7 +5,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .blob_layer import BlobLayer
+from ..layers.blob_layer import BlobLayer
 
 
 @dataclass(frozen=True, eq=False)

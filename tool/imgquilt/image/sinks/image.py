@@ -35,11 +35,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO, Iterator, Literal
 
-from ..engine.result import ApplyResult
-from ..errors import BadImage, DigestMismatch, UsageError
-from ..util.atomic import fsync_dir
-from .layer_writer import Compression, LayerBlob, build_layer, check_output_path, output_file, resolve_epoch
-from .model import Descriptor, Image, Layer
+from ...engine.result import ApplyResult
+from ...errors import BadImage, DigestMismatch, UsageError
+from ...util.atomic import fsync_dir
+from .layer import Compression, LayerBlob, build_layer, check_output_path, output_file, resolve_epoch
+from ..model import Descriptor, Image, Layer
 
 Transport = Literal["oci", "oci-archive", "docker-archive"]
 

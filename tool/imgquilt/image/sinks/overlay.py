@@ -18,10 +18,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine.result import ApplyResult
-from ..errors import UsageError
-from ..fs.paths import check_member_path
-from ..util.atomic import fsync_dir
+from ...engine.result import ApplyResult
+from ...errors import UsageError
+from ...fs.paths import check_member_path
+from ...util.atomic import fsync_dir
 
 MOUNTS_FILE = "mounts.tsv"
 
