@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from ..errors import BadImage
+from ..errors import BadImage, DigestMismatch
 
 _DIGEST = re.compile(r"^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})$")
 
@@ -34,3 +34,19 @@ def digest_of(data: bytes, like: str) -> str:
     """The digest of `data` with the algorithm of `like`."""
     algo = split_digest(like)[0]
     return f"{algo}:{hashlib.new(algo, data).hexdigest()}"
+
+
+def verify_digest(expected: str, hexdigest: str, *, what: str, where: str | None = None) -> None:
+    """Raise DigestMismatch unless the bytes read (`hexdigest`, same algorithm) are `expected`'s.
+
+    The one place that compares a blob with its digest and says so; every reader and writer ends here.
+    """
+    actual = f"{split_digest(expected)[0]}:{hexdigest}"
+    if actual == expected:
+        return
+    subject = (f"The {what} {expected} at {where} does not match its digest" if where is not None
+               else f"The {what} does not match its digest {expected}")
+    raise DigestMismatch(
+        f"{subject}: its bytes hash to {actual}. Nothing from it was used.",
+        hint="The image is corrupt or was modified; fetch or copy it again.",
+    )

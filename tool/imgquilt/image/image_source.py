@@ -301,7 +301,7 @@ class ImageSource:
         trusted = digest is None or self._verified.is_verified(digest, layer.location)
         self.stats.second_passes.append(self._label(position))
         found: dict[int, bytes] = {}
-        if trusted and layer.compression is None:
+        if trusted and layer.compression == "none":
             with FileRange(layer.location, what=what) as f:
                 for rec in recs:
                     data = f.pread(rec.size, rec.offset)

@@ -97,7 +97,7 @@ def _archive_kind(path: Path) -> str:
     with open(path, "rb") as f:
         head = f.read(8)
     kind = detect(head, what=f"file {path}")
-    if kind is not None:
+    if kind != "none":
         # only flat tars are read compressed; say so if this is a compressed image archive
         first = _first_member(path, kind)
         if first is not None and _ARCHIVE_MEMBER.match(first):
@@ -134,7 +134,7 @@ def _first_member(path: Path, kind: str) -> str | None:
 
     try:
         with FileRange(BlobLocation(path, 0, path.stat().st_size)) as raw:
-            stream = Decompressed(raw, kind, what=f"file {path}")  # type: ignore[arg-type]
+            stream = Decompressed(raw, kind, what=f"file {path}")
             for entry in TarWalker(stream, what=f"file {path}"):
                 name = member_path(entry.name)
                 if name is not None:

@@ -18,8 +18,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import BadImage, DigestMismatch
-from ..digests import new_hasher, split_digest, sha256_digest
+from ...errors import BadImage
+from ..digests import new_hasher, sha256_digest, split_digest, verify_digest
 
 CHUNK = 2 << 20  # 2 MiB reads: big enough to amortise syscalls and hashing calls
 
@@ -250,13 +250,7 @@ class RangeDigest:
             raise BadImage(f"The {self.what} at {self.loc.describe()} is {self._error}.")
         if self._hexdigest is None:
             raise RuntimeError("digest thread stopped early")
-        actual = f"{split_digest(self.digest)[0]}:{self._hexdigest}"
-        if actual != self.digest:
-            raise DigestMismatch(
-                f"The {self.what} {self.digest} at {self.loc.describe()} does not match its "
-                f"digest: its bytes hash to {actual}. Nothing from it was used.",
-                hint="The image is corrupt or was modified; fetch or copy it again.",
-            )
+        verify_digest(self.digest, self._hexdigest, what=self.what, where=self.loc.describe())
         # the reader and the digest thread read the file separately: both saw these bytes
         if _content_stamp(self._fd) != self._content:
             raise BadImage(f"The {self.what} at {self.loc.describe()} changed while imgquilt read it.",
@@ -343,13 +337,7 @@ class HashingRange(_ReadToSkip, _OwnsFd):
 
     def _finish(self) -> None:
         self._done = True
-        actual = f"{split_digest(self.digest)[0]}:{self._hasher.hexdigest()}"
-        if actual != self.digest:
-            raise DigestMismatch(
-                f"The {self.what} {self.digest} at {self.loc.describe()} does not match its "
-                f"digest: its bytes hash to {actual}. Nothing from it was used.",
-                hint="The image is corrupt or was modified; fetch or copy it again.",
-            )
+        verify_digest(self.digest, self._hasher.hexdigest(), what=self.what, where=self.loc.describe())
         self.verified = True
 
     def read(self, n: int = -1) -> bytes:
@@ -394,13 +382,7 @@ class HashingStream(_ReadToSkip):
         self.verified = False
 
     def _check_end(self) -> None:
-        actual = f"{split_digest(self.digest)[0]}:{self._hasher.hexdigest()}"
-        if actual != self.digest:
-            raise DigestMismatch(
-                f"The {self.what} does not match its digest {self.digest}: its bytes hash to "
-                f"{actual}. Nothing from it was used.",
-                hint="The image is corrupt or was modified; fetch or copy it again.",
-            )
+        verify_digest(self.digest, self._hasher.hexdigest(), what=self.what)
         self.verified = True
 
     def read(self, n: int = -1) -> bytes:
@@ -423,13 +405,7 @@ def read_verified(loc: BlobLocation, digest: str, *, what: str, limit: int) -> b
         data = f.read()
     if len(data) != loc.size:
         raise BadImage(f"The {what} at {loc.describe()} is truncated.")
-    actual = f"{split_digest(digest)[0]}:{_hash(digest, data)}"
-    if actual != digest:
-        raise DigestMismatch(
-            f"The {what} {digest} at {loc.describe()} does not match its digest: its bytes hash "
-            f"to {actual}. Nothing from it was used.",
-            hint="The image is corrupt or was modified; fetch or copy it again.",
-        )
+    verify_digest(digest, _hash(digest, data), what=what, where=loc.describe())
     return data
 
 

@@ -41,7 +41,7 @@ class ArchiveIndex:
             raise BadImage(f"Cannot read {what} {path}: {exc.strerror}.") from None
         members: dict[str, Member] = {}
         with FileRange(BlobLocation(path, 0, size), what=what) as f:
-            if detect(f.peek(8), what=what) is not None:
+            if detect(f.peek(8), what=what) != "none":
                 raise BadImage(
                     f"The {what} {path} is compressed; imgquilt reads image archives uncompressed.",
                     hint=f"Decompress it first (e.g. `gunzip -k {path}` or `zstd -d {path}`).",

@@ -20,7 +20,7 @@ from .archive_index import ArchiveIndex
 from ..layers.blob_layer import BlobLayer
 from ..layers.blobio import read_verified
 from ..digests import check_digest, sha256_digest
-from ..mediatypes import DOCKER_CONFIG, DOCKER_LAYER_GZIP, DOCKER_MANIFEST, OCI_LAYER_BY_COMPRESSION
+from ..mediatypes import DOCKER_CONFIG, DOCKER_LAYER_GZIP, DOCKER_MANIFEST, LAYER_MEDIA_TYPES
 from ..model import Descriptor
 from .oci_archive import ArchiveStore
 from .oci_layout import check_layout_marker
@@ -128,8 +128,8 @@ def _open_legacy(index: ArchiveIndex, entries: list[dict[str, Any]], *, where: s
             raise BadImage(f"{where} lacks layer {name!r} that its manifest.json names.",
                            hint="The archive is incomplete; save or copy it again.")
         layer = BlobLayer(None, diff_id, lloc, verify="diff_id", what=f"layer {name} ({diff_id})")
-        if layer.compression is None:  # the usual case: the blob is the tar, its digest the diff_id
-            layer = BlobLayer(Descriptor(OCI_LAYER_BY_COMPRESSION[None], diff_id, lloc.size), diff_id, lloc,
+        if layer.compression == "none":  # the usual case: the blob is the tar, its digest the diff_id
+            layer = BlobLayer(Descriptor(LAYER_MEDIA_TYPES["none"], diff_id, lloc.size), diff_id, lloc,
                               verify="diff_id", what=layer.what)
         layers.append(layer)
         manifest_layers.append({"mediaType": DOCKER_LAYER_GZIP, "size": lloc.size, "digest": diff_id})

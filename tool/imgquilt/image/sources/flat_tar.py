@@ -36,7 +36,7 @@ class FlatTarImage:
         loc = BlobLocation(path, 0, size)
         with FileRange(loc, what=f"tar file {path}") as f:
             head = f.peek(512)
-        if detect(head, what=f"tar file {path}") is None and size and (len(head) < 512 or not (
+        if detect(head, what=f"tar file {path}") == "none" and size and (len(head) < 512 or not (
                 head.count(0) == 512 or header_checksum_ok(head))):
             raise BadImage(f"{path} is not a tar file (its first block is not a tar header).",
                            hint="Pass a filesystem tar such as `docker export` writes, or name the transport.")
