@@ -26,7 +26,7 @@ from imagetools import (
 )
 from imgquilt.errors import BadImage, BadInput, DigestMismatch, UnsafePath
 from imgquilt.image.layers.blobio import BlobLocation, FileRange
-from imgquilt.image.reference import open_source
+from imgquilt.sources import open_source
 from imgquilt.image.layers.tarwalk import TarWalker
 
 BASE = [

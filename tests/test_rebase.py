@@ -11,7 +11,7 @@ import pytest
 from imgquilt.engine.hunks import sha256_hex
 from imgquilt.engine.plan import plan_apply, plan_lock
 from imgquilt.errors import BadInput, BaseDrift, MissingTarget, RebaseConflict, UsageError
-from imgquilt.image.reference import open_source
+from imgquilt.sources import open_source
 from imgquilt.queue.check import check_queue
 from imgquilt.queue.lock import render_lock
 from imgquilt.queue.patchfile import parse_patch

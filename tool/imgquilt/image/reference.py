@@ -1,4 +1,4 @@
-"""Image references as skopeo and podman spell them, opened as a filesystem Source or an Image.
+"""Image references as skopeo and podman spell them: parsed, detected, and opened as an Image.
 
     oci:DIR[:TAG|@DIGEST]            an OCI image layout
     oci-archive:FILE[:TAG]           a tar of an OCI layout
@@ -8,6 +8,8 @@
     rootfs:DIR                       an extracted filesystem, or /proc/PID/root of a container
     PATH                             detected: a layout, a skopeo dir, a rootfs, an archive or a tar
     docker://..., containers-storage:..., docker-daemon:..., ...   copied with skopeo first
+
+rootfs: is parsed here but opened by the verbs (imgquilt.sources): an image package knows no rootfs.
 """
 from __future__ import annotations
 
@@ -16,9 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BadImage
-from ..fs.types import Source
 from .sources.archive_index import ArchiveIndex
-from .layers.blobio import VerifiedBlobs
 from .layers.compression import detect
 from .digests import check_digest
 
@@ -149,14 +149,11 @@ def resolve_ref(ref: str) -> ImageRef:
     return _detect_path(ref) if parsed.transport == "path" else parsed
 
 
-def open_image(ref: str, *, platform: str | None = None, cache_dir: Path | None = None):
-    """Open `ref` as a model.Image (manifest, config, layers), every small blob verified."""
-    parsed = resolve_ref(ref)
+def open_transport(parsed: ImageRef, *, platform: str | None = None, cache_dir: Path | None = None):
+    """Open an image reference (any transport but rootfs:) as a model.Image, every small blob verified."""
+    ref = parsed.raw
     t = parsed.transport
     path = Path(parsed.path)
-    if t == "rootfs":
-        raise BadImage(f"{ref!r} is a root filesystem, not an image: it has no layers to build on.",
-                       hint="Use --root DIR to patch it in place, or pass an image reference.")
     if t == "oci":
         from .sources.oci_layout import open_oci_layout
 
@@ -186,27 +183,10 @@ def open_image(ref: str, *, platform: str | None = None, cache_dir: Path | None 
 
         copied = copy_with_skopeo(ref, platform=platform, cache_dir=cache_dir)
         return open_dir_layout(copied, ref=ref, platform=platform)
-    raise BadImage(f"Unsupported image reference {ref!r}.")  # pragma: no cover
+    raise BadImage(f"Unsupported image reference {ref!r}.")  # rootfs: is opened by the verbs (sources.py)
 
 
 def _existing_file(path: Path, ref: str) -> Path:
     if not path.is_file():
         raise BadImage(f"Image reference {ref!r}: {path} does not exist or is not a file.")
     return path
-
-
-def open_source(ref: str, *, platform: str | None = None, cache_dir: Path | None = None) -> Source:
-    """Open `ref` for reading targets: a RootfsSource for a directory tree, else an ImageSource."""
-    parsed = resolve_ref(ref)
-    if parsed.transport == "rootfs":
-        from ..rootfs.source import RootfsSource
-
-        root = Path(parsed.path)
-        if not root.is_dir():
-            raise BadImage(f"Root filesystem {root} does not exist or is not a directory.")
-        return RootfsSource(root, ref=ref)
-    from .image_source import ImageSource
-
-    image = open_image(ref, platform=platform, cache_dir=cache_dir)
-    kind = "tar" if getattr(image, "kind", "image") == "tar" else "image"
-    return ImageSource(image, kind=kind, verified=VerifiedBlobs(cache_dir), ref=ref)
