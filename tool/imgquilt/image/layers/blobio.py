@@ -36,6 +36,14 @@ class BlobLocation:
         return str(self.path) if self.offset == 0 else f"{self.path} (at byte {self.offset})"
 
 
+def file_location(path: Path) -> BlobLocation | None:
+    """The whole of a regular file as a blob location; None if there is no such file."""
+    try:
+        return BlobLocation(path, 0, path.stat().st_size) if path.is_file() else None
+    except OSError:
+        return None
+
+
 Fingerprint = tuple[int, int, int, int, int]
 
 

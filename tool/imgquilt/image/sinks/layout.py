@@ -13,19 +13,17 @@ import fcntl
 import json
 import os
 import re
-import shutil
-import tempfile
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from ...errors import BadImage, UsageError
-from ...util.atomic import atomic_file, atomic_write, publish, replace_dir
+from ...util.atomic import atomic_file, atomic_write, publish
 from ..mediatypes import OCI_INDEX
 from ..model import Layer
 from .base_blobs import blob_location, check_file, open_checked, unique_layers
 from .mutate import ANNOTATION_REF_NAME, NewImage, index_entry, json_bytes
-from .output_file import output_file
+from .output_file import output_dir, output_file
 
 COPY_CHUNK = 1 << 20
 LAYOUT_MARKER = {"imageLayoutVersion": "1.0.0"}
@@ -143,23 +141,12 @@ def write_layout(img: NewImage, root: Path, tag: str | None) -> None:
     if is_layout(root):
         _add_to_layout(root, entry, img)
         return
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", suffix=".tmp", dir=root.parent))
-    except OSError as exc:
-        raise UsageError(f"Cannot write an OCI layout to {str(root)!r}: {exc.strerror}.") from None
-    try:
-        os.chmod(tmp, 0o755)
+    with output_dir(root, failure=f"Cannot write an OCI layout to {str(root)!r}") as tmp:
         (tmp / "blobs" / "sha256").mkdir(parents=True)
         _BlobDir(tmp).fill(img)
         (tmp / "oci-layout").write_bytes(json_bytes(LAYOUT_MARKER))
         index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry]}
         (tmp / "index.json").write_bytes(json_bytes(index))
-        replace_dir(tmp, root)  # the destination is missing or empty (checked above)
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, OSError):
-            raise UsageError(f"Cannot write an OCI layout to {str(root)!r}: {exc.strerror or exc}.") from None
-        raise
 
 
 def _add_to_layout(root: Path, entry: dict, img: NewImage) -> None:

@@ -1,12 +1,15 @@
-"""Output files appear whole or not at all (through util.atomic); OS errors become a UsageError."""
+"""Output files and directories appear whole or not at all (through util.atomic); OS errors become a UsageError."""
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from ...errors import UsageError
-from ...util.atomic import atomic_file
+from ...util.atomic import atomic_file, replace_dir
 
 
 def check_output_path(dest: Path, *, what: str) -> None:
@@ -33,3 +36,24 @@ def write_bytes_atomic(dest: Path, data: bytes, *, what: str = "output") -> None
     """Write `data` to `dest` whole or not at all."""
     with output_file(dest, what=what) as fh:
         fh.write(data)
+
+
+@contextmanager
+def output_dir(dest: Path, *, failure: str) -> Iterator[Path]:
+    """A new directory beside `dest` to fill; it takes `dest`'s place on success and is removed on error.
+
+    `failure` starts the message of the UsageError an OS error becomes ("Cannot write the overlay 'x'").
+    """
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    except OSError as exc:
+        raise UsageError(f"{failure}: {exc.strerror}.") from None
+    try:
+        os.chmod(tmp, 0o755)
+        yield tmp
+        replace_dir(tmp, dest)  # an earlier directory is moved aside, then dropped
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise UsageError(f"{failure}: {exc.strerror or exc}.") from None
+        raise

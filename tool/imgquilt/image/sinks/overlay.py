@@ -13,8 +13,6 @@ it is empty or an earlier overlay (it holds mounts.tsv); anything else is refuse
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -22,7 +20,8 @@ from typing import Sequence
 from ...errors import UsageError
 from ...fs.paths import check_member_path
 from ...fs.types import FileChange
-from ...util.atomic import replace_dir, write_new_file
+from ...util.atomic import write_new_file
+from .output_file import output_dir
 
 MOUNTS_FILE = "mounts.tsv"
 
@@ -103,12 +102,7 @@ def write_overlay(changes: Sequence[FileChange], dest_dir: Path) -> OverlayInfo:
     files = _plan(changes, dest)
     check_overlay_destination(dest_dir)
     as_root = os.geteuid() == 0
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
-    except OSError as exc:
-        raise UsageError(f"Cannot write the overlay {str(dest_dir)!r}: {exc.strerror}.") from None
-    try:
-        os.chmod(tmp, 0o755)
+    with output_dir(dest, failure=f"Cannot write the overlay {str(dest_dir)!r}") as tmp:
         mounts = []
         for resolved, data, mode, uid, gid in files:
             path = tmp / resolved
@@ -120,10 +114,4 @@ def write_overlay(changes: Sequence[FileChange], dest_dir: Path) -> OverlayInfo:
             mounts.append(Mount(dest / resolved, "/" + resolved, mode))
         mounts.sort(key=lambda m: m.container_path)
         (tmp / MOUNTS_FILE).write_text("".join(m.line() for m in mounts))
-        replace_dir(tmp, dest)  # an earlier overlay is moved aside, then dropped
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, OSError):
-            raise UsageError(f"Cannot write the overlay {str(dest_dir)!r}: {exc.strerror or exc}.") from None
-        raise
     return OverlayInfo(dest, dest / MOUNTS_FILE, tuple(mounts))

@@ -24,7 +24,7 @@ from ..mediatypes import DOCKER_CONFIG, DOCKER_LAYER_GZIP, DOCKER_MANIFEST, LAYE
 from ..model import Descriptor
 from .oci_archive import ArchiveStore
 from .oci_layout import check_layout_marker
-from .oci_reader import IndexEntry, index_entries, load_image, name_matches, parse_json, select_top
+from .oci_reader import IndexEntry, index_entries, load_image, parse_json, select_top, tagged
 from .platforms import Platform
 from .stored_image import StoredImage
 
@@ -78,14 +78,8 @@ def _pick_entry(entries: list[dict[str, Any]], *, tag: str | None, source_index:
             raise BadImage(f"{where} holds {len(entries)} image(s); there is no image @{source_index}.")
         return entries[source_index]
     if tag is not None:
-        matching = [e for e in entries if name_matches(_repo_tags(e), tag)]
-        if not matching:
-            tags = sorted({t for e in entries for t in _repo_tags(e)})
-            raise BadImage(
-                f"{where} has no image tagged {tag!r}; available tags: {', '.join(tags) or 'none (untagged)'}.",
-                hint="Write docker-archive:FILE:REPO:TAG with one of them, or docker-archive:FILE:@N.",
-            )
-        return matching[0]
+        return tagged(entries, _repo_tags, tag, where=where,
+                      hint="Write docker-archive:FILE:REPO:TAG with one of them, or docker-archive:FILE:@N.")[0]
     if len(entries) == 1:
         return entries[0]
     if not entries:
