@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 
 from ..errors import BadImage, DigestMismatch
 
@@ -36,12 +37,30 @@ def digest_of(data: bytes, like: str) -> str:
     return f"{algo}:{hashlib.new(algo, data).hexdigest()}"
 
 
-def verify_digest(expected: str, hexdigest: str, *, what: str, where: str | None = None) -> None:
+@dataclass(frozen=True)
+class CopyCheck:
+    """A blob checked while it is copied to an output: the size its descriptor gives, what to tell the user."""
+
+    size: int
+    hint: str
+
+
+def verify_digest(expected: str, hexdigest: str, *, what: str, where: str | None = None,
+                  copy: CopyCheck | None = None, read: int = 0) -> None:
     """Raise DigestMismatch unless the bytes read (`hexdigest`, same algorithm) are `expected`'s.
 
     The one place that compares a blob with its digest and says so; every reader and writer ends here.
+    A copy also checks the byte count (`read`) against the descriptor's size.
     """
     actual = f"{split_digest(expected)[0]}:{hexdigest}"
+    if copy is not None:
+        if actual != expected or read != copy.size:
+            raise DigestMismatch(
+                f"The {what} {expected} does not match its descriptor "
+                f"(read {read} bytes with digest {actual}, expected {copy.size} bytes).",
+                hint=copy.hint,
+            )
+        return
     if actual == expected:
         return
     subject = (f"The {what} {expected} at {where} does not match its digest" if where is not None

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import BadImage
-from ..digests import new_hasher, sha256_digest, split_digest, verify_digest
+from ..digests import CopyCheck, new_hasher, sha256_digest, split_digest, verify_digest
 
 CHUNK = 2 << 20  # 2 MiB reads: big enough to amortise syscalls and hashing calls
 
@@ -116,13 +116,13 @@ class VerifiedBlobs:
             pass  # the cache is an optimisation only
 
 
-def _open_fd(loc: BlobLocation, what: str) -> int:
+def _open_fd(loc: BlobLocation, what: str, *, check_size: bool = True) -> int:
     try:
         fd = os.open(loc.path, os.O_RDONLY)
     except OSError as exc:
         raise BadImage(f"Cannot open {what} at {loc.describe()}: {exc.strerror}.") from None
     size = os.fstat(fd).st_size
-    if loc.offset + loc.size > size:
+    if check_size and loc.offset + loc.size > size:
         os.close(fd)
         raise BadImage(
             f"The {what} at {loc.describe()} is truncated: it should hold {loc.size} bytes "
@@ -328,15 +328,19 @@ class _ReadToSkip:
 
 
 class HashingRange(_ReadToSkip, _OwnsFd):
-    """A byte range read sequentially and hashed in line; b"" (the end) only after the digest matched."""
+    """A byte range read sequentially and hashed in line; b"" (the end) only after the digest matched.
+
+    With `copy`, a short file is no truncation error of its own: the byte count is checked with the digest.
+    """
 
     seekable = False
 
-    def __init__(self, loc: BlobLocation, digest: str, *, what: str = "blob") -> None:
+    def __init__(self, loc: BlobLocation, digest: str, *, what: str = "blob", copy: CopyCheck | None = None) -> None:
         self.loc = loc
         self.digest = digest
         self.what = what
-        self._fd = _open_fd(loc, what)
+        self.copy = copy
+        self._fd = _open_fd(loc, what, check_size=copy is None)
         self._hasher = new_hasher(digest)
         self._pos = 0
         self._done = False
@@ -345,7 +349,8 @@ class HashingRange(_ReadToSkip, _OwnsFd):
 
     def _finish(self) -> None:
         self._done = True
-        verify_digest(self.digest, self._hasher.hexdigest(), what=self.what, where=self.loc.describe())
+        verify_digest(self.digest, self._hasher.hexdigest(), what=self.what, where=self.loc.describe(),
+                      copy=self.copy, read=self.bytes_read)
         self.verified = True
 
     def read(self, n: int = -1) -> bytes:
@@ -357,6 +362,8 @@ class HashingRange(_ReadToSkip, _OwnsFd):
                 self._finish()
             return b""
         data = os.pread(self._fd, n, self.loc.offset + self._pos)
+        if not data and self.copy is not None:
+            self._finish()  # a short copy: the byte count says so
         if not data:
             self._done = True
             raise BadImage(f"The {self.what} at {self.loc.describe()} is truncated (the file shrank while read).")
@@ -382,21 +389,24 @@ class HashingStream(_ReadToSkip):
 
     seekable = False
 
-    def __init__(self, inner, digest: str, *, what: str) -> None:
+    def __init__(self, inner, digest: str, *, what: str, copy: CopyCheck | None = None) -> None:
         self._inner = inner
         self.digest = digest
         self.what = what
+        self.copy = copy
         self._hasher = new_hasher(digest)
         self.verified = False
+        self.bytes_read = 0
 
     def _check_end(self) -> None:
-        verify_digest(self.digest, self._hasher.hexdigest(), what=self.what)
+        verify_digest(self.digest, self._hasher.hexdigest(), what=self.what, copy=self.copy, read=self.bytes_read)
         self.verified = True
 
     def read(self, n: int = -1) -> bytes:
         data = self._inner.read(n)
         if data:
             self._hasher.update(data)
+            self.bytes_read += len(data)
         elif n != 0 and not self.verified:
             self._check_end()
         return data

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..digests import CopyCheck
 from ..layers.blobio import BlobLocation, HashingRange, HashingStream
 from ..model import BlobAtLocation, BlobInFile, Image, Layer
 
 WHAT = "base layer blob"
+HINT = "The base image is corrupt: fetch it again; nothing was written."
 
 
 def blob_location(layer: Layer) -> BlobLocation | None:
@@ -27,15 +29,16 @@ def open_checked(layer: Layer) -> HashingRange | HashingStream:
     """
     d = layer.descriptor
     loc = blob_location(layer)
+    check = CopyCheck(d.size, HINT)
     if loc is not None:
-        return HashingRange(loc, d.digest, what=WHAT)
-    return HashingStream(layer.open_blob(), d.digest, what=WHAT)
+        return HashingRange(loc, d.digest, what=WHAT, copy=check)
+    return HashingStream(layer.open_blob(), d.digest, what=WHAT, copy=check)
 
 
 def check_file(path: Path, layer: Layer) -> None:
     """Verify a whole file (a hard link to a base blob) against the layer's descriptor."""
     d = layer.descriptor
-    with HashingRange(BlobLocation(path, 0, d.size), d.digest, what=WHAT) as r:
+    with HashingRange(BlobLocation(path, 0, d.size), d.digest, what=WHAT, copy=CopyCheck(d.size, HINT)) as r:
         r.drain()
 
 
