@@ -53,19 +53,15 @@ def verify_digest(expected: str, hexdigest: str, *, what: str, where: str | None
     A copy also checks the byte count (`read`) against the descriptor's size.
     """
     actual = f"{split_digest(expected)[0]}:{hexdigest}"
+    if actual == expected and (copy is None or read == copy.size):
+        return
     if copy is not None:
-        if actual != expected or read != copy.size:
-            raise DigestMismatch(
-                f"The {what} {expected} does not match its descriptor "
-                f"(read {read} bytes with digest {actual}, expected {copy.size} bytes).",
-                hint=copy.hint,
-            )
-        return
-    if actual == expected:
-        return
-    subject = (f"The {what} {expected} at {where} does not match its digest" if where is not None
-               else f"The {what} does not match its digest {expected}")
-    raise DigestMismatch(
-        f"{subject}: its bytes hash to {actual}. Nothing from it was used.",
-        hint="The image is corrupt or was modified; fetch or copy it again.",
-    )
+        message = (f"The {what} {expected} does not match its descriptor "
+                   f"(read {read} bytes with digest {actual}, expected {copy.size} bytes).")
+        hint = copy.hint
+    else:
+        subject = (f"The {what} {expected} at {where} does not match its digest" if where is not None
+                   else f"The {what} does not match its digest {expected}")
+        message = f"{subject}: its bytes hash to {actual}. Nothing from it was used."
+        hint = "The image is corrupt or was modified; fetch or copy it again."
+    raise DigestMismatch(message, hint=hint)
