@@ -36,8 +36,9 @@ from imagetools import (
     uncompressed_layer,
 )
 from imgquilt.errors import BadImage, DigestMismatch, UsageError
-from imgquilt.image.reference import open_image, open_source, parse_ref, resolve_ref
-from imgquilt.image.skopeo_copy import copy_with_skopeo
+from imgquilt.image.reference import parse_ref, resolve_ref
+from imgquilt.sources import open_image, open_source
+from imgquilt.image.sources.skopeo_copy import copy_with_skopeo
 from imgquilt.rootfs.source import RootfsSource
 
 V1 = [

@@ -20,17 +20,9 @@ import pytest
 from imgquilt.engine.result import RECORD_PATH, ApplyResult, FileResult
 from imgquilt.errors import DigestMismatch, UsageError
 from imgquilt.fs.types import DirMeta, ImageInfo, TargetFile
-from imgquilt.image.image_writer import (
-    ANNOTATION_BASE_DIGEST,
-    ANNOTATION_BASE_NAME,
-    LABEL_PATCHES,
-    LABEL_SERIES,
-    OutputRef,
-    chain_id,
-    parse_output_ref,
-    write_image,
-)
-from imgquilt.image.layer_writer import layer_tar_bytes
+from imgquilt.image.sinks.image import OutputRef, parse_output_ref
+from imgquilt.image.sinks.mutate import ANNOTATION_BASE_DIGEST, ANNOTATION_BASE_NAME, chain_id
+from imgquilt.outputs import LABEL_PATCHES, LABEL_SERIES, layer_tar_bytes, write_image
 from imgquilt.image.model import Descriptor
 
 REPO = Path(__file__).resolve().parent.parent
@@ -347,7 +339,7 @@ def test_skopeo_inspects_every_transport(tmp_path: Path, base: LayoutImage, tran
 
 
 def test_a_bad_destination_is_caught_before_anything_is_computed(tmp_path: Path) -> None:
-    from imgquilt.image.image_writer import check_image_destination
+    from imgquilt.image.sinks.image import check_image_destination
 
     assert check_image_destination(f"oci:{tmp_path / 'new'}:t").tag == "t"
     shutil.copytree(DEMO, tmp_path / "layout")

@@ -25,9 +25,9 @@ from imagetools import (
     whiteout,
 )
 from imgquilt.errors import BadImage, BadInput, DigestMismatch, UnsafePath
-from imgquilt.image.blobio import BlobLocation, FileRange
-from imgquilt.image.reference import open_source
-from imgquilt.image.tarwalk import TarWalker
+from imgquilt.image.layers.blobio import BlobLocation, FileRange
+from imgquilt.sources import open_source
+from imgquilt.image.layers.tarwalk import TarWalker
 
 BASE = [
     file("usr/bin/which.debianutils", "which from debianutils\n", mode=0o755),

@@ -16,15 +16,8 @@ import zstandard
 from imgquilt.engine.result import RECORD_PATH, ApplyResult, FileResult
 from imgquilt.errors import UsageError
 from imgquilt.fs.types import DirMeta, ImageInfo, TargetFile
-from imgquilt.image.layer_writer import (
-    MEDIA_GZIP,
-    MEDIA_TAR,
-    MEDIA_ZSTD,
-    build_layer,
-    layer_entries,
-    layer_tar_bytes,
-    write_layer,
-)
+from imgquilt.image.mediatypes import OCI_LAYER as MEDIA_TAR, OCI_LAYER_GZIP as MEDIA_GZIP, OCI_LAYER_ZSTD as MEDIA_ZSTD
+from imgquilt.outputs import build_layer, layer_entries, layer_tar_bytes, write_layer
 
 ROOT = DirMeta("usr", 0o755, 0, 0)
 SITE = "usr/local/lib/python3.11/site-packages/demosvc"
@@ -226,7 +219,7 @@ def test_umoci_applies_the_layer_onto_an_image(tmp_path: Path) -> None:
 
 
 def test_a_bad_destination_is_caught_before_anything_is_computed(tmp_path: Path) -> None:
-    from imgquilt.image.layer_writer import check_layer_destination
+    from imgquilt.image.sinks.layer import check_layer_destination
 
     assert check_layer_destination(tmp_path / "fix.tar.zst") == "zstd"
     for bad in (tmp_path / "fix.rar", tmp_path / "missing" / "fix.tar"):

@@ -10,7 +10,7 @@ import pytest
 
 from imgquilt.engine.plan import plan_apply
 from imgquilt.errors import BadInput, BaseDrift, MissingTarget, RebaseConflict, UsageError
-from imgquilt.image.reference import open_source
+from imgquilt.sources import open_source
 from imgquilt.queue.check import check_queue
 from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.lock import render_lock

@@ -1,4 +1,9 @@
-"""The outputs of `apply`: checked before anything is read, written only after everything verified."""
+"""The outputs of `apply`: checked before anything is read, written only after everything verified.
+
+The image sinks know layers and images, not apply results: this verb turns a verified ApplyResult
+into the file changes a layer or overlay holds, and into the Addendum (layer, history, labels) that
+goes on top of the base image.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,11 +13,21 @@ from typing import Any, Callable
 from .engine.plan import plan_apply
 from .engine.result import ApplyResult
 from .errors import UsageError
-from .fs.types import ImageInfo, Source
+from .fs.types import FileChange, ImageInfo, Source
+from .image.mediatypes import Compression
 from .image.model import Image
+from .image.sinks import layer as layer_sink
+from .image.sinks import overlay as overlay_sink
+from .image.sinks.image import WrittenImage, check_image_destination, write_new_image
+from .image.sinks.layer import LayerBlob, LayerEntry, LayerInfo, resolve_epoch
+from .image.sinks.mutate import Addendum, History, NewImage, append
+from .image.sinks.overlay import OverlayInfo
 from .queue.lock import Lock
 from .queue.queue import Queue
 from .store import remember
+
+LABEL_SERIES = "org.imgquilt.series.sha256"
+LABEL_PATCHES = "org.imgquilt.patches"
 
 
 @dataclass(frozen=True)
@@ -29,14 +44,68 @@ class Outputs:
         return any(x is not None for x in (self.layer, self.image, self.root, self.overlay))
 
 
+# --- the apply result as the sinks take it ----------------------------------------------------
+def file_changes(result: ApplyResult) -> tuple[FileChange, ...]:
+    """Every file the series leaves changed or deleted (absent before and after says nothing)."""
+    return tuple(
+        FileChange(f.target.path, f.resolved, f.final, f.mode, f.uid, f.gid, f.target.parents)
+        for f in result.files
+        if f.final is not None or f.target.data is not None
+    )
+
+
+def addendum(result: ApplyResult, layer: LayerBlob, created: int) -> Addendum:
+    """The layer plus the history entry and labels that say which series made it."""
+    history = History(created, f"imgquilt apply {result.series_sha256}",
+                      "imgquilt: " + (", ".join(result.patches) or "no patches"))
+    return Addendum(layer, history, {LABEL_SERIES: result.series_sha256, LABEL_PATCHES: ",".join(result.patches)})
+
+
+def layer_entries(result: ApplyResult) -> list[LayerEntry]:
+    return layer_sink.layer_entries(file_changes(result))
+
+
+def layer_tar_bytes(result: ApplyResult, *, epoch: int | None = None) -> bytes:
+    return layer_sink.layer_tar_bytes(file_changes(result), epoch=epoch)
+
+
+def build_layer(result: ApplyResult, compression: Compression = "gzip", *, epoch: int | None = None) -> LayerBlob:
+    return layer_sink.build_layer(file_changes(result), compression, epoch=epoch)
+
+
+def write_layer(result: ApplyResult, dest: Path, *, epoch: int | None = None) -> LayerInfo:
+    return layer_sink.write_layer(file_changes(result), dest, epoch=epoch)
+
+
+def check_overlay(result: ApplyResult) -> None:
+    overlay_sink.check_overlay(file_changes(result))
+
+
+def write_overlay(result: ApplyResult, dest: Path) -> OverlayInfo:
+    return overlay_sink.write_overlay(file_changes(result), dest)
+
+
+def new_image(base: Image, result: ApplyResult, compression: Compression, *, epoch: int | None = None) -> NewImage:
+    """The base image with the series' layer on top (nothing written)."""
+    when = resolve_epoch(epoch)
+    return append(base, addendum(result, build_layer(result, compression, epoch=when), when))
+
+
+def write_image(base: Image, result: ApplyResult, ref: str, *, epoch: int | None = None,
+                compression: Compression | None = None) -> WrittenImage:
+    """Write `base` plus the layer of `result` to `ref`; whole or not at all.
+
+    `compression` is the new layer's (default: gzip for oci/oci-archive, none for docker-archive).
+    """
+    out = check_image_destination(ref)
+    return write_new_image(new_image(base, result, compression or out.default_compression, epoch=epoch), ref)
+
+
+# --- the verb ----------------------------------------------------------------------------------
 def check_destinations(outputs: Outputs, source: ImageInfo) -> None:
     """Refuse bad destinations up front, so a later one cannot fail after an earlier one was written."""
-    from .image.image_writer import check_image_destination
-    from .image.layer_writer import check_layer_destination
-    from .image.overlay import check_overlay_destination
-
     if outputs.layer is not None:
-        check_layer_destination(outputs.layer)
+        layer_sink.check_layer_destination(outputs.layer)
     if outputs.image is not None:
         if source.kind != "image":
             raise UsageError(
@@ -45,13 +114,11 @@ def check_destinations(outputs: Outputs, source: ImageInfo) -> None:
             )
         check_image_destination(outputs.image)
     if outputs.overlay is not None:
-        check_overlay_destination(outputs.overlay)
+        overlay_sink.check_overlay_destination(outputs.overlay)
 
 
 def check_result(outputs: Outputs, result: ApplyResult) -> None:
     """Refusals that depend on what the series does (an overlay cannot bind-mount a deletion)."""
-    from .image.overlay import check_overlay
-
     if outputs.overlay is not None:
         check_overlay(result)
 
@@ -60,20 +127,14 @@ def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[],
     """Write every requested output; return what was written, for the report."""
     written: dict[str, dict[str, Any]] = {}
     if outputs.layer is not None:
-        from .image.layer_writer import write_layer
-
         info = write_layer(result, outputs.layer)
         written["layer"] = {"path": str(outputs.layer), "digest": info.digest, "diff_id": info.diff_id,
                             "media_type": info.media_type, "size": info.size}
     if outputs.image is not None:
-        from .image.image_writer import write_image
-
         img = write_image(open_base(), result, outputs.image)
         written["image"] = {"ref": outputs.image, "digest": img.digest, "config_digest": img.config_digest,
                             "layer_digest": img.layer_digest, "diff_id": img.diff_id}
     if outputs.overlay is not None:
-        from .image.overlay import write_overlay
-
         ov = write_overlay(result, outputs.overlay)
         written["overlay"] = {"path": str(outputs.overlay), "mounts": str(ov.mounts_file)}
     if outputs.root is not None:

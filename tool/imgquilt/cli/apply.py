@@ -26,7 +26,7 @@ PlatformOpt = typer.Option(None, "--platform", help="os/arch[/variant] to pick f
 
 
 def open_ref(ref: str, platform: str | None) -> Source:
-    from ..image.reference import open_source
+    from ..sources import open_source
 
     source = open_source(ref, platform=platform, cache_dir=cache_dir())
     if hasattr(source, "on_layer") and err.is_terminal and not G.json:
@@ -129,7 +129,7 @@ def apply_cmd(
     outputs = Outputs(layer=layer, image=output_image, root=root, overlay=overlay)
 
     def open_base():
-        from ..image.reference import open_image
+        from ..sources import open_image
 
         # reuse the image the source already opened (a skopeo transport would be copied twice)
         return getattr(source, "image", None) or open_image(ref, platform=platform, cache_dir=cache_dir())

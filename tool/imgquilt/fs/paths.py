@@ -1,6 +1,6 @@
 """Checks on paths that come from patches and locks: never trusted as they are.
 
-Tar members are checked by image.tarwalk.member_path, which must accept backslashes (systemd unit
+Tar members are checked by image.layers.tarwalk.member_path, which must accept backslashes (systemd unit
 names such as `system-systemd\\x2dcryptsetup.slice` hold them).
 """
 from __future__ import annotations

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, Sequence
+from pathlib import Path
+from typing import Literal, Protocol, Sequence, runtime_checkable
 
 NodeKind = Literal["file", "dir", "symlink", "other"]
 
@@ -48,6 +49,23 @@ class TargetFile:
 
 
 @dataclass(frozen=True)
+class FileChange:
+    """One file's end state, as the sinks (layer, overlay) write it: new bytes, or deleted (data None)."""
+
+    path: str  # as the patch names it
+    resolved: str  # resolved inside the root, relative, no leading slash
+    data: bytes | None  # None: the file is deleted
+    mode: int = 0o644
+    uid: int = 0
+    gid: int = 0
+    parents: tuple[DirMeta, ...] = field(default=())  # existing parents of `resolved` in the base, root first
+
+    @property
+    def deleted(self) -> bool:
+        return self.data is None
+
+
+@dataclass(frozen=True)
 class ImageInfo:
     """What identifies the filesystem a queue was applied to."""
 
@@ -65,3 +83,32 @@ class Source(Protocol):
     def read_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]:
         """Resolve every named path inside the root and read it; absent files have data None."""
         ...
+
+
+# Optional abilities of a Source: checked with isinstance, not probed with getattr.
+@runtime_checkable
+class PeeksTargets(Protocol):
+    """A source that can answer from what it has already read, reading nothing more."""
+
+    def peek_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]: ...
+
+
+@runtime_checkable
+class KnowsDeletions(Protocol):
+    """A layered source that can name the layer which deleted (whited out) a path."""
+
+    def deleted_by(self, path: str) -> str | None: ...
+
+
+@runtime_checkable
+class ListsPaths(Protocol):
+    """A source that can list every non-directory path of its filesystem."""
+
+    def list_paths(self) -> list[str]: ...
+
+
+@runtime_checkable
+class HasRootDir(Protocol):
+    """A source that is a directory tree on this machine."""
+
+    root: Path

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 
-from ..errors import BadImage
+from ..errors import BadImage, DigestMismatch
 
 _DIGEST = re.compile(r"^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})$")
 
@@ -34,3 +35,33 @@ def digest_of(data: bytes, like: str) -> str:
     """The digest of `data` with the algorithm of `like`."""
     algo = split_digest(like)[0]
     return f"{algo}:{hashlib.new(algo, data).hexdigest()}"
+
+
+@dataclass(frozen=True)
+class CopyCheck:
+    """A blob checked while it is copied to an output: the size its descriptor gives, what to tell the user."""
+
+    size: int
+    hint: str
+
+
+def verify_digest(expected: str, hexdigest: str, *, what: str, where: str | None = None,
+                  copy: CopyCheck | None = None, read: int = 0) -> None:
+    """Raise DigestMismatch unless the bytes read (`hexdigest`, same algorithm) are `expected`'s.
+
+    The one place that compares a blob with its digest and says so; every reader and writer ends here.
+    A copy also checks the byte count (`read`) against the descriptor's size.
+    """
+    actual = f"{split_digest(expected)[0]}:{hexdigest}"
+    if actual == expected and (copy is None or read == copy.size):
+        return
+    if copy is not None:
+        message = (f"The {what} {expected} does not match its descriptor "
+                   f"(read {read} bytes with digest {actual}, expected {copy.size} bytes).")
+        hint = copy.hint
+    else:
+        subject = (f"The {what} {expected} at {where} does not match its digest" if where is not None
+                   else f"The {what} does not match its digest {expected}")
+        message = f"{subject}: its bytes hash to {actual}. Nothing from it was used."
+        hint = "The image is corrupt or was modified; fetch or copy it again."
+    raise DigestMismatch(message, hint=hint)

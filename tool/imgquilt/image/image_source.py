@@ -30,11 +30,11 @@ from ..errors import BadImage, BadInput
 from ..fs.paths import check_member_path
 from ..fs.resolve import resolve
 from ..fs.types import DirMeta, ImageInfo, Node, TargetFile
-from .blob_layer import BlobLayer
-from .blobio import FileRange, VerifiedBlobs
-from .layer_index import DIR, FILE, HARDLINK, OTHER, SYMLINK, Rec, scan_layer
-from .merged_view import UNKNOWN, Absent, Deletion, Found, MergedView
-from .tarwalk import TarWalker
+from .layers.blob_layer import BlobLayer
+from .layers.blobio import FileRange, VerifiedBlobs
+from .layers.layer_index import DIR, FILE, HARDLINK, OTHER, SYMLINK, Rec, scan_layer
+from .layers.merged_view import UNKNOWN, Absent, Deletion, Found, MergedView
+from .layers.tarwalk import TarWalker
 
 KEEP_LIKELY_MAX = 8 << 20  # a same-named file up to this size is kept in case a symlink leads to it
 KEEP_LIKELY_BUDGET = 256 << 20
@@ -301,7 +301,7 @@ class ImageSource:
         trusted = digest is None or self._verified.is_verified(digest, layer.location)
         self.stats.second_passes.append(self._label(position))
         found: dict[int, bytes] = {}
-        if trusted and layer.compression is None:
+        if trusted and layer.compression == "none":
             with FileRange(layer.location, what=what) as f:
                 for rec in recs:
                     data = f.pread(rec.size, rec.offset)

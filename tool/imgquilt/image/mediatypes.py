@@ -1,6 +1,10 @@
 """The media types imgquilt understands (OCI and Docker), grouped by what they describe."""
 from __future__ import annotations
 
+from typing import Literal
+
+Compression = Literal["none", "gzip", "zstd"]  # of a layer blob, as read or as written
+
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -37,4 +41,26 @@ LAYERS = frozenset(
 )
 
 # the OCI media type for a layer blob by its actual compression (used where no manifest names one)
-OCI_LAYER_BY_COMPRESSION = {None: OCI_LAYER, "gzip": OCI_LAYER_GZIP, "zstd": OCI_LAYER_ZSTD}
+LAYER_MEDIA_TYPES: dict[Compression, str] = {"none": OCI_LAYER, "gzip": OCI_LAYER_GZIP, "zstd": OCI_LAYER_ZSTD}
+
+# docker media types and their OCI names (the blob bytes are the same)
+OCI_NAME_OF_DOCKER = {
+    "application/vnd.docker.image.rootfs.diff.tar": OCI_LAYER,
+    DOCKER_LAYER_GZIP: OCI_LAYER_GZIP,
+    DOCKER_LAYER_ZSTD: OCI_LAYER_ZSTD,
+    DOCKER_FOREIGN_GZIP: "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
+}
+
+
+def oci_media_type(media_type: str) -> str:
+    """A layer's media type under its OCI name."""
+    return OCI_NAME_OF_DOCKER.get(media_type, media_type)
+
+
+def compression_of(media_type: str) -> Compression:
+    """What a layer media type says its blob is compressed with."""
+    if media_type.endswith("gzip"):
+        return "gzip"
+    if media_type.endswith("zstd"):
+        return "zstd"
+    return "none"

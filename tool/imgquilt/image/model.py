@@ -8,7 +8,11 @@ sinks build new images from them without recompressing base blobs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import BinaryIO, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from .layers.blobio import BlobLocation
 
 
 @dataclass(frozen=True)
@@ -59,3 +63,20 @@ class Image(Protocol):
 
     @property
     def layers(self) -> list[Layer]: ...
+
+
+# Optional abilities of a layer: where its blob lies, so a sink can link it or read it in place.
+@runtime_checkable
+class BlobAtLocation(Protocol):
+    """A layer whose blob is a byte range of a file (a layout blob, an archive member)."""
+
+    @property
+    def location(self) -> "BlobLocation": ...
+
+
+@runtime_checkable
+class BlobInFile(Protocol):
+    """A layer whose blob is a whole file."""
+
+    @property
+    def blob_path(self) -> Path: ...

@@ -1,4 +1,4 @@
-"""Image references as skopeo and podman spell them, opened as a filesystem Source or an Image.
+"""Image references as skopeo and podman spell them: parsed, detected, and opened as an Image.
 
     oci:DIR[:TAG|@DIGEST]            an OCI image layout
     oci-archive:FILE[:TAG]           a tar of an OCI layout
@@ -8,6 +8,8 @@
     rootfs:DIR                       an extracted filesystem, or /proc/PID/root of a container
     PATH                             detected: a layout, a skopeo dir, a rootfs, an archive or a tar
     docker://..., containers-storage:..., docker-daemon:..., ...   copied with skopeo first
+
+rootfs: is parsed here but opened by the verbs (imgquilt.sources): an image package knows no rootfs.
 """
 from __future__ import annotations
 
@@ -16,10 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BadImage
-from ..fs.types import Source
-from .archive_index import ArchiveIndex
-from .blobio import VerifiedBlobs
-from .compression import detect
+from .sources.archive_index import ArchiveIndex
+from .layers.compression import detect
 from .digests import check_digest
 
 OWN_TRANSPORTS = ("oci", "oci-archive", "docker-archive", "dir", "tar", "rootfs")
@@ -69,7 +69,7 @@ def parse_ref(ref: str) -> ImageRef:
 
 def _detect_path(ref: str) -> ImageRef:
     """What a bare path is: layout dir, skopeo dir, rootfs dir, image archive, or flat tar."""
-    from .dir_layout import is_dir_layout
+    from .sources.dir_layout import is_dir_layout
 
     path = Path(ref)
     tag = None
@@ -97,7 +97,7 @@ def _archive_kind(path: Path) -> str:
     with open(path, "rb") as f:
         head = f.read(8)
     kind = detect(head, what=f"file {path}")
-    if kind is not None:
+    if kind != "none":
         # only flat tars are read compressed; say so if this is a compressed image archive
         first = _first_member(path, kind)
         if first is not None and _ARCHIVE_MEMBER.match(first):
@@ -128,13 +128,13 @@ def _archive_kind(path: Path) -> str:
 
 
 def _first_member(path: Path, kind: str) -> str | None:
-    from .blobio import BlobLocation, FileRange
-    from .compression import Decompressed
-    from .tarwalk import TarWalker, member_path
+    from .layers.blobio import BlobLocation, FileRange
+    from .layers.compression import Decompressed
+    from .layers.tarwalk import TarWalker, member_path
 
     try:
         with FileRange(BlobLocation(path, 0, path.stat().st_size)) as raw:
-            stream = Decompressed(raw, kind, what=f"file {path}")  # type: ignore[arg-type]
+            stream = Decompressed(raw, kind, what=f"file {path}")
             for entry in TarWalker(stream, what=f"file {path}"):
                 name = member_path(entry.name)
                 if name is not None:
@@ -149,64 +149,44 @@ def resolve_ref(ref: str) -> ImageRef:
     return _detect_path(ref) if parsed.transport == "path" else parsed
 
 
-def open_image(ref: str, *, platform: str | None = None, cache_dir: Path | None = None):
-    """Open `ref` as a model.Image (manifest, config, layers), every small blob verified."""
-    parsed = resolve_ref(ref)
+def open_transport(parsed: ImageRef, *, platform: str | None = None, cache_dir: Path | None = None):
+    """Open an image reference (any transport but rootfs:) as a model.Image, every small blob verified."""
+    ref = parsed.raw
     t = parsed.transport
     path = Path(parsed.path)
-    if t == "rootfs":
-        raise BadImage(f"{ref!r} is a root filesystem, not an image: it has no layers to build on.",
-                       hint="Use --root DIR to patch it in place, or pass an image reference.")
     if t == "oci":
-        from .oci_layout import open_oci_layout
+        from .sources.oci_layout import open_oci_layout
 
         if parsed.digest:
             check_digest(parsed.digest, what=f"reference {ref!r}")
         return open_oci_layout(path, ref=ref, tag=parsed.tag, digest=parsed.digest, platform=platform)
     if t == "oci-archive":
-        from .oci_archive import open_oci_archive
+        from .sources.oci_archive import open_oci_archive
 
         return open_oci_archive(_existing_file(path, ref), ref=ref, tag=parsed.tag, digest=parsed.digest,
                                 platform=platform)
     if t == "docker-archive":
-        from .docker_archive import open_docker_archive
+        from .sources.docker_archive import open_docker_archive
 
         return open_docker_archive(_existing_file(path, ref), ref=ref, tag=parsed.tag, platform=platform)
     if t == "dir":
-        from .dir_layout import open_dir_layout
+        from .sources.dir_layout import open_dir_layout
 
         return open_dir_layout(path, ref=ref, platform=platform)
     if t == "tar":
-        from .flat_tar import FlatTarImage
+        from .sources.flat_tar import FlatTarImage
 
         return FlatTarImage(_existing_file(path, ref), ref=ref)
     if t == "skopeo":
-        from .dir_layout import open_dir_layout
-        from .skopeo_copy import copy_with_skopeo
+        from .sources.dir_layout import open_dir_layout
+        from .sources.skopeo_copy import copy_with_skopeo
 
         copied = copy_with_skopeo(ref, platform=platform, cache_dir=cache_dir)
         return open_dir_layout(copied, ref=ref, platform=platform)
-    raise BadImage(f"Unsupported image reference {ref!r}.")  # pragma: no cover
+    raise BadImage(f"Unsupported image reference {ref!r}.")  # rootfs: is opened by the verbs (sources.py)
 
 
 def _existing_file(path: Path, ref: str) -> Path:
     if not path.is_file():
         raise BadImage(f"Image reference {ref!r}: {path} does not exist or is not a file.")
     return path
-
-
-def open_source(ref: str, *, platform: str | None = None, cache_dir: Path | None = None) -> Source:
-    """Open `ref` for reading targets: a RootfsSource for a directory tree, else an ImageSource."""
-    parsed = resolve_ref(ref)
-    if parsed.transport == "rootfs":
-        from ..rootfs.source import RootfsSource
-
-        root = Path(parsed.path)
-        if not root.is_dir():
-            raise BadImage(f"Root filesystem {root} does not exist or is not a directory.")
-        return RootfsSource(root, ref=ref)
-    from .image_source import ImageSource
-
-    image = open_image(ref, platform=platform, cache_dir=cache_dir)
-    kind = "tar" if getattr(image, "kind", "image") == "tar" else "image"
-    return ImageSource(image, kind=kind, verified=VerifiedBlobs(cache_dir), ref=ref)

@@ -6,6 +6,7 @@ The one place that does this dance for paths (atomic_write) and for names in a d
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -76,4 +77,34 @@ def atomic_write(dest: Path, data: bytes, mode: int = 0o644) -> None:
 def publish(tmp: Path, dest: Path) -> None:
     """Rename a finished temp file (written and checked beside `dest`) over `dest`, durably."""
     os.replace(tmp, dest)
+    fsync_dir(Path(dest).parent)
+
+
+def write_new_file(path: Path, data: bytes) -> None:
+    """Create `path` (it must not exist) with `data`, flushed to disk: for a directory put in place later."""
+    with open(path, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def replace_dir(tmp: Path, dest: Path) -> None:
+    """Put the finished directory `tmp` at `dest`, durably.
+
+    A missing or empty `dest` is replaced by the rename itself; a non-empty one is moved aside
+    first, put back if the rename fails, and removed once the new one is in place.
+    """
+    old: Path | None = None
+    if dest.is_dir() and not dest.is_symlink() and any(dest.iterdir()):
+        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
+        os.rename(dest, old / "previous")
+    try:
+        os.rename(tmp, dest)
+    except BaseException:
+        if old is not None and not dest.exists():
+            os.rename(old / "previous", dest)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     fsync_dir(Path(dest).parent)

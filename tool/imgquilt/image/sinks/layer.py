@@ -1,8 +1,8 @@
-"""Write an apply's result as one reproducible OCI layer tar (`.tar`, `.tar.gz`, `.tar.zst`).
+"""Write file changes as one reproducible OCI layer tar (`.tar`, `.tar.gz`, `.tar.zst`).
 
-The layer holds every file the series ends with (patched, new, and the applied-record at
-RECORD_PATH) at its resolved path with the FileResult's mode/uid/gid, a whiteout `.wh.NAME` for
-every file the series deletes, and the parent directories of both with the image's own metadata
+The layer holds every changed file (the verb passes the patched, new, and the applied-record
+files) at its resolved path with its mode/uid/gid, a whiteout `.wh.NAME` for every deleted file,
+and the parent directories of both with the image's own metadata
 (0755 root:root for parents the image lacks). Same inputs, same bytes: entries sorted as a tree
 walk, PAX format, one mtime for all (epoch argument, else SOURCE_DATE_EPOCH, else 0), empty
 uname/gname, and compressors with fixed headers.
@@ -19,23 +19,16 @@ import os
 import struct
 import tarfile
 import zlib
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator, Literal
+from typing import BinaryIO, Literal, Sequence
 
-from ..engine.result import ApplyResult
-from ..errors import BadInput, UsageError
-from ..fs.paths import check_member_path
-from ..util.atomic import atomic_file
-from ..util.atomic import fsync_dir
+from ...errors import BadInput, UsageError
+from ...fs.paths import check_member_path
+from ...fs.types import FileChange
+from ..mediatypes import LAYER_MEDIA_TYPES, Compression
+from .output_file import check_output_path, write_bytes_atomic
 
-MEDIA_TAR = "application/vnd.oci.image.layer.v1.tar"
-MEDIA_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
-MEDIA_ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"
-
-Compression = Literal["none", "gzip", "zstd"]
-MEDIA_TYPES: dict[str, str] = {"none": MEDIA_TAR, "gzip": MEDIA_GZIP, "zstd": MEDIA_ZSTD}
 SUFFIXES: tuple[tuple[str, Compression], ...] = (
     (".tar.gz", "gzip"),
     (".tgz", "gzip"),
@@ -114,25 +107,23 @@ def _tree_key(path: str) -> tuple[str, ...]:
     return tuple(path.split("/"))
 
 
-def layer_entries(result: ApplyResult) -> list[LayerEntry]:
+def layer_entries(changes: Sequence[FileChange]) -> list[LayerEntry]:
     """Every member of the layer, sorted; parents come before their children."""
     files: dict[str, LayerEntry] = {}
     dirs: dict[str, LayerEntry] = {}
     known_dirs: dict[str, tuple[int, int, int]] = {}
     wanted_dirs: set[str] = set()
 
-    for fr in result.files:
-        resolved = check_member_path(fr.resolved, what="resolved path")
-        for meta in fr.target.parents:
+    for ch in changes:
+        resolved = check_member_path(ch.resolved, what="resolved path")
+        for meta in ch.parents:
             known_dirs.setdefault(meta.path, (meta.mode & 0o7777, meta.uid, meta.gid))
-        if fr.final is not None:
-            entry = LayerEntry(resolved, "file", fr.mode & 0o7777, fr.uid, fr.gid, fr.final)
-        elif fr.target.data is not None:
+        if ch.data is not None:
+            entry = LayerEntry(resolved, "file", ch.mode & 0o7777, ch.uid, ch.gid, ch.data)
+        else:
             parent, _, name = resolved.rpartition("/")
             wh = f"{parent}/{WHITEOUT_PREFIX}{name}" if parent else f"{WHITEOUT_PREFIX}{name}"
             entry = LayerEntry(wh, "whiteout", 0o644, 0, 0)
-        else:
-            continue  # absent before and after: nothing to say
         if entry.path in files:
             raise BadInput(f"Two results for one layer path {entry.path!r}; the apply result is inconsistent.")
         files[entry.path] = entry
@@ -166,19 +157,19 @@ def _tarinfo(entry: LayerEntry, mtime: int) -> tarfile.TarInfo:
     return ti
 
 
-def layer_tar_bytes(result: ApplyResult, *, epoch: int | None = None) -> bytes:
+def layer_tar_bytes(changes: Sequence[FileChange], *, epoch: int | None = None) -> bytes:
     """The uncompressed layer tar, in memory (a layer holds only the patched files: small)."""
     mtime = resolve_epoch(epoch)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tar:
-        for entry in layer_entries(result):
+        for entry in layer_entries(changes):
             tar.addfile(_tarinfo(entry, mtime), io.BytesIO(entry.data) if entry.kind != "dir" else None)
     return buf.getvalue()
 
 
-def write_layer_tar(result: ApplyResult, out: BinaryIO, *, epoch: int | None = None) -> str:
+def write_layer_tar(changes: Sequence[FileChange], out: BinaryIO, *, epoch: int | None = None) -> str:
     """Write the uncompressed layer tar to `out`; return its diff_id ("sha256:<hex>")."""
-    data = layer_tar_bytes(result, epoch=epoch)
+    data = layer_tar_bytes(changes, epoch=epoch)
     out.write(data)
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
@@ -216,43 +207,16 @@ def compression_for(dest: Path) -> Compression:
     raise UsageError(f"Cannot tell the layer format from {str(dest)!r}: name it .tar, .tar.gz or .tar.zst.")
 
 
-def build_layer(result: ApplyResult, compression: Compression = "gzip", *, epoch: int | None = None) -> LayerBlob:
+def build_layer(changes: Sequence[FileChange], compression: Compression = "gzip", *, epoch: int | None = None) -> LayerBlob:
     """The layer blob in memory, compressed as asked."""
-    tar = layer_tar_bytes(result, epoch=epoch)
+    tar = layer_tar_bytes(changes, epoch=epoch)
     diff_id = "sha256:" + hashlib.sha256(tar).hexdigest()
     blob = compress(tar, compression)
     digest = "sha256:" + hashlib.sha256(blob).hexdigest()
-    return LayerBlob(blob, MEDIA_TYPES[compression], digest, diff_id, compression)
+    return LayerBlob(blob, LAYER_MEDIA_TYPES[compression], digest, diff_id, compression)
 
 
-# --- atomic files -----------------------------------------------------------------------------
-def check_output_path(dest: Path, *, what: str) -> None:
-    """Refuse an output whose directory is missing or which names a directory."""
-    if not dest.parent.is_dir():
-        raise UsageError(f"Cannot write the {what} {str(dest)!r}: directory {str(dest.parent)!r} does not exist.")
-    if dest.is_dir():
-        raise UsageError(f"Cannot write the {what} {str(dest)!r}: it is a directory.")
-
-
-@contextmanager
-def output_file(dest: Path, *, what: str = "output") -> Iterator[BinaryIO]:
-    """A temp file beside `dest` that replaces it on success; OS errors become a UsageError."""
-    dest = Path(dest)
-    check_output_path(dest, what=what)
-    try:
-        with atomic_file(dest) as fh:
-            yield fh
-    except OSError as exc:
-        raise UsageError(f"Cannot write the {what} {str(dest)!r}: {exc.strerror or exc}.") from None
-    fsync_dir(dest.parent)
-
-
-def write_bytes_atomic(dest: Path, data: bytes, *, what: str = "output") -> None:
-    """Write `data` to `dest` whole or not at all."""
-    with output_file(dest, what=what) as fh:
-        fh.write(data)
-
-
+# --- the file ---------------------------------------------------------------------------------
 def check_layer_destination(dest: Path) -> Compression:
     """Refuse a bad `--layer` path before anything is computed or written; return its compression."""
     dest = Path(dest)
@@ -261,9 +225,9 @@ def check_layer_destination(dest: Path) -> Compression:
     return comp
 
 
-def write_layer(result: ApplyResult, dest: Path, *, epoch: int | None = None) -> LayerInfo:
+def write_layer(changes: Sequence[FileChange], dest: Path, *, epoch: int | None = None) -> LayerInfo:
     """Write the layer to `dest` (compression by suffix), atomically; return what was written."""
     dest = Path(dest)
-    blob = build_layer(result, compression_for(dest), epoch=epoch)
+    blob = build_layer(changes, compression_for(dest), epoch=epoch)
     write_bytes_atomic(dest, blob.data, what="layer")
     return LayerInfo(dest, blob.media_type, blob.digest, blob.diff_id, blob.size)

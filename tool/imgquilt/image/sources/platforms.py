@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import BadImage, UsageError
+from ...errors import BadImage, UsageError
 
 DEFAULT_PLATFORM = "linux/amd64"  # the same on every host, so a lock means the same image everywhere
 

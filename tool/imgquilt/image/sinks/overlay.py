@@ -1,4 +1,4 @@
-"""Write an apply's result as bind-mountable files: DIR/<resolved path> plus DIR/mounts.tsv.
+"""Write file changes as bind-mountable files: DIR/<resolved path> plus DIR/mounts.tsv.
 
     podman run $(awk -F'\\t' '{printf "-v %s:%s:ro ", $1, $2}' DIR/mounts.tsv) IMAGE
 
@@ -13,15 +13,15 @@ it is empty or an earlier overlay (it holds mounts.tsv); anything else is refuse
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
-from ..engine.result import ApplyResult
-from ..errors import UsageError
-from ..fs.paths import check_member_path
-from ..util.atomic import fsync_dir
+from ...errors import UsageError
+from ...fs.paths import check_member_path
+from ...fs.types import FileChange
+from ...util.atomic import write_new_file
+from .output_file import output_dir
 
 MOUNTS_FILE = "mounts.tsv"
 
@@ -47,23 +47,23 @@ class OverlayInfo:
     mounts: tuple[Mount, ...]
 
 
-def check_overlay(result: ApplyResult) -> None:
-    """Refuse a result an overlay cannot express (a deletion), before any output is written."""
-    deleted = [f for f in result.files if f.final is None and f.target.data is not None]
+def check_overlay(changes: Sequence[FileChange]) -> None:
+    """Refuse changes an overlay cannot express (a deletion), before any output is written."""
+    deleted = [f for f in changes if f.deleted]
     if deleted:
-        names = ", ".join(f"{f.target.path} (resolved: {f.resolved})" if f.target.path != f.resolved else f.resolved for f in deleted)
+        names = ", ".join(f"{f.path} (resolved: {f.resolved})" if f.path != f.resolved else f.resolved for f in deleted)
         raise UsageError(
             f"The series deletes {names}; a deletion cannot be bind-mounted, so no overlay was written.",
             hint="Use --layer or --output-image for a series that deletes files.",
         )
 
 
-def _plan(result: ApplyResult, final_dir: Path) -> list[tuple[str, bytes, int, int, int]]:
+def _plan(changes: Sequence[FileChange], final_dir: Path) -> list[tuple[str, bytes, int, int, int]]:
     """(resolved, data, mode, uid, gid) per file, checked before anything is written."""
-    check_overlay(result)
+    check_overlay(changes)
     out = []
-    for f in result.files:
-        if f.final is None:
+    for f in changes:
+        if f.data is None:
             continue
         resolved = check_member_path(f.resolved, what="resolved path")
         if resolved == MOUNTS_FILE:
@@ -71,7 +71,7 @@ def _plan(result: ApplyResult, final_dir: Path) -> list[tuple[str, bytes, int, i
         host = str(final_dir / resolved)
         if any(c in host for c in "\t\n\r"):
             raise UsageError(f"Cannot list {resolved!r} in {MOUNTS_FILE}: its path holds a tab or a newline.")
-        out.append((resolved, f.final, f.mode & 0o7777, f.uid, f.gid))
+        out.append((resolved, f.data, f.mode & 0o7777, f.uid, f.gid))
     return sorted(out)
 
 
@@ -96,48 +96,22 @@ def check_overlay_destination(dest_dir: Path) -> Path:
     return dest
 
 
-def write_overlay(result: ApplyResult, dest_dir: Path) -> OverlayInfo:
-    """Write every final file under `dest_dir` and list them in `dest_dir/mounts.tsv`, atomically."""
+def write_overlay(changes: Sequence[FileChange], dest_dir: Path) -> OverlayInfo:
+    """Write every changed file under `dest_dir` and list them in `dest_dir/mounts.tsv`, atomically."""
     dest = Path(os.path.abspath(dest_dir))
-    files = _plan(result, dest)
+    files = _plan(changes, dest)
     check_overlay_destination(dest_dir)
     as_root = os.geteuid() == 0
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
-    except OSError as exc:
-        raise UsageError(f"Cannot write the overlay {str(dest_dir)!r}: {exc.strerror}.") from None
-    old: Path | None = None
-    try:
-        os.chmod(tmp, 0o755)
+    with output_dir(dest, failure=f"Cannot write the overlay {str(dest_dir)!r}") as tmp:
         mounts = []
         for resolved, data, mode, uid, gid in files:
             path = tmp / resolved
             path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "xb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
+            write_new_file(path, data)
             if as_root:
                 os.chown(path, uid, gid)
             os.chmod(path, mode)  # after chown, which clears setuid bits
             mounts.append(Mount(dest / resolved, "/" + resolved, mode))
         mounts.sort(key=lambda m: m.container_path)
         (tmp / MOUNTS_FILE).write_text("".join(m.line() for m in mounts))
-        if dest.exists() and any(dest.iterdir()):
-            # an earlier overlay: move it aside, put the new one in place, then drop the old one
-            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
-            os.rename(dest, old / "overlay")
-        os.rename(tmp, dest)
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and (old / "overlay").exists() and not dest.exists():
-            os.rename(old / "overlay", dest)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        if isinstance(exc, OSError):
-            raise UsageError(f"Cannot write the overlay {str(dest_dir)!r}: {exc.strerror or exc}.") from None
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    fsync_dir(dest.parent)
     return OverlayInfo(dest, dest / MOUNTS_FILE, tuple(mounts))

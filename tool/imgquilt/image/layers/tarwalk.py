@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Iterator, Protocol
 
-from ..errors import BadImage, UnsafePath
+from ...errors import BadImage, UnsafePath
 
 BLOCK = 512
 READ_CHUNK = 1 << 20  # per read of a seekable stream: after a skip, the next header is somewhere near

@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..errors import BadImage
+from ...errors import BadImage
 from .dir_layout import is_dir_layout
 from .platforms import DEFAULT_PLATFORM, Platform
 

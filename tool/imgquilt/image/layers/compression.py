@@ -14,11 +14,8 @@ from __future__ import annotations
 import queue
 import threading
 import zlib
-from typing import Literal
-
-from ..errors import BadImage
-
-Compression = Literal["gzip", "zstd"] | None
+from ...errors import BadImage
+from ..mediatypes import Compression
 
 try:  # isal is the fast path; the standard library is the fallback
     from isal.isal_zlib import _GzipReader
@@ -45,7 +42,7 @@ QUEUE_CHUNKS = 4  # how far the decompressing thread may run ahead (16 MiB)
 
 
 def detect(head: bytes, *, what: str) -> Compression:
-    """The compression of a blob from its first bytes; None for an uncompressed tar."""
+    """The compression of a blob from its first bytes; "none" for an uncompressed tar."""
     if head.startswith(GZIP_MAGIC):
         return "gzip"
     if head.startswith(ZSTD_MAGIC):
@@ -54,7 +51,7 @@ def detect(head: bytes, *, what: str) -> Compression:
         if head.startswith(magic):
             raise BadImage(f"The {what} is compressed with {name}, which imgquilt does not read.",
                            hint="Recompress the image with gzip or zstd (e.g. `skopeo copy`).")
-    return None
+    return "none"
 
 
 def _open_reader(source, kind: Compression):

@@ -18,8 +18,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BadImage, DigestMismatch
-from .digests import new_hasher, split_digest, sha256_digest
+from ...errors import BadImage
+from ..digests import CopyCheck, new_hasher, sha256_digest, split_digest, verify_digest
 
 CHUNK = 2 << 20  # 2 MiB reads: big enough to amortise syscalls and hashing calls
 
@@ -34,6 +34,14 @@ class BlobLocation:
 
     def describe(self) -> str:
         return str(self.path) if self.offset == 0 else f"{self.path} (at byte {self.offset})"
+
+
+def file_location(path: Path) -> BlobLocation | None:
+    """The whole of a regular file as a blob location; None if there is no such file."""
+    try:
+        return BlobLocation(path, 0, path.stat().st_size) if path.is_file() else None
+    except OSError:
+        return None
 
 
 Fingerprint = tuple[int, int, int, int, int]
@@ -108,13 +116,13 @@ class VerifiedBlobs:
             pass  # the cache is an optimisation only
 
 
-def _open_fd(loc: BlobLocation, what: str) -> int:
+def _open_fd(loc: BlobLocation, what: str, *, check_size: bool = True) -> int:
     try:
         fd = os.open(loc.path, os.O_RDONLY)
     except OSError as exc:
         raise BadImage(f"Cannot open {what} at {loc.describe()}: {exc.strerror}.") from None
     size = os.fstat(fd).st_size
-    if loc.offset + loc.size > size:
+    if check_size and loc.offset + loc.size > size:
         os.close(fd)
         raise BadImage(
             f"The {what} at {loc.describe()} is truncated: it should hold {loc.size} bytes "
@@ -250,13 +258,7 @@ class RangeDigest:
             raise BadImage(f"The {self.what} at {self.loc.describe()} is {self._error}.")
         if self._hexdigest is None:
             raise RuntimeError("digest thread stopped early")
-        actual = f"{split_digest(self.digest)[0]}:{self._hexdigest}"
-        if actual != self.digest:
-            raise DigestMismatch(
-                f"The {self.what} {self.digest} at {self.loc.describe()} does not match its "
-                f"digest: its bytes hash to {actual}. Nothing from it was used.",
-                hint="The image is corrupt or was modified; fetch or copy it again.",
-            )
+        verify_digest(self.digest, self._hexdigest, what=self.what, where=self.loc.describe())
         # the reader and the digest thread read the file separately: both saw these bytes
         if _content_stamp(self._fd) != self._content:
             raise BadImage(f"The {self.what} at {self.loc.describe()} changed while imgquilt read it.",
@@ -326,15 +328,19 @@ class _ReadToSkip:
 
 
 class HashingRange(_ReadToSkip, _OwnsFd):
-    """A byte range read sequentially and hashed in line; b"" (the end) only after the digest matched."""
+    """A byte range read sequentially and hashed in line; b"" (the end) only after the digest matched.
+
+    With `copy`, a short file is no truncation error of its own: the byte count is checked with the digest.
+    """
 
     seekable = False
 
-    def __init__(self, loc: BlobLocation, digest: str, *, what: str = "blob") -> None:
+    def __init__(self, loc: BlobLocation, digest: str, *, what: str = "blob", copy: CopyCheck | None = None) -> None:
         self.loc = loc
         self.digest = digest
         self.what = what
-        self._fd = _open_fd(loc, what)
+        self.copy = copy
+        self._fd = _open_fd(loc, what, check_size=copy is None)
         self._hasher = new_hasher(digest)
         self._pos = 0
         self._done = False
@@ -343,13 +349,8 @@ class HashingRange(_ReadToSkip, _OwnsFd):
 
     def _finish(self) -> None:
         self._done = True
-        actual = f"{split_digest(self.digest)[0]}:{self._hasher.hexdigest()}"
-        if actual != self.digest:
-            raise DigestMismatch(
-                f"The {self.what} {self.digest} at {self.loc.describe()} does not match its "
-                f"digest: its bytes hash to {actual}. Nothing from it was used.",
-                hint="The image is corrupt or was modified; fetch or copy it again.",
-            )
+        verify_digest(self.digest, self._hasher.hexdigest(), what=self.what, where=self.loc.describe(),
+                      copy=self.copy, read=self.bytes_read)
         self.verified = True
 
     def read(self, n: int = -1) -> bytes:
@@ -361,6 +362,8 @@ class HashingRange(_ReadToSkip, _OwnsFd):
                 self._finish()
             return b""
         data = os.pread(self._fd, n, self.loc.offset + self._pos)
+        if not data and self.copy is not None:
+            self._finish()  # a short copy: the byte count says so
         if not data:
             self._done = True
             raise BadImage(f"The {self.what} at {self.loc.describe()} is truncated (the file shrank while read).")
@@ -386,27 +389,24 @@ class HashingStream(_ReadToSkip):
 
     seekable = False
 
-    def __init__(self, inner, digest: str, *, what: str) -> None:
+    def __init__(self, inner, digest: str, *, what: str, copy: CopyCheck | None = None) -> None:
         self._inner = inner
         self.digest = digest
         self.what = what
+        self.copy = copy
         self._hasher = new_hasher(digest)
         self.verified = False
+        self.bytes_read = 0
 
     def _check_end(self) -> None:
-        actual = f"{split_digest(self.digest)[0]}:{self._hasher.hexdigest()}"
-        if actual != self.digest:
-            raise DigestMismatch(
-                f"The {self.what} does not match its digest {self.digest}: its bytes hash to "
-                f"{actual}. Nothing from it was used.",
-                hint="The image is corrupt or was modified; fetch or copy it again.",
-            )
+        verify_digest(self.digest, self._hasher.hexdigest(), what=self.what, copy=self.copy, read=self.bytes_read)
         self.verified = True
 
     def read(self, n: int = -1) -> bytes:
         data = self._inner.read(n)
         if data:
             self._hasher.update(data)
+            self.bytes_read += len(data)
         elif n != 0 and not self.verified:
             self._check_end()
         return data
@@ -423,13 +423,7 @@ def read_verified(loc: BlobLocation, digest: str, *, what: str, limit: int) -> b
         data = f.read()
     if len(data) != loc.size:
         raise BadImage(f"The {what} at {loc.describe()} is truncated.")
-    actual = f"{split_digest(digest)[0]}:{_hash(digest, data)}"
-    if actual != digest:
-        raise DigestMismatch(
-            f"The {what} {digest} at {loc.describe()} does not match its digest: its bytes hash "
-            f"to {actual}. Nothing from it was used.",
-            hint="The image is corrupt or was modified; fetch or copy it again.",
-        )
+    verify_digest(digest, _hash(digest, data), what=what, where=loc.describe())
     return data
 
 

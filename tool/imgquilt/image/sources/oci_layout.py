@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import BadImage
-from .blobio import BlobLocation
-from .digests import split_digest
+from ...errors import BadImage
+from ..layers.blobio import BlobLocation, file_location
+from ..digests import split_digest
 from .oci_reader import index_entries, load_image, parse_json, select_top
 from .stored_image import StoredImage
 
@@ -20,13 +20,7 @@ class LayoutStore:
 
     def locate(self, digest: str) -> BlobLocation | None:
         algo, hexpart = split_digest(digest)
-        path = self.root / "blobs" / algo / hexpart
-        try:
-            if not path.is_file():
-                return None
-            return BlobLocation(path, 0, path.stat().st_size)
-        except OSError:
-            return None
+        return file_location(self.root / "blobs" / algo / hexpart)
 
 
 def check_layout_marker(data: bytes | None, where: str) -> None:

@@ -7,9 +7,9 @@ from typing import BinaryIO, Literal
 
 from .blobio import (BlobFile, BlobLocation, CheckedRange, FileRange, Fingerprint, HashingRange, HashingStream,
                      fingerprint)
-from .compression import Compression, Decompressed, detect
-from .mediatypes import OCI_LAYER_BY_COMPRESSION
-from .model import Descriptor
+from .compression import Decompressed, detect
+from ..mediatypes import LAYER_MEDIA_TYPES, Compression
+from ..model import Descriptor
 
 Verify = Literal["blob", "diff_id"] | None
 
@@ -117,13 +117,13 @@ class BlobLayer:
         if trusted or digest is None:
             raw = FileRange(self.location, what=self.what)
             checker = None
-        elif self.verify == "diff_id" and kind is not None:
+        elif self.verify == "diff_id" and kind != "none":
             raw = FileRange(self.location, what=self.what)
             checker = None  # set below, over the decompressed bytes
         else:
             raw = CheckedRange(self.location, digest, what=self.what)
             checker = raw
-        if kind is None:
+        if kind == "none":
             return TarStream(raw, raw, checker, seekable=True, fingerprint=seen)
         tar = Decompressed(raw, kind, what=self.what)
         if checker is None and not trusted and digest is not None:
@@ -137,7 +137,7 @@ class BlobLayer:
         with FileRange(self.location, what=self.what) as f:
             while chunk := f.read(4 << 20):
                 h.update(chunk)
-        return Descriptor(OCI_LAYER_BY_COMPRESSION[self.compression], "sha256:" + h.hexdigest(), self.location.size)
+        return Descriptor(LAYER_MEDIA_TYPES[self.compression], "sha256:" + h.hexdigest(), self.location.size)
 
     def _hash_tar(self) -> str:
         h = hashlib.sha256()

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import BadImage, DigestMismatch, UnsafePath
-from ..fs.types import Node
+from ...errors import BadImage, DigestMismatch, UnsafePath
+from ...fs.types import Node
 from .tarwalk import TarWalker, member_path
 
 WHITEOUT = ".wh."

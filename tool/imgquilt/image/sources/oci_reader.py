@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, TypeVar
 
-from ..errors import BadImage
-from .blob_layer import BlobLayer
-from .blobio import BlobLocation, read_verified
-from .digests import check_digest
-from .mediatypes import (
+from ...errors import BadImage
+from ..layers.blob_layer import BlobLayer
+from ..layers.blobio import BlobLocation, read_verified
+from ..digests import check_digest
+from ..mediatypes import (
     CONFIGS,
     DOCKER_MANIFEST_V1,
     DOCKER_MANIFEST_V1_SIGNED,
@@ -22,7 +22,7 @@ from .mediatypes import (
     LAYERS,
     MANIFESTS,
 )
-from .model import Descriptor
+from ..model import Descriptor
 from .platforms import Platform, choose
 from .stored_image import StoredImage
 
@@ -103,6 +103,9 @@ def normalize_name(name: str) -> str:
     return name
 
 
+T = TypeVar("T")
+
+
 def name_matches(names: list[str], wanted: str) -> bool:
     if wanted in names:
         return True
@@ -111,6 +114,16 @@ def name_matches(names: list[str], wanted: str) -> bool:
     except Exception:  # noqa: BLE001 - any odd name simply does not match
         return False
     return any(normalize_name(n) == target for n in names if ":" in n or "/" in n)
+
+
+def tagged(items: list[T], names_of: Callable[[T], list[str]], tag: str, *, where: str, hint: str) -> list[T]:
+    """The items named `tag`; none is a BadImage that lists the tags there are."""
+    matching = [i for i in items if name_matches(names_of(i), tag)]
+    if not matching:
+        tags = sorted({n for i in items for n in names_of(i)})
+        raise BadImage(f"{where} has no image tagged {tag!r}; available tags: {', '.join(tags) or 'none (untagged)'}.",
+                       hint=hint)
+    return matching
 
 
 def index_entries(index: dict[str, Any], what: str) -> list[IndexEntry]:
@@ -144,13 +157,7 @@ def select_top(descs: list[IndexEntry], *, tag: str | None, digest: str | None, 
     if not descs:
         raise BadImage(f"{where} holds no image.")
     if tag is not None:
-        matching = [d for d in descs if name_matches(names_of(d), tag)]
-        if not matching:
-            tags = sorted({n for d in descs for n in names_of(d)})
-            raise BadImage(
-                f"{where} has no image tagged {tag!r}; available tags: {', '.join(tags) or 'none (untagged)'}.",
-                hint="Name one of them after the path, e.g. oci:DIR:TAG.",
-            )
+        matching = tagged(descs, names_of, tag, where=where, hint="Name one of them after the path, e.g. oci:DIR:TAG.")
     else:
         matching = descs
     if len(matching) == 1:

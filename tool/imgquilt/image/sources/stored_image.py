@@ -5,7 +5,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .blob_layer import BlobLayer
+from ..layers.blob_layer import BlobLayer
 
 
 @dataclass(frozen=True, eq=False)
@@ -24,16 +24,17 @@ class StoredImage:
 
     @property
     def config(self) -> dict[str, Any]:
-        try:
-            obj = json.loads(self.config_bytes)
-        except ValueError:
-            return {}
-        return obj if isinstance(obj, dict) else {}
+        return _json_object(self.config_bytes)
 
     @property
     def manifest(self) -> dict[str, Any]:
-        try:
-            obj = json.loads(self.manifest_bytes)
-        except ValueError:
-            return {}
-        return obj if isinstance(obj, dict) else {}
+        return _json_object(self.manifest_bytes)
+
+
+def _json_object(data: bytes) -> dict[str, Any]:
+    """A JSON object, or {} for anything else (the bytes were verified, not necessarily well-formed)."""
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return {}
+    return obj if isinstance(obj, dict) else {}

@@ -15,16 +15,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadImage
+from ...errors import BadImage
 from .archive_index import ArchiveIndex
-from .blob_layer import BlobLayer
-from .blobio import read_verified
-from .digests import check_digest, sha256_digest
-from .mediatypes import DOCKER_CONFIG, DOCKER_LAYER_GZIP, DOCKER_MANIFEST, OCI_LAYER_BY_COMPRESSION
-from .model import Descriptor
+from ..layers.blob_layer import BlobLayer
+from ..layers.blobio import read_verified
+from ..digests import check_digest, sha256_digest
+from ..mediatypes import DOCKER_CONFIG, DOCKER_LAYER_GZIP, DOCKER_MANIFEST, LAYER_MEDIA_TYPES
+from ..model import Descriptor
 from .oci_archive import ArchiveStore
 from .oci_layout import check_layout_marker
-from .oci_reader import IndexEntry, index_entries, load_image, name_matches, parse_json, select_top
+from .oci_reader import IndexEntry, index_entries, load_image, parse_json, select_top, tagged
 from .platforms import Platform
 from .stored_image import StoredImage
 
@@ -78,14 +78,8 @@ def _pick_entry(entries: list[dict[str, Any]], *, tag: str | None, source_index:
             raise BadImage(f"{where} holds {len(entries)} image(s); there is no image @{source_index}.")
         return entries[source_index]
     if tag is not None:
-        matching = [e for e in entries if name_matches(_repo_tags(e), tag)]
-        if not matching:
-            tags = sorted({t for e in entries for t in _repo_tags(e)})
-            raise BadImage(
-                f"{where} has no image tagged {tag!r}; available tags: {', '.join(tags) or 'none (untagged)'}.",
-                hint="Write docker-archive:FILE:REPO:TAG with one of them, or docker-archive:FILE:@N.",
-            )
-        return matching[0]
+        return tagged(entries, _repo_tags, tag, where=where,
+                      hint="Write docker-archive:FILE:REPO:TAG with one of them, or docker-archive:FILE:@N.")[0]
     if len(entries) == 1:
         return entries[0]
     if not entries:
@@ -128,8 +122,8 @@ def _open_legacy(index: ArchiveIndex, entries: list[dict[str, Any]], *, where: s
             raise BadImage(f"{where} lacks layer {name!r} that its manifest.json names.",
                            hint="The archive is incomplete; save or copy it again.")
         layer = BlobLayer(None, diff_id, lloc, verify="diff_id", what=f"layer {name} ({diff_id})")
-        if layer.compression is None:  # the usual case: the blob is the tar, its digest the diff_id
-            layer = BlobLayer(Descriptor(OCI_LAYER_BY_COMPRESSION[None], diff_id, lloc.size), diff_id, lloc,
+        if layer.compression == "none":  # the usual case: the blob is the tar, its digest the diff_id
+            layer = BlobLayer(Descriptor(LAYER_MEDIA_TYPES["none"], diff_id, lloc.size), diff_id, lloc,
                               verify="diff_id", what=layer.what)
         layers.append(layer)
         manifest_layers.append({"mediaType": DOCKER_LAYER_GZIP, "size": lloc.size, "digest": diff_id})

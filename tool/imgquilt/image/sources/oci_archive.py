@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import BadImage
+from ...errors import BadImage
 from .archive_index import ArchiveIndex
-from .blobio import BlobLocation
-from .digests import split_digest
+from ..layers.blobio import BlobLocation
+from ..digests import split_digest
 from .oci_layout import check_layout_marker
 from .oci_reader import index_entries, load_image, parse_json, select_top
 from .stored_image import StoredImage

@@ -10,10 +10,10 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BadImage, UnsafePath
-from .blobio import BlobLocation, FileRange
-from .compression import detect
-from .tarwalk import DIRECTORY, HARDLINK, SYMLINK, TarWalker, member_path
+from ...errors import BadImage, UnsafePath
+from ..layers.blobio import BlobLocation, FileRange
+from ..layers.compression import detect
+from ..layers.tarwalk import DIRECTORY, HARDLINK, SYMLINK, TarWalker, member_path
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class ArchiveIndex:
             raise BadImage(f"Cannot read {what} {path}: {exc.strerror}.") from None
         members: dict[str, Member] = {}
         with FileRange(BlobLocation(path, 0, size), what=what) as f:
-            if detect(f.peek(8), what=what) is not None:
+            if detect(f.peek(8), what=what) != "none":
                 raise BadImage(
                     f"The {what} {path} is compressed; imgquilt reads image archives uncompressed.",
                     hint=f"Decompress it first (e.g. `gunzip -k {path}` or `zstd -d {path}`).",

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import BadImage
-from .blobio import BlobLocation, read_verified
-from .digests import sha256_digest, split_digest
-from .model import Descriptor
+from ...errors import BadImage
+from ..layers.blobio import BlobLocation, file_location, read_verified
+from ..digests import sha256_digest, split_digest
+from ..model import Descriptor
 from .oci_reader import MAX_MANIFEST, load_image
 from .stored_image import StoredImage
 
@@ -32,11 +32,7 @@ class DirStore:
 
     def locate(self, digest: str) -> BlobLocation | None:
         algo, hexpart = split_digest(digest)
-        path = self.root / (hexpart if algo == "sha256" else f"{algo}-{hexpart}")
-        try:
-            return BlobLocation(path, 0, path.stat().st_size) if path.is_file() else None
-        except OSError:
-            return None
+        return file_location(self.root / (hexpart if algo == "sha256" else f"{algo}-{hexpart}"))
 
 
 def open_dir_layout(root: Path, *, ref: str, platform: str | None) -> StoredImage:
@@ -53,7 +49,7 @@ def open_dir_layout(root: Path, *, ref: str, platform: str | None) -> StoredImag
             return top
         _, hexpart = split_digest(desc.digest)
         instance = root / f"{hexpart}.manifest.json"
-        loc = BlobLocation(instance, 0, instance.stat().st_size) if instance.is_file() else store.locate(desc.digest)
+        loc = file_location(instance) or store.locate(desc.digest)
         if loc is None:
             raise BadImage(f"{store.where} lacks manifest {desc.digest}.")
         return read_verified(loc, desc.digest, what="manifest", limit=MAX_MANIFEST)

@@ -11,14 +11,14 @@ import json
 from functools import cached_property
 from pathlib import Path
 
-from ..errors import BadImage
-from .blob_layer import BlobLayer
-from .blobio import BlobLocation, FileRange
-from .compression import detect
-from .digests import sha256_digest
-from .mediatypes import OCI_CONFIG, OCI_MANIFEST
+from ...errors import BadImage
+from ..layers.blob_layer import BlobLayer
+from ..layers.blobio import BlobLocation, FileRange
+from ..layers.compression import detect
+from ..digests import sha256_digest
+from ..mediatypes import OCI_CONFIG, OCI_MANIFEST
 from .platforms import DEFAULT_PLATFORM, Platform
-from .tarwalk import header_checksum_ok
+from ..layers.tarwalk import header_checksum_ok
 
 
 class FlatTarImage:
@@ -36,7 +36,7 @@ class FlatTarImage:
         loc = BlobLocation(path, 0, size)
         with FileRange(loc, what=f"tar file {path}") as f:
             head = f.peek(512)
-        if detect(head, what=f"tar file {path}") is None and size and (len(head) < 512 or not (
+        if detect(head, what=f"tar file {path}") == "none" and size and (len(head) < 512 or not (
                 head.count(0) == 512 or header_checksum_ok(head))):
             raise BadImage(f"{path} is not a tar file (its first block is not a tar header).",
                            hint="Pass a filesystem tar such as `docker export` writes, or name the transport.")

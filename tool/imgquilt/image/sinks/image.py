@@ -1,0 +1,115 @@
+"""Where a new image goes, as skopeo spells it, and the writer for each: `oci:`, `oci-archive:`, `docker-archive:`.
+
+The image itself is a value (mutate.append); this module parses and checks the destination and
+hands the value to the layout writer or an archive writer. Base blobs are carried over byte for
+byte, never recompressed, and each is checked against its digest on the way.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from ...errors import UsageError
+from ..mediatypes import Compression
+from .archive import write_docker_archive, write_oci_archive
+from .layout import check_layout_destination, write_layout
+from .mutate import NewImage
+from .output_file import check_output_path
+
+Transport = Literal["oci", "oci-archive", "docker-archive"]
+
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+_DOCKER_REF = re.compile(
+    r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?(?::[0-9]+)?/)?"  # optional registry host[:port]/
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"  # path
+    r"(?::[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?$"  # optional tag
+)
+
+
+@dataclass(frozen=True)
+class OutputRef:
+    """Where an image goes: transport, path, and the tag (oci) or REPO:TAG (docker-archive)."""
+
+    transport: Transport
+    path: Path
+    tag: str | None
+
+    @property
+    def default_compression(self) -> Compression:
+        """The new layer's compression unless asked otherwise: as `docker save` for docker-archive."""
+        return "none" if self.transport == "docker-archive" else "gzip"
+
+
+@dataclass(frozen=True)
+class WrittenImage:
+    """What write_new_image wrote."""
+
+    ref: str
+    transport: Transport
+    path: Path
+    tag: str | None
+    digest: str  # the manifest digest; for docker-archive (no manifest) the image ID, = config_digest
+    config_digest: str  # also the image ID podman and docker show
+    layer_digest: str  # the new layer's blob
+    diff_id: str
+    layer_size: int
+
+
+def parse_output_ref(ref: str) -> OutputRef:
+    """`oci:DIR[:TAG]`, `oci-archive:FILE[:TAG]` or `docker-archive:FILE[:REPO:TAG]`."""
+    transport, sep, rest = ref.partition(":")
+    if not sep or transport not in ("oci", "oci-archive", "docker-archive"):
+        raise UsageError(
+            f"Cannot write an image to {ref!r}.",
+            hint="Write to oci:DIR[:TAG], oci-archive:FILE[:TAG] or docker-archive:FILE[:REPO:TAG].",
+        )
+    path, _, name = rest.partition(":")  # as skopeo: the path holds no colon
+    if not path:
+        raise UsageError(f"The image reference {ref!r} names no path.")
+    if "@" in name or re.search(r"@[a-z0-9]+:[0-9a-f]+$", rest):
+        raise UsageError(f"An output image cannot be named by digest ({ref!r}): the digest is what gets written.")
+    tag: str | None = name or None
+    if transport == "docker-archive":
+        if tag is not None:
+            if not _DOCKER_REF.match(tag):
+                raise UsageError(f"{tag!r} is not a valid REPO:TAG reference for docker-archive.")
+            last = tag.rsplit("/", 1)[-1]
+            if ":" not in last:
+                tag += ":latest"
+    elif tag is not None and not _TAG.match(tag):
+        raise UsageError(f"{tag!r} is not a valid tag (letters, digits, `_`, `.`, `-`; at most 128).")
+    return OutputRef(transport, Path(path), tag)  # type: ignore[arg-type]
+
+
+def check_image_destination(ref: str) -> OutputRef:
+    """Refuse a bad `--output-image` before anything is computed or written."""
+    out = parse_output_ref(ref)
+    if out.transport == "oci":
+        check_layout_destination(out.path, out.tag)
+    else:
+        check_output_path(out.path, what="image archive")
+    return out
+
+
+def write_new_image(img: NewImage, ref: str) -> WrittenImage:
+    """Write `img` to `ref`; whole or not at all."""
+    out = check_image_destination(ref)
+    if out.transport == "oci":
+        write_layout(img, out.path, out.tag)
+    elif out.transport == "oci-archive":
+        write_oci_archive(img, out.path, out.tag)
+    else:
+        write_docker_archive(img, out.path, out.tag)
+    return WrittenImage(
+        ref=ref,
+        transport=out.transport,
+        path=out.path,
+        tag=out.tag,
+        digest=img.config_digest if out.transport == "docker-archive" else img.manifest_digest,
+        config_digest=img.config_digest,
+        layer_digest=img.layer.digest,
+        diff_id=img.layer.diff_id,
+        layer_size=img.layer.size,
+    )

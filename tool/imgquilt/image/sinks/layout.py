@@ -1,0 +1,173 @@
+"""Write a new image to `oci:DIR[:TAG]`, an OCI image layout directory.
+
+A new DIR is built in a temp directory beside it and renamed into place. An existing OCI layout is
+added to: blobs are content-addressed (each written to a temp name and renamed; present ones are
+kept), then index.json is replaced atomically under an flock on the layout directory, dropping any
+earlier manifest with the same tag. Adding to an existing layout needs a TAG. On failure the blobs
+this call created are removed again. Base blobs are hard-linked when they sit on the same
+filesystem (and verified after linking), streamed and verified otherwise.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+from contextlib import closing, contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from ...errors import BadImage, UsageError
+from ...util.atomic import atomic_file, atomic_write, publish
+from ..mediatypes import OCI_INDEX
+from ..model import Layer
+from .base_blobs import blob_location, check_file, open_checked, unique_layers
+from .mutate import ANNOTATION_REF_NAME, NewImage, index_entry, json_bytes
+from .output_file import output_dir, output_file
+
+COPY_CHUNK = 1 << 20
+LAYOUT_MARKER = {"imageLayoutVersion": "1.0.0"}
+
+
+class _BlobDir:
+    """Puts blobs into a layout's blobs/sha256; remembers the ones it created (to undo)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.blobs = root / "blobs" / "sha256"
+        self.created: list[Path] = []
+
+    def path(self, digest: str) -> Path:
+        algo, _, hexd = digest.partition(":")
+        if algo != "sha256" or not re.fullmatch(r"[0-9a-f]{64}", hexd):
+            raise BadImage(f"Unsupported blob digest {digest!r} (only sha256 is supported).")
+        return self.blobs / hexd
+
+    def has(self, digest: str, size: int) -> bool:
+        try:
+            return self.path(digest).stat().st_size == size
+        except FileNotFoundError:
+            return False
+
+    def put_bytes(self, digest: str, data: bytes) -> None:
+        if self.has(digest, len(data)):
+            return
+        dest = self.path(digest)
+        atomic_write(dest, data)
+        self.created.append(dest)
+
+    def put_layer(self, layer: Layer) -> None:
+        d = layer.descriptor
+        if self.has(d.digest, d.size):
+            return
+        loc = blob_location(layer)
+        if loc is not None and loc.offset == 0 and self._link(loc.path, layer):
+            return
+        dest = self.path(d.digest)
+        with closing(open_checked(layer)) as src, atomic_file(dest) as fh:
+            while chunk := src.read(COPY_CHUNK):
+                fh.write(chunk)
+            src.drain()
+        self.created.append(dest)
+
+    def _link(self, src: Path, layer: Layer) -> bool:
+        """Hard-link a base blob (same filesystem), then hash it: a bad blob is never kept."""
+        d = layer.descriptor
+        dest = self.path(d.digest)
+        tmp = dest.with_name(f".{dest.name}.link.{os.getpid()}")
+        try:
+            if os.stat(src).st_size != d.size:
+                return False  # the blob is part of a larger file: copy it instead
+            os.link(src, tmp)
+        except OSError:
+            return False
+        try:
+            check_file(tmp, layer)
+            publish(tmp, dest)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self.created.append(dest)
+        return True
+
+    def fill(self, img: NewImage) -> None:
+        for l in unique_layers(img.base):
+            self.put_layer(l)
+        self.put_bytes(img.layer.digest, img.layer.data)
+        self.put_bytes(img.config_digest, img.config)
+        self.put_bytes(img.manifest_digest, img.manifest)
+
+    def undo(self) -> None:
+        for p in self.created:
+            p.unlink(missing_ok=True)
+        self.created.clear()
+
+
+@contextmanager
+def _locked_dir(path: Path) -> Iterator[None]:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def is_layout(path: Path) -> bool:
+    return path.is_dir() and (path / "oci-layout").exists()
+
+
+def check_layout_destination(path: Path, tag: str | None) -> None:
+    """Refuse a bad `oci:` destination before anything is computed or written."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"Cannot write an OCI layout to {str(path)!r}: it is not a directory.")
+    if is_layout(path):
+        if not tag:
+            raise UsageError(
+                f"{str(path)!r} already holds an OCI layout: name a tag to add the image under.",
+                hint=f"Write to oci:{path}:TAG.",
+            )
+        return
+    if path.is_dir() and any(path.iterdir()):
+        raise UsageError(f"Cannot write an OCI layout to {str(path)!r}: the directory is not empty and holds no OCI layout.")
+    if not path.parent.is_dir():
+        raise UsageError(f"Cannot write an OCI layout to {str(path)!r}: directory {str(path.parent)!r} does not exist.")
+
+
+def write_layout(img: NewImage, root: Path, tag: str | None) -> None:
+    """Write `img` to the layout at `root` (a new one, or added to an existing one); whole or not at all."""
+    check_layout_destination(root, tag)
+    entry = index_entry(img, tag)
+    if is_layout(root):
+        _add_to_layout(root, entry, img)
+        return
+    with output_dir(root, failure=f"Cannot write an OCI layout to {str(root)!r}") as tmp:
+        (tmp / "blobs" / "sha256").mkdir(parents=True)
+        _BlobDir(tmp).fill(img)
+        (tmp / "oci-layout").write_bytes(json_bytes(LAYOUT_MARKER))
+        index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry]}
+        (tmp / "index.json").write_bytes(json_bytes(index))
+
+
+def _add_to_layout(root: Path, entry: dict, img: NewImage) -> None:
+    w = _BlobDir(root)
+    tag = (entry.get("annotations") or {}).get(ANNOTATION_REF_NAME)
+    try:
+        w.blobs.mkdir(parents=True, exist_ok=True)
+        with _locked_dir(root):
+            w.fill(img)
+            try:
+                index = json.loads((root / "index.json").read_bytes())
+            except FileNotFoundError:
+                index = {"schemaVersion": 2, "manifests": []}
+            except ValueError as exc:
+                raise BadImage(f"{root / 'index.json'} is not valid JSON: {exc}.") from None
+            kept = [m for m in index.get("manifests") or [] if (m.get("annotations") or {}).get(ANNOTATION_REF_NAME) != tag]
+            index["manifests"] = kept + [entry]
+            with output_file(root / "index.json", what="index") as fh:
+                fh.write(json_bytes(index))
+    except BaseException as exc:
+        w.undo()
+        if isinstance(exc, OSError):
+            raise UsageError(f"Cannot add the image to {str(root)!r}: {exc.strerror or exc}.") from None
+        raise

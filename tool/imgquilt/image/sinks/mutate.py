@@ -1,0 +1,165 @@
+"""A new image = a base image plus one layer, built purely (after go-containerregistry's mutate.Append).
+
+`append(base, Addendum(layer, history, labels))` returns the new image as a value: the base's
+layers untouched, the config with the new diff_id, history entry, labels and created time, and an
+OCI manifest naming the base (annotations `org.opencontainers.image.base.digest` / `.base.name`).
+JSON keeps the base config's key order and is written compactly, so the same inputs give the same
+image digest, run after run. Nothing is read from disk or written here: the writers (layout,
+archive) put the value somewhere.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from ...errors import BadImage
+from ..mediatypes import OCI_CONFIG, OCI_MANIFEST, oci_media_type
+from ..model import Descriptor, Image
+from .layer import LayerBlob
+
+ANNOTATION_BASE_DIGEST = "org.opencontainers.image.base.digest"
+ANNOTATION_BASE_NAME = "org.opencontainers.image.base.name"
+ANNOTATION_REF_NAME = "org.opencontainers.image.ref.name"
+
+
+@dataclass(frozen=True)
+class History:
+    """The config history entry of a new layer."""
+
+    created: int  # seconds since 1970; also the config's `created`
+    created_by: str
+    comment: str
+
+
+@dataclass(frozen=True)
+class Addendum:
+    """What goes on top of a base: a layer, its history entry, and labels for the config."""
+
+    layer: LayerBlob
+    history: History
+    labels: dict[str, str] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True, eq=False)
+class NewImage:
+    """The base plus an addendum: config and manifest bytes, ready to be written."""
+
+    base: Image
+    layer: LayerBlob
+    config: bytes
+    manifest: bytes
+    created: int
+
+    @property
+    def config_digest(self) -> str:
+        return sha256(self.config)
+
+    @property
+    def manifest_digest(self) -> str:
+        return sha256(self.manifest)
+
+    @property
+    def diff_ids(self) -> list[str]:
+        return json.loads(self.config)["rootfs"]["diff_ids"]
+
+
+def json_bytes(doc: object) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _iso(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_config(base_config: bytes, add: Addendum) -> bytes:
+    """The base config plus the layer: diff_id, history entry, labels, created time."""
+    try:
+        cfg = json.loads(base_config)
+    except ValueError as exc:
+        raise BadImage(f"The base image's config is not JSON: {exc}.") from None
+    if not isinstance(cfg, dict):
+        raise BadImage("The base image's config is not a JSON object.")
+    when = _iso(add.history.created)
+    cfg["created"] = when
+    rootfs = cfg.get("rootfs") or {"type": "layers", "diff_ids": []}
+    rootfs["diff_ids"] = list(rootfs.get("diff_ids") or []) + [add.layer.diff_id]
+    cfg["rootfs"] = rootfs
+    history = list(cfg.get("history") or [])
+    history.append({"created": when, "created_by": add.history.created_by, "comment": add.history.comment})
+    cfg["history"] = history
+    run = cfg.get("config") or {}
+    labels = dict(run.get("Labels") or {})
+    labels.update(add.labels)
+    run["Labels"] = labels
+    cfg["config"] = run
+    return json_bytes(cfg)
+
+
+def _descriptor_json(d: Descriptor, media_type: str | None = None) -> dict:
+    out: dict = {"mediaType": media_type or d.media_type, "digest": d.digest, "size": d.size}
+    if d.annotations:
+        out["annotations"] = dict(sorted(d.annotations.items()))
+    return out
+
+
+def new_manifest(base: Image, config: bytes, layer: LayerBlob) -> bytes:
+    """An OCI manifest: the base layers (media types in their OCI names), then the new layer."""
+    try:
+        base_manifest = json.loads(base.manifest_bytes)
+    except ValueError:
+        base_manifest = {}
+    annotations = dict((base_manifest.get("annotations") or {}) if isinstance(base_manifest, dict) else {})
+    annotations[ANNOTATION_BASE_DIGEST] = base.manifest_digest
+    annotations[ANNOTATION_BASE_NAME] = base.ref
+    layers = [_descriptor_json(l.descriptor, oci_media_type(l.descriptor.media_type)) for l in base.layers]
+    layers.append({"mediaType": layer.media_type, "digest": layer.digest, "size": layer.size})
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": OCI_CONFIG, "digest": sha256(config), "size": len(config)},
+        "layers": layers,
+        "annotations": dict(sorted(annotations.items())),
+    }
+    return json_bytes(manifest)
+
+
+def append(base: Image, add: Addendum) -> NewImage:
+    """The base image with `add.layer` on top."""
+    config = new_config(base.config_bytes, add)
+    return NewImage(base, add.layer, config, new_manifest(base, config, add.layer), add.history.created)
+
+
+def platform_of(config: bytes) -> dict | None:
+    """The index entry's platform, from the config."""
+    cfg = json.loads(config)
+    if not cfg.get("os") or not cfg.get("architecture"):
+        return None
+    plat = {"architecture": cfg["architecture"], "os": cfg["os"]}
+    if cfg.get("variant"):
+        plat["variant"] = cfg["variant"]
+    return plat
+
+
+def index_entry(img: NewImage, tag: str | None) -> dict:
+    """The image's entry in an OCI index.json."""
+    entry: dict = {"mediaType": OCI_MANIFEST, "digest": img.manifest_digest, "size": len(img.manifest)}
+    if tag:
+        entry["annotations"] = {ANNOTATION_REF_NAME: tag}
+    plat = platform_of(img.config)
+    if plat:
+        entry["platform"] = plat
+    return entry
+
+
+def chain_id(diff_ids: list[str]) -> str:
+    """The OCI ChainID of a layer stack (used as the top layer's ID in `repositories`)."""
+    chain = diff_ids[0]
+    for d in diff_ids[1:]:
+        chain = sha256(f"{chain} {d}".encode())
+    return chain

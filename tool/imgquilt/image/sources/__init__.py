@@ -1,0 +1,1 @@
+"""Where images come from: one module per transport, plus the index/manifest reading they share."""
