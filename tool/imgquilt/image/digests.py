@@ -46,11 +46,12 @@ class CopyCheck:
 
 
 def verify_digest(expected: str, hexdigest: str, *, what: str, where: str | None = None,
-                  copy: CopyCheck | None = None, read: int = 0) -> None:
+                  copy: CopyCheck | None = None, read: int = 0, hint: str | None = None) -> None:
     """Raise DigestMismatch unless the bytes read (`hexdigest`, same algorithm) are `expected`'s.
 
     The one place that compares a blob with its digest and says so; every reader and writer ends here.
-    A copy also checks the byte count (`read`) against the descriptor's size.
+    A copy also checks the byte count (`read`) against the descriptor's size. `hint` replaces the
+    default advice (e.g. what an upload did about it).
     """
     actual = f"{split_digest(expected)[0]}:{hexdigest}"
     if actual == expected and (copy is None or read == copy.size):
@@ -58,10 +59,10 @@ def verify_digest(expected: str, hexdigest: str, *, what: str, where: str | None
     if copy is not None:
         message = (f"The {what} {expected} does not match its descriptor "
                    f"(read {read} bytes with digest {actual}, expected {copy.size} bytes).")
-        hint = copy.hint
+        default_hint = copy.hint
     else:
         subject = (f"The {what} {expected} at {where} does not match its digest" if where is not None
                    else f"The {what} does not match its digest {expected}")
         message = f"{subject}: its bytes hash to {actual}. Nothing from it was used."
-        hint = "The image is corrupt or was modified; fetch or copy it again."
-    raise DigestMismatch(message, hint=hint)
+        default_hint = "The image is corrupt or was modified; fetch or copy it again."
+    raise DigestMismatch(message, hint=hint if hint is not None else default_hint)

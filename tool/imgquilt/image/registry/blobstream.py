@@ -1,16 +1,19 @@
 """A blob streamed from a registry, hashed as it is read: the end (b"") only after size and digest match.
 
-Same small interface as the local raw streams (`read`, `readinto`, `skip`, `peek`, `drain`, `close`),
-so layer readers can take it where they take a file range.
+Same small interface as the local raw streams (`read`, `readinto`, `skip`, `peek`, `drain`, `close`,
+`dup`), so layer readers (the decompressing thread, the tar walker) take it where they take a file
+range. Reads are serialised by a lock: the decompressing thread reads through `dup()` while the walker
+may `drain` the rest; each byte is hashed once, in order.
 """
 from __future__ import annotations
 
+import threading
 from typing import Iterator
 
 import httpx
 
-from ...errors import BadImage, DigestMismatch
-from ..digests import new_hasher, split_digest
+from ...errors import BadImage
+from ..digests import CopyCheck, new_hasher, verify_digest
 
 CHUNK = 1 << 20
 
@@ -29,12 +32,16 @@ class RegistryBlobStream:
         self._buffer = bytearray()
         self._hasher = new_hasher(digest)
         self._eof = False
+        self._closed = False
+        self._lock = threading.RLock()
         self.verified = False
         self.bytes_read = 0  # bytes handed to the caller
 
     def _fill(self, want: int) -> None:
         """Buffer at least `want` bytes (fewer only at the end of the body)."""
         while not self._eof and len(self._buffer) < want:
+            if self._closed:
+                raise BadImage(f"The download of the {self.what} {self.digest} was closed before its end.")
             try:
                 chunk = next(self._chunks, None)
             except httpx.HTTPError as exc:
@@ -50,26 +57,26 @@ class RegistryBlobStream:
                 total = self.bytes_read + len(self._buffer)
                 if self.size is not None and total > self.size:
                     self.close()
-                    raise DigestMismatch(f"The {self.what} {self.digest} is longer than the {self.size} bytes "
-                                         "its descriptor states. Nothing from it was used.",
-                                         hint="The registry holds a corrupt blob; push the image again.")
+                    self._verify(total)  # longer than its descriptor: a mismatch whatever the digest
+
+    def _verify(self, received: int) -> None:
+        hint = ("The registry holds a damaged blob or the download was cut; try again, or push the image "
+                "again. Nothing from it was used.")
+        copy = CopyCheck(self.size, hint) if self.size is not None else None
+        verify_digest(self.digest, self._hasher.hexdigest(), what=self.what, where="the registry", copy=copy,
+                      read=received, hint=hint)
 
     def _finish(self) -> None:
         received = self.bytes_read
         self.close()
-        if self.size is not None and received != self.size:
-            raise DigestMismatch(f"The {self.what} {self.digest} is truncated: {received} of {self.size} bytes "
-                                 "arrived. Nothing from it was used.",
-                                 hint="The registry holds a truncated blob or the download was cut; try again, "
-                                      "or push the image again.")
-        actual = f"{split_digest(self.digest)[0]}:{self._hasher.hexdigest()}"
-        if actual != self.digest:
-            raise DigestMismatch(f"The {self.what} {self.digest} from the registry does not match its digest: "
-                                 f"its bytes hash to {actual}. Nothing from it was used.",
-                                 hint="The registry holds a corrupt blob; push the image again.")
+        self._verify(received)
         self.verified = True
 
     def read(self, n: int = -1) -> bytes:
+        with self._lock:
+            return self._read(n)
+
+    def _read(self, n: int) -> bytes:
         if n == 0:
             return b""
         self._fill(n if n > 0 else 1 << 62)
@@ -91,8 +98,9 @@ class RegistryBlobStream:
         return len(data)
 
     def peek(self, n: int) -> bytes:
-        self._fill(n)
-        return bytes(self._buffer[:n])
+        with self._lock:
+            self._fill(n)
+            return bytes(self._buffer[:n])
 
     def skip(self, n: int) -> int:
         done = 0
@@ -109,10 +117,36 @@ class RegistryBlobStream:
             pass
 
     def close(self) -> None:
+        self._closed = True
         self._response.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def dup(self) -> "SharedBlobStream":
+        """A second handle on the same download (for the decompressing thread); closing it closes nothing."""
+        return SharedBlobStream(self)
 
     def __enter__(self) -> "RegistryBlobStream":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class SharedBlobStream:
+    """Another reader's handle on a RegistryBlobStream: reads go to it (under its lock), close is a no-op."""
+
+    def __init__(self, stream: RegistryBlobStream) -> None:
+        self._stream = stream
+        self.closed = False
+
+    def read(self, n: int = -1) -> bytes:
+        return self._stream.read(n)
+
+    def readinto(self, b) -> int:
+        return self._stream.readinto(b)
+
+    def close(self) -> None:
+        self.closed = True

@@ -17,8 +17,8 @@ from typing import BinaryIO
 import httpx
 
 from ... import __version__
-from ...errors import BadImage, DigestMismatch
-from ..digests import check_digest, digest_of, new_hasher, split_digest
+from ...errors import BadImage
+from ..digests import check_digest, digest_of, new_hasher, split_digest, verify_digest
 from ..mediatypes import DOCKER_MANIFEST_V1, DOCKER_MANIFEST_V1_SIGNED, INDEXES, MANIFESTS
 from .auth import Authenticator, repository_scope
 from .blobstream import RegistryBlobStream
@@ -64,6 +64,10 @@ class Manifest:
     digest: str
     media_type: str
     data: bytes
+
+
+def _hexdigest(data: bytes, like: str) -> str:
+    return split_digest(digest_of(data, like))[1]
 
 
 def _media_type(response: httpx.Response) -> str:
@@ -208,8 +212,8 @@ class RegistryClient:
         if digest and media_type and length.isdigit():
             check_digest(digest, what=f"registry's answer for {what}")
             if ref.digest and digest != ref.digest:
-                raise DigestMismatch(f"The registry {self.domain} answered {digest} for {ref}.",
-                                     hint="The registry is misbehaving; tell its operator.")
+                raise BadImage(f"The registry {self.domain} answered {digest} for {ref}.",
+                               hint="The registry is misbehaving; tell its operator.")
             return Descriptor(digest, media_type, int(length))
         manifest = self.get_manifest(ref.repository, ref.reference)
         return Descriptor(manifest.digest, manifest.media_type, len(manifest.data))
@@ -237,11 +241,11 @@ class RegistryClient:
             raise BadImage(f"The {what} has media type {media_type!r}, not an OCI or Docker v2 manifest or index.")
         claimed = response.headers.get("docker-content-digest")
         digest = expected or (check_digest(claimed, what=f"registry's answer for {what}") if claimed else None)
-        actual = digest_of(data, digest) if digest else "sha256:" + hashlib.sha256(data).hexdigest()
-        if digest and actual != digest:
-            raise DigestMismatch(f"The {what} from {self.domain} does not match its digest {digest}: its bytes "
-                                 f"hash to {actual}.", hint="The registry holds a corrupt manifest; push it again.")
-        return Manifest(actual, media_type, data)
+        if digest is None:
+            return Manifest("sha256:" + hashlib.sha256(data).hexdigest(), media_type, data)
+        verify_digest(digest, _hexdigest(data, digest), what=what, where=self.domain,
+                      hint="The registry holds a corrupt manifest; push it again.")
+        return Manifest(digest, media_type, data)
 
     def _read_limited(self, response: httpx.Response, what: str) -> bytes:
         data = bytearray()
@@ -266,8 +270,8 @@ class RegistryClient:
         response.close()
         remote = response.headers.get("docker-content-digest") or local
         if remote != local:
-            raise DigestMismatch(f"The registry {self.domain} stored the {what} as {remote}, but its bytes hash "
-                                 f"to {local}.", hint="The registry rewrote the manifest; tell its operator.")
+            raise BadImage(f"The registry {self.domain} stored the {what} as {remote}, but its bytes hash "
+                           f"to {local}.", hint="The registry rewrote the manifest; tell its operator.")
         return remote
 
     # --- blobs ----------------------------------------------------------------------------------
@@ -280,9 +284,9 @@ class RegistryClient:
         length = response.headers.get("content-length", "")
         if size is not None and length.isdigit() and int(length) != size:
             response.close()
-            raise DigestMismatch(f"The {what} {digest} in {self.domain}/{repo} is {length} bytes; its descriptor "
-                                 f"says {size}. Nothing from it was used.",
-                                 hint="The registry holds a damaged blob; push the image again.")
+            raise BadImage(f"The {what} {digest} in {self.domain}/{repo} is {length} bytes; its descriptor "
+                           f"says {size}. Nothing from it was used.",
+                           hint="The registry holds a damaged blob; push the image again.")
         return RegistryBlobStream(response, digest, size=size, what=what)
 
     def read_blob(self, repo: str, digest: str, *, size: int | None = None, what: str = "blob",
@@ -342,8 +346,8 @@ class RegistryClient:
         what = f"upload of blob {digest} to {repo}"
         if isinstance(data, (bytes, bytearray, memoryview)):
             first, rest = bytes(data), None
-            if digest_of(first, digest) != digest:
-                raise DigestMismatch(f"The blob to upload does not match its digest {digest}; nothing was uploaded.")
+            verify_digest(digest, _hexdigest(first, digest), what="blob to upload",
+                          hint="Nothing was uploaded.")
         else:
             first, rest = data.read(chunk_size), data
         response = self._call("POST", repo, "blobs/uploads/", what=what)
@@ -361,11 +365,10 @@ class RegistryClient:
                 offset += len(chunk)
                 chunk, following = following, rest.read(chunk_size)
             hasher.update(chunk)
-            actual = f"{split_digest(digest)[0]}:{hasher.hexdigest()}"
-            if actual != digest:
+            if f"{split_digest(digest)[0]}:{hasher.hexdigest()}" != digest:
                 self._call("DELETE", repo, "", what=what, url=str(url)).close()
-                raise DigestMismatch(f"The blob streamed for upload hashes to {actual}, not {digest}; "
-                                     "the upload was cancelled.")
+            verify_digest(digest, hasher.hexdigest(), what="blob streamed for upload",
+                          hint="The upload was cancelled; nothing was stored.")
             first = chunk
         response = self._call("PUT", repo, "", what=what, url=str(url.copy_merge_params({"digest": digest})),
                               content=first, headers={"Content-Type": "application/octet-stream"})
@@ -374,7 +377,8 @@ class RegistryClient:
         response.close()
         stored = response.headers.get("docker-content-digest")
         if stored and stored != digest:
-            raise DigestMismatch(f"The registry {self.domain} stored the blob as {stored}, not {digest}.")
+            raise BadImage(f"The registry {self.domain} stored the blob as {stored}, not {digest}.",
+                           hint="The registry is misbehaving; tell its operator.")
 
     def _patch(self, repo: str, url: httpx.URL, chunk: bytes, offset: int, what: str) -> httpx.URL:
         response = self._call("PATCH", repo, "", what=what, url=str(url), content=chunk, headers={
