@@ -7,7 +7,8 @@
     tar:FILE                         a flat filesystem tar (`docker export`)
     rootfs:DIR                       an extracted filesystem, or /proc/PID/root of a container
     PATH                             detected: a layout, a skopeo dir, a rootfs, an archive or a tar
-    docker://..., containers-storage:..., docker-daemon:..., ...   copied with skopeo first
+    docker://HOST/REPO[:TAG|@DIGEST] read in the registry (image.sources.registry), nothing copied
+    containers-storage:..., docker-daemon:..., ...                copied with skopeo first
 
 rootfs: is parsed here but opened by the verbs (imgquilt.sources): an image package knows no rootfs.
 """
@@ -33,7 +34,7 @@ class ImageRef:
     """A parsed reference: transport, path, and the tag or digest naming one image in it."""
 
     raw: str
-    transport: str  # one of OWN_TRANSPORTS, or "skopeo"
+    transport: str  # one of OWN_TRANSPORTS, "docker" (a registry), or "skopeo"
     path: str
     tag: str | None = None
     digest: str | None = None
@@ -62,6 +63,8 @@ def parse_ref(ref: str) -> ImageRef:
             return ImageRef(ref, transport, rest)
         path, tag, digest = _split_name(rest, allow_digest=transport == "oci")
         return ImageRef(ref, transport, path, tag, digest)
+    if ref.startswith("docker://"):
+        return ImageRef(ref, "docker", ref)
     if m and not Path(ref).exists() and len(m.group(1)) > 1 and not Path(m.group(1)).exists():
         return ImageRef(ref, "skopeo", ref)  # docker://, containers-storage:, docker-daemon:, ...
     return ImageRef(ref, "path", ref)
@@ -177,6 +180,10 @@ def open_transport(parsed: ImageRef, *, platform: str | None = None, cache_dir: 
         from .sources.flat_tar import FlatTarImage
 
         return FlatTarImage(_existing_file(path, ref), ref=ref)
+    if t == "docker":
+        from .sources.registry import open_registry_image
+
+        return open_registry_image(ref, platform=platform)
     if t == "skopeo":
         from .sources.dir_layout import open_dir_layout
         from .sources.skopeo_copy import copy_with_skopeo

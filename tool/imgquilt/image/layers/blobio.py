@@ -75,7 +75,9 @@ class VerifiedBlobs:
         where = sha256_digest(json.dumps(key[1:]).encode())[7:23]
         return self._dir / f"{algo}-{hexpart}-{where}"
 
-    def is_verified(self, digest: str, loc: BlobLocation) -> bool:
+    def is_verified(self, digest: str, loc: BlobLocation | None) -> bool:
+        if loc is None:
+            return False  # a download: no file whose fingerprint could vouch for it
         key = self._key(digest, loc)
         try:
             now = fingerprint(loc.path)
@@ -95,8 +97,10 @@ class VerifiedBlobs:
             return True
         return False
 
-    def mark(self, digest: str, loc: BlobLocation, seen: Fingerprint) -> None:
+    def mark(self, digest: str, loc: BlobLocation | None, seen: Fingerprint) -> None:
         """Record that `digest` matched the blob at `loc` while its file had fingerprint `seen`."""
+        if loc is None:
+            return
         try:
             if fingerprint(loc.path) != seen:
                 return  # the file changed while we read it: remember nothing

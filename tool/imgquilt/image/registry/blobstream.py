@@ -68,7 +68,7 @@ class RegistryBlobStream:
 
     def _finish(self) -> None:
         received = self.bytes_read
-        self.close()
+        self._response.close()  # the body is done; the stream stays open for its readers (b"" from now)
         self._verify(received)
         self.verified = True
 

@@ -1,0 +1,111 @@
+"""`--image docker://...` read natively from a real registry (docker-registry), compared with the same
+image in an OCI layout; the access log shows what was downloaded."""
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from imgquilt.engine.result import RECORD_PATH
+from qtools import imgquilt, write_patch
+from registry_server import inspect_digest, seed
+from registry_server import registry  # noqa: F401 (fixture)
+from test_audit import check_scenario, write_queue
+from test_cli_audit import SCENARIO_PATCHES, applied_patches, build_scenario_image
+
+
+@pytest.fixture
+def env(cli_env, tmp_path):
+    cli_env["IMGQUILT_CACHE_DIR"] = str(tmp_path / "cache")
+    return cli_env
+
+
+@pytest.fixture(scope="module")
+def scenario(registry, tmp_path_factory):
+    """The audit scenario image (tags base and now) in a layout and in the registry as scenario:base/now."""
+    img = build_scenario_image(tmp_path_factory.mktemp("scenario"))
+    for tag in ("base", "now"):
+        seed(registry, f"oci:{img}:{tag}", f"scenario:{tag}")
+    return img
+
+
+def members(layer: Path) -> dict:
+    """Every member of a layer tar, the apply record without the image reference (which names the transport)."""
+    out = {}
+    with tarfile.open(layer) as tar:
+        for m in tar.getmembers():
+            data = tar.extractfile(m).read() if m.isfile() else b""
+            if m.name == RECORD_PATH:
+                doc = json.loads(data)
+                doc["image"].pop("ref")
+                data = json.dumps(doc, sort_keys=True).encode()
+            out[m.name] = (m.mode, m.uid, m.gid, m.type, data)
+    return out
+
+
+def test_lock_pins_the_digest_skopeo_reports(registry, scenario, tmp_path, env):
+    q = write_queue(tmp_path / "q", applied_patches())
+    ref = registry.ref("scenario:base")
+    heads = registry.count("HEAD", "/manifests/base")
+    imgquilt("lock", "--image", ref, cwd=q, env=env, check=0)
+    lock = (q / "targets.lock").read_text()
+    assert f'digest = "{inspect_digest(registry, "scenario:base")}"' in lock
+    assert f'ref = "{ref}"' in lock
+    assert registry.count("HEAD", "/manifests/base") == heads + 1  # the tag resolved with one HEAD
+    # the same lock as from the layout (same digest, same targets)
+    q2 = write_queue(tmp_path / "q2", applied_patches())
+    imgquilt("lock", "--image", f"oci:{scenario}:base", cwd=q2, env=env, check=0)
+    assert lock.replace(ref, "X") == (q2 / "targets.lock").read_text().replace(f"oci:{scenario}:base", "X")
+
+
+def test_audit_and_apply_match_the_oci_layout(registry, scenario, tmp_path, env):
+    q = write_queue(tmp_path / "q", SCENARIO_PATCHES)
+    from_registry = json.loads(imgquilt("audit", "--image", registry.ref("scenario:now"), "--json",
+                                        cwd=q, env=env, check=5).out)
+    from_layout = json.loads(imgquilt("audit", "--image", f"oci:{scenario}:now", "--json", cwd=q, env=env, check=5).out)
+    check_scenario(from_registry)
+    assert from_registry["patches"] == from_layout["patches"]
+    assert from_registry["image"]["digest"] == from_layout["image"]["digest"]
+    # apply: the same layer, byte for byte
+    q = write_queue(tmp_path / "qa", applied_patches())
+    imgquilt("apply", "--image", registry.ref("scenario:base"), "--layer", str(tmp_path / "r.tar"), cwd=q, env=env, check=0)
+    imgquilt("apply", "--image", f"oci:{scenario}:base", "--layer", str(tmp_path / "l.tar"), cwd=q, env=env, check=0)
+    assert members(tmp_path / "r.tar") == members(tmp_path / "l.tar")
+    assert not (q / ".imgquilt" / "cache" / "skopeo").exists()  # nothing copied
+
+
+def test_a_digest_is_never_resolved_and_a_warm_run_fetches_no_manifest_or_config(registry, scenario, tmp_path, env):
+    q = write_queue(tmp_path / "q", SCENARIO_PATCHES)
+    digest = inspect_digest(registry, "scenario:now")
+    ref = registry.ref(f"scenario@{digest}")
+    imgquilt("audit", "--image", ref, "--json", cwd=q, env=env, check=5)
+    before = (registry.count("HEAD", "/manifests/"), registry.count("GET", "/manifests/"))
+    configs = registry.count("GET", "/blobs/")
+    doc = json.loads(imgquilt("audit", "--image", ref, "--json", cwd=q, env=env, check=5).out)
+    check_scenario(doc)
+    assert (registry.count("HEAD", "/manifests/"), registry.count("GET", "/manifests/")) == before
+    layer_gets = registry.count("GET", "/blobs/") - configs
+    assert layer_gets == 2  # the two layers the targets need; no config
+
+
+def test_layers_below_the_targets_are_never_downloaded(registry, tmp_path, env):
+    from imagetools import build_oci, file, layer_digests
+
+    layout = tmp_path / "img"
+    svc = b"def port():\n    return 8000\n"
+    build_oci(layout, [
+        [file("usr/share/big/data.bin", bytes(range(256)) * 4096)],
+        [file("usr/lib/other.py", "x = 1\n")],
+        [file("srv/app/svc.py", svc.decode())],
+    ], tag="v1")
+    seed(registry, f"oci:{layout}:v1", "layers:v1")
+    lower = layer_digests(layout, "v1")[:2]
+    q = tmp_path / "queue"
+    q.mkdir()
+    write_patch(q, "0001-port.patch", [("srv/app/svc.py", svc, svc.replace(b"8000", b"9000"))])
+    imgquilt("audit", "--image", registry.ref("layers:v1"), "--expect", "pending", cwd=q, env=env, check=0)
+    imgquilt("apply", "--image", registry.ref("layers:v1"), "--layer", str(tmp_path / "fix.tar"), cwd=q, env=env, check=0)
+    assert all(registry.count("GET", f"/blobs/{d}") == 0 for d in lower)
+    assert registry.count("GET", f"/blobs/{layer_digests(layout, 'v1')[2]}") == 2

@@ -1,0 +1,171 @@
+"""`docker://HOST/REPO[:TAG|@DIGEST]`: an image read where it lives, in a registry, without a copy.
+
+A tag is resolved to a digest with one HEAD per run; a digest is never resolved again. Manifests
+(and indexes) and configs are kept by digest in the shared cache, so a warm run asks the registry
+for nothing but that HEAD. Layers are streamed when the reader needs them, top layer first:
+decompressed, hashed and walked as they arrive, exactly as a local layer is read (the digest is
+checked before the end of the stream is seen); a layer below the needed ones is never fetched.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from functools import cached_property
+from typing import BinaryIO
+
+from ...cache import metadata
+from ...errors import BadImage, UsageError
+from ..digests import check_digest
+from ..layers.blob_layer import TarStream
+from ..layers.blobio import BlobFile
+from ..layers.compression import Decompressed, detect
+from ..mediatypes import CONFIGS, INDEXES, LAYERS, MANIFESTS, Compression, compression_of
+from ..model import Descriptor
+from ..registry import Registries, RegistryClient, RegistryRef, parse_registry_ref
+from .oci_reader import MAX_CONFIG, index_entries, parse_descriptor, parse_json
+from .platforms import Platform, choose
+from .stored_image import StoredImage
+
+TLS_ENV = "IMGQUILT_TLS_VERIFY"
+_NO_FINGERPRINT = (0, 0, 0, 0, 0)  # a download has no file to fingerprint
+_pool: Registries | None = None
+_pool_lock = threading.Lock()
+
+
+def tls_verify() -> bool | None:
+    """IMGQUILT_TLS_VERIFY=false lets any registry be reached without TLS verification (or over HTTP)."""
+    raw = os.environ.get(TLS_ENV, "").strip().lower()
+    if raw in ("", "true", "1", "yes"):
+        return None  # verify, except loopback and registries.conf `insecure = true`
+    if raw in ("false", "0", "no"):
+        return False
+    raise UsageError(f"{TLS_ENV}={raw!r} is neither true nor false.")
+
+
+def registries() -> Registries:
+    """The process's registry clients: one per registry, connections reused by every reference."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool.tls_verify != tls_verify():
+            _pool = Registries(tls_verify=tls_verify())
+            atexit.register(_pool.close)
+        return _pool
+
+
+class RegistryLayer:
+    """A layer blob in a registry: streamed when read, checked against its digest before its end."""
+
+    location = None  # no file: nothing a sink can link, nothing VerifiedBlobs can remember
+    verify = "blob"
+
+    def __init__(self, client: RegistryClient, repository: str, descriptor: Descriptor, diff_id: str) -> None:
+        self.client = client
+        self.repository = repository
+        self.descriptor = descriptor
+        self.diff_id = diff_id
+        self.what = f"layer {descriptor.digest}"
+
+    @property
+    def check_digest(self) -> str:
+        return self.descriptor.digest
+
+    @cached_property
+    def compression(self) -> Compression:
+        return compression_of(self.descriptor.media_type)
+
+    def _download(self):
+        d = self.descriptor
+        return self.client.open_blob(self.repository, d.digest, size=d.size, what=self.what)
+
+    def open_blob(self) -> BinaryIO:
+        return BlobFile(self._download())  # type: ignore[return-value]
+
+    def open_tar(self) -> BinaryIO:
+        return BlobFile(self.open_stream(trusted=False))  # type: ignore[return-value]
+
+    def open_stream(self, *, trusted: bool) -> TarStream:
+        """The tar stream of a download; the blob is always hashed (a download is never trusted)."""
+        raw = self._download()
+        try:
+            kind = detect(raw.peek(8), what=self.what)  # the bytes decide, as for a local blob
+        except BaseException:
+            raw.close()
+            raise
+        tar = raw if kind == "none" else Decompressed(raw, kind, what=self.what)
+        return TarStream(tar, raw, raw, seekable=False, fingerprint=_NO_FINGERPRINT)
+
+
+def _cached_manifest(client: RegistryClient, ref: RegistryRef, digest: str) -> bytes:
+    cache = metadata.manifests()
+    data = cache.get(digest)
+    if data is None:
+        data = client.get_manifest(ref.repository, digest).data  # verified against the digest
+        cache.put(digest, data)
+    return data
+
+
+def _cached_config(client: RegistryClient, ref: RegistryRef, desc: Descriptor) -> bytes:
+    cache = metadata.configs()
+    data = cache.get(desc.digest)
+    if data is None:
+        data = client.read_blob(ref.repository, desc.digest, size=desc.size, what="config", limit=MAX_CONFIG)
+        cache.put(desc.digest, data)
+    return data
+
+
+def resolve_digest(ref: RegistryRef, client: RegistryClient) -> str:
+    """The manifest digest `ref` names: its own digest, else one HEAD for the tag."""
+    return ref.digest or client.resolve(ref).digest
+
+
+def open_registry_image(raw: str, *, platform: str | None) -> StoredImage:
+    """The image `raw` (docker://...) names, for `platform` when it is an index."""
+    ref = parse_registry_ref(raw)
+    client = registries().client(ref)
+    digest = resolve_digest(ref, client)
+    where = str(ref)
+    for _depth in range(4):
+        data = _cached_manifest(client, ref, digest)
+        manifest = parse_json(data, f"manifest {digest} of {where}")
+        media = manifest.get("mediaType") or ("index" if "manifests" in manifest else "manifest")
+        if media in INDEXES or media == "index":
+            entries = index_entries(manifest, f"image index {digest} of {where}")
+            digest = choose([(e.platform, e.digest) for e in entries], platform,
+                            where=f"The image index {digest} of {where}")[1]
+            continue
+        if media not in MANIFESTS and media != "manifest":
+            raise BadImage(f"The manifest {digest} of {where} has media type {media!r}, not an image manifest.")
+        return _image(client, ref, raw, digest, data, manifest, platform)
+    raise BadImage(f"{where}: image indexes are nested too deeply.")
+
+
+def _image(client: RegistryClient, ref: RegistryRef, raw: str, digest: str, data: bytes, manifest: dict,
+           platform: str | None) -> StoredImage:
+    where = f"{ref.domain}/{ref.repository}@{digest}"
+    config_desc = parse_descriptor(manifest.get("config"), f"config descriptor of {where}")
+    if config_desc.media_type not in CONFIGS:
+        raise BadImage(f"{where} is not a container image: its config has media type {config_desc.media_type!r}.")
+    config_bytes = _cached_config(client, ref, config_desc)
+    config = parse_json(config_bytes, f"config {config_desc.digest}")
+    rootfs = config.get("rootfs") or {}
+    diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    raw_layers = manifest.get("layers")
+    if not isinstance(raw_layers, list) or not isinstance(diff_ids, list) or len(diff_ids) != len(raw_layers):
+        raise BadImage(f"{where} and its config disagree on the layers (the config's rootfs.diff_ids "
+                       "must list one diff_id per manifest layer).")
+    layers = []
+    for i, (obj, diff_id) in enumerate(zip(raw_layers, diff_ids)):
+        ldesc = parse_descriptor(obj, f"layer {i} of {where}")
+        check_digest(diff_id, what=f"diff_id {i} of config {config_desc.digest}")
+        if ldesc.media_type not in LAYERS:
+            raise BadImage(f"Layer {i} ({ldesc.digest}) of {where} has unknown media type {ldesc.media_type!r}; "
+                           "imgquilt reads tar layers, uncompressed, gzip or zstd.")
+        layers.append(RegistryLayer(client, ref.repository, ldesc, diff_id))
+    actual = Platform.from_json(config)
+    if platform is not None and actual is not None and not Platform.parse(platform).matches(actual):
+        raise BadImage(f"{where} is for platform {actual}, not {platform}.",
+                       hint="Drop --platform or name the image for that platform.")
+    return StoredImage(ref=raw, manifest_digest=digest, manifest_bytes=data, config_bytes=config_bytes,
+                       platform=str(actual) if actual else "unknown", layers=layers,  # type: ignore[arg-type]
+                       transport="docker", names=(str(ref),))
