@@ -222,7 +222,7 @@ def test_unknown_reference(tmp_path):
     with pytest.raises(BadImage) as exc:
         open_source(str(tmp_path / "nothing-here"))
     assert exc.value.exit_code == 6
-    assert parse_ref("docker://example.org/x:1").transport == "skopeo"
+    assert parse_ref("docker://example.org/x:1").transport == "docker"  # read natively (sources/registry.py)
     assert parse_ref("containers-storage:localhost/x:1").transport == "skopeo"
     assert parse_ref("oci:/a/b:tag") == parse_ref("oci:/a/b:tag")
     assert (parse_ref("oci:/a/b:tag").path, parse_ref("oci:/a/b:tag").tag) == ("/a/b", "tag")
@@ -259,7 +259,7 @@ def test_containers_storage_through_skopeo(tmp_path, images):
 def test_missing_skopeo_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty PATH: skopeo is not installed
     with pytest.raises(BadImage) as exc:
-        open_source("docker://example.org/app:1", cache_dir=tmp_path)
+        open_source("docker-daemon:example.org/app:1", cache_dir=tmp_path)
     assert "skopeo" in exc.value.message and "not installed" in exc.value.message
 
 

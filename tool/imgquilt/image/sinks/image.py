@@ -1,4 +1,5 @@
-"""Where a new image goes, as skopeo spells it, and the writer for each: `oci:`, `oci-archive:`, `docker-archive:`.
+"""Where a new image goes, as skopeo spells it, and the writer for each: `oci:`, `oci-archive:`, `docker-archive:`,
+and `docker://` (pushed to a registry, sinks/registry.py).
 
 The image itself is a value (mutate.append); this module parses and checks the destination and
 hands the value to the layout writer or an archive writer. Base blobs are carried over byte for
@@ -18,7 +19,7 @@ from .layout import check_layout_destination, write_layout
 from .mutate import NewImage
 from .output_file import check_output_path
 
-Transport = Literal["oci", "oci-archive", "docker-archive"]
+Transport = Literal["oci", "oci-archive", "docker-archive", "docker"]
 
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 _DOCKER_REF = re.compile(
@@ -30,10 +31,10 @@ _DOCKER_REF = re.compile(
 
 @dataclass(frozen=True)
 class OutputRef:
-    """Where an image goes: transport, path, and the tag (oci) or REPO:TAG (docker-archive)."""
+    """Where an image goes: transport, path, and the tag (oci) or REPO:TAG (docker-archive); a registry has no path."""
 
     transport: Transport
-    path: Path
+    path: Path | None
     tag: str | None
 
     @property
@@ -48,9 +49,9 @@ class WrittenImage:
 
     ref: str
     transport: Transport
-    path: Path
+    path: Path | None
     tag: str | None
-    digest: str  # the manifest digest; for docker-archive (no manifest) the image ID, = config_digest
+    digest: str  # the manifest digest (a registry's: as it answered the push); for docker-archive (no manifest) the image ID, = config_digest
     config_digest: str  # also the image ID podman and docker show
     layer_digest: str  # the new layer's blob
     diff_id: str
@@ -85,6 +86,11 @@ def parse_output_ref(ref: str) -> OutputRef:
 
 def check_image_destination(ref: str) -> OutputRef:
     """Refuse a bad `--output-image` before anything is computed or written."""
+    if ref.startswith("docker://"):
+        from .registry import parse_push_ref
+
+        dest = parse_push_ref(ref)
+        return OutputRef("docker", None, dest.tag)
     out = parse_output_ref(ref)
     if out.transport == "oci":
         check_layout_destination(out.path, out.tag)
@@ -96,7 +102,12 @@ def check_image_destination(ref: str) -> OutputRef:
 def write_new_image(img: NewImage, ref: str) -> WrittenImage:
     """Write `img` to `ref`; whole or not at all."""
     out = check_image_destination(ref)
-    if out.transport == "oci":
+    digest = img.config_digest if out.transport == "docker-archive" else img.manifest_digest
+    if out.transport == "docker":
+        from .registry import push_image
+
+        digest = push_image(img, ref).digest
+    elif out.transport == "oci":
         write_layout(img, out.path, out.tag)
     elif out.transport == "oci-archive":
         write_oci_archive(img, out.path, out.tag)
@@ -107,7 +118,7 @@ def write_new_image(img: NewImage, ref: str) -> WrittenImage:
         transport=out.transport,
         path=out.path,
         tag=out.tag,
-        digest=img.config_digest if out.transport == "docker-archive" else img.manifest_digest,
+        digest=digest,
         config_digest=img.config_digest,
         layer_digest=img.layer.digest,
         diff_id=img.layer.diff_id,

@@ -1,0 +1,78 @@
+"""Push a new image to a registry (`--output-image docker://HOST/REPO:TAG`), uploading only what is missing.
+
+As crane append does: each base blob the target repository already holds is found with a HEAD; one
+held by the source repository on the same registry is mounted across repositories (no bytes move);
+anything else is streamed from the base image, checked against its digest on the way. Then the new
+layer and the config are uploaded, and the manifest PUT last: until it succeeds no tag points at
+anything, so a failure before it leaves the tag as it was (unreferenced blobs are the registry's
+garbage). The digest reported is the one the registry answers for the manifest.
+"""
+from __future__ import annotations
+
+from contextlib import closing
+from dataclasses import dataclass
+
+from ...errors import BadImage, UsageError
+from ..mediatypes import OCI_MANIFEST
+from ..registry import RegistryRef, parse_registry_ref
+from .base_blobs import open_checked, unique_layers
+from .mutate import NewImage
+
+
+@dataclass(frozen=True)
+class PushReport:
+    """What a push moved: the manifest digest the registry answered, and each blob's fate."""
+
+    digest: str
+    blobs: dict[str, str]  # digest -> "exists" | "mounted" | "uploaded"
+
+    @property
+    def uploaded(self) -> list[str]:
+        return [d for d, how in self.blobs.items() if how == "uploaded"]
+
+
+def parse_push_ref(ref: str) -> RegistryRef:
+    """`docker://HOST/REPO[:TAG]` to push to; a digest is refused (the registry decides it)."""
+    try:
+        parsed = parse_registry_ref(ref)
+    except BadImage as exc:
+        raise UsageError(exc.message, hint=exc.hint) from None
+    if parsed.digest is not None:
+        raise UsageError(f"An output image cannot be named by digest ({ref!r}): the digest is what gets written.",
+                         hint="Name a tag: docker://HOST/REPO:TAG.")
+    return parsed
+
+
+def _source_repository(layer, domain: str) -> str | None:
+    """The repository a registry layer was read from, when it is on the registry pushed to."""
+    client = getattr(layer, "client", None)
+    if client is not None and getattr(client, "domain", None) == domain:
+        return getattr(layer, "repository", None)
+    return None
+
+
+def push_image(img: NewImage, ref: str) -> PushReport:
+    """Push `img` to `ref` (a docker:// reference with a tag); the manifest goes last."""
+    from ..sources.registry import registries
+
+    dest = parse_push_ref(ref)
+    client = registries().client(dest)
+    repo = dest.repository
+    blobs: dict[str, str] = {}
+    for layer in unique_layers(img.base):
+        digest = layer.descriptor.digest
+        mount_from = _source_repository(layer, dest.domain)
+        if client.blob_exists(repo, digest):
+            blobs[digest] = "exists"
+        elif mount_from and mount_from != repo and client.mount_blob(repo, digest, mount_from):
+            blobs[digest] = "mounted"
+        else:
+            with closing(open_checked(layer)) as stream:  # checked against the base's digest while it streams
+                client.upload_blob(repo, digest, stream)
+            blobs[digest] = "uploaded"
+    config_digest = img.config_digest
+    for digest, data in ((img.layer.digest, img.layer.data), (config_digest, img.config)):
+        blobs[digest] = client.push_blob(repo, digest, data)
+    manifest_digest = client.put_manifest(repo, dest.tag or "latest", img.manifest, OCI_MANIFEST)
+    return PushReport(manifest_digest, blobs)
+
