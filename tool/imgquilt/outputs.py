@@ -123,17 +123,23 @@ def check_result(outputs: Outputs, result: ApplyResult) -> None:
         check_overlay(result)
 
 
+def write_image_output(ref: str, result: ApplyResult, open_base: Callable[[], Image]) -> dict[str, Any]:
+    img = write_image(open_base(), result, ref)
+    return {"ref": ref, "digest": img.digest, "config_digest": img.config_digest,
+            "layer_digest": img.layer_digest, "diff_id": img.diff_id}
+
+
 def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[], Image]) -> dict[str, dict[str, Any]]:
     """Write every requested output; return what was written, for the report."""
     written: dict[str, dict[str, Any]] = {}
+    if outputs.image is not None and outputs.image.startswith("docker://"):
+        written["image"] = write_image_output(outputs.image, result, open_base)  # the network fails most: first
     if outputs.layer is not None:
         info = write_layer(result, outputs.layer)
         written["layer"] = {"path": str(outputs.layer), "digest": info.digest, "diff_id": info.diff_id,
                             "media_type": info.media_type, "size": info.size}
-    if outputs.image is not None:
-        img = write_image(open_base(), result, outputs.image)
-        written["image"] = {"ref": outputs.image, "digest": img.digest, "config_digest": img.config_digest,
-                            "layer_digest": img.layer_digest, "diff_id": img.diff_id}
+    if outputs.image is not None and "image" not in written:
+        written["image"] = write_image_output(outputs.image, result, open_base)
     if outputs.overlay is not None:
         ov = write_overlay(result, outputs.overlay)
         written["overlay"] = {"path": str(outputs.overlay), "mounts": str(ov.mounts_file)}

@@ -325,6 +325,17 @@ class RegistryClient:
             return False
         raise self._fail(response, what)
 
+    def check_push(self, repo: str) -> None:
+        """Fail now (unreachable, unauthorized, denied) rather than halfway through a push: start an
+        upload and cancel it."""
+        self._push_repos.add(repo)
+        what = f"upload to {repo} (checked before anything is read)"
+        response = self._call("POST", repo, "blobs/uploads/", what=what)
+        response.close()
+        if response.status_code != 202:
+            raise self._fail(response, what)
+        self._cancel_upload(repo, response)
+
     def _upload_url(self, response: httpx.Response, what: str) -> httpx.URL:
         location = response.headers.get("location")
         if not location:

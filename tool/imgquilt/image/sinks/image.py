@@ -87,9 +87,9 @@ def parse_output_ref(ref: str) -> OutputRef:
 def check_image_destination(ref: str) -> OutputRef:
     """Refuse a bad `--output-image` before anything is computed or written."""
     if ref.startswith("docker://"):
-        from .registry import parse_push_ref
+        from .registry import check_push_destination
 
-        dest = parse_push_ref(ref)
+        dest = check_push_destination(ref)
         return OutputRef("docker", None, dest.tag)
     out = parse_output_ref(ref)
     if out.transport == "oci":

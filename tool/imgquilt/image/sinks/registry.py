@@ -43,6 +43,20 @@ def parse_push_ref(ref: str) -> RegistryRef:
     return parsed
 
 
+_CHECKED: set[str] = set()
+
+
+def check_push_destination(ref: str) -> RegistryRef:
+    """Parse `ref` and make sure the registry takes a push there (once per process)."""
+    from ..sources.registry import registries
+
+    dest = parse_push_ref(ref)
+    if ref not in _CHECKED:
+        registries().client(dest).check_push(dest.repository)
+        _CHECKED.add(ref)
+    return dest
+
+
 def _source_repository(layer, domain: str) -> str | None:
     """The repository a registry layer was read from, when it is on the registry pushed to."""
     client = getattr(layer, "client", None)
