@@ -31,7 +31,7 @@ from ..engine.hunks import sha256_hex
 from ..engine.result import RECORD_PATH, ApplyResult, FileResult
 from ..errors import BaseDrift, RootWriteFailed, UnsafePath
 from ..fs.types import TargetFile
-from .dirfd import open_dir, open_root, parent_dir, split
+from .dirfd import open_dir, open_root, parent_dir, split, unlink_quiet
 from .journal import Entry, Journal, clear_journal_temps, drop_journal, read_journal, write_journal
 from .source import RootfsSource
 
@@ -64,16 +64,28 @@ def _failed(root: Path, where: str, exc: OSError) -> RootWriteFailed:
     )
 
 
+def _open_locked(root: Path) -> int:
+    """The root directory, open and flock'ed (the directory itself: a lock file would be a write)."""
+    try:
+        fd = open_root(root)
+    except OSError as exc:
+        raise RootWriteFailed(f"Cannot open the root {root}: {exc.strerror or exc}.", hint=_HINTS.get(exc.errno or 0, _RACE)) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 @contextmanager
 def hold_root(root: Path | None) -> Iterator[HeldRoot | None]:
     """Lock `root` for a whole apply and recover a crashed one first; None passes through."""
     if root is None:
         yield None
         return
-    fd = open_root(root)
+    fd = _open_locked(Path(root))
     try:
-        # the root directory itself is locked: a lock file would be a write before verification
-        fcntl.flock(fd, fcntl.LOCK_EX)
         held = HeldRoot(Path(root), fd)
         _recover(held)
         yield held
@@ -83,9 +95,8 @@ def hold_root(root: Path | None) -> Iterator[HeldRoot | None]:
 
 def recover(root: Path) -> bool:
     """Finish what a crashed apply left, under the lock. True when there was a journal."""
-    fd = open_root(root)
+    fd = _open_locked(Path(root))
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         return _recover(HeldRoot(Path(root), fd))
     finally:
         os.close(fd)
@@ -108,12 +119,6 @@ def _recover(held: HeldRoot) -> bool:
         ) from None
     return j is not None
 
-
-def _unlink_quiet(dfd: int, name: str) -> None:
-    try:
-        os.unlink(name, dir_fd=dfd)
-    except FileNotFoundError:
-        pass
 
 
 def _same(a: os.stat_result | None, b: os.stat_result | None) -> bool:
@@ -140,7 +145,7 @@ def _roll_back(root_fd: int, j: Journal) -> None:
 
 def _undo_entry(root_fd: int, j: Journal, i: int, e: Entry) -> None:
     with parent_dir(root_fd, e.path) as (dfd, name):
-        _unlink_quiet(dfd, j.new_name(i))
+        unlink_quiet(dfd, j.new_name(i))
         if e.has_old:
             old = _lstat(dfd, j.old_name(i))
             if old is not None:
@@ -149,7 +154,7 @@ def _undo_entry(root_fd: int, j: Journal, i: int, e: Entry) -> None:
                 else:
                     os.replace(j.old_name(i), name, src_dir_fd=dfd, dst_dir_fd=dfd)
         elif j.phase == "commit":
-            _unlink_quiet(dfd, name)  # absent before, under the lock: what is there is ours
+            unlink_quiet(dfd, name)  # absent before, under the lock: what is there is ours
         os.fsync(dfd)
 
 
@@ -175,8 +180,8 @@ def _roll_forward(root_fd: int, j: Journal) -> None:
     for i, e in enumerate(j.entries):
         try:
             with parent_dir(root_fd, e.path) as (dfd, name):
-                _unlink_quiet(dfd, j.old_name(i))
-                _unlink_quiet(dfd, j.new_name(i))
+                unlink_quiet(dfd, j.old_name(i))
+                unlink_quiet(dfd, j.new_name(i))
                 os.fsync(dfd)
         except (FileNotFoundError, UnsafePath):
             continue
@@ -325,7 +330,7 @@ class _Writer:
     def clean(self) -> None:
         for i, e, dfd, _ in self.each():
             if e.has_old:
-                _unlink_quiet(dfd, self.j.old_name(i))
+                unlink_quiet(dfd, self.j.old_name(i))
         self.sync_dirs()
 
     def sync_dirs(self) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import ForeignJournal, UnsafePath
-from .dirfd import split
+from .dirfd import split, unlink_quiet
 
 JOURNAL = ".imgquilt-journal.json"
 FORMAT = "imgquilt-inplace-journal/1"
@@ -88,21 +88,15 @@ def write_journal(root_fd: int, j: Journal) -> None:
             os.close(fd)
         os.replace(tmp, JOURNAL, src_dir_fd=root_fd, dst_dir_fd=root_fd)
     except BaseException:
-        _unlink_quiet(root_fd, tmp)
+        unlink_quiet(root_fd, tmp)
         raise
     os.fsync(root_fd)
 
 
 def drop_journal(root_fd: int) -> None:
-    _unlink_quiet(root_fd, JOURNAL)
+    unlink_quiet(root_fd, JOURNAL)
     os.fsync(root_fd)
 
-
-def _unlink_quiet(dfd: int, name: str) -> None:
-    try:
-        os.unlink(name, dir_fd=dfd)
-    except FileNotFoundError:
-        pass
 
 
 def _foreign(root: Path, why: str) -> ForeignJournal:
@@ -191,4 +185,4 @@ def clear_journal_temps(root_fd: int) -> None:
                 _read_own(root_fd, name, root_ino)
         except (OSError, ValueError, UnsafePath, RecursionError):
             continue  # not ours: left alone, and never read as a journal
-        _unlink_quiet(root_fd, name)
+        unlink_quiet(root_fd, name)
