@@ -278,3 +278,38 @@ def test_journal_is_written_once_per_phase(tmp_path: Path, monkeypatch) -> None:
     assert calls == [1001, 1001, 1001]  # 1000 files and the record, one write per phase
     assert len(list((root / "srv").iterdir())) == 1000
     _no_leftovers(root)
+
+
+@pytest.mark.parametrize("race", ["target-removed", "parent-swapped-for-file"])
+def test_a_race_after_the_checks_is_exit_6_and_rolled_back(tmp_path: Path, monkeypatch, race: str) -> None:
+    from imgquilt.engine.plan import plan_apply
+    from imgquilt.errors import RootWriteFailed
+    from imgquilt.queue.queue import load_queue
+    from imgquilt.rootfs import inplace
+    from imgquilt.rootfs.source import RootfsSource
+
+    root = _root(tmp_path)
+    (root / "srv").mkdir()
+    (root / "srv/z.txt").write_bytes(b"z\n")
+    q = _queue(tmp_path, [("etc/app.conf", CONF, NEW_CONF), ("srv/z.txt", b"z\n", b"zz\n"), ("srv/new/n.txt", None, b"n\n")])
+    result = plan_apply(load_queue(q), RootfsSource(root), None)
+    real = inplace._check_paths
+
+    def racing(*a):
+        dirs = real(*a)
+        if race == "target-removed":
+            (root / "srv/z.txt").unlink()  # another process removes a target between the checks and the writes
+        else:
+            (root / "srv/z.txt").unlink()
+            (root / "srv").rmdir()
+            (root / "srv").write_bytes(b"not a directory\n")
+        return dirs
+
+    monkeypatch.setattr(inplace, "_check_paths", racing)
+    with pytest.raises((RootWriteFailed, inplace.UnsafePath)) as exc:
+        inplace.write_in_place(root, result)
+    assert exc.value.exit_code == 6
+    assert "srv" in exc.value.message and "changed while imgquilt was working" in (exc.value.hint or "")
+    assert (root / "etc/app.conf").read_bytes() == CONF  # the files written before the race are rolled back
+    _no_leftovers(root)
+    assert not (root / JOURNAL).exists()
