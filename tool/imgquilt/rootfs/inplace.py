@@ -72,6 +72,10 @@ def _open_locked(root: Path) -> int:
         raise RootWriteFailed(f"Cannot open the root {root}: {exc.strerror or exc}.", hint=_HINTS.get(exc.errno or 0, _RACE)) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as exc:
+        os.close(fd)
+        raise RootWriteFailed(f"Cannot lock the root {root}: {exc.strerror or exc}.",
+                              hint="imgquilt locks the root directory (flock) so applies do not overlap; use a filesystem that supports it.") from None
     except BaseException:
         os.close(fd)
         raise
