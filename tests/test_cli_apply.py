@@ -8,20 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from qtools import copy_demo_queue, imgquilt, tree_hash, write_patch
+from qtools import CONF, SERVER, copy_demo_queue, imgquilt, tree_hash, write_patch
 
-SERVER = b"import os\n\nPORT = int(os.environ.get('PORT', '8000'))\n\n\ndef serve():\n    return PORT\n"
-CONF = b"[server]\r\nworkers = 2\r\n"
 
 
 @pytest.fixture
-def session(tmp_path: Path):
-    root = tmp_path / "rootfs"
-    (root / "usr/lib/svc").mkdir(parents=True)
-    (root / "etc").mkdir()
-    os.symlink("usr/lib", root / "lib")
-    (root / "usr/lib/svc/server.py").write_bytes(SERVER)
-    (root / "etc/svc.conf").write_bytes(CONF)
+def session(tmp_path: Path, svc: Path):
+    root = svc
     q = tmp_path / "queue"
     q.mkdir()
     write_patch(q, "0001-port.patch", [("lib/svc/server.py", SERVER, SERVER.replace(b"'8000'", b"'9000'"))],
@@ -222,5 +215,10 @@ def test_check_with_an_image_verifies_the_series_on_it(session) -> None:
     q, root = session
     imgquilt("check", "--image", f"rootfs:{root}", cwd=q, check=0)
     (root / "etc/svc.conf").write_bytes(b"[server]\r\nworkers = 4\r\n")
-    r = imgquilt("check", "--image", f"rootfs:{root}", cwd=q, check=6)
+    # drift is exit 3 in every command: check --image says what apply would
+    r = imgquilt("check", "--image", f"rootfs:{root}", cwd=q, check=3)
     assert "0002-workers.patch" in r.err and "base drifted" in r.err
+    imgquilt("apply", "--image", f"rootfs:{root}", cwd=q, check=3)
+    doc = json.loads(imgquilt("check", "--image", f"rootfs:{root}", "--json", cwd=q, check=3).out)
+    assert doc["ok"] is False and doc["error"]["code"] == 3 and doc["error"]["kind"] == "base-drift"
+    assert len(doc["problems"]) == 1 and "0002-workers.patch: etc/svc.conf: base drifted" in doc["problems"][0]
