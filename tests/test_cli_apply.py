@@ -39,15 +39,20 @@ def test_session_check_lock_apply(session) -> None:
     copy = q.parent / "copy"
     shutil.copytree(root, copy, symlinks=True)
     r = imgquilt("apply", "--root", str(copy), cwd=q, check=0)
-    assert "0001-port.patch" in r.out and "Wrote root" in r.out
+    # concise by default: one line per patch, then the summary
+    assert r.out.splitlines()[:3] == ["ok  0001-port.patch  (1 file)", "ok  0002-workers.patch  (1 file)", "Verified 2 patch(es) on rootfs:" + str(copy) + " (pinned by targets.lock)."]
+    assert "Wrote root" in r.out
     assert (copy / "usr/lib/svc/server.py").read_bytes() == SERVER.replace(b"'8000'", b"'9000'")
     assert (copy / "etc/svc.conf").read_bytes() == b"[server]\r\nworkers = 8\r\n"
     record = json.loads((copy / "var/lib/imgquilt/applied.json").read_text())
     assert [p["name"] for p in record["patches"]] == ["0001-port.patch", "0002-workers.patch"]
 
-    # running it again is a no-op, not a refusal
+    # running it again is a no-op, not a refusal, and prints no per-patch lines or empty table
     r = imgquilt("apply", "--root", str(copy), cwd=q, check=0)
     assert "already" in r.err
+    r = imgquilt("apply", "-v", "--root", str(copy), cwd=q, check=0)
+    assert "already" in r.err and r.out.splitlines()[0].startswith("Verified 2 patch(es)")
+    assert "patch\t" not in r.out and "ok  " not in r.out
 
 
 def test_drift_is_refused_with_every_fact_and_nothing_written(session) -> None:

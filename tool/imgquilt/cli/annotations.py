@@ -18,11 +18,12 @@ _PATCH = re.compile(r"^(?:patches/)?([^\s:/]+\.(?:patch|diff))\b")
 
 
 def problem_file(problem: str) -> str:
-    """The queue file a problem is about: the patch it names first, targets.lock, else series."""
+    """The queue file a problem is about: series or targets.lock when it starts with them, else the
+    patch it names first, else series."""
+    if problem.startswith(("series", "targets.lock")):
+        return problem.split()[0].rstrip(":")
     m = _PATCH.match(problem) or re.search(r"patches/([^\s:,']+)", problem)
-    if m:
-        return f"patches/{m.group(1)}"
-    return "targets.lock" if problem.startswith("targets.lock") else "series"
+    return f"patches/{m.group(1)}" if m else "series"
 
 
 def _data(text: str) -> str:

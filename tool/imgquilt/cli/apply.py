@@ -96,7 +96,7 @@ def apply_cmd(
 
     \b
     Examples:
-      imgquilt apply --root /                      (in a Dockerfile: RUN imgquilt apply --root /)
+      imgquilt apply --root /                      (as a RUN step of a Dockerfile)
       imgquilt apply --image oci:img:1.0 --layer fix.tar.gz --output-image oci:out:1.0-fixed
     """
     from ..outputs import Outputs, apply_queue
@@ -130,11 +130,10 @@ def apply_cmd(
         return
     for n in result.notes:
         note(f"note: {n}")
-    rows = _rows(result)
-    if verbose:
-        if rows:
-            table("Verified", ["patch", "file (resolved)", "base", "result", ""], rows)
-    else:
+    rows = _rows(result)  # none when the target already holds the series' result: no empty table
+    if verbose and rows:
+        table("Verified", ["patch", "file (resolved)", "base", "result", "check"], rows)
+    elif rows:
         for name, count in _files_per_patch(result).items():
             say(f"ok  {name}  ({count} file{'s' if count != 1 else ''})")
     say(f"Verified {len(result.patches)} patch(es) on {result.info.ref}" + (" (pinned by targets.lock)." if result.pinned else " (not pinned: no targets.lock)."))
@@ -195,7 +194,4 @@ def check_cmd(
     say(f"The queue is sound: {len(patches)} patch(es), chains and Requires in order.")
 
 
-def register(app: typer.Typer) -> None:
-    app.command("lock")(lock_cmd)
-    app.command("apply")(apply_cmd)
-    app.command("check")(check_cmd)
+COMMANDS = {"lock": lock_cmd, "apply": apply_cmd, "check": check_cmd}

@@ -146,5 +146,4 @@ def audit_cmd(
         raise failure
 
 
-def register(app: typer.Typer) -> None:
-    app.command("audit")(audit_cmd)
+COMMANDS = {"audit": audit_cmd}

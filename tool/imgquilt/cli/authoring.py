@@ -67,7 +67,7 @@ def _report_add(wt: WorkTree, top: str, added: list[str], already: list[str], **
 
 
 def add_cmd(
-    paths: List[str] = typer.Argument(..., metavar="PATH...", help="Image paths as patches name them, e.g. usr/lib/python3/dist-packages/foo.py."),
+    paths: List[str] = typer.Argument(..., metavar="PATH", help="Image paths as patches name them, e.g. usr/lib/python3/dist-packages/foo.py."),
     image: Optional[str] = ImageOpt,
     platform: Optional[str] = PlatformOpt,
 ) -> None:
@@ -82,7 +82,7 @@ def add_cmd(
 
 
 def edit_cmd(
-    paths: List[str] = typer.Argument(..., metavar="PATH...", help="Image paths to add and edit."),
+    paths: List[str] = typer.Argument(..., metavar="PATH", help="Image paths to add and edit."),
     image: Optional[str] = ImageOpt,
     platform: Optional[str] = PlatformOpt,
 ) -> None:
@@ -103,7 +103,7 @@ def edit_cmd(
         say("No editor (set EDITOR on a terminal, or IMGQUILT_EDITOR): edit the files above, then `imgquilt refresh`.")
 
 
-def refresh_cmd(name: Optional[str] = typer.Argument(None, metavar="[PATCH]", help="An applied patch (default: the top).")) -> None:
+def refresh_cmd(name: Optional[str] = typer.Argument(None, metavar="PATCH", help="An applied patch (default: the top).")) -> None:
     """Write the work tree's changes into the patch (snapshot -> current); the header is kept as it is.
 
     \b
@@ -141,7 +141,7 @@ def diff_cmd(patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar=
 
 
 def fold_cmd(
-    file: str = typer.Argument("-", metavar="[FILE]", help="A plain unified diff, or - for stdin."),
+    file: str = typer.Argument("-", metavar="FILE", help="A plain unified diff, or - for stdin."),
     strip: int = typer.Option(1, "-p", metavar="N", help="Strip this many leading path components (as patch -pN)."),
     image: Optional[str] = ImageOpt,
     platform: Optional[str] = PlatformOpt,
@@ -171,6 +171,4 @@ def fold_cmd(
     say(f"Folded into the work tree of {top}; run `imgquilt refresh` to write it into the patch.")
 
 
-def register(app: typer.Typer) -> None:
-    for name, fn in (("new", new_cmd), ("add", add_cmd), ("edit", edit_cmd), ("refresh", refresh_cmd), ("diff", diff_cmd), ("fold", fold_cmd)):
-        app.command(name)(fn)
+COMMANDS = {"new": new_cmd, "add": add_cmd, "edit": edit_cmd, "refresh": refresh_cmd, "diff": diff_cmd, "fold": fold_cmd}

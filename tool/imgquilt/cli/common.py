@@ -70,6 +70,17 @@ PlatformOpt = typer.Option(None, "--platform", metavar="OS/ARCH", help="os/arch[
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="One row per patch and file instead of one line per patch.")
 
 
+class Command(typer.core.TyperCommand):
+    """Help without typer's `<str>` label after each argument name: the metavar already says what to
+    pass. The label is blanked, not cut, so the help column stays aligned."""
+
+    def get_help(self, ctx) -> str:  # type: ignore[no-untyped-def]
+        return _TYPE_LABEL.sub(lambda m: m.group(1) + " " * (len(m.group(2)) + 1), super().get_help(ctx))
+
+
+_TYPE_LABEL = re.compile(r"(?m)^(  [^\s<-]\S*) (<[^>\s]+>)")
+
+
 # --- output -----------------------------------------------------------------------------------
 @cache
 def out() -> Console:

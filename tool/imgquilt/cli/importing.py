@@ -58,7 +58,7 @@ def items_from(files: list[str], patch: str | None, strip: int, series: str | No
 
 
 def import_cmd(
-    files: List[str] = typer.Argument(None, metavar="[FILE...]", help="Patch files: diff -u, git diff, git format-patch mails, quilt patches, TARGET/sha256 pinned diffs."),
+    files: List[str] = typer.Argument(None, metavar="FILE", help="Patch files: diff -u, git diff, git format-patch mails, quilt patches, TARGET/sha256 pinned diffs."),
     patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="NAME", help="Name of the imported patch (one FILE only; default: the file's name)."),
     strip: int = typer.Option(1, "-p", metavar="N", help="Strip this many leading path components (as patch -pN; -p1 default, -p0 accepted)."),
     series: Optional[str] = typer.Option(None, "--series", metavar="FILE", help="Import every patch a quilt series file lists, in order, with its -pN."),
@@ -102,5 +102,4 @@ def import_cmd(
     say(f"They stand {where}, with bases read there; `imgquilt push` applies them to the work tree.")
 
 
-def register(app: typer.Typer) -> None:
-    app.command("import")(import_cmd)
+COMMANDS = {"import": import_cmd}

@@ -11,7 +11,7 @@ import typer
 from .. import __version__
 from ..errors import ImgquiltError, UsageError
 from . import apply, audit, authoring, importing, patch_meta, rebase, setup, stack
-from .common import G, emit_json, error_doc, hoist_globals, note
+from .common import Command, G, emit_json, error_doc, hoist_globals, note
 
 app = typer.Typer(
     name="imgquilt",
@@ -54,7 +54,8 @@ def _globals(
 
 
 for module in (setup, authoring, stack, patch_meta, importing, apply, audit, rebase):
-    module.register(app)
+    for name, fn in module.COMMANDS.items():
+        app.command(name, cls=Command)(fn)
 
 
 def _fail(exc: ImgquiltError) -> int:

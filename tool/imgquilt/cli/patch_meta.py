@@ -13,7 +13,7 @@ from .common import G, editor, emit_json, field_pairs, run_editor, say, tree, wr
 
 
 def header_cmd(
-    name: Optional[str] = typer.Argument(None, metavar="[PATCH]", help="A patch in series (default: the top)."),
+    name: Optional[str] = typer.Argument(None, metavar="PATCH", help="A patch in series (default: the top)."),
     edit: bool = typer.Option(False, "--edit", "-e", help="Edit the header in $EDITOR (or $IMGQUILT_EDITOR)."),
     set_: List[str] = typer.Option([], "--set", metavar="FIELD=VALUE", help="Set one field (repeatable); other fields are kept."),
     unset: List[str] = typer.Option([], "--unset", metavar="FIELD", help="Remove one field (repeatable)."),
@@ -58,7 +58,7 @@ def header_cmd(
 
 
 def delete_cmd(
-    name: Optional[str] = typer.Argument(None, metavar="[PATCH]", help="The patch (default: the top; an applied top patch is popped first)."),
+    name: Optional[str] = typer.Argument(None, metavar="PATCH", help="The patch (default: the top; an applied top patch is popped first)."),
     remove: bool = typer.Option(False, "--remove", "-r", help="Also remove patches/NAME."),
     force: bool = typer.Option(False, "--force", "-f", help="Pop even with changes not refreshed."),
 ) -> None:
@@ -96,6 +96,4 @@ def rename_cmd(
         say(f"  updated Requires: in {t}")
 
 
-def register(app: typer.Typer) -> None:
-    for name, fn in (("header", header_cmd), ("delete", delete_cmd), ("rename", rename_cmd)):
-        app.command(name)(fn)
+COMMANDS = {"header": header_cmd, "delete": delete_cmd, "rename": rename_cmd}

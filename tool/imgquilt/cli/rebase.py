@@ -131,5 +131,4 @@ def rebase_cmd(
         note("Next: `imgquilt check`, then commit series, patches/ and targets.lock.")
 
 
-def register(app: typer.Typer) -> None:
-    app.command("rebase")(rebase_cmd)
+COMMANDS = {"rebase": rebase_cmd}

@@ -68,6 +68,4 @@ def completion_cmd(shell: Shell = typer.Argument(..., metavar="bash|zsh|fish", h
     say(get_completion_script(prog_name="imgquilt", complete_var=COMPLETE_VAR, shell=shell.value))
 
 
-def register(app: typer.Typer) -> None:
-    app.command("init")(init_cmd)
-    app.command("completion")(completion_cmd)
+COMMANDS = {"init": init_cmd, "completion": completion_cmd}

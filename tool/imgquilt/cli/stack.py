@@ -21,7 +21,7 @@ def _target(arg: str | None, wt: WorkTree) -> tuple[str | None, int | None]:
 
 
 def push_cmd(
-    target: Optional[str] = typer.Argument(None, metavar="[PATCH|N]", help="Push up to and including this patch, or this many patches."),
+    target: Optional[str] = typer.Argument(None, metavar="PATCH|N", help="Push up to and including this patch, or this many patches."),
     all: bool = typer.Option(False, "--all", "-a", help="Push every patch."),
     image: Optional[str] = ImageOpt,
     platform: Optional[str] = PlatformOpt,
@@ -57,7 +57,7 @@ def push_cmd(
 
 
 def pop_cmd(
-    target: Optional[str] = typer.Argument(None, metavar="[PATCH|N]", help="Pop until this patch is the top, or this many patches."),
+    target: Optional[str] = typer.Argument(None, metavar="PATCH|N", help="Pop until this patch is the top, or this many patches."),
     all: bool = typer.Option(False, "--all", "-a", help="Pop every patch."),
     force: bool = typer.Option(False, "--force", "-f", help="Discard changes not refreshed into the top patch."),
 ) -> None:
@@ -150,7 +150,4 @@ def series_cmd(verbose: bool = typer.Option(False, "--verbose", "-v", help="Mark
         say(f"{mark} {n}")
 
 
-def register(app: typer.Typer) -> None:
-    for name, fn in (("push", push_cmd), ("pop", pop_cmd), ("top", top_cmd), ("applied", applied_cmd),
-                     ("unapplied", unapplied_cmd), ("series", series_cmd)):
-        app.command(name)(fn)
+COMMANDS = {"push": push_cmd, "pop": pop_cmd, "top": top_cmd, "applied": applied_cmd, "unapplied": unapplied_cmd, "series": series_cmd}
