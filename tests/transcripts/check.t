@@ -18,15 +18,6 @@ imgquilt: The queue has 1 problem(s):
 
 $ imgquilt check --json
 {
-  "error": {
-    "code": 6,
-    "kind": "queue-problems",
-    "message": "The queue has 1 problem(s):\n  - series line 7 lists '0009-missing.patch', but patches/0009-missing.patch does not exist.",
-    "hint": null,
-    "problems": [
-      "series line 7 lists '0009-missing.patch', but patches/0009-missing.patch does not exist."
-    ]
-  },
   "ok": false,
   "problems": [
     "series line 7 lists '0009-missing.patch', but patches/0009-missing.patch does not exist."
@@ -38,7 +29,16 @@ $ imgquilt check --json
     "0004-demosvc-healthcheck.patch",
     "0005-config-shared-expert-knob.patch",
     "0006-moe-shared-expert.patch"
-  ]
+  ],
+  "error": {
+    "code": 6,
+    "kind": "queue-problems",
+    "message": "The queue has 1 problem(s):\n  - series line 7 lists '0009-missing.patch', but patches/0009-missing.patch does not exist.",
+    "hint": null,
+    "problems": [
+      "series line 7 lists '0009-missing.patch', but patches/0009-missing.patch does not exist."
+    ]
+  }
 }
 [exit 6]
 

@@ -39,12 +39,6 @@ imgquilt: OCI layout no/such/layout does not exist or is not a directory.
 
 $ imgquilt --json check --image oci:no/such/layout
 {
-  "error": {
-    "code": 6,
-    "kind": "bad-image",
-    "message": "OCI layout no/such/layout does not exist or is not a directory.",
-    "hint": null
-  },
   "ok": false,
   "problems": [
     "OCI layout no/such/layout does not exist or is not a directory."
@@ -56,7 +50,13 @@ $ imgquilt --json check --image oci:no/such/layout
     "0004-demosvc-healthcheck.patch",
     "0005-config-shared-expert-knob.patch",
     "0006-moe-shared-expert.patch"
-  ]
+  ],
+  "error": {
+    "code": 6,
+    "kind": "bad-image",
+    "message": "OCI layout no/such/layout does not exist or is not a directory.",
+    "hint": null
+  }
 }
 [exit 6]
 

@@ -8,7 +8,7 @@ import typer
 
 from ..errors import ImgquiltError, PythonCheckFailed, QueueProblems, Refused
 from .annotations import Format, FormatOpt_help, annotate, problem_file
-from .common import (G, ImageOpt, PlatformOpt, VerboseOpt, cache_dir, emit_json, error_doc, load, note, open_ref, pick_ref,
+from .common import (G, ImageOpt, PlatformOpt, VerboseOpt, cache_dir, emit_json, emit_outcome, load, note, open_ref, pick_ref,
                      queue_root, refuse_during_rebase, say, table)
 
 if TYPE_CHECKING:
@@ -177,12 +177,7 @@ def check_cmd(
             found = getattr(exc, "problems", None)
             problems = [p.render() for p in found] if found else [exc.message]
     if G.json:
-        doc = {"ok": failure is None, "problems": problems, "patches": [p.name for p in patches]}
-        if failure is not None:
-            doc = error_doc(failure, **doc)
-        emit_json(doc)
-        if failure is not None:
-            raise typer.Exit(failure.exit_code)
+        emit_outcome({"ok": failure is None, "problems": problems, "patches": [p.name for p in patches]}, failure)
         return
     if format is Format.github:
         for p in problems:

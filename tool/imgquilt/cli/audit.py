@@ -9,7 +9,7 @@ import typer
 
 from ..errors import NotLive, UsageError
 from .annotations import Format, FormatOpt_help, annotate
-from .common import G, ImageOpt, PlatformOpt, emit_json, error_doc, load, open_ref, say, table
+from .common import G, ImageOpt, PlatformOpt, emit_outcome, load, open_ref, say, table
 
 if TYPE_CHECKING:
     from ..audit import AuditReport, PatchAudit
@@ -132,11 +132,7 @@ def audit_cmd(
             from ..history import history_json
 
             doc["history"] = history_json(hist)
-        if failure is not None:
-            doc["error"] = error_doc(failure)["error"]
-        emit_json(doc)
-        if failure is not None:
-            raise typer.Exit(failure.exit_code)
+        emit_outcome(doc, failure)
         return
     if format is Format.github:
         for p in failing:

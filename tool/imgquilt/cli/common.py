@@ -142,12 +142,20 @@ def table(title: str | None, columns: list[str], rows: list[list[str | tuple[str
     out().print(t)
 
 
-def error_doc(exc: ImgquiltError, **known: Any) -> dict[str, Any]:
+def emit_outcome(doc: dict[str, Any], failure: ImgquiltError | None) -> None:
+    """--json of a command that reports what it found: its document, plus "error" when it failed
+    (then exit with that error's code)."""
+    emit_json({**doc, "error": error_doc(failure)["error"]} if failure is not None else doc)
+    if failure is not None:
+        raise typer.Exit(failure.exit_code)
+
+
+def error_doc(exc: ImgquiltError) -> dict[str, Any]:
     """The JSON document a failing command prints with --json (DESIGN: one document, success or failure)."""
     found = getattr(exc, "problems", None) or []
     problems = [p if isinstance(p, str) else p.render() for p in found]
     return {"error": {"code": exc.exit_code, "kind": error_kind(exc), "message": exc.message, "hint": exc.hint,
-                      **({"problems": problems} if problems else {})}, **known}
+                      **({"problems": problems} if problems else {})}}
 
 
 def error_kind(exc: BaseException) -> str:

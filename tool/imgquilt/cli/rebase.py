@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from ..errors import RebaseConflict, UsageError
-from .common import G, ImageOpt, PlatformOpt, emit_json, error_doc, note, open_ref, queue_root, say, table
+from .common import G, ImageOpt, PlatformOpt, emit_json, emit_outcome, note, open_ref, queue_root, say, table
 
 if TYPE_CHECKING:  # the rebase machinery (and gitpython) load only when rebase runs
     from ..rebase import RebaseReport
@@ -38,12 +38,8 @@ def _conflict_error(report: RebaseReport) -> RebaseConflict:
 
 
 def _render(report: RebaseReport) -> None:
-    stopped = report.status == "stopped"
     if G.json:
-        doc = report.to_json()
-        if stopped:
-            doc["error"] = error_doc(_conflict_error(report))["error"]
-        emit_json(doc)
+        emit_json(report.to_json())
         return
     table(f"Rebase onto {report.new_image.get('ref')}", ["patch", "state", "file", "file state", "note"], _rows(report))
     for n in report.notes:
@@ -63,7 +59,7 @@ def _status(root) -> None:
 
     st = load_state(root)
     report = st.report("stopped" if st.phase == "conflict" else st.phase)
-    _render(report)
+    _render(report)  # exit 0: the status was shown; the conflict is in the document
     if not G.json:
         if report.status == "stopped":
             note(_conflict_error(report).render())
@@ -122,10 +118,10 @@ def rebase_cmd(
             raise UsageError("Which image? Pass --image NEWREF.", hint="Example: imgquilt rebase --image oci:vllm:0.10.2")
         opts = RebaseOptions(image, platform, from_ref, keep_empty, tuple(parse_map(m) for m in maps or ()))
         report = start_rebase(root, opts, open_ref)
+    if report.status == "stopped" and G.json:
+        emit_outcome(report.to_json(), _conflict_error(report))
     _render(report)
     if report.status == "stopped":
-        if G.json:
-            raise typer.Exit(RebaseConflict.exit_code)
         raise _conflict_error(report)
     if not G.json:
         note("Next: `imgquilt check`, then commit series, patches/ and targets.lock.")

@@ -100,6 +100,14 @@ def top_cmd() -> None:
     say(top)
 
 
+def _names(key: str, names: list[str]) -> None:
+    if G.json:
+        emit_json({key: names})
+        return
+    for n in names:
+        say(n)
+
+
 def applied_cmd() -> None:
     """List the applied patches, bottom first.
 
@@ -107,12 +115,7 @@ def applied_cmd() -> None:
     Example:
       imgquilt applied --json
     """
-    names = tree(guard=False).applied()
-    if G.json:
-        emit_json({"applied": names})
-        return
-    for n in names:
-        say(n)
+    _names("applied", tree(guard=False).applied())
 
 
 def unapplied_cmd() -> None:
@@ -122,12 +125,7 @@ def unapplied_cmd() -> None:
     Example:
       imgquilt unapplied
     """
-    names = tree(guard=False).unapplied()
-    if G.json:
-        emit_json({"unapplied": names})
-        return
-    for n in names:
-        say(n)
+    _names("unapplied", tree(guard=False).unapplied())
 
 
 def series_cmd(verbose: bool = typer.Option(False, "--verbose", "-v", help="Mark applied patches (+) and the top (=).")) -> None:
