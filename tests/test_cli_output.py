@@ -131,3 +131,14 @@ def test_the_cli_imports_no_core_module_to_start() -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(TOOL), "PATH": "/usr/bin:/bin"})
     mods = eval(p.stdout.splitlines()[-1])
     assert mods and all(m.startswith("imgquilt.cli") or m == "imgquilt.errors" for m in mods), mods
+
+
+def test_one_source_for_the_version(tmp_path: Path) -> None:
+    import tomllib
+
+    from imgquilt import __version__
+
+    project = tomllib.loads((TOOL.parent / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and project["project"]["dynamic"] == ["version"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "imgquilt.__version__"}
+    assert imgquilt("--version", cwd=tmp_path, check=0).out == f"imgquilt {__version__}\n"
