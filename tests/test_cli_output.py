@@ -142,3 +142,16 @@ def test_one_source_for_the_version(tmp_path: Path) -> None:
     assert "version" not in project["project"] and project["project"]["dynamic"] == ["version"]
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "imgquilt.__version__"}
     assert imgquilt("--version", cwd=tmp_path, check=0).out == f"imgquilt {__version__}\n"
+
+
+def test_json_push_refused_halfway_names_what_went_on(tmp_path: Path, svc: Path, cli_env) -> None:
+    q = tmp_path / "queue"
+    q.mkdir()
+    write_patch(q, "0001-port.patch", [("lib/svc/server.py", SERVER, SERVER.replace(b"8000", b"9000"))])
+    write_patch(q, "0002-workers.patch", [("etc/svc.conf", CONF, CONF.replace(b"2", b"8"))])
+    (svc / "etc/svc.conf").write_bytes(b"[server]\r\nworkers = 3\r\n")
+    doc = json.loads(imgquilt("--json", "push", "-a", "--image", f"rootfs:{svc}", cwd=q, env=cli_env, check=3).out)
+    assert doc["pushed"] == ["0001-port.patch"] and doc["top"] == "0001-port.patch"
+    assert doc["files"] == {"0001-port.patch": ["lib/svc/server.py"]}
+    assert doc["error"]["code"] == 3 and "0002-workers.patch" in doc["error"]["message"]
+    assert imgquilt("top", cwd=q, env=cli_env, check=0).out == "0001-port.patch\n"

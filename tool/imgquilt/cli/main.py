@@ -91,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a bug: exit 1, traceback only with --debug
+        if G.json:
+            emit_json({"error": {"code": 1, "kind": "internal-error", "message": f"{exc.__class__.__name__}: {exc}",
+                                 "hint": "This is a bug; run with --debug for the traceback."}})
         if G.debug:
             traceback.print_exc()
         else:

@@ -5,8 +5,8 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ..errors import UsageError
-from .common import G, ImageOpt, PlatformOpt, emit_json, note, say, tree
+from ..errors import ImgquiltError, UsageError
+from .common import G, ImageOpt, PlatformOpt, emit_json, emit_outcome, note, say, tree
 
 if TYPE_CHECKING:
     from ..work import WorkTree
@@ -41,10 +41,12 @@ def push_cmd(
     name, count = _target(target, wt)
     try:
         done = wt.push(name, all=all, count=count)
-    except Exception as exc:
-        if not G.json:
-            for p in getattr(exc, "pushed", []):
-                note(f"Applied patch {p.name}.")
+    except ImgquiltError as exc:
+        pushed = getattr(exc, "pushed", [])
+        if G.json:  # the patches before the refused one stay applied: say which
+            emit_outcome({"pushed": [p.name for p in pushed], "files": {p.name: list(p.files) for p in pushed}, "top": wt.top()}, exc)
+        for p in pushed:
+            note(f"Applied patch {p.name}.")
         raise
     if G.json:
         emit_json({"pushed": [p.name for p in done], "files": {p.name: list(p.files) for p in done}, "top": wt.top()})
