@@ -40,6 +40,8 @@ $ imgquilt check --json
     ]
   }
 }
+imgquilt: The queue has 1 problem(s):
+  - series line 7 lists '0009-missing.patch', but patches/0009-missing.patch does not exist.
 [exit 6]
 
 $ imgquilt lock

@@ -5,6 +5,9 @@ imgquilt: Patch 0042-no-such.patch is not in series.
 
 $ imgquilt --json push 0042-no-such.patch
 {
+  "pushed": [],
+  "files": {},
+  "top": null,
   "error": {
     "code": 2,
     "kind": "usage-error",
@@ -58,6 +61,7 @@ $ imgquilt --json check --image oci:no/such/layout
     "hint": null
   }
 }
+imgquilt: OCI layout no/such/layout does not exist or is not a directory.
 [exit 6]
 
 $ cd $SANDBOX && imgquilt new 0001-x.patch

@@ -144,9 +144,10 @@ def table(title: str | None, columns: list[str], rows: list[list[str | tuple[str
 
 def emit_outcome(doc: dict[str, Any], failure: ImgquiltError | None) -> None:
     """--json of a command that reports what it found: its document, plus "error" when it failed
-    (then exit with that error's code)."""
+    (then the paragraph on stderr, as for every failure, and exit with that error's code)."""
     emit_json({**doc, "error": error_doc(failure)["error"]} if failure is not None else doc)
     if failure is not None:
+        note(f"imgquilt: {failure.render()}")
         raise typer.Exit(failure.exit_code)
 
 
