@@ -15,6 +15,39 @@ REPO = Path(__file__).resolve().parent.parent
 TOOL = REPO / "tool"
 
 
+# the demo service every CLI session patches: a Python file and a CRLF config
+SERVER = b"import os\n\nPORT = int(os.environ.get('PORT', '8000'))\n\n\ndef serve():\n    return PORT\n"
+CONF = b"[server]\r\nworkers = 2\r\n"
+
+
+def merged_usr_root(root: Path, files: dict[str, bytes], *, modes: dict[str, int] | None = None,
+                    links: tuple[str, ...] = ("lib",)) -> Path:
+    """A merged-/usr rootfs: each of `links` is a relative symlink X -> usr/X (so patches can name
+    lib/... while the bytes live in usr/lib/...), holding `files` (paths under the root)."""
+    root.mkdir(parents=True)
+    for name in links:
+        (root / "usr" / name).mkdir(parents=True, exist_ok=True)
+        os.symlink(f"usr/{name}", root / name)
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    for rel, mode in (modes or {}).items():
+        os.chmod(root / rel, mode)
+    return root
+
+
+def svc_root(root: Path) -> Path:
+    """The demo service's merged-/usr rootfs: usr/lib/svc/server.py (reached as lib/svc/...) and etc/svc.conf."""
+    return merged_usr_root(root, {"usr/lib/svc/server.py": SERVER, "etc/svc.conf": CONF})
+
+
+def empty_queue(q: Path) -> Path:
+    """A queue with an empty series (what `imgquilt init` leaves, less patches/ and .gitignore)."""
+    q.mkdir(parents=True)
+    (q / "series").write_text("")
+    return q
+
+
 def write_patch(queue: Path, name: str, changes: list[tuple[str, bytes | None, bytes | None]], *,
                 fields: dict[str, str] | None = None, modes: dict[str, int] | None = None) -> bytes:
     """Write patches/NAME from (path, old, new) triples and append it to series; return its bytes."""

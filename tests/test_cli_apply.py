@@ -8,20 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from qtools import copy_demo_queue, imgquilt, tree_hash, write_patch
+from qtools import CONF, SERVER, copy_demo_queue, imgquilt, tree_hash, write_patch
 
-SERVER = b"import os\n\nPORT = int(os.environ.get('PORT', '8000'))\n\n\ndef serve():\n    return PORT\n"
-CONF = b"[server]\r\nworkers = 2\r\n"
 
 
 @pytest.fixture
-def session(tmp_path: Path):
-    root = tmp_path / "rootfs"
-    (root / "usr/lib/svc").mkdir(parents=True)
-    (root / "etc").mkdir()
-    os.symlink("usr/lib", root / "lib")
-    (root / "usr/lib/svc/server.py").write_bytes(SERVER)
-    (root / "etc/svc.conf").write_bytes(CONF)
+def session(tmp_path: Path, svc: Path):
+    root = svc
     q = tmp_path / "queue"
     q.mkdir()
     write_patch(q, "0001-port.patch", [("lib/svc/server.py", SERVER, SERVER.replace(b"'8000'", b"'9000'"))],
@@ -46,15 +39,20 @@ def test_session_check_lock_apply(session) -> None:
     copy = q.parent / "copy"
     shutil.copytree(root, copy, symlinks=True)
     r = imgquilt("apply", "--root", str(copy), cwd=q, check=0)
-    assert "0001-port.patch" in r.out and "Wrote root" in r.out
+    # concise by default: one line per patch, then the summary
+    assert r.out.splitlines()[:3] == ["ok  0001-port.patch  (1 file)", "ok  0002-workers.patch  (1 file)", "Verified 2 patch(es) on rootfs:" + str(copy) + " (pinned by targets.lock)."]
+    assert "Wrote root" in r.out
     assert (copy / "usr/lib/svc/server.py").read_bytes() == SERVER.replace(b"'8000'", b"'9000'")
     assert (copy / "etc/svc.conf").read_bytes() == b"[server]\r\nworkers = 8\r\n"
     record = json.loads((copy / "var/lib/imgquilt/applied.json").read_text())
     assert [p["name"] for p in record["patches"]] == ["0001-port.patch", "0002-workers.patch"]
 
-    # running it again is a no-op, not a refusal
+    # running it again is a no-op, not a refusal, and prints no per-patch lines or empty table
     r = imgquilt("apply", "--root", str(copy), cwd=q, check=0)
     assert "already" in r.err
+    r = imgquilt("apply", "-v", "--root", str(copy), cwd=q, check=0)
+    assert "already" in r.err and r.out.splitlines()[0].startswith("Verified 2 patch(es)")
+    assert "patch\t" not in r.out and "ok  " not in r.out
 
 
 def test_drift_is_refused_with_every_fact_and_nothing_written(session) -> None:
@@ -222,5 +220,10 @@ def test_check_with_an_image_verifies_the_series_on_it(session) -> None:
     q, root = session
     imgquilt("check", "--image", f"rootfs:{root}", cwd=q, check=0)
     (root / "etc/svc.conf").write_bytes(b"[server]\r\nworkers = 4\r\n")
-    r = imgquilt("check", "--image", f"rootfs:{root}", cwd=q, check=6)
+    # drift is exit 3 in every command: check --image says what apply would
+    r = imgquilt("check", "--image", f"rootfs:{root}", cwd=q, check=3)
     assert "0002-workers.patch" in r.err and "base drifted" in r.err
+    imgquilt("apply", "--image", f"rootfs:{root}", cwd=q, check=3)
+    doc = json.loads(imgquilt("check", "--image", f"rootfs:{root}", "--json", cwd=q, check=3).out)
+    assert doc["ok"] is False and doc["error"]["code"] == 3 and doc["error"]["kind"] == "base-drift"
+    assert len(doc["problems"]) == 1 and "0002-workers.patch: etc/svc.conf: base drifted" in doc["problems"][0]

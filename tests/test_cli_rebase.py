@@ -101,6 +101,15 @@ def test_conflict_abort_session_restores_every_byte(session) -> None:
     assert doc["status"] == "stopped" and doc["conflict"]["patch"] == "0001-log-shard-tensors.patch"
     assert doc["conflict"]["files"] == [{"path": W311, "work": f".imgquilt/work/{W311}", "kind": "markers", "detail": "1 conflict(s) marked in the file"}]
     assert doc["patches"][0]["state"] == "conflict"
+    assert doc["error"]["code"] == 4 and doc["error"]["kind"] == "rebase-conflict" and W311 in doc["error"]["message"]
+
+    # --status re-lists the stopped rebase (top would say "No patches applied" now)
+    r = imgquilt("rebase", "--status", cwd=q, env=env, check=0)
+    assert "0001-log-shard-tensors.patch\tconflict" in r.out
+    assert f"edit .imgquilt/work/{W311}" in r.err and "imgquilt rebase --continue" in r.err
+    status = json.loads(imgquilt("rebase", "--status", "--json", cwd=q, env=env, check=0).out)
+    assert status["conflict"] == doc["conflict"] and status["status"] == "stopped"
+    imgquilt("rebase", "--status", "--image", f"rootfs:{new}", cwd=q, env=env, check=2)
 
     r = imgquilt("rebase", "--image", f"rootfs:{new}", cwd=q, env=env, check=2)
     assert "already in progress" in r.err

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -12,26 +11,23 @@ import pytest
 
 from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.patchfile import Header, build_patch, make_section, parse_patch
-from qtools import imgquilt
+from qtools import CONF, SERVER, imgquilt
 
-SERVER = b"import os\n\nPORT = int(os.environ.get('PORT', '8000'))\n\n\ndef serve():\n    return PORT\n"
 SERVER_9000 = SERVER.replace(b"'8000'", b"'9000'")
 SERVER_FINAL = SERVER_9000.replace(b"    return PORT\n", b"    return PORT  # from the environment\n")
-CONF = b"[server]\r\nworkers = 2\r\n"
 CONF_8 = b"[server]\r\nworkers = 8\r\n"
 
 
 @pytest.fixture
-def world(tmp_path: Path, cli_env):
-    root = tmp_path / "rootfs"
-    (root / "usr/lib/svc").mkdir(parents=True)
-    (root / "etc").mkdir()
-    os.symlink("usr/lib", root / "lib")  # merged-/usr style: patches name lib/svc/...
-    (root / "usr/lib/svc/server.py").write_bytes(SERVER)
-    (root / "etc/svc.conf").write_bytes(CONF)
+def world(tmp_path: Path, svc: Path, cli_env):
+    """A fresh queue made by `imgquilt init` beside the svc rootfs (patches name lib/svc/..., a merged-/usr path)."""
     q = tmp_path / "queue"
     q.mkdir()
-    return q, root, cli_env
+    r = imgquilt("init", cwd=q, env=cli_env, check=0)
+    assert "Initialized a queue" in r.out
+    assert (q / "series").read_bytes() == b"" and (q / "patches").is_dir()
+    assert (q / ".gitignore").read_text() == ".imgquilt/\n"
+    return q, svc, cli_env
 
 
 def run(q: Path, env: dict, *args: str, code: int = 0):
@@ -42,7 +38,7 @@ def test_session_new_add_edit_refresh_pop_push_diff_header_rename_delete_check(w
     q, root, env = world
     work = q / ".imgquilt/work"
 
-    # a brand-new queue: `new` creates series and patches/
+    # a brand-new queue (made by `init`): `new` adds the patch to series and patches/
     r = run(q, env, "new", "0001-port.patch", "-d", "Serve on port 9000", "--author", "Ops <ops@example.org>")
     assert "0001-port.patch is now on top" in r.out
     assert (q / "series").read_bytes() == b"0001-port.patch\n"
@@ -236,3 +232,23 @@ def test_import_into_a_session_then_push(world) -> None:
     r = run(q, env, "import", str(wrong), "-P", "0003-wrong.patch", code=3)
     assert "0" * 64 in r.err and sha256_hex(SERVER_9000) in r.err
     assert not (q / "patches/0003-wrong.patch").exists()
+
+
+def test_new_outside_a_queue_refuses_and_points_at_init(tmp_path: Path, cli_env) -> None:
+    r = imgquilt("new", "0001-x.patch", cwd=tmp_path, env=cli_env, check=2)
+    assert "No queue found" in r.err and "imgquilt init" in r.err
+    assert not (tmp_path / "series").exists() and not (tmp_path / "patches").exists()
+    doc = json.loads(imgquilt("new", "0001-x.patch", "--json", cwd=tmp_path, env=cli_env, check=2).out)
+    assert doc["error"]["code"] == 2 and doc["error"]["kind"] == "queue-not-found" and "imgquilt init" in doc["error"]["hint"]
+
+
+def test_init_keeps_what_exists_and_adds_to_a_gitignore(tmp_path: Path, cli_env) -> None:
+    (tmp_path / ".gitignore").write_bytes(b"*.pyc")  # no final newline
+    (tmp_path / "series").write_bytes(b"0001-a.patch\n")
+    doc = json.loads(imgquilt("init", "--json", cwd=tmp_path, env=cli_env, check=0).out)
+    assert doc == {"queue": str(tmp_path.resolve()), "created": ["patches/", ".gitignore"]}
+    assert (tmp_path / ".gitignore").read_bytes() == b"*.pyc\n.imgquilt/\n"
+    assert (tmp_path / "series").read_bytes() == b"0001-a.patch\n"
+    r = imgquilt("init", cwd=tmp_path, env=cli_env, check=0)
+    assert "already a queue" in r.out
+    assert (tmp_path / ".gitignore").read_bytes() == b"*.pyc\n.imgquilt/\n"

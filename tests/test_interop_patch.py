@@ -85,14 +85,6 @@ def rootfs(tmp_path: Path) -> Path:
     return make_tree(tmp_path / "rootfs", TOOL_BASE)
 
 
-@pytest.fixture
-def queue(tmp_path: Path) -> Path:
-    q = tmp_path / "queue"
-    q.mkdir()
-    (q / "series").write_text("")
-    return q
-
-
 def test_refresh_writes_a_patch_that_patch_and_git_apply_accept(rootfs: Path, queue: Path, tmp_path: Path, cli_env) -> None:
     imgquilt("new", "0001-everything.patch", "-d", "Touch every awkward kind of file", "--author", "QA <qa@example.org>", cwd=queue, env=cli_env, check=0)
     imgquilt("add", *TOOL_PATCHED, "--image", f"rootfs:{rootfs}", cwd=queue, env=cli_env, check=0)

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from imgquilt.engine.plan import plan_apply
-from imgquilt.errors import BaseDrift, MissingTarget, Refused, UnsafePath
+from imgquilt.errors import BaseDrift, MissingTarget, Refused, RootWriteFailed, UnsafePath
 from imgquilt.queue.queue import load_queue
 from imgquilt.rootfs import inplace
 from imgquilt.rootfs.inplace import recover, write_in_place
+from imgquilt.rootfs.journal import JOURNAL
 from imgquilt.rootfs.source import RootfsSource
 from qtools import tree_hash, write_patch
 
@@ -120,21 +121,23 @@ def test_failure_on_third_file_rolls_everything_back(tmp_path: Path, rootfs: Pat
     ])
     result = plan_apply(load_queue(q), RootfsSource(rootfs), None)
     before = tree_hash(rootfs)
-    real = inplace._commit_one
+    real = os.replace
     calls = {"n": 0}
 
-    def flaky(dfd, name, e):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise OSError(28, "No space left on device (injected)")
-        real(dfd, name, e)
+    def flaky(src, dst, **kw):
+        if str(src).endswith(".new"):  # a target's rename in the commit phase
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise OSError(28, "No space left on device (injected)")
+        real(src, dst, **kw)
 
-    monkeypatch.setattr(inplace, "_commit_one", flaky)
-    with pytest.raises(OSError):
+    monkeypatch.setattr(inplace.os, "replace", flaky)
+    with pytest.raises(RootWriteFailed) as exc:
         write_in_place(rootfs, result)
+    assert exc.value.exit_code == 6 and "ENOSPC" in exc.value.message and "rolled back" in exc.value.message
     assert calls["n"] == 3
     assert tree_hash(rootfs) == before
-    monkeypatch.setattr(inplace, "_commit_one", real)
+    monkeypatch.setattr(inplace.os, "replace", real)
     write_in_place(rootfs, result)
     assert not (rootfs / "usr/lib/tool/a.py").exists()
     assert (rootfs / "usr/lib/tool/new.py").read_bytes() == b"n = 1\n"
@@ -149,27 +152,30 @@ def test_crash_leaves_journal_that_next_run_rolls_back(tmp_path: Path, rootfs: P
         pass
 
     calls = {"n": 0}
-    real = inplace._commit_one
+    real = os.replace
 
-    def crash(dfd, name, e):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise Crash()
-        real(dfd, name, e)
+    def crash(src, dst, **kw):
+        if str(src).endswith(".new"):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise Crash()
+        real(src, dst, **kw)
 
-    # a crash that skips the rollback (the process dies): simulate by disabling _rollback
-    monkeypatch.setattr(inplace, "_commit_one", crash)
-    monkeypatch.setattr(inplace, "_rollback", lambda *a: None)
+    # a crash that skips the rollback (the process dies): simulate by disabling _undo
+    monkeypatch.setattr(inplace.os, "replace", crash)
+    monkeypatch.setattr(inplace, "_undo", lambda held: False)
     with pytest.raises(Crash):
         write_in_place(rootfs, result)
-    assert (rootfs / inplace.JOURNAL).exists()
+    monkeypatch.setattr(inplace.os, "replace", real)
+    assert (rootfs / JOURNAL).exists()
     assert tree_hash(rootfs) != before
     assert recover(rootfs) is True
     # what the crash left behind is gone except the state directory the journal lived in
     assert (rootfs / "usr/bin/which").read_bytes() == WHICH
     assert (rootfs / "usr/lib/tool/tool.py").read_bytes() == TOOL
-    assert not (rootfs / inplace.JOURNAL).exists()
-    assert not list((rootfs / "usr/bin").glob(".*imgquilt*"))
+    assert not (rootfs / JOURNAL).exists()
+    assert tree_hash(rootfs) == before  # no backups, temps or journal temps left
+    assert recover(rootfs) is False
 
 
 def test_symlink_swapped_in_after_planning_is_not_followed(tmp_path: Path, rootfs: Path) -> None:

@@ -11,6 +11,7 @@ from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.patchfile import Header, build_patch, make_section, parse_patch
 from imgquilt.rootfs.source import RootfsSource
 from imgquilt.work import WorkTree, check_header, check_patch_name, read_queue_patch
+from qtools import merged_usr_root
 
 A0 = b"line 1\nline 2\nline 3\nline 4\nline 5\nline 6\nline 7\n"
 A1 = A0.replace(b"line 2\n", b"line two\n")
@@ -21,13 +22,7 @@ B1 = b"\x89binary-ish \xff\r\nSECOND\r\nno newline"
 
 @pytest.fixture
 def image(tmp_path: Path) -> Path:
-    root = tmp_path / "image"
-    (root / "usr/lib/app").mkdir(parents=True)
-    os.symlink("usr/lib", root / "lib")
-    (root / "usr/lib/app/a.txt").write_bytes(A0)
-    (root / "usr/lib/app/b.dat").write_bytes(B0)
-    os.chmod(root / "usr/lib/app/b.dat", 0o600)
-    return root
+    return merged_usr_root(tmp_path / "image", {"usr/lib/app/a.txt": A0, "usr/lib/app/b.dat": B0}, modes={"usr/lib/app/b.dat": 0o600})
 
 
 def write(q: Path, name: str, changes, header: bytes = b"") -> bytes:
@@ -37,14 +32,6 @@ def write(q: Path, name: str, changes, header: bytes = b"") -> bytes:
     with open(q / "series", "a") as f:
         f.write(name + "\n")
     return patch.raw
-
-
-@pytest.fixture
-def queue(tmp_path: Path) -> Path:
-    q = tmp_path / "queue"
-    q.mkdir()
-    (q / "series").write_text("")
-    return q
 
 
 def tree(q: Path, image: Path | None) -> WorkTree:

@@ -116,3 +116,11 @@ class QueueProblems(BadInput):
             f"The queue has {len(problems)} problem(s):\n" + "\n".join(f"  - {p}" for p in problems)
         )
         self.problems = problems
+
+
+class ForeignJournal(BadInput):
+    """An in-place journal in a root that imgquilt did not write there; never acted on."""
+
+
+class RootWriteFailed(BadInput):
+    """The filesystem refused an in-place write (read-only, full, immutable, raced); the root was rolled back."""

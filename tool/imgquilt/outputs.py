@@ -129,7 +129,7 @@ def write_image_output(ref: str, result: ApplyResult, open_base: Callable[[], Im
             "layer_digest": img.layer_digest, "diff_id": img.diff_id}
 
 
-def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[], Image]) -> dict[str, dict[str, Any]]:
+def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[], Image], held: Any = None) -> dict[str, dict[str, Any]]:
     """Write every requested output; return what was written, for the report."""
     written: dict[str, dict[str, Any]] = {}
     if outputs.image is not None and outputs.image.startswith("docker://"):
@@ -146,7 +146,7 @@ def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[],
     if outputs.root is not None:
         from .rootfs.inplace import write_in_place
 
-        changed = write_in_place(outputs.root, result)
+        changed = write_in_place(outputs.root, result, held=held)
         written["root"] = {"path": str(outputs.root), "changed": changed}
     return written
 
@@ -154,12 +154,16 @@ def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[],
 def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Outputs, open_base: Callable[[], Image], *,
                 locked: bool = False, python_check: bool = True) -> tuple[ApplyResult, dict[str, dict[str, Any]]]:
     """The whole apply: check destinations, verify in memory, keep the bytes for rebase, write."""
+    from .rootfs.inplace import hold_root
+
     check_destinations(outputs, source.info())
-    result = plan_apply(queue, source, lock, locked=locked, python_check=python_check)
-    check_result(outputs, result)
-    root = outputs.root
-    if root is None or not queue.root.resolve().is_relative_to(root.resolve()):
-        # not when the queue sits inside the root being patched (RUN imgquilt apply --root /):
-        # the stored copies would end up in the image
-        remember(queue.root, [x for f in result.files if f.patches for x in (f.target.data, f.final)])
-    return result, write_outputs(outputs, result, open_base)
+    # --root: lock it and recover a crashed apply before the plan reads it, so concurrent applies serialize
+    with hold_root(outputs.root) as held:
+        result = plan_apply(queue, source, lock, locked=locked, python_check=python_check)
+        check_result(outputs, result)
+        root = outputs.root
+        if root is None or not queue.root.resolve().is_relative_to(root.resolve()):
+            # not when the queue sits inside the root being patched (RUN imgquilt apply --root /):
+            # the stored copies would end up in the image
+            remember(queue.root, [x for f in result.files if f.patches for x in (f.target.data, f.final)])
+        return result, write_outputs(outputs, result, open_base, held)

@@ -6,41 +6,13 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ..queue.hunks import sha256_hex
-from ..engine.plan import verification_problems
-from ..engine.result import ApplyResult
-from ..errors import QueueProblems, UsageError
-from ..fs.types import Source
-from ..queue.check import check_queue
-from ..queue.lock import render_lock
-from ..outputs import Outputs, apply_queue
-from ..util.atomic import atomic_write
-from ..verbs.lock import lock_queue
-from .context import G, cache_dir, emit_json, err, load, out, queue_root, refuse_during_rebase
+from ..errors import ImgquiltError, PythonCheckFailed, QueueProblems, Refused
+from .annotations import Format, FormatOpt_help, annotate, problem_file
+from .common import (G, ImageOpt, PlatformOpt, VerboseOpt, cache_dir, emit_json, emit_outcome, load, note, open_ref, pick_ref,
+                     queue_root, refuse_during_rebase, say, table)
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
-ImageOpt = typer.Option(None, "--image", "-i", help="Image reference (oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, rootfs:DIR, tar:FILE, a path, or any skopeo transport).")
-PlatformOpt = typer.Option(None, "--platform", help="os/arch[/variant] to pick from a multi-platform image.")
-
-
-def open_ref(ref: str, platform: str | None) -> Source:
-    from ..sources import open_source
-
-    source = open_source(ref, platform=platform, cache_dir=cache_dir())
-    if hasattr(source, "on_layer") and err.is_terminal and not G.json:
-        # progress for people only: one line per layer read, on stderr, never into JSON or a pipe
-        source.on_layer = lambda i, n, digest: err.print(f"[dim]reading layer {i + 1} of {n} from the top: {digest}[/]")
-    return source
-
-
-def pick_ref(image: str | None, lock_ref: str | None) -> str:
-    if image:
-        return image
-    if lock_ref:
-        return lock_ref
-    raise UsageError("No image given and no targets.lock to take one from.", hint="Pass --image REF.")
+    from ..engine.result import ApplyResult
 
 
 def lock_cmd(image: Optional[str] = ImageOpt, platform: Optional[str] = PlatformOpt) -> None:
@@ -50,6 +22,10 @@ def lock_cmd(image: Optional[str] = ImageOpt, platform: Optional[str] = Platform
     Example:
       imgquilt lock --image oci:examples/demo-image:latest
     """
+    from ..verbs.lock import lock_queue
+    from ..queue.lock import render_lock
+    from ..util.atomic import atomic_write
+
     q = load()
     refuse_during_rebase(q.root)
     old = q.lock()
@@ -60,34 +36,37 @@ def lock_cmd(image: Optional[str] = ImageOpt, platform: Optional[str] = Platform
         emit_json({"lock": str(q.lock_path), "image": {"ref": ref, "digest": lock.image.digest, "platform": lock.image.platform},
                    "series_sha256": lock.series_sha256, "targets": len(lock.targets)})
         return
-    out.print(f"Pinned {len(lock.targets)} target(s) of {len(q.patches)} patch(es) to {ref} ({lock.image.digest}).")
-    out.print(f"Wrote {q.lock_path}.")
+    say(f"Pinned {len(lock.targets)} target(s) of {len(q.patches)} patch(es) to {ref} ({lock.image.digest}).")
+    say(f"Wrote {q.lock_path}.")
 
 
 def _short(sha: str) -> str:
     return sha if sha == "absent" else sha[:12]
 
 
-def _table(result: ApplyResult) -> Table:
+def _rows(result: ApplyResult) -> list[list]:
     """One row per patch and file, in series order: what was checked and what it became."""
-    from rich.table import Table  # only the human-readable output needs it
-
-    t = Table(title="Verified", title_justify="left")
-    t.add_column("patch", overflow="fold")
-    t.add_column("file (resolved)", overflow="fold")
-    t.add_column("base", no_wrap=True)
-    t.add_column("result", no_wrap=True)
-    t.add_column("", no_wrap=True)
+    rows = []
     for name in result.patches:
         for f in result.files:
             for patch, base, done in f.steps:
                 if patch == name:
                     where = f.target.path if f.resolved == f.target.path else f"{f.target.path} ({f.resolved})"
-                    t.add_row(name, where, _short(base), _short(done), "[green]ok[/]")
-    return t
+                    rows.append([name, where, _short(base), _short(done), ("ok", "green")])
+    return rows
+
+
+def _files_per_patch(result: ApplyResult) -> dict[str, int]:
+    counts = dict.fromkeys(result.patches, 0)
+    for f in result.files:
+        for patch, _, _ in f.steps:
+            counts[patch] = counts.get(patch, 0) + 1
+    return counts
 
 
 def result_json(result: ApplyResult) -> dict:
+    from ..queue.hunks import sha256_hex
+
     return {
         "image": {"ref": result.info.ref, "digest": result.info.digest, "platform": result.info.platform},
         "pinned": result.pinned,
@@ -104,21 +83,24 @@ def result_json(result: ApplyResult) -> dict:
 
 def apply_cmd(
     image: Optional[str] = ImageOpt,
-    layer: Optional[Path] = typer.Option(None, "--layer", help="Write an OCI layer tar (.tar, .tar.gz, .tar.zst)."),
-    output_image: Optional[str] = typer.Option(None, "--output-image", help="Write the base image plus the layer (oci:, oci-archive:, docker-archive:)."),
-    root: Optional[Path] = typer.Option(None, "--root", help="Patch this extracted rootfs in place (bases read from it unless --image)."),
-    overlay: Optional[Path] = typer.Option(None, "--overlay", help="Write patched files plus mounts.tsv for bind mounts."),
+    layer: Optional[Path] = typer.Option(None, "--layer", metavar="FILE", help="Write an OCI layer tar (.tar, .tar.gz, .tar.zst)."),
+    output_image: Optional[str] = typer.Option(None, "--output-image", metavar="REF", help="Write the base image plus the layer (oci:, oci-archive:, docker-archive:)."),
+    root: Optional[Path] = typer.Option(None, "--root", metavar="DIR", help="Patch this extracted rootfs in place (bases read from it unless --image)."),
+    overlay: Optional[Path] = typer.Option(None, "--overlay", metavar="DIR", help="Write patched files plus mounts.tsv for bind mounts."),
     locked: bool = typer.Option(False, "--locked", help="Fail when there is no targets.lock."),
     platform: Optional[str] = PlatformOpt,
     no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the check that patched .py files gain no errors."),
+    verbose: bool = VerboseOpt,
 ) -> None:
     """Verify every base, apply the series in memory, verify every result, then write the outputs.
 
     \b
     Examples:
-      imgquilt apply --root /                      (in a Dockerfile: RUN imgquilt apply --root /)
+      imgquilt apply --root /                      (as a RUN step of a Dockerfile)
       imgquilt apply --image oci:img:1.0 --layer fix.tar.gz --output-image oci:out:1.0-fixed
     """
+    from ..outputs import Outputs, apply_queue
+
     q = load()
     lock = q.lock()
     if image is None and root is not None:
@@ -134,50 +116,77 @@ def apply_cmd(
         # reuse the image the source already opened (a skopeo transport would be copied twice)
         return getattr(source, "image", None) or open_image(ref, platform=platform, cache_dir=cache_dir())
 
-    result, written = apply_queue(q, source, lock, outputs, open_base, locked=locked, python_check=not no_python_check)
+    try:
+        result, written = apply_queue(q, source, lock, outputs, open_base, locked=locked, python_check=not no_python_check)
+    except Refused as exc:
+        if any(getattr(p, "kind", None) == "python" for p in getattr(exc, "problems", [])) or isinstance(exc, PythonCheckFailed):
+            # only apply has the option, so only apply names it
+            exc.hint = "\n".join(x for x in (exc.hint, "Or skip the Python check with `imgquilt apply --no-python-check`.") if x)
+        raise
     if G.json:
         doc = result_json(result)
         doc["outputs"] = written
         emit_json(doc)
         return
-    for note in result.notes:
-        err.print(f"[yellow]note:[/] {note}")
-    out.print(_table(result))
-    out.print(f"Verified {len(result.patches)} patch(es) on {result.info.ref}" + (" (pinned by targets.lock)." if result.pinned else " (not pinned: no targets.lock)."))
+    for n in result.notes:
+        note(f"note: {n}")
+    rows = _rows(result)  # none when the target already holds the series' result: no empty table
+    if verbose and rows:
+        table("Verified", ["patch", "file (resolved)", "base", "result", "check"], rows)
+    elif rows:
+        for name, count in _files_per_patch(result).items():
+            say(f"ok  {name}  ({count} file{'s' if count != 1 else ''})")
+    say(f"Verified {len(result.patches)} patch(es) on {result.info.ref}" + (" (pinned by targets.lock)." if result.pinned else " (not pinned: no targets.lock)."))
     if not written:
-        out.print("Nothing written: give --layer, --output-image, --root or --overlay.")
+        say("Nothing written: give --layer, --output-image, --root or --overlay.")
     for kind, w in written.items():
         extra = f" {w['digest']}" if w.get("digest") else ""
         if kind == "root":
             extra = f" ({len(w['changed'])} file(s) replaced)"
-        out.print(f"Wrote {kind}: {w.get('path') or w.get('ref')}{extra}")
+        say(f"Wrote {kind}: {w.get('path') or w.get('ref')}{extra}")
 
 
-def check_cmd(image: Optional[str] = ImageOpt, platform: Optional[str] = PlatformOpt) -> None:
+def check_cmd(
+    image: Optional[str] = ImageOpt,
+    platform: Optional[str] = PlatformOpt,
+    format: Format = typer.Option(Format.text, "--format", metavar="text|github", help=FormatOpt_help),
+) -> None:
     """Lint the queue: series vs patches/, hash chains, Requires order, lock freshness.
 
-    With --image, also verify the whole series on that image.
+    With --image, also verify the whole series on that image (drift is exit 3, as in apply).
 
     \b
-    Example:
+    Examples:
+      imgquilt check
       imgquilt check --image oci:examples/demo-image:latest
+      imgquilt check --format github
     """
+    from ..queue.check import check_queue
+
     root = queue_root()
     problems, patches = check_queue(root)
+    failure: ImgquiltError | None = QueueProblems(problems) if problems else None
     if image and not problems:
+        from ..engine.plan import plan_apply
+
         q = load()
-        problems.extend(verification_problems(q, open_ref(image, platform), q.lock()))
+        try:
+            plan_apply(q, open_ref(image, platform), q.lock())
+        except ImgquiltError as exc:  # the refusal apply would meet, with its exit code (drift: 3)
+            failure = exc
+            found = getattr(exc, "problems", None)
+            problems = [p.render() for p in found] if found else [exc.message]
     if G.json:
-        emit_json({"ok": not problems, "problems": problems, "patches": [p.name for p in patches]})
-        if problems:
-            raise typer.Exit(QueueProblems(problems).exit_code)
+        emit_outcome({"ok": failure is None, "problems": problems, "patches": [p.name for p in patches]}, failure)
         return
-    if problems:
-        raise QueueProblems(problems)
-    out.print(f"The queue is sound: {len(patches)} patch(es), chains and Requires in order.")
+    if format is Format.github:
+        for p in problems:
+            annotate("error", problem_file(p), "imgquilt check", p)
+        if failure is not None and not problems:
+            annotate("error", None, "imgquilt check", failure.message)
+    if failure is not None:
+        raise failure
+    say(f"The queue is sound: {len(patches)} patch(es), chains and Requires in order.")
 
 
-def register(app: typer.Typer) -> None:
-    app.command("lock")(lock_cmd)
-    app.command("apply")(apply_cmd)
-    app.command("check")(check_cmd)
+COMMANDS = {"lock": lock_cmd, "apply": apply_cmd, "check": check_cmd}

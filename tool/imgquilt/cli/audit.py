@@ -6,16 +6,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.markup import escape
 
-from ..audit import LIVE, STATES, AuditReport, audit_source, report_json
 from ..errors import NotLive, UsageError
-from ..fs.types import Source
-from .apply import ImageOpt, PlatformOpt, open_ref
-from .context import G, emit_json, load, out
+from .annotations import Format, FormatOpt_help, annotate
+from .common import G, ImageOpt, PlatformOpt, emit_outcome, load, open_ref, say, table
 
 if TYPE_CHECKING:
-    from rich.table import Table
+    from ..audit import AuditReport, PatchAudit
+    from ..fs.types import Source
 
 COLOR = {"live": "green", "pending": "cyan", "drifted-live": "yellow", "drifted": "red", "missing": "red", "partial": "magenta"}
 
@@ -38,70 +36,57 @@ def _source(image: str | None, root: Path | None, platform: str | None, lock_ref
     return open_ref(ref, platform) if ref else None
 
 
-def _state(s: str) -> str:
-    return f"[{COLOR.get(s, 'white')}]{s}[/]"
-
-
-def _table(report: AuditReport) -> Table:
-    from rich.table import Table
-
-    t = Table(title=escape(f"Audit of {report.info.ref}"))
-    for col in ("patch", "state", "files", "first divergent file"):
-        t.add_column(col)
-    for p in report.patches:
-        live = sum(f.state == LIVE for f in p.files)
-        files = str(len(p.files)) if live in (0, len(p.files)) else f"{live}/{len(p.files)} live"
-        d = p.first_divergent
-        first = ""
-        if d is not None:
-            first = escape(d.path if d.path == d.resolved else f"{d.path} -> {d.resolved}")
-            first += f" ({_state(d.state)}" + (f"; {escape(d.detail)}" if d.detail else "") + ")"
-        t.add_row(escape(p.name), _state(p.state), files, first)
-    return t
-
-
-def _history_table(h) -> Table:
-    from rich.table import Table
-
-    t = Table(title=escape(f"History of {h.queue_path} in {h.repo} ({h.commits} commit(s))"))
-    for col in ("patch", "event", "commit", "date", "subject", "note"):
-        t.add_column(col)
-    for p in h.patches:
-        for i, e in enumerate(p.events):
-            name = (p.name + ("" if p.in_series else " (not in series)")) if i == 0 else ""
-            t.add_row(escape(name), e.kind, e.commit.short, e.commit.date[:10], escape(e.commit.subject), escape(e.detail))
-    return t
+def _first(p: PatchAudit) -> str:
+    d = p.first_divergent
+    if d is None:
+        return ""
+    where = d.path if d.path == d.resolved else f"{d.path} -> {d.resolved}"
+    return f"{where} ({d.state}" + (f"; {d.detail}" if d.detail else "") + ")"
 
 
 def _render(report: AuditReport | None, history) -> None:
     if report is not None:
-        out.print(_table(report))
+        from ..audit import LIVE
+
+        rows = []
+        for p in report.patches:
+            live = sum(f.state == LIVE for f in p.files)
+            files = str(len(p.files)) if live in (0, len(p.files)) else f"{live}/{len(p.files)} live"
+            rows.append([p.name, (p.state, COLOR.get(p.state, "white")), files, _first(p)])
+        table(f"Audit of {report.info.ref}", ["patch", "state", "files", "first divergent file"], rows)
         rec = report.record
         if rec is None:
-            out.print("No apply record (var/lib/imgquilt/applied.json) in this filesystem.")
+            say("No apply record (var/lib/imgquilt/applied.json) in this filesystem.")
         else:
             who = f" by imgquilt {rec.imgquilt_version}" if rec.imgquilt_version else ""
-            out.print(escape(f"Apply record {rec.path}{who}: {len(rec.patches)} patch(es) recorded as applied, from {rec.image_ref} ({rec.image_digest})."))
+            say(f"Apply record {rec.path}{who}: {len(rec.patches)} patch(es) recorded as applied, from {rec.image_ref} ({rec.image_digest}).")
             for x in rec.problems:
-                out.print(f"  [yellow]record disagrees:[/] {escape(x.message)}")
+                say(f"  record disagrees: {x.message}")
             if not rec.problems:
-                out.print("  The record agrees with the bytes.")
+                say("  The record agrees with the bytes.")
         counts = ", ".join(f"{n} {s}" for s, n in report.summary.items() if n)
-        out.print(f"{len(report.patches)} patch(es): {counts or 'none'}.")
+        say(f"{len(report.patches)} patch(es): {counts or 'none'}.")
     if history is not None:
-        out.print(_history_table(history))
+        rows = []
+        for p in history.patches:
+            for i, e in enumerate(p.events):
+                name = (p.name + ("" if p.in_series else " (not in series)")) if i == 0 else ""
+                rows.append([name, e.kind, e.commit.short, e.commit.date[:10], e.commit.subject, e.detail])
+        table(f"History of {history.queue_path} in {history.repo} ({history.commits} commit(s))",
+              ["patch", "event", "commit", "date", "subject", "note"], rows)
         for f in history.flags:
-            out.print(f"  [red]{f.kind}:[/] {escape(f.message)}")
+            say(f"  {f.kind}: {f.message}")
         if not history.flags:
-            out.print("  No silent removals, deletions of listed patches or re-additions.")
+            say("  No silent removals, deletions of listed patches or re-additions.")
 
 
 def audit_cmd(
     image: Optional[str] = ImageOpt,
-    root: Optional[Path] = typer.Option(None, "--root", help="An extracted rootfs, or /proc/PID/root of a running container."),
+    root: Optional[Path] = typer.Option(None, "--root", metavar="DIR", help="An extracted rootfs, or /proc/PID/root of a running container."),
     platform: Optional[str] = PlatformOpt,
     history: bool = typer.Option(False, "--history", help="Add when each patch entered and left the series (git history of the queue)."),
-    expect: Expect = typer.Option(Expect.live, "--expect", help="The state every patch must be in for exit 0 (pending: a base image is still clean)."),
+    expect: Expect = typer.Option(Expect.live, "--expect", metavar="live|pending", help="The state every patch must be in for exit 0 (pending: a base image is still clean)."),
+    format: Format = typer.Option(Format.text, "--format", metavar="text|github", help=FormatOpt_help),
 ) -> None:
     """State of each patch and file in an image, a rootfs or a running container.
 
@@ -114,7 +99,10 @@ def audit_cmd(
       imgquilt audit --root /proc/1234/root --json
       imgquilt audit --image oci:base:1.0 --expect pending
       imgquilt audit --history
+      imgquilt audit --format github
     """
+    from ..audit import LIVE, STATES, audit_source, report_json
+
     q = load()
     lock = q.lock()
     source = _source(image, root, platform, lock.image.ref if lock else None)
@@ -128,18 +116,7 @@ def audit_cmd(
     report = audit_source(q, source) if source is not None else None
     want = expect.value
     failing = [p for p in report.patches if p.state != want] if report is not None else []
-    if G.json:
-        doc = report_json(report) if report is not None else {"image": None, "patches": [], "summary": {s: 0 for s in STATES}}
-        doc["expect"] = want
-        if hist is not None:
-            from ..history import history_json
-
-            doc["history"] = history_json(hist)
-        emit_json(doc)
-        if failing:
-            raise typer.Exit(NotLive.exit_code)
-        return
-    _render(report, hist)
+    failure = None
     if failing:
         names = ", ".join(f"{p.name} ({p.state})" for p in failing)
         hint = (
@@ -147,8 +124,22 @@ def audit_cmd(
             if want == LIVE
             else "This filesystem already carries changes of the queue."
         )
-        raise NotLive(f"{len(failing)} of {len(report.patches)} patch(es) are not {want}: {names}.", hint=hint)  # type: ignore[union-attr]
+        failure = NotLive(f"{len(failing)} of {len(report.patches)} patch(es) are not {want}: {names}.", hint=hint)  # type: ignore[union-attr]
+    if G.json:
+        doc = report_json(report) if report is not None else {"image": None, "patches": [], "summary": {s: 0 for s in STATES}}
+        doc["expect"] = want
+        if hist is not None:
+            from ..history import history_json
+
+            doc["history"] = history_json(hist)
+        emit_outcome(doc, failure)
+        return
+    if format is Format.github:
+        for p in failing:
+            annotate("error", f"patches/{p.name}", "imgquilt audit", f"{p.name} is {p.state}, not {want}" + (f": {_first(p)}" if _first(p) else "") + ".")
+    _render(report, hist)
+    if failure is not None:
+        raise failure
 
 
-def register(app: typer.Typer) -> None:
-    app.command("audit")(audit_cmd)
+COMMANDS = {"audit": audit_cmd}

@@ -7,10 +7,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from ..errors import BadInput, UsageError
-from ..queue.series import parse_series
-from .apply import ImageOpt, PlatformOpt
-from .context import G, emit_json
-from .work import files_json, header_fields, note, say, tree
+from .common import G, ImageOpt, PlatformOpt, emit_json, files_json, header_fields, note, say, tree
 
 if TYPE_CHECKING:  # the importer (and the email package) load only when import runs
     from ..work import ImportItem
@@ -28,6 +25,7 @@ def _read(path: Path) -> bytes:
 def items_from(files: list[str], patch: str | None, strip: int, series: str | None) -> list[ImportItem]:
     """What to import: each FILE (a multi-mail `git format-patch --stdout` file gives one patch per mail), or a quilt series."""
     from ..importer import mail_subject_name, split_mbox
+    from ..queue.series import parse_series
     from ..work import ImportItem
 
     items: list[ImportItem] = []
@@ -60,14 +58,14 @@ def items_from(files: list[str], patch: str | None, strip: int, series: str | No
 
 
 def import_cmd(
-    files: List[str] = typer.Argument(None, help="Patch files: diff -u, git diff, git format-patch mails, quilt patches, TARGET/sha256 pinned diffs."),
-    patch: Optional[str] = typer.Option(None, "-P", "--patch", help="Name of the imported patch (one FILE only; default: the file's name)."),
-    strip: int = typer.Option(1, "-p", help="Strip this many leading path components (as patch -pN; -p1 default, -p0 accepted)."),
-    series: Optional[str] = typer.Option(None, "--series", help="Import every patch a quilt series file lists, in order, with its -pN."),
+    files: List[str] = typer.Argument(None, metavar="FILE", help="Patch files: diff -u, git diff, git format-patch mails, quilt patches, TARGET/sha256 pinned diffs."),
+    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="NAME", help="Name of the imported patch (one FILE only; default: the file's name)."),
+    strip: int = typer.Option(1, "-p", metavar="N", help="Strip this many leading path components (as patch -pN; -p1 default, -p0 accepted)."),
+    series: Optional[str] = typer.Option(None, "--series", metavar="FILE", help="Import every patch a quilt series file lists, in order, with its -pN."),
     force: bool = typer.Option(False, "--force", "-f", help="Replace an unapplied patch of the same name."),
-    description: Optional[str] = typer.Option(None, "--description", "-d", help="Set the Description field."),
-    author: Optional[str] = typer.Option(None, "--author", help="Set the Author field."),
-    field: List[str] = typer.Option([], "--field", help="Set any header field, FIELD=VALUE (repeatable)."),
+    description: Optional[str] = typer.Option(None, "--description", "-d", metavar="TEXT", help="Set the Description field."),
+    author: Optional[str] = typer.Option(None, "--author", metavar="'NAME <EMAIL>'", help="Set the Author field."),
+    field: List[str] = typer.Option([], "--field", metavar="FIELD=VALUE", help="Set any header field (repeatable)."),
     ignore_git_index: bool = typer.Option(False, "--ignore-git-index", help="Do not check git `index` blob hashes against the bases."),
     image: Optional[str] = ImageOpt,
     platform: Optional[str] = PlatformOpt,
@@ -76,15 +74,17 @@ def import_cmd(
 
     Bases come from the work tree and the image (--image, else the lock's). Hunks must fit exactly
     (no fuzz); pins the patch carries (TARGET/sha256 lines, git index hashes) are verified (exit 3).
+    \b
     Examples:
       imgquilt import ~/fix.diff -P 0005-fix.patch
       imgquilt import --series ../upstream/patches/series
-      git format-patch -1 --stdout | tee /tmp/x.mbox; imgquilt import /tmp/x.mbox
+      git format-patch -1 --stdout > /tmp/x.mbox
+      imgquilt import /tmp/x.mbox
     """
     if strip < 0:
         raise UsageError("-p wants a number >= 0.")
     items = items_from(list(files or []), patch, strip, series)
-    wt = tree(image, platform, create=True)
+    wt = tree(image, platform)
     fields = header_fields(description, author, [], None, field)
     top = wt.top()
     done = wt.import_patches(items, fields=fields, replace=force, check_git_index=not ignore_git_index)
@@ -102,5 +102,4 @@ def import_cmd(
     say(f"They stand {where}, with bases read there; `imgquilt push` applies them to the work tree.")
 
 
-def register(app: typer.Typer) -> None:
-    app.command("import")(import_cmd)
+COMMANDS = {"import": import_cmd}

@@ -1,67 +1,70 @@
-"""`rebase`: carry the queue onto a new image; `--continue` and `--abort` a stopped rebase."""
+"""`rebase`: carry the queue onto a new image; `--continue`, `--abort` and `--status` of a stopped rebase."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, List, Optional
 
 import typer
-from rich.markup import escape
 
 from ..errors import RebaseConflict, UsageError
-from .apply import ImageOpt, PlatformOpt, open_ref
-from .context import G, emit_json, err, out, queue_root
+from .common import G, ImageOpt, PlatformOpt, emit_json, emit_outcome, note, open_ref, queue_root, say, table
 
 if TYPE_CHECKING:  # the rebase machinery (and gitpython) load only when rebase runs
-    from rich.table import Table
-
     from ..rebase import RebaseReport
 
 _STYLE = {"unchanged": "green", "merged": "cyan", "moved": "magenta", "merged-upstream": "blue", "conflict": "bold red"}
 
 
-def _table(report: RebaseReport) -> Table:
-    from rich.table import Table
-
-    t = Table(title=f"Rebase onto {report.new_image.get('ref')}")
-    for col in ("patch", "state", "file", "file state", "note"):
-        t.add_column(col)
+def _rows(report: RebaseReport) -> list[list]:
+    rows = []
     for p in report.patches:
         first = True
         for f in p.files:
             where = f.path if not f.moved_from else f"{f.path} (from {f.moved_from})"
             extra = ("merged; " if f.merged and f.state == "moved" else "") + ("resolved by hand" if f.by_hand else f.detail)
             name = p.name + (" (dropped)" if p.dropped and first else "")
-            pstate = f"[{_STYLE[p.state]}]{p.state}[/]" if first else ""
-            t.add_row(escape(name) if first else "", pstate, escape(where), f"[{_STYLE[f.state]}]{f.state}[/]", escape(extra))
+            rows.append([name if first else "", (p.state, _STYLE[p.state]) if first else "", where, (f.state, _STYLE[f.state]), extra])
             first = False
-    return t
+    return rows
+
+
+def _conflict_error(report: RebaseReport) -> RebaseConflict:
+    """Exit 4, naming the patch, each conflicted file and the next commands."""
+    files = "\n".join(f"  - {f.path}: {f.detail}\n    edit {f.work}" for f in report.conflicts)
+    return RebaseConflict(
+        f"Rebase stopped: {report.conflict_patch} conflicts with {report.new_image.get('ref')} in:\n{files}",
+        hint="Edit the file(s) to the result you want (remove every conflict marker), then `imgquilt rebase --continue`;\n"
+        "or `imgquilt rebase --abort` to put the queue back as it was.",
+    )
 
 
 def _render(report: RebaseReport) -> None:
     if G.json:
         emit_json(report.to_json())
         return
-    out.print(_table(report))
-    for note in report.notes:
-        out.print(f"note: {note}", markup=False)
+    table(f"Rebase onto {report.new_image.get('ref')}", ["patch", "state", "file", "file state", "note"], _rows(report))
+    for n in report.notes:
+        say(f"note: {n}")
     for p in report.patches:
         for n in p.notes:
-            out.print(f"note: {p.name}: {n}", markup=False)
+            say(f"note: {p.name}: {n}")
     counts = {k: v for k, v in report.summary().items() if v}
     summary = ", ".join(f"{v} {k}" for k, v in counts.items())
     if report.status == "done":
-        out.print(f"Rebased {len(report.patches)} patch(es) onto {report.new_image.get('ref')}: {summary}. targets.lock pins the new image.", markup=False)
+        say(f"Rebased {len(report.patches)} patch(es) onto {report.new_image.get('ref')}: {summary}. targets.lock pins the new image.")
 
 
-def _stop(report: RebaseReport) -> None:
-    """Exit 4, naming the patch, each conflicted file and the next commands."""
-    if G.json:
-        raise typer.Exit(RebaseConflict("").exit_code)
-    files = "\n".join(f"  - {f.path}: {f.detail}\n    edit {f.work}" for f in report.conflicts)
-    raise RebaseConflict(
-        f"Rebase stopped: {report.conflict_patch} conflicts with {report.new_image.get('ref')} in:\n{files}",
-        hint="Edit the file(s) to the result you want (remove every conflict marker), then `imgquilt rebase --continue`;\n"
-        "or `imgquilt rebase --abort` to put the queue back as it was.",
-    )
+def _status(root) -> None:
+    """Re-list where a stopped rebase stands (top says "No patches applied" then)."""
+    from ..rebase.state import load_state
+
+    st = load_state(root)
+    report = st.report("stopped" if st.phase == "conflict" else st.phase)
+    _render(report)  # exit 0: the status was shown; the conflict is in the document
+    if not G.json:
+        if report.status == "stopped":
+            note(_conflict_error(report).render())
+        else:
+            note(f"The rebase was interrupted while {st.phase}: `imgquilt rebase --continue` goes on, `--abort` gives up.")
 
 
 def rebase_cmd(
@@ -71,26 +74,30 @@ def rebase_cmd(
     keep_empty: bool = typer.Option(False, "--keep-empty", help="Keep patches whose change is already upstream (as no-op sections) instead of dropping them."),
     continue_: bool = typer.Option(False, "--continue", help="Go on after resolving the conflicted files in .imgquilt/work/."),
     abort: bool = typer.Option(False, "--abort", help="Stop the rebase and restore series, patches/ and targets.lock."),
+    status: bool = typer.Option(False, "--status", help="Show the stopped rebase: each patch so far and the conflicted files."),
     platform: Optional[str] = PlatformOpt,
 ) -> None:
     """Carry the queue onto a new image with 3-way merges; stop on a conflict (exit 4).
 
-    Examples:
-
     \b
+    Examples:
       imgquilt rebase --image oci:vllm:0.10.2
       imgquilt rebase --image rootfs:new --from rootfs:old
       imgquilt rebase --image oci:img:2 --map usr/lib/python3.11=usr/lib/python3.12
+      imgquilt rebase --status
       imgquilt rebase --continue
       imgquilt rebase --abort
     """
     from ..rebase import RebaseOptions, abort_rebase, continue_rebase, parse_map, rebase_in_progress, start_rebase
 
     root = queue_root()
-    if continue_ and abort:
-        raise UsageError("--continue and --abort exclude each other.")
-    if (continue_ or abort) and (image or from_ref or maps or keep_empty):
-        raise UsageError("--continue and --abort take no other options: the rebase remembers them.")
+    if sum((continue_, abort, status)) > 1:
+        raise UsageError("--continue, --abort and --status exclude each other.")
+    if (continue_ or abort or status) and (image or from_ref or maps or keep_empty):
+        raise UsageError("--continue, --abort and --status take no other options: the rebase remembers them.")
+    if status:
+        _status(root)
+        return
     if abort:
         report, restored = abort_rebase(root)
         if G.json:
@@ -98,25 +105,26 @@ def rebase_cmd(
             doc["restored"] = restored
             emit_json(doc)
         elif report:
-            out.print(f"Rebase aborted: series, patches/ and targets.lock are back as they were ({len(restored)} file(s) restored).")
+            say(f"Rebase aborted: series, patches/ and targets.lock are back as they were ({len(restored)} file(s) restored).")
         else:
-            out.print("Rebase aborted before it changed anything.")
+            say("Rebase aborted before it changed anything.")
         return
     if continue_:
         report = continue_rebase(root, open_ref)
     else:
         if not image and rebase_in_progress(root):
-            raise UsageError("A rebase is in progress.", hint="Resolve the conflicts, then `imgquilt rebase --continue`; or `imgquilt rebase --abort`.")
+            raise UsageError("A rebase is in progress.", hint="Resolve the conflicts (`imgquilt rebase --status` lists them), then `imgquilt rebase --continue`; or `imgquilt rebase --abort`.")
         if not image:
             raise UsageError("Which image? Pass --image NEWREF.", hint="Example: imgquilt rebase --image oci:vllm:0.10.2")
         opts = RebaseOptions(image, platform, from_ref, keep_empty, tuple(parse_map(m) for m in maps or ()))
         report = start_rebase(root, opts, open_ref)
+    if report.status == "stopped" and G.json:
+        emit_outcome(report.to_json(), _conflict_error(report))
     _render(report)
     if report.status == "stopped":
-        _stop(report)
+        raise _conflict_error(report)
     if not G.json:
-        err.print("Next: `imgquilt check`, then commit series, patches/ and targets.lock.")
+        note("Next: `imgquilt check`, then commit series, patches/ and targets.lock.")
 
 
-def register(app: typer.Typer) -> None:
-    app.command("rebase")(rebase_cmd)
+COMMANDS = {"rebase": rebase_cmd}

@@ -61,7 +61,7 @@ NEXT_STEP = {
     "missing": "The file is gone from this image: check --image, or `imgquilt rebase` (it finds moved files).",
     "result": "The patch does not produce what it pins: `imgquilt refresh` it, or fix its Patched-SHA256.",
     "hunk": "The patch is inconsistent with its own Base-SHA256: regenerate it (`imgquilt refresh`).",
-    "python": "Fix the patch so the file compiles and names resolve (or run with --no-python-check).",
+    "python": "Fix the patch so the file compiles and names resolve.",
     "lock": LOCK_HINT,
 }
 

@@ -97,3 +97,11 @@ def read_at(root_fd: int, rel: str) -> bytes:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 raise BadInput(f"{rel!r} is not a regular file.")
             return f.read()
+
+
+def unlink_quiet(dfd: int, name: str) -> None:
+    """Unlink `name` in `dfd`; already gone is fine (recovery steps may run twice)."""
+    try:
+        os.unlink(name, dir_fd=dfd)
+    except FileNotFoundError:
+        pass

@@ -1,136 +1,194 @@
-"""Apply a verified result to an extracted rootfs in place, all or nothing.
+"""Apply a verified result to an extracted rootfs in place, all or nothing, even across kill -9.
 
-Three phases, under an exclusive lock on the root:
-  prepare  every new content goes to a temp file beside its target (fsync'd, mode/owner set) and
-           every existing target gets a hard-linked backup; a journal lists them all;
-  commit   rename each temp over its target (or unlink, for a deletion);
-  clean    drop the backups and the journal.
-A failure during commit renames the backups back, so the root returns to its first state; a crash
-leaves the journal, and the next in-place apply rolls it back before doing anything else.
+`hold_root` locks the root (flock on the directory itself) and recovers a crashed apply before
+anything else, so the plan is read under the lock from a root that is exactly old or exactly new.
+`write_in_place` then checks every path (nothing written on a refusal) and runs three phases, each
+opened by rewriting the journal (see journal.py) once:
+
+  prepare  create missing parent directories, hard-link a backup of every existing target, write
+           every new content to a temp beside its target (fsync'd, owner, mode and xattrs set);
+  commit   rename each temp over its target, or unlink it, for a deletion;
+  clean    the commit point: from here on the new tree wins; drop the backups, then the journal.
+
+Recovery of a `prepare` or `commit` journal rolls back (backups renamed back, created files, temps
+and directories removed); of a `clean` journal rolls forward (backups removed). Every step is
+idempotent, so a crash during recovery is recovered by the next run.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import secrets
+import stat
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from ..queue.hunks import sha256_hex
-from ..engine.result import ApplyResult, FileResult
-from ..errors import BaseDrift
+from ..engine.result import RECORD_PATH, ApplyResult, FileResult
+from ..errors import BaseDrift, RootWriteFailed, UnsafePath
 from ..fs.types import TargetFile
-from .dirfd import open_dir, open_root, parent_dir, split
+from .dirfd import open_dir, open_root, parent_dir, split, unlink_quiet
+from .journal import Entry, Journal, clear_journal_temps, drop_journal, read_journal, write_journal
 from .source import RootfsSource
 
-STATE_DIR = "var/lib/imgquilt"
-JOURNAL = STATE_DIR + "/journal.json"
-NEW_SUFFIX = ".imgquilt-new"
-OLD_SUFFIX = ".imgquilt-old"
+_HINTS = {
+    errno.EROFS: "The root is on a read-only filesystem: remount it read-write, or apply onto a writable copy.",
+    errno.ENOSPC: "The filesystem is full: imgquilt needs room for one new copy of every changed file; free space and re-run.",
+    errno.EDQUOT: "The disk quota is exhausted: imgquilt needs room for one new copy of every changed file.",
+    errno.EACCES: "Permission denied: run as the owner of the root (or root), and check for immutable files (lsattr, chattr -i).",
+    errno.EPERM: "Operation not permitted: a file or directory may be immutable or append-only (lsattr, chattr -i), "
+                 "or keeping its security xattrs needs root.",
+    errno.ENAMETOOLONG: "A name is longer than the filesystem allows; such a path cannot be patched in place.",
+}
+_RACE = "The root changed while imgquilt was working on it: make sure nothing else writes to it, then re-run."
 
 
 @dataclass(frozen=True)
-class _Entry:
-    resolved: str
-    has_old: bool  # the target existed (a backup was linked)
-    delete: bool
+class HeldRoot:
+    """A root directory open and flock'ed for one apply; recovered when taken."""
+
+    path: Path
+    fd: int
 
 
-def _tmp_name(name: str, suffix: str) -> str:
-    return f".{name}{suffix}"
+def _failed(root: Path, where: str, exc: OSError) -> RootWriteFailed:
+    name = errno.errorcode.get(exc.errno or 0, "error")
+    return RootWriteFailed(
+        f"Writing in place to {root} failed at {where!r}: {exc.strerror or exc} ({name}). "
+        f"The root was rolled back and holds exactly what it held before.",
+        hint=_HINTS.get(exc.errno or 0, _RACE),
+    )
 
 
-def _write_file(dfd: int, name: str, data: bytes, f: FileResult) -> None:
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+def _open_locked(root: Path) -> int:
+    """The root directory, open and flock'ed (the directory itself: a lock file would be a write)."""
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if os.geteuid() == 0:
-            os.fchown(fd, f.uid, f.gid)
-        os.fchmod(fd, f.mode)  # after chown: chown clears setuid bits
-        os.fsync(fd)
+        fd = open_root(root)
+    except OSError as exc:
+        raise RootWriteFailed(f"Cannot open the root {root}: {exc.strerror or exc}.", hint=_HINTS.get(exc.errno or 0, _RACE)) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as exc:
+        os.close(fd)
+        raise RootWriteFailed(f"Cannot lock the root {root}: {exc.strerror or exc}.",
+                              hint="imgquilt locks the root directory (flock) so applies do not overlap; use a filesystem that supports it.") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextmanager
+def hold_root(root: Path | None) -> Iterator[HeldRoot | None]:
+    """Lock `root` for a whole apply and recover a crashed one first; None passes through."""
+    if root is None:
+        yield None
+        return
+    fd = _open_locked(Path(root))
+    try:
+        held = HeldRoot(Path(root), fd)
+        _recover(held)
+        yield held
     finally:
         os.close(fd)
 
 
-def _unlink_quiet(dfd: int, name: str) -> None:
-    try:
-        os.unlink(name, dir_fd=dfd)
-    except FileNotFoundError:
-        pass
-
-
-def _write_journal(root_fd: int, entries: list[_Entry], created: list[str]) -> None:
-    data = json.dumps([e.__dict__ for e in entries], sort_keys=True).encode()
-    with parent_dir(root_fd, JOURNAL, create=True, created=created) as (dfd, name):
-        tmp = name + ".tmp"
-        _unlink_quiet(dfd, tmp)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        os.fsync(dfd)
-
-
-def _remove_journal(root_fd: int) -> None:
-    with parent_dir(root_fd, JOURNAL) as (dfd, name):
-        _unlink_quiet(dfd, name)
-        os.fsync(dfd)
-
-
-def _restore(root_fd: int, e: _Entry) -> None:
-    """Undo one entry: put the backup back (or remove a created file), drop the temp."""
-    with parent_dir(root_fd, e.resolved) as (dfd, name):
-        _unlink_quiet(dfd, _tmp_name(name, NEW_SUFFIX))
-        if e.has_old:
-            old = _tmp_name(name, OLD_SUFFIX)
-            try:
-                st_old = os.stat(old, dir_fd=dfd, follow_symlinks=False)
-            except FileNotFoundError:
-                return  # never linked, so the target was never touched
-            try:
-                st_cur = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-                same = (st_cur.st_ino, st_cur.st_dev) == (st_old.st_ino, st_old.st_dev)
-            except FileNotFoundError:
-                same = False
-            if same:
-                # not committed yet; rename() between two links of one inode would do nothing
-                os.unlink(old, dir_fd=dfd)
-            else:
-                os.replace(old, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        elif not e.delete:
-            _unlink_quiet(dfd, name)
-
-
 def recover(root: Path) -> bool:
-    """Roll back an apply that crashed mid-way (a journal is left). True when there was one."""
-    root_fd = open_root(root)
+    """Finish what a crashed apply left, under the lock. True when there was a journal."""
+    fd = _open_locked(Path(root))
     try:
-        try:
-            with parent_dir(root_fd, JOURNAL) as (dfd, name):
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd)
-                with os.fdopen(fd, "rb") as fh:
-                    entries = [_Entry(**e) for e in json.loads(fh.read())]
-        except FileNotFoundError:
-            return False
-        for e in reversed(entries):
-            _restore(root_fd, e)
-        _remove_journal(root_fd)
-        return True
+        return _recover(HeldRoot(Path(root), fd))
     finally:
-        os.close(root_fd)
+        os.close(fd)
 
 
-def _commit_one(dfd: int, name: str, e: _Entry) -> None:
-    if e.delete:
-        os.unlink(name, dir_fd=dfd)
-    else:
-        os.replace(_tmp_name(name, NEW_SUFFIX), name, src_dir_fd=dfd, dst_dir_fd=dfd)
-    os.fsync(dfd)
+def _recover(held: HeldRoot) -> bool:
+    try:
+        j = read_journal(held.fd, held.path)
+        if j is not None:
+            if j.phase == "clean":
+                _roll_forward(held.fd, j)
+            else:
+                _roll_back(held.fd, j)
+            drop_journal(held.fd)
+        clear_journal_temps(held.fd)
+    except OSError as exc:
+        raise RootWriteFailed(
+            f"Recovering the apply that crashed in {held.path} failed: {exc.strerror or exc}; the journal is kept.",
+            hint=_HINTS.get(exc.errno or 0, _RACE) + " The next `imgquilt apply --root` retries the recovery.",
+        ) from None
+    return j is not None
+
+
+
+def _same(a: os.stat_result | None, b: os.stat_result | None) -> bool:
+    return a is not None and b is not None and (a.st_ino, a.st_dev) == (b.st_ino, b.st_dev)
+
+
+def _lstat(dfd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _roll_back(root_fd: int, j: Journal) -> None:
+    """Undo a prepare or commit phase; each step may already be done by an earlier, interrupted run."""
+    for i in reversed(range(len(j.entries))):
+        e = j.entries[i]
+        try:
+            _undo_entry(root_fd, j, i, e)
+        except (FileNotFoundError, UnsafePath):
+            continue  # its directory was never created, so nothing of it exists
+    _remove_dirs(root_fd, j.dirs)
+
+
+def _undo_entry(root_fd: int, j: Journal, i: int, e: Entry) -> None:
+    with parent_dir(root_fd, e.path) as (dfd, name):
+        unlink_quiet(dfd, j.new_name(i))
+        if e.has_old:
+            old = _lstat(dfd, j.old_name(i))
+            if old is not None:
+                if _same(old, _lstat(dfd, name)):
+                    os.unlink(j.old_name(i), dir_fd=dfd)  # never replaced: rename() between links is a no-op
+                else:
+                    os.replace(j.old_name(i), name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        elif j.phase == "commit":
+            unlink_quiet(dfd, name)  # absent before, under the lock: what is there is ours
+        os.fsync(dfd)
+
+
+def _remove_dirs(root_fd: int, dirs: tuple[str, ...]) -> None:
+    for d in reversed(dirs):
+        parents, name = split(d)
+        try:
+            pfd = open_dir(root_fd, parents)
+        except (FileNotFoundError, UnsafePath):
+            continue
+        try:
+            os.rmdir(name, dir_fd=pfd)
+            os.fsync(pfd)
+        except (FileNotFoundError, OSError) as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
+                raise
+        finally:
+            os.close(pfd)
+
+
+def _roll_forward(root_fd: int, j: Journal) -> None:
+    """Finish a clean phase: the renames are all done, only backups (and no temps) may be left."""
+    for i, e in enumerate(j.entries):
+        try:
+            with parent_dir(root_fd, e.path) as (dfd, name):
+                unlink_quiet(dfd, j.old_name(i))
+                unlink_quiet(dfd, j.new_name(i))
+                os.fsync(dfd)
+        except (FileNotFoundError, UnsafePath):
+            continue
 
 
 def _read_current(root: Path, changed: list[FileResult]) -> dict[str, TargetFile]:
@@ -152,62 +210,216 @@ def _read_current(root: Path, changed: list[FileResult]) -> dict[str, TargetFile
     return cur
 
 
-def _prepare(root_fd: int, f: FileResult, e: _Entry, created: list[str]) -> None:
-    with parent_dir(root_fd, e.resolved, create=True, created=created) as (dfd, name):
-        if e.has_old:
-            _unlink_quiet(dfd, _tmp_name(name, OLD_SUFFIX))
-            os.link(name, _tmp_name(name, OLD_SUFFIX), src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
-        if f.final is not None:
-            _unlink_quiet(dfd, _tmp_name(name, NEW_SUFFIX))
-            _write_file(dfd, _tmp_name(name, NEW_SUFFIX), f.final, f)
-
-
-def _rollback(root_fd: int, entries: list[_Entry], created: list[str]) -> None:
-    for e in reversed(entries):
-        _restore(root_fd, e)
-    _remove_journal(root_fd)
-    for d in reversed(created):
-        parents, name = split(d)
-        pfd = open_dir(root_fd, parents)
-        try:
-            os.rmdir(name, dir_fd=pfd)
-        except OSError:
-            pass
-        finally:
-            os.close(pfd)
-
-
-def write_in_place(root: Path, result: ApplyResult) -> list[str]:
-    """Write every changed file of `result` into `root` atomically as a whole; return resolved paths."""
-    root_fd = open_root(root)
+def _record_only_noop(changes: list[tuple[FileResult, Entry]], here: dict[str, TargetFile], result: ApplyResult) -> bool:
+    """Re-running a series on a root already at its result: keep the record it has (a no-op is a no-op)."""
+    if len(changes) != 1 or changes[0][0].target.path != RECORD_PATH:
+        return False
+    old = here[RECORD_PATH].data
     try:
-        # lock the root directory itself: a lock file would be a write before verification
-        fcntl.flock(root_fd, fcntl.LOCK_EX)
-        recover(root)
-        changed = [f for f in result.files if f.final != f.target.data]
-        here = _read_current(root, changed)
-        entries: list[_Entry] = []
-        created: list[str] = []
+        return old is not None and json.loads(old).get("series_sha256") == result.series_sha256
+    except (ValueError, AttributeError):
+        return False
+
+
+def _check_paths(root: Path, root_fd: int, entries: list[Entry]) -> tuple[str, ...]:
+    """Every refusal before the first write; returns the directories to create, in order."""
+    dirs: list[str] = []
+    for e in entries:
+        parents, name = split(e.path)  # UnsafePath for `..`: e.g. a dangling link climbing out of the root
+        if len(os.fsencode(name)) > 255:
+            raise RootWriteFailed(f"Cannot write {e.path!r} in {root}: its name is longer than 255 bytes; nothing was written.",
+                                  hint=_HINTS[errno.ENAMETOOLONG])
+        fd = os.dup(root_fd)
         try:
-            for f in changed:
-                cur = here[f.target.path]
-                if cur.data == f.final:
-                    continue
-                e = _Entry(cur.resolved, cur.data is not None, f.final is None)
-                entries.append(e)
-                _write_journal(root_fd, entries, created)
-                _prepare(root_fd, f, e, created)
-            for e in entries:
-                with parent_dir(root_fd, e.resolved) as (dfd, name):
-                    _commit_one(dfd, name, e)
-        except BaseException:
-            _rollback(root_fd, entries, created)
+            for k, part in enumerate(parents):
+                st = _lstat(fd, part)
+                if st is None:
+                    dirs.extend(d for d in ("/".join(parents[: m + 1]) for m in range(k, len(parents))) if d not in dirs)
+                    break
+                if not stat.S_ISDIR(st.st_mode):
+                    raise UnsafePath(
+                        f"Cannot write {e.path!r} in {root}: {'/'.join(parents[: k + 1])!r} is a "
+                        f"{'symlink' if stat.S_ISLNK(st.st_mode) else 'non-directory'}; imgquilt does not follow it, and nothing was written.",
+                        hint=_RACE,
+                    )
+                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = nfd
+            else:
+                st = _lstat(fd, name)
+                if e.has_old and (st is None or not stat.S_ISREG(st.st_mode)):
+                    raise UnsafePath(f"Cannot write {e.path!r} in {root}: it is no longer a regular file; nothing was written.", hint=_RACE)
+                if not e.has_old and st is not None:
+                    raise UnsafePath(f"Cannot write {e.path!r} in {root}: something appeared there; nothing was written.", hint=_RACE)
+        finally:
+            os.close(fd)
+    return tuple(dirs)
+
+
+def _copy_xattrs(dfd: int, name: str, to_fd: int) -> None:
+    """Keep the old file's extended attributes (file capabilities, ACLs, labels) on its replacement."""
+    src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    try:
+        try:
+            names = os.listxattr(src)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+                return
             raise
-        for e in entries:
-            if e.has_old:
-                with parent_dir(root_fd, e.resolved) as (dfd, name):
-                    _unlink_quiet(dfd, _tmp_name(name, OLD_SUFFIX))
-        _remove_journal(root_fd)
-        return [e.resolved for e in entries]
+        for attr in names:
+            os.setxattr(to_fd, attr, os.getxattr(src, attr))
     finally:
-        os.close(root_fd)
+        os.close(src)
+
+
+def _write_file(dfd: int, name: str, tmp: str, data: bytes, f: FileResult, has_old: bool) -> None:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if os.geteuid() == 0:
+            os.fchown(fd, f.uid, f.gid)
+        os.fchmod(fd, f.mode)  # after chown: chown clears setuid bits
+        if has_old:
+            _copy_xattrs(dfd, name, fd)  # after chown: chown drops security.capability
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _Writer:
+    """One apply's phases over an open, locked root; `where` names the path an OSError concerns."""
+
+    def __init__(self, held: HeldRoot, j: Journal, finals: list[FileResult]) -> None:
+        self.held, self.j, self.finals, self.where = held, j, finals, ".imgquilt-journal.json"
+
+    def phase(self, name: str) -> None:
+        self.where = ".imgquilt-journal.json"
+        self.j = self.j.at(name)
+        write_journal(self.held.fd, self.j)
+
+    def each(self) -> Iterator[tuple[int, Entry, int, str]]:
+        for i, e in enumerate(self.j.entries):
+            self.where = e.path
+            with parent_dir(self.held.fd, e.path) as (dfd, name):
+                yield i, e, dfd, name
+
+    def prepare(self) -> None:
+        root_fd = self.held.fd
+        for d in self.j.dirs:
+            self.where = d
+            parents, name = split(d)
+            pfd = open_dir(root_fd, parents)
+            try:
+                os.mkdir(name, 0o755, dir_fd=pfd)
+            finally:
+                os.close(pfd)
+        for i, e, dfd, name in self.each():
+            if e.has_old:
+                os.link(name, self.j.old_name(i), src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+            f = self.finals[i]
+            if f.final is not None:
+                _write_file(dfd, name, self.j.new_name(i), f.final, f, e.has_old)
+        self.sync_dirs()
+
+    def commit(self) -> None:
+        for i, e, dfd, name in self.each():
+            if e.delete:
+                os.unlink(name, dir_fd=dfd)
+            else:
+                os.replace(self.j.new_name(i), name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        self.sync_dirs()
+
+    def clean(self) -> None:
+        for i, e, dfd, _ in self.each():
+            if e.has_old:
+                unlink_quiet(dfd, self.j.old_name(i))
+        self.sync_dirs()
+
+    def sync_dirs(self) -> None:
+        """One fsync per directory touched, so a phase is durable before the next journal says so."""
+        seen: set[str] = set()
+        for e in self.j.entries:
+            parents, _ = split(e.path)
+            d = "/".join(parents)
+            if d not in seen:
+                seen.add(d)
+                self.where = d or "."
+                fd = open_dir(self.held.fd, parents)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+
+
+def write_in_place(root: Path, result: ApplyResult, *, held: HeldRoot | None = None) -> list[str]:
+    """Write every changed file of `result` into `root` atomically as a whole; return resolved paths.
+
+    `held`: the lock hold_root took before the plan was read; without it, one is taken here.
+    """
+    if held is None:
+        with hold_root(root) as mine:
+            assert mine is not None
+            return write_in_place(root, result, held=mine)
+    changed = [f for f in result.files if f.final != f.target.data]
+    try:
+        here = _read_current(root, changed)
+    except OSError as exc:
+        raise _failed(root, exc.filename or ".", exc) from None
+    changes = [(f, Entry(here[f.target.path].resolved, here[f.target.path].data is not None, f.final is None))
+               for f in changed if here[f.target.path].data != f.final]
+    if not changes or _record_only_noop(changes, here, result):
+        return []
+    entries = [e for _, e in changes]
+    try:
+        dirs = _check_paths(root, held.fd, entries)
+    except OSError as exc:
+        raise _failed(root, exc.filename or ".", exc) from None
+    w = _Writer(held, Journal(secrets.token_hex(16), "prepare", tuple(entries), dirs), [f for f, _ in changes])
+    try:
+        w.phase("prepare")
+        w.prepare()
+        w.phase("commit")
+        w.commit()
+        w.phase("clean")  # the commit point
+    except BaseException as exc:
+        where = w.where
+        if _undo(held) and isinstance(exc, OSError):
+            return [e.path for e in entries]
+        if isinstance(exc, OSError):
+            raise _failed(root, where, exc) from None
+        raise
+    try:
+        w.clean()
+        drop_journal(held.fd)
+    except OSError as exc:
+        if _undo(held):
+            return [e.path for e in entries]
+        raise RootWriteFailed(
+            f"The patched files are in place in {root}, but removing the backups failed at {w.where!r}: "
+            f"{exc.strerror or exc}.",
+            hint="The next `imgquilt apply --root` on it finishes the cleanup.",
+        ) from None
+    return [e.path for e in entries]
+
+
+def _undo(held: HeldRoot) -> bool:
+    """After a failure in this process, recover as a crash would: from the journal on disk, which
+    says how far the apply got. True when it had passed the commit point (the new tree stands)."""
+    try:
+        j = read_journal(held.fd, held.path)
+        if j is not None and j.phase == "clean":
+            _roll_forward(held.fd, j)
+        elif j is not None:
+            _roll_back(held.fd, j)
+        if j is not None:
+            drop_journal(held.fd)
+        clear_journal_temps(held.fd)
+    except OSError as exc:
+        raise RootWriteFailed(
+            f"Writing in place to {held.path} failed, and so did rolling it back ({exc.strerror or exc}); "
+            f"the journal is kept.",
+            hint="Fix the cause (space, permissions, a read-only mount); the next `imgquilt apply --root` on it rolls it back.",
+        ) from None
+    return j is not None and j.phase == "clean"

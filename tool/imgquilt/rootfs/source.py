@@ -1,12 +1,13 @@
 """An extracted filesystem (a directory, or /proc/PID/root of a running container) as a Source."""
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import BadInput
+from ..errors import BadInput, UnsafePath
 from ..fs.paths import check_member_path
 from ..fs.resolve import resolve
 from ..fs.types import DirMeta, ImageInfo, Node, TargetFile
@@ -39,9 +40,19 @@ class RootfsSource:
     def read_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]:
         root_fd = open_root(self.root)
         try:
-            return {p: self._read(root_fd, p) for p in paths}
+            return {p: self._read_reporting(root_fd, p) for p in paths}
         finally:
             os.close(root_fd)
+
+    def _read_reporting(self, root_fd: int, path: str) -> TargetFile:
+        try:
+            return self._read(root_fd, path)
+        except OSError as exc:
+            # a name too long, a file swapped or unreadable: bad input naming the path, never a traceback
+            raise BadInput(
+                f"Cannot read {path!r} in {self.root}: {exc.strerror or exc} ({errno.errorcode.get(exc.errno or 0, 'error')}).",
+                hint="Check the path and the root's permissions; if something else is changing the root, stop it and re-run.",
+            ) from None
 
     def _read(self, root_fd: int, path: str) -> TargetFile:
         named = check_member_path(path)
@@ -55,6 +66,12 @@ class RootfsSource:
         r = resolve(named, lookup)
         parents = tuple(DirMeta(p, n.mode, n.uid, n.gid) for p, n in r.parents)
         if r.node is None:
+            if ".." in r.resolved.split("/"):
+                # a dangling link such as `lnk -> nonexist/../../outside` would climb out once created
+                raise UnsafePath(
+                    f"Unsafe path {named!r}: it resolves to {r.resolved!r}, above the root, through a dangling symlink.",
+                    hint="Fix the symlink in the root, or name the file by its real path.",
+                )
             return TargetFile(named, r.resolved, None, parents=parents)
         if r.node.kind != "file":
             raise BadInput(

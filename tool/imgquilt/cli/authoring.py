@@ -1,0 +1,174 @@
+"""Writing a patch: new, add, edit, refresh, diff, fold. Parse, call imgquilt.work, render."""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, List, Optional
+
+import typer
+
+from .common import (G, ImageOpt, PlatformOpt, editor, emit_json, files_json, header_fields, note, run_editor, say, tree,
+                     write_bytes)
+
+if TYPE_CHECKING:
+    from ..work import WorkTree
+
+
+def default_description(name: str) -> str:
+    """0003-fix-port.patch -> "fix port" (DEP-3 wants a Description; edit it with `header`)."""
+    stem = re.sub(r"\.(patch|diff)$", "", name.rsplit("/", 1)[-1])
+    return re.sub(r"^[0-9]+[-_.]*", "", stem).replace("-", " ").replace("_", " ").strip() or stem
+
+
+def new_cmd(
+    name: str = typer.Argument(..., metavar="NAME", help="Patch file name, e.g. 0003-fix-port.patch."),
+    description: Optional[str] = typer.Option(None, "--description", "-d", metavar="TEXT", help="DEP-3 Description (first line short; more lines allowed)."),
+    author: Optional[str] = typer.Option(None, "--author", metavar="'NAME <EMAIL>'", help="DEP-3 Author, e.g. 'Ops <ops@example.org>'."),
+    requires: List[str] = typer.Option([], "--requires", metavar="PATCH", help="A patch this one needs (repeatable)."),
+    status: Optional[str] = typer.Option(None, "--status", metavar="TEXT", help="Status field, e.g. wip."),
+    field: List[str] = typer.Option([], "--field", metavar="FIELD=VALUE", help="Any other header field (repeatable)."),
+) -> None:
+    """Create a patch after the top one and make it the top (its header only, until `refresh`).
+
+    \b
+    Example:
+      imgquilt new 0003-fix-port.patch -d "Serve on port 9000" --author "Ops <ops@example.org>"
+    """
+    from ..queue.patchfile import Header
+
+    wt = tree()
+    header = Header(b"")
+    pairs = header_fields(description if description is not None else default_description(name), author, requires, status, field)
+    for key, value in pairs:
+        header = header.with_field(key, value)
+    patch = wt.new(name, header)
+    if G.json:
+        emit_json({"patch": name, "file": str(wt.patches_dir / name), "top": name, "header": patch.header.raw.decode("utf-8", "replace")})
+        return
+    say(f"Patch {name} is now on top (patches/{name}).")
+    say("Next: `imgquilt add PATH` (or `edit PATH`), change the files under .imgquilt/work/, then `imgquilt refresh`.")
+
+
+def _add(paths: list[str], image: str | None, platform: str | None) -> tuple[WorkTree, str, list[str], list[str]]:
+    wt = tree(image, platform)
+    top, added, already = wt.add(paths)
+    return wt, top, added, already
+
+
+def _report_add(wt: WorkTree, top: str, added: list[str], already: list[str], **extra) -> None:
+    if G.json:
+        emit_json({"patch": top, "added": added, "already": already, "work": {p: str(wt.work / wt.location(p)) for p in added + already}, **extra})
+        return
+    for p in added:
+        say(f"File {p} added to patch {top} ({wt.work / wt.location(p)}).")
+    for p in already:
+        say(f"File {p} is already in patch {top}.")
+
+
+def add_cmd(
+    paths: List[str] = typer.Argument(..., metavar="PATH", help="Image paths as patches name them, e.g. usr/lib/python3/dist-packages/foo.py."),
+    image: Optional[str] = ImageOpt,
+    platform: Optional[str] = PlatformOpt,
+) -> None:
+    """Track files in the top patch: copy them from the image into .imgquilt/work/ and snapshot them.
+
+    \b
+    Example:
+      imgquilt add etc/svc.conf
+    """
+    wt, top, added, already = _add(paths, image, platform)
+    _report_add(wt, top, added, already)
+
+
+def edit_cmd(
+    paths: List[str] = typer.Argument(..., metavar="PATH", help="Image paths to add and edit."),
+    image: Optional[str] = ImageOpt,
+    platform: Optional[str] = PlatformOpt,
+) -> None:
+    """`add` the files, then open them in $EDITOR (on a terminal) or $IMGQUILT_EDITOR.
+
+    Without an editor the files are only added; edit them under .imgquilt/work/.
+
+    \b
+    Example:
+      imgquilt edit usr/lib/svc/server.py
+    """
+    wt, top, added, already = _add(paths, image, platform)
+    cmd = editor()
+    if cmd:
+        run_editor(cmd, [wt.work / wt.location(p) for p in added + already])
+    _report_add(wt, top, added, already, edited=bool(cmd))
+    if not cmd and not G.json:
+        say("No editor (set EDITOR on a terminal, or IMGQUILT_EDITOR): edit the files above, then `imgquilt refresh`.")
+
+
+def refresh_cmd(name: Optional[str] = typer.Argument(None, metavar="PATCH", help="An applied patch (default: the top).")) -> None:
+    """Write the work tree's changes into the patch (snapshot -> current); the header is kept as it is.
+
+    \b
+    Example:
+      imgquilt refresh
+    """
+    wt = tree()
+    r = wt.refresh(name)
+    if G.json:
+        emit_json({"patch": r.name, "changed": r.changed, "file": str(wt.patches_dir / r.name), "files": files_json(r.patch)})
+        return
+    if not r.patch.sections:
+        say(f"Nothing changed in patch {r.name}.")
+    elif r.changed:
+        say(f"Refreshed patch {r.name}.")
+    else:
+        say(f"Patch {r.name} is up to date.")
+
+
+def diff_cmd(patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="An applied patch (default: the top).")) -> None:
+    """Show the diff of a patch's files, snapshot -> current work tree (what `refresh` would write).
+
+    \b
+    Example:
+      imgquilt diff > /tmp/top.diff
+    """
+    wt = tree(guard=False)
+    p = wt.diff(patch)
+    if G.json:
+        emit_json({"patch": p.name, "files": [
+            {**f, "diff": s.raw.decode("utf-8", "replace")} for f, s in zip(files_json(p), p.sections)
+        ]})
+        return
+    write_bytes(b"".join(s.raw for s in p.sections))
+
+
+def fold_cmd(
+    file: str = typer.Argument("-", metavar="FILE", help="A plain unified diff, or - for stdin."),
+    strip: int = typer.Option(1, "-p", metavar="N", help="Strip this many leading path components (as patch -pN)."),
+    image: Optional[str] = ImageOpt,
+    platform: Optional[str] = PlatformOpt,
+    ignore_git_index: bool = typer.Option(False, "--ignore-git-index", help="Do not check git `index` blob hashes."),
+) -> None:
+    """Apply a plain diff to the top patch's files (adding them), exactly where its hunks say; then `refresh`.
+
+    \b
+    Example:
+      git diff | imgquilt fold -
+    """
+    from ..errors import BadInput
+
+    try:
+        data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+    except OSError as exc:
+        raise BadInput(f"Cannot read {file}: {exc.strerror}.") from None
+    wt = tree(image, platform)
+    top, paths, notes = wt.fold(data, strip=strip, source="<stdin>" if file == "-" else file, check_git_index=not ignore_git_index)
+    if G.json:
+        emit_json({"patch": top, "files": paths, "notes": notes})
+        return
+    for n in notes:
+        note(f"note: {n}")
+    for p in paths:
+        say(f"patched {p}")
+    say(f"Folded into the work tree of {top}; run `imgquilt refresh` to write it into the patch.")
+
+
+COMMANDS = {"new": new_cmd, "add": add_cmd, "edit": edit_cmd, "refresh": refresh_cmd, "diff": diff_cmd, "fold": fold_cmd}

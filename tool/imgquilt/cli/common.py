@@ -1,0 +1,299 @@
+"""What every command module shares: global options, output (plain lines, JSON, rich tables), the
+--image/--platform options, opening an image, the work tree, header-field parsing.
+
+Cheap to import: the queue, image and work-tree code load inside the functions that need them, so
+`imgquilt --version`, `top`, `series` and `check` never import the image or engine machinery.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from ..errors import ImgquiltError, QueueNotFound, UsageError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..fs.types import Source
+    from ..queue.patchfile import Patch
+    from ..queue.queue import Queue
+    from ..work import WorkTree
+
+
+# --- global options ---------------------------------------------------------------------------
+@dataclass
+class Globals:
+    """Options accepted before or after the command name."""
+
+    queue: str | None = None
+    json: bool = False
+    debug: bool = False
+
+
+G = Globals()
+GLOBAL_FLAGS = {"--json": "json", "--debug": "debug"}
+
+
+def hoist_globals(argv: list[str]) -> list[str]:
+    """Take --queue/--json/--debug out of argv wherever they stand (DESIGN: before or after the command)."""
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            rest.extend(argv[i:])
+            break
+        if a in GLOBAL_FLAGS:
+            setattr(G, GLOBAL_FLAGS[a], True)
+        elif a == "--queue" and i + 1 < len(argv):
+            G.queue = argv[i + 1]
+            i += 1
+        elif a.startswith("--queue="):
+            G.queue = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+        i += 1
+    return rest
+
+
+ImageOpt = typer.Option(None, "--image", "-i", metavar="REF", help="Image reference (oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, rootfs:DIR, tar:FILE, a path, or any skopeo transport).")
+PlatformOpt = typer.Option(None, "--platform", metavar="OS/ARCH", help="os/arch[/variant] to pick from a multi-platform image.")
+VerboseOpt = typer.Option(False, "--verbose", "-v", help="One row per patch and file instead of one line per patch.")
+
+
+class Command(typer.core.TyperCommand):
+    """Help without typer's `<str>` label after each argument name: the metavar already says what to
+    pass. The label is blanked, not cut, so the help column stays aligned."""
+
+    def get_help(self, ctx) -> str:  # type: ignore[no-untyped-def]
+        return _TYPE_LABEL.sub(lambda m: m.group(1) + " " * (len(m.group(2)) + 1), super().get_help(ctx))
+
+
+_TYPE_LABEL = re.compile(r"(?m)^(  [^\s<-]\S*) (<[^>\s]+>)")
+
+
+# --- output -----------------------------------------------------------------------------------
+@cache
+def out() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+@cache
+def err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def say(text: str) -> None:
+    """One plain line on stdout (no markup, no wrapping)."""
+    sys.stdout.write(text + "\n")
+
+
+def note(text: str) -> None:
+    """One plain line on stderr."""
+    sys.stdout.flush()
+    sys.stderr.write(text + "\n")
+
+
+def write_bytes(data: bytes) -> None:
+    """Patch text byte for byte (CRLF and non-UTF-8 survive)."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+def emit_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+
+
+def on_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def table(title: str | None, columns: list[str], rows: list[list[str | tuple[str, str]]]) -> None:
+    """A table: drawn by rich on a terminal; in a pipe or CI log, one plain tab-separated row per line
+    (a header row first), never wrapped or truncated, so names stay whole and grep/cut work."""
+    if not on_terminal():
+        if title:
+            say(title)
+        for row in [columns, *rows]:
+            say("\t".join(c if isinstance(c, str) else c[0] for c in row))
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title=Text(title) if title else None, title_justify="left")
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    for row in rows:
+        t.add_row(*(Text(c) if isinstance(c, str) else Text(c[0], style=c[1]) for c in row))
+    out().print(t)
+
+
+def emit_outcome(doc: dict[str, Any], failure: ImgquiltError | None) -> None:
+    """--json of a command that reports what it found: its document, plus "error" when it failed
+    (then the paragraph on stderr, as for every failure, and exit with that error's code)."""
+    emit_json({**doc, "error": error_doc(failure)["error"]} if failure is not None else doc)
+    if failure is not None:
+        note(f"imgquilt: {failure.render()}")
+        raise typer.Exit(failure.exit_code)
+
+
+def error_doc(exc: ImgquiltError) -> dict[str, Any]:
+    """The JSON document a failing command prints with --json (DESIGN: one document, success or failure)."""
+    found = getattr(exc, "problems", None) or []
+    problems = [p if isinstance(p, str) else p.render() for p in found]
+    return {"error": {"code": exc.exit_code, "kind": error_kind(exc), "message": exc.message, "hint": exc.hint,
+                      **({"problems": problems} if problems else {})}}
+
+
+def error_kind(exc: BaseException) -> str:
+    """A stable kebab-case kind from the error class: BaseDrift -> base-drift."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", type(exc).__name__).lower()
+
+
+# --- the queue --------------------------------------------------------------------------------
+def queue_root() -> Path:
+    from ..queue.queue import find_queue
+
+    return find_queue(G.queue)
+
+
+def load() -> Queue:
+    from ..queue.queue import load_queue
+
+    return load_queue(queue_root())
+
+
+def refuse_during_rebase(root: Path) -> None:
+    """A stopped rebase owns series, patches/ and the work tree until --continue or --abort."""
+    from ..rebase.state import rebase_in_progress
+
+    if rebase_in_progress(root):
+        raise UsageError(
+            "A rebase is in progress in this queue.",
+            hint="See the conflicts with `imgquilt rebase --status`; resolve them, then `imgquilt rebase --continue`, "
+            "or give up with `imgquilt rebase --abort`.",
+        )
+
+
+def cache_dir() -> Path | None:
+    try:
+        return queue_root() / ".imgquilt" / "cache"
+    except ImgquiltError:
+        return None
+
+
+# --- images -----------------------------------------------------------------------------------
+def open_ref(ref: str, platform: str | None) -> Source:
+    from ..sources import open_source
+
+    source = open_source(ref, platform=platform, cache_dir=cache_dir())
+    if hasattr(source, "on_layer") and sys.stderr.isatty() and not G.json:
+        # progress for people only: one line per layer read, on stderr, never into JSON or a pipe
+        source.on_layer = lambda i, n, digest: err().print(f"[dim]reading layer {i + 1} of {n} from the top: {digest}[/]")
+    return source
+
+
+def pick_ref(image: str | None, lock_ref: str | None) -> str:
+    if image:
+        return image
+    if lock_ref:
+        return lock_ref
+    raise UsageError("No image given and no targets.lock to take one from.", hint="Pass --image REF.")
+
+
+def absolute_ref(ref: str) -> str:
+    """A ref that still works from another directory: relative paths made absolute."""
+    for prefix in ("rootfs:", "oci:", "oci-archive:", "docker-archive:", "tar:", ""):
+        if ref.startswith(prefix) and Path(ref[len(prefix):]).exists():
+            return prefix + str(Path(ref[len(prefix):]).resolve())
+    return ref
+
+
+# --- the work tree ----------------------------------------------------------------------------
+def tree(image: str | None = None, platform: str | None = None, *, guard: bool = True) -> WorkTree:
+    """The work tree of the current queue (a queue must exist: `imgquilt init` makes one).
+
+    `guard`: refuse while a rebase is stopped (every command that changes the queue or work tree).
+    """
+    from ..queue.lock import read_lock
+    from ..work import WorkTree
+
+    try:
+        root = queue_root()
+    except QueueNotFound as exc:
+        raise QueueNotFound(exc.message, hint="Create one here with `imgquilt init` (or pass --queue DIR).") from None
+    if guard:
+        refuse_during_rebase(root)
+    wt: WorkTree
+
+    def opener() -> Source:
+        lock = read_lock(root / "targets.lock")
+        source = open_ref(pick_ref(image, lock.image.ref if lock else wt.remembered_image()), platform)
+        if image is not None:
+            wt.remember_image(absolute_ref(image))
+        return source
+
+    wt = WorkTree(root, open_image=opener, image_explicit=image is not None)
+    return wt
+
+
+def editor() -> str | None:
+    """IMGQUILT_EDITOR always (scripts, tests); VISUAL/EDITOR only on a terminal."""
+    if os.environ.get("IMGQUILT_EDITOR"):
+        return os.environ["IMGQUILT_EDITOR"]
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        return os.environ.get("VISUAL") or os.environ.get("EDITOR")
+    return None
+
+
+def run_editor(cmd: str, files: list[Path]) -> None:
+    # as git runs $EDITOR: through the shell, so "code --wait" works
+    r = subprocess.run(["sh", "-c", f'{cmd} "$@"', cmd, *[str(f) for f in files]])
+    if r.returncode != 0:
+        raise UsageError(f"The editor ({cmd}) exited with status {r.returncode}; nothing more was changed.")
+
+
+# --- patch headers ----------------------------------------------------------------------------
+def field_pairs(sets: list[str], unsets: list[str] | None = None) -> list[tuple[str, str | None]]:
+    pairs: list[tuple[str, str | None]] = []
+    for item in sets:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise UsageError(f"--set wants FIELD=VALUE, not {item!r}.")
+        pairs.append((key.strip(), value))
+    pairs += [(k.strip(), None) for k in unsets or []]
+    return pairs
+
+
+def header_fields(description: str | None, author: str | None, requires: list[str], status: str | None, fields: list[str]) -> list[tuple[str, str | None]]:
+    pairs: list[tuple[str, str | None]] = []
+    if description is not None:
+        pairs.append(("Description", description))
+    if author is not None:
+        pairs.append(("Author", author))
+    if requires:
+        pairs.append(("Requires", " ".join(requires)))
+    if status is not None:
+        pairs.append(("Status", status))
+    return pairs + field_pairs(fields)
+
+
+def files_json(patch: Patch) -> list[dict]:
+    return [
+        {"path": s.path, "base_sha256": s.base_sha256, "patched_sha256": s.patched_sha256, **({"mode": f"{s.mode:04o}"} if s.mode is not None else {})}
+        for s in patch.sections
+    ]

@@ -1,0 +1,99 @@
+"""A patch's name, header and place in series: header, rename, delete. Parse, call imgquilt.work, render."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..errors import UsageError
+from .common import G, editor, emit_json, field_pairs, run_editor, say, tree, write_bytes
+
+
+def header_cmd(
+    name: Optional[str] = typer.Argument(None, metavar="PATCH", help="A patch in series (default: the top)."),
+    edit: bool = typer.Option(False, "--edit", "-e", help="Edit the header in $EDITOR (or $IMGQUILT_EDITOR)."),
+    set_: List[str] = typer.Option([], "--set", metavar="FIELD=VALUE", help="Set one field (repeatable); other fields are kept."),
+    unset: List[str] = typer.Option([], "--unset", metavar="FIELD", help="Remove one field (repeatable)."),
+) -> None:
+    """Print a patch's header, or change it (the diff is left byte for byte).
+
+    \b
+    Examples:
+      imgquilt header
+      imgquilt header --set Status=merged 0001-port.patch
+      imgquilt header -e
+    """
+    from ..queue.patchfile import Header
+
+    wt = tree()
+    name, header = wt.header(name)
+    changed = False
+    if set_ or unset:
+        header = wt.set_fields(name, field_pairs(set_, unset)).header
+        changed = True
+    if edit:
+        cmd = editor()
+        if not cmd:
+            raise UsageError("No editor: set EDITOR (on a terminal) or IMGQUILT_EDITOR.", hint="Or change one field with --set FIELD=VALUE.")
+        wt.state.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix="header-", suffix=".txt", dir=wt.state)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(header.raw)
+            run_editor(cmd, [Path(tmp)])
+            header = wt.set_header(name, Header(Path(tmp).read_bytes())).header
+        finally:
+            os.unlink(tmp)
+        changed = True
+    if G.json:
+        emit_json({"patch": name, "header": header.raw.decode("utf-8", "replace"), "fields": [[k, v] for k, v in header.fields], "changed": changed})
+        return
+    if changed:
+        say(f"Header of {name} updated.")
+        return
+    write_bytes(header.raw)
+
+
+def delete_cmd(
+    name: Optional[str] = typer.Argument(None, metavar="PATCH", help="The patch (default: the top; an applied top patch is popped first)."),
+    remove: bool = typer.Option(False, "--remove", "-r", help="Also remove patches/NAME."),
+    force: bool = typer.Option(False, "--force", "-f", help="Pop even with changes not refreshed."),
+) -> None:
+    """Remove a patch from series (the file stays unless -r).
+
+    \b
+    Example:
+      imgquilt delete -r 0004-experiment.patch
+    """
+    wt = tree()
+    gone = wt.delete(name, remove=remove, force=force)
+    if G.json:
+        emit_json({"deleted": gone, "removed_file": remove, "top": wt.top()})
+        return
+    say(f"Removed patch {gone} from series" + (" and deleted its file." if remove else f" (patches/{gone} is kept; -r removes it)."))
+
+
+def rename_cmd(
+    new_name: str = typer.Argument(..., metavar="NEW_NAME", help="The new patch name."),
+    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="The patch to rename (default: the top)."),
+) -> None:
+    """Rename a patch: its file, its series line, its work-tree state and Requires: in other patches.
+
+    \b
+    Example:
+      imgquilt rename -P 0003-x.patch 0003-fix-port.patch
+    """
+    wt = tree()
+    old, touched = wt.rename(new_name, patch)
+    if G.json:
+        emit_json({"renamed": old, "to": new_name, "requires_updated": touched})
+        return
+    say(f"Patch {old} renamed to {new_name}.")
+    for t in touched:
+        say(f"  updated Requires: in {t}")
+
+
+COMMANDS = {"header": header_cmd, "delete": delete_cmd, "rename": rename_cmd}

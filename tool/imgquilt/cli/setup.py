@@ -1,0 +1,71 @@
+"""Starting out: `init` (make a queue here) and `completion` (a shell completion script)."""
+from __future__ import annotations
+
+import os
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from .common import G, emit_json, say
+
+COMPLETE_VAR = "_IMGQUILT_COMPLETE"
+
+
+def init_cmd() -> None:
+    """Make a queue here (or in --queue DIR): series, patches/ and a .gitignore for .imgquilt/.
+
+    The .gitignore keeps imgquilt's own .imgquilt/ (work tree, cache, object store) out of git.
+
+    Existing files are kept; only what is missing is created.
+
+    \b
+    Example:
+      mkdir my-fixes && cd my-fixes && imgquilt init && git init
+    """
+    root = Path(G.queue or os.environ.get("IMGQUILT_QUEUE") or ".").resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    created: list[str] = []
+    if not (root / "series").exists():
+        (root / "series").write_bytes(b"")
+        created.append("series")
+    if not (root / "patches").is_dir():
+        (root / "patches").mkdir()
+        created.append("patches/")
+    ignore = root / ".gitignore"
+    old = ignore.read_bytes() if ignore.exists() else b""
+    if b".imgquilt/" not in old.splitlines() and b".imgquilt" not in old.splitlines():
+        ignore.write_bytes(old + (b"" if not old or old.endswith(b"\n") else b"\n") + b".imgquilt/\n")
+        created.append(".gitignore")
+    if G.json:
+        emit_json({"queue": str(root), "created": created})
+        return
+    if created:
+        say(f"Initialized a queue in {root} ({', '.join(created)}).")
+    else:
+        say(f"{root} is already a queue; nothing to create.")
+    say("Next: `imgquilt new NAME.patch`, then `imgquilt add PATH --image REF`.")
+
+
+class Shell(str, Enum):
+    bash = "bash"
+    zsh = "zsh"
+    fish = "fish"
+
+
+def completion_cmd(shell: Shell = typer.Argument(..., metavar="bash|zsh|fish", help="The shell to complete in.")) -> None:
+    """Print a shell completion script for commands and options.
+
+    \b
+    Examples:
+      imgquilt completion bash > ~/.local/share/bash-completion/completions/imgquilt
+      imgquilt completion zsh > "${fpath[1]}/_imgquilt"
+      imgquilt completion fish > ~/.config/fish/completions/imgquilt.fish
+    """
+    from typer.completion import completion_init, get_completion_script
+
+    completion_init()
+    say(get_completion_script(prog_name="imgquilt", complete_var=COMPLETE_VAR, shell=shell.value))
+
+
+COMMANDS = {"init": init_cmd, "completion": completion_cmd}
