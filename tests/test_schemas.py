@@ -111,6 +111,8 @@ def successes(tmp_path_factory, env) -> list[tuple[str, tuple[str, ...], Run]]:
     run("import", str(tmp / "port.diff"), "-P", "0000-port.patch")
     run("delete", "-r", "0000-port.patch")
     run("rebase", "--image", f"rootfs:{new}", "--from", DEMO)
+    run("cache")
+    run("cache", "prune")
     return runs
 
 
@@ -194,6 +196,8 @@ def failure_runs(tmp: Path, env: dict[str, str]) -> list[tuple[str, tuple[str, .
     run(2, "header", "0009-no-such.patch")
     run(2, "delete", "0009-no-such.patch")
     run(2, "rename", "-P", "0001-which-skip-empty-path-elements.patch", "0002-demo-tool-honour-no-color.patch")
+    r = imgquilt("--json", "cache", cwd=q, env={**env, "IMGQUILT_CACHE_MAX": "a lot"})
+    runs.append(("cache", ("cache",), r, 2))
     for command in ("top", "applied", "unapplied", "series"):
         run(2, command, cwd=nowhere)
     # last: a stale hash in a patch file breaks the chain and the lock

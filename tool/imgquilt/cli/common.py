@@ -44,7 +44,7 @@ GLOBAL_FLAGS = {"--json": "json", "--debug": "debug"}
 
 
 def hoist_globals(argv: list[str]) -> list[str]:
-    """Take --queue/--json/--debug out of argv wherever they stand (DESIGN: before or after the command)."""
+    """Take --queue/--json/--debug (and --tls-verify=BOOL) out of argv wherever they stand (DESIGN: before or after the command)."""
     rest: list[str] = []
     i = 0
     while i < len(argv):
@@ -59,13 +59,15 @@ def hoist_globals(argv: list[str]) -> list[str]:
             i += 1
         elif a.startswith("--queue="):
             G.queue = a.split("=", 1)[1]
+        elif a.startswith("--tls-verify="):  # registries: as skopeo and podman spell it
+            os.environ["IMGQUILT_TLS_VERIFY"] = a.split("=", 1)[1]
         else:
             rest.append(a)
         i += 1
     return rest
 
 
-ImageOpt = typer.Option(None, "--image", "-i", metavar="REF", help="Image reference (oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, rootfs:DIR, tar:FILE, a path, or any skopeo transport).")
+ImageOpt = typer.Option(None, "--image", "-i", metavar="REF", help="Image reference (oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, rootfs:DIR, tar:FILE, a path, docker://HOST/REPO[:TAG|@DIGEST] read in the registry (--tls-verify=false for one without valid HTTPS), or any other skopeo transport).")
 PlatformOpt = typer.Option(None, "--platform", metavar="OS/ARCH", help="os/arch[/variant] to pick from a multi-platform image.")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="One row per patch and file instead of one line per patch.")
 
