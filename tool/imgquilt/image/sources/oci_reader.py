@@ -213,15 +213,15 @@ def _read_blob(store: BlobStore, desc: Descriptor, what: str, limit: int) -> byt
     return read_verified(loc, desc.digest, what=f"{what} blob", limit=limit)
 
 
-def _image_from_manifest(store: BlobStore, desc: Descriptor, data: bytes, manifest: dict[str, Any], *,
-                         ref: str, platform: str | None, transport: str, names: tuple[str, ...]) -> StoredImage:
-    where = f"{store.where}: manifest {desc.digest}"
+def config_and_layers(manifest: dict[str, Any], where: str, read_config: Callable[[Descriptor], bytes]
+                      ) -> tuple[bytes, dict[str, Any], list[tuple[Descriptor, str, object]]]:
+    """The config (bytes and parsed) and each layer's (descriptor, diff_id, raw entry), all checked."""
     config_desc = parse_descriptor(manifest.get("config"), f"config descriptor of {where}")
     if config_desc.media_type not in CONFIGS:
         raise BadImage(
             f"{where} is not a container image: its config has media type {config_desc.media_type!r}.",
         )
-    config_bytes = _read_blob(store, config_desc, "config", MAX_CONFIG)
+    config_bytes = read_config(config_desc)
     config = parse_json(config_bytes, f"config {config_desc.digest}")
     rootfs = config.get("rootfs") or {}
     diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
@@ -229,7 +229,7 @@ def _image_from_manifest(store: BlobStore, desc: Descriptor, data: bytes, manife
     if not isinstance(raw_layers, list) or not isinstance(diff_ids, list) or len(diff_ids) != len(raw_layers):
         raise BadImage(f"{where} and its config disagree on the layers (the config's rootfs.diff_ids "
                        f"must list one diff_id per manifest layer).")
-    layers: list[BlobLayer] = []
+    layers = []
     for i, (obj, diff_id) in enumerate(zip(raw_layers, diff_ids)):
         ldesc = parse_descriptor(obj, f"layer {i} of {where}")
         check_digest(diff_id, what=f"diff_id {i} of config {config_desc.digest}")
@@ -238,6 +238,26 @@ def _image_from_manifest(store: BlobStore, desc: Descriptor, data: bytes, manife
                 f"Layer {i} ({ldesc.digest}) of {where} has unknown media type {ldesc.media_type!r}; "
                 "imgquilt reads tar layers, uncompressed, gzip or zstd.",
             )
+        layers.append((ldesc, diff_id, obj))
+    return config_bytes, config, layers
+
+
+def image_platform(config: dict[str, Any], platform: str | None, where: str) -> str:
+    """The platform the config states ("unknown" if none); refused if it is not the one asked for."""
+    actual = Platform.from_json(config)
+    if platform is not None and actual is not None and not Platform.parse(platform).matches(actual):
+        raise BadImage(f"{where} is for platform {actual}, not {platform}.",
+                       hint="Drop --platform or name the image for that platform.")
+    return str(actual) if actual else "unknown"
+
+
+def _image_from_manifest(store: BlobStore, desc: Descriptor, data: bytes, manifest: dict[str, Any], *,
+                         ref: str, platform: str | None, transport: str, names: tuple[str, ...]) -> StoredImage:
+    where = f"{store.where}: manifest {desc.digest}"
+    config_bytes, config, found = config_and_layers(
+        manifest, where, lambda d: _read_blob(store, d, "config", MAX_CONFIG))
+    layers: list[BlobLayer] = []
+    for ldesc, diff_id, obj in found:
         loc = store.locate(ldesc.digest)
         if loc is None:
             urls = "; it is a foreign layer fetched from its URLs" if isinstance(obj, dict) and obj.get("urls") else ""
@@ -250,16 +270,12 @@ def _image_from_manifest(store: BlobStore, desc: Descriptor, data: bytes, manife
                 hint="Copy the image again.",
             )
         layers.append(BlobLayer(ldesc, diff_id, loc, verify="blob", what=f"layer {ldesc.digest}"))
-    actual = Platform.from_json(config)
-    if platform is not None and actual is not None and not Platform.parse(platform).matches(actual):
-        raise BadImage(f"{where} is for platform {actual}, not {platform}.",
-                       hint="Drop --platform or name the image for that platform.")
     return StoredImage(
         ref=ref,
         manifest_digest=desc.digest,
         manifest_bytes=data,
         config_bytes=config_bytes,
-        platform=str(actual) if actual else "unknown",
+        platform=image_platform(config, platform, where),
         layers=layers,
         transport=transport,
         names=names,

@@ -16,15 +16,14 @@ from typing import BinaryIO
 
 from ...cache import metadata
 from ...errors import BadImage, UsageError
-from ..digests import check_digest
 from ..layers.blob_layer import TarStream
 from ..layers.blobio import BlobFile
 from ..layers.compression import Decompressed, detect
-from ..mediatypes import CONFIGS, INDEXES, LAYERS, MANIFESTS, Compression, compression_of
+from ..mediatypes import INDEXES, MANIFESTS, Compression, compression_of
 from ..model import Descriptor
 from ..registry import Registries, RegistryClient, RegistryRef, parse_registry_ref
-from .oci_reader import MAX_CONFIG, index_entries, parse_descriptor, parse_json
-from .platforms import Platform, choose
+from .oci_reader import MAX_CONFIG, config_and_layers, image_platform, index_entries, parse_json
+from .platforms import choose
 from .stored_image import StoredImage
 
 TLS_ENV = "IMGQUILT_TLS_VERIFY"
@@ -143,29 +142,8 @@ def open_registry_image(raw: str, *, platform: str | None) -> StoredImage:
 def _image(client: RegistryClient, ref: RegistryRef, raw: str, digest: str, data: bytes, manifest: dict,
            platform: str | None) -> StoredImage:
     where = f"{ref.domain}/{ref.repository}@{digest}"
-    config_desc = parse_descriptor(manifest.get("config"), f"config descriptor of {where}")
-    if config_desc.media_type not in CONFIGS:
-        raise BadImage(f"{where} is not a container image: its config has media type {config_desc.media_type!r}.")
-    config_bytes = _cached_config(client, ref, config_desc)
-    config = parse_json(config_bytes, f"config {config_desc.digest}")
-    rootfs = config.get("rootfs") or {}
-    diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
-    raw_layers = manifest.get("layers")
-    if not isinstance(raw_layers, list) or not isinstance(diff_ids, list) or len(diff_ids) != len(raw_layers):
-        raise BadImage(f"{where} and its config disagree on the layers (the config's rootfs.diff_ids "
-                       "must list one diff_id per manifest layer).")
-    layers = []
-    for i, (obj, diff_id) in enumerate(zip(raw_layers, diff_ids)):
-        ldesc = parse_descriptor(obj, f"layer {i} of {where}")
-        check_digest(diff_id, what=f"diff_id {i} of config {config_desc.digest}")
-        if ldesc.media_type not in LAYERS:
-            raise BadImage(f"Layer {i} ({ldesc.digest}) of {where} has unknown media type {ldesc.media_type!r}; "
-                           "imgquilt reads tar layers, uncompressed, gzip or zstd.")
-        layers.append(RegistryLayer(client, ref.repository, ldesc, diff_id))
-    actual = Platform.from_json(config)
-    if platform is not None and actual is not None and not Platform.parse(platform).matches(actual):
-        raise BadImage(f"{where} is for platform {actual}, not {platform}.",
-                       hint="Drop --platform or name the image for that platform.")
+    config_bytes, config, found = config_and_layers(manifest, where, lambda d: _cached_config(client, ref, d))
+    layers = [RegistryLayer(client, ref.repository, ldesc, diff_id) for ldesc, diff_id, _ in found]
     return StoredImage(ref=raw, manifest_digest=digest, manifest_bytes=data, config_bytes=config_bytes,
-                       platform=str(actual) if actual else "unknown", layers=layers,  # type: ignore[arg-type]
+                       platform=image_platform(config, platform, where), layers=layers,  # type: ignore[arg-type]
                        transport="docker", names=(str(ref),))
