@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from imgquilt.image.registry import parse_registry_ref
+from imgquilt.image.sources.registry import registries
 from qtools import copy_demo_queue, imgquilt
 from registry_server import PASSWORD, USER, free_port, seed
-from registry_server import basic_registry, fault_proxy, registry  # noqa: F401 (fixtures)
+from registry_server import basic_registry, fault_proxy, registry, token_registry  # noqa: F401 (fixtures)
 
 
 @pytest.fixture
@@ -85,3 +87,35 @@ def test_a_failed_upload_pushes_no_tag(registry, fault_proxy, queue, env, tmp_pa
     refused(r, "500")
     assert not has_tag(registry, "demo:halfway")
     assert not any(m == "PUT" and "/manifests/" in p for m, p, _ in fault_proxy.seen)
+
+
+def test_token_auth_end_to_end(token_registry, queue, tmp_path, env):
+    """Bearer tokens (the registry verifies them): lock, audit and a push, as a logged-in user."""
+    token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    (tmp_path / "auth.json").write_text(json.dumps({"auths": {token_registry.host: {"auth": token}}}))
+    env["REGISTRY_AUTH_FILE"] = str(tmp_path / "auth.json")
+    imgquilt("lock", "--image", token_registry.ref("demo:latest"), cwd=queue, env=env, check=0)
+    imgquilt("audit", "--image", token_registry.ref("demo:latest"), "--expect", "pending", cwd=queue, env=env, check=0)
+    r = imgquilt("apply", "--output-image", token_registry.ref("demo:fixed"), "--json", cwd=queue, env=env, check=0)
+    assert json.loads(r.out)["outputs"]["image"]["digest"] == json.loads(subprocess.run(
+        ["skopeo", "inspect", "--tls-verify=false", *token_registry.skopeo_args(), token_registry.ref("demo:fixed")],
+        capture_output=True, text=True, check=True).stdout)["Digest"]
+    imgquilt("audit", "--image", token_registry.ref("demo:fixed"), cwd=queue, env=env, check=0)
+
+
+def test_tls_verify_is_a_global_option(registry, queue, env):
+    """--tls-verify=false is taken anywhere on the line (as skopeo spells it); a bad value is a usage error."""
+    imgquilt("audit", "--tls-verify=false", "--image", registry.ref("demo:latest"), "--expect", "pending",
+             cwd=queue, env=env, check=0)
+    r = imgquilt("audit", "--image", registry.ref("demo:latest"), "--tls-verify=maybe", cwd=queue, env=env, check=2)
+    refused(r, "IMGQUILT_TLS_VERIFY='maybe'")
+
+
+def test_tls_verify_false_allows_plain_http_to_any_registry(monkeypatch):
+    """Loopback may be plain HTTP anyway; any other name only with IMGQUILT_TLS_VERIFY=false (--tls-verify=false)."""
+    other = parse_registry_ref("docker://registry.imgquilt.test:5000/demo:latest")
+    monkeypatch.setenv("IMGQUILT_TLS_VERIFY", "true")
+    assert not registries().client(other).insecure
+    assert registries().client(parse_registry_ref("docker://127.0.0.1:5000/demo:latest")).insecure
+    monkeypatch.setenv("IMGQUILT_TLS_VERIFY", "false")
+    assert registries().client(other).insecure
