@@ -1,4 +1,4 @@
-"""Any other skopeo transport (docker://, containers-storage:, docker-daemon:, ...): copied first.
+"""Any other skopeo transport (containers-storage:, docker-daemon:, ...): copied first (docker:// is read natively).
 
 `skopeo copy` writes the image into the cache as a `dir:` image, which keeps the source's manifest
 byte for byte (so the digest is the source's). A reference by digest is immutable, so a finished
