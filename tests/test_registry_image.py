@@ -112,3 +112,13 @@ def test_layers_below_the_targets_are_never_downloaded(registry, tmp_path, env):
     imgquilt("apply", "--image", registry.ref("layers:v1"), "--layer", str(tmp_path / "fix.tar"), cwd=q, env=env, check=0)
     assert all(registry.count("GET", f"/blobs/{d}") == 0 for d in lower)
     assert registry.count("GET", f"/blobs/{layer_digests(layout, 'v1')[2]}") == 2
+
+
+def test_rebase_onto_a_registry_image(registry, tmp_path, env):
+    from qtools import copy_demo_queue
+
+    q = copy_demo_queue(tmp_path / "q")
+    r = imgquilt("rebase", "--image", registry.ref("demo:latest"), "--json", cwd=q, env=env, check=0)
+    doc = json.loads(r.out)
+    assert doc["status"] == "done"
+    assert f'ref = "{registry.ref("demo:latest")}"' in (q / "targets.lock").read_text()
