@@ -1,11 +1,15 @@
 """`cache`: the shared cache's size (`imgquilt cache`) and emptying it (`imgquilt cache prune`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
-from ..cache import Usage
-from ..cache.usage import CacheReport, prune, report
 from .common import G, emit_json, say
+
+if TYPE_CHECKING:  # the cache package loads on use, as every core module does (see common.py)
+    from ..cache import Usage
+    from ..cache.usage import CacheReport
 
 cache_app = typer.Typer(no_args_is_help=False, add_completion=False, rich_markup_mode=None,
                         context_settings={"help_option_names": ["-h", "--help"]},
@@ -21,11 +25,11 @@ def _size(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-def _usage(u: Usage) -> dict:
+def _usage(u: "Usage") -> dict:
     return {"entries": u.entries, "bytes": u.bytes}
 
 
-def report_json(r: CacheReport) -> dict:
+def report_json(r: "CacheReport") -> dict:
     return {"cache": {"path": str(r.root), "cap_bytes": r.cap, **_usage(r.total),
                       "parts": {name: _usage(u) for name, u in r.parts.items()}}}
 
@@ -42,6 +46,8 @@ def cache_cmd(ctx: typer.Context) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
+    from ..cache.usage import report
+
     r = report()
     if G.json:
         emit_json(report_json(r))
@@ -55,6 +61,8 @@ def cache_cmd(ctx: typer.Context) -> None:
 @cache_app.command("prune")
 def prune_cmd() -> None:
     """Empty the cache (everything in it can be fetched or computed again)."""
+    from ..cache.usage import prune, report
+
     removed = prune()
     if G.json:
         emit_json({"pruned": _usage(removed), "cache": {"path": str(report().root)}})
