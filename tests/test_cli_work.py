@@ -252,3 +252,15 @@ def test_init_keeps_what_exists_and_adds_to_a_gitignore(tmp_path: Path, cli_env)
     r = imgquilt("init", cwd=tmp_path, env=cli_env, check=0)
     assert "already a queue" in r.out
     assert (tmp_path / ".gitignore").read_bytes() == b"*.pyc\n.imgquilt/\n"
+
+
+def test_init_refuses_a_file_where_the_queue_or_its_parts_should_be(tmp_path: Path, cli_env) -> None:
+    (tmp_path / "a-file").write_bytes(b"keep")
+    r = imgquilt("--queue", str(tmp_path / "a-file"), "init", cwd=tmp_path, env=cli_env, check=6)
+    assert "Cannot make a queue" in r.err and (tmp_path / "a-file").read_bytes() == b"keep"
+    q = tmp_path / "q"
+    q.mkdir()
+    (q / "patches").write_bytes(b"not a dir")
+    r = imgquilt("--queue", str(q), "init", cwd=tmp_path, env=cli_env, check=6)
+    assert "is not a directory" in r.err
+    assert sorted(p.name for p in q.iterdir()) == ["patches"]  # checked before anything was made

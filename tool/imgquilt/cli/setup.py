@@ -23,20 +23,10 @@ def init_cmd() -> None:
     Example:
       mkdir my-fixes && cd my-fixes && imgquilt init && git init
     """
-    root = Path(G.queue or os.environ.get("IMGQUILT_QUEUE") or ".").resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    created: list[str] = []
-    if not (root / "series").exists():
-        (root / "series").write_bytes(b"")
-        created.append("series")
-    if not (root / "patches").is_dir():
-        (root / "patches").mkdir()
-        created.append("patches/")
-    ignore = root / ".gitignore"
-    old = ignore.read_bytes() if ignore.exists() else b""
-    if b".imgquilt/" not in old.splitlines() and b".imgquilt" not in old.splitlines():
-        ignore.write_bytes(old + (b"" if not old or old.endswith(b"\n") else b"\n") + b".imgquilt/\n")
-        created.append(".gitignore")
+    from ..verbs.init import init_queue
+
+    done = init_queue(Path(G.queue or os.environ.get("IMGQUILT_QUEUE") or "."))
+    root, created = done.root, list(done.created)
     if G.json:
         emit_json({"queue": str(root), "created": created})
         return
