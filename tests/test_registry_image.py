@@ -122,3 +122,25 @@ def test_rebase_onto_a_registry_image(registry, tmp_path, env):
     doc = json.loads(r.out)
     assert doc["status"] == "done"
     assert f'ref = "{registry.ref("demo:latest")}"' in (q / "targets.lock").read_text()
+
+
+def test_a_multi_platform_index_in_the_registry(registry, tmp_path, env):
+    """The index is resolved and cached by digest; --platform picks a member (default linux/amd64)."""
+    from imagetools import build_oci, file, make_index
+
+    from registry_server import skopeo as run_skopeo
+
+    layout = tmp_path / "multi"
+    build_oci(layout, [[file("etc/arch", "amd64\n")]], tag="amd", platform="linux/amd64")
+    build_oci(layout, [[file("etc/arch", "arm64\n")]], tag="arm", platform="linux/arm64/v8")
+    make_index(layout, {"linux/amd64": "amd", "linux/arm64/v8": "arm"}, "multi", keep_members=True)
+    run_skopeo("copy", "--quiet", "--all", "--dest-tls-verify=false", f"oci:{layout}:multi", registry.ref("multi:1"))
+    q = tmp_path / "q"
+    q.mkdir()
+    write_patch(q, "0001-arch.patch", [("etc/arch", b"arm64\n", b"arm64 (patched)\n")])
+    imgquilt("audit", "--image", registry.ref("multi:1"), "--platform", "linux/arm64", "--expect", "pending",
+             cwd=q, env=env, check=0)
+    doc = json.loads(imgquilt("audit", "--image", registry.ref("multi:1"), "--json", cwd=q, env=env, check=5).out)
+    assert doc["image"]["platform"] == "linux/amd64" and doc["patches"][0]["state"] == "drifted"
+    r = imgquilt("audit", "--image", registry.ref("multi:1"), "--platform", "linux/s390x", cwd=q, env=env, check=6)
+    assert "linux/amd64" in r.err and "linux/arm64/v8" in r.err
