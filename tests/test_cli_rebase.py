@@ -345,3 +345,19 @@ def test_moved_site_packages_found_in_a_real_oci_image_without_map(session) -> N
     moved = doc["patches"][0]["files"][0]
     assert moved["from"] == W311 and moved["path"] == f"{SITE312}/{WEIGHTS}"
     imgquilt("apply", "--image", f"oci:{layout}:py312", "--locked", cwd=q, env=env, check=0)
+
+
+def test_without_git_on_path_rebase_exits_6_and_leaves_no_state(session) -> None:
+    tmp, q, old, env = session
+    new = make_root(tmp / "new", WEIGHTS_V2)
+    (tmp / "no-git").mkdir()
+    before = snapshot(q)
+    nogit = {**env, "PATH": str(tmp / "no-git")}
+    r = imgquilt("rebase", "--image", f"rootfs:{new}", "--from", f"rootfs:{old}", cwd=q, env=nogit, check=6)
+    assert "needs git" in r.err and "PATH" in r.err and "internal error" not in r.err
+    assert snapshot(q) == before and not (q / ".imgquilt/rebase").exists()
+    doc = json.loads(imgquilt("--json", "rebase", "--image", f"rootfs:{new}", cwd=q, env=nogit, check=6).out)
+    assert doc["error"]["kind"] == "git-missing" and doc["error"]["hint"]
+    r = imgquilt("audit", "--history", cwd=q, env=nogit, check=6)
+    assert "audit --history needs git" in r.err
+    assert snapshot(q) == before and not (q / ".imgquilt/rebase").exists()

@@ -16,6 +16,7 @@ from ..errors import BadInput, BaseDrift, ImgquiltError, RebaseConflict, UsageEr
 from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.queue import Queue, load_queue
 from ..store import ObjectStore
+from ..util.gitexe import require_git
 from ..work import WorkTree
 from .backup import backup, backup_queue, restore
 from .carry import finish_patch, rebase_section
@@ -47,6 +48,7 @@ def _fill_from_old(q: Queue, store: ObjectStore, ref: str, opener: Opener, platf
 
 def start_rebase(root: Path, opts: RebaseOptions, opener: Opener) -> RebaseReport:
     """Begin a rebase of the queue at `root` onto `opts.new_ref` and run it as far as it goes."""
+    require_git("rebase")  # before any state exists: merges need `git merge-file`
     if rebase_in_progress(root):
         raise UsageError(
             "A rebase is already in progress.",
@@ -136,6 +138,7 @@ def _advance(root: Path, st: RebaseState, opener: Opener) -> RebaseReport:
 
 def continue_rebase(root: Path, opener: Opener) -> RebaseReport:
     """Take the resolved work-tree files of the stopped patch, then go on."""
+    require_git("rebase --continue")
     st = load_state(root)
     if st.phase != "conflict" or st.current is None:
         # an interrupted run or finish: redo from the journal
