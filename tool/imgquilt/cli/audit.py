@@ -59,7 +59,7 @@ def _render(report: AuditReport | None, history) -> None:
             say("No apply record (var/lib/imgquilt/applied.json) in this filesystem.")
         else:
             who = f" by imgquilt {rec.imgquilt_version}" if rec.imgquilt_version else ""
-            say(f"Apply record {rec.path}{who}: {len(rec.patches)} patch(es) recorded as applied, from {rec.image_ref} ({rec.image_digest}).")
+            say(f"Apply record {rec.path}{who}: {len(rec.patches)} patch(es) recorded as applied, from {rec.image_ref or 'the image'} ({rec.image_digest}).")
             for x in rec.problems:
                 say(f"  record disagrees: {x.message}")
             if not rec.problems:
