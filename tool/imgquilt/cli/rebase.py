@@ -1,4 +1,4 @@
-"""`rebase`: carry the queue onto a new image; `--continue`, `--abort` and `--status` of a stopped rebase."""
+"""`rebase`: carry the queue onto a new image; `--continue`, `--skip`, `--abort` and `--status` of a stopped rebase."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, List, Optional
@@ -33,7 +33,7 @@ def _conflict_error(report: RebaseReport) -> RebaseConflict:
     return RebaseConflict(
         f"Rebase stopped: {report.conflict_patch} conflicts with {report.new_image.get('ref')} in:\n{files}",
         hint="Edit the file(s) to the result you want (remove every conflict marker), then `imgquilt rebase --continue`;\n"
-        "or `imgquilt rebase --abort` to put the queue back as it was.",
+        "or `imgquilt rebase --skip` to drop this patch, or `imgquilt rebase --abort` to put the queue back as it was.",
     )
 
 
@@ -74,6 +74,7 @@ def rebase_cmd(
     keep_empty: bool = typer.Option(False, "--keep-empty", help="Keep patches whose change is already upstream (as no-op sections) instead of dropping them."),
     continue_: bool = typer.Option(False, "--continue", help="Go on after resolving the conflicted files in .imgquilt/work/."),
     abort: bool = typer.Option(False, "--abort", help="Stop the rebase and restore series, patches/ and targets.lock."),
+    skip: bool = typer.Option(False, "--skip", help="Drop the conflicted patch from the rebased series and go on."),
     status: bool = typer.Option(False, "--status", help="Show the stopped rebase: each patch so far and the conflicted files."),
     platform: Optional[str] = PlatformOpt,
 ) -> None:
@@ -86,15 +87,16 @@ def rebase_cmd(
       imgquilt rebase --image oci:img:2 --map usr/lib/python3.11=usr/lib/python3.12
       imgquilt rebase --status
       imgquilt rebase --continue
+      imgquilt rebase --skip
       imgquilt rebase --abort
     """
-    from ..rebase import RebaseOptions, abort_rebase, continue_rebase, parse_map, rebase_in_progress, start_rebase
+    from ..rebase import RebaseOptions, abort_rebase, continue_rebase, parse_map, rebase_in_progress, skip_rebase, start_rebase
 
     root = queue_root()
-    if sum((continue_, abort, status)) > 1:
-        raise UsageError("--continue, --abort and --status exclude each other.")
-    if (continue_ or abort or status) and (image or from_ref or maps or keep_empty):
-        raise UsageError("--continue, --abort and --status take no other options: the rebase remembers them.")
+    if sum((continue_, abort, status, skip)) > 1:
+        raise UsageError("--continue, --skip, --abort and --status exclude each other.")
+    if (continue_ or abort or status or skip) and (image or from_ref or maps or keep_empty):
+        raise UsageError("--continue, --skip, --abort and --status take no other options: the rebase remembers them.")
     if status:
         _status(root)
         return
@@ -111,6 +113,8 @@ def rebase_cmd(
         return
     if continue_:
         report = continue_rebase(root, open_ref)
+    elif skip:
+        report = skip_rebase(root, open_ref)
     else:
         if not image and rebase_in_progress(root):
             raise UsageError("A rebase is in progress.", hint="Resolve the conflicts (`imgquilt rebase --status` lists them), then `imgquilt rebase --continue`; or `imgquilt rebase --abort`.")

@@ -23,7 +23,7 @@ from .carry import finish_patch, rebase_section
 from .finish import finish
 from .moves import plan_paths
 from .options import Opener, RebaseOptions
-from .report import CONFLICT, RebaseReport
+from .report import CONFLICT, PatchOutcome, RebaseReport, patch_state
 from .resolve import take_resolutions
 from .state import (
     CarriedSection, RebaseState, clear_leftovers, load_state, rebase_in_progress, remove_state, save_state, state_dir,
@@ -156,6 +156,33 @@ def _resolve_and_go_on(root: Path, st: RebaseState, opener: Opener) -> RebaseRep
     finish_patch(st, store, patch, resolved, strip)
     st.phase = "running"
     save_state(root, st)  # journal the resolution before its files leave the work tree
+    release_work(root, st, [s.outcome.path for s in sections if s.outcome.state == CONFLICT])
+    save_state(root, st)
+    return _advance(root, st, opener)
+
+
+def skip_rebase(root: Path, opener: Opener) -> RebaseReport:
+    """Drop the conflicted patch from the rebased series (its files in the work tree are discarded), then go on."""
+    require_git("rebase --skip")
+    st = load_state(root)
+    if st.phase != "conflict" or st.current is None:
+        raise UsageError("The rebase is not stopped on a conflict: there is no patch to skip.",
+                         hint="`imgquilt rebase --continue` goes on, `imgquilt rebase --abort` gives up.")
+    return _guarded(_skip_and_go_on, root, st, opener)
+
+
+def _skip_and_go_on(root: Path, st: RebaseState, opener: Opener) -> RebaseReport:
+    name = st.current["name"]  # type: ignore[index]
+    sections = [CarriedSection.from_json(d) for d in st.current["sections"]]  # type: ignore[index]
+    outcomes = tuple(s.outcome for s in sections)
+    for s in sections:  # the old series moves past the patch; the new one stays where it is
+        st.old_chain[s.old_path] = s.outcome.old_patched
+    note = "Skipped (rebase --skip): dropped from series; the old version stays in git and in the backup until the rebase ends."
+    st.done.append({**PatchOutcome(name, patch_state(outcomes), outcomes, True, (note,)).to_json(), "raw_sha": None})
+    st.next += 1
+    st.current = None
+    st.phase = "running"
+    save_state(root, st)
     release_work(root, st, [s.outcome.path for s in sections if s.outcome.state == CONFLICT])
     save_state(root, st)
     return _advance(root, st, opener)

@@ -1,0 +1,59 @@
+"""The files of a patch: files, remove, revert. Parse, call imgquilt.work, render."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from .common import G, emit_json, say, tree
+
+
+def files_cmd(patch: Optional[str] = typer.Argument(None, metavar="PATCH", help="A patch in series (default: the top).")) -> None:
+    """List the files a patch touches (while applied: every file it tracks).
+
+    \b
+    Examples:
+      imgquilt files
+      imgquilt files 0003-app-config-longer-timeouts.patch
+    """
+    name, paths = tree(guard=False).files_of(patch)
+    if G.json:
+        emit_json({"patch": name, "files": paths})
+        return
+    for p in paths:
+        say(p)
+
+
+def remove_cmd(paths: List[str] = typer.Argument(..., metavar="FILE", help="Image paths the top patch tracks.")) -> None:
+    """Untrack files from the top patch: restore them as they were before it and drop their sections.
+
+    \b
+    Example:
+      imgquilt remove etc/svc.conf
+    """
+    wt = tree()
+    top, dropped = wt.remove(paths)
+    if G.json:
+        emit_json({"patch": top, "removed": list(dict.fromkeys(paths)), "sections_dropped": dropped})
+        return
+    for p in dict.fromkeys(paths):
+        say(f"File {p} removed from patch {top}" + (" (its section left the patch file)." if p in dropped else "."))
+
+
+def revert_cmd(paths: List[str] = typer.Argument(..., metavar="FILE", help="Image paths the top patch tracks.")) -> None:
+    """Discard changes not refreshed into the top patch: put the files back to what the patch file says.
+
+    \b
+    Example:
+      imgquilt revert etc/svc.conf
+    """
+    wt = tree()
+    top, changed = wt.revert(paths)
+    if G.json:
+        emit_json({"patch": top, "reverted": changed})
+        return
+    for p in dict.fromkeys(paths):
+        say(f"Changes to {p} in patch {top} reverted." if p in changed else f"File {p} in patch {top} has no changes to revert.")
+
+
+COMMANDS = {"files": files_cmd, "remove": remove_cmd, "revert": revert_cmd}
