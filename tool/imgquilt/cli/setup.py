@@ -3,31 +3,12 @@ from __future__ import annotations
 
 import os
 from enum import Enum
-from pathlib import Path
 
 import typer
 
-from ..errors import BadInput
 from .common import G, emit_json, say
 
 COMPLETE_VAR = "_IMGQUILT_COMPLETE"
-
-
-def _init(root: Path) -> list[str]:
-    root.mkdir(parents=True, exist_ok=True)
-    created: list[str] = []
-    if not (root / "series").exists():
-        (root / "series").write_bytes(b"")
-        created.append("series")
-    if not (root / "patches").is_dir():
-        (root / "patches").mkdir()
-        created.append("patches/")
-    ignore = root / ".gitignore"
-    old = ignore.read_bytes() if ignore.exists() else b""
-    if b".imgquilt/" not in old.splitlines() and b".imgquilt" not in old.splitlines():
-        ignore.write_bytes(old + (b"" if not old or old.endswith(b"\n") else b"\n") + b".imgquilt/\n")
-        created.append(".gitignore")
-    return created
 
 
 def init_cmd() -> None:
@@ -41,11 +22,10 @@ def init_cmd() -> None:
     Example:
       mkdir my-fixes && cd my-fixes && imgquilt init && git init
     """
-    root = Path(G.queue or os.environ.get("IMGQUILT_QUEUE") or ".").resolve()
-    try:
-        created = _init(root)
-    except OSError as exc:
-        raise BadInput(f"Cannot make a queue in {root}: {exc.strerror or exc}.", hint="Pick a directory you can write to (--queue DIR).") from None
+    from ..api import init
+
+    done = init(G.queue or os.environ.get("IMGQUILT_QUEUE") or ".")
+    root, created = done.root, list(done.created)
     if G.json:
         emit_json({"queue": str(root), "created": created})
         return
