@@ -24,6 +24,15 @@ def files_cmd(patch: Optional[str] = typer.Argument(None, metavar="PATCH", help=
         say(p)
 
 
+def _each(paths: list[str], top: str, hit: list[str], doc: dict, yes: str, no: str) -> None:
+    """One line per named file: `yes` for the ones the verb acted on, `no` for the others."""
+    if G.json:
+        emit_json({"patch": top, **doc})
+        return
+    for p in dict.fromkeys(paths):
+        say((yes if p in hit else no).format(path=p, top=top))
+
+
 def remove_cmd(paths: List[str] = typer.Argument(..., metavar="FILE", help="Image paths the top patch tracks.")) -> None:
     """Untrack files from the top patch: restore them as they were before it and drop their sections.
 
@@ -31,13 +40,9 @@ def remove_cmd(paths: List[str] = typer.Argument(..., metavar="FILE", help="Imag
     Example:
       imgquilt remove etc/svc.conf
     """
-    wt = tree()
-    top, dropped = wt.remove(paths)
-    if G.json:
-        emit_json({"patch": top, "removed": list(dict.fromkeys(paths)), "sections_dropped": dropped})
-        return
-    for p in dict.fromkeys(paths):
-        say(f"File {p} removed from patch {top}" + (" (its section left the patch file)." if p in dropped else "."))
+    top, dropped = tree().remove(paths)
+    _each(paths, top, dropped, {"removed": list(dict.fromkeys(paths)), "sections_dropped": dropped},
+          "File {path} removed from patch {top} (its section left the patch file).", "File {path} removed from patch {top}.")
 
 
 def revert_cmd(paths: List[str] = typer.Argument(..., metavar="FILE", help="Image paths the top patch tracks.")) -> None:
@@ -47,13 +52,9 @@ def revert_cmd(paths: List[str] = typer.Argument(..., metavar="FILE", help="Imag
     Example:
       imgquilt revert etc/svc.conf
     """
-    wt = tree()
-    top, changed = wt.revert(paths)
-    if G.json:
-        emit_json({"patch": top, "reverted": changed})
-        return
-    for p in dict.fromkeys(paths):
-        say(f"Changes to {p} in patch {top} reverted." if p in changed else f"File {p} in patch {top} has no changes to revert.")
+    top, changed = tree().revert(paths)
+    _each(paths, top, changed, {"reverted": changed},
+          "Changes to {path} in patch {top} reverted.", "File {path} in patch {top} has no changes to revert.")
 
 
 COMMANDS = {"files": files_cmd, "remove": remove_cmd, "revert": revert_cmd}
