@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -227,3 +228,38 @@ def test_check_with_an_image_verifies_the_series_on_it(session) -> None:
     doc = json.loads(imgquilt("check", "--image", f"rootfs:{root}", "--json", cwd=q, check=3).out)
     assert doc["ok"] is False and doc["error"]["code"] == 3 and doc["error"]["kind"] == "base-drift"
     assert len(doc["problems"]) == 1 and "0002-workers.patch: etc/svc.conf: base drifted" in doc["problems"][0]
+
+
+def _demo_rootfs(q: Path, dest: Path) -> Path:
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "examples/build_demo.py", "--rootfs", str(dest)], cwd=q, check=True, capture_output=True)
+    return dest
+
+
+@pytest.mark.parametrize("second_with_image", [True, False])
+def test_apply_root_twice_with_and_without_image_is_a_noop(tmp_path: Path, cli_env, second_with_image: bool) -> None:
+    """The apply record is imgquilt's own: never a target the series verifies (both orders)."""
+    q = copy_demo_queue(tmp_path / "q")
+    root = _demo_rootfs(q, tmp_path / "root")
+    image = ["--image", "oci:examples/demo-image:latest"]
+    first, second = ([], image) if second_with_image else (image, [])
+    imgquilt("apply", "--root", str(root), *first, cwd=q, env=cli_env, check=0)
+    before = tree_hash(root)
+    r = imgquilt("apply", "--root", str(root), *second, cwd=q, env=cli_env, check=0)
+    assert "Wrote root: " in r.out and "(0 file(s) replaced)" in r.out
+    assert tree_hash(root) == before
+
+
+def test_same_queue_same_image_in_two_directories_gives_identical_layers(tmp_path: Path, cli_env) -> None:
+    """Layer bytes depend on the queue and the image digest only: the record keeps no local path."""
+    layers = []
+    for where in ("runner-a/checkout", "elsewhere/b"):
+        q = copy_demo_queue(tmp_path / where)
+        imgquilt("apply", "--image", f"oci:{q}/examples/demo-image:latest", "--layer", "fix.tar.gz", cwd=q, env=cli_env, check=0)
+        layers.append((q / "fix.tar.gz").read_bytes())
+        with tarfile.open(q / "fix.tar.gz") as tar:
+            record = json.loads(tar.extractfile("var/lib/imgquilt/applied.json").read())
+        assert record["image"] == {"ref": None, "digest": record["image"]["digest"]} and record["image"]["digest"].startswith("sha256:")
+    assert layers[0] == layers[1]

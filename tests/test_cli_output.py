@@ -49,7 +49,7 @@ def test_completion_scripts_and_the_completion_protocol(tmp_path: Path, cli_env)
     # what the bash script asks at a TAB: the commands (and options) that fit
     env = {**cli_env, "_IMGQUILT_COMPLETE": "complete_bash", "COMP_WORDS": "imgquilt re", "COMP_CWORD": "1"}
     r = imgquilt(cwd=tmp_path, env=env, check=0)
-    assert r.out.split() == ["refresh", "rename", "rebase"]
+    assert r.out.split() == ["refresh", "remove", "revert", "rename", "rebase"]
     env.update(COMP_WORDS="imgquilt apply --ro", COMP_CWORD="2")
     assert imgquilt(cwd=tmp_path, env=env, check=0).out.split() == ["--root"]
 

@@ -345,3 +345,39 @@ def test_moved_site_packages_found_in_a_real_oci_image_without_map(session) -> N
     moved = doc["patches"][0]["files"][0]
     assert moved["from"] == W311 and moved["path"] == f"{SITE312}/{WEIGHTS}"
     imgquilt("apply", "--image", f"oci:{layout}:py312", "--locked", cwd=q, env=env, check=0)
+
+
+def test_without_git_on_path_rebase_exits_6_and_leaves_no_state(session) -> None:
+    tmp, q, old, env = session
+    new = make_root(tmp / "new", WEIGHTS_V2)
+    (tmp / "no-git").mkdir()
+    before = snapshot(q)
+    nogit = {**env, "PATH": str(tmp / "no-git")}
+    r = imgquilt("rebase", "--image", f"rootfs:{new}", "--from", f"rootfs:{old}", cwd=q, env=nogit, check=6)
+    assert "needs git" in r.err and "PATH" in r.err and "internal error" not in r.err
+    assert snapshot(q) == before and not (q / ".imgquilt/rebase").exists()
+    doc = json.loads(imgquilt("--json", "rebase", "--image", f"rootfs:{new}", cwd=q, env=nogit, check=6).out)
+    assert doc["error"]["kind"] == "git-missing" and doc["error"]["hint"]
+    r = imgquilt("audit", "--history", cwd=q, env=nogit, check=6)
+    assert "audit --history needs git" in r.err
+    assert snapshot(q) == before and not (q / ".imgquilt/rebase").exists()
+
+
+def test_skip_drops_the_conflicted_patch_and_goes_on(session) -> None:
+    tmp, q, old, env = session
+    new = make_root(tmp / "new", WEIGHTS_V2.replace(DEBUG_LINE, b'logger.warning("shard %s", shard.name)'))
+    imgquilt("rebase", "--image", f"rootfs:{new}", "--from", f"rootfs:{old}", cwd=q, env=env, check=4)
+    imgquilt("rebase", "--skip", "--image", f"rootfs:{new}", cwd=q, env=env, check=2)  # it remembers its options
+    # 0002 changes other lines of the same file: without 0001 it still merges, so the rebase ends
+    doc = json.loads(imgquilt("rebase", "--skip", "--json", cwd=q, env=env, check=0).out)
+    assert doc["status"] == "done"
+    skipped = [p for p in doc["patches"] if p["dropped"]]
+    assert skipped[0]["name"] == "0001-log-shard-tensors.patch" and "Skipped" in skipped[0]["notes"][0]
+    kept = [p["name"] for p in doc["patches"] if not p["dropped"]]
+    assert kept == ["0002-log-verify.patch", "0003-spawn-workers.patch"]
+    assert (q / "series").read_text() == "".join(n + "\n" for n in kept)
+    assert not (q / "patches/0001-log-shard-tensors.patch").exists()
+    assert not (q / ".imgquilt/rebase").exists() and not (q / ".imgquilt/work" / W311).exists()
+    imgquilt("check", cwd=q, env=env, check=0)
+    imgquilt("apply", "--image", f"rootfs:{new}", "--locked", cwd=q, env=env, check=0)
+    imgquilt("rebase", "--skip", cwd=q, env=env, check=2)  # no rebase in progress

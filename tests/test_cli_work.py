@@ -264,3 +264,23 @@ def test_init_refuses_a_file_where_the_queue_or_its_parts_should_be(tmp_path: Pa
     r = imgquilt("--queue", str(q), "init", cwd=tmp_path, env=cli_env, check=6)
     assert "is not a directory" in r.err
     assert sorted(p.name for p in q.iterdir()) == ["patches"]  # checked before anything was made
+
+
+def test_remove_from_the_top_restores_what_the_patch_below_left(tmp_path: Path, cli_env) -> None:
+    """0005 and 0006 both change demosvc/config.py: removing it from 0006 gives back 0005's result."""
+    from qtools import copy_demo_queue
+
+    q = copy_demo_queue(tmp_path / "q")
+    cfg = "usr/local/lib/python3.11/site-packages/demosvc/config.py"
+    work = q / ".imgquilt/work" / cfg
+    imgquilt("push", "5", cwd=q, env=cli_env, check=0)
+    after_0005 = work.read_bytes()
+    imgquilt("push", cwd=q, env=cli_env, check=0)
+    assert work.read_bytes() != after_0005
+    imgquilt("remove", cfg, cwd=q, env=cli_env, check=0)
+    assert work.read_bytes() == after_0005
+    assert cfg not in imgquilt("files", cwd=q, env=cli_env, check=0).out.split()
+    assert f"Index: {cfg}" not in (q / "patches/0006-moe-shared-expert.patch").read_text()
+    assert imgquilt("diff", "-z", cwd=q, env=cli_env, check=0).out == ""
+    imgquilt("pop", cwd=q, env=cli_env, check=0)  # nothing unrefreshed: pop needs no -f
+    assert work.read_bytes() == after_0005

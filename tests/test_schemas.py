@@ -102,7 +102,14 @@ def successes(tmp_path_factory, env) -> list[tuple[str, tuple[str, ...], Run]]:
     run("refresh")
     run("header")
     run("header", "--set", "Status=wip")
+    edit_bytes(q / ".imgquilt/work" / CONFIG, b"port = 9090", b"port = 9091")
+    run("diff", "-z")
+    run("revert", CONFIG)
+    run("files")
+    run("next")
+    run("previous")
     run("rename", "0007-serve-on-9090.patch")
+    run("remove", CONFIG)
     run("delete", "-r")
     run("new", "0007-fold.patch")
     run("fold", str(tmp / "port.diff"))
@@ -158,6 +165,10 @@ def test_success_documents_say_what_happened(successes) -> None:
     assert {p["state"] for p in audits[1]["patches"]} == {"pending"} and audits[1]["history"]["commits"] == 1
     rebase = next(d for a, d in by.items() if a[0] == "rebase")
     assert rebase["status"] == "done" and rebase["summary"]["merged"] == 1
+    assert by[("diff", "-z")]["files"][0]["path"] == CONFIG and "+port = 9091" in by[("diff", "-z")]["files"][0]["diff"]
+    assert by[("revert", CONFIG)]["reverted"] == [CONFIG] and CONFIG in by[("files",)]["files"]
+    assert by[("next",)] == {"next": None} and by[("previous",)] == {"previous": "0006-moe-shared-expert.patch"}
+    assert by[("remove", CONFIG)] == {"patch": "0007-serve-on-9090.patch", "removed": [CONFIG], "sections_dropped": [CONFIG]}
 
 
 # --- failures ---------------------------------------------------------------------------------
@@ -201,7 +212,10 @@ def failure_runs(tmp: Path, env: dict[str, str]) -> list[tuple[str, tuple[str, .
     run(2, "rename", "-P", "0001-which-skip-empty-path-elements.patch", "0002-demo-tool-honour-no-color.patch")
     r = imgquilt("--json", "cache", cwd=q, env={**env, "IMGQUILT_CACHE_MAX": "a lot"})
     runs.append(("cache", ("cache",), r, 2))
-    for command in ("top", "applied", "unapplied", "series"):
+    run(6, "init", "--queue", str(tmp / "port.diff" / "queue"))  # a file stands where a directory must be
+    run(2, "remove", CONFIG)
+    run(2, "revert", CONFIG)
+    for command in ("top", "applied", "unapplied", "series", "files", "next", "previous"):
         run(2, command, cwd=nowhere)
     # last: a stale hash in a patch file breaks the chain and the lock
     edit_bytes(q / "patches/0003-app-config-longer-timeouts.patch", b"Patched-SHA256: 71a5", b"Patched-SHA256: 0000")

@@ -32,7 +32,7 @@ ok  0004-demosvc-healthcheck.patch  (2 files)
 ok  0005-config-shared-expert-knob.patch  (1 file)
 ok  0006-moe-shared-expert.patch  (3 files)
 Verified 6 patch(es) on oci:examples/demo-image:latest (pinned by targets.lock).
-Wrote layer: $SANDBOX/fix.tar sha256:314a5b1baef8716589b4b9c488eeb6e1bb16cd90350271b0ef35d37e18f5987a
+Wrote layer: $SANDBOX/fix.tar sha256:afdf3d308502a9de8dd377d4563b41244f8b2724177e31bb5bfb5475cbbfe7ec
 
 $ tar -tf $SANDBOX/fix.tar | sort
 home/
@@ -62,7 +62,7 @@ var/lib/imgquilt/applied.json
 
 # the same layer on top of the demo image, as a new OCI image; audit finds every patch live in it
 $ imgquilt apply --output-image oci:$SANDBOX/out:patched | tail -1
-Wrote image: oci:$SANDBOX/out:patched sha256:c0c7f73f816dc0ce3d4ed776128ea4872d2b2181f90e353c8f45248f3aa25eda
+Wrote image: oci:$SANDBOX/out:patched sha256:6cc3725aefed241df9973be4dd1a8dd09ffae504433fe36dbb610b0489f9ed5e
 
 $ imgquilt audit --image oci:$SANDBOX/out:patched
 Audit of oci:$SANDBOX/out:patched
@@ -73,7 +73,7 @@ patch	state	files	first divergent file
 0004-demosvc-healthcheck.patch	live	2	
 0005-config-shared-expert-knob.patch	live	1	
 0006-moe-shared-expert.patch	live	3	
-Apply record var/lib/imgquilt/applied.json by imgquilt 0.1.0: 6 patch(es) recorded as applied, from oci:examples/demo-image:latest (sha256:6bb1322e12565ffb0282c7a19388ae882ec84b3450af838ace17f722de1daab8).
+Apply record var/lib/imgquilt/applied.json by imgquilt 0.1.0: 6 patch(es) recorded as applied, from the image (sha256:6bb1322e12565ffb0282c7a19388ae882ec84b3450af838ace17f722de1daab8).
   The record agrees with the bytes.
 6 patch(es): 6 live.
 

@@ -124,3 +124,7 @@ class ForeignJournal(BadInput):
 
 class RootWriteFailed(BadInput):
     """The filesystem refused an in-place write (read-only, full, immutable, raced); the root was rolled back."""
+
+
+class GitMissing(BadInput):
+    """`git` is not on PATH, and rebase (merge-file) or audit --history needs it."""

@@ -164,6 +164,9 @@ def _walk(repo, dirs: list[str]) -> list[str]:
 
 def open_repo(queue_root: Path):
     """The git repository holding the queue, and the queue's path inside it."""
+    from .util.gitexe import require_git
+
+    require_git("audit --history")  # GitPython cannot even be imported without it
     import git
 
     try:

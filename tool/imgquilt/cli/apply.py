@@ -6,10 +6,9 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ..errors import ImgquiltError, PythonCheckFailed, QueueProblems, Refused
+from ..errors import PythonCheckFailed, Refused
 from .annotations import Format, FormatOpt_help, annotate, problem_file
-from .common import (G, ImageOpt, PlatformOpt, VerboseOpt, cache_dir, emit_json, emit_outcome, load, note, open_ref, pick_ref,
-                     queue_root, refuse_during_rebase, say, table)
+from .common import G, ImageOpt, PlatformOpt, VerboseOpt, emit_json, emit_outcome, note, progress, say, table
 
 if TYPE_CHECKING:
     from ..engine.result import ApplyResult
@@ -22,22 +21,15 @@ def lock_cmd(image: Optional[str] = ImageOpt, platform: Optional[str] = Platform
     Example:
       imgquilt lock --image oci:examples/demo-image:latest
     """
-    from ..verbs.lock import lock_queue
-    from ..queue.lock import render_lock
-    from ..util.atomic import atomic_write
+    from ..api import lock
 
-    q = load()
-    refuse_during_rebase(q.root)
-    old = q.lock()
-    ref = pick_ref(image, old.image.ref if old else None)
-    lock = lock_queue(q, open_ref(ref, platform), ref)
-    atomic_write(q.lock_path, render_lock(lock))
+    done = lock(G.queue, image=image, platform=platform, progress=progress())
     if G.json:
-        emit_json({"lock": str(q.lock_path), "image": {"ref": ref, "digest": lock.image.digest, "platform": lock.image.platform},
-                   "series_sha256": lock.series_sha256, "targets": len(lock.targets)})
+        emit_json({"lock": str(done.path), "image": {"ref": done.ref, "digest": done.digest, "platform": done.platform},
+                   "series_sha256": done.series_sha256, "targets": done.targets})
         return
-    say(f"Pinned {len(lock.targets)} target(s) of {len(q.patches)} patch(es) to {ref} ({lock.image.digest}).")
-    say(f"Wrote {q.lock_path}.")
+    say(f"Pinned {done.targets} target(s) of {done.patches} patch(es) to {done.ref} ({done.digest}).")
+    say(f"Wrote {done.path}.")
 
 
 def _short(sha: str) -> str:
@@ -99,30 +91,17 @@ def apply_cmd(
       imgquilt apply --root /                      (as a RUN step of a Dockerfile)
       imgquilt apply --image oci:img:1.0 --layer fix.tar.gz --output-image oci:out:1.0-fixed
     """
-    from ..outputs import Outputs, apply_queue
-
-    q = load()
-    lock = q.lock()
-    if image is None and root is not None:
-        ref = f"rootfs:{root}"
-    else:
-        ref = pick_ref(image, lock.image.ref if lock else None)
-    source = open_ref(ref, platform)
-    outputs = Outputs(layer=layer, image=output_image, root=root, overlay=overlay)
-
-    def open_base():
-        from ..sources import open_image
-
-        # reuse the image the source already opened (a skopeo transport would be copied twice)
-        return getattr(source, "image", None) or open_image(ref, platform=platform, cache_dir=cache_dir())
+    from ..api import apply
 
     try:
-        result, written = apply_queue(q, source, lock, outputs, open_base, locked=locked, python_check=not no_python_check)
+        done = apply(G.queue, image=image, layer=layer, output_image=output_image, root=root, overlay=overlay, platform=platform,
+                     locked=locked, python_check=not no_python_check, progress=progress())
     except Refused as exc:
         if any(getattr(p, "kind", None) == "python" for p in getattr(exc, "problems", [])) or isinstance(exc, PythonCheckFailed):
             # only apply has the option, so only apply names it
             exc.hint = "\n".join(x for x in (exc.hint, "Or skip the Python check with `imgquilt apply --no-python-check`.") if x)
         raise
+    result, written = done.result, done.outputs
     if G.json:
         doc = result_json(result)
         doc["outputs"] = written
@@ -161,23 +140,12 @@ def check_cmd(
       imgquilt check --image oci:examples/demo-image:latest
       imgquilt check --format github
     """
-    from ..queue.check import check_queue
+    from ..api import check
 
-    root = queue_root()
-    problems, patches = check_queue(root)
-    failure: ImgquiltError | None = QueueProblems(problems) if problems else None
-    if image and not problems:
-        from ..engine.plan import plan_apply
-
-        q = load()
-        try:
-            plan_apply(q, open_ref(image, platform), q.lock())
-        except ImgquiltError as exc:  # the refusal apply would meet, with its exit code (drift: 3)
-            failure = exc
-            found = getattr(exc, "problems", None)
-            problems = [p.render() for p in found] if found else [exc.message]
+    checked = check(G.queue, image=image, platform=platform, progress=progress())
+    problems, failure = list(checked.problems), checked.error
     if G.json:
-        emit_outcome({"ok": failure is None, "problems": problems, "patches": [p.name for p in patches]}, failure)
+        emit_outcome({"ok": checked.ok, "problems": problems, "patches": list(checked.patches)}, failure)
         return
     if format is Format.github:
         for p in problems:
@@ -186,7 +154,7 @@ def check_cmd(
             annotate("error", None, "imgquilt check", failure.message)
     if failure is not None:
         raise failure
-    say(f"The queue is sound: {len(patches)} patch(es), chains and Requires in order.")
+    say(f"The queue is sound: {len(checked.patches)} patch(es), chains and Requires in order.")
 
 
 COMMANDS = {"lock": lock_cmd, "apply": apply_cmd, "check": check_cmd}

@@ -7,13 +7,11 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ..errors import NotLive, UsageError
 from .annotations import Format, FormatOpt_help, annotate
-from .common import G, ImageOpt, PlatformOpt, emit_outcome, load, open_ref, say, table
+from .common import G, ImageOpt, PlatformOpt, emit_outcome, progress, say, table
 
 if TYPE_CHECKING:
     from ..audit import AuditReport, PatchAudit
-    from ..fs.types import Source
 
 COLOR = {"live": "green", "pending": "cyan", "drifted-live": "yellow", "drifted": "red", "missing": "red", "partial": "magenta"}
 
@@ -21,19 +19,6 @@ COLOR = {"live": "green", "pending": "cyan", "drifted-live": "yellow", "drifted"
 class Expect(str, Enum):
     live = "live"
     pending = "pending"
-
-
-def _source(image: str | None, root: Path | None, platform: str | None, lock_ref: str | None) -> Source | None:
-    if image and root:
-        raise UsageError("Give --image or --root, not both.")
-    if root is not None:
-        from ..rootfs.source import RootfsSource
-
-        if not root.is_dir():
-            raise UsageError(f"--root {root}: not a directory.")
-        return RootfsSource(root, ref=f"rootfs:{root}")
-    ref = image or lock_ref
-    return open_ref(ref, platform) if ref else None
 
 
 def _first(p: PatchAudit) -> str:
@@ -59,7 +44,7 @@ def _render(report: AuditReport | None, history) -> None:
             say("No apply record (var/lib/imgquilt/applied.json) in this filesystem.")
         else:
             who = f" by imgquilt {rec.imgquilt_version}" if rec.imgquilt_version else ""
-            say(f"Apply record {rec.path}{who}: {len(rec.patches)} patch(es) recorded as applied, from {rec.image_ref} ({rec.image_digest}).")
+            say(f"Apply record {rec.path}{who}: {len(rec.patches)} patch(es) recorded as applied, from {rec.image_ref or 'the image'} ({rec.image_digest}).")
             for x in rec.problems:
                 say(f"  record disagrees: {x.message}")
             if not rec.problems:
@@ -101,30 +86,11 @@ def audit_cmd(
       imgquilt audit --history
       imgquilt audit --format github
     """
-    from ..audit import LIVE, STATES, audit_source, report_json
+    from ..api import audit
+    from ..audit import STATES, report_json
 
-    q = load()
-    lock = q.lock()
-    source = _source(image, root, platform, lock.image.ref if lock else None)
-    if source is None and not history:
-        raise UsageError("No image given and no targets.lock to take one from.", hint="Pass --image REF or --root DIR.")
-    hist = None
-    if history:
-        from ..history import queue_history
-
-        hist = queue_history(q.root, q.names)
-    report = audit_source(q, source) if source is not None else None
-    want = expect.value
-    failing = [p for p in report.patches if p.state != want] if report is not None else []
-    failure = None
-    if failing:
-        names = ", ".join(f"{p.name} ({p.state})" for p in failing)
-        hint = (
-            "Apply the queue (`imgquilt apply`), or carry it onto this image (`imgquilt rebase`)."
-            if want == LIVE
-            else "This filesystem already carries changes of the queue."
-        )
-        failure = NotLive(f"{len(failing)} of {len(report.patches)} patch(es) are not {want}: {names}.", hint=hint)  # type: ignore[union-attr]
+    done = audit(G.queue, image=image, root=root, platform=platform, history=history, expect=expect.value, progress=progress())
+    report, hist, want, failing, failure = done.report, done.history, done.expect, done.failing, done.error
     if G.json:
         doc = report_json(report) if report is not None else {"image": None, "patches": [], "summary": {s: 0 for s in STATES}}
         doc["expect"] = want

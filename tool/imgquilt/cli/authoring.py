@@ -123,15 +123,19 @@ def refresh_cmd(name: Optional[str] = typer.Argument(None, metavar="PATCH", help
         say(f"Patch {r.name} is up to date.")
 
 
-def diff_cmd(patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="An applied patch (default: the top).")) -> None:
+def diff_cmd(
+    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="An applied patch (default: the top)."),
+    unrefreshed: bool = typer.Option(False, "-z", help="Only the changes not refreshed yet (patch file's result -> work tree)."),
+) -> None:
     """Show the diff of a patch's files, snapshot -> current work tree (what `refresh` would write).
 
     \b
-    Example:
+    Examples:
       imgquilt diff > /tmp/top.diff
+      imgquilt diff -z
     """
     wt = tree(guard=False)
-    p = wt.diff(patch)
+    p = wt.diff_unrefreshed(patch) if unrefreshed else wt.diff(patch)
     if G.json:
         emit_json({"patch": p.name, "files": [
             {**f, "diff": s.raw.decode("utf-8", "replace")} for f, s in zip(files_json(p), p.sections)

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import typer
 
@@ -180,41 +180,33 @@ def load() -> Queue:
 
 
 def refuse_during_rebase(root: Path) -> None:
-    """A stopped rebase owns series, patches/ and the work tree until --continue or --abort."""
-    from ..rebase.state import rebase_in_progress
+    from ..api import refuse_during_rebase as refuse
 
-    if rebase_in_progress(root):
-        raise UsageError(
-            "A rebase is in progress in this queue.",
-            hint="See the conflicts with `imgquilt rebase --status`; resolve them, then `imgquilt rebase --continue`, "
-            "or give up with `imgquilt rebase --abort`.",
-        )
-
-
-def cache_dir() -> Path | None:
-    try:
-        return queue_root() / ".imgquilt" / "cache"
-    except ImgquiltError:
-        return None
+    refuse(root)
 
 
 # --- images -----------------------------------------------------------------------------------
-def open_ref(ref: str, platform: str | None) -> Source:
-    from ..sources import open_source
+def progress() -> Callable[[int, int, str], None] | None:
+    """Progress for people only: one line per layer read, on stderr, never into JSON or a pipe."""
+    if not sys.stderr.isatty() or G.json:
+        return None
+    return lambda i, n, digest: err().print(f"[dim]reading layer {i + 1} of {n} from the top: {digest}[/]")
 
-    source = open_source(ref, platform=platform, cache_dir=cache_dir())
-    if hasattr(source, "on_layer") and sys.stderr.isatty() and not G.json:
-        # progress for people only: one line per layer read, on stderr, never into JSON or a pipe
-        source.on_layer = lambda i, n, digest: err().print(f"[dim]reading layer {i + 1} of {n} from the top: {digest}[/]")
-    return source
+
+def open_ref(ref: str, platform: str | None) -> Source:
+    from ..api import open_ref as api_open
+
+    try:
+        root: Path | None = queue_root()
+    except ImgquiltError:
+        root = None
+    return api_open(ref, platform, root=root, progress=progress())
 
 
 def pick_ref(image: str | None, lock_ref: str | None) -> str:
-    if image:
-        return image
-    if lock_ref:
-        return lock_ref
-    raise UsageError("No image given and no targets.lock to take one from.", hint="Pass --image REF.")
+    from ..api import pick_ref as pick
+
+    return pick(image, lock_ref)
 
 
 def absolute_ref(ref: str) -> str:

@@ -1,60 +1,22 @@
 """`import`: bring patches from elsewhere into the queue in the imgquilt format (see imgquilt.importer)."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from ..errors import BadInput, UsageError
+from ..errors import UsageError
 from .common import G, ImageOpt, PlatformOpt, emit_json, files_json, header_fields, note, say, tree
 
 if TYPE_CHECKING:  # the importer (and the email package) load only when import runs
     from ..work import ImportItem
 
 
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise BadInput(f"{path} does not exist.") from None
-    except IsADirectoryError:
-        raise BadInput(f"{path} is a directory.", hint="For a quilt patches directory, pass --series DIR/series.") from None
-
-
 def items_from(files: list[str], patch: str | None, strip: int, series: str | None) -> list[ImportItem]:
-    """What to import: each FILE (a multi-mail `git format-patch --stdout` file gives one patch per mail), or a quilt series."""
-    from ..importer import mail_subject_name, split_mbox
-    from ..queue.series import parse_series
-    from ..work import ImportItem
+    """What to import (see imgquilt.api.import_items)."""
+    from ..api import import_items
 
-    items: list[ImportItem] = []
-    if series is not None:
-        if files or patch:
-            raise UsageError("--series imports the patches that series lists; give no FILE and no -P with it.")
-        sfile = Path(series)
-        if sfile.is_dir():
-            sfile = sfile / "series"
-        for e in parse_series(_read(sfile), source=str(sfile)):
-            f = sfile.parent / e.name
-            items.append(ImportItem(e.name, _read(f), e.strip, str(f)))
-        if not items:
-            raise UsageError(f"{sfile} lists no patch.")
-        return items
-    if not files:
-        raise UsageError("Name a patch FILE to import, or --series DIR/series.")
-    if patch and len(files) > 1:
-        raise UsageError("-P NAME names one imported patch; give one FILE with it.")
-    for f in files:
-        data = _read(Path(f))
-        mails = split_mbox(data)
-        if len(mails) > 1:
-            if patch:
-                raise UsageError(f"{f} holds {len(mails)} mails (git format-patch --stdout); -P cannot name them all.")
-            items += [ImportItem(mail_subject_name(m, k), m, strip, f"{f} (mail {k})") for k, m in enumerate(mails, 1)]
-            continue
-        items.append(ImportItem(patch or Path(f).name, data, strip, f))
-    return items
+    return import_items(files, name=patch, strip=strip, series=series)
 
 
 def import_cmd(

@@ -10,7 +10,7 @@ import typer
 
 from .. import __version__
 from ..errors import ImgquiltError, UsageError
-from . import apply, audit, authoring, cache, importing, patch_meta, rebase, setup, stack
+from . import apply, audit, authoring, cache, files, importing, patch_meta, rebase, setup, stack
 from .common import Command, G, emit_json, error_doc, hoist_globals, note
 
 app = typer.Typer(
@@ -53,7 +53,7 @@ def _globals(
     G.debug = debug or G.debug
 
 
-for module in (setup, authoring, stack, patch_meta, importing, apply, audit, rebase):
+for module in (setup, authoring, files, stack, patch_meta, importing, apply, audit, rebase):
     for name, fn in module.COMMANDS.items():
         app.command(name, cls=Command)(fn)
 cache.register(app)

@@ -1,4 +1,4 @@
-"""`rebase`: carry the queue onto a new image; `--continue`, `--abort` and `--status` of a stopped rebase."""
+"""`rebase`: carry the queue onto a new image; `--continue`, `--skip`, `--abort` and `--status` of a stopped rebase."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, List, Optional
@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from ..errors import RebaseConflict, UsageError
-from .common import G, ImageOpt, PlatformOpt, emit_json, emit_outcome, note, open_ref, queue_root, say, table
+from .common import G, ImageOpt, PlatformOpt, emit_json, emit_outcome, note, progress, say, table
 
 if TYPE_CHECKING:  # the rebase machinery (and gitpython) load only when rebase runs
     from ..rebase import RebaseReport
@@ -33,7 +33,7 @@ def _conflict_error(report: RebaseReport) -> RebaseConflict:
     return RebaseConflict(
         f"Rebase stopped: {report.conflict_patch} conflicts with {report.new_image.get('ref')} in:\n{files}",
         hint="Edit the file(s) to the result you want (remove every conflict marker), then `imgquilt rebase --continue`;\n"
-        "or `imgquilt rebase --abort` to put the queue back as it was.",
+        "or `imgquilt rebase --skip` to drop this patch, or `imgquilt rebase --abort` to put the queue back as it was.",
     )
 
 
@@ -53,18 +53,17 @@ def _render(report: RebaseReport) -> None:
         say(f"Rebased {len(report.patches)} patch(es) onto {report.new_image.get('ref')}: {summary}. targets.lock pins the new image.")
 
 
-def _status(root) -> None:
+def _status() -> None:
     """Re-list where a stopped rebase stands (top says "No patches applied" then)."""
-    from ..rebase.state import load_state
+    from ..api import rebase_status
 
-    st = load_state(root)
-    report = st.report("stopped" if st.phase == "conflict" else st.phase)
+    report = rebase_status(G.queue)
     _render(report)  # exit 0: the status was shown; the conflict is in the document
     if not G.json:
         if report.status == "stopped":
             note(_conflict_error(report).render())
         else:
-            note(f"The rebase was interrupted while {st.phase}: `imgquilt rebase --continue` goes on, `--abort` gives up.")
+            note(f"The rebase was interrupted while {report.status}: `imgquilt rebase --continue` goes on, `--abort` gives up.")
 
 
 def rebase_cmd(
@@ -74,6 +73,7 @@ def rebase_cmd(
     keep_empty: bool = typer.Option(False, "--keep-empty", help="Keep patches whose change is already upstream (as no-op sections) instead of dropping them."),
     continue_: bool = typer.Option(False, "--continue", help="Go on after resolving the conflicted files in .imgquilt/work/."),
     abort: bool = typer.Option(False, "--abort", help="Stop the rebase and restore series, patches/ and targets.lock."),
+    skip: bool = typer.Option(False, "--skip", help="Drop the conflicted patch from the rebased series and go on."),
     status: bool = typer.Option(False, "--status", help="Show the stopped rebase: each patch so far and the conflicted files."),
     platform: Optional[str] = PlatformOpt,
 ) -> None:
@@ -86,20 +86,21 @@ def rebase_cmd(
       imgquilt rebase --image oci:img:2 --map usr/lib/python3.11=usr/lib/python3.12
       imgquilt rebase --status
       imgquilt rebase --continue
+      imgquilt rebase --skip
       imgquilt rebase --abort
     """
-    from ..rebase import RebaseOptions, abort_rebase, continue_rebase, parse_map, rebase_in_progress, start_rebase
+    from .. import api
 
-    root = queue_root()
-    if sum((continue_, abort, status)) > 1:
-        raise UsageError("--continue, --abort and --status exclude each other.")
-    if (continue_ or abort or status) and (image or from_ref or maps or keep_empty):
-        raise UsageError("--continue, --abort and --status take no other options: the rebase remembers them.")
+    if sum((continue_, abort, status, skip)) > 1:
+        raise UsageError("--continue, --skip, --abort and --status exclude each other.")
+    if (continue_ or abort or status or skip) and (image or from_ref or maps or keep_empty):
+        raise UsageError("--continue, --skip, --abort and --status take no other options: the rebase remembers them.")
     if status:
-        _status(root)
+        _status()
         return
     if abort:
-        report, restored = abort_rebase(root)
+        aborted = api.rebase_abort(G.queue)
+        report, restored = aborted.report, list(aborted.restored)
         if G.json:
             doc = report.to_json() if report else {"status": "aborted"}
             doc["restored"] = restored
@@ -110,14 +111,12 @@ def rebase_cmd(
             say("Rebase aborted before it changed anything.")
         return
     if continue_:
-        report = continue_rebase(root, open_ref)
+        report = api.rebase_continue(G.queue, progress=progress())
+    elif skip:
+        report = api.rebase_skip(G.queue, progress=progress())
     else:
-        if not image and rebase_in_progress(root):
-            raise UsageError("A rebase is in progress.", hint="Resolve the conflicts (`imgquilt rebase --status` lists them), then `imgquilt rebase --continue`; or `imgquilt rebase --abort`.")
-        if not image:
-            raise UsageError("Which image? Pass --image NEWREF.", hint="Example: imgquilt rebase --image oci:vllm:0.10.2")
-        opts = RebaseOptions(image, platform, from_ref, keep_empty, tuple(parse_map(m) for m in maps or ()))
-        report = start_rebase(root, opts, open_ref)
+        report = api.rebase(G.queue, image=image or "", from_ref=from_ref, maps=maps or (), keep_empty=keep_empty,
+                            platform=platform, progress=progress())
     if report.status == "stopped" and G.json:
         emit_outcome(report.to_json(), _conflict_error(report))
     _render(report)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 from enum import Enum
-from pathlib import Path
 
 import typer
 
@@ -23,9 +22,9 @@ def init_cmd() -> None:
     Example:
       mkdir my-fixes && cd my-fixes && imgquilt init && git init
     """
-    from ..verbs.init import init_queue
+    from ..api import init
 
-    done = init_queue(Path(G.queue or os.environ.get("IMGQUILT_QUEUE") or "."))
+    done = init(G.queue or os.environ.get("IMGQUILT_QUEUE") or ".")
     root, created = done.root, list(done.created)
     if G.json:
         emit_json({"queue": str(root), "created": created})

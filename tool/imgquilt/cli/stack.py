@@ -102,6 +102,35 @@ def top_cmd() -> None:
     say(top)
 
 
+def _neighbour(key: str, name: str | None, none: str) -> None:
+    if G.json:
+        emit_json({key: name})
+        return
+    if name is None:
+        raise UsageError(none)
+    say(name)
+
+
+def next_cmd() -> None:
+    """Print the next patch to push.
+
+    \b
+    Example:
+      imgquilt next
+    """
+    _neighbour("next", tree(guard=False).next(), "No next patch: every patch is applied.")
+
+
+def previous_cmd() -> None:
+    """Print the patch below the top one.
+
+    \b
+    Example:
+      imgquilt previous
+    """
+    _neighbour("previous", tree(guard=False).previous(), "No previous patch: fewer than two patches are applied.")
+
+
 def _names(key: str, names: list[str]) -> None:
     if G.json:
         emit_json({key: names})
@@ -150,4 +179,5 @@ def series_cmd(verbose: bool = typer.Option(False, "--verbose", "-v", help="Mark
         say(f"{mark} {n}")
 
 
-COMMANDS = {"push": push_cmd, "pop": pop_cmd, "top": top_cmd, "applied": applied_cmd, "unapplied": unapplied_cmd, "series": series_cmd}
+COMMANDS = {"push": push_cmd, "pop": pop_cmd, "top": top_cmd, "applied": applied_cmd, "unapplied": unapplied_cmd, "series": series_cmd, "next": next_cmd,
+            "previous": previous_cmd}

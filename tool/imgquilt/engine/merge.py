@@ -1,4 +1,4 @@
-"""3-way merge of bytes with `git merge-file`, called through GitPython, byte-exact.
+"""3-way merge of bytes with `git merge-file`, run as a subprocess, byte-exact.
 
 The three inputs go to a private temp directory; the result comes back on stdout as bytes
 (`-p`, never decoded), so CRLF, a missing final newline and non-UTF-8 bytes survive. The exit
@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import tempfile
 from dataclasses import dataclass
 
 from ..errors import ImgquiltError
+from ..util.gitexe import require_git
 
 MARKER = re.compile(rb"^(<{7} |>{7} |={7}\r?\n?$)")
 
@@ -62,20 +64,13 @@ def merge3(base: bytes, ours: bytes, theirs: bytes, *, ours_label: str = "ours",
             with open(os.path.join(tmp, name), "wb") as f:
                 f.write(data)
         cmd = [
-            "git", "-c", "merge.conflictStyle=merge", "merge-file", "-p",
+            require_git("A 3-way merge"), "-c", "merge.conflictStyle=merge", "merge-file", "-p",
             "-L", _label(ours_label), "-L", _label(base_label), "-L", _label(theirs_label),
             "ours", "base", "theirs",
         ]
-        import git  # gitpython costs ~70 ms to import: only rebase merges need it
-
-        status, stdout, stderr = git.Git(tmp).execute(
-            cmd,
-            with_exceptions=False,
-            with_extended_output=True,
-            stdout_as_string=False,
-            strip_newline_in_stdout=False,
-            env=_ISOLATED_ENV,
-        )
+        # GitPython would add nothing here: one command, bytes in and out
+        r = subprocess.run(cmd, cwd=tmp, capture_output=True, env={**os.environ, **_ISOLATED_ENV})
+        status, stdout, stderr = r.returncode, r.stdout, r.stderr
     # git exits with the conflict count (capped at 127); a negative status (255) is an error
     if status < 0 or status > 127:
         raise ImgquiltError(f"git merge-file failed (status {status}): {_text(stderr)}")

@@ -13,7 +13,7 @@ from ..queue.lock import Lock, LockTarget, rootfs_digest
 from ..queue.queue import Queue
 from .apply import HunkError, apply_hunks
 from .pycheck import new_python_errors
-from .record import read_record_target, record_bytes
+from .record import read_record_target, record_bytes, recorded_ref
 from .result import RECORD_PATH, ApplyResult, FileResult
 
 LOCK_HINT = "Run `imgquilt lock` to pin the queue to the image again."
@@ -190,7 +190,7 @@ def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool 
         mode = t.mode if t.data is not None else (st.mode if st.mode is not None else 0o644)
         files.append(FileResult(t, st.data, mode, t.uid, t.gid, tuple(st.patches), tuple(st.steps)))
     image_digest = lock.image.digest if lock else (info.digest or rootfs_digest([(t.resolved, sha256_hex(t.data)) for t in targets.values()]))
-    record = record_bytes(queue, image_digest, info.ref, targets)
+    record = record_bytes(queue, image_digest, recorded_ref(info.ref), targets)
     files.append(FileResult(record_target, record, record_target.mode if record_target.data is not None else 0o644, record_target.uid, record_target.gid, ()))
     files.sort(key=lambda f: f.resolved)
     return ApplyResult(info, queue.series_sha256, tuple(queue.names), tuple(files), lock is not None, tuple(notes))

@@ -15,7 +15,13 @@ from ..queue.queue import Queue
 from .result import RECORD_PATH
 
 
-def record_bytes(queue: Queue, image_digest: str | None, image_ref: str, targets: dict[str, TargetFile]) -> bytes:
+def recorded_ref(ref: str) -> str | None:
+    """The reference the record keeps: a registry's (the same on every machine), never a local path,
+    so the same queue on the same image digest gives the same record (and layer) bytes anywhere."""
+    return ref if ref.startswith("docker://") else None
+
+
+def record_bytes(queue: Queue, image_digest: str | None, image_ref: str | None, targets: dict[str, TargetFile]) -> bytes:
     """What was applied, reproducible (no timestamps)."""
     doc = {
         "imgquilt_version": __version__,

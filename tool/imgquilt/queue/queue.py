@@ -31,7 +31,7 @@ def find_queue(explicit: str | os.PathLike | None = None, cwd: Path | None = Non
             return d
     raise QueueNotFound(
         f"No queue found: no `series` file in {here} or above.",
-        hint="Run inside a queue directory, pass --queue DIR, or set IMGQUILT_QUEUE (create one with `imgquilt new`).",
+        hint="Run inside a queue directory, pass --queue DIR, or set IMGQUILT_QUEUE (create one with `imgquilt init`).",
     )
 
 

@@ -9,13 +9,13 @@
     state       the journal (state.json) and the state directory
     backup      the copy of the queue taken at the start; --abort puts it back
     finish      verify the rebased queue on the new image, write it, end the rebase
-    loop        start / continue / abort
+    loop        start / continue / skip / abort
     report      per-file and per-patch outcomes, the report and its JSON
 """
 from __future__ import annotations
 
 from ..work import WORK_DIR
-from .loop import abort_rebase, continue_rebase, start_rebase
+from .loop import abort_rebase, continue_rebase, skip_rebase, start_rebase
 from .moves import find_moved, image_listing
 from .options import Opener, RebaseOptions, parse_map
 from .report import CONFLICT, MERGED, MOVED, STATES, UNCHANGED, UPSTREAM, FileOutcome, PatchOutcome, RebaseReport, patch_state
@@ -24,5 +24,5 @@ from .state import REBASE_DIR, STATE_VERSION, rebase_in_progress
 __all__ = [
     "CONFLICT", "MERGED", "MOVED", "REBASE_DIR", "STATES", "STATE_VERSION", "UNCHANGED", "UPSTREAM", "WORK_DIR",
     "FileOutcome", "Opener", "PatchOutcome", "RebaseOptions", "RebaseReport",
-    "abort_rebase", "continue_rebase", "find_moved", "image_listing", "parse_map", "patch_state", "rebase_in_progress", "start_rebase",
+    "abort_rebase", "continue_rebase", "find_moved", "image_listing", "parse_map", "patch_state", "rebase_in_progress", "skip_rebase", "start_rebase",
 ]

@@ -104,7 +104,7 @@ def finish_patch(st: RebaseState, store: ObjectStore, patch: Patch, sections: li
     if any(r in dropped_names for r in reqs):
         kept = [r for r in reqs if r not in dropped_names]
         header = header.with_field("Requires", ", ".join(kept) if kept else None)
-        notes.append("Requires no longer names " + ", ".join(r for r in reqs if r in dropped_names) + " (dropped as merged upstream).")
+        notes.append("Requires no longer names " + ", ".join(r for r in reqs if r in dropped_names) + " (dropped from series).")
     outcomes = [s.outcome for s in sections]
     state = patch_state(outcomes)
     raws: list[bytes] = []

@@ -16,13 +16,14 @@ from ..errors import BadInput, BaseDrift, ImgquiltError, RebaseConflict, UsageEr
 from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.queue import Queue, load_queue
 from ..store import ObjectStore
+from ..util.gitexe import require_git
 from ..work import WorkTree
 from .backup import backup, backup_queue, restore
 from .carry import finish_patch, rebase_section
 from .finish import finish
 from .moves import plan_paths
 from .options import Opener, RebaseOptions
-from .report import CONFLICT, RebaseReport
+from .report import CONFLICT, PatchOutcome, RebaseReport, patch_state
 from .resolve import take_resolutions
 from .state import (
     CarriedSection, RebaseState, clear_leftovers, load_state, rebase_in_progress, remove_state, save_state, state_dir,
@@ -47,6 +48,7 @@ def _fill_from_old(q: Queue, store: ObjectStore, ref: str, opener: Opener, platf
 
 def start_rebase(root: Path, opts: RebaseOptions, opener: Opener) -> RebaseReport:
     """Begin a rebase of the queue at `root` onto `opts.new_ref` and run it as far as it goes."""
+    require_git("rebase")  # before any state exists: merges need `git merge-file`
     if rebase_in_progress(root):
         raise UsageError(
             "A rebase is already in progress.",
@@ -136,6 +138,7 @@ def _advance(root: Path, st: RebaseState, opener: Opener) -> RebaseReport:
 
 def continue_rebase(root: Path, opener: Opener) -> RebaseReport:
     """Take the resolved work-tree files of the stopped patch, then go on."""
+    require_git("rebase --continue")
     st = load_state(root)
     if st.phase != "conflict" or st.current is None:
         # an interrupted run or finish: redo from the journal
@@ -153,6 +156,33 @@ def _resolve_and_go_on(root: Path, st: RebaseState, opener: Opener) -> RebaseRep
     finish_patch(st, store, patch, resolved, strip)
     st.phase = "running"
     save_state(root, st)  # journal the resolution before its files leave the work tree
+    release_work(root, st, [s.outcome.path for s in sections if s.outcome.state == CONFLICT])
+    save_state(root, st)
+    return _advance(root, st, opener)
+
+
+def skip_rebase(root: Path, opener: Opener) -> RebaseReport:
+    """Drop the conflicted patch from the rebased series (its files in the work tree are discarded), then go on."""
+    require_git("rebase --skip")
+    st = load_state(root)
+    if st.phase != "conflict" or st.current is None:
+        raise UsageError("The rebase is not stopped on a conflict: there is no patch to skip.",
+                         hint="`imgquilt rebase --continue` goes on, `imgquilt rebase --abort` gives up.")
+    return _guarded(_skip_and_go_on, root, st, opener)
+
+
+def _skip_and_go_on(root: Path, st: RebaseState, opener: Opener) -> RebaseReport:
+    name = st.current["name"]  # type: ignore[index]
+    sections = [CarriedSection.from_json(d) for d in st.current["sections"]]  # type: ignore[index]
+    outcomes = tuple(s.outcome for s in sections)
+    for s in sections:  # the old series moves past the patch; the new one stays where it is
+        st.old_chain[s.old_path] = s.outcome.old_patched
+    note = "Skipped (rebase --skip): dropped from series; the old version stays in git and in the backup until the rebase ends."
+    st.done.append({**PatchOutcome(name, patch_state(outcomes), outcomes, True, (note,)).to_json(), "raw_sha": None})
+    st.next += 1
+    st.current = None
+    st.phase = "running"
+    save_state(root, st)
     release_work(root, st, [s.outcome.path for s in sections if s.outcome.state == CONFLICT])
     save_state(root, st)
     return _advance(root, st, opener)

@@ -200,8 +200,8 @@ def _read_current(root: Path, changed: list[FileResult]) -> dict[str, TargetFile
     cur = RootfsSource(root).read_targets([f.target.path for f in changed])
     for f in changed:
         now = cur[f.target.path]
-        if now.data == f.target.data or now.data == f.final:
-            continue
+        if now.data == f.target.data or now.data == f.final or f.target.path == RECORD_PATH:
+            continue  # the record is imgquilt's own, never a target the series verifies
         raise BaseDrift(
             f"Refused: {f.target.path} (resolved: {now.resolved}) in {root} has sha256 {sha256_hex(now.data)}, "
             f"but the verified base is {sha256_hex(f.target.data)}; nothing was written.",

@@ -26,7 +26,7 @@ class Refreshed:
     changed: bool
 
 
-def _after(wt: WorkTree, applied: list[str], index: int, t: Tracked) -> FileState:
+def after(wt: WorkTree, applied: list[str], index: int, t: Tracked) -> FileState:
     """The content of t's file right after applied[index]: the next snapshot above it, else the work copy."""
     for name in applied[index + 1 :]:
         for u in wt.snapshot(name):
@@ -56,7 +56,7 @@ def compute(wt: WorkTree, name: str) -> tuple[Patch, Patch]:
     for path in order:
         t = by_path[path]
         old = wt.blob(t.sha256, what=f"{path} before {name}")
-        now = _after(wt, applied, index, t)
+        now = after(wt, applied, index, t)
         if sha256_hex(old) == sha256_hex(now.data):
             continue
         mode = None
@@ -81,7 +81,7 @@ def unrefreshed(wt: WorkTree, name: str) -> list[str]:
     dirty = [p for p in sections if p not in {t.path for t in snap}]
     for t in snap:
         want = sections[t.path].patched_sha256 if t.path in sections else t.sha256
-        if sha256_hex(_after(wt, applied, index, t).data) != want:
+        if sha256_hex(after(wt, applied, index, t).data) != want:
             dirty.append(t.path)
     return sorted(dirty)
 

@@ -19,6 +19,7 @@ from . import push as _push
 from . import refresh as _refresh
 from . import series_edit as _series_edit
 from . import track as _track
+from . import unrefreshed as _unrefreshed
 from .bases import Bases, SourceOpener
 from .files import WORK_DIR, FileState, WorkFiles
 from .queuefiles import QueueFiles
@@ -189,6 +190,26 @@ class WorkTree:
 
     def diff(self, name: str | None = None) -> Patch:
         return _refresh.diff(self, name)
+
+    def diff_unrefreshed(self, name: str | None = None) -> Patch:
+        return _unrefreshed.diff_unrefreshed(self, name)
+
+    def revert(self, paths: list[str]) -> tuple[str, list[str]]:
+        return _unrefreshed.revert(self, paths)
+
+    def remove(self, paths: list[str]) -> tuple[str, list[str]]:
+        return _unrefreshed.remove(self, paths)
+
+    def files_of(self, name: str | None = None) -> tuple[str, list[str]]:
+        return _unrefreshed.files(self, name)
+
+    def next(self) -> str | None:
+        """The next patch to push (None when every patch is applied)."""
+        return _unrefreshed.neighbour(self, 1)
+
+    def previous(self) -> str | None:
+        """The patch below the top (None with fewer than two applied)."""
+        return _unrefreshed.neighbour(self, -1)
 
     def push(self, target: str | None = None, *, all: bool = False, count: int | None = None) -> list[_push.Pushed]:
         return _push.push(self, target, all=all, count=count)

@@ -1,0 +1,391 @@
+"""imgquilt's Python API: the verbs of the command line as functions, for scripts and CI.
+
+Every function takes the queue directory as `queue` (a path; None: IMGQUILT_QUEUE, else the nearest
+directory at or above the current one holding `series`, as the CLI finds it), returns frozen
+dataclasses, and raises the error tree of `imgquilt.errors` (each error carries the exit code the CLI
+would use: `exc.exit_code`, a `message` and a `hint`). The CLI calls these functions and only renders
+what they return, so both say the same. Stable: names and fields are only added to.
+
+    >>> from imgquilt import api
+    >>> q = api.load_queue("path/to/queue")
+    >>> applied = api.apply(q.root, layer="fix.tar.gz")   # image from targets.lock
+    >>> applied.outputs["layer"]["digest"]
+
+A stopped rebase is a result, not an error: `rebase()` returns a report whose `status` is
+"stopped" (the CLI then exits 4); the report names the conflicted files to resolve.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
+
+from .errors import BadInput, ImgquiltError, NotLive, QueueProblems, UsageError
+from .verbs.init import InitResult as Initialized, init_queue
+
+if TYPE_CHECKING:
+    from .audit import AuditReport, PatchAudit
+    from .engine.result import ApplyResult
+    from .fs.types import Source
+    from .history import History
+    from .queue.queue import Queue
+    from .rebase import RebaseReport
+    from .work import ImportItem, Imported
+
+__all__ = [
+    "Applied", "Audit", "CheckResult", "Initialized", "Locked", "Progress", "RebaseAborted",
+    "apply", "audit", "check", "import_items", "import_patches", "init", "load_queue", "lock",
+    "rebase", "rebase_abort", "rebase_continue", "rebase_skip", "rebase_status",
+]
+
+Progress = Callable[[int, int, str], None]
+"""Called as each image layer starts to be read: (index from the top, count, digest)."""
+
+
+# --- values -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CheckResult:
+    """The lint of a queue (and, with an image, the verification apply would make).
+
+    `error` is the error the CLI exits with when `ok` is False (QueueProblems: 6, drift: 3, ...).
+    """
+
+    problems: tuple[str, ...]
+    patches: tuple[str, ...]
+    error: ImgquiltError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class Locked:
+    """The targets.lock written: where, the image it pins and how many targets."""
+
+    path: Path
+    ref: str
+    digest: str
+    platform: str | None
+    series_sha256: str
+    targets: int
+    patches: int
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A verified apply and what it wrote, per output kind ("layer", "image", "root", "overlay")."""
+
+    result: ApplyResult
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Audit:
+    """The states of the queue's patches in a filesystem, the queue's git history if asked.
+
+    `error` (NotLive, exit 5) when some patch is not in the `expect`ed state.
+    """
+
+    report: AuditReport | None
+    history: History | None
+    expect: str
+    failing: tuple[PatchAudit, ...] = ()
+    error: ImgquiltError | None = None
+
+
+@dataclass(frozen=True)
+class RebaseAborted:
+    """An aborted rebase: the report so far (None when it stopped before changing anything) and the files restored."""
+
+    report: RebaseReport | None
+    restored: tuple[str, ...]
+
+
+# --- the queue ----------------------------------------------------------------------------------
+def queue_root(queue: str | os.PathLike[str] | None = None) -> Path:
+    """The queue directory: `queue`, else IMGQUILT_QUEUE, else the nearest with a `series` file."""
+    from .queue.queue import find_queue
+
+    return find_queue(queue)
+
+
+def load_queue(queue: str | os.PathLike[str] | None = None) -> Queue:
+    """The queue, parsed: series, every listed patch, the lock (`.lock()`)."""
+    from .queue.queue import load_queue as _load
+
+    return _load(queue_root(queue))
+
+
+def init(path: str | os.PathLike[str] = ".") -> Initialized:
+    """Make a queue in `path`: `series`, `patches/`, and a .gitignore for `.imgquilt/`. Keeps what exists;
+    a file in the way is BadInput, checked before anything is made."""
+    return init_queue(Path(path))
+
+
+def refuse_during_rebase(root: Path) -> None:
+    """A stopped rebase owns series, patches/ and the work tree until --continue or --abort."""
+    from .rebase.state import rebase_in_progress
+
+    if rebase_in_progress(root):
+        raise UsageError(
+            "A rebase is in progress in this queue.",
+            hint="See the conflicts with `imgquilt rebase --status`; resolve them, then `imgquilt rebase --continue`, "
+            "or give up with `imgquilt rebase --abort`.",
+        )
+
+
+# --- images -------------------------------------------------------------------------------------
+def cache_dir(root: Path | None) -> Path | None:
+    return root / ".imgquilt" / "cache" if root is not None else None
+
+
+def open_ref(ref: str, platform: str | None = None, *, root: Path | None = None, progress: Progress | None = None) -> Source:
+    """Open an image reference (or rootfs:DIR) for reading targets; `root`'s cache keeps copies and verified blobs."""
+    from .sources import open_source
+
+    source = open_source(ref, platform=platform, cache_dir=cache_dir(root))
+    if progress is not None and hasattr(source, "on_layer"):
+        source.on_layer = progress
+    return source
+
+
+def pick_ref(image: str | None, lock_ref: str | None) -> str:
+    if image:
+        return image
+    if lock_ref:
+        return lock_ref
+    raise UsageError("No image given and no targets.lock to take one from.", hint="Pass --image REF.")
+
+
+# --- verbs --------------------------------------------------------------------------------------
+def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, platform: str | None = None,
+          progress: Progress | None = None) -> CheckResult:
+    """Lint the queue; with `image`, also verify the whole series on it (drift is exit 3, as in apply)."""
+    from .queue.check import check_queue
+
+    root = queue_root(queue)
+    problems, patches = check_queue(root)
+    failure: ImgquiltError | None = QueueProblems(problems) if problems else None
+    if image and not problems:
+        from .engine.plan import plan_apply
+
+        q = load_queue(root)
+        try:
+            plan_apply(q, open_ref(image, platform, root=root, progress=progress), q.lock())
+        except ImgquiltError as exc:  # the refusal apply would meet, with its exit code
+            failure = exc
+            found = getattr(exc, "problems", None)
+            problems = [p.render() for p in found] if found else [exc.message]
+    return CheckResult(tuple(problems), tuple(p.name for p in patches), failure)
+
+
+def lock(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, platform: str | None = None,
+         progress: Progress | None = None) -> Locked:
+    """Verify the series on the image (`image`, else the one targets.lock pins) and write targets.lock."""
+    from .queue.lock import render_lock
+    from .util.atomic import atomic_write
+    from .verbs.lock import lock_queue
+
+    q = load_queue(queue)
+    refuse_during_rebase(q.root)
+    old = q.lock()
+    ref = pick_ref(image, old.image.ref if old else None)
+    new = lock_queue(q, open_ref(ref, platform, root=q.root, progress=progress), ref)
+    atomic_write(q.lock_path, render_lock(new))
+    return Locked(q.lock_path, ref, new.image.digest, new.image.platform, new.series_sha256, len(new.targets), len(q.patches))
+
+
+def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, layer: str | os.PathLike[str] | None = None,
+          output_image: str | None = None, root: str | os.PathLike[str] | None = None, overlay: str | os.PathLike[str] | None = None,
+          platform: str | None = None, locked: bool = False, python_check: bool = True, progress: Progress | None = None) -> Applied:
+    """Verify every base, apply the series in memory, verify every result, then write the outputs asked for.
+
+    The bases come from `image`, else from `root` (patched in place), else the image targets.lock pins.
+    With no output, it only verifies. Nothing is written unless everything verifies.
+    """
+    from .outputs import Outputs, apply_queue
+    from .sources import open_image
+
+    q = load_queue(queue)
+    pinned = q.lock()
+    root_dir = Path(root) if root is not None else None
+    ref = f"rootfs:{root_dir}" if image is None and root_dir is not None else pick_ref(image, pinned.image.ref if pinned else None)
+    source = open_ref(ref, platform, root=q.root, progress=progress)
+    outputs = Outputs(layer=Path(layer) if layer is not None else None, image=output_image, root=root_dir,
+                      overlay=Path(overlay) if overlay is not None else None)
+
+    def open_base():
+        # reuse the image the source already opened (a skopeo transport would be copied twice)
+        return getattr(source, "image", None) or open_image(ref, platform=platform, cache_dir=cache_dir(q.root))
+
+    result, written = apply_queue(q, source, pinned, outputs, open_base, locked=locked, python_check=python_check)
+    return Applied(result, written)
+
+
+def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, root: str | os.PathLike[str] | None = None,
+          platform: str | None = None, history: bool = False, expect: Literal["live", "pending"] = "live",
+          progress: Progress | None = None) -> Audit:
+    """The state of each patch and file in an image (`image`, else the lock's) or a root filesystem (`root`,
+    e.g. /proc/PID/root of a running container); with `history`, when each patch entered and left the series."""
+    from .audit import LIVE, audit_source
+
+    if expect not in ("live", "pending"):
+        raise UsageError(f"expect must be live or pending, not {expect!r}.")
+    q = load_queue(queue)
+    pinned = q.lock()
+    source = _audit_source(q.root, image, Path(root) if root is not None else None, platform, pinned.image.ref if pinned else None, progress)
+    if source is None and not history:
+        raise UsageError("No image given and no targets.lock to take one from.", hint="Pass --image REF or --root DIR.")
+    hist = None
+    if history:
+        from .history import queue_history
+
+        hist = queue_history(q.root, q.names)
+    report = audit_source(q, source) if source is not None else None
+    failing = tuple(p for p in report.patches if p.state != expect) if report is not None else ()
+    error = None
+    if failing:
+        names = ", ".join(f"{p.name} ({p.state})" for p in failing)
+        hint = ("Apply the queue (`imgquilt apply`), or carry it onto this image (`imgquilt rebase`)." if expect == LIVE
+                else "This filesystem already carries changes of the queue.")
+        error = NotLive(f"{len(failing)} of {len(report.patches)} patch(es) are not {expect}: {names}.", hint=hint)  # type: ignore[union-attr]
+    return Audit(report, hist, expect, failing, error)
+
+
+def _audit_source(qroot: Path, image: str | None, root: Path | None, platform: str | None, lock_ref: str | None,
+                  progress: Progress | None) -> Source | None:
+    if image and root:
+        raise UsageError("Give --image or --root, not both.")
+    if root is not None:
+        from .rootfs.source import RootfsSource
+
+        if not root.is_dir():
+            raise UsageError(f"--root {root}: not a directory.")
+        return RootfsSource(root, ref=f"rootfs:{root}")
+    ref = image or lock_ref
+    return open_ref(ref, platform, root=qroot, progress=progress) if ref else None
+
+
+def _opener(root: Path, progress: Progress | None):
+    return lambda ref, platform: open_ref(ref, platform, root=root, progress=progress)
+
+
+def rebase(queue: str | os.PathLike[str] | None = None, *, image: str, from_ref: str | None = None, maps: Sequence[str] = (),
+           keep_empty: bool = False, platform: str | None = None, progress: Progress | None = None) -> RebaseReport:
+    """Carry the queue onto `image` with 3-way merges. status "done", or "stopped" on a conflict.
+
+    `maps`: "OLD=NEW" target paths or directory prefixes that moved. Needs git on PATH (GitMissing, exit 6).
+    """
+    from .rebase import RebaseOptions, parse_map, rebase_in_progress, start_rebase
+
+    root = queue_root(queue)
+    if not image:
+        if rebase_in_progress(root):
+            raise UsageError("A rebase is in progress.", hint="Resolve the conflicts (`imgquilt rebase --status` lists them), "
+                             "then `imgquilt rebase --continue`; or `imgquilt rebase --abort`.")
+        raise UsageError("Which image? Pass --image NEWREF.", hint="Example: imgquilt rebase --image oci:vllm:0.10.2")
+    opts = RebaseOptions(image, platform, from_ref, keep_empty, tuple(parse_map(m) for m in maps))
+    return start_rebase(root, opts, _opener(root, progress))
+
+
+def rebase_continue(queue: str | os.PathLike[str] | None = None, *, progress: Progress | None = None) -> RebaseReport:
+    """Take the resolved files of the stopped patch from .imgquilt/work/ and go on."""
+    from .rebase import continue_rebase
+
+    root = queue_root(queue)
+    return continue_rebase(root, _opener(root, progress))
+
+
+def rebase_skip(queue: str | os.PathLike[str] | None = None, *, progress: Progress | None = None) -> RebaseReport:
+    """Drop the conflicted patch from the rebased series and go on."""
+    from .rebase import skip_rebase
+
+    root = queue_root(queue)
+    return skip_rebase(root, _opener(root, progress))
+
+
+def rebase_abort(queue: str | os.PathLike[str] | None = None) -> RebaseAborted:
+    """Restore series, patches/ and targets.lock as they were before the rebase."""
+    from .rebase import abort_rebase
+
+    report, restored = abort_rebase(queue_root(queue))
+    return RebaseAborted(report, tuple(restored))
+
+
+def rebase_status(queue: str | os.PathLike[str] | None = None) -> RebaseReport:
+    """Where a stopped (or interrupted) rebase stands: each patch so far, the conflicted files."""
+    from .rebase.state import load_state
+
+    st = load_state(queue_root(queue))
+    return st.report("stopped" if st.phase == "conflict" else st.phase)
+
+
+def import_items(files: Sequence[str | os.PathLike[str]], *, name: str | None = None, strip: int = 1,
+                 series: str | os.PathLike[str] | None = None) -> list[ImportItem]:
+    """What to import: each file (a multi-mail `git format-patch --stdout` file gives one patch per mail),
+    or every patch a quilt `series` file lists, with its -pN."""
+    from .importer import mail_subject_name, split_mbox
+    from .queue.series import parse_series
+    from .work import ImportItem
+
+    if strip < 0:
+        raise UsageError("-p wants a number >= 0.")
+    items: list[ImportItem] = []
+    if series is not None:
+        if files or name:
+            raise UsageError("--series imports the patches that series lists; give no FILE and no -P with it.")
+        sfile = Path(series)
+        if sfile.is_dir():
+            sfile = sfile / "series"
+        for e in parse_series(_read(sfile), source=str(sfile)):
+            f = sfile.parent / e.name
+            items.append(ImportItem(e.name, _read(f), e.strip, str(f)))
+        if not items:
+            raise UsageError(f"{sfile} lists no patch.")
+        return items
+    if not files:
+        raise UsageError("Name a patch FILE to import, or --series DIR/series.")
+    if name and len(files) > 1:
+        raise UsageError("-P NAME names one imported patch; give one FILE with it.")
+    for f in map(str, files):
+        data = _read(Path(f))
+        mails = split_mbox(data)
+        if len(mails) > 1:
+            if name:
+                raise UsageError(f"{f} holds {len(mails)} mails (git format-patch --stdout); -P cannot name them all.")
+            items += [ImportItem(mail_subject_name(m, k), m, strip, f"{f} (mail {k})") for k, m in enumerate(mails, 1)]
+            continue
+        items.append(ImportItem(name or Path(f).name, data, strip, f))
+    return items
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise BadInput(f"{path} does not exist.") from None
+    except IsADirectoryError:
+        raise BadInput(f"{path} is a directory.", hint="For a quilt patches directory, pass --series DIR/series.") from None
+
+
+def import_patches(files: Sequence[str | os.PathLike[str]] = (), *, queue: str | os.PathLike[str] | None = None,
+                   name: str | None = None, strip: int = 1, series: str | os.PathLike[str] | None = None,
+                   fields: Sequence[tuple[str, str | None]] = (), replace: bool = False, check_git_index: bool = True,
+                   image: str | None = None, platform: str | None = None) -> tuple[Imported, ...]:
+    """Import patches (diff -u, git diff, format-patch mails, a quilt series) after the top patch, in the
+    imgquilt format with real hashes. All or nothing. Bases: the work tree, else `image`, else the lock's."""
+    from .queue.lock import read_lock
+    from .work import WorkTree
+
+    items = import_items(files, name=name, strip=strip, series=series)
+    root = queue_root(queue)
+    refuse_during_rebase(root)
+
+    def opener():
+        pinned = read_lock(root / "targets.lock")
+        return open_ref(pick_ref(image, pinned.image.ref if pinned else wt.remembered_image()), platform, root=root)
+
+    wt = WorkTree(root, open_image=opener, image_explicit=image is not None)
+    return tuple(wt.import_patches(items, fields=list(fields), replace=replace, check_git_index=check_git_index))

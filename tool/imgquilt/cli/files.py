@@ -1,0 +1,60 @@
+"""The files of a patch: files, remove, revert. Parse, call imgquilt.work, render."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from .common import G, emit_json, say, tree
+
+
+def files_cmd(patch: Optional[str] = typer.Argument(None, metavar="PATCH", help="A patch in series (default: the top).")) -> None:
+    """List the files a patch touches (while applied: every file it tracks).
+
+    \b
+    Examples:
+      imgquilt files
+      imgquilt files 0003-app-config-longer-timeouts.patch
+    """
+    name, paths = tree(guard=False).files_of(patch)
+    if G.json:
+        emit_json({"patch": name, "files": paths})
+        return
+    for p in paths:
+        say(p)
+
+
+def _each(paths: list[str], top: str, hit: list[str], doc: dict, yes: str, no: str) -> None:
+    """One line per named file: `yes` for the ones the verb acted on, `no` for the others."""
+    if G.json:
+        emit_json({"patch": top, **doc})
+        return
+    for p in dict.fromkeys(paths):
+        say((yes if p in hit else no).format(path=p, top=top))
+
+
+def remove_cmd(paths: List[str] = typer.Argument(..., metavar="FILE", help="Image paths the top patch tracks.")) -> None:
+    """Untrack files from the top patch: restore them as they were before it and drop their sections.
+
+    \b
+    Example:
+      imgquilt remove etc/svc.conf
+    """
+    top, dropped = tree().remove(paths)
+    _each(paths, top, dropped, {"removed": list(dict.fromkeys(paths)), "sections_dropped": dropped},
+          "File {path} removed from patch {top} (its section left the patch file).", "File {path} removed from patch {top}.")
+
+
+def revert_cmd(paths: List[str] = typer.Argument(..., metavar="FILE", help="Image paths the top patch tracks.")) -> None:
+    """Discard changes not refreshed into the top patch: put the files back to what the patch file says.
+
+    \b
+    Example:
+      imgquilt revert etc/svc.conf
+    """
+    top, changed = tree().revert(paths)
+    _each(paths, top, changed, {"reverted": changed},
+          "Changes to {path} in patch {top} reverted.", "File {path} in patch {top} has no changes to revert.")
+
+
+COMMANDS = {"files": files_cmd, "remove": remove_cmd, "revert": revert_cmd}
