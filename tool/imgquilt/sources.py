@@ -11,6 +11,7 @@ from typing import Protocol, runtime_checkable
 from .errors import BadImage
 from .fs.types import Source
 from .image.image_source import ImageSource
+from .cache.layers import LayerCache, cache_disabled
 from .image.layers.blobio import VerifiedBlobs
 from .image.model import Image
 from .image.reference import open_transport, resolve_ref
@@ -34,7 +35,8 @@ def open_source(ref: str, *, platform: str | None = None, cache_dir: Path | None
         return RootfsSource(root, ref=ref)
     image = open_transport(parsed, platform=platform, cache_dir=cache_dir)
     kind = "tar" if parsed.transport == "tar" else "image"
-    return ImageSource(image, kind=kind, verified=VerifiedBlobs(cache_dir), ref=ref)
+    return ImageSource(image, kind=kind, verified=VerifiedBlobs(cache_dir), ref=ref,
+                       layer_cache=None if cache_disabled() else LayerCache())
 
 
 def open_image(ref: str, *, platform: str | None = None, cache_dir: Path | None = None) -> Image:
