@@ -63,6 +63,9 @@ for module in (apply_cmds, audit_cmds, rebase_cmds, work_cmds):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ..util.fastparams import install
+
+    install()  # plain options without pydantic: start-up time
     args = hoist_globals(list(sys.argv[1:] if argv is None else argv))
     try:
         rv = app(args=args, prog_name="imgquilt", standalone_mode=False)
