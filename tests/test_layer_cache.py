@@ -3,12 +3,14 @@ gives the same bytes as a cold one, and a damaged cache entry is detected and re
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from imagetools import build_oci, file, hardlink, skopeo_copy, symlink, whiteout
 from imgquilt.cache.layers import LayerCache
+from imgquilt.errors import DigestMismatch
 from imgquilt.sources import open_source
 from qtools import imgquilt, write_patch
 
@@ -116,16 +118,21 @@ def test_cli_two_queues_share_the_index_and_write_the_same_bytes(image: Path, tm
     assert off.read_bytes() == cold.read_bytes()
 
 
-def test_warm_run_does_not_open_the_blobs(image: Path, tmp_path: Path, monkeypatch) -> None:
+def test_a_new_copy_is_hashed_not_decompressed_and_a_damaged_one_refused(image: Path, tmp_path: Path,
+                                                                          monkeypatch) -> None:
     monkeypatch.setenv("IMGQUILT_CACHE_DIR", str(tmp_path / "cache"))
     cold, _ = _read(f"oci:{image}:latest")
-    blobs = image / "blobs" / "sha256"
-    manifest = json.loads((blobs / json.loads((image / "index.json").read_text())["manifests"][0]["digest"][7:]).read_text())
-    for layer in manifest["layers"]:  # garbage of the same size: reading any of it would fail the digest
-        blob = blobs / layer["digest"][7:]
-        size = blob.stat().st_size
-        blob.unlink()
-        blob.write_bytes(b"\0" * size)
-    warm, stats = _read(f"oci:{image}:latest")
-    assert warm == cold and stats.layers_scanned == []
-    assert LayerCache(tmp_path / "cache").load(manifest["layers"][0]["digest"]) is not None
+    copy = tmp_path / "copy"
+    shutil.copytree(image, copy)  # other files: not known to be verified
+    warm, stats = _read(f"oci:{copy}:latest")
+    assert warm == cold and stats.layers_scanned == [] and stats.second_passes == []
+    blobs = copy / "blobs" / "sha256"
+    manifest = json.loads((blobs / json.loads((copy / "index.json").read_text())["manifests"][0]["digest"][7:]).read_text())
+    top = blobs / manifest["layers"][-1]["digest"][7:]
+    data = bytearray(top.read_bytes())
+    data[100] ^= 0xFF
+    top.unlink()
+    top.write_bytes(bytes(data))
+    with pytest.raises(DigestMismatch):
+        _read(f"oci:{copy}:latest")
+    assert LayerCache(tmp_path / "cache").load(manifest["layers"][-1]["digest"]) is not None  # the index is fine

@@ -32,7 +32,7 @@ from ..fs.paths import check_member_path
 from ..fs.resolve import resolve
 from ..fs.types import DirMeta, ImageInfo, Node, TargetFile
 from .layers.blob_layer import BlobLayer
-from .layers.blobio import FileRange, VerifiedBlobs
+from .layers.blobio import FileRange, HashingRange, VerifiedBlobs, fingerprint
 from .layers.index_codec import dump_index, load_index
 from .layers.layer_index import DIR, FILE, HARDLINK, OTHER, SYMLINK, Rec, scan_layer
 from .layers.merged_view import UNKNOWN, Absent, Deletion, Found, MergedView
@@ -310,8 +310,25 @@ class ImageSource:
         if index is None:
             self._cache.forget(digest)  # not this layer's index: read the layer again, index it anew
             return False
+        if not self._check_blob(position, digest):
+            return False
         self._view.add(index)
         self.stats.layers_from_cache.append(self._label(position))
+        return True
+
+    def _check_blob(self, position: int, digest: str) -> bool:
+        """The local blob must be the one the index describes: hashed (never decompressed) unless this
+        file, unchanged, was verified before. False: only decompressing can check it (a compressed
+        layer named by its diff_id), so the layer is read as if there were no index."""
+        layer = self._layers[position]
+        if self._verified.is_verified(digest, layer.location):
+            return True
+        if layer.verify != "blob" and layer.compression != "none":
+            return False
+        seen = fingerprint(layer.location.path)
+        with HashingRange(layer.location, digest, what=self._what(position)) as blob:
+            blob.drain()  # DigestMismatch (exit 6) on a damaged blob
+        self._verified.mark(digest, layer.location, seen)
         return True
 
     def _remember(self, sources: list[tuple[int, Rec]]) -> None:
