@@ -1,25 +1,26 @@
 #!/usr/bin/env python3
-"""Benchmark `imgquilt apply --layer` on a layered image of real files, against its floor and the
-baseline a user would script. Not a test: run it by hand (see bench/README.md).
+"""Benchmark `imgquilt apply --layer` and `audit` on a layered image of real files, cold and warm,
+against the floor and the baseline a user would script, and the inner loop (issue 11). Not a test:
+run it by hand (see bench/README.md).
 
-    python3 bench/bench_apply.py [--workdir /tmp/imgquilt-bench] [--reuse] [--json]
+    python3 bench/bench_apply.py [--workdir /tmp/imgquilt-bench] [--reuse] [--repeat N] [--json]
 
 1. builds an OCI image (>= 1 GB) from directories of this machine: one large layer of system
    libraries, /usr/share, the Python standard library, /etc; gzip layers (bench/build_image.py);
 2. writes a queue of patches against real files spread over those layers, plus one new file;
-3. times, in this one run:
-   - the floor: decompressing every layer to nowhere with isal, the fastest gzip here: its C gzip
-     reader and its `igzip.open`, the faster of the two being the floor (and `gzip -dc` for reference);
-   - the real CLI, `python3 -m imgquilt apply --image oci:IMG --layer fix.tar.gz`, in a process of
-     its own (start-up and imports included, bytecode cached as an install has it), without
-     imgquilt's cache and with the cache of verified blobs it keeps in the queue's .imgquilt/;
-   - the baseline: `umoci unpack` + `patch -p1` for each patch + `umoci repack`;
-   and prints them side by side with ratios. The floor and the two apply runs take turns, --repeat
-   rounds (default 5), and the best time of each is reported, since the machine may be busy with
-   other work; taking turns keeps a drift in its speed from favouring one step. The files the baseline
-   patched are checked against the hashes imgquilt reported, so both did the same work.
+3. times, in this one run, the steps taking turns for --repeat rounds (best of each reported):
+   - the floor: decompressing every layer to nowhere with isal (its C gzip reader and `igzip.open`;
+     the faster is the floor);
+   - the real CLI, `python3 -m imgquilt apply --image oci:IMG --layer fix.tar.gz` and `audit`, each
+     in a process of its own (start-up included, bytecode cached as an install has it): cold (empty
+     shared cache, no queue state) and warm (the shared cache as the cold run left it); the warm
+     and cold outputs are compared byte for byte, and each child's peak RSS is taken from wait4;
+   - the baseline: `umoci unpack` + `patch -p1` for each patch + `umoci repack` (--skip-baseline);
+4. the inner loop (bench/inner_loop.py): a 400-patch queue replayed from this repository's git
+   history, applied in place with and without the Python check; `top` and the other commands that
+   need no image on 50 of those patches (best of 10); a 1,000-patch series over 1,000 files verified.
 The page cache is warm for every step (the image was just built): the figures compare CPU and
-I/O paths, not cold disks.
+I/O paths, not cold disks. The shared cache lives in --workdir, never in the user's.
 """
 from __future__ import annotations
 
