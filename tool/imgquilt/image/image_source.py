@@ -19,6 +19,12 @@ member of a layer can replace an earlier one. A second pass over a layer verifie
 run (or, with a cache directory, in an earlier run) whose file is unchanged (same device, inode,
 size, mtime and ctime) does not hash again; it seeks straight to the member in an uncompressed
 blob, and stops after the member in a compressed one.
+
+The shared cache (cache.layers), when given: a layer read whole leaves its index there, under the
+digest it was verified against, and the bytes of the target files read leave them in its store.
+A later read of a layer with that digest (any image, transport or path) takes the index instead of
+scanning, after hashing the local blob unless it is known verified, and takes file bytes from the
+store; only a file the store lacks costs a second pass over its layer.
 """
 from __future__ import annotations
 
