@@ -22,6 +22,12 @@ os.environ["IMGQUILT_CACHE_DIR"] = _CACHE
 atexit.register(shutil.rmtree, _CACHE, True)
 
 
+@pytest.fixture(autouse=True)
+def _own_shared_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with an empty shared cache: what one test read never makes another's warm."""
+    monkeypatch.setenv("IMGQUILT_CACHE_DIR", str(tmp_path_factory.mktemp("shared-cache")))
+
+
 @pytest.fixture
 def cli_env(tmp_path: Path) -> dict[str, str]:
     env = dict(os.environ)
