@@ -31,6 +31,7 @@ PREFIX = "srv/app"  # where the repository's files lie in the rootfs
 @dataclass(frozen=True)
 class Run:
     seconds: float
+    cpu_seconds: float  # user + system of the child (less noisy than wall time on a shared machine)
     max_rss_kb: int
     code: int
     out: bytes
@@ -47,7 +48,7 @@ def run_child(cmd: list[str], env: dict[str, str], cwd: Path | None = None) -> R
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return Run(seconds, usage.ru_maxrss, p.returncode, out.read(), err.read())
+        return Run(seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, p.returncode, out.read(), err.read())
 
 
 def _git(repo: Path, *args: str) -> bytes:
