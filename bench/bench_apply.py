@@ -1,25 +1,26 @@
 #!/usr/bin/env python3
-"""Benchmark `imgquilt apply --layer` on a layered image of real files, against its floor and the
-baseline a user would script. Not a test: run it by hand (see bench/README.md).
+"""Benchmark `imgquilt apply --layer` and `audit` on a layered image of real files, cold and warm,
+against the floor and the baseline a user would script, and the inner loop (issue 11). Not a test:
+run it by hand (see bench/README.md).
 
-    python3 bench/bench_apply.py [--workdir /tmp/imgquilt-bench] [--reuse] [--json]
+    python3 bench/bench_apply.py [--workdir /tmp/imgquilt-bench] [--reuse] [--repeat N] [--json]
 
 1. builds an OCI image (>= 1 GB) from directories of this machine: one large layer of system
    libraries, /usr/share, the Python standard library, /etc; gzip layers (bench/build_image.py);
 2. writes a queue of patches against real files spread over those layers, plus one new file;
-3. times, in this one run:
-   - the floor: decompressing every layer to nowhere with isal, the fastest gzip here: its C gzip
-     reader and its `igzip.open`, the faster of the two being the floor (and `gzip -dc` for reference);
-   - the real CLI, `python3 -m imgquilt apply --image oci:IMG --layer fix.tar.gz`, in a process of
-     its own (start-up and imports included, bytecode cached as an install has it), without
-     imgquilt's cache and with the cache of verified blobs it keeps in the queue's .imgquilt/;
-   - the baseline: `umoci unpack` + `patch -p1` for each patch + `umoci repack`;
-   and prints them side by side with ratios. The floor and the two apply runs take turns, --repeat
-   rounds (default 5), and the best time of each is reported, since the machine may be busy with
-   other work; taking turns keeps a drift in its speed from favouring one step. The files the baseline
-   patched are checked against the hashes imgquilt reported, so both did the same work.
+3. times, in this one run, the steps taking turns for --repeat rounds (best of each reported):
+   - the floor: decompressing every layer to nowhere with isal (its C gzip reader and `igzip.open`;
+     the faster is the floor);
+   - the real CLI, `python3 -m imgquilt apply --image oci:IMG --layer fix.tar.gz` and `audit`, each
+     in a process of its own (start-up included, bytecode cached as an install has it): cold (empty
+     shared cache, no queue state) and warm (the shared cache as the cold run left it); the warm
+     and cold outputs are compared byte for byte, and each child's peak RSS is taken from wait4;
+   - the baseline: `umoci unpack` + `patch -p1` for each patch + `umoci repack` (--skip-baseline);
+4. the inner loop (bench/inner_loop.py): a 400-patch queue replayed from this repository's git
+   history, applied in place with and without the Python check; `top` and the other commands that
+   need no image on 50 of those patches (best of 10); a 1,000-patch series over 1,000 files verified.
 The page cache is warm for every step (the image was just built): the figures compare CPU and
-I/O paths, not cold disks.
+I/O paths, not cold disks. The shared cache lives in --workdir, never in the user's.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ sys.path.insert(0, str(REPO / "tool"))
 sys.path.insert(0, str(HERE))
 
 from build_image import BuiltImage, LayerPlan, build_image  # noqa: E402
+from inner_loop import Run, best, build_history_queue, build_synthetic, run_child, verify_in_memory  # noqa: E402
 from imgquilt.queue.patchfile import Header, build_patch, make_section  # noqa: E402
 
 LAYERS = (
@@ -156,15 +158,30 @@ def write_queue(queue: Path, targets: list[tuple[str, str, bytes]]) -> list[str]
 
 
 # --- the steps --------------------------------------------------------------------------------
-def imgquilt(queue: Path, pycache: Path, *args: str) -> dict:
-    """The real CLI, `python3 -m imgquilt ...`, as installed: with its bytecode cached (an install
-    compiles it; this environment may set PYTHONDONTWRITEBYTECODE, which would add the compile of
-    every module to every run)."""
+RSS: dict[str, int] = {}  # label -> peak RSS (KB) of the imgquilt child, the highest seen
+CPU: dict[str, float] = {}  # label -> CPU seconds (user + system) of the imgquilt child, the least seen
+
+
+def cli_env(pycache: Path, cache: Path) -> dict[str, str]:
+    """The real CLI as installed: bytecode cached (an install compiles it; this environment may set
+    PYTHONDONTWRITEBYTECODE, which would add the compile of every module to every run), and the
+    shared cache in the benchmark's own directory, never the user's."""
     env = dict(os.environ, PYTHONPATH=str(REPO / "tool") + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               PYTHONPYCACHEPREFIX=str(pycache))
+               PYTHONPYCACHEPREFIX=str(pycache), IMGQUILT_CACHE_DIR=str(cache))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    p = sh(sys.executable, "-m", "imgquilt", "--queue", str(queue), "--json", *args, env=env)
-    return json.loads(p.stdout)
+    env.pop("IMGQUILT_NO_CACHE", None)
+    return env
+
+
+def imgquilt(env: dict[str, str], *args: str, label: str = "", ok: tuple[int, ...] = (0,), cwd: Path | None = None) -> Run:
+    """`python3 -m imgquilt ...` in a process of its own; its peak RSS is kept under `label`."""
+    r = run_child([sys.executable, "-m", "imgquilt", *args], env, cwd)
+    if r.code not in ok:
+        raise SystemExit(f"imgquilt {' '.join(args)} exited {r.code}:\n{r.out.decode(errors='replace')}\n{r.err.decode(errors='replace')}")
+    if label:
+        RSS[label] = max(RSS.get(label, 0), r.max_rss_kb)
+        CPU[label] = min(CPU.get(label, float("inf")), r.cpu_seconds)
+    return r
 
 
 def decompress_isal(blobs: list[Path]) -> None:
@@ -215,8 +232,8 @@ def _goal(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
 
-def report(built: BuiltImage, patches: list[str], rows: list[Timing], floor: float, first: float, second: float,
-           baseline_s: float, agree: bool) -> str:
+def report(built: BuiltImage, patches: list[str], rows: list[Timing], floor: float, a_cold: float, a_warm: float,
+           u_cold: float, u_warm: float, baseline_s: float, agree: bool, same_bytes: bool, loop: dict) -> str:
     largest = max(built.layers, key=lambda l: l.tar_size)
     lines = [
         f"image    {built.ref}",
@@ -224,25 +241,43 @@ def report(built: BuiltImage, patches: list[str], rows: list[Timing], floor: flo
         f"largest '{largest.name}' {fmt_size(largest.tar_size)} tar / {fmt_size(largest.size)} gzip",
         f"queue    {len(patches)} patches: {', '.join(patches)}",
         "",
-        f"{'step':<52}{'seconds':>9}{'x floor':>10}",
-        "-" * 71,
+        f"{'step':<64}{'seconds':>9}{'x floor':>10}",
+        "-" * 83,
     ]
     for r in rows:
         ratio = f"{r.seconds / floor:.2f}x" if floor else "-"
-        lines.append(f"{r.label:<52}{r.seconds:>9.2f}{ratio:>10}" + (f"   {r.note}" if r.note else ""))
+        lines.append(f"{r.label:<64}{r.seconds:>9.2f}{ratio:>10}" + (f"   {r.note}" if r.note else ""))
+    lines += ["-" * 83, "inner loop", "-" * 83]
+    for r in loop["rows"]:
+        lines.append(f"{r.label:<64}{r.seconds:>9.3f}" + (f"   {r.note}" if r.note else ""))
+    by = {r.label: r.seconds for r in loop["rows"]}
+    h = loop["history"]
     lines += [
-        "-" * 71,
-        f"{'':<34}{'no cache':>10}{'cache':>10}",
-        f"{'imgquilt apply / floor':<34}{first / floor:>9.2f}x{second / floor:>9.2f}x"
-        f"   goal <= 1.5x: {_goal(max(first, second) <= 1.5 * floor)}",
+        "-" * 83,
+        f"cold apply / floor                {a_cold / floor:>6.2f}x   goal <= 1.3x: {_goal(a_cold <= 1.3 * floor)}",
+        f"warm apply                        {a_warm:>6.2f}s   goal < 0.5 s and >= 8x faster than cold ({a_cold / a_warm:.1f}x): "
+        f"{_goal(a_warm < 0.5 and a_cold >= 8 * a_warm)}",
+        f"warm audit                        {u_warm:>6.2f}s   goal < 0.5 s and >= 8x faster than cold ({u_cold / u_warm:.1f}x): "
+        f"{_goal(u_warm < 0.5 and u_cold >= 8 * u_warm)}",
+        f"warm and cold gave the same bytes (layer, audit JSON): {'yes' if same_bytes else 'NO'}",
+        f"Python check / --no-python-check  {h['check_cold_vs_no_check']:>6.2f}x no cached findings, "
+        f"{h['check_warm_vs_no_check']:.2f}x cached   goal <= 1.3x: {_goal(h['check_warm_vs_no_check'] <= 1.3)} (cached), "
+        f"{_goal(h['check_cold_vs_no_check'] <= 1.3)} (none cached)",
+        f"imgquilt top                      {by['imgquilt top (50-patch queue)']:>6.3f}s  goal < 0.12 s: "
+        f"{_goal(by['imgquilt top (50-patch queue)'] < 0.12)}",
+        f"1,000-patch series in memory      {by['1,000 patches over 1,000 files: verify in memory']:>6.3f}s  goal < 1 s: "
+        f"{_goal(by['1,000 patches over 1,000 files: verify in memory'] < 1)}",
+        "peak RSS (KB)                     " + ", ".join(f"{k}: {v:,}" for k, v in sorted(RSS.items()) if k.startswith("apply"))
+        + f"   goal < 150 MB: {_goal(all(v < 150_000 for k, v in RSS.items() if k.startswith('apply')))}",
+        "                                  " + ", ".join(f"{k}: {v:,}" for k, v in sorted(RSS.items()) if k.startswith("audit")),
+        "CPU seconds of the child, least seen (user + system; the machine's load does not inflate them as it does wall time):",
+        *(f"  {k:<40}{v:>7.3f}" for k, v in CPU.items()),
     ]
     if baseline_s == baseline_s:  # not NaN: the baseline ran
-        lines.append(f"{'baseline / imgquilt apply':<34}{baseline_s / first:>9.1f}x{baseline_s / second:>9.1f}x"
-                     f"   goal >= 10x: {_goal(baseline_s >= 10 * max(first, second))}")
+        lines.append(f"baseline / cold apply             {baseline_s / a_cold:>6.1f}x")
+        lines.append(f"baseline and imgquilt patched the same bytes: {'yes' if agree else 'NO'}")
     else:
-        lines.append(f"{'baseline / imgquilt apply':<34}{'-':>10}{'-':>10}   (--skip-baseline)")
-    lines.append(f"baseline and imgquilt patched the same bytes: {'yes' if agree else 'NO'}"
-                 if baseline_s == baseline_s else "baseline not run: results not cross-checked")
+        lines.append("baseline not run (--skip-baseline): results not cross-checked")
     return "\n".join(lines)
 
 
@@ -253,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse", action="store_true", help="reuse an image built by an earlier run in --workdir")
     ap.add_argument("--min-gb", type=float, default=1.0, help="refuse an image smaller than this (uncompressed)")
     ap.add_argument("--skip-baseline", action="store_true", help="do not run umoci unpack/patch/repack")
+    ap.add_argument("--skip-gzip", action="store_true", help="do not time gzip -dc (slow; for reference only)")
     ap.add_argument("--repeat", type=int, default=5, help="rounds of the floor and apply runs; the best is reported")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
     args = ap.parse_args(argv)
@@ -287,30 +323,49 @@ def main(argv: list[str] | None = None) -> int:
 
     blobs = [l.blob for l in built.layers]
     pycache = work / "pycache"
+    cache = work / "shared-cache"
+    env = cli_env(pycache, cache)
     rows: list[Timing] = []
-    say("timing: decompress (gzip -dc)")
-    gzip_dc = timed("decompress every layer, gzip -dc", lambda: decompress_gzip(blobs))
+    if not args.skip_gzip:
+        say("timing: decompress (gzip -dc)")
+        rows.append(timed("decompress every layer, gzip -dc", lambda: decompress_gzip(blobs)))
     say("timing: imgquilt lock")
-    lock = timed("imgquilt lock", lambda: imgquilt(queue, pycache, "lock", "--image", built.ref), "pins image and targets")
-    out = work / "fix.tar.gz"
-    result: dict = {}
+    lock = timed("imgquilt lock", lambda: imgquilt(env, "--queue", str(queue), "lock", "--image", built.ref),
+                 "pins image and targets")
+    outs = {"cold": work / "fix-cold.tar.gz", "warm": work / "fix-warm.tar.gz"}
+    results: dict[str, dict] = {}
+    audits: dict[str, bytes] = {}
 
-    def apply() -> None:
-        result.update(imgquilt(queue, pycache, "apply", "--image", built.ref, "--layer", str(out)))
+    def apply(kind: str):
+        def go() -> None:
+            r = imgquilt(env, "--queue", str(queue), "--json", "apply", "--image", built.ref, "--layer", str(outs[kind]),
+                         label=f"apply {kind}")
+            results[kind] = json.loads(r.out)
+        return go
 
-    def no_cache() -> None:
+    def audit(kind: str):
+        def go() -> None:
+            r = imgquilt(env, "--queue", str(queue), "--json", "audit", "--image", built.ref, label=f"audit {kind}", ok=(0, 5))
+            audits[kind] = r.out
+        return go
+
+    def cold() -> None:  # no shared cache, no queue state: the image is read as if for the first time
+        shutil.rmtree(cache, ignore_errors=True)
         shutil.rmtree(queue / ".imgquilt", ignore_errors=True)
 
-    # the floor and imgquilt take turns, so that both are measured on the machine as it is then
-    c_reader, igzip_open, first, second = interleaved([
+    # the floor and imgquilt take turns, so that all are measured on the machine as it is then
+    c_reader, igzip_open, a_cold, a_warm, u_cold, u_warm = interleaved([
         ("decompress every layer, isal C gzip reader", lambda: decompress_isal(blobs), None, ""),
         ("decompress every layer, isal igzip.open", lambda: decompress_igzip(blobs), None, ""),
-        ("imgquilt apply --layer (no imgquilt cache)", apply, no_cache, ""),
-        ("imgquilt apply --layer (cache of verified blobs)", apply, None, ""),
+        ("imgquilt apply --layer, cold (empty cache)", apply("cold"), cold, ""),
+        ("imgquilt apply --layer, warm", apply("warm"), None, ""),
+        ("imgquilt audit, cold (empty cache)", audit("cold"), cold, ""),
+        ("imgquilt audit, warm", audit("warm"), None, ""),
     ], args.repeat)
     floor = min(c_reader, igzip_open, key=lambda t: t.seconds)  # the faster isal way is the floor
     floor.note = "the floor; " + floor.note
-    rows += [c_reader, igzip_open, gzip_dc, lock, first, second]
+    rows = [c_reader, igzip_open, *rows, lock, a_cold, a_warm, u_cold, u_warm]
+    same_bytes = outs["cold"].read_bytes() == outs["warm"].read_bytes() and audits["cold"] == audits["warm"]
 
     agree = True
     baseline_s = float("nan")
@@ -329,23 +384,84 @@ def main(argv: list[str] | None = None) -> int:
         repack = timed("umoci repack", lambda: sh("umoci", "repack", "--image", f"{base / 'image'}:{built.tag}", str(bundle)))
         baseline_s = unpack.seconds + patch.seconds + repack.seconds
         rows += [unpack, patch, repack, Timing("baseline: unpack + patch + repack", baseline_s)]
-        agree = not check_same_result(bundle / "rootfs", result["files"])
+        agree = not check_same_result(bundle / "rootfs", results["cold"]["files"])
         shutil.rmtree(base, ignore_errors=True)
 
-    text = report(built, patches, rows, floor.seconds, first.seconds, second.seconds, baseline_s, agree)
+    loop = inner_loop(work, env, args.repeat)
+    text = report(built, patches, rows, floor.seconds, a_cold.seconds, a_warm.seconds, u_cold.seconds, u_warm.seconds,
+                  baseline_s, agree, same_bytes, loop)
     print(text)
     if args.json:
         print(json.dumps({
             "image": {"ref": built.ref, "layers": len(built.layers), "tar_bytes": built.tar_size, "gzip_bytes": built.size},
             "patches": patches,
-            "seconds": {r.label: round(r.seconds, 3) for r in rows},
-            "imgquilt_vs_floor": {"no_cache": round(first.seconds / floor.seconds, 3),
-                                  "cache": round(second.seconds / floor.seconds, 3)},
-            "baseline_vs_imgquilt": None if args.skip_baseline else {
-                "no_cache": round(baseline_s / first.seconds, 2), "cache": round(baseline_s / second.seconds, 2)},
+            "seconds": {r.label: round(r.seconds, 3) for r in rows + loop["rows"]},
+            "peak_rss_kb": RSS,
+            "cpu_seconds": {k: round(v, 3) for k, v in CPU.items()},
+            "apply_cold_vs_floor": round(a_cold.seconds / floor.seconds, 3),
+            "apply_cold_vs_warm": round(a_cold.seconds / a_warm.seconds, 1),
+            "audit_cold_vs_warm": round(u_cold.seconds / u_warm.seconds, 1),
+            "history_queue": loop["history"],
+            "baseline_vs_imgquilt": None if args.skip_baseline else round(baseline_s / a_cold.seconds, 2),
             "same_result": agree,
+            "same_bytes_warm_and_cold": same_bytes,
         }, indent=2))
-    return 0 if agree else 1
+    return 0 if agree and same_bytes else 1
+
+
+def inner_loop(work: Path, env: dict[str, str], repeat: int) -> dict:
+    """The history queue with and without the Python check, start-up, and a large synthetic series."""
+    rows: list[Timing] = []
+    hist = build_history_queue(REPO, work / "history")
+    say(f"history queue: {hist.patches} patches over {hist.files} files from {hist.steps} steps of this repository")
+    target = work / "history" / "target"
+    pycheck_cache = Path(env["IMGQUILT_CACHE_DIR"]) / "pycheck"
+
+    def fresh_root() -> None:
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(hist.rootfs, target, symlinks=True)
+
+    def apply_in_place(*extra: str):
+        return lambda: imgquilt(env, "--queue", str(hist.queue), "apply", "--root", str(target), *extra)
+
+    def no_findings() -> None:
+        fresh_root()
+        shutil.rmtree(pycheck_cache, ignore_errors=True)
+
+    no_check, check_cold, check_warm = interleaved([
+        (f"history queue ({hist.patches} patches) apply --root, --no-python-check", apply_in_place("--no-python-check"),
+         fresh_root, ""),
+        ("history queue apply --root, Python check, no cached findings", apply_in_place(), no_findings, ""),
+        ("history queue apply --root, Python check, findings cached", apply_in_place(), fresh_root, ""),
+    ], repeat)
+    rows += [no_check, check_cold, check_warm]
+
+    # start-up: the commands that need no image, on the first 50 patches of the history queue, pushed
+    small = work / "history" / "q50"
+    shutil.rmtree(small, ignore_errors=True)
+    shutil.copytree(hist.queue, small)
+    names = (small / "series").read_text().split()
+    (small / "series").write_text("".join(n + "\n" for n in names[:50]))
+    for n in names[50:]:
+        (small / "patches" / n).unlink()
+    imgquilt(env, "--queue", str(small), "push", "-a", "--image", f"rootfs:{hist.rootfs}")
+    for label, cmd in [("imgquilt --version", ["--version"]), ("imgquilt top (50-patch queue)", ["top"]),
+                       ("imgquilt applied", ["applied"]), ("imgquilt series", ["series"]),
+                       ("imgquilt check (no image)", ["check"]), ("imgquilt header", ["header"])]:
+        say(f"timing (best of 10): {label}")
+        seconds = best(lambda: imgquilt(env, "--queue", str(small), *cmd, ok=(0, 2, 6), label=label).seconds, 10)
+        rows.append(Timing(label, seconds, "best of 10"))
+
+    synth_q, synth_root = build_synthetic(work / "synthetic")
+    say("timing: 1,000-patch synthetic series")
+    rows.append(Timing("1,000 patches over 1,000 files: verify in memory", best(lambda: verify_in_memory(synth_q, synth_root), 3),
+                       "in process: load the queue, read, apply, verify; best of 3"))
+    rows.append(Timing("1,000 patches: imgquilt apply --image rootfs:DIR (verify only)",
+                       best(lambda: imgquilt(env, "--queue", str(synth_q), "apply", "--image", f"rootfs:{synth_root}").seconds, 3),
+                       "the CLI, start-up included; best of 3"))
+    return {"rows": rows, "history": {"patches": hist.patches, "files": hist.files, "steps": hist.steps,
+                                      "check_cold_vs_no_check": round(check_cold.seconds / no_check.seconds, 2),
+                                      "check_warm_vs_no_check": round(check_warm.seconds / no_check.seconds, 2)}}
 
 
 if __name__ == "__main__":

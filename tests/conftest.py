@@ -1,8 +1,11 @@
 """Shared fixtures: run the real console script, hash whole trees, build small queues."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,17 @@ TOOL = REPO / "tool"
 if str(TOOL) not in sys.path:
     sys.path.insert(0, str(TOOL))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# never share a user's cache: every run of imgquilt in the tests (in-process or not) gets this one
+_CACHE = tempfile.mkdtemp(prefix="imgquilt-test-cache-")
+os.environ["IMGQUILT_CACHE_DIR"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, True)
+
+
+@pytest.fixture(autouse=True)
+def _own_shared_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with an empty shared cache: what one test read never makes another's warm."""
+    monkeypatch.setenv("IMGQUILT_CACHE_DIR", str(tmp_path_factory.mktemp("shared-cache")))
 
 
 @pytest.fixture
@@ -36,5 +50,6 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
     env["PYTHONPATH"] = str(TOOL) + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("IMGQUILT_QUEUE", None)
     env["HOME"] = str(tmp_path / "home")
+    env["IMGQUILT_CACHE_DIR"] = str(tmp_path / "cache")
     env["COLUMNS"] = "200"
     return env

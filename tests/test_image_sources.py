@@ -425,12 +425,13 @@ def test_open_blob_raises_at_the_end_of_a_bad_blob(layout_copy):
             pass
 
 
-def test_verified_blobs_are_remembered_in_the_cache(tmp_path, layout_copy):
+def test_verified_blobs_are_remembered_in_the_cache(tmp_path, layout_copy, monkeypatch):
     recompress_layer(layout_copy, "v2", 2, None)
     cache = tmp_path / "cache"
+    monkeypatch.setenv("IMGQUILT_CACHE_DIR", str(tmp_path / "shared"))  # markers live in the shared cache
     source = open_source(f"oci:{layout_copy}:v2", cache_dir=cache)
     source.read_targets(["etc/app.conf"])
-    markers = list((cache / "verified").iterdir())
+    markers = list((tmp_path / "shared" / "verified").iterdir())
     assert len(markers) == 1
     # a second run trusts the unchanged blob (it may seek through it) and reads the same bytes
     again = open_source(f"oci:{layout_copy}:v2", cache_dir=cache).read_targets(["etc/app.conf"])

@@ -151,6 +151,15 @@ def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[],
     return written
 
 
+def python_memo():
+    """The shared cache's findings of the Python check (None when the cache is off)."""
+    from .cache.layers import cache_disabled
+    from .cache.pychecks import PyCheckResults
+    from .engine.pycheck import checker_version
+
+    return None if cache_disabled() else PyCheckResults(checker_version())
+
+
 def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Outputs, open_base: Callable[[], Image], *,
                 locked: bool = False, python_check: bool = True) -> tuple[ApplyResult, dict[str, dict[str, Any]]]:
     """The whole apply: check destinations, verify in memory, keep the bytes for rebase, write."""
@@ -159,7 +168,7 @@ def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Output
     check_destinations(outputs, source.info())
     # --root: lock it and recover a crashed apply before the plan reads it, so concurrent applies serialize
     with hold_root(outputs.root) as held:
-        result = plan_apply(queue, source, lock, locked=locked, python_check=python_check)
+        result = plan_apply(queue, source, lock, locked=locked, python_check=python_check, python_memo=python_memo())
         check_result(outputs, result)
         root = outputs.root
         if root is None or not queue.root.resolve().is_relative_to(root.resolve()):

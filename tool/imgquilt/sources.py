@@ -11,6 +11,8 @@ from typing import Protocol, runtime_checkable
 from .errors import BadImage
 from .fs.types import Source
 from .image.image_source import ImageSource
+from .cache import cache_root
+from .cache.layers import LayerCache, cache_disabled
 from .image.layers.blobio import VerifiedBlobs
 from .image.model import Image
 from .image.reference import open_transport, resolve_ref
@@ -34,7 +36,10 @@ def open_source(ref: str, *, platform: str | None = None, cache_dir: Path | None
         return RootfsSource(root, ref=ref)
     image = open_transport(parsed, platform=platform, cache_dir=cache_dir)
     kind = "tar" if parsed.transport == "tar" else "image"
-    return ImageSource(image, kind=kind, verified=VerifiedBlobs(cache_dir), ref=ref)
+    if cache_disabled():
+        return ImageSource(image, kind=kind, verified=VerifiedBlobs(cache_dir), ref=ref)
+    # blobs verified by any queue count for every queue: their markers live in the shared cache
+    return ImageSource(image, kind=kind, verified=VerifiedBlobs(cache_root()), ref=ref, layer_cache=LayerCache())
 
 
 def open_image(ref: str, *, platform: str | None = None, cache_dir: Path | None = None) -> Image:

@@ -12,7 +12,7 @@ from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.lock import Lock, LockTarget, rootfs_digest
 from ..queue.queue import Queue
 from .apply import HunkError, apply_hunks
-from .pycheck import new_python_errors
+from .pycheck import Memo, errors_of_many
 from .record import read_record_target, record_bytes, recorded_ref
 from .result import RECORD_PATH, ApplyResult, FileResult
 
@@ -54,6 +54,7 @@ class _FileState:
     broken: bool = False
     mode: int | None = None
     steps: list[tuple[str, str, str]] = field(default_factory=list)
+    chain: list = field(default_factory=list)  # (patch name, path as named, section) applied, in order
 
 
 NEXT_STEP = {
@@ -100,7 +101,8 @@ def deleted_note(source: Source, t: TargetFile) -> str:
     return f"It was deleted (whited out) by layer {layer}." if layer else ""
 
 
-def run_series(queue: Queue, targets: dict[str, TargetFile], *, source: Source | None = None, python_check: bool = True) -> tuple[dict[str, _FileState], list[Problem]]:
+def run_series(queue: Queue, targets: dict[str, TargetFile], *, source: Source | None = None, python_check: bool = True,
+               python_memo: Memo | None = None) -> tuple[dict[str, _FileState], list[Problem]]:
     """Apply every section in series order to the targets' bytes; collect every problem."""
     states: dict[str, _FileState] = {}
     for path, t in targets.items():
@@ -135,18 +137,48 @@ def run_series(queue: Queue, targets: dict[str, TargetFile], *, source: Source |
                 problems.append(Problem("result", patch.name, s.path, t.resolved, s.patched_sha256, got))
                 st.broken = True
                 continue
-            if python_check and result is not None and t.resolved.endswith(".py"):
-                errs = new_python_errors(st.data, result, t.resolved)
-                if errs:
-                    problems.append(Problem("python", patch.name, s.path, t.resolved, s.base_sha256, got, "; ".join(errs)))
-                    st.broken = True
-                    continue
             if s.is_new and s.mode is not None:
                 st.mode = s.mode
             st.data = result
             st.patches.append(patch.name)
             st.steps.append((patch.name, actual, got))
+            st.chain.append((patch.name, s.path, s))
+    if python_check:
+        problems += python_problems(states, python_memo)
     return states, problems
+
+
+def python_problems(states: dict[str, _FileState], memo: Memo | None) -> list[Problem]:
+    """Each patched .py file's final state against its base, once; the chain is walked only for a
+    file whose final state has an error its base had not, to name the patch that brought it."""
+    checked = [st for resolved, st in states.items()
+               if resolved.endswith(".py") and not st.broken and st.chain and st.data is not None
+               and st.data != st.target.data]
+    finals = errors_of_many(((st.data, st.target.resolved) for st in checked), memo)
+    suspects = [st for st in checked if finals[sha256_hex(st.data)]]
+    bases = errors_of_many(((st.target.data, st.target.resolved) for st in suspects if st.target.data is not None), memo)
+    problems = []
+    for st in suspects:
+        before = bases[sha256_hex(st.target.data)] if st.target.data is not None else set()
+        new = finals[sha256_hex(st.data)] - before
+        if new:
+            problems.append(_culprit(st, new, before, memo))
+            st.broken = True
+    return problems
+
+
+def _culprit(st: _FileState, new: set[str], base_errors: set[str], memo: Memo | None) -> Problem:
+    """The first patch whose result has one of `new` that its input had not (one exists: the base has none)."""
+    data, before = st.target.data, base_errors
+    for name, path, s in st.chain:
+        out = apply_hunks(data or b"", s.hunks)  # applied cleanly once already
+        after = errors_of_many([(out, st.target.resolved)], memo)[sha256_hex(out)] if not s.is_delete else set()
+        brought = after - before
+        if brought & new:
+            return Problem("python", name, path, st.target.resolved, s.base_sha256, s.patched_sha256,
+                           "; ".join(sorted(brought)))
+        data, before = out, after
+    raise AssertionError("a new Python error that no patch brought")  # pragma: no cover
 
 
 def already_applied(queue: Queue, targets: dict[str, TargetFile]) -> bool:
@@ -155,7 +187,8 @@ def already_applied(queue: Queue, targets: dict[str, TargetFile]) -> bool:
     return bool(finals) and all(sha256_hex(targets[p].data) == h for p, h in finals.items())
 
 
-def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False, python_check: bool = True) -> ApplyResult:
+def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False, python_check: bool = True,
+               python_memo: Memo | None = None) -> ApplyResult:
     """Read, apply and verify everything in memory. Raises a refusal naming every problem."""
     check_lock_fresh(queue, lock, locked=locked)
     paths = queue.target_paths()
@@ -172,7 +205,8 @@ def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool 
         states = {t.resolved: _FileState(t, t.data, [p.name for p in queue.patches if t.path in p.paths]) for t in targets.values()}
         problems: list[Problem] = []
     else:
-        states, problems = run_series(queue, targets, source=source, python_check=python_check)
+        states, problems = run_series(queue, targets, source=source, python_check=python_check,
+                                      python_memo=python_memo)
     if lock is not None:
         if not done:
             for lt in lock.targets:

@@ -19,6 +19,12 @@ member of a layer can replace an earlier one. A second pass over a layer verifie
 run (or, with a cache directory, in an earlier run) whose file is unchanged (same device, inode,
 size, mtime and ctime) does not hash again; it seeks straight to the member in an uncompressed
 blob, and stops after the member in a compressed one.
+
+The shared cache (cache.layers), when given: a layer read whole leaves its index there, under the
+digest it was verified against, and the bytes of the target files read leave them in its store.
+A later read of a layer with that digest (any image, transport or path) takes the index instead of
+scanning, after hashing the local blob unless it is known verified, and takes file bytes from the
+store; only a file the store lacks costs a second pass over its layer.
 """
 from __future__ import annotations
 
@@ -26,12 +32,14 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from ..cache.layers import LayerCache
 from ..errors import BadImage, BadInput
 from ..fs.paths import check_member_path
 from ..fs.resolve import resolve
 from ..fs.types import DirMeta, ImageInfo, Node, TargetFile
 from .layers.blob_layer import BlobLayer
-from .layers.blobio import FileRange, VerifiedBlobs
+from .layers.blobio import FileRange, HashingRange, VerifiedBlobs, fingerprint
+from .layers.index_codec import dump_index, load_index
 from .layers.layer_index import DIR, FILE, HARDLINK, OTHER, SYMLINK, Rec, scan_layer
 from .layers.merged_view import UNKNOWN, Absent, Deletion, Found, MergedView
 from .layers.tarwalk import TarWalker
@@ -48,6 +56,8 @@ class ScanStats:
 
     layers_scanned: list[str] = field(default_factory=list)  # layer digests, top first
     second_passes: list[str] = field(default_factory=list)
+    layers_from_cache: list[str] = field(default_factory=list)  # indexes taken from the shared cache
+    files_from_cache: int = 0
     members_seen: int = 0
 
 
@@ -96,7 +106,7 @@ class ImageSource:
     """A filesystem Source over an image's layers (or a flat tar's single "layer")."""
 
     def __init__(self, image, *, kind: str = "image", verified: VerifiedBlobs | None = None,
-                 ref: str | None = None) -> None:
+                 ref: str | None = None, layer_cache: LayerCache | None = None) -> None:
         self.image = image
         self.kind = kind
         self.ref = ref or image.ref
@@ -105,6 +115,8 @@ class ImageSource:
         self._verified = verified if verified is not None else VerifiedBlobs(None)
         self._deletions: dict[str, Deletion] = {}
         self._likely_kept = 0
+        self._cache = layer_cache
+        self._dirty: set[int] = set()  # layers whose index the shared cache lacks or must extend
         self.stats = ScanStats()
         # called with (layer position from the top, layer count, layer digest) before a layer is read
         self.on_layer: Callable[[int, int, str], None] | None = None
@@ -138,7 +150,9 @@ class ImageSource:
         return self._finish({p: a for p, a in attempts.items() if isinstance(a, _Decided)})
 
     def _finish(self, decided: dict[str, _Decided]) -> dict[str, TargetFile]:
-        self._fill_data([d.source for d in decided.values() if d.source is not None])
+        sources = [d.source for d in decided.values() if d.source is not None]
+        self._fill_data(sources)
+        self._remember(sources)
         out: dict[str, TargetFile] = {}
         for p, d in decided.items():
             if d.deletion is not None:
@@ -178,6 +192,7 @@ class ImageSource:
                 found = self._view.lookup(path)
                 if isinstance(found, Found) and found.rec.kind != DIR:
                     out.add(path)
+        self._remember([])
         return sorted(out)
 
     # --- whiteouts, for error messages ---
@@ -262,6 +277,9 @@ class ImageSource:
     def _scan_next(self, wanted: set[str]) -> None:
         position = self._view.scanned
         layer = self._layers[position]
+        digest = layer.check_digest
+        if self._cache is not None and digest is not None and self._from_cache(position, digest):
+            return
         if self.on_layer is not None:
             self.on_layer(position, len(self._layers), self._label(position))
         basenames = {posixpath.basename(w) for w in wanted}
@@ -275,20 +293,73 @@ class ImageSource:
                 return True
             return False
 
-        digest = layer.check_digest
         trusted = digest is None or self._verified.is_verified(digest, layer.location)
         with layer.open_stream(trusted=trusted) as stream:
             index = scan_layer(stream, position=position, whiteouts=self._view.whiteouts, keep=keep,
                                what=self._what(position))
             if stream.verified and digest is not None:
                 self._verified.mark(digest, layer.location, stream.fingerprint)
+        if self._cache is not None and digest is not None:
+            self._dirty.add(position)  # read whole and verified: worth an index
         self._view.add(index)
         self.stats.layers_scanned.append(self._label(position))
         self.stats.members_seen += index.members
 
+    # --- the shared cache: layer indexes and file bytes ---
+    def _from_cache(self, position: int, digest: str) -> bool:
+        """Take the layer's index from the shared cache, if it holds a sound one."""
+        assert self._cache is not None
+        payload = self._cache.load(digest)
+        if payload is None:
+            return False
+        index = load_index(payload, layer_digest=digest, whiteouts=self._view.whiteouts, position=position)
+        if index is None:
+            self._cache.forget(digest)  # not this layer's index: read the layer again, index it anew
+            return False
+        if not self._check_blob(position, digest):
+            return False
+        self._view.add(index)
+        self.stats.layers_from_cache.append(self._label(position))
+        return True
+
+    def _check_blob(self, position: int, digest: str) -> bool:
+        """The local blob must be the one the index describes: hashed (never decompressed) unless this
+        file, unchanged, was verified before. False: only decompressing can check it (a compressed
+        layer named by its diff_id), so the layer is read as if there were no index."""
+        layer = self._layers[position]
+        if self._verified.is_verified(digest, layer.location):
+            return True
+        if layer.verify != "blob" and layer.compression != "none":
+            return False
+        seen = fingerprint(layer.location.path)
+        with HashingRange(layer.location, digest, what=self._what(position)) as blob:
+            blob.drain()  # DigestMismatch (exit 6) on a damaged blob
+        self._verified.mark(digest, layer.location, seen)
+        return True
+
+    def _remember(self, sources: list[tuple[int, Rec]]) -> None:
+        """Store the bytes of files read (by sha256) and write the indexes that are new or grew."""
+        if self._cache is None:
+            return
+        for position, rec in sources:
+            if rec.data is not None and rec.sha is None and self._layers[position].check_digest is not None:
+                rec.sha = self._cache.files.put(rec.data)
+                self._dirty.add(position)
+        for position in sorted(self._dirty):
+            digest = self._layers[position].check_digest
+            if digest is not None and position < self._view.scanned:
+                self._cache.save(digest, dump_index(self._view.layers[position], digest, self._view.whiteouts))
+        self._dirty.clear()
+
     def _fill_data(self, sources: list[tuple[int, Rec]]) -> None:
         missing: dict[int, list[Rec]] = {}
         for position, rec in sources:
+            if rec.data is None and rec.sha is not None and self._cache is not None:
+                rec.data = self._cache.files.get(rec.sha)  # checked against its sha256
+                if rec.data is None:
+                    rec.sha = None  # gone or damaged: read the layer, store it again
+                else:
+                    self.stats.files_from_cache += 1
             if rec.data is None and rec not in missing.get(position, []):
                 missing.setdefault(position, []).append(rec)
         for position, recs in sorted(missing.items()):

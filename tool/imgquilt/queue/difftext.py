@@ -1,11 +1,17 @@
 """Unified-diff hunk text, byte-exact: written so GNU `patch -p1` and `git apply` accept it, and read back.
 
 One reader serves imgquilt's own patch files and every foreign patch `import` takes.
+
+The writer asks git (a dependency) for the hunks: `git diff --no-index` is Myers with git's and GNU
+diff's boundary rules, so a refreshed patch carries the hunks `diff -u` would write, and it stays
+fast on 10,000-line files, where difflib is quadratic. difflib is kept only for a machine without git.
 """
 from __future__ import annotations
 
+import os
 import re
-from difflib import SequenceMatcher
+import subprocess
+import tempfile
 
 from .hunks import Hunk, HunkLine, split_lines
 
@@ -24,8 +30,48 @@ def _range(start: int, length: int) -> str:
     return f"{beginning},{length}"
 
 
+# the hunks only, whatever the user's git configuration says about colour, algorithm or prefixes
+_GIT = ("git", "-c", "core.autocrlf=false", "-c", "core.safecrlf=false", "-c", "diff.algorithm=myers",
+        "-c", "diff.noprefix=false", "-c", "diff.mnemonicPrefix=false", "-c", "core.quotePath=false",
+        "diff", "--no-index", "--no-color", "--no-ext-diff", "--no-textconv", "--text", "--no-renames",
+        "--no-indent-heuristic")
+
+
 def diff_hunks(old: bytes | None, new: bytes | None, context: int = 3) -> list[Hunk]:
-    """The hunks that turn `old` into `new` (None: absent, treated as empty)."""
+    """The hunks that turn `old` into `new` (None: absent, treated as empty), as `diff -u` writes them."""
+    a, b = old or b"", new or b""
+    if a == b:
+        return []
+    try:
+        return _git_hunks(a, b, context)
+    except FileNotFoundError:  # no git on this machine
+        return _difflib_hunks(a, b, context)
+
+
+def _git_hunks(a: bytes, b: bytes, context: int) -> list[Hunk]:
+    with tempfile.TemporaryDirectory(prefix="imgquilt-diff-") as tmp:
+        paths = []
+        for name, data in (("a", a), ("b", b)):
+            path = os.path.join(tmp, name)
+            with open(path, "wb") as f:
+                f.write(data)
+            paths.append(path)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, LC_ALL="C")
+        p = subprocess.run([*_GIT, f"-U{context}", *paths], cwd=tmp, env=env, capture_output=True)
+    if p.returncode not in (0, 1):
+        raise RuntimeError(f"git diff --no-index failed ({p.returncode}): {p.stderr.decode(errors='replace').strip()}")
+    lines = split_lines(p.stdout)  # on \n only: a lone \r belongs to its line
+    start = next((i for i, ln in enumerate(lines) if ln.startswith(b"@@ ")), len(lines))
+    hunks, end = read_hunks(lines, start)
+    if end != len(lines):
+        raise RuntimeError(f"unexpected output from git diff at line {end + 1}: {lines[end][:60]!r}")
+    return hunks
+
+
+def _difflib_hunks(old: bytes, new: bytes, context: int) -> list[Hunk]:
+    from difflib import SequenceMatcher
+
     a = split_lines(old or b"")
     b = split_lines(new or b"")
     # autojunk off: its popularity heuristic gives wrong (larger) diffs on files with many equal lines

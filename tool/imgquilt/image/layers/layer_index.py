@@ -27,7 +27,7 @@ _NODE_KIND = {FILE: "file", HARDLINK: "file", DIR: "dir", SYMLINK: "symlink", OT
 class Rec:
     """One member of a layer (the last one wins when a path repeats)."""
 
-    __slots__ = ("kind", "mode", "uid", "gid", "size", "linkname", "ordinal", "offset", "data", "sparse")
+    __slots__ = ("kind", "mode", "uid", "gid", "size", "linkname", "ordinal", "offset", "data", "sparse", "sha")
 
     def __init__(self, kind: str, mode: int, uid: int, gid: int, size: int, linkname: str,
                  ordinal: int, offset: int, sparse: bool) -> None:
@@ -41,6 +41,7 @@ class Rec:
         self.offset = offset
         self.data: bytes | None = None
         self.sparse = sparse
+        self.sha: str | None = None  # sha256 hex of the data, when the shared cache holds it
 
     def node(self, layer: str | None) -> Node:
         return Node(_NODE_KIND[self.kind], self.mode, self.uid, self.gid,

@@ -1,0 +1,87 @@
+"""The Python check of a series: one pass over final states, the culprit named, findings memoized."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from imgquilt.cache.pychecks import PyCheckResults
+from imgquilt.engine.plan import run_series
+from imgquilt.engine.pycheck import checker_version
+from imgquilt.fs.types import TargetFile
+from imgquilt.queue.queue import Queue, load_queue
+from qtools import write_patch
+
+BASE = b"import os\n\n\ndef workers():\n    return int(os.environ.get('W', '2'))\n"
+QUIRKY = b"def f():\n    return stock_undefined\n"
+
+
+def _queue(tmp_path: Path, steps: list[tuple[str, list[tuple[str, bytes | None, bytes | None]]]]) -> Queue:
+    q = tmp_path / "q"
+    q.mkdir()
+    for name, changes in steps:
+        write_patch(q, name, changes)
+    return load_queue(q)
+
+
+class CountingMemo:
+    def __init__(self) -> None:
+        self.saved: dict[str, list[str]] = {}
+        self.puts = 0
+
+    def get(self, key: str) -> list[str] | None:
+        return self.saved.get(key)
+
+    def put(self, key: str, errors: list[str]) -> None:
+        self.puts += 1
+        self.saved[key] = errors
+
+
+def _targets(files: dict[str, bytes | None]) -> dict[str, TargetFile]:
+    return {p: TargetFile(p, p, d) for p, d in files.items()}
+
+
+def test_the_patch_that_brought_the_error_is_named(tmp_path: Path) -> None:
+    v1 = BASE + b"\n\ndef a():\n    return 1\n"
+    v2 = v1.replace(b"return 1", b"return undefined_thing")
+    v3 = v2 + b"\n\ndef b():\n    return 2\n"
+    q = _queue(tmp_path, [("0001-a.patch", [("app/w.py", BASE, v1), ("app/q.py", QUIRKY, QUIRKY + b"x = 1\n")]),
+                          ("0002-typo.patch", [("app/w.py", v1, v2)]),
+                          ("0003-more.patch", [("app/w.py", v2, v3)])])
+    memo = CountingMemo()
+    _, problems = run_series(q, _targets({"app/w.py": BASE, "app/q.py": QUIRKY}), python_memo=memo)
+    assert [(p.kind, p.patch, p.path) for p in problems] == [("python", "0002-typo.patch", "app/w.py")]
+    assert problems[0].detail == "UndefinedName: undefined name 'undefined_thing'"
+    # the stock quirk of q.py is not the queue's fault
+    _, again = run_series(q, _targets({"app/w.py": BASE, "app/q.py": QUIRKY}), python_memo=memo)
+    assert again == problems
+
+
+def test_one_pass_over_final_states_and_memoized(tmp_path: Path) -> None:
+    steps, data = [], BASE
+    for i in range(6):
+        new = data + f"\n\ndef f{i}():\n    return {i}\n".encode()
+        steps.append((f"{i:04d}-step.patch", [("app/w.py", data, new)]))
+        data = new
+    q = _queue(tmp_path, steps)
+    memo = CountingMemo()
+    states, problems = run_series(q, _targets({"app/w.py": BASE}), python_memo=memo)
+    assert problems == [] and states["app/w.py"].data == data
+    assert memo.puts == 1  # the final state only: no base, no intermediate state
+    run_series(q, _targets({"app/w.py": BASE}), python_memo=memo)
+    assert memo.puts == 1  # the second run checks nothing
+
+
+def test_new_file_with_a_syntax_error_is_refused(tmp_path: Path) -> None:
+    q = _queue(tmp_path, [("0001-new.patch", [("app/n.py", None, b"def broken(:\n")])])
+    _, problems = run_series(q, _targets({"app/n.py": None}))
+    assert [(p.patch, p.detail.split(":")[0]) for p in problems] == [("0001-new.patch", "SyntaxError")]
+
+
+def test_shared_cache_results_are_checked(tmp_path: Path) -> None:
+    store = PyCheckResults(checker_version(), tmp_path / "cache")
+    key = "a" * 64
+    store.put(key, ["UndefinedName: undefined name 'x'"])
+    assert PyCheckResults(checker_version(), tmp_path / "cache").get(key) == ["UndefinedName: undefined name 'x'"]
+    path = store.dir / key[:2] / key
+    path.write_text(path.read_text().replace("'x'", "'y'"))
+    assert store.get(key) is None and not path.exists()  # tampered: dropped, checked again
+    assert PyCheckResults("another-version", tmp_path / "cache").get(key) is None
