@@ -96,6 +96,10 @@ class UnsafePath(BadInput):
     """A path escapes the root, is absolute, or holds `..`, NUL or a backslash."""
 
 
+class LinkedState(UnsafePath):
+    """A symlink where imgquilt keeps its own state or writes a file (`.imgquilt/work -> $HOME`); never followed."""
+
+
 class MissingTarget(BadInput):
     """A file the queue needs does not exist in the image or root."""
 

@@ -190,10 +190,15 @@ def refuse_during_rebase(root: Path) -> None:
 
 
 def cache_dir() -> Path | None:
+    from ..util.statedir import StateDir
+
     try:
-        return queue_root() / ".imgquilt" / "cache"
+        root = queue_root()
     except ImgquiltError:
         return None
+    for sub in ("verified", "skopeo"):  # the queue is untrusted: no link on the way to what the cache writes
+        StateDir(root, "cache", sub).exists()
+    return root / ".imgquilt" / "cache"
 
 
 # --- images -----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from . import refresh as _refresh
 from . import series_edit as _series_edit
 from . import track as _track
 from .bases import Bases, SourceOpener
-from .files import WORK_DIR, FileState, WorkFiles
+from .files import FileState, WorkFiles
 from .queuefiles import QueueFiles
 from .state import Tracked, WorkState
 
@@ -33,7 +33,7 @@ class WorkTree:
         self.store = ObjectStore(self.root)
         self.queue = QueueFiles(self.root)
         self.record = WorkState(self.root)
-        self.files = WorkFiles(self.root / WORK_DIR)
+        self.files = WorkFiles(self.root)
         self.bases = Bases(self.root, self.store, open_image, image_explicit=image_explicit)
 
     @property
