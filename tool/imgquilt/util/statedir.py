@@ -17,6 +17,7 @@ from typing import Iterator
 
 from ..errors import BadInput, LinkedState, UnsafePath
 from .atomic import write_atomic_at
+from .regular import read_regular_at
 
 STATE_NAME = ".imgquilt"
 STATE_FILE_CAP = 64 << 20  # state files are small JSON and lists; a bigger one is not ours
@@ -89,40 +90,6 @@ def _refuse_or_raise(exc: OSError, walked: str, is_link: bool) -> int:
     if exc.errno == errno.ENAMETOOLONG:
         raise UnsafePath(f"{walked}: a path component is too long for the filesystem.") from None
     raise exc
-
-
-def read_regular_at(dir_fd: int, name: str, *, shown: str, cap: int) -> bytes | None:
-    """The bytes of the regular file `name` in `dir_fd` (None if missing); anything else is exit 6.
-
-    O_NONBLOCK keeps a FIFO from hanging the open; fstat then refuses it (and devices, directories).
-    """
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise _unsafe(shown, "a symlink") from None
-        if exc.errno in (errno.ENAMETOOLONG, errno.ENXIO, errno.EISDIR):
-            raise BadInput(f"{shown} cannot be opened as a regular file ({os.strerror(exc.errno)}).") from None
-        raise
-    with os.fdopen(fd, "rb") as f:
-        return read_capped(f, shown=shown, cap=cap)
-
-
-def read_capped(f, *, shown: str, cap: int) -> bytes:
-    """Read an open file whole, only if it is a regular file of at most `cap` bytes."""
-    st = os.fstat(f.fileno())
-    if not stat.S_ISREG(st.st_mode):
-        raise BadInput(f"{shown} is not a regular file (a directory, FIFO, socket or device); imgquilt does not read it.",
-                       hint=f"Replace {shown} with a regular file.")
-    if st.st_size > cap:
-        raise BadInput(f"{shown} is {st.st_size} bytes, more than imgquilt reads ({cap} bytes).")
-    os.set_blocking(f.fileno(), True)
-    data = f.read(cap + 1)
-    if len(data) > cap:
-        raise BadInput(f"{shown} grew past {cap} bytes while it was read.")
-    return data
 
 
 def refuse_non_regular_at(dir_fd: int, name: str, *, shown: str) -> None:
