@@ -39,22 +39,31 @@ def _read(name: str, dir_fd: int | None, *, shown: str, cap: int, follow: bool) 
         if exc.errno == errno.ELOOP and not follow:
             raise LinkedState(f"{shown} is a symlink; imgquilt does not follow it.", hint=f"Replace {shown} with a regular file.") from None
         raise BadInput(f"{shown} cannot be opened as a regular file ({os.strerror(exc.errno or 0)}).") from None
-    with os.fdopen(fd, "rb") as f:
+    try:
+        _check_regular(fd, shown=shown, cap=cap)
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:  # fdopen refuses a directory fd: checked above
         return read_capped(f, shown=shown, cap=cap)
 
 
 def read_capped(f, *, shown: str, cap: int) -> bytes:
     """Read an open file whole, only if it is a regular file of at most `cap` bytes."""
-    st = os.fstat(f.fileno())
-    if not stat.S_ISREG(st.st_mode):
-        raise BadInput(f"{shown} is not a regular file (a directory, FIFO, socket or device); imgquilt does not read it.",
-                       hint=f"Replace {shown} with a regular file.")
-    if st.st_size > cap:
-        raise BadInput(f"{shown} is {st.st_size} bytes, more than imgquilt reads ({cap} bytes).")
+    _check_regular(f.fileno(), shown=shown, cap=cap)
     os.set_blocking(f.fileno(), True)
     data = f.read(cap + 1)
     if len(data) > cap:
         raise BadInput(f"{shown} grew past {cap} bytes while it was read.")
     return data
+
+
+def _check_regular(fd: int, *, shown: str, cap: int) -> None:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise BadInput(f"{shown} is not a regular file (a directory, FIFO, socket or device); imgquilt does not read it.",
+                       hint=f"Replace {shown} with a regular file.")
+    if st.st_size > cap:
+        raise BadInput(f"{shown} is {st.st_size} bytes, more than imgquilt reads ({cap} bytes).")
 
 
