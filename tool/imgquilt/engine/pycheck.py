@@ -16,14 +16,19 @@ def python_errors(source: bytes, filename: str) -> set[str]:
             compile(source, filename, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:
         return {f"SyntaxError: {getattr(exc, 'msg', exc)}"}
+    except (MemoryError, RecursionError) as exc:  # nesting CPython cannot compile: an error of this file
+        return {f"SyntaxError: too deeply nested for the Python compiler ({type(exc).__name__})"}
     try:
         from pyflakes import checker, messages
     except ImportError:
         return set()
     import ast
 
-    tree = ast.parse(source, filename)
-    w = checker.Checker(tree, filename=filename)
+    try:
+        tree = ast.parse(source, filename)
+        w = checker.Checker(tree, filename=filename)
+    except (MemoryError, RecursionError):
+        return set()  # compiled, yet too deep for pyflakes: no undefined-name check for this file
     kinds = (messages.UndefinedName, messages.UndefinedLocal, messages.UndefinedExport)
     return {f"{type(m).__name__}: {m.message % m.message_args}" for m in w.messages if isinstance(m, kinds)}
 

@@ -87,6 +87,9 @@ def _remove(root_fd: int, path: str) -> None:
             os.unlink(name, dir_fd=dfd)
     except (FileNotFoundError, NotADirectoryError):
         pass
+    except IsADirectoryError:
+        raise UnsafePath(f"Work-tree file {path!r} is a directory; imgquilt removes only the files it put there.",
+                         hint=f"Remove {WORK_DIR / path} yourself, then run the command again.") from None
     for k in range(len(parents), 0, -1):  # drop directories left empty
         try:
             with parent_dir(root_fd, "/".join(parents[:k])) as (dfd, name):
