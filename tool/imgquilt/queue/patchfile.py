@@ -157,6 +157,9 @@ def _parse_hunks(name: str, path: str, lines: list[bytes]) -> tuple[str, str, tu
     extra = sum(1 for k in range(end, len(lines)) if is_file_start(lines, k) and lines[k].startswith(b"--- "))
     if extra:
         raise _bad(name, f"section {path!r} must hold exactly one ---/+++ file diff, found {1 + extra}.")
+    stray = next((ln for ln in lines[end:] if ln.startswith((b"@@", b"+++ ", b"--- ", b"*** ", b"diff "))), None)
+    if stray is not None:  # GNU patch would read it as more diff; imgquilt would not
+        raise _bad(name, f"section {path!r}: stray diff line {stray.rstrip()[:60]!r} after its hunks.")
     return _diff_name(lines[0]), _diff_name(lines[1]), tuple(hunks)
 
 
