@@ -55,6 +55,9 @@ def test_push_never_writes_through_a_planted_link(tmp_path: Path, cli_env: dict[
             assert r.code in (0, 6), r.out + r.err
         else:
             refused(r, 6, where.split("/")[-1], "does not follow")
+            applied = q / ".imgquilt/state/applied"  # nothing half-done: the push did not happen
+            assert applied.is_symlink() or not applied.exists() or applied.read_bytes() == b""
+            assert not [p for p in q.rglob("*imgquilt-tmp*")]
     assert not (home / ".ssh/authorized_keys").exists()
 
 

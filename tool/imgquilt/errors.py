@@ -100,6 +100,10 @@ class LinkedState(UnsafePath):
     """A symlink where imgquilt keeps its own state or writes a file (`.imgquilt/work -> $HOME`); never followed."""
 
 
+class StateWriteFailed(BadInput):
+    """The filesystem refused imgquilt's own state in the queue's `.imgquilt/` (read-only, full, a name too long)."""
+
+
 class MissingTarget(BadInput):
     """A file the queue needs does not exist in the image or root."""
 

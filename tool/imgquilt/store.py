@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from .errors import LinkedState, UnsafePath
+from .errors import LinkedState, StateWriteFailed, UnsafePath
 from .queue.hunks import ABSENT
 from .util.statedir import StateDir
 
@@ -85,7 +85,7 @@ def remember(queue_root: Path, datas: Iterable[bytes | None]) -> int:
                 new += 1
     except LinkedState:
         raise  # a planted link is an attack, not a read-only queue
-    except (OSError, UnsafePath):
+    except (OSError, UnsafePath, StateWriteFailed):
         pass
     return new
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import BadInput, LinkedState, UnsafePath
+from ..errors import BadInput, LinkedState, StateWriteFailed, UnsafePath
 from .atomic import write_atomic_at
 from .regular import read_regular_at
 
@@ -42,37 +42,33 @@ def _parts(rel: str) -> list[str]:
 
 def open_dir_below(base_fd: int, parts: list[str], *, create: bool, shown: str) -> int | None:
     """fd of the directory `parts` below `base_fd`, no symlink followed; None if missing and not `create`."""
-    fd = os.dup(base_fd)
+    fd: int | None = os.dup(base_fd)
     walked = shown
-    try:
-        for part in parts:
-            walked = f"{walked}/{part}"
-            try:
-                nfd = os.open(part, _DIR, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    os.close(fd)
-                    return None
-                try:
-                    os.mkdir(part, 0o755, dir_fd=fd)
-                except FileExistsError:
-                    pass  # raced with another imgquilt; the open below checks what is there
-                nfd = _open_existing(part, fd, walked)
-            except OSError as exc:
-                nfd = _refuse_or_raise(exc, walked, _is_link(part, fd))
-            os.close(fd)
-            fd = nfd
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+    for part in parts:
+        walked = f"{walked}/{part}"
+        parent = fd
+        try:
+            fd = _step(parent, part, create=create, walked=walked)
+        finally:
+            os.close(parent)
+        if fd is None:
+            return None
+    return fd
 
 
-def _open_existing(part: str, fd: int, walked: str) -> int:
+def _step(parent: int, part: str, *, create: bool, walked: str) -> int | None:
+    """Open one directory below `parent` (made first when missing and `create`); a link is refused."""
+    if create:
+        with suppress(FileExistsError):  # usually there; the open below checks what is
+            os.mkdir(part, 0o755, dir_fd=parent)
     try:
-        return os.open(part, _DIR, dir_fd=fd)
+        return os.open(part, _DIR, dir_fd=parent)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
     except OSError as exc:
-        return _refuse_or_raise(exc, walked, _is_link(part, fd))
+        return _refuse_or_raise(exc, walked, _is_link(part, parent))
 
 
 def _is_link(name: str, dir_fd: int) -> bool:
@@ -120,13 +116,25 @@ class StateDir:
             raise BadInput(f"Queue directory {str(self.queue_root)!r} cannot be opened ({exc.strerror}).") from None
         try:
             fd = open_dir_below(qfd, self.parts + _parts(rel_dir), create=create, shown=str(self.queue_root))
+        except OSError as exc:
+            raise self._failed(exc, rel_dir) from None
         finally:
             os.close(qfd)
         try:
             yield fd
+        except OSError as exc:  # whatever the caller did below this directory
+            raise self._failed(exc, rel_dir) from None
         finally:
             if fd is not None:
                 os.close(fd)
+
+    def _failed(self, exc: OSError, rel: str) -> StateWriteFailed:
+        where = f"{self.queue_root}/{self.shown}" + (f"/{rel}" if rel else "")
+        return StateWriteFailed(
+            f"imgquilt cannot use its state in {where}: {exc.strerror or exc}"
+            + (f" ({exc.filename})" if isinstance(exc.filename, str) else "") + ".",
+            hint="Make the queue's .imgquilt/ writable (and the names in it shorter), or remove it to start over.",
+        )
 
     def _split(self, rel: str) -> tuple[str, str]:
         parts = _parts(rel)
