@@ -102,3 +102,35 @@ def test_fifo_in_state_is_refused_without_hanging(tmp_path: Path, cli_env: dict[
     (q / ".imgquilt/state").mkdir(parents=True)
     os.mkfifo(q / ".imgquilt/state/applied")
     refused(run(q, "applied", env=cli_env), 6, "applied", "not a regular file")
+
+
+@pytest.mark.parametrize("where", [".imgquilt/cache", ".imgquilt/cache/verified"])
+def test_image_apply_refuses_a_linked_cache(tmp_path: Path, cli_env: dict[str, str], where: str) -> None:
+    from imagetools import build_oci, dir_, file
+
+    layout = build_oci(tmp_path / "img", [[dir_("etc"), file("etc/app.conf", CONF)]], compression=None)
+    q = tmp_path / "q"
+    write_patch(q, "0001-conf.patch", [("etc/app.conf", CONF, NEW_CONF)])
+    home = canary_dir(tmp_path)
+    _plant(q, home, where, "")
+    with unchanged(home, layout):
+        refused(run(q, "apply", "--image", f"oci:{layout}:latest", env=cli_env), 6, where, "symlink")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_planted_verified_markers_are_never_followed(tmp_path: Path, cli_env: dict[str, str], kind: str) -> None:
+    from imagetools import build_oci, dir_, file
+
+    layout = build_oci(tmp_path / "img", [[dir_("etc"), file("etc/app.conf", CONF)]], compression=None)
+    q = tmp_path / "q"
+    write_patch(q, "0001-conf.patch", [("etc/app.conf", CONF, NEW_CONF)])
+    home = canary_dir(tmp_path)
+    assert run(q, "apply", "--image", f"oci:{layout}:latest", env=cli_env).code == 0
+    markers = list((q / ".imgquilt/cache/verified").iterdir())
+    assert markers
+    for m in markers:
+        m.unlink()
+        os.mkfifo(m) if kind == "fifo" else os.symlink(home / "notes.txt", m)
+    with unchanged(home, layout):
+        r = run(q, "apply", "--image", f"oci:{layout}:latest", env=cli_env)  # a FIFO would hang a plain read
+        assert r.code == 0, r.out + r.err
