@@ -117,7 +117,7 @@ def test_over_long_name_is_bad_input(tmp_path: Path, cli_env: dict[str, str], ve
     with unchanged(root, home):
         r = run(q, *args, env=cli_env)
         if verb == "audit":  # audit reports, it does not refuse: the file is missing, the reason in detail
-            refused(r, 5, "partial")
+            refused(r, 5, "missing")
             r = run(q, "audit", "--root", str(root), "--json", env=cli_env)
             doc = json.loads(r.out)
             files = doc["patches"][0]["files"]

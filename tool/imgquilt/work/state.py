@@ -113,6 +113,10 @@ class WorkState:
         finally:
             os.close(fd)
 
+    def scratch_dir(self) -> Path:
+        self._ensure()
+        return self._state.ensure()
+
     def _ensure(self) -> None:
         if not self._state.exists():
             self._state.ensure()

@@ -44,6 +44,10 @@ class WorkTree:
     def state(self) -> Path:
         return self.record.dir
 
+    def scratch_dir(self) -> Path:
+        """The state directory, made and checked to hold no link, for an editor's temp file."""
+        return self.record.scratch_dir()
+
     @property
     def series_path(self) -> Path:
         return self.queue.series_path
