@@ -138,7 +138,14 @@ def refuse_during_rebase(root: Path) -> None:
 
 # --- images -------------------------------------------------------------------------------------
 def cache_dir(root: Path | None) -> Path | None:
-    return root / ".imgquilt" / "cache" if root is not None else None
+    """The queue's own cache dir; the queue is untrusted, so no link may stand on the way to what it writes."""
+    if root is None:
+        return None
+    from .util.statedir import StateDir
+
+    for sub in ("verified", "skopeo"):
+        StateDir(root, "cache", sub).exists()
+    return root / ".imgquilt" / "cache"
 
 
 def open_ref(ref: str, platform: str | None = None, *, root: Path | None = None, progress: Progress | None = None) -> Source:

@@ -25,6 +25,7 @@ PENDING = "pending"
 DRIFTED_LIVE = "drifted-live"
 DRIFTED = "drifted"
 MISSING = "missing"
+UNREADABLE = "cannot be read: "  # a detail that starts so: the source refused the path (missing, whatever the chain)
 PARTIAL = "partial"
 STATES = (LIVE, PENDING, DRIFTED_LIVE, DRIFTED, MISSING, PARTIAL)
 
@@ -249,7 +250,8 @@ def audit_files(queue: Queue, targets: dict[str, TargetFile], record: _Record | 
         recorded = [record is not None and s.path in record.files.get(p.name, {}) for p, s in chain]
         data = targets[sections[0].path].data
         for (p, s), st in zip(chain, chain_states(sections, data, recorded)):
-            state_of[(p.name, s.path)] = st
+            unreadable = details.get(s.path, "").startswith(UNREADABLE)
+            state_of[(p.name, s.path)] = MISSING if unreadable else st
     out = []
     for p in queue.patches:
         rec_files = record.files.get(p.name) if record is not None else None
@@ -332,7 +334,7 @@ def _read(source: Source, paths: list[str]) -> tuple[dict[str, TargetFile], dict
             raise
         except BadInput as exc:
             targets[p] = TargetFile(p, p, None)
-            details[p] = f"cannot be read: {exc.message}"
+            details[p] = UNREADABLE + exc.message
     return targets, details
 
 

@@ -96,6 +96,14 @@ class UnsafePath(BadInput):
     """A path escapes the root, is absolute, or holds `..`, NUL or a backslash."""
 
 
+class LinkedState(UnsafePath):
+    """A symlink where imgquilt keeps its own state or writes a file (`.imgquilt/work -> $HOME`); never followed."""
+
+
+class StateWriteFailed(BadInput):
+    """The filesystem refused imgquilt's own state in the queue's `.imgquilt/` (read-only, full, a name too long)."""
+
+
 class MissingTarget(BadInput):
     """A file the queue needs does not exist in the image or root."""
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import UsageError
+from .util.regular import read_regular_file
 
 ADDED = "added"  # the name entered series
 CHANGED = "changed"  # its patch file was created or changed (or deleted, when not listed)
@@ -188,7 +189,7 @@ def queue_history(queue_root: Path, listed: list[str] | None = None) -> History:
     repo, rel = open_repo(queue_root)
     if listed is None:
         series = Path(queue_root) / "series"
-        listed = series_names(series.read_bytes()) if series.exists() else []
+        listed = series_names(read_regular_file(series) or b"")
     dirs = _queue_dirs(repo, rel)
     cache: dict[str, _Snapshot] = {}
     events: dict[str, list[Event]] = {}

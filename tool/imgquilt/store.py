@@ -11,14 +11,16 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
+from .errors import LinkedState, StateWriteFailed, UnsafePath
 from .queue.hunks import ABSENT
-from .util.atomic import atomic_write
+from .util.statedir import StateDir
 
 if TYPE_CHECKING:
     from .queue.queue import Queue
 
 OBJECTS_DIR = Path(".imgquilt") / "objects"
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+OBJECT_CAP = 4 << 30  # objects are image files; the cap only keeps a hostile sparse file from filling memory
 
 
 class ObjectStore:
@@ -26,32 +28,34 @@ class ObjectStore:
 
     def __init__(self, queue_root: Path) -> None:
         self.dir = Path(queue_root) / OBJECTS_DIR
+        self._state = StateDir(queue_root, "objects")  # untrusted: walked without following links
 
     def path(self, sha: str) -> Path:
+        return self.dir / self._rel(sha)
+
+    @staticmethod
+    def _rel(sha: str) -> str:
         if not _HEX64.match(sha):
             raise ValueError(f"not a sha256: {sha!r}")
-        return self.dir / sha[:2] / sha
+        return f"{sha[:2]}/{sha}"
 
     def has(self, sha: str) -> bool:
-        return sha == ABSENT or (_HEX64.match(sha) is not None and self.path(sha).is_file())
+        return sha == ABSENT or (_HEX64.match(sha) is not None and self._state.is_file(self._rel(sha)))
 
     def put(self, data: bytes) -> str:
         """Store `data` (once) and return its sha256."""
         sha = hashlib.sha256(data).hexdigest()
-        dest = self.path(sha)
-        if dest.is_file() and self.get(sha) is not None:
+        if self.get(sha) is not None:
             return sha
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(dest, data, mode=0o444)
+        self._state.write(self._rel(sha), data, mode=0o444)
         return sha
 
     def get(self, sha: str) -> bytes | None:
         """The bytes named `sha`, or None when they are not stored (or were damaged)."""
         if not _HEX64.match(sha or ""):
             return None
-        try:
-            data = self.path(sha).read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
+        data = self._state.read(self._rel(sha), cap=OBJECT_CAP)
+        if data is None:
             return None
         return data if hashlib.sha256(data).hexdigest() == sha else None
 
@@ -76,10 +80,12 @@ def remember(queue_root: Path, datas: Iterable[bytes | None]) -> int:
             if data is None:
                 continue
             sha = hashlib.sha256(data).hexdigest()
-            if not store.path(sha).is_file():
+            if not store.has(sha):
                 store.put(data)
                 new += 1
-    except OSError:
+    except LinkedState:
+        raise  # a planted link is an attack, not a read-only queue
+    except (OSError, UnsafePath, StateWriteFailed):
         pass
     return new
 

@@ -38,8 +38,7 @@ def header_cmd(
         cmd = editor()
         if not cmd:
             raise UsageError("No editor: set EDITOR (on a terminal) or IMGQUILT_EDITOR.", hint="Or change one field with --set FIELD=VALUE.")
-        wt.state.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix="header-", suffix=".txt", dir=wt.state)
+        fd, tmp = tempfile.mkstemp(prefix="header-", suffix=".txt", dir=wt.scratch_dir())
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(header.raw)

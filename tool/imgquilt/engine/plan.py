@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import BadInput, BaseDrift, ImgquiltError, MalformedPatch, MissingTarget, PythonCheckFailed, Refused, ResultMismatch, StaleLock
+from ..errors import BadInput, BaseDrift, ImgquiltError, MalformedPatch, MissingTarget, PythonCheckFailed, Refused, ResultMismatch, StaleLock, UnsafePath
 from ..fs.types import Source, TargetFile
 from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.lock import Lock, LockTarget, rootfs_digest
@@ -194,7 +194,7 @@ def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool 
     paths = queue.target_paths()
     targets = source.read_targets(paths)
     # an image whose scanned layers do not decide the record gets one at its plain path
-    record_target = read_record_target(source) or TargetFile(RECORD_PATH, RECORD_PATH, None)
+    record_target = _own_record_path(read_record_target(source) or TargetFile(RECORD_PATH, RECORD_PATH, None))
     info = source.info()
     notes: list[str] = []
     if lock is None:
@@ -228,6 +228,18 @@ def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool 
     files.append(FileResult(record_target, record, record_target.mode if record_target.data is not None else 0o644, record_target.uid, record_target.gid, ()))
     files.sort(key=lambda f: f.resolved)
     return ApplyResult(info, queue.series_sha256, tuple(queue.names), tuple(files), lock is not None, tuple(notes))
+
+
+def _own_record_path(t: TargetFile) -> TargetFile:
+    """The record is written at its own path only: a symlink on the way (`applied.json -> /etc/passwd`,
+    planted in a root or an image) would make the record overwrite another file."""
+    if t.resolved != RECORD_PATH:
+        raise UnsafePath(
+            f"{RECORD_PATH} leads through a symlink to {t.resolved!r}; imgquilt writes its record only at its own path "
+            "and never through a link.",
+            hint=f"Remove the link at {RECORD_PATH} (or on its way) from the root or image, then apply again.",
+        )
+    return t
 
 
 def at_first_bases(queue: Queue, targets: dict[str, TargetFile]) -> bool:

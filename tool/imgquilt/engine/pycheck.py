@@ -44,11 +44,16 @@ def python_errors(source: bytes, filename: str) -> set[str]:
             compile(tree, filename, "exec", dont_inherit=True)  # what the AST alone misses (e.g. 'return' outside function)
     except (SyntaxError, ValueError) as exc:
         return {f"SyntaxError: {getattr(exc, 'msg', exc)}"}
+    except (MemoryError, RecursionError) as exc:  # nesting CPython cannot compile: an error of this file
+        return {f"SyntaxError: too deeply nested for the Python compiler ({type(exc).__name__})"}
     try:
         from pyflakes import checker, messages
     except ImportError:
         return set()
-    w = checker.Checker(tree, filename=filename)
+    try:
+        w = checker.Checker(tree, filename=filename)
+    except (MemoryError, RecursionError):
+        return set()  # compiled, yet too deep for pyflakes: no undefined-name check for this file
     kinds = (messages.UndefinedName, messages.UndefinedLocal, messages.UndefinedExport)
     return {f"{type(m).__name__}: {m.message % m.message_args}" for m in w.messages if isinstance(m, kinds)}
 

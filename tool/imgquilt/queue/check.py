@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..util.regular import read_regular_file
 from ..errors import ImgquiltError
 from .lock import read_lock
 from .patchfile import Patch, parse_patch
@@ -14,8 +15,8 @@ def check_queue(root: Path) -> tuple[list[str], list[Patch]]:
     """Every problem found (empty: the queue is sound) and the patches that parsed, in order."""
     problems: list[str] = []
     series_file = root / "series"
-    series_bytes = series_file.read_bytes() if series_file.exists() else b""
     try:
+        series_bytes = read_regular_file(series_file) or b""
         entries = parse_series(series_bytes)
     except ImgquiltError as exc:
         return [exc.message], []
@@ -33,13 +34,13 @@ def check_queue(root: Path) -> tuple[list[str], list[Patch]]:
     raw: list[bytes] = []
     for e in entries:
         f = pdir / e.name
-        if not f.is_file():
-            problems.append(f"series line {e.line} lists {e.name!r}, but patches/{e.name} does not exist.")
-            continue
-        data = f.read_bytes()
-        raw.append(data)
         try:
-            patches.append(parse_patch(data, e.name))
+            data = read_regular_file(f)
+            if data is None:
+                problems.append(f"series line {e.line} lists {e.name!r}, but patches/{e.name} does not exist.")
+                continue
+            raw.append(data)
+            patches.append(parse_patch(data, e.name, strip=e.strip))
         except ImgquiltError as exc:
             problems.append(exc.message)
     # hash chains: per named path, each base is the previous result

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ import tomli_w
 
 from ..errors import MalformedLock
 from ..fs.types import ImageInfo
+from ..util.regular import read_regular_file
 
 LOCK_VERSION = 1
 
@@ -76,6 +78,32 @@ def render_lock(lock: Lock) -> bytes:
     return tomli_w.dumps(doc).encode()
 
 
+def _id(value: object, key: str) -> int:
+    """A uid or gid: a TOML integer in the 32-bit range (not a float, `inf` or a string)."""
+    if type(value) is not int or not 0 <= value < 2**32:
+        raise ValueError(f"{key} must be an integer from 0 to 4294967295, not {value!r}")
+    return value
+
+
+def _lock_mode(value: object) -> int:
+    """An octal string of permission bits (setuid/setgid/sticky allowed: the lock records what the image holds)."""
+    if not isinstance(value, str) or not re.fullmatch(r"[0-7]{3,4}", value):
+        raise ValueError(f"mode must be an octal string such as \"0644\", not {value!r}")
+    return int(value, 8)
+
+
+def _opt_str(value: object, key: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{key} must be a string, not {value!r}")
+    return value
+
+
+def _tables(value: object) -> list[dict]:
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise ValueError("[[target]] must be a list of tables")
+    return value
+
+
 def parse_lock(data: bytes, *, source: str = "targets.lock") -> Lock:
     """Read targets.lock; any missing or mistyped key is MalformedLock."""
     try:
@@ -95,18 +123,18 @@ def parse_lock(data: bytes, *, source: str = "targets.lock") -> Lock:
                 resolved=str(t["resolved"]),
                 base_sha256=str(t["base_sha256"]),
                 final_sha256=str(t["final_sha256"]),
-                mode=int(str(t["mode"]), 8),
-                uid=int(t["uid"]),
-                gid=int(t["gid"]),
-                layer=t.get("layer"),
+                mode=_lock_mode(t["mode"]),
+                uid=_id(t["uid"], "uid"),
+                gid=_id(t["gid"], "gid"),
+                layer=_opt_str(t.get("layer"), "layer"),
                 patches=tuple(str(p) for p in t["patches"]),
             )
-            for t in doc.get("target", [])
+            for t in _tables(doc.get("target", []))
         )
         return Lock(str(doc["series_sha256"]), info, targets)
     except MalformedLock:
         raise
-    except (KeyError, TypeError, ValueError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise MalformedLock(
             f"{source} cannot be read: {exc.__class__.__name__}: {exc}.",
             hint="Regenerate it with `imgquilt lock`.",
@@ -115,8 +143,7 @@ def parse_lock(data: bytes, *, source: str = "targets.lock") -> Lock:
 
 def read_lock(path: Path) -> Lock | None:
     """The lock at `path`, or None when there is none."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    data = read_regular_file(path)
+    if data is None:
         return None
     return parse_lock(data, source=str(path))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from ..errors import MalformedPatch
+from ..errors import MalformedPatch, UnsafePath
 from ..fs.paths import check_member_path
 from .difftext import HunkTextError, is_file_start, read_hunks, unified_diff
 from .hunks import ABSENT, Hunk, sha256_hex, split_lines
@@ -157,10 +157,46 @@ def _parse_hunks(name: str, path: str, lines: list[bytes]) -> tuple[str, str, tu
     extra = sum(1 for k in range(end, len(lines)) if is_file_start(lines, k) and lines[k].startswith(b"--- "))
     if extra:
         raise _bad(name, f"section {path!r} must hold exactly one ---/+++ file diff, found {1 + extra}.")
+    stray = next((ln for ln in lines[end:] if ln.startswith((b"@@", b"+++ ", b"--- ", b"*** ", b"diff "))), None)
+    if stray is not None:  # GNU patch would read it as more diff; imgquilt would not
+        raise _bad(name, f"section {path!r}: stray diff line {stray.rstrip()[:60]!r} after its hunks.")
     return _diff_name(lines[0]), _diff_name(lines[1]), tuple(hunks)
 
 
-def _parse_section(name: str, raw: bytes) -> FileSection:
+_MODE = re.compile(r"^0?[0-7]{3}$")
+
+
+def _mode_field(name: str, path: str, value: str | None) -> int | None:
+    """`Mode:` holds permission bits only (0644, 0755): no setuid/setgid/sticky, no file type."""
+    if value is None:
+        return None
+    if not _MODE.match(value.strip()):
+        raise _bad(name, f"section {path!r}: Mode must be permission bits such as 0644 or 0755 "
+                         f"(no setuid, setgid or sticky bit), not {value.strip()[:40]!r}.")
+    return int(value.strip(), 8)
+
+
+def _same_file(name: str, path: str, side: str, diff_name: str, strip: int | None) -> None:
+    """`---`/`+++` must name the `Index:` file after -pN (the series' level; None: -p1 or -p0), so
+    `patch`, `git apply` and imgquilt all change the same file."""
+    if diff_name == "/dev/null":
+        return
+    if diff_name.startswith("/") or "\\" in diff_name or "\0" in diff_name or ".." in diff_name.split("/"):
+        raise _bad(name, f"section {path!r}: the {side} name {diff_name!r} is unsafe (absolute, `..`, NUL or backslash).")
+    p1 = diff_name.split("/", 1)[1] if "/" in diff_name else ""
+    wanted = {1: [p1], 0: [diff_name]}.get(strip, [p1, diff_name])
+    for candidate in wanted:
+        try:
+            if candidate and check_member_path(candidate) == path:
+                return
+        except UnsafePath:
+            pass
+    level = "-p1" if strip == 1 else "-p0" if strip == 0 else "-p1 or -p0"
+    raise _bad(name, f"section {path!r}: the {side} line names {diff_name!r}, which is not {path!r} after {level} "
+                     "(patch would change another file than imgquilt).")
+
+
+def _parse_section(name: str, raw: bytes, strip: int | None = None) -> FileSection:
     lines = split_lines(raw)
     path = lines[0][len(b"Index: "):].rstrip(b"\r\n").decode("utf-8", "surrogateescape")
     try:
@@ -185,13 +221,10 @@ def _parse_section(name: str, raw: bytes) -> FileSection:
         raise _bad(name, f"section {path!r} has no `---`/`+++` lines.")
     base = _hash_field(name, path, "Base-SHA256", fields.get("Base-SHA256"))
     patched = _hash_field(name, path, "Patched-SHA256", fields.get("Patched-SHA256"))
-    mode = None
-    if "Mode" in fields:
-        try:
-            mode = int(fields["Mode"].strip(), 8)
-        except ValueError:
-            raise _bad(name, f"section {path!r}: Mode must be octal, not {fields['Mode']!r}.") from None
+    mode = _mode_field(name, path, fields.get("Mode"))
     src, dst, hunks = _parse_hunks(name, path, lines[i:])
+    for side, diff_name in (("---", src), ("+++", dst)):
+        _same_file(name, path, side, diff_name, strip)
     if (src == "/dev/null") != (base == ABSENT):
         raise _bad(name, f"section {path!r}: `---` is {src} but Base-SHA256 is {base}.")
     if (dst == "/dev/null") != (patched == ABSENT):
@@ -199,8 +232,11 @@ def _parse_section(name: str, raw: bytes) -> FileSection:
     return FileSection(path, base, patched, hunks, raw, mode, tuple(extra))
 
 
-def parse_patch(data: bytes, name: str = "<patch>") -> Patch:
-    """Parse a patch in the imgquilt format. Raises MalformedPatch with the reason."""
+def parse_patch(data: bytes, name: str = "<patch>", *, strip: int | None = None) -> Patch:
+    """Parse a patch in the imgquilt format. Raises MalformedPatch with the reason.
+
+    `strip` is the series' -p level the `---`/`+++` names are checked at (None: either).
+    """
     # split at b"\n" only: a lone CR is part of a line's bytes, never a line start
     lines = split_lines(data)
     starts = [i for i, ln in enumerate(lines) if ln.startswith(b"Index: ")]
@@ -215,7 +251,7 @@ def parse_patch(data: bytes, name: str = "<patch>") -> Patch:
     sections = []
     bounds = starts + [len(lines)]
     for a, b in zip(bounds, bounds[1:]):
-        sections.append(_parse_section(name, b"".join(lines[a:b])))
+        sections.append(_parse_section(name, b"".join(lines[a:b]), strip))
     seen: set[str] = set()
     for s in sections:
         if s.path in seen:

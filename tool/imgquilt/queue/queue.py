@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..util.regular import read_regular_file
 from ..errors import MalformedPatch, QueueNotFound
 from .lock import Lock, read_lock
 from .patchfile import Patch, parse_patch
@@ -105,17 +106,16 @@ class Queue:
 def load_queue(root: Path) -> Queue:
     """Read series and every patch it lists (strictly: a missing or malformed patch is an error)."""
     series_file = root / "series"
-    series_bytes = series_file.read_bytes() if series_file.exists() else b""
+    series_bytes = read_regular_file(series_file) or b""
     entries = parse_series(series_bytes, source=str(series_file))
     patches = []
     for e in entries:
         f = root / "patches" / e.name
-        try:
-            data = f.read_bytes()
-        except FileNotFoundError:
+        data = read_regular_file(f)
+        if data is None:
             raise MalformedPatch(
                 f"series line {e.line} lists {e.name!r}, but {f} does not exist.",
                 hint="Restore the patch file or remove it from series (`imgquilt check` lists every problem).",
-            ) from None
-        patches.append(parse_patch(data, e.name))
+            )
+        patches.append(parse_patch(data, e.name, strip=e.strip))
     return Queue(root, series_bytes, tuple(entries), tuple(patches))

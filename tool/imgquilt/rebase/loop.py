@@ -26,7 +26,7 @@ from .options import Opener, RebaseOptions
 from .report import CONFLICT, PatchOutcome, RebaseReport, patch_state
 from .resolve import take_resolutions
 from .state import (
-    CarriedSection, RebaseState, clear_leftovers, load_state, rebase_in_progress, remove_state, save_state, state_dir,
+    CarriedSection, RebaseState, clear_leftovers, load_state, rebase_in_progress, rebase_dir, remove_state, save_state,
 )
 from .work_files import release_work
 
@@ -90,7 +90,7 @@ def start_rebase(root: Path, opts: RebaseOptions, opener: Opener) -> RebaseRepor
         new_image={"ref": opts.new_ref, "digest": info.digest},
         notes=notes,
     )
-    state_dir(root).mkdir(parents=True)
+    rebase_dir(root).ensure()
     backup(root, q)
     save_state(root, st)  # from here on, --abort restores the backup
     return _guarded(_advance, root, st, opener)
@@ -190,7 +190,7 @@ def _skip_and_go_on(root: Path, st: RebaseState, opener: Opener) -> RebaseReport
 
 def abort_rebase(root: Path) -> tuple[RebaseReport | None, list[str]]:
     """Restore series, patches/ and targets.lock as they were; end the rebase."""
-    if not state_dir(root).exists():
+    if not rebase_dir(root).exists():
         raise UsageError("No rebase in progress.", hint="Nothing to abort.")
     if not rebase_in_progress(root):
         remove_state(root)  # crashed before its journal existed: nothing was changed

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import BadInput, UsageError
-from ..util.atomic import atomic_write, publish
+from ..util.statedir import StateDir
 from .report import FileOutcome, PatchOutcome, RebaseReport, patch_state
 
 STATE_VERSION = 1
@@ -75,41 +76,58 @@ def state_dir(root: Path) -> Path:
     return root / REBASE_DIR
 
 
+def rebase_dir(root: Path, *sub: str) -> StateDir:
+    """`.imgquilt/rebase/` (or below), every access without following links (the queue is untrusted)."""
+    return StateDir(root, REBASE_DIR.name, *sub)
+
+
 def save_state(root: Path, st: RebaseState) -> None:
-    atomic_write(state_dir(root) / "state.json", (json.dumps(asdict(st), indent=1, sort_keys=True) + "\n").encode())
+    rebase_dir(root).write("state.json", (json.dumps(asdict(st), indent=1, sort_keys=True) + "\n").encode())
 
 
 def load_state(root: Path) -> RebaseState:
     path = state_dir(root) / "state.json"
     try:
-        doc = json.loads(path.read_bytes())
-        if doc.get("version") != STATE_VERSION:
-            raise ValueError(f"version {doc.get('version')!r}")
-        return RebaseState(**doc)
+        data = rebase_dir(root).read("state.json")
+        if data is None:
+            raise FileNotFoundError(path)
+        doc = json.loads(data)
+        if not isinstance(doc, dict) or doc.get("version") != STATE_VERSION:
+            raise ValueError(f"version {doc.get('version') if isinstance(doc, dict) else None!r}")
+        st = RebaseState(**doc)
+        st.report("check")  # every recorded outcome must read back, or --continue fails halfway
+        return st
     except FileNotFoundError:
         raise UsageError("No rebase in progress.", hint="Start one with `imgquilt rebase --image NEWREF`.") from None
-    except (ValueError, TypeError) as exc:
-        raise BadInput(f"{path} cannot be read ({exc}).", hint="`imgquilt rebase --abort` restores the queue from the backup.") from None
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise BadInput(f"{path} cannot be read ({exc!r}).", hint="`imgquilt rebase --abort` restores the queue from the backup.") from None
 
 
 def rebase_in_progress(root: Path) -> bool:
-    return (state_dir(root) / "state.json").is_file()
+    return rebase_dir(root).is_file("state.json")
 
 
 def remove_state(root: Path) -> None:
     """Remove the state directory; the rename first makes "in progress" end at one instant."""
-    sdir = state_dir(root)
-    if not sdir.exists():
+    if not rebase_dir(root).exists():  # also refuses a symlinked .imgquilt or .imgquilt/rebase
         return
-    gone = sdir.with_name(f"rebase.done-{os.getpid()}")
-    publish(sdir, gone)
-    shutil.rmtree(gone, ignore_errors=True)
+    gone = f"rebase.done-{os.getpid()}"
+    with StateDir(root).opened() as top:
+        assert top is not None
+        os.rename(REBASE_DIR.name, gone, src_dir_fd=top, dst_dir_fd=top)
+        with suppress(OSError):
+            os.fsync(top)
+        shutil.rmtree(gone, dir_fd=top, ignore_errors=True)
 
 
 def clear_leftovers(root: Path) -> None:
     """Before a start: drop what crashed runs left behind without a journal."""
-    sdir = state_dir(root)
-    if sdir.exists():
-        shutil.rmtree(sdir)  # a start that crashed before its journal existed: the queue was not touched
-    for stale in sdir.parent.glob("rebase.done-*"):
-        shutil.rmtree(stale, ignore_errors=True)  # a finish that crashed while removing its state
+    exists = rebase_dir(root).exists()
+    with StateDir(root).opened() as top:
+        if top is None:
+            return
+        if exists:
+            shutil.rmtree(REBASE_DIR.name, dir_fd=top)  # a start that crashed before its journal existed: the queue was not touched
+        for stale in os.listdir(top):
+            if stale.startswith("rebase.done-"):
+                shutil.rmtree(stale, dir_fd=top, ignore_errors=True)  # a finish that crashed while removing its state

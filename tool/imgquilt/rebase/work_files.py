@@ -9,18 +9,18 @@ from pathlib import Path
 from typing import Iterable
 
 from ..fs.paths import check_member_path
-from ..util.atomic import atomic_write
-from ..work.files import WORK_DIR, WorkFiles
-from .state import RebaseState, save_state, state_dir
+from ..errors import BadInput
+from ..work.files import WORK_FILE_CAP, WORK_DIR, WorkFiles
+from .state import RebaseState, rebase_dir, save_state
 
 
 def work_read(root: Path, path: str) -> bytes | None:
-    return WorkFiles(root / WORK_DIR).read(check_member_path(path)).data
+    return WorkFiles(root).read(check_member_path(path)).data
 
 
 def _work_write(root: Path, path: str, data: bytes | None) -> None:
     """Write (or, for None, remove) a work-tree file without following any symlink in it."""
-    WorkFiles(root / WORK_DIR).write(check_member_path(path), data, None)
+    WorkFiles(root).write(check_member_path(path), data, None)
 
 
 def put_work(root: Path, st: RebaseState, path: str, data: bytes | None) -> str:
@@ -28,9 +28,7 @@ def put_work(root: Path, st: RebaseState, path: str, data: bytes | None) -> str:
     if path not in st.work_written:
         prior = work_read(root, path)
         if prior is not None:
-            saved = state_dir(root) / "saved-work" / path
-            saved.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(saved, prior)
+            rebase_dir(root, "saved-work").write(path, prior)
             st.work_saved.append(path)
         st.work_written.append(path)
         save_state(root, st)  # journal it before the file exists, so an abort after a crash cleans it up
@@ -43,8 +41,15 @@ def release_work(root: Path, st: RebaseState, paths: Iterable[str]) -> None:
     for path in list(paths):
         if path not in st.work_written:
             continue
-        saved = state_dir(root) / "saved-work" / path
-        _work_write(root, path, saved.read_bytes() if path in st.work_saved else None)
+        _work_write(root, path, _saved(root, path) if path in st.work_saved else None)
         st.work_written.remove(path)
         if path in st.work_saved:
             st.work_saved.remove(path)
+
+
+def _saved(root: Path, path: str) -> bytes:
+    data = rebase_dir(root, "saved-work").read(path, cap=WORK_FILE_CAP)
+    if data is None:
+        raise BadInput(f"The saved work-tree copy of {path} is missing from .imgquilt/rebase/saved-work.",
+                       hint="The rebase state is damaged; remove .imgquilt/rebase and restore the queue from git.")
+    return data

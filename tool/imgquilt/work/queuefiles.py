@@ -10,6 +10,7 @@ from ..errors import BadInput
 from ..queue.patchfile import Patch
 from ..queue.series import SeriesEntry, parse_series
 from ..util.atomic import atomic_write
+from ..util.regular import read_regular_file
 from .patchtext import read_queue_patch
 
 
@@ -22,10 +23,7 @@ class QueueFiles:
 
     # --- series -------------------------------------------------------------------------
     def series_bytes(self) -> bytes:
-        try:
-            return self.series_path.read_bytes()
-        except FileNotFoundError:
-            return b""
+        return read_regular_file(self.series_path) or b""
 
     def entries(self) -> list[SeriesEntry]:
         return parse_series(self.series_bytes(), source=str(self.series_path))
@@ -77,10 +75,9 @@ class QueueFiles:
         return (self.patches_dir / name).exists()
 
     def read_patch(self, name: str) -> Patch:
-        try:
-            data = (self.patches_dir / name).read_bytes()
-        except FileNotFoundError:
-            raise BadInput(f"Patch file patches/{name} does not exist.", hint="Restore it, or `imgquilt delete` it from series.") from None
+        data = read_regular_file(self.patches_dir / name)
+        if data is None:
+            raise BadInput(f"Patch file patches/{name} does not exist.", hint="Restore it, or `imgquilt delete` it from series.")
         return read_queue_patch(data, name)
 
     def write_patch(self, patch: Patch) -> None:

@@ -18,7 +18,7 @@ from typing import Iterator, Mapping
 from urllib.parse import quote
 
 from ..errors import BadInput, UsageError
-from ..util.atomic import atomic_write
+from ..util.statedir import StateDir
 from .files import FileState
 
 STATE_DIR = Path(".imgquilt") / "state"
@@ -52,19 +52,20 @@ class WorkState:
 
     def __init__(self, queue_root: Path) -> None:
         self.queue_root = Path(queue_root)
-        self.dir = self.queue_root / STATE_DIR
+        self._state = StateDir(queue_root, "state")  # untrusted: walked without following links
+        self.dir = self._state.path
         self._snaps: dict[str, list[Tracked]] = {}  # read once per command; every write goes through here
 
     def applied(self) -> list[str]:
-        try:
-            text = (self.dir / "applied").read_text("utf-8", "surrogateescape")
-        except FileNotFoundError:
+        data = self._state.read("applied")
+        if data is None:
             return []
+        text = data.decode("utf-8", "surrogateescape")
         return [ln for ln in text.splitlines() if ln.strip()]
 
     def write_applied(self, names: list[str]) -> None:
         self._ensure()
-        atomic_write(self.dir / "applied", "".join(n + "\n" for n in names).encode("utf-8", "surrogateescape"))
+        self._state.write("applied", "".join(n + "\n" for n in names).encode("utf-8", "surrogateescape"))
 
     def snapshot(self, name: str) -> list[Tracked]:
         """The files patch `name` tracks, as they were before it (only for applied patches)."""
@@ -76,32 +77,33 @@ class WorkState:
         doc = {"patch": name, "files": [
             {"path": t.path, "resolved": t.resolved, "sha256": t.sha256, "mode": None if t.mode is None else f"{t.mode:04o}"} for t in files
         ]}
-        dest = self._pc_path(name)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(dest, (json.dumps(doc, indent=1) + "\n").encode())
+        self._state.write(self._pc_rel(name), (json.dumps(doc, indent=1) + "\n").encode())
         self._snaps[name] = list(files)
 
     def drop_snapshot(self, name: str) -> None:
         self._snaps.pop(name, None)
-        self._pc_path(name).unlink(missing_ok=True)
+        self._state.unlink(self._pc_rel(name))
 
     def remembered_image(self) -> str | None:
         """The last --image the work tree was seeded from (used when there is no targets.lock)."""
-        try:
-            return (self.dir / "image").read_text().strip() or None
-        except FileNotFoundError:
-            return None
+        data = self._state.read("image")
+        return (data.decode("utf-8", "surrogateescape").strip() or None) if data is not None else None
 
     def remember_image(self, ref: str) -> None:
         self._ensure()
         if self.remembered_image() != ref:
-            atomic_write(self.dir / "image", (ref + "\n").encode())
+            self._state.write("image", (ref + "\n").encode())
 
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the work-tree lock: one changing command at a time."""
         self._ensure()
-        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        with self._state.opened(create=True) as dfd:
+            try:
+                fd = os.open("lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644, dir_fd=dfd)
+            except OSError as exc:
+                raise BadInput(f"{self.dir / 'lock'} cannot be opened as the work-tree lock ({exc.strerror}).",
+                               hint=f"Remove {self.dir / 'lock'}; imgquilt recreates it.") from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -111,24 +113,31 @@ class WorkState:
         finally:
             os.close(fd)
 
-    def _ensure(self) -> None:
-        if not self.dir.is_dir():
-            self.dir.mkdir(parents=True, exist_ok=True)
-            ignore = self.queue_root / ".imgquilt" / ".gitignore"  # .imgquilt/ ignores itself
-            if not ignore.exists():
-                atomic_write(ignore, b"*\n")
+    def scratch_dir(self) -> Path:
+        self._ensure()
+        return self._state.ensure()
 
-    def _pc_path(self, name: str) -> Path:
-        return self.dir / "pc" / (quote(name, safe="") + ".json")
+    def _ensure(self) -> None:
+        if not self._state.exists():
+            self._state.ensure()
+            top = StateDir(self.queue_root)
+            if not top.is_file(".gitignore"):  # .imgquilt/ ignores itself
+                top.write(".gitignore", b"*\n")
+
+    @staticmethod
+    def _pc_rel(name: str) -> str:
+        return "pc/" + quote(name, safe="") + ".json"
 
     def _read_snapshot(self, name: str) -> list[Tracked]:
         try:
-            doc = json.loads(self._pc_path(name).read_text())
-        except FileNotFoundError:
-            return []
-        except (ValueError, OSError) as exc:
-            raise BadInput(f"Work-tree state of {name} cannot be read: {exc}.", hint="Remove .imgquilt/state and .imgquilt/work to start over.") from None
-        return [
-            Tracked(f["path"], f["sha256"], None if f["mode"] is None else int(f["mode"], 8), f.get("resolved") or f["path"])
-            for f in doc["files"]
-        ]
+            data = self._state.read(self._pc_rel(name))
+            if data is None:
+                return []
+            doc = json.loads(data)
+            snap = [
+                Tracked(str(f["path"]), str(f["sha256"]), None if f["mode"] is None else int(f["mode"], 8), str(f.get("resolved") or f["path"]))
+                for f in doc["files"]
+            ]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise BadInput(f"Work-tree state of {name} cannot be read: {exc!r}.", hint="Remove .imgquilt/state and .imgquilt/work to start over.") from None
+        return snap

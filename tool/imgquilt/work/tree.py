@@ -21,7 +21,7 @@ from . import series_edit as _series_edit
 from . import track as _track
 from . import unrefreshed as _unrefreshed
 from .bases import Bases, SourceOpener
-from .files import WORK_DIR, FileState, WorkFiles
+from .files import FileState, WorkFiles
 from .queuefiles import QueueFiles
 from .state import Tracked, WorkState
 
@@ -34,7 +34,7 @@ class WorkTree:
         self.store = ObjectStore(self.root)
         self.queue = QueueFiles(self.root)
         self.record = WorkState(self.root)
-        self.files = WorkFiles(self.root / WORK_DIR)
+        self.files = WorkFiles(self.root)
         self.bases = Bases(self.root, self.store, open_image, image_explicit=image_explicit)
 
     @property
@@ -44,6 +44,10 @@ class WorkTree:
     @property
     def state(self) -> Path:
         return self.record.dir
+
+    def scratch_dir(self) -> Path:
+        """The state directory, made and checked to hold no link, for an editor's temp file."""
+        return self.record.scratch_dir()
 
     @property
     def series_path(self) -> Path:

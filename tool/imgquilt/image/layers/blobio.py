@@ -18,7 +18,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import BadImage
+from ...errors import BadImage, BadInput
+from ...util.regular import read_regular_file
 from ..digests import CopyCheck, new_hasher, sha256_digest, split_digest, verify_digest
 
 CHUNK = 2 << 20  # 2 MiB reads: big enough to amortise syscalls and hashing calls
@@ -88,9 +89,9 @@ class VerifiedBlobs:
         marker = self._marker(key)
         if marker is None:
             return False
-        try:
-            saved = json.loads(marker.read_text())
-        except (OSError, ValueError):
+        try:  # the queue's cache is untrusted: a link or FIFO planted as a marker is never followed
+            saved = json.loads(read_regular_file(marker, cap=1 << 16, follow=False) or b"")
+        except (OSError, ValueError, BadInput):
             return False
         if tuple(saved.get("fingerprint", ())) == now and saved.get("key") == list(key):
             self._mem[key] = now
@@ -114,7 +115,8 @@ class VerifiedBlobs:
         try:
             marker.parent.mkdir(parents=True, exist_ok=True)
             tmp = marker.with_name(marker.name + f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps({"key": list(key), "fingerprint": list(seen)}))
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644), "w") as f:
+                f.write(json.dumps({"key": list(key), "fingerprint": list(seen)}))
             os.replace(tmp, marker)
         except OSError:
             pass  # the cache is an optimisation only

@@ -17,6 +17,7 @@ from ...errors import BadImage, UnsafePath
 BLOCK = 512
 READ_CHUNK = 1 << 20  # per read of a seekable stream: after a skip, the next header is somewhere near
 STREAM_CHUNK = 4 << 20  # per read of a decompressed stream: it hands over one whole chunk, uncopied
+META_CAP = 1 << 20  # a PAX record set or GNU long name/link: Go's archive/tar (containerd) refuses larger ones too
 
 REGULAR = "0"
 HARDLINK = "1"
@@ -262,6 +263,11 @@ class TarWalker:
                 except ValueError:
                     size = _number(block[124:136])
                 if typeflag in "xgLK":
+                    if size > META_CAP:  # refused before a byte of it is held in memory
+                        raise BadImage(
+                            f"The {self.what} has a {'PAX header' if typeflag in 'xg' else 'GNU long name or link'} "
+                            f"of {size} bytes, more than imgquilt reads ({META_CAP} bytes).",
+                            hint="No container runtime accepts such a header either; the archive is hostile or corrupt.")
                     padded = (size + 511) & ~511
                     data = self._take(size) if size else b""
                     self._skip(padded - size)

@@ -13,12 +13,14 @@ import fcntl
 import json
 import os
 import re
+import stat
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from ...errors import BadImage, UsageError
+from ...errors import BadImage, LinkedState, UsageError
 from ...util.atomic import atomic_file, atomic_write, publish
+from ...util.regular import read_regular_file
 from ..mediatypes import OCI_INDEX
 from ..model import Layer
 from .base_blobs import blob_location, check_file, open_checked, unique_layers
@@ -149,19 +151,49 @@ def write_layout(img: NewImage, root: Path, tag: str | None) -> None:
         (tmp / "index.json").write_bytes(json_bytes(index))
 
 
+def _no_links(root: Path) -> None:
+    """An existing layout is untrusted: `blobs/` or `blobs/sha256` as a link (or not a directory), or
+    index.json as a link, would put what imgquilt writes somewhere else."""
+    for rel, want_dir in (("blobs", True), ("blobs/sha256", True), ("index.json", False)):
+        try:
+            st = os.lstat(root / rel)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            raise LinkedState(f"{root / rel} in the output layout is a symlink; imgquilt does not write through it.",
+                              hint=f"Replace {root / rel} with a real {'directory' if want_dir else 'file'}, or write to a new layout.")
+        if stat.S_ISDIR(st.st_mode) != want_dir or not (want_dir or stat.S_ISREG(st.st_mode)):
+            raise BadImage(f"{root / rel} in the output layout is not a {'directory' if want_dir else 'regular file'}.")
+
+
+def _read_index(root: Path) -> dict:
+    """The layout's index.json, checked to be what imgquilt can add to (before any blob is written)."""
+    path = root / "index.json"
+    data = read_regular_file(path, cap=64 << 20, follow=False)
+    if data is None:
+        return {"schemaVersion": 2, "manifests": []}
+    try:
+        index = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise BadImage(f"{path} is not valid JSON: {exc}.") from None
+    manifests = index.get("manifests", []) if isinstance(index, dict) else None
+    if not isinstance(manifests, list) or not all(isinstance(m, dict) and isinstance(m.get("annotations") or {}, dict) for m in manifests):
+        raise BadImage(f"{path} is not an OCI image index: \"manifests\" must be a list of descriptors.",
+                       hint="Repair the layout or write the image to a new one.")
+    return index
+
+
 def _add_to_layout(root: Path, entry: dict, img: NewImage) -> None:
     w = _BlobDir(root)
     tag = (entry.get("annotations") or {}).get(ANNOTATION_REF_NAME)
+    _no_links(root)
+    _read_index(root)  # refuse a damaged layout before a blob goes in
     try:
         w.blobs.mkdir(parents=True, exist_ok=True)
         with _locked_dir(root):
+            _no_links(root)
+            index = _read_index(root)  # again, under the lock: another writer may have changed it
             w.fill(img)
-            try:
-                index = json.loads((root / "index.json").read_bytes())
-            except FileNotFoundError:
-                index = {"schemaVersion": 2, "manifests": []}
-            except ValueError as exc:
-                raise BadImage(f"{root / 'index.json'} is not valid JSON: {exc}.") from None
             kept = [m for m in index.get("manifests") or [] if (m.get("annotations") or {}).get(ANNOTATION_REF_NAME) != tag]
             index["manifests"] = kept + [entry]
             with output_file(root / "index.json", what="index") as fh:
