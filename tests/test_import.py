@@ -118,7 +118,8 @@ def test_pinned_target_format_is_verified() -> None:
               + f"# base sha256: {sha256_hex(PY)}\n# patched sha256: {sha256_hex(new)}\n".encode()
               + b"--- foo.py.orig\n+++ foo.py\n@@ -5,2 +5,2 @@\n def g():\n-    return 2\n+    return 3\n")
     fp = parse_foreign(pinned, "pin.diff")
-    assert fp.header == b"# Hotfix for the g() regression.\n\n"  # pin lines become the section's hashes
+    # pin lines become the section's hashes; the rest of the comment block the Description
+    assert fp.header == b"Description: Hotfix for the g() regression.\n\n"
     changes, _ = convert(pinned, {"usr/lib/python3/dist-packages/foo.py": PY})
     assert changes == {"usr/lib/python3/dist-packages/foo.py": (PY, new, None)}
     with pytest.raises(BaseDrift) as exc:

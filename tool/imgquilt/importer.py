@@ -31,8 +31,13 @@ from .fs.paths import check_member_path
 from .queue.difftext import HunkTextError, is_file_start, read_hunks
 from .queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
 
-# at the start of a line, or in a `#` comment; never an indented DEP-3 continuation line
-_PIN = re.compile(rb"^(?:[ \t]*#+[ \t]*)?(target|base[ _-]?sha256|patched[ _-]?sha256|mode)[ \t]*:[ \t]*(\S[^\r\n]*?)[ \t]*\r?\n?$", re.I)
+# at the start of a line, or in a `#` comment; never an indented DEP-3 continuation line. Hash pins
+# are written with or without a colon (`base sha256 HEX`, `Base-SHA256: HEX`), in any case.
+_PIN = re.compile(rb"^(?:[ \t]*#+[ \t]*)?(target|mode|status)[ \t]*:[ \t]*(\S[^\r\n]*?)[ \t]*\r?\n?$", re.I)
+_HASH_PIN = re.compile(
+    rb"^(?:[ \t]*#+[ \t]*)?((?:base|patched)[ _-]?sha-?256)(?:[ \t]*:[ \t]*(\S+)|[ \t]+([0-9a-fA-F]{64}|absent))[ \t]*\r?\n?$", re.I
+)
+_REMARK = re.compile(r"\s+(?:\(.*\)|#.*|[-\u2014\u2013]+\s.*)$")
 _HASH = re.compile(r"^(?:[0-9a-f]{64}|absent)$")
 _MBOX_FROM = re.compile(rb"^From [0-9a-f]{40} ")
 _SUBJECT_TAG = re.compile(r"^\s*\[[^\]]*\]\s*")
@@ -203,11 +208,15 @@ def _intro_line(ln: bytes) -> bool:
 
 
 def _pin_of(ln: bytes) -> tuple[str, str] | None:
-    m = _PIN.match(ln)
+    m = _PIN.match(ln) or _HASH_PIN.match(ln)
     if not m:
         return None
     key = re.sub(r"[ _-]", "", m.group(1).decode().lower())
-    return key, m.group(2).decode("utf-8", "surrogateescape").strip()
+    value = next(g for g in m.groups()[1:] if g is not None).decode("utf-8", "surrogateescape").strip()
+    if key == "target":
+        # `# TARGET: pkg/x.py (inside the pinned image)`: the path is the first word, the rest a remark
+        value = _REMARK.sub("", value).split()[0] if value else value
+    return key, value
 
 
 class _Pins:
@@ -216,8 +225,12 @@ class _Pins:
     def __init__(self, source: str) -> None:
         self.source = source
         self.blocks: list[dict[str, object]] = []
+        self.status: str | None = None
 
     def add(self, key: str, value: str, lineno: int) -> None:
+        if key == "status":
+            self.status = value
+            return
         if key == "target":
             self.blocks.append({"target": value})
             return
@@ -340,12 +353,33 @@ def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
     pre = lines[: preamble_end or 0]
     if pre and _MBOX_FROM.match(pre[0]):
         return ForeignPatch(source, mail_header(pre), tuple(files), "mail")
-    header = b"".join(ln for k, ln in enumerate(pre) if k not in pin_lines)
+    header = comment_header([ln for k, ln in enumerate(pre) if k not in pin_lines], pins.status)
     if header.strip() and not header.endswith(b"\n\n") and not header.endswith(b"\r\n\r\n"):
         header += b"\n"
     if not header.strip():
         header = b""
     return ForeignPatch(source, header, tuple(files), "git" if git_seen else "plain")
+
+
+def comment_header(lines: list[bytes], status: str | None) -> bytes:
+    """A hand-written artifact's `#` comment block (pins taken out) as DEP-3 Description (+ Status).
+
+    Any other header (DEP-3 fields, a mail, free text) is kept verbatim.
+    """
+    text = [ln for ln in lines if ln.strip()]
+    if not text or not all(ln.lstrip().startswith(b"#") for ln in text):
+        if status is not None and text:
+            return b"".join(lines).rstrip(b"\r\n") + f"\nStatus: {status}\n".encode("utf-8", "surrogateescape")
+        return b"".join(lines)
+    body = [ln.decode("utf-8", "surrogateescape").strip().lstrip("#").strip() for ln in lines]
+    while body and not body[-1]:
+        body.pop()
+    while body and not body[0]:
+        body.pop(0)
+    out = [f"Description: {body[0]}"] + [f" {b}" if b else " ." for b in body[1:]]
+    if status is not None:
+        out.append(f"Status: {status}")
+    return ("\n".join(out) + "\n\n").encode("utf-8", "surrogateescape")
 
 
 def mail_header(pre: list[bytes]) -> bytes:
