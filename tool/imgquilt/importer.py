@@ -25,8 +25,8 @@ from datetime import datetime
 from email.parser import BytesHeaderParser
 from typing import Callable
 
-from .engine.apply import HunkError, apply_hunks
-from .errors import BadInput, BaseDrift, HunkMismatch, MalformedPatch, ResultMismatch
+from .engine.apply import PlaceError, Placed, apply_placed, place_hunks, renumbered
+from .errors import BadInput, BaseDrift, HunkMismatch, MalformedPatch, MissingTarget, ResultMismatch
 from .fs.paths import check_member_path
 from .queue.difftext import HunkTextError, is_file_start, read_hunks
 from .queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
@@ -97,6 +97,9 @@ class FileChange:
     base: bytes | None
     result: bytes | None
     mode: int | None  # for a new file
+    # the imported hunks renumbered to the lines they apply at, when they alone make this change
+    # (no fuzz, no anchor): written as they came; None: the writer diffs base -> result
+    hunks: tuple[Hunk, ...] | None = None
 
 
 @dataclass
@@ -438,15 +441,16 @@ def git_blob_sha1(data: bytes | None) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def file_paths(f: ForeignFile, strip: int, source: str) -> tuple[str, str]:
-    """(path read, path written) inside the image for one file diff."""
+def file_paths(f: ForeignFile, strip: int, source: str, prefix: str = "") -> tuple[str, str]:
+    """(path read, path written) inside the image for one file diff; `prefix` as `patch -d DIR`."""
     if f.pin is not None and f.pin.target:
-        target = check_member_path(f.pin.target.lstrip("/"), what=f"TARGET in {source}")
+        target = f.pin.target if f.pin.target.startswith("/") else _under(prefix, f.pin.target)
+        target = check_member_path(target.lstrip("/"), what=f"TARGET in {source}")
         return target, target
     def one(name: str | None) -> str | None:
         if name is None:
             return None
-        return check_member_path(strip_path(name, strip, source=source, line=f.line), what=f"path in {source}")
+        return check_member_path(_under(prefix, strip_path(name, strip, source=source, line=f.line)), what=f"path in {source}")
 
     old, new = one(f.old_name), one(f.new_name)
     if f.rename or f.copy:
@@ -459,7 +463,41 @@ def file_paths(f: ForeignFile, strip: int, source: str) -> tuple[str, str]:
     return name, name
 
 
+def _under(prefix: str, path: str) -> str:
+    return f"{prefix.strip('/')}/{path}" if prefix.strip("/") else path
+
+
 BaseReader = Callable[[str, str | None], bytes | None]
+# every path of the image ending in "/" + the given tail (for package-relative paths)
+TailFinder = Callable[[str], list[str]]
+
+
+def _by_tail(path: str, pinned: str, read_base: BaseReader, find_tail: TailFinder | None, where: str) -> str | None:
+    """The one image file whose path ends in `path` and whose bytes have the pinned base hash."""
+    if find_tail is None:
+        return None
+    candidates = sorted(find_tail(path))
+    hits = [c for c in candidates if sha256_hex(read_base(c, pinned)) == pinned]
+    if len(hits) == 1:
+        return hits[0]
+    named = ", ".join(candidates[:8]) + (" ..." if len(candidates) > 8 else "") if candidates else "none"
+    what = "none has" if not hits else f"{len(hits)} have"
+    raise MissingTarget(
+        f"Cannot import {where}: {path} is not in the image; files ending in it: {named}; {what} the pinned base sha256 {pinned}.",
+        hint="Say where the patch's paths start with --prefix DIR (as `patch -d DIR`).",
+    )
+
+
+def _placement_notes(where: str, placed: list[Placed]) -> list[str]:
+    notes = []
+    for p in placed:
+        if p.hunk.anchor is not None or (p.start == p.named and not p.fuzz):
+            continue
+        d = p.start - p.named
+        moved = f"{abs(d)} line{'s' if abs(d) != 1 else ''} {'below' if d > 0 else 'above'} its header" if d else "at its header's line"
+        fuzz = f", with fuzz {p.fuzz}" if p.fuzz else ""
+        notes.append(f"{where} hunk {p.index + 1} at line {p.start + 1}, {moved}{fuzz}")
+    return notes
 
 
 def apply_foreign(
@@ -469,6 +507,9 @@ def apply_foreign(
     *,
     label: str | None = None,
     check_git_index: bool = True,
+    fuzz: int = 0,
+    prefix: str = "",
+    find_tail: TailFinder | None = None,
 ) -> Converted:
     """Apply every file diff of `fp` to real bases; verify every pin. Nothing is written here.
 
@@ -480,6 +521,7 @@ def apply_foreign(
     modes: dict[str, int | None] = {}
     order: list[str] = []
     notes: list[str] = []
+    kept: dict[str, tuple[Hunk, ...] | None] = {}
 
     def get(path: str, want: str | None) -> bytes | None:
         if path not in state:
@@ -489,12 +531,21 @@ def apply_foreign(
         return state[path]
 
     for f in fp.files:
-        src, dst = file_paths(f, strip, fp.source)
+        src, dst = file_paths(f, strip, fp.source, prefix)
         where = f"{label}: {dst}" + (f" (from {src})" if src != dst else "")
         if f.binary:
             raise BadInput(f"Cannot import {where}: binary diffs are not supported.", hint="Patch text files only; ship binaries another way.")
         pin = f.pin or Pin()
         base = get(src, pin.base)
+        if base is None and src == dst and src not in kept and pin.base not in (None, ABSENT) and not f.old_absent:
+            found = _by_tail(src, pin.base, read_base, find_tail, where)  # type: ignore[arg-type]
+            if found is not None:
+                notes.append(f"{src} is not in the image; took {found}, the one file ending in it with the pinned base.")
+                order.remove(src)
+                del state[src], first[src]
+                src = dst = found
+                where = f"{label}: {dst}"
+                base = get(src, pin.base)
         actual = sha256_hex(base)
         if pin.base is not None and pin.base != actual:
             raise BaseDrift(
@@ -515,20 +566,17 @@ def apply_foreign(
                 hint="The file is already there: drop this part of the patch, or import onto another image.",
             )
         if base is None and not f.old_absent and any(h.old_len for h in f.hunks):
-            from .errors import MissingTarget
-
             raise MissingTarget(
                 f"Cannot import {where}: the file does not exist here, and the patch changes its lines.",
                 hint="Check the path (-p level, TARGET line) and the image (--image REF).",
             )
+        src_lines = split_lines(base or b"")
         try:
-            new = apply_hunks(base or b"", f.hunks)
-        except HunkError as exc:
-            raise HunkMismatch(
-                f"Refused: {where}: {exc} (base sha256 {actual}).",
-                hint="The diff was made against other bytes: imgquilt applies hunks only at the lines they name, without fuzz. "
-                "Import onto the right image, or regenerate the diff against this file.",
-            ) from None
+            placed = place_hunks(src_lines, f.hunks, fuzz=fuzz)
+        except PlaceError as exc:
+            raise _no_fit(where, exc, actual, fuzz) from None
+        new = apply_placed(src_lines, placed)
+        notes += _placement_notes(f"{dst}", placed)
         result: bytes | None = new
         if f.new_absent:
             if new:
@@ -554,6 +602,8 @@ def apply_foreign(
             if f.rename:
                 state[src] = None
         state[dst] = result
+        exact = f.hunks and all(p.fuzz == 0 and p.hunk.anchor is None for p in placed) and src == dst
+        kept[dst] = renumbered(placed) if exact and dst not in kept else None
         mode = f.new_file_mode if f.new_file_mode is not None else pin.mode
         if mode is not None and mode != 0o644:
             modes[dst] = mode
@@ -562,8 +612,22 @@ def apply_foreign(
         base, result = first[path], state[path]
         if base == result:
             continue
-        changes.append(FileChange(path, base, result, modes.get(path) if base is None else None))
+        hunks = kept.get(path)
+        if result is None or base is None and not result:
+            hunks = None  # deletions and empty files: the writer's own form
+        changes.append(FileChange(path, base, result, modes.get(path) if base is None else None, hunks))
     return Converted(changes, notes)
+
+
+def _no_fit(where: str, exc: PlaceError, actual: str, fuzz: int) -> HunkMismatch:
+    if exc.would is not None:
+        line, need = exc.would
+        detail = f"hunk {exc.index + 1} (header line {exc.named + 1}) matches nowhere exactly; with --fuzz {need} it would apply at line {line}"
+        hint = f"Check the change at line {line}, then pass --fuzz {need} to accept it, or regenerate the diff against this file."
+    else:
+        detail = f"hunk {exc.index + 1} (header line {exc.named + 1}) matches nowhere, not even with 2 context lines dropped (fuzz 2)"
+        hint = "The diff was made against other bytes: import onto the right image, or regenerate the diff against this file."
+    return HunkMismatch(f"Refused: {where}: {detail} (base sha256 {actual}).", hint=hint)
 
 
 __all__ = [

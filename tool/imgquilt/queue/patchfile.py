@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import MalformedPatch
 from ..fs.paths import check_member_path
-from .difftext import HunkTextError, is_file_start, read_hunks, unified_diff
+from .difftext import HunkTextError, format_hunks, is_file_start, read_hunks, unified_diff
 from .hunks import ABSENT, Hunk, sha256_hex, split_lines
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -224,17 +224,24 @@ def parse_patch(data: bytes, name: str = "<patch>") -> Patch:
     return Patch(name, header, tuple(sections), data)
 
 
-def render_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None) -> bytes:
-    """The canonical bytes of a section turning `old` into `new` (None: absent)."""
+def render_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None, hunks: tuple[Hunk, ...] | None = None) -> bytes:
+    """The canonical bytes of a section turning `old` into `new` (None: absent).
+
+    `hunks` (checked by the caller to turn `old` into `new`) are written as given instead of a
+    fresh diff: import keeps a foreign patch's hunk text, renumbered to where it applies.
+    """
     head = f"Index: {path}\nBase-SHA256: {sha256_hex(old)}\nPatched-SHA256: {sha256_hex(new)}\n"
     if mode is not None and old is None and new is not None:
         head += f"Mode: {mode:04o}\n"
-    return head.encode("utf-8", "surrogateescape") + unified_diff(old, new, path)
+    if hunks is None:
+        return head.encode("utf-8", "surrogateescape") + unified_diff(old, new, path)
+    names = f"--- {'/dev/null' if old is None else 'a/' + path}\n+++ {'/dev/null' if new is None else 'b/' + path}\n"
+    return (head + names).encode("utf-8", "surrogateescape") + format_hunks(hunks)
 
 
-def make_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None) -> FileSection:
-    """A parsed section turning `old` into `new`."""
-    return _parse_section("<new>", render_section(path, old, new, mode))
+def make_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None, hunks: tuple[Hunk, ...] | None = None) -> FileSection:
+    """A parsed section turning `old` into `new` (with `hunks` as written, if given)."""
+    return _parse_section("<new>", render_section(path, old, new, mode, hunks))
 
 
 def build_patch(name: str, header: Header, sections: list[FileSection] | tuple[FileSection, ...]) -> Patch:

@@ -43,6 +43,8 @@ def import_patches(
     fields: list[tuple[str, str | None]] = (),  # type: ignore[assignment]
     replace: bool = False,
     check_git_index: bool = True,
+    fuzz: int = 0,
+    prefix: str = "",
 ) -> list[Imported]:
     """Turn foreign patches into imgquilt patches inserted after the top patch, bases from the work tree or image."""
     with wt.locked():
@@ -59,13 +61,15 @@ def import_patches(
         out: list[Imported] = []
         for it in items:
             fp = parse_foreign(it.data, it.source)
-            conv = apply_foreign(fp, it.strip, read, label=it.source, check_git_index=check_git_index)
+            conv = apply_foreign(
+                fp, it.strip, read, label=it.source, check_git_index=check_git_index, fuzz=fuzz, prefix=prefix, find_tail=wt.bases.ending_in
+            )
             if not conv.changes:
                 raise BadInput(f"{it.source} changes nothing in these files.", hint="Nothing to import.")
             header = Header(fp.header)
             for key, value in fields:
                 header = header.with_field(key, value)
-            patch = build_patch(it.name, header, [make_section(c.path, c.base, c.result, c.mode) for c in conv.changes])
+            patch = build_patch(it.name, header, [make_section(c.path, c.base, c.result, c.mode, c.hunks) for c in conv.changes])
             parse_patch(patch.raw, it.name)  # what we write must read back
             for c in conv.changes:
                 overlay[c.path] = c.result

@@ -212,5 +212,7 @@ class WorkTree:
         fields: list[tuple[str, str | None]] = (),  # type: ignore[assignment]
         replace: bool = False,
         check_git_index: bool = True,
+        fuzz: int = 0,
+        prefix: str = "",
     ) -> list[_importing.Imported]:
-        return _importing.import_patches(self, items, fields=fields, replace=replace, check_git_index=check_git_index)
+        return _importing.import_patches(self, items, fields=fields, replace=replace, check_git_index=check_git_index, fuzz=fuzz, prefix=prefix)
