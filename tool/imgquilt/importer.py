@@ -16,6 +16,7 @@ lines, git `index` hashes) is checked against the real bytes.
 """
 from __future__ import annotations
 
+import email.header
 import email.policy
 import email.utils
 import hashlib
@@ -389,8 +390,16 @@ def mail_header(pre: list[bytes]) -> bytes:
     """DEP-3 fields from a `git format-patch` mail: Description (subject + body), Author, Last-Update."""
     text = b"".join(pre[1:])
     head, sep, body = text.partition(b"\n\n")
-    msg = BytesHeaderParser(policy=email.policy.default).parsebytes(head + b"\n\n")
-    subject = _SUBJECT_TAG.sub("", str(msg.get("Subject", "") or ""))
+    # compat32 and an explicit decode: the `default` policy's header registry costs ~5 ms a mail
+    msg = BytesHeaderParser(policy=email.policy.compat32).parsebytes(head + b"\n\n")
+
+    def field(name: str) -> str:
+        raw = msg.get(name)
+        if raw is None:
+            return ""
+        return str(email.header.make_header(email.header.decode_header(str(raw))))
+
+    subject = _SUBJECT_TAG.sub("", field("Subject"))
     while _SUBJECT_TAG.match(subject):
         subject = _SUBJECT_TAG.sub("", subject)
     subject = " ".join(subject.split())
@@ -406,11 +415,11 @@ def mail_header(pre: list[bytes]) -> bytes:
         body_lines.pop(0)
     out = [f"Description: {subject}"]
     out += [f" {ln}" if ln else " ." for ln in body_lines]
-    if msg.get("From"):
-        out.append(f"Author: {' '.join(str(msg['From']).split())}")
-    if msg.get("Date"):
+    if field("From"):
+        out.append(f"Author: {' '.join(field('From').split())}")
+    if field("Date"):
         try:
-            out.append(f"Last-Update: {email.utils.parsedate_to_datetime(str(msg['Date'])).date().isoformat()}")
+            out.append(f"Last-Update: {email.utils.parsedate_to_datetime(field('Date')).date().isoformat()}")
         except (TypeError, ValueError):
             pass
     return ("\n".join(out) + "\n\n").encode("utf-8", "surrogateescape")

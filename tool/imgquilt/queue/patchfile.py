@@ -241,7 +241,10 @@ def render_section(path: str, old: bytes | None, new: bytes | None, mode: int | 
 
 def make_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None, hunks: tuple[Hunk, ...] | None = None) -> FileSection:
     """A parsed section turning `old` into `new` (with `hunks` as written, if given)."""
-    return _parse_section("<new>", render_section(path, old, new, mode, hunks))
+    raw = render_section(path, old, new, mode, hunks)
+    if hunks is not None:  # already values: the caller reads the whole patch back once
+        return FileSection(path, sha256_hex(old), sha256_hex(new), hunks, raw, mode if old is None and new is not None else None)
+    return _parse_section("<new>", raw)
 
 
 def build_patch(name: str, header: Header, sections: list[FileSection] | tuple[FileSection, ...]) -> Patch:

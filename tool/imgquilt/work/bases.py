@@ -31,7 +31,8 @@ class Bases:
         self._source: Source | None = None
         self._listing: list[str] | None = None
 
-    def read(self, paths: list[str]) -> dict[str, FileState]:
+    def read(self, paths: list[str], *, keep: bool = True) -> dict[str, FileState]:
+        """Each path's base; `keep=False` skips storing image bytes (import: a store write costs more than the read)."""
         out: dict[str, FileState] = {}
         need: list[str] = []
         lock = None if self._image_explicit else read_lock(self.root / "targets.lock")
@@ -51,7 +52,8 @@ class Bases:
             for p in need:
                 tf = targets[p]
                 out[p] = FileState(tf.data, None if tf.data is None else tf.mode & 0o777, tf.resolved)
-            remember(self.root, [targets[p].data for p in need])
+            if keep:
+                remember(self.root, [targets[p].data for p in need])
         return out
 
     def ending_in(self, tail: str) -> list[str]:
