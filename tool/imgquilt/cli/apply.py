@@ -162,9 +162,10 @@ def check_cmd(
       imgquilt check --format github
     """
     from ..queue.check import check_queue
+    from ..work.rehash import stale_results
 
     root = queue_root()
-    problems, patches = check_queue(root)
+    problems, patches = check_queue(root, stale_results)
     failure: ImgquiltError | None = QueueProblems(problems) if problems else None
     if image and not problems:
         from ..engine.plan import plan_apply
