@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..queue.binarypatch import BinaryPatchError, apply_binary
 from ..queue.hunks import Hunk, HunkLine, split_lines
+from ..queue.patchfile import FileSection
 
 
 class HunkError(Exception):
@@ -20,6 +22,14 @@ class HunkError(Exception):
         self.index = index
         self.line = line
         self.detail = detail
+
+
+class BinaryMismatch(HunkError):
+    """A binary (delta) patch does not fit the bytes it is applied to."""
+
+    def __init__(self, detail: str) -> None:
+        Exception.__init__(self, f"the binary patch does not apply: {detail}")
+        self.index, self.line, self.detail = 0, 0, detail
 
 
 def apply_hunks(old: bytes, hunks: tuple[Hunk, ...] | list[Hunk]) -> bytes:
@@ -46,6 +56,16 @@ def apply_hunks(old: bytes, hunks: tuple[Hunk, ...] | list[Hunk]) -> bytes:
             pos += 1
     out.extend(src[pos:])
     return b"".join(out)
+
+
+def apply_section(old: bytes | None, s: FileSection) -> bytes:
+    """A section's new bytes from its base: its hunks at their exact lines, or its binary patch."""
+    if s.binary is not None:
+        try:
+            return apply_binary(old, s.binary)
+        except BinaryPatchError as exc:
+            raise BinaryMismatch(exc.message) from None
+    return apply_hunks(old or b"", s.hunks)
 
 
 def reverse_hunks(hunks: tuple[Hunk, ...]) -> tuple[Hunk, ...]:

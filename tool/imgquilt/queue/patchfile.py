@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import MalformedPatch
 from ..fs.paths import check_member_path
 from .difftext import HunkTextError, format_hunks, is_file_start, read_hunks, unified_diff
+from .binarypatch import BinaryPatch, BinaryPatchError, is_binary, read_binary, render_binary
 from .hunks import ABSENT, Hunk, sha256_hex, split_lines
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -98,6 +99,7 @@ class FileSection:
     raw: bytes  # the section's exact bytes, from `Index:` to the next section
     mode: int | None = None  # `Mode:` for a new file
     extra: tuple[tuple[str, str], ...] = field(default=())  # unknown section fields, kept
+    binary: BinaryPatch | None = None  # a `GIT binary patch` section: a whole-file change, no hunks
 
     @property
     def is_new(self) -> bool:
@@ -170,7 +172,7 @@ def _parse_section(name: str, raw: bytes) -> FileSection:
     fields: dict[str, str] = {}
     extra: list[tuple[str, str]] = []
     i = 1
-    while i < len(lines) and not lines[i].startswith(b"--- "):
+    while i < len(lines) and not lines[i].startswith((b"--- ", b"diff --git ")):
         m = _FIELD.match(lines[i])
         if m:
             key, value = m.group(1).decode(), m.group(2).decode("utf-8", "surrogateescape")
@@ -191,12 +193,39 @@ def _parse_section(name: str, raw: bytes) -> FileSection:
             mode = int(fields["Mode"].strip(), 8)
         except ValueError:
             raise _bad(name, f"section {path!r}: Mode must be octal, not {fields['Mode']!r}.") from None
+    if lines[i].startswith(b"diff --git "):
+        return _parse_binary(name, path, lines, i, base, patched, mode, raw, tuple(extra))
     src, dst, hunks = _parse_hunks(name, path, lines[i:])
     if (src == "/dev/null") != (base == ABSENT):
         raise _bad(name, f"section {path!r}: `---` is {src} but Base-SHA256 is {base}.")
     if (dst == "/dev/null") != (patched == ABSENT):
         raise _bad(name, f"section {path!r}: `+++` is {dst} but Patched-SHA256 is {patched}.")
     return FileSection(path, base, patched, hunks, raw, mode, tuple(extra))
+
+
+_GIT_HEAD = (b"new file mode ", b"deleted file mode ", b"index ", b"old mode ", b"new mode ")
+
+
+def _parse_binary(
+    name: str, path: str, lines: list[bytes], i: int, base: str, patched: str, mode: int | None, raw: bytes, extra: tuple[tuple[str, str], ...]
+) -> FileSection:
+    """A section holding `diff --git` + `GIT binary patch`: a whole-file change pinned like any other."""
+    i += 1
+    seen: set[bytes] = set()
+    while i < len(lines) and lines[i].startswith(_GIT_HEAD):
+        seen.add(next(k for k in _GIT_HEAD if lines[i].startswith(k)))
+        i += 1
+    if i >= len(lines) or lines[i].rstrip(b"\r\n") != b"GIT binary patch":
+        raise _bad(name, f"section {path!r}: a `diff --git` section must hold a `GIT binary patch`.")
+    if (b"new file mode " in seen) != (base == ABSENT) or (b"deleted file mode " in seen) != (patched == ABSENT):
+        raise _bad(name, f"section {path!r}: its new/deleted file mode lines disagree with Base-SHA256 {base} / Patched-SHA256 {patched}.")
+    try:
+        bp, end = read_binary(lines, i + 1)
+    except BinaryPatchError as exc:
+        raise _bad(name, f"section {path!r}: {exc.message}") from None
+    if any(ln.strip() for ln in lines[end:]):
+        raise _bad(name, f"section {path!r}: unexpected text after its binary patch.")
+    return FileSection(path, base, patched, (), raw, mode, extra, binary=bp)
 
 
 def parse_patch(data: bytes, name: str = "<patch>") -> Patch:
@@ -233,6 +262,8 @@ def render_section(path: str, old: bytes | None, new: bytes | None, mode: int | 
     head = f"Index: {path}\nBase-SHA256: {sha256_hex(old)}\nPatched-SHA256: {sha256_hex(new)}\n"
     if mode is not None and old is None and new is not None:
         head += f"Mode: {mode:04o}\n"
+    if is_binary(old) or is_binary(new):
+        return head.encode("utf-8", "surrogateescape") + render_binary(path, old, new, mode)
     if hunks is None:
         return head.encode("utf-8", "surrogateescape") + unified_diff(old, new, path)
     names = f"--- {'/dev/null' if old is None else 'a/' + path}\n+++ {'/dev/null' if new is None else 'b/' + path}\n"
@@ -242,7 +273,7 @@ def render_section(path: str, old: bytes | None, new: bytes | None, mode: int | 
 def make_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None, hunks: tuple[Hunk, ...] | None = None) -> FileSection:
     """A parsed section turning `old` into `new` (with `hunks` as written, if given)."""
     raw = render_section(path, old, new, mode, hunks)
-    if hunks is not None:  # already values: the caller reads the whole patch back once
+    if hunks is not None and not (is_binary(old) or is_binary(new)):  # already values: the caller reads the whole patch back once
         return FileSection(path, sha256_hex(old), sha256_hex(new), hunks, raw, mode if old is None and new is not None else None)
     return _parse_section("<new>", raw)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..engine.apply import HunkError, apply_hunks
+from ..engine.apply import HunkError, apply_section
 from ..engine.merge import merge3
 from ..engine.pycheck import new_python_errors
 from ..errors import BadInput, MalformedPatch
@@ -54,7 +54,7 @@ def rebase_section(root: Path, st: RebaseState, store: ObjectStore, patch: Patch
         return CarriedSection(oc, s.path, store.put(raw), mode=s.mode)
     ob = stored_bytes(store, old_base, s.path, patch.name)
     try:
-        applied = apply_hunks(ob or b"", s.hunks)
+        applied = apply_section(ob, s)
     except HunkError as exc:
         raise MalformedPatch(f"{patch.name}: {s.path}: {exc}", hint="Regenerate the patch (`imgquilt refresh`).") from None
     ours = None if s.is_delete else applied

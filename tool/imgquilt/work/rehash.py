@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..engine.apply import HunkError, apply_hunks
+from ..engine.apply import HunkError, apply_section
 from ..errors import BaseDrift, HunkMismatch, ImgquiltError, ResultMismatch, UsageError
 from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.lock import read_lock, render_lock
@@ -44,7 +44,7 @@ class Rehashed:
 
 def _result(s: FileSection, base: bytes | None, where: str) -> bytes | None:
     try:
-        new = apply_hunks(base or b"", s.hunks)
+        new = apply_section(base, s)
     except HunkError as exc:
         raise HunkMismatch(
             f"Refused: {where}: the body does not apply to its pinned base ({exc}).",
@@ -160,7 +160,7 @@ def stale_results(root: Path, patches: list[Patch]) -> list[str]:
             if not found:
                 continue  # the base's bytes are not here: nothing to test offline
             try:
-                new = apply_hunks(base or b"", s.hunks)
+                new = apply_section(base, s)
             except HunkError as exc:
                 out.append(f"{p.name}: {s.path}: the body does not apply to its base {s.base_sha256} ({exc}).")
                 continue
