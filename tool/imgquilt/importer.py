@@ -19,7 +19,6 @@ from __future__ import annotations
 import email.header
 import email.policy
 import email.utils
-import hashlib
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +28,7 @@ from typing import Callable
 from .engine.apply import PlaceError, Placed, apply_placed, place_hunks, renumbered
 from .errors import BadInput, BaseDrift, HunkMismatch, MalformedPatch, MissingTarget, ResultMismatch
 from .fs.paths import check_member_path
+from .queue.binarypatch import BinaryPatch, BinaryPatchError, apply_binary, git_blob_sha1, read_binary
 from .queue.difftext import HunkTextError, is_file_start, read_hunks
 from .queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
 
@@ -78,6 +78,7 @@ class ForeignFile:
     binary: bool = False
     pin: Pin | None = None
     git: bool = False
+    binary_patch: BinaryPatch | None = None  # `GIT binary patch` (None with binary: "Binary files differ")
 
 
 @dataclass(frozen=True)
@@ -289,6 +290,7 @@ def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
         old_absent = new_absent = False
         meta: dict[bytes, bytes] = {}
         binary = False
+        binary_patch = None
         git = ln.startswith(b"diff --git ")
         if git:
             git_seen = True
@@ -302,6 +304,12 @@ def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
                 meta[key] = lines[i][len(key) :].rstrip(b"\r\n")
                 binary = binary or key in (b"Binary files ", b"GIT binary patch")
                 i += 1
+                if key == b"GIT binary patch":
+                    try:
+                        binary_patch, i = read_binary(lines, i)
+                    except BinaryPatchError as exc:
+                        raise _bad(source, exc.line, exc.message) from None
+                    break
         if i + 1 < n and lines[i].startswith(b"--- ") and lines[i + 1].startswith(b"+++ "):
             try:
                 o, o_epoch = _side(lines[i])
@@ -348,6 +356,7 @@ def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
                 binary=binary,
                 pin=pins.take(),
                 git=git,
+                binary_patch=binary_patch,
             )
         )
     if not files:
@@ -444,12 +453,6 @@ def mail_subject_name(data: bytes, number: int) -> str:
 
 
 # --- applying ------------------------------------------------------------------------------
-def git_blob_sha1(data: bytes | None) -> str:
-    if data is None:
-        return "0" * 40
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
 def file_paths(f: ForeignFile, strip: int, source: str, prefix: str = "") -> tuple[str, str]:
     """(path read, path written) inside the image for one file diff; `prefix` as `patch -d DIR`."""
     if f.pin is not None and f.pin.target:
@@ -542,8 +545,11 @@ def apply_foreign(
     for f in fp.files:
         src, dst = file_paths(f, strip, fp.source, prefix)
         where = f"{label}: {dst}" + (f" (from {src})" if src != dst else "")
-        if f.binary:
-            raise BadInput(f"Cannot import {where}: binary diffs are not supported.", hint="Patch text files only; ship binaries another way.")
+        if f.binary and f.binary_patch is None:
+            raise BadInput(
+                f"Cannot import {where}: the diff says only that the binary file differs (no content).",
+                hint="Make the diff with `git diff --binary` (or `git format-patch --binary`), which carries the bytes.",
+            )
         pin = f.pin or Pin()
         base = get(src, pin.base)
         if base is None and src == dst and src not in kept and pin.base not in (None, ABSENT) and not f.old_absent:
@@ -579,13 +585,20 @@ def apply_foreign(
                 f"Cannot import {where}: the file does not exist here, and the patch changes its lines.",
                 hint="Check the path (-p level, TARGET line) and the image (--image REF).",
             )
-        src_lines = split_lines(base or b"")
-        try:
-            placed = place_hunks(src_lines, f.hunks, fuzz=fuzz)
-        except PlaceError as exc:
-            raise _no_fit(where, exc, actual, fuzz) from None
-        new = apply_placed(src_lines, placed)
-        notes += _placement_notes(f"{dst}", placed)
+        placed: list[Placed] = []
+        if f.binary_patch is not None:
+            try:
+                new = apply_binary(base, f.binary_patch)
+            except BinaryPatchError as exc:
+                raise HunkMismatch(f"Refused: {where}: the binary patch does not apply: {exc.message} (base sha256 {actual}).") from None
+        else:
+            src_lines = split_lines(base or b"")
+            try:
+                placed = place_hunks(src_lines, f.hunks, fuzz=fuzz)
+            except PlaceError as exc:
+                raise _no_fit(where, exc, actual, fuzz) from None
+            new = apply_placed(src_lines, placed)
+            notes += _placement_notes(f"{dst}", placed)
         result: bytes | None = new
         if f.new_absent:
             if new:
