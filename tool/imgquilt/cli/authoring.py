@@ -145,8 +145,9 @@ def _rehash(name: str | None) -> None:
     r = rehash(wt, name)
     changed = [s for s in r.sections if s.old != s.new]
     if G.json:
-        emit_json({"patch": r.name, "changed": bool(changed), "file": str(wt.patches_dir / r.name),
-                   "files": [{"path": s.path, "old_patched": s.old, "new_patched": s.new} for s in r.sections], "notes": list(r.notes)})
+        emit_json({"patch": r.name, "changed": bool(changed), "file": str(wt.patches_dir / r.name), "files": files_json(r.patch),
+                   "repinned": [{"path": s.path, "old_patched_sha256": s.old, "patched_sha256": s.new} for s in changed],
+                   "notes": list(r.notes)})
         return
     for s in changed:
         say(f"{s.path}: Patched-SHA256 {s.old} -> {s.new}")
