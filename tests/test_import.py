@@ -264,3 +264,17 @@ def test_nothing_is_written_when_one_patch_of_a_series_fails(setup) -> None:
         wt.import_patches([ImportItem("01.patch", good), ImportItem("02.patch", bad)])
     assert (q / "series").read_text() == "# ours\n"
     assert not (q / "patches").exists() or os.listdir(q / "patches") == []
+
+
+def test_append_and_prepend_hunks_and_pin_dialects() -> None:
+    body = b"+X = 1\n"
+    for pin in (b"base sha256 ", b"BASE SHA256: ", b"Base-SHA256: ", b"# base-sha256 "):
+        data = pin + sha256_hex(PY).encode() + b"\n--- a/mod.py\n+++ b/mod.py\n@@ append: the knob @@\n" + body + b"@@ prepend @@\n+# head\n"
+        (c,), _ = apply_foreign(parse_foreign(data, "a.diff"), 1, files({"mod.py": PY})).changes, None
+        assert c.result == b"# head\n" + PY + b"X = 1\n" and c.hunks is None  # anchors: re-diffed
+    with pytest.raises(HunkMismatch, match="does not end with a newline"):
+        convert(b"--- a/t\n+++ b/t\n@@ append @@\n+y\n", {"t": b"x = 1"})
+    # the imgquilt format itself never holds them
+    with pytest.raises(MalformedPatch, match="append/prepend"):
+        make = f"Index: t\nBase-SHA256: {sha256_hex(b'x')}\nPatched-SHA256: {sha256_hex(b'xy')}\n--- a/t\n+++ b/t\n@@ append @@\n+y\n"
+        parse_patch(make.encode())

@@ -593,6 +593,11 @@ def apply_foreign(
                 raise HunkMismatch(f"Refused: {where}: the binary patch does not apply: {exc.message} (base sha256 {actual}).") from None
         else:
             src_lines = split_lines(base or b"")
+            if base and not base.endswith(b"\n") and any(h.anchor == "append" for h in f.hunks):
+                raise HunkMismatch(
+                    f"Refused: {where}: the file does not end with a newline, so an `@@ append` hunk has no line to follow (base sha256 {actual}).",
+                    hint="Write the hunk as a numbered diff that also changes the last line.",
+                )
             try:
                 placed = place_hunks(src_lines, f.hunks, fuzz=fuzz)
             except PlaceError as exc:
@@ -624,7 +629,7 @@ def apply_foreign(
             if f.rename:
                 state[src] = None
         state[dst] = result
-        exact = f.hunks and all(p.fuzz == 0 and p.hunk.anchor is None for p in placed) and src == dst
+        exact = f.hunks and all(h.anchor is None for h in f.hunks) and all(p.fuzz == 0 for p in placed) and src == dst
         kept[dst] = renumbered(placed) if exact and dst not in kept else None
         mode = f.new_file_mode if f.new_file_mode is not None else pin.mode
         if mode is not None and mode != 0o644:

@@ -136,11 +136,11 @@ def place_hunks(src: list[bytes], hunks: tuple[Hunk, ...] | list[Hunk], *, fuzz:
     placed: list[Placed] = []
     lo = 0
     carry = 0
-    for i, h in enumerate(hunks):
+    # anchored hunks go where they say, wherever they stand in the patch: prepends first, appends last
+    rank = {"prepend": 0, None: 1, "append": 2}
+    for i, h in sorted(enumerate(hunks), key=lambda ih: rank[ih[1].anchor]):
         if h.anchor is not None:
             at = len(src) if h.anchor == "append" else 0
-            if at < lo:
-                raise PlaceError(i, at, None)
             placed.append(Placed(i, at, at, at, 0, Hunk(at, 0, at, h.new_len, h.lines)))
             lo = at
             continue

@@ -156,6 +156,8 @@ def _parse_hunks(name: str, path: str, lines: list[bytes]) -> tuple[str, str, tu
         hunks, end = read_hunks(lines, 2)
     except HunkTextError as exc:
         raise _bad(name, f"section {path!r}: {exc.message}") from None
+    if any(h.anchor for h in hunks):
+        raise _bad(name, f"section {path!r}: `@@ append/prepend @@` hunks are not unified diff; bring the patch in with `imgquilt import`.")
     extra = sum(1 for k in range(end, len(lines)) if is_file_start(lines, k) and lines[k].startswith(b"--- "))
     if extra:
         raise _bad(name, f"section {path!r} must hold exactly one ---/+++ file diff, found {1 + extra}.")
