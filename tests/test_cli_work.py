@@ -203,7 +203,7 @@ def test_fold_a_plain_diff_into_the_top_patch(world) -> None:
     p2 = subprocess.run([sys.executable, "-m", "imgquilt", "fold", "-"], cwd=q, env={**env, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "tool")},
                         input=bad, capture_output=True)
     assert p2.returncode == 3, p2.stderr
-    assert b"hunk #1 does not match at line 2" in p2.stderr
+    assert b"hunk 1 (header line 1) matches nowhere" in p2.stderr
     assert (q / ".imgquilt/work/etc/svc.conf").read_bytes() == CONF_8
 
 
