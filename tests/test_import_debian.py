@@ -88,6 +88,12 @@ def _import_and_compare(tmp_path: Path, pristine: Path, patches: Path, env: dict
         p = subprocess.run(["patch", "-p1", "-F0", "--no-backup-if-mismatch", "-i", str(q / "patches" / name)], cwd=plain, capture_output=True, text=True)
         assert p.returncode == 0 and "offset" not in p.stdout and "fuzz" not in p.stdout, (name, p.stdout, p.stderr)
     assert _same_trees(ref, plain) == []
+    # and with `git apply` (-v names any hunk applied at an offset)
+    viagit = shutil.copytree(pristine, tmp_path / "git-tree", symlinks=True)
+    for name in names:
+        g = subprocess.run(["git", "apply", "-p1", "-v", str(q / "patches" / name)], cwd=viagit, capture_output=True, text=True)
+        assert g.returncode == 0 and "offset" not in g.stderr, (name, g.stderr)
+    assert _same_trees(ref, viagit) == []
     return r.err + r.out, cpu
 
 
