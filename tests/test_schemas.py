@@ -80,6 +80,7 @@ def successes(tmp_path_factory, env) -> list[tuple[str, tuple[str, ...], Run]]:
         runs.append((args[0], args, r))
         return r
 
+    run("init")
     run("check")
     run("lock", "--image", DEMO)
     run("apply", "--layer", str(tmp / "fix.tar.gz"), "--output-image", f"oci:{tmp}/out:patched")
@@ -176,6 +177,7 @@ def failure_runs(tmp: Path, env: dict[str, str]) -> list[tuple[str, tuple[str, .
     nowhere = tmp / "not-a-queue"
     nowhere.mkdir()
 
+    run(2, "init", "unexpected-argument")
     run(6, "lock", "--image", f"oci:{tmp}/no-such-image")
     run(3, "apply", "--image", f"rootfs:{drifted}")
     run(5, "audit", "--image", DEMO)
