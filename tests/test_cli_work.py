@@ -203,7 +203,7 @@ def test_fold_a_plain_diff_into_the_top_patch(world) -> None:
     p2 = subprocess.run([sys.executable, "-m", "imgquilt", "fold", "-"], cwd=q, env={**env, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "tool")},
                         input=bad, capture_output=True)
     assert p2.returncode == 3, p2.stderr
-    assert b"hunk #1 does not match at line 2" in p2.stderr
+    assert b"hunk 1 (header line 1) matches nowhere" in p2.stderr
     assert (q / ".imgquilt/work/etc/svc.conf").read_bytes() == CONF_8
 
 
@@ -223,8 +223,13 @@ def test_import_into_a_session_then_push(world) -> None:
     r = run(q, env, "import", str(pinned), "-P", "0002-hotfix.patch", "--author", "Ops <ops@example.org>")
     assert "Imported 0002-hotfix.patch" in r.out
     raw = (q / "patches/0002-hotfix.patch").read_bytes()
-    # the pin lines became the section's hashes; the path is the TARGET (no symlink games: as written)
-    assert raw == b"Author: Ops <ops@example.org>\n\n" + make_section("usr/lib/svc/server.py", SERVER_9000, SERVER_FINAL).raw
+    # the pin lines became the section's hashes; the path is the TARGET (no symlink games: as written);
+    # the imported hunk text is kept as it came (it applies at the line it names)
+    assert raw == b"Author: Ops <ops@example.org>\n\n" + (
+        f"Index: usr/lib/svc/server.py\nBase-SHA256: {sha256_hex(SERVER_9000)}\nPatched-SHA256: {sha256_hex(SERVER_FINAL)}\n".encode()
+        + b"--- a/usr/lib/svc/server.py\n+++ b/usr/lib/svc/server.py\n"
+        + pinned.read_bytes().split(b"+++ server.py\n", 1)[1]
+    )
     assert run(q, env, "series").out == "0001-port.patch\n0002-hotfix.patch\n"
     # a pin that does not match is refused with both hashes
     wrong = q.parent / "wrong.diff"

@@ -118,7 +118,8 @@ def test_pinned_target_format_is_verified() -> None:
               + f"# base sha256: {sha256_hex(PY)}\n# patched sha256: {sha256_hex(new)}\n".encode()
               + b"--- foo.py.orig\n+++ foo.py\n@@ -5,2 +5,2 @@\n def g():\n-    return 2\n+    return 3\n")
     fp = parse_foreign(pinned, "pin.diff")
-    assert fp.header == b"# Hotfix for the g() regression.\n\n"  # pin lines become the section's hashes
+    # pin lines become the section's hashes; the rest of the comment block the Description
+    assert fp.header == b"Description: Hotfix for the g() regression.\n\n"
     changes, _ = convert(pinned, {"usr/lib/python3/dist-packages/foo.py": PY})
     assert changes == {"usr/lib/python3/dist-packages/foo.py": (PY, new, None)}
     with pytest.raises(BaseDrift) as exc:
@@ -139,13 +140,36 @@ def test_several_pin_blocks_go_to_the_diffs_in_order() -> None:
         parse_foreign(two + b"TARGET: /etc/c.conf\n", "x")
 
 
-def test_no_fuzz_no_offset_a_misplaced_hunk_is_refused() -> None:
-    # made against a file with one more line on top: GNU patch would apply it "with offset 1"
-    diff = b"--- a/mod.py\n+++ b/mod.py\n@@ -6,3 +6,3 @@\n \n def g():\n-    return 2\n+    return 3\n"
+def test_an_offset_hunk_lands_on_the_nearest_exact_match_and_is_renumbered() -> None:
+    # made against a file with one line less on top: `patch` applies it "with offset 1", so does import
+    diff = b"--- a/mod.py\n+++ b/mod.py\n@@ -3,3 +3,3 @@\n \n def g():\n-    return 2\n+    return 3\n"
+    conv = apply_foreign(parse_foreign(diff, "t.patch"), 1, files({"mod.py": PY}))
+    (c,) = conv.changes
+    assert c.result == PY.replace(b"return 2", b"return 3")
+    assert conv.notes == ["mod.py hunk 1 at line 4, 1 line below its header"]
+    (h,) = c.hunks
+    assert (h.old_start, h.new_start) == (4, 4) and h.lines == parse_foreign(diff).files[0].hunks[0].lines
+    # the nearest match wins: the same three lines at line 2 and at line 9, header says 7
+    text = b"x\na\nb\nc\ny\ny\ny\ny\na\nb\nc\n"
+    near = b"--- a/t\n+++ b/t\n@@ -7,3 +7,3 @@\n a\n-b\n+B\n c\n"
+    (c,) = apply_foreign(parse_foreign(near), 1, files({"t": text})).changes
+    assert c.result == text[:-4] + b"B\nc\n" and c.hunks[0].old_start == 9
+
+
+def test_fuzz_is_off_by_default_and_reported_when_asked() -> None:
+    text = b"one\ntwo\nthree\nfour\nfive\nsix\nseven\n"
+    # first context line differs from the file: needs fuzz 1
+    fuzzy = b"--- a/t\n+++ b/t\n@@ -2,5 +2,5 @@\n TWO\n three\n-four\n+FOUR\n five\n six\n"
     with pytest.raises(HunkMismatch) as exc:
-        convert(diff, {"mod.py": PY})
+        convert(fuzzy, {"t": text})
     assert exc.value.exit_code == 3
-    assert "hunk #1 does not match at line 6" in exc.value.message and sha256_hex(PY) in exc.value.message
+    assert "with --fuzz 1 it would apply at line 2" in exc.value.message and sha256_hex(text) in exc.value.message
+    conv = apply_foreign(parse_foreign(fuzzy), 1, files({"t": text}), fuzz=1)
+    assert conv.changes[0].result == text.replace(b"four", b"FOUR") and conv.changes[0].hunks is None  # re-diffed
+    assert conv.notes == ["t hunk 1 at line 2, at its header's line, with fuzz 1"]
+    hopeless = fuzzy.replace(b"-four", b"-fours")
+    with pytest.raises(HunkMismatch, match="not even with 2 context lines dropped"):
+        convert(hopeless, {"t": text}, fuzz=2)
 
 
 @pytest.mark.parametrize("data,cls,needle", [
@@ -199,8 +223,11 @@ def test_import_inserts_after_the_top_and_chains_bases(setup) -> None:
     assert (q / "series").read_text() == "# ours\n01.patch\n02.patch\n"
     a = parse_patch((q / "patches/01.patch").read_bytes())
     b = parse_patch((q / "patches/02.patch").read_bytes())
-    assert a.raw == b"Author: Ops <ops@example.org>\n\n" + make_section("etc/svc.conf", CONF, CONF_8).raw
-    assert b.raw == b"Description: then the port\nAuthor: Ops <ops@example.org>\n\n" + make_section("etc/svc.conf", CONF_8, CONF_8.replace(b"80", b"81")).raw
+    # the imported hunk text is kept (not re-diffed), under the hashes
+    def kept(old: bytes, new: bytes, diff: bytes) -> bytes:
+        return f"Index: etc/svc.conf\nBase-SHA256: {sha256_hex(old)}\nPatched-SHA256: {sha256_hex(new)}\n".encode() + diff[diff.index(b"--- "):]
+    assert a.raw == b"Author: Ops <ops@example.org>\n\n" + kept(CONF, CONF_8, p1)
+    assert b.raw == b"Description: then the port\nAuthor: Ops <ops@example.org>\n\n" + kept(CONF_8, CONF_8.replace(b"80", b"81"), p2)
     # push the first, then import in between: the base is the work tree's, the new patch goes after the top
     wt.push()
     p3 = b"--- a/mod.py\n+++ b/mod.py\n@@ -2 +2 @@\n-    return 1\n+    return 10\n"
@@ -237,3 +264,17 @@ def test_nothing_is_written_when_one_patch_of_a_series_fails(setup) -> None:
         wt.import_patches([ImportItem("01.patch", good), ImportItem("02.patch", bad)])
     assert (q / "series").read_text() == "# ours\n"
     assert not (q / "patches").exists() or os.listdir(q / "patches") == []
+
+
+def test_append_and_prepend_hunks_and_pin_dialects() -> None:
+    body = b"+X = 1\n"
+    for pin in (b"base sha256 ", b"BASE SHA256: ", b"Base-SHA256: ", b"# base-sha256 "):
+        data = pin + sha256_hex(PY).encode() + b"\n--- a/mod.py\n+++ b/mod.py\n@@ append: the knob @@\n" + body + b"@@ prepend @@\n+# head\n"
+        (c,), _ = apply_foreign(parse_foreign(data, "a.diff"), 1, files({"mod.py": PY})).changes, None
+        assert c.result == b"# head\n" + PY + b"X = 1\n" and c.hunks is None  # anchors: re-diffed
+    with pytest.raises(HunkMismatch, match="does not end with a newline"):
+        convert(b"--- a/t\n+++ b/t\n@@ append @@\n+y\n", {"t": b"x = 1"})
+    # the imgquilt format itself never holds them
+    with pytest.raises(MalformedPatch, match="append/prepend"):
+        make = f"Index: t\nBase-SHA256: {sha256_hex(b'x')}\nPatched-SHA256: {sha256_hex(b'xy')}\n--- a/t\n+++ b/t\n@@ append @@\n+y\n"
+        parse_patch(make.encode())

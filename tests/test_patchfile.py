@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from imgquilt.engine.apply import apply_hunks
+from imgquilt.engine.apply import apply_hunks, apply_section
 from imgquilt.errors import MalformedPatch, UnsafePath
 from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.patchfile import Header, build_patch, make_section, parse_patch, render_section
@@ -45,7 +45,7 @@ def test_round_trip_is_byte_identical(name, changes) -> None:
         assert s.base_sha256 == sha256_hex(a)
         assert s.patched_sha256 == sha256_hex(b)
         assert s.mode == mode
-        result = apply_hunks(a or b"", s.hunks)
+        result = apply_section(a, s)  # NUL bytes: a GIT binary patch section
         assert (None if b is None else result) == b
 
 

@@ -192,6 +192,7 @@ def failure_runs(tmp: Path, env: dict[str, str]) -> list[tuple[str, tuple[str, .
 
     (tmp / "a-file").write_bytes(b"")
     run(6, "init", "--queue", str(tmp / "a-file"))
+    run(2, "init", "unexpected-argument")
     run(6, "lock", "--image", f"oci:{tmp}/no-such-image")
     run(3, "apply", "--image", f"rootfs:{drifted}")
     run(5, "audit", "--image", DEMO)

@@ -171,9 +171,10 @@ def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
           progress: Progress | None = None) -> CheckResult:
     """Lint the queue; with `image`, also verify the whole series on it (drift is exit 3, as in apply)."""
     from .queue.check import check_queue
+    from .work.rehash import stale_results
 
     root = queue_root(queue)
-    problems, patches = check_queue(root)
+    problems, patches = check_queue(root, stale_results)
     failure: ImgquiltError | None = QueueProblems(problems) if problems else None
     if image and not problems:
         from .engine.plan import plan_apply

@@ -187,6 +187,8 @@ def _drift_states(data: bytes, chain: list[FileSection]) -> list[str]:
             continue
         if s.is_delete:
             continue  # the file is here: the deletion is not
+        if s.binary is not None:
+            continue  # a binary section is a whole file: only its hashes tell
         if not s.hunks and not s.is_new:
             continue  # nothing to look for
         undone = undo_change(cur, s.hunks)

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
+from ..errors import UsageError
+
 from .common import (G, ImageOpt, PlatformOpt, editor, emit_json, files_json, header_fields, note, run_editor, say, tree,
                      write_bytes)
 
@@ -103,13 +105,24 @@ def edit_cmd(
         say("No editor (set EDITOR on a terminal, or IMGQUILT_EDITOR): edit the files above, then `imgquilt refresh`.")
 
 
-def refresh_cmd(name: Optional[str] = typer.Argument(None, metavar="PATCH", help="An applied patch (default: the top).")) -> None:
+def refresh_cmd(
+    name: Optional[str] = typer.Argument(None, metavar="PATCH", help="An applied patch (default: the top)."),
+    rehash: bool = typer.Option(False, "--rehash", help="Re-pin an UNAPPLIED patch whose body was edited by hand: its Patched-SHA256 lines from the body applied to the bases the queue pins."),
+) -> None:
     """Write the work tree's changes into the patch (snapshot -> current); the header is kept as it is.
 
+    With --rehash PATCH, re-pin an unapplied, hand-edited patch instead: its body is applied to the
+    base the queue pins for each file (lock, object store, image; never the patch's own claim), and
+    only the Patched-SHA256 lines (and the lock) change. A base that drifted is still refused.
+
     \b
-    Example:
+    Examples:
       imgquilt refresh
+      imgquilt refresh --rehash 0003-fix.patch
     """
+    if rehash:
+        _rehash(name)
+        return
     wt = tree()
     r = wt.refresh(name)
     if G.json:
@@ -121,6 +134,26 @@ def refresh_cmd(name: Optional[str] = typer.Argument(None, metavar="PATCH", help
         say(f"Refreshed patch {r.name}.")
     else:
         say(f"Patch {r.name} is up to date.")
+
+
+def _rehash(name: str | None) -> None:
+    from ..work.rehash import rehash
+
+    if not name:
+        raise UsageError("--rehash needs the PATCH to re-pin.", hint="imgquilt refresh --rehash NAME")
+    wt = tree()
+    r = rehash(wt, name)
+    changed = [s for s in r.sections if s.old != s.new]
+    if G.json:
+        emit_json({"patch": r.name, "changed": bool(changed), "file": str(wt.patches_dir / r.name), "files": files_json(r.patch),
+                   "repinned": [{"path": s.path, "old_patched_sha256": s.old, "patched_sha256": s.new} for s in changed],
+                   "notes": list(r.notes)})
+        return
+    for s in changed:
+        say(f"{s.path}: Patched-SHA256 {s.old} -> {s.new}")
+    for n in r.notes:
+        note(f"note: {n}")
+    say(f"Re-pinned patch {r.name}." if changed else f"Patch {r.name}: every Patched-SHA256 already matches its body.")
 
 
 def diff_cmd(

@@ -29,13 +29,18 @@ def import_cmd(
     author: Optional[str] = typer.Option(None, "--author", metavar="'NAME <EMAIL>'", help="Set the Author field."),
     field: List[str] = typer.Option([], "--field", metavar="FIELD=VALUE", help="Set any header field (repeatable)."),
     ignore_git_index: bool = typer.Option(False, "--ignore-git-index", help="Do not check git `index` blob hashes against the bases."),
+    fuzz: int = typer.Option(0, "--fuzz", "-F", metavar="N", help="Let a hunk apply with up to N (<= 2) context lines at each end not matching, as patch -F (off by default; reported per hunk)."),
+    prefix: Optional[str] = typer.Option(None, "--prefix", metavar="DIR", help="The patch's paths are relative to DIR inside the image (as patch -d DIR)."),
     image: Optional[str] = ImageOpt,
     platform: Optional[str] = PlatformOpt,
 ) -> None:
     """Import patches from elsewhere, written in the imgquilt format with real hashes, after the top patch.
 
-    Bases come from the work tree and the image (--image, else the lock's). Hunks must fit exactly
-    (no fuzz); pins the patch carries (TARGET/sha256 lines, git index hashes) are verified (exit 3).
+    Bases come from the work tree and the image (--image, else the lock's). A hunk applies where it
+    matches exactly, nearest its header's line (each moved hunk is reported; the patch is written
+    with the real line numbers); fuzz only with --fuzz N. Pins the patch carries (TARGET/sha256
+    lines, git index hashes) are verified (exit 3). A pinned path missing from the image is looked
+    for as a path tail (package-relative paths) and taken only where the bytes match the pin.
     \b
     Examples:
       imgquilt import ~/fix.diff -P 0005-fix.patch
@@ -45,11 +50,17 @@ def import_cmd(
     """
     if strip < 0:
         raise UsageError("-p wants a number >= 0.")
+    if not 0 <= fuzz <= 2:
+        raise UsageError("--fuzz wants 0, 1 or 2 (context lines that may differ at each end of a hunk).")
+    if prefix is not None:
+        from ..fs.paths import check_member_path
+
+        prefix = check_member_path(prefix.strip("/"), what="--prefix") if prefix.strip("/") else ""
     items = items_from(list(files or []), patch, strip, series)
     wt = tree(image, platform)
     fields = header_fields(description, author, [], None, field)
     top = wt.top()
-    done = wt.import_patches(items, fields=fields, replace=force, check_git_index=not ignore_git_index)
+    done = wt.import_patches(items, fields=fields, replace=force, check_git_index=not ignore_git_index, fuzz=fuzz, prefix=prefix or "")
     if G.json:
         emit_json({"imported": [
             {"name": d.name, "kind": d.kind, "file": str(wt.patches_dir / d.name), "files": files_json(d.patch), "notes": list(d.notes)}

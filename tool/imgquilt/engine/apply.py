@@ -2,10 +2,16 @@
 
 The sha256 pins make fuzz unnecessary: a section only runs on the exact base it names, so a hunk
 that does not match at its stated line is a malformed patch, never something to slide around.
+Only `import` places foreign hunks the way `patch` and `git apply` do (`place_hunks`), and then
+writes them renumbered at the lines they really apply at.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from ..queue.binarypatch import BinaryPatchError, apply_binary
 from ..queue.hunks import Hunk, HunkLine, split_lines
+from ..queue.patchfile import FileSection
 
 
 class HunkError(Exception):
@@ -16,6 +22,14 @@ class HunkError(Exception):
         self.index = index
         self.line = line
         self.detail = detail
+
+
+class BinaryMismatch(HunkError):
+    """A binary (delta) patch does not fit the bytes it is applied to."""
+
+    def __init__(self, detail: str) -> None:
+        Exception.__init__(self, f"the binary patch does not apply: {detail}")
+        self.index, self.line, self.detail = 0, 0, detail
 
 
 def apply_hunks(old: bytes, hunks: tuple[Hunk, ...] | list[Hunk]) -> bytes:
@@ -44,6 +58,16 @@ def apply_hunks(old: bytes, hunks: tuple[Hunk, ...] | list[Hunk]) -> bytes:
     return b"".join(out)
 
 
+def apply_section(old: bytes | None, s: FileSection) -> bytes:
+    """A section's new bytes from its base: its hunks at their exact lines, or its binary patch."""
+    if s.binary is not None:
+        try:
+            return apply_binary(old, s.binary)
+        except BinaryPatchError as exc:
+            raise BinaryMismatch(exc.message) from None
+    return apply_hunks(old or b"", s.hunks)
+
+
 def reverse_hunks(hunks: tuple[Hunk, ...]) -> tuple[Hunk, ...]:
     """The hunks that undo `hunks` (used to test whether a change is present)."""
     swap = {" ": " ", "-": "+", "+": "-"}
@@ -51,3 +75,116 @@ def reverse_hunks(hunks: tuple[Hunk, ...]) -> tuple[Hunk, ...]:
         Hunk(h.new_start, h.new_len, h.old_start, h.old_len, tuple(HunkLine(swap[ln.kind], ln.text) for ln in h.lines))
         for h in hunks
     )
+
+
+# --- placement for foreign hunks (import only): nearest exact match, fuzz only when asked ------------
+@dataclass(frozen=True)
+class Placed:
+    """Where one foreign hunk applies. Lines are 0-based indexes into the base."""
+
+    index: int
+    named: int  # where its header puts its first old line
+    start: int  # where its first old line (before any fuzz cut) really is
+    at: int  # where the hunk as applied starts (`start` plus the context lines fuzz cut)
+    fuzz: int
+    hunk: Hunk  # the hunk as applied (fuzz trims context lines; anchors are resolved)
+
+
+class PlaceError(Exception):
+    """A foreign hunk fits nowhere with the fuzz allowed; `would` is (1-based line, fuzz) it would need, if any."""
+
+    def __init__(self, index: int, named: int, would: tuple[int, int] | None) -> None:
+        super().__init__(f"hunk #{index + 1} (header line {named + 1}) matches nowhere")
+        self.index = index
+        self.named = named
+        self.would = would
+
+
+def _trim(h: Hunk, f: int) -> tuple[Hunk, int]:
+    """GNU patch's fuzz: drop up to `f` context lines at each end; returns the hunk and lines cut at the top."""
+    lines = list(h.lines)
+    top = 0
+    while top < f and lines and lines[0].kind == " ":
+        lines.pop(0)
+        top += 1
+    bottom = 0
+    while bottom < f and lines and lines[-1].kind == " ":
+        lines.pop()
+        bottom += 1
+    old = sum(1 for ln in lines if ln.kind != "+")
+    new = sum(1 for ln in lines if ln.kind != "-")
+    return Hunk(h.old_start + top, old, h.new_start + top, new, tuple(lines)), top
+
+
+def _nearest(src: list[bytes], want: list[bytes], expected: int, lo: int) -> int | None:
+    """The start nearest to `expected` (not before `lo`) where `want` matches exactly; below first on a tie."""
+    hi = len(src) - len(want)
+    if hi < lo:
+        return None
+    expected = min(max(expected, lo), hi)
+    first = want[0]
+    for d in range(0, max(expected - lo, hi - expected) + 1):
+        for at in (expected + d, expected - d) if d else (expected,):
+            if lo <= at <= hi and src[at] == first and src[at : at + len(want)] == want:
+                return at
+    return None
+
+
+def place_hunks(src: list[bytes], hunks: tuple[Hunk, ...] | list[Hunk], *, fuzz: int = 0) -> list[Placed]:
+    """Place foreign hunks as `patch`/`git apply` do: at the named line, else the nearest exact match
+    (an offset found carries to the next hunk), else, only up to `fuzz`, with context lines dropped."""
+    placed: list[Placed] = []
+    lo = 0
+    carry = 0
+    # anchored hunks go where they say, wherever they stand in the patch: prepends first, appends last
+    rank = {"prepend": 0, None: 1, "append": 2}
+    for i, h in sorted(enumerate(hunks), key=lambda ih: rank[ih[1].anchor]):
+        if h.anchor is not None:
+            at = len(src) if h.anchor == "append" else 0
+            placed.append(Placed(i, at, at, at, 0, Hunk(at, 0, at, h.new_len, h.lines)))
+            lo = at
+            continue
+        named = h.old_start if h.old_len == 0 else h.old_start - 1
+        found: tuple[int, int, int, Hunk] | None = None
+        for f in range(0, max(fuzz, 2) + 1):
+            cut, top = _trim(h, f) if f else (h, 0)
+            if f and cut == h:
+                continue
+            if cut.old_lines:
+                at = _nearest(src, cut.old_lines, named + carry + top, lo)
+            else:
+                at = named + carry if lo <= named + carry <= len(src) else None
+            if at is not None:
+                found = (at, top, f, cut)
+                break
+        if found is None or found[2] > fuzz:
+            raise PlaceError(i, named, (found[0] - found[1] + 1, found[2]) if found else None)
+        at, top, f, cut = found
+        carry = at - top - named
+        placed.append(Placed(i, named, at - top, at, f, cut))
+        lo = at + len(cut.old_lines)
+    return placed
+
+
+def apply_placed(src: list[bytes], placed: list[Placed]) -> bytes:
+    """The bytes after applying placed hunks (positions already checked by place_hunks)."""
+    out: list[bytes] = []
+    pos = 0
+    for p in placed:
+        out.extend(src[pos : p.at])
+        out.extend(p.hunk.new_lines)
+        pos = p.at + len(p.hunk.old_lines)
+    out.extend(src[pos:])
+    return b"".join(out)
+
+
+def renumbered(placed: list[Placed]) -> tuple[Hunk, ...]:
+    """The hunks with headers naming the lines they really apply at (text unchanged)."""
+    out: list[Hunk] = []
+    delta = 0
+    for p in placed:
+        h = p.hunk
+        pos, npos = p.at, p.at + delta
+        out.append(Hunk(pos if h.old_len == 0 else pos + 1, h.old_len, npos if h.new_len == 0 else npos + 1, h.new_len, h.lines))
+        delta += h.new_len - h.old_len
+    return tuple(out)

@@ -11,7 +11,7 @@ from ..fs.types import Source, TargetFile
 from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.lock import Lock, LockTarget, rootfs_digest
 from ..queue.queue import Queue
-from .apply import HunkError, apply_hunks
+from .apply import HunkError, apply_section
 from .pycheck import Memo, errors_of_many
 from .record import read_record_target, record_bytes, recorded_ref
 from .result import RECORD_PATH, ApplyResult, FileResult
@@ -122,7 +122,7 @@ def run_series(queue: Queue, targets: dict[str, TargetFile], *, source: Source |
                 st.broken = True
                 continue
             try:
-                new = apply_hunks(st.data or b"", s.hunks)
+                new = apply_section(st.data, s)
             except HunkError as exc:
                 problems.append(Problem("hunk", patch.name, s.path, t.resolved, s.base_sha256, actual, str(exc)))
                 st.broken = True

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from ..util.regular import read_regular_file
 from ..errors import ImgquiltError
@@ -11,7 +12,11 @@ from .queue import series_sha256
 from .series import parse_series
 
 
-def check_queue(root: Path) -> tuple[list[str], list[Patch]]:
+# a verb's test of each section's body against its base bytes (stale Patched-SHA256 lines)
+BodyCheck = Callable[[Path, list[Patch]], list[str]]
+
+
+def check_queue(root: Path, bodies: BodyCheck | None = None) -> tuple[list[str], list[Patch]]:
     """Every problem found (empty: the queue is sound) and the patches that parsed, in order."""
     problems: list[str] = []
     series_file = root / "series"
@@ -53,6 +58,8 @@ def check_queue(root: Path) -> tuple[list[str], list[Patch]]:
                     f"{p.name}: {s.path}: Base-SHA256 {s.base_sha256} does not continue the chain: {prev} leaves it at {h}."
                 )
             last[s.path] = (p.name, s.patched_sha256)
+    if bodies is not None:
+        problems += bodies(root, patches)
     order = {n: i for i, n in enumerate(names)}
     for p in patches:
         for req in p.header.requires:

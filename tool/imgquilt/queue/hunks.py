@@ -41,6 +41,8 @@ class Hunk:
     new_start: int
     new_len: int
     lines: tuple[HunkLine, ...]
+    # "append"/"prepend": a hand-written `@@ append ... @@` hunk of `+` lines placed at the file's end/start
+    anchor: str | None = None
 
     @property
     def old_lines(self) -> list[bytes]:

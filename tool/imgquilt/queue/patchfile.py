@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import MalformedPatch, UnsafePath
 from ..fs.paths import check_member_path
-from .difftext import HunkTextError, is_file_start, read_hunks, unified_diff
+from .difftext import HunkTextError, format_hunks, is_file_start, read_hunks, unified_diff
+from .binarypatch import BinaryPatch, BinaryPatchError, is_binary, read_binary, render_binary
 from .hunks import ABSENT, Hunk, sha256_hex, split_lines
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -98,6 +99,7 @@ class FileSection:
     raw: bytes  # the section's exact bytes, from `Index:` to the next section
     mode: int | None = None  # `Mode:` for a new file
     extra: tuple[tuple[str, str], ...] = field(default=())  # unknown section fields, kept
+    binary: BinaryPatch | None = None  # a `GIT binary patch` section: a whole-file change, no hunks
 
     @property
     def is_new(self) -> bool:
@@ -154,6 +156,8 @@ def _parse_hunks(name: str, path: str, lines: list[bytes]) -> tuple[str, str, tu
         hunks, end = read_hunks(lines, 2)
     except HunkTextError as exc:
         raise _bad(name, f"section {path!r}: {exc.message}") from None
+    if any(h.anchor for h in hunks):
+        raise _bad(name, f"section {path!r}: `@@ append/prepend @@` hunks are not unified diff; bring the patch in with `imgquilt import`.")
     extra = sum(1 for k in range(end, len(lines)) if is_file_start(lines, k) and lines[k].startswith(b"--- "))
     if extra:
         raise _bad(name, f"section {path!r} must hold exactly one ---/+++ file diff, found {1 + extra}.")
@@ -206,7 +210,7 @@ def _parse_section(name: str, raw: bytes, strip: int | None = None) -> FileSecti
     fields: dict[str, str] = {}
     extra: list[tuple[str, str]] = []
     i = 1
-    while i < len(lines) and not lines[i].startswith(b"--- "):
+    while i < len(lines) and not lines[i].startswith((b"--- ", b"diff --git ")):
         m = _FIELD.match(lines[i])
         if m:
             key, value = m.group(1).decode(), m.group(2).decode("utf-8", "surrogateescape")
@@ -222,6 +226,8 @@ def _parse_section(name: str, raw: bytes, strip: int | None = None) -> FileSecti
     base = _hash_field(name, path, "Base-SHA256", fields.get("Base-SHA256"))
     patched = _hash_field(name, path, "Patched-SHA256", fields.get("Patched-SHA256"))
     mode = _mode_field(name, path, fields.get("Mode"))
+    if lines[i].startswith(b"diff --git "):
+        return _parse_binary(name, path, lines, i, base, patched, mode, raw, tuple(extra))
     src, dst, hunks = _parse_hunks(name, path, lines[i:])
     for side, diff_name in (("---", src), ("+++", dst)):
         _same_file(name, path, side, diff_name, strip)
@@ -230,6 +236,35 @@ def _parse_section(name: str, raw: bytes, strip: int | None = None) -> FileSecti
     if (dst == "/dev/null") != (patched == ABSENT):
         raise _bad(name, f"section {path!r}: `+++` is {dst} but Patched-SHA256 is {patched}.")
     return FileSection(path, base, patched, hunks, raw, mode, tuple(extra))
+
+
+_GIT_HEAD = (b"new file mode ", b"deleted file mode ", b"index ", b"old mode ", b"new mode ")
+
+
+def _parse_binary(
+    name: str, path: str, lines: list[bytes], i: int, base: str, patched: str, mode: int | None, raw: bytes, extra: tuple[tuple[str, str], ...]
+) -> FileSection:
+    """A section holding `diff --git` + `GIT binary patch`: a whole-file change pinned like any other."""
+    names = lines[i].rstrip(b"\r\n")[len(b"diff --git "):]
+    if names not in (f"a/{path} b/{path}".encode("utf-8", "surrogateescape"), f"{path} {path}".encode("utf-8", "surrogateescape")):
+        # one meaning for every tool: git apply would patch the file these names give
+        raise _bad(name, f"section {path!r}: its `diff --git` names {names.decode('latin-1')!r} do not name its Index path.")
+    i += 1
+    seen: set[bytes] = set()
+    while i < len(lines) and lines[i].startswith(_GIT_HEAD):
+        seen.add(next(k for k in _GIT_HEAD if lines[i].startswith(k)))
+        i += 1
+    if i >= len(lines) or lines[i].rstrip(b"\r\n") != b"GIT binary patch":
+        raise _bad(name, f"section {path!r}: a `diff --git` section must hold a `GIT binary patch`.")
+    if (b"new file mode " in seen) != (base == ABSENT) or (b"deleted file mode " in seen) != (patched == ABSENT):
+        raise _bad(name, f"section {path!r}: its new/deleted file mode lines disagree with Base-SHA256 {base} / Patched-SHA256 {patched}.")
+    try:
+        bp, end = read_binary(lines, i + 1)
+    except BinaryPatchError as exc:
+        raise _bad(name, f"section {path!r}: {exc.message}") from None
+    if any(ln.strip() for ln in lines[end:]):
+        raise _bad(name, f"section {path!r}: unexpected text after its binary patch.")
+    return FileSection(path, base, patched, (), raw, mode, extra, binary=bp)
 
 
 def parse_patch(data: bytes, name: str = "<patch>", *, strip: int | None = None) -> Patch:
@@ -260,17 +295,29 @@ def parse_patch(data: bytes, name: str = "<patch>", *, strip: int | None = None)
     return Patch(name, header, tuple(sections), data)
 
 
-def render_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None) -> bytes:
-    """The canonical bytes of a section turning `old` into `new` (None: absent)."""
+def render_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None, hunks: tuple[Hunk, ...] | None = None) -> bytes:
+    """The canonical bytes of a section turning `old` into `new` (None: absent).
+
+    `hunks` (checked by the caller to turn `old` into `new`) are written as given instead of a
+    fresh diff: import keeps a foreign patch's hunk text, renumbered to where it applies.
+    """
     head = f"Index: {path}\nBase-SHA256: {sha256_hex(old)}\nPatched-SHA256: {sha256_hex(new)}\n"
     if mode is not None and old is None and new is not None:
         head += f"Mode: {mode:04o}\n"
-    return head.encode("utf-8", "surrogateescape") + unified_diff(old, new, path)
+    if is_binary(old) or is_binary(new):
+        return head.encode("utf-8", "surrogateescape") + render_binary(path, old, new, mode)
+    if hunks is None:
+        return head.encode("utf-8", "surrogateescape") + unified_diff(old, new, path)
+    names = f"--- {'/dev/null' if old is None else 'a/' + path}\n+++ {'/dev/null' if new is None else 'b/' + path}\n"
+    return (head + names).encode("utf-8", "surrogateescape") + format_hunks(hunks)
 
 
-def make_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None) -> FileSection:
-    """A parsed section turning `old` into `new`."""
-    return _parse_section("<new>", render_section(path, old, new, mode))
+def make_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None, hunks: tuple[Hunk, ...] | None = None) -> FileSection:
+    """A parsed section turning `old` into `new` (with `hunks` as written, if given)."""
+    raw = render_section(path, old, new, mode, hunks)
+    if hunks is not None and not (is_binary(old) or is_binary(new)):  # already values: the caller reads the whole patch back once
+        return FileSection(path, sha256_hex(old), sha256_hex(new), hunks, raw, mode if old is None and new is not None else None)
+    return _parse_section("<new>", raw)
 
 
 def build_patch(name: str, header: Header, sections: list[FileSection] | tuple[FileSection, ...]) -> Patch:

@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..engine.apply import HunkError, apply_hunks
+from ..engine.apply import HunkError, apply_section
 from ..engine.merge import merge3
 from ..engine.pycheck import new_python_errors
 from ..errors import BadInput, MalformedPatch
+from ..queue.binarypatch import is_binary
 from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.patchfile import FileSection, Patch, parse_patch
 from ..store import ObjectStore
@@ -54,7 +55,7 @@ def rebase_section(root: Path, st: RebaseState, store: ObjectStore, patch: Patch
         return CarriedSection(oc, s.path, store.put(raw), mode=s.mode)
     ob = stored_bytes(store, old_base, s.path, patch.name)
     try:
-        applied = apply_hunks(ob or b"", s.hunks)
+        applied = apply_section(ob, s)
     except HunkError as exc:
         raise MalformedPatch(f"{patch.name}: {s.path}: {exc}", hint="Regenerate the patch (`imgquilt refresh`).") from None
     ours = None if s.is_delete else applied
@@ -70,6 +71,14 @@ def rebase_section(root: Path, st: RebaseState, store: ObjectStore, patch: Patch
         detail = "the patch deletes the file, the new image changed it: delete the work-tree file to keep the deletion, or leave the version to keep"
         return CarriedSection(replace(base, state=CONFLICT, conflict="delete", work=work, detail=detail), s.path, mode=s.mode,
                               ours_sha=None, theirs_sha=store.put(nb))
+    if s.binary is not None or is_binary(ob) or is_binary(ours) or is_binary(nb):
+        # a binary file is a whole: upstream either made exactly our result, or it is a conflict
+        if new_base == s.patched_sha256:
+            return CarriedSection(replace(base, state=UPSTREAM, new_patched=new_base), s.path, mode=s.mode)
+        work = put_work(root, st, new_path, nb or b"")
+        detail = "binary file changed upstream: no markers; the work-tree file is the new image's version, make it the patched one"
+        return CarriedSection(replace(base, state=CONFLICT, conflict="binary", work=work, detail=detail), s.path, mode=s.mode,
+                              ours_sha=store.put(ours), theirs_sha=store.put(nb or b""))
     m = merge3(ob or b"", ours, nb or b"", **_labels(patch.name, st))
     if m.clean:
         if m.data == (nb or b"") and (nb is not None or not m.data):

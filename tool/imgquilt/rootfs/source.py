@@ -37,6 +37,16 @@ class RootfsSource:
     def info(self) -> ImageInfo:
         return ImageInfo(ref=self.ref, digest=None, platform=None, kind="rootfs")
 
+    def list_paths(self) -> list[str]:
+        """Every non-directory path under the root (symlinks listed, never followed)."""
+        out: list[str] = []
+        for top, dirs, names in os.walk(self.root, followlinks=False):
+            rel = os.path.relpath(top, self.root)
+            prefix = "" if rel == "." else rel + "/"
+            out += [prefix + n for n in names]
+            out += [prefix + d for d in dirs if os.path.islink(os.path.join(top, d))]
+        return sorted(out)
+
     def read_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]:
         root_fd = open_root(self.root)
         try:

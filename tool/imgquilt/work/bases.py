@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import UsageError
-from ..fs.types import Source
+from ..fs.types import ListsPaths, Source
 from ..queue.hunks import ABSENT
 from ..queue.lock import read_lock
 from ..store import ObjectStore, remember
@@ -29,8 +29,10 @@ class Bases:
         self._open_image = open_image
         self._image_explicit = image_explicit
         self._source: Source | None = None
+        self._listing: list[str] | None = None
 
-    def read(self, paths: list[str]) -> dict[str, FileState]:
+    def read(self, paths: list[str], *, keep: bool = True) -> dict[str, FileState]:
+        """Each path's base; `keep=False` skips storing image bytes (import: a store write costs more than the read)."""
         out: dict[str, FileState] = {}
         need: list[str] = []
         lock = None if self._image_explicit else read_lock(self.root / "targets.lock")
@@ -50,8 +52,17 @@ class Bases:
             for p in need:
                 tf = targets[p]
                 out[p] = FileState(tf.data, None if tf.data is None else tf.mode & 0o777, tf.resolved)
-            remember(self.root, [targets[p].data for p in need])
+            if keep:
+                remember(self.root, [targets[p].data for p in need])
         return out
+
+    def ending_in(self, tail: str) -> list[str]:
+        """Paths of the image ending in "/" + tail (for package-relative patch paths); [] if it cannot list."""
+        if self._listing is None:
+            src = self._image()
+            self._listing = src.list_paths() if isinstance(src, ListsPaths) else []
+        want = "/" + tail.strip("/")
+        return [p for p in self._listing if ("/" + p.strip("/")).endswith(want)]
 
     def _image(self) -> Source:
         if self._source is None:

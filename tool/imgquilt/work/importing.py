@@ -8,10 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..errors import BadInput, UsageError
-from ..importer import apply_foreign, parse_foreign
+from ..errors import BadInput, ImgquiltError, UsageError
+from ..importer import ForeignPatch, apply_foreign, file_paths, parse_foreign
 from ..queue.patchfile import Header, Patch, build_patch, make_section, parse_patch
-from ..store import remember
 from .patchtext import check_patch_name
 
 if TYPE_CHECKING:
@@ -43,6 +42,8 @@ def import_patches(
     fields: list[tuple[str, str | None]] = (),  # type: ignore[assignment]
     replace: bool = False,
     check_git_index: bool = True,
+    fuzz: int = 0,
+    prefix: str = "",
 ) -> list[Imported]:
     """Turn foreign patches into imgquilt patches inserted after the top patch, bases from the work tree or image."""
     with wt.locked():
@@ -53,23 +54,28 @@ def import_patches(
 
         def read(path: str, _want: str | None) -> bytes | None:
             if path not in overlay:
-                overlay[path] = wt.current([path], applied)[path].data
+                overlay[path] = wt.current([path], applied, keep=False)[path].data
             return overlay[path]
 
+        parsed = [parse_foreign(it.data, it.source) for it in items]
+        # every base the patches name, read in one go (a series names hundreds of files)
+        first = sorted({p for fp, it in zip(parsed, items) for p in _named_paths(fp, it.strip, prefix)})
+        # nothing goes to the object store: push and lock store the bases they use
+        overlay.update({p: st.data for p, st in wt.current(first, applied, keep=False).items()})
         out: list[Imported] = []
-        for it in items:
-            fp = parse_foreign(it.data, it.source)
-            conv = apply_foreign(fp, it.strip, read, label=it.source, check_git_index=check_git_index)
+        for it, fp in zip(items, parsed):
+            conv = apply_foreign(
+                fp, it.strip, read, label=it.source, check_git_index=check_git_index, fuzz=fuzz, prefix=prefix, find_tail=wt.bases.ending_in
+            )
             if not conv.changes:
                 raise BadInput(f"{it.source} changes nothing in these files.", hint="Nothing to import.")
             header = Header(fp.header)
             for key, value in fields:
                 header = header.with_field(key, value)
-            patch = build_patch(it.name, header, [make_section(c.path, c.base, c.result, c.mode) for c in conv.changes])
+            patch = build_patch(it.name, header, [make_section(c.path, c.base, c.result, c.mode, c.hunks) for c in conv.changes])
             parse_patch(patch.raw, it.name)  # what we write must read back
             for c in conv.changes:
                 overlay[c.path] = c.result
-            remember(wt.root, [c.base for c in conv.changes] + [c.result for c in conv.changes])
             out.append(Imported(it.name, patch, fp.kind, tuple(conv.notes)))
         for imp in out:
             wt.queue.write_patch(imp.patch)
@@ -78,6 +84,17 @@ def import_patches(
         if fresh:
             wt.queue.insert(fresh, applied[-1] if applied else None)
         return out
+
+
+def _named_paths(fp: ForeignPatch, strip: int, prefix: str) -> list[str]:
+    """The image paths a foreign patch reads (a name that will not resolve is left to the real pass)."""
+    out: list[str] = []
+    for f in fp.files:
+        try:
+            out += list(file_paths(f, strip, fp.source, prefix))
+        except ImgquiltError:
+            continue
+    return out
 
 
 def _check_names(wt: WorkTree, items: list[ImportItem], applied: list[str], names: list[str], replace: bool) -> None:

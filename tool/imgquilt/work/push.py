@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..engine.apply import HunkError, apply_hunks
+from ..engine.apply import HunkError, apply_section
 from ..errors import BaseDrift, MalformedPatch, Refused, ResultMismatch, UsageError
 from ..queue.hunks import sha256_hex
 from ..queue.patchfile import Patch
@@ -97,7 +97,7 @@ def _plan(wt: WorkTree, name: str, applied: list[str]) -> tuple[Patch, dict[str,
             kinds.add(BaseDrift)
             continue
         try:
-            new = apply_hunks(st.data or b"", s.hunks)
+            new = apply_section(st.data, s)
         except HunkError as exc:
             problems.append(f"{name}: {s.path}: base matches ({actual}) but {exc}; regenerate the patch.")
             kinds.add(MalformedPatch)

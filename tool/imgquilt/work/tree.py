@@ -127,11 +127,11 @@ class WorkTree:
         named, where = self.file_index(self.applied() if applied is None else applied)
         return where.get(named.get(path, path), path)
 
-    def current(self, paths: list[str], applied: list[str] | None = None) -> dict[str, FileState]:
+    def current(self, paths: list[str], applied: list[str] | None = None, *, keep: bool = True) -> dict[str, FileState]:
         """What each path holds now: the work copy if an applied patch tracks its file, else the image's."""
         named, where = self.file_index(self.applied() if applied is None else applied)
         untracked = [p for p in paths if p not in named]
-        seeded = self.bases.read(untracked) if untracked else {}
+        seeded = self.bases.read(untracked, keep=keep) if untracked else {}
         out: dict[str, FileState] = {}
         for p in paths:
             resolved = named.get(p) or seeded[p].resolved or p
@@ -237,5 +237,7 @@ class WorkTree:
         fields: list[tuple[str, str | None]] = (),  # type: ignore[assignment]
         replace: bool = False,
         check_git_index: bool = True,
+        fuzz: int = 0,
+        prefix: str = "",
     ) -> list[_importing.Imported]:
-        return _importing.import_patches(self, items, fields=fields, replace=replace, check_git_index=check_git_index)
+        return _importing.import_patches(self, items, fields=fields, replace=replace, check_git_index=check_git_index, fuzz=fuzz, prefix=prefix)

@@ -1,0 +1,94 @@
+"""File names on `---`/`+++` and `diff --git` lines: C-quoting, timestamps, -pN."""
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from .values import bad as _bad
+
+_C_ESCAPES = {b"a": 7, b"b": 8, b"t": 9, b"n": 10, b"v": 11, b"f": 12, b"r": 13, b'"': 34, b"\\": 92}
+
+
+def _unquote(data: bytes) -> tuple[bytes, bytes]:
+    """Read a git C-quoted name at the start of `data`; returns (name, rest after the quote)."""
+    out = bytearray()
+    i = 1
+    while i < len(data):
+        c = data[i : i + 1]
+        if c == b'"':
+            return bytes(out), data[i + 1 :]
+        if c == b"\\":
+            nxt = data[i + 1 : i + 2]
+            if nxt in _C_ESCAPES:
+                out.append(_C_ESCAPES[nxt])
+                i += 2
+                continue
+            octal = data[i + 1 : i + 4]
+            if re.fullmatch(rb"[0-7]{3}", octal):
+                out.append(int(octal, 8))
+                i += 4
+                continue
+        out += c
+        i += 1
+    raise ValueError("unterminated quoted name")
+
+
+def _is_epoch(stamp: bytes) -> bool:
+    """GNU patch reads a file whose timestamp is the Unix epoch as absent."""
+    text = stamp.decode("ascii", "replace").strip()
+    if not text:
+        return False
+    m = re.match(r"^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(\.\d+)?(?: ([+-]\d{4}))?$", text)
+    if m:
+        try:
+            dt = datetime.strptime(m.group(1) + " " + (m.group(3) or "+0000"), "%Y-%m-%d %H:%M:%S %z")
+        except ValueError:
+            return False
+        return dt.timestamp() == 0 and not (m.group(2) or "").strip(".0")
+    return bool(re.match(r"^\w{3} \w{3} +1 00:00:00 1970$", text))
+
+
+def side_name(line: bytes) -> tuple[str | None, bool]:
+    """A `---`/`+++` line: (name or None for /dev/null, epoch timestamp)."""
+    rest = line[4:].rstrip(b"\r\n")
+    if rest.startswith(b'"'):
+        name, stamp = _unquote(rest)
+        stamp = stamp.lstrip(b"\t ")
+    else:
+        name, _, stamp = rest.partition(b"\t")
+    if name == b"/dev/null":
+        return None, False
+    return name.decode("utf-8", "surrogateescape"), _is_epoch(stamp)
+
+
+def git_names(line: bytes) -> tuple[str, str]:
+    rest = line[len(b"diff --git ") :].rstrip(b"\r\n")
+    if rest.startswith(b'"'):
+        a, rest = _unquote(rest)
+        rest = rest.lstrip(b" ")
+        b = _unquote(rest)[0] if rest.startswith(b'"') else rest
+    else:
+        # unquoted "a/X b/X": prefer the split that gives equal tails (names may hold spaces)
+        half = (len(rest) - 1) // 2
+        a, b = rest[:half], rest[half + 1 :]
+        if rest[half : half + 1] != b" " or a.split(b"/", 1)[-1] != b.split(b"/", 1)[-1]:
+            k = rest.find(b" b/")
+            if k > 0:
+                a, b = rest[:k], rest[k + 1 :]
+            else:
+                a, _, b = rest.partition(b" ")
+    return a.decode("utf-8", "surrogateescape"), b.decode("utf-8", "surrogateescape")
+
+
+def strip_path(name: str, strip: int, *, source: str = "", line: int = 0) -> str:
+    """GNU patch's -pN: drop N leading components (runs of slashes count as one)."""
+    parts = [p for p in name.split("/")]
+    while parts and parts[0] == "" and strip:
+        parts.pop(0)
+    rest = "/".join(parts)
+    for _ in range(strip):
+        head, sep, tail = rest.partition("/")
+        if not sep:
+            raise _bad(source, line, f"name {name!r} has fewer than {strip + 1} components for -p{strip}.")
+        rest = tail.lstrip("/")
+    return rest

@@ -1,0 +1,137 @@
+"""Splitting a foreign patch into its header and its file diffs (hunks read by the queue's one reader)."""
+from __future__ import annotations
+
+import re
+
+from ..queue.binarypatch import BinaryPatchError, read_binary
+from ..queue.difftext import HunkTextError, is_file_start, read_hunks
+from ..queue.hunks import split_lines
+from .mail import MBOX_FROM, mail_header
+from .names import git_names, side_name
+from .pins import Pins, comment_header, pin_of
+from .values import ForeignFile, ForeignPatch
+from .values import bad as _bad
+
+GIT_META = (
+    b"old mode ", b"new mode ", b"deleted file mode ", b"new file mode ", b"similarity index ",
+    b"dissimilarity index ", b"rename from ", b"rename to ", b"copy from ", b"copy to ", b"index ",
+    b"Binary files ", b"GIT binary patch",
+)
+
+
+def _intro_line(ln: bytes) -> bool:
+    """Lines that belong to the next file diff, not to the header (quilt, svn, diff -r)."""
+    return ln.startswith(b"Index: ") or ln.startswith(b"====") or (ln.startswith(b"diff ") and not ln.startswith(b"diff --git "))
+
+
+def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
+    """Split a foreign patch into its header and its file diffs."""
+    lines = split_lines(data)
+    n = len(lines)
+    pins = Pins(source)
+    files: list[ForeignFile] = []
+    preamble_end: int | None = None
+    pin_lines: set[int] = set()
+    git_seen = False
+    i = 0
+    while i < n:
+        ln = lines[i]
+        if not is_file_start(lines, i):
+            pin = pin_of(ln)
+            if pin is not None:
+                pins.add(pin[0], pin[1], i + 1)
+                pin_lines.add(i)
+            i += 1
+            continue
+        if preamble_end is None:
+            k = i
+            while k > 0 and (_intro_line(lines[k - 1]) or (k - 1) in pin_lines):
+                k -= 1
+            preamble_end = k
+        start = i
+        old_name = new_name = None
+        old_absent = new_absent = False
+        meta: dict[bytes, bytes] = {}
+        binary = False
+        binary_patch = None
+        git = ln.startswith(b"diff --git ")
+        if git:
+            git_seen = True
+            try:
+                old_name, new_name = git_names(ln)
+            except ValueError as exc:
+                raise _bad(source, i + 1, str(exc)) from None
+            i += 1
+            while i < n and lines[i].startswith(GIT_META):
+                key = next(p for p in GIT_META if lines[i].startswith(p))
+                meta[key] = lines[i][len(key) :].rstrip(b"\r\n")
+                binary = binary or key in (b"Binary files ", b"GIT binary patch")
+                i += 1
+                if key == b"GIT binary patch":
+                    try:
+                        binary_patch, i = read_binary(lines, i)
+                    except BinaryPatchError as exc:
+                        raise _bad(source, exc.line, exc.message) from None
+                    break
+        if i + 1 < n and lines[i].startswith(b"--- ") and lines[i + 1].startswith(b"+++ "):
+            try:
+                o, o_epoch = side_name(lines[i])
+                nn, n_epoch = side_name(lines[i + 1])
+            except ValueError as exc:
+                raise _bad(source, i + 1, str(exc)) from None
+            if git:
+                old_absent, new_absent = o is None, nn is None
+                old_name = o if o is not None else old_name
+                new_name = nn if nn is not None else new_name
+            else:
+                old_name, new_name = o, nn
+                old_absent, new_absent = o is None or o_epoch, nn is None or n_epoch
+            i += 2
+        if git:
+            old_absent = old_absent or b"new file mode " in meta
+            new_absent = new_absent or b"deleted file mode " in meta
+        try:
+            hunks, i = read_hunks(lines, i)
+        except HunkTextError as exc:
+            raise _bad(source, exc.line, exc.message) from None
+        index = None
+        if b"index " in meta:
+            m = re.match(rb"^([0-9a-f]+)\.\.([0-9a-f]+)", meta[b"index "])
+            if m:
+                index = (m.group(1).decode(), m.group(2).decode())
+        mode_change = None
+        if b"old mode " in meta and b"new mode " in meta:
+            mode_change = (int(meta[b"old mode "], 8) & 0o7777, int(meta[b"new mode "], 8) & 0o7777)
+        nfm = int(meta[b"new file mode "][-6:], 8) & 0o7777 if b"new file mode " in meta else None
+        files.append(
+            ForeignFile(
+                old_name=old_name,
+                new_name=new_name,
+                old_absent=old_absent,
+                new_absent=new_absent,
+                hunks=tuple(hunks),
+                line=start + 1,
+                new_file_mode=nfm,
+                mode_change=mode_change,
+                git_index=index,
+                rename=b"rename from " in meta,
+                copy=b"copy from " in meta,
+                binary=binary,
+                pin=pins.take(),
+                git=git,
+                binary_patch=binary_patch,
+            )
+        )
+    if not files:
+        raise _bad(source, 0, "no file diff found (no `diff --git` and no `---`/`+++` pair).")
+    if pins.blocks:
+        raise _bad(source, 0, f"{len(pins.blocks)} TARGET/sha256 pin block(s) name no diff that follows them.")
+    pre = lines[: preamble_end or 0]
+    if pre and MBOX_FROM.match(pre[0]):
+        return ForeignPatch(source, mail_header(pre), tuple(files), "mail")
+    header = comment_header([ln for k, ln in enumerate(pre) if k not in pin_lines], pins.status)
+    if header.strip() and not header.endswith(b"\n\n") and not header.endswith(b"\r\n\r\n"):
+        header += b"\n"
+    if not header.strip():
+        header = b""
+    return ForeignPatch(source, header, tuple(files), "git" if git_seen else "plain")

@@ -1,0 +1,178 @@
+"""`GIT binary patch` sections (`git diff --binary`): read, write and apply, byte-exact.
+
+A block is `literal N` (the whole new file) or `delta N` (git's copy/insert delta against the old
+file), N the inflated size, then zlib data in git's base85 lines (first character: the line's
+byte count, A-Z = 1-26, a-z = 27-52), ended by an empty line. A second block is the reverse.
+imgquilt writes literals (both ways) with a full `index` line, which `git apply` needs.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import zlib
+from dataclasses import dataclass
+
+_BLOCK = re.compile(rb"^(literal|delta) (\d+)\r?\n?$")
+
+
+class BinaryPatchError(ValueError):
+    """A binary block that cannot be read or applied; `line` is 1-based (0: not tied to a line)."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+        self.message = message
+
+
+@dataclass(frozen=True)
+class BinaryBlock:
+    kind: str  # "literal" or "delta"
+    data: bytes  # inflated: the new file, or the delta
+
+
+@dataclass(frozen=True)
+class BinaryPatch:
+    """The forward block (and the reverse one, if written)."""
+
+    forward: BinaryBlock
+    reverse: BinaryBlock | None = None
+
+
+def is_binary(data: bytes | None) -> bool:
+    """git's test: a NUL byte in the first 8000 bytes."""
+    return data is not None and b"\0" in data[:8000]
+
+
+def git_blob_sha1(data: bytes | None) -> str:
+    """The git blob id of `data` (40 zeros: absent)."""
+    if data is None:
+        return "0" * 40
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _line_length(c: int) -> int:
+    if 65 <= c <= 90:
+        return c - 64
+    if 97 <= c <= 122:
+        return c - 96 + 26
+    return -1
+
+
+def _read_block(lines: list[bytes], i: int) -> tuple[BinaryBlock, int]:
+    m = _BLOCK.match(lines[i])
+    if not m:
+        raise BinaryPatchError(i + 1, f"expected `literal N` or `delta N`, found {lines[i][:40]!r}.")
+    head = i + 1
+    size = int(m.group(2))
+    i += 1
+    raw = bytearray()
+    while i < len(lines) and lines[i].strip(b"\r\n"):
+        ln = lines[i].rstrip(b"\r\n")
+        n = _line_length(ln[0])
+        body = ln[1:]
+        if n < 0 or len(body) % 5 or len(body) // 5 * 4 < n:
+            raise BinaryPatchError(i + 1, "a base85 line of the binary patch is malformed.")
+        try:
+            raw += base64.b85decode(body)[:n]
+        except ValueError:
+            raise BinaryPatchError(i + 1, "a base85 line of the binary patch holds a character outside git's alphabet.") from None
+        i += 1
+    if i < len(lines):
+        i += 1  # the empty line that ends the block
+    try:
+        data = zlib.decompress(bytes(raw))
+    except zlib.error as exc:
+        raise BinaryPatchError(head, f"the binary data does not inflate ({exc}).") from None
+    if len(data) != size:
+        raise BinaryPatchError(head, f"the binary block says {size} bytes, its data holds {len(data)}.")
+    return BinaryBlock(m.group(1).decode(), data), i
+
+
+def read_binary(lines: list[bytes], i: int) -> tuple[BinaryPatch, int]:
+    """Read the blocks after a `GIT binary patch` line (`lines[i]` is the first `literal`/`delta`)."""
+    forward, i = _read_block(lines, i)
+    reverse = None
+    if i < len(lines) and _BLOCK.match(lines[i]):
+        reverse, i = _read_block(lines, i)
+    return BinaryPatch(forward, reverse), i
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data):
+            raise BinaryPatchError(0, "the binary delta ends inside its header.")
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return value, pos
+
+
+def apply_delta(base: bytes, delta: bytes) -> bytes:
+    """git's delta: source size, target size, then copy (from base) and insert instructions."""
+    src_size, pos = _varint(delta, 0)
+    dst_size, pos = _varint(delta, pos)
+    if src_size != len(base):
+        raise BinaryPatchError(0, f"the binary delta was made for {src_size} bytes, the file has {len(base)}.")
+    out = bytearray()
+    while pos < len(delta):
+        op = delta[pos]
+        pos += 1
+        if op & 0x80:
+            offset = size = 0
+            for k in range(4):
+                if op & (1 << k):
+                    offset |= delta[pos] << (8 * k)
+                    pos += 1
+            for k in range(3):
+                if op & (0x10 << k):
+                    size |= delta[pos] << (8 * k)
+                    pos += 1
+            size = size or 0x10000
+            if offset + size > len(base):
+                raise BinaryPatchError(0, "the binary delta copies past the end of the file.")
+            out += base[offset : offset + size]
+        elif op:
+            out += delta[pos : pos + op]
+            pos += op
+        else:
+            raise BinaryPatchError(0, "the binary delta holds a reserved instruction (0).")
+    if len(out) != dst_size:
+        raise BinaryPatchError(0, f"the binary delta gives {len(out)} bytes, it says {dst_size}.")
+    return bytes(out)
+
+
+def apply_binary(base: bytes | None, patch: BinaryPatch) -> bytes:
+    """The new bytes (the base is checked by the caller's hash pin)."""
+    block = patch.forward
+    if block.kind == "literal":
+        return block.data
+    return apply_delta(base or b"", block.data)
+
+
+def _encode(kind: str, data: bytes) -> bytes:
+    packed = zlib.compress(data, 9)
+    out = [f"{kind} {len(data)}\n".encode()]
+    for k in range(0, len(packed), 52):
+        chunk = packed[k : k + 52]
+        n = len(chunk)
+        out.append(bytes([n + 64 if n <= 26 else n - 26 + 96]) + base64.b85encode(chunk, pad=True) + b"\n")
+    out.append(b"\n")
+    return b"".join(out)
+
+
+def render_binary(path: str, old: bytes | None, new: bytes | None, mode: int | None = None) -> bytes:
+    """A `diff --git` file diff with a full index line and literal blocks both ways (as `git apply` wants)."""
+    name = path.encode("utf-8", "surrogateescape")
+    head = [b"diff --git a/" + name + b" b/" + name + b"\n"]
+    if old is None:
+        head.append(b"new file mode 100755\n" if mode and mode & 0o111 else b"new file mode 100644\n")
+    elif new is None:
+        head.append(b"deleted file mode 100644\n")
+    index = f"index {git_blob_sha1(old)}..{git_blob_sha1(new)}"
+    head.append((index + ("\n" if old is None or new is None else " 100644\n")).encode())
+    head.append(b"GIT binary patch\n")
+    return b"".join(head) + _encode("literal", new or b"") + _encode("literal", old or b"")
