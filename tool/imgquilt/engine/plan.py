@@ -171,7 +171,7 @@ def _culprit(st: _FileState, new: set[str], base_errors: set[str], memo: Memo | 
     """The first patch whose result has one of `new` that its input had not (one exists: the base has none)."""
     data, before = st.target.data, base_errors
     for name, path, s in st.chain:
-        out = apply_hunks(data or b"", s.hunks)  # applied cleanly once already
+        out = apply_section(data, s)  # applied cleanly once already
         after = errors_of_many([(out, st.target.resolved)], memo)[sha256_hex(out)] if not s.is_delete else set()
         brought = after - before
         if brought & new:
