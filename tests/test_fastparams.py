@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 import typer
-from imgquilt.util.fastparams import install
+from imgquilt.cli.fastparams import install
 install()
 app = typer.Typer()
 @app.command()

@@ -68,7 +68,7 @@ def _fail(exc: ImgquiltError) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..util.fastparams import install
+    from .fastparams import install
 
     install()  # plain options without pydantic: start-up time
     if setup.COMPLETE_VAR in os.environ:  # the shell asks for completions
