@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 
+from ..util.atomic import atomic_write
 from . import cache_root
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -58,10 +57,7 @@ class PyCheckResults:
         doc = {"key": key, "version": self.version, "errors": errors, "sum": _sum(key, self.version, errors)}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            # no fsync: many small entries, and one a crash leaves empty fails its checksum
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(json.dumps(doc).encode())
-            os.replace(tmp, path)
+            # not durable: many small entries, and one a crash leaves empty fails its checksum
+            atomic_write(path, json.dumps(doc).encode(), durable=False)
         except OSError:
             pass

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import BadInput, UsageError
+from ..util.atomic import rename_at
 from ..util.statedir import StateDir
 from .report import FileOutcome, PatchOutcome, RebaseReport, patch_state
 
@@ -114,9 +114,7 @@ def remove_state(root: Path) -> None:
     gone = f"rebase.done-{os.getpid()}"
     with StateDir(root).opened() as top:
         assert top is not None
-        os.rename(REBASE_DIR.name, gone, src_dir_fd=top, dst_dir_fd=top)
-        with suppress(OSError):
-            os.fsync(top)
+        rename_at(top, REBASE_DIR.name, gone)
         shutil.rmtree(gone, dir_fd=top, ignore_errors=True)
 
 

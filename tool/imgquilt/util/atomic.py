@@ -49,18 +49,23 @@ def write_atomic_at(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> N
 
 
 @contextmanager
-def atomic_file(dest: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
-    """Yield a file to write; on success it replaces `dest`, on error it is removed."""
+def atomic_file(dest: Path, mode: int = 0o644, *, durable: bool = True) -> Iterator[BinaryIO]:
+    """Yield a file to write; on success it replaces `dest`, on error it is removed.
+
+    `durable=False` skips the fsyncs: for cache entries that carry their own checksum, where a
+    crash may lose an entry but never makes a wrong one pass."""
     dest = Path(dest)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent or ".")
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, dest)
-        fsync_dir(dest.parent)
+        if durable:
+            fsync_dir(dest.parent)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -69,9 +74,16 @@ def atomic_file(dest: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
         raise
 
 
-def atomic_write(dest: Path, data: bytes, mode: int = 0o644) -> None:
-    with atomic_file(dest, mode) as f:
+def atomic_write(dest: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+    with atomic_file(dest, mode, durable=durable) as f:
         f.write(data)
+
+
+def rename_at(dir_fd: int, src: str, dst: str) -> None:
+    """Rename `src` to `dst` inside the directory `dir_fd`, durably (the directory is fsync'd)."""
+    os.rename(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    with suppress(OSError):  # best effort, as fsync_dir
+        os.fsync(dir_fd)
 
 
 def publish(tmp: Path, dest: Path) -> None:
