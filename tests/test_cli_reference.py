@@ -22,3 +22,11 @@ def test_cli_reference_holds_every_command_as_its_help_prints_it(tmp_path) -> No
     shown = imgquilt("rebase", "-h", cwd=tmp_path, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"}).out
     assert "--skip" in shown and "imgquilt rebase --skip" in text
     assert shown.strip() in text
+
+
+def test_help_examples_stand_one_per_line() -> None:
+    """An example block without click's \\b marker is re-wrapped into one run-on paragraph."""
+    import re
+
+    text = (REPO / "docs/cli.md").read_text()
+    assert not re.search(r"Examples?:[ ]+\S", text), re.search(r".{60}Examples?:[ ]+\S.{40}", text)

@@ -41,6 +41,7 @@ def import_cmd(
     with the real line numbers); fuzz only with --fuzz N. Pins the patch carries (TARGET/sha256
     lines, git index hashes) are verified (exit 3). A pinned path missing from the image is looked
     for as a path tail (package-relative paths) and taken only where the bytes match the pin.
+
     \b
     Examples:
       imgquilt import ~/fix.diff -P 0005-fix.patch
