@@ -9,6 +9,7 @@ import typer
 
 from ..errors import NotLive, UsageError
 from .annotations import Format, FormatOpt_help, annotate
+from . import audit_fleet as fleet_cli
 from .common import G, ImageOpt, PlatformOpt, emit_outcome, load, open_ref, say, table
 
 if TYPE_CHECKING:
@@ -81,11 +82,14 @@ def _render(report: AuditReport | None, history) -> None:
 
 
 def audit_cmd(
-    image: Optional[str] = ImageOpt,
+    image: Optional[list[str]] = typer.Option(None, "--image", "-i", metavar="REF", help=ImageOpt.help + " Repeat it (or use --images-from) to audit a fleet: a patches x images matrix."),
+    images_from: Optional[Path] = typer.Option(None, "--images-from", metavar="FILE", help="Audit every image listed in FILE (one reference per line, # comments), as with repeated --image."),
+    merge: Optional[list[Path]] = typer.Option(None, "--merge", metavar="JSON", help="Merge the --json documents of several audit runs (shards of a fleet) into one matrix; reads no image. Repeatable; further files may follow as arguments."),
+    merge_more: Optional[list[Path]] = typer.Argument(None, metavar="[JSON]...", help="More documents for --merge.", show_default=False),
     root: Optional[Path] = typer.Option(None, "--root", metavar="DIR", help="An extracted rootfs, or /proc/PID/root of a running container."),
     platform: Optional[str] = PlatformOpt,
     history: bool = typer.Option(False, "--history", help="Add when each patch entered and left the series (git history of the queue)."),
-    expect: Expect = typer.Option(Expect.live, "--expect", metavar="live|pending", help="The state every patch must be in for exit 0 (pending: a base image is still clean)."),
+    expect: Optional[Expect] = typer.Option(None, "--expect", metavar="live|pending", help="The state every patch must be in for exit 0 (pending: a base image is still clean). Default: live."),
     format: Format = typer.Option(Format.text, "--format", metavar="text|github", help=FormatOpt_help),
 ) -> None:
     """State of each patch and file in an image, a rootfs or a running container.
@@ -100,12 +104,28 @@ def audit_cmd(
       imgquilt audit --image oci:base:1.0 --expect pending
       imgquilt audit --history
       imgquilt audit --format github
+      imgquilt audit --image docker://reg/app:1.0 --image docker://reg/app:1.1 --image docker://reg/app:2.0
+      imgquilt audit --images-from fleet.txt --json > shard-0.json
+      imgquilt audit --merge shard-*.json
     """
     from ..audit import LIVE, STATES, audit_source, report_json
 
+    if merge_more and not merge:
+        raise UsageError(f"Unexpected argument {merge_more[0]}.", hint="Documents to merge follow --merge.")
+    if merge:
+        if image or images_from or root or history:
+            raise UsageError("--merge reads audit documents, not images: give it no --image, --images-from, --root or --history.")
+        return fleet_cli.merge_cmd([*(merge or []), *(merge_more or [])], expect.value if expect else None, format)
+    want_state = (expect or Expect.live).value
+    refs = fleet_cli.image_refs(image or [], images_from)
+    if len(refs) > 1 or images_from is not None:
+        if root or history:
+            raise UsageError("A fleet audit (several images) takes no --root or --history.")
+        return fleet_cli.fleet_cmd(refs, platform, want_state, format)
+    image_ref = refs[0] if refs else None
     q = load()
     lock = q.lock()
-    source = _source(image, root, platform, lock.image.ref if lock else None)
+    source = _source(image_ref, root, platform, lock.image.ref if lock else None)
     if source is None and not history:
         raise UsageError("No image given and no targets.lock to take one from.", hint="Pass --image REF or --root DIR.")
     hist = None
@@ -114,7 +134,7 @@ def audit_cmd(
 
         hist = queue_history(q.root, q.names)
     report = audit_source(q, source) if source is not None else None
-    want = expect.value
+    want = want_state
     failing = [p for p in report.patches if p.state != want] if report is not None else []
     failure = None
     if failing:
