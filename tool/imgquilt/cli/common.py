@@ -100,11 +100,18 @@ def err() -> Console:
 
 def say(text: str) -> None:
     """One plain line on stdout (no markup, no wrapping)."""
+    _bars_off()
     sys.stdout.write(text + "\n")
+
+
+def _bars_off() -> None:
+    if "imgquilt.cli.progress" in sys.modules:
+        sys.modules["imgquilt.cli.progress"].stop()
 
 
 def note(text: str) -> None:
     """One plain line on stderr."""
+    _bars_off()
     sys.stdout.flush()
     sys.stderr.write(text + "\n")
 
@@ -127,6 +134,7 @@ def on_terminal() -> bool:
 def table(title: str | None, columns: list[str], rows: list[list[str | tuple[str, str]]]) -> None:
     """A table: drawn by rich on a terminal; in a pipe or CI log, one plain tab-separated row per line
     (a header row first), never wrapped or truncated, so names stay whole and grep/cut work."""
+    _bars_off()
     if not on_terminal():
         if title:
             say(title)
@@ -202,11 +210,20 @@ def cache_dir() -> Path | None:
 def open_ref(ref: str, platform: str | None) -> Source:
     from ..sources import open_source
 
+    from . import progress
+
+    if progress.wanted(G.json):  # byte bars for people only: on stderr, never into JSON or a pipe
+        from ..image.sources import registry
+
+        registry.on_download = progress.download
     source = open_source(ref, platform=platform, cache_dir=cache_dir())
-    if hasattr(source, "on_layer") and sys.stderr.isatty() and not G.json:
-        # progress for people only: one line per layer read, on stderr, never into JSON or a pipe
-        source.on_layer = lambda i, n, digest: err().print(f"[dim]reading layer {i + 1} of {n} from the top: {digest}[/]")
+    if hasattr(source, "on_layer") and progress.wanted(G.json):
+        source.on_layer = progress.layer_reads(_short(ref))
     return source
+
+
+def _short(ref: str) -> str:
+    return ref if len(ref) <= 32 else "…" + ref[-31:]
 
 
 def pick_ref(image: str | None, lock_ref: str | None) -> str:
