@@ -10,7 +10,7 @@ import typer
 from ..errors import NotLive, UsageError
 from .annotations import Format, FormatOpt_help, annotate
 from . import audit_fleet as fleet_cli
-from .common import G, ImageOpt, PlatformOpt, emit_outcome, load, open_ref, say, table
+from .common import G, ImageOpt, PlatformOpt, cache_dir, emit_outcome, load, open_ref, pick_ref, say, table
 
 if TYPE_CHECKING:
     from ..audit import AuditReport, PatchAudit
@@ -45,7 +45,46 @@ def _first(p: PatchAudit) -> str:
     return f"{where} ({d.state}" + (f"; {d.detail}" if d.detail else "") + ")"
 
 
-def _render(report: AuditReport | None, history) -> None:
+def _not_in(report: AuditReport, want: str) -> NotLive | None:
+    failing = [p for p in report.patches if p.state != want]
+    if not failing:
+        return None
+    names = ", ".join(f"{p.name} ({p.state})" for p in failing)
+    hint = ("Apply the queue (`imgquilt apply`), or carry it onto this image (`imgquilt rebase`)." if want == "live"
+            else "This filesystem already carries changes of the queue.")
+    return NotLive(f"{len(failing)} of {len(report.patches)} patch(es) are not {want}: {names}.", hint=hint)
+
+
+def _all_platforms(q, ref: str, want: str, format: Format) -> None:
+    """--platform all: each platform audited on its own, one section each."""
+    from ..errors import BadImage
+    from ..sources import platforms_of
+    from ..verbs.platforms import audit_platforms, platforms_json
+
+    platforms = platforms_of(ref, cache_dir=cache_dir())
+    if not platforms:
+        raise BadImage(f"{ref} names no platform (neither an index nor a config says one).")
+    audits = audit_platforms(q, platforms, lambda p: open_ref(ref, p))
+    failing = [a for a in audits if _not_in(a.report, want) is not None]
+    failure = None
+    if failing:
+        failure = NotLive(f"{len(failing)} of {len(audits)} platform(s) have a patch that is not {want}: "
+                          + "; ".join(f"{a.platform}: {_not_in(a.report, want).message}" for a in failing),  # type: ignore[union-attr]
+                          hint=_not_in(failing[0].report, want).hint)  # type: ignore[union-attr]
+    if G.json:
+        emit_outcome(platforms_json(ref, audits, want), failure)
+        return
+    for a in audits:
+        if format is Format.github:
+            for p in a.report.patches:
+                if p.state != want:
+                    annotate("error", f"patches/{p.name}", "imgquilt audit", f"{p.name} is {p.state}, not {want}, on {a.platform}.")
+        _render(a.report, None, platform=a.platform)
+    if failure is not None:
+        raise failure
+
+
+def _render(report: AuditReport | None, history, platform: str | None = None) -> None:
     if report is not None:
         from ..audit import LIVE
 
@@ -54,7 +93,8 @@ def _render(report: AuditReport | None, history) -> None:
             live = sum(f.state == LIVE for f in p.files)
             files = str(len(p.files)) if live in (0, len(p.files)) else f"{live}/{len(p.files)} live"
             rows.append([p.name, (p.state, COLOR.get(p.state, "white")), files, _first(p)])
-        table(f"Audit of {report.info.ref}", ["patch", "state", "files", "first divergent file"], rows)
+        title = f"Audit of {report.info.ref}" + (f" for {platform} ({report.info.digest})" if platform else "")
+        table(title, ["patch", "state", "files", "first divergent file"], rows)
         rec = report.record
         if rec is None:
             say("No apply record (var/lib/imgquilt/applied.json) in this filesystem.")
@@ -108,7 +148,7 @@ def audit_cmd(
       imgquilt audit --images-from fleet.txt --json > shard-0.json
       imgquilt audit --merge shard-*.json
     """
-    from ..audit import LIVE, STATES, audit_source, report_json
+    from ..audit import STATES, audit_source, report_json
 
     if merge_more and not merge:
         raise UsageError(f"Unexpected argument {merge_more[0]}.", hint="Documents to merge follow --merge.")
@@ -125,6 +165,10 @@ def audit_cmd(
     image_ref = refs[0] if refs else None
     q = load()
     lock = q.lock()
+    if platform == "all":
+        if root is not None or history:
+            raise UsageError("--platform all audits an image's platforms; it takes no --root or --history.")
+        return _all_platforms(q, pick_ref(image_ref, lock.image.ref if lock else None), want_state, format)
     source = _source(image_ref, root, platform, lock.image.ref if lock else None)
     if source is None and not history:
         raise UsageError("No image given and no targets.lock to take one from.", hint="Pass --image REF or --root DIR.")
@@ -136,15 +180,7 @@ def audit_cmd(
     report = audit_source(q, source) if source is not None else None
     want = want_state
     failing = [p for p in report.patches if p.state != want] if report is not None else []
-    failure = None
-    if failing:
-        names = ", ".join(f"{p.name} ({p.state})" for p in failing)
-        hint = (
-            "Apply the queue (`imgquilt apply`), or carry it onto this image (`imgquilt rebase`)."
-            if want == LIVE
-            else "This filesystem already carries changes of the queue."
-        )
-        failure = NotLive(f"{len(failing)} of {len(report.patches)} patch(es) are not {want}: {names}.", hint=hint)  # type: ignore[union-attr]
+    failure = _not_in(report, want) if report is not None else None
     if G.json:
         doc = report_json(report) if report is not None else {"image": None, "patches": [], "summary": {s: 0 for s in STATES}}
         doc["expect"] = want
