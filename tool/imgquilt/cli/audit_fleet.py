@@ -10,8 +10,6 @@ from ..errors import BadInput, ImgquiltError, NotLive, UsageError
 from .annotations import Format, annotate
 from .common import G, emit_outcome, load, open_ref, say, table
 
-COLOR = {"live": "green", "pending": "cyan", "drifted-live": "yellow", "drifted": "red", "missing": "red", "partial": "magenta"}
-
 
 def image_refs(images: list[str], images_from: Path | None) -> list[str]:
     from ..verbs.fleet import read_image_list, unique
@@ -60,6 +58,7 @@ def _error(exc: ImgquiltError | None) -> dict[str, Any]:
 
 def _finish(doc: dict[str, Any], format: Format) -> None:
     from ..verbs.fleet import image_ref, not_as_expected
+    from .audit import COLOR
 
     expect = doc["expect"]
     failing = [d for d in doc["images"] if not_as_expected(d, expect)]

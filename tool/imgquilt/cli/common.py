@@ -68,7 +68,7 @@ def hoist_globals(argv: list[str]) -> list[str]:
 
 
 ImageOpt = typer.Option(None, "--image", "-i", metavar="REF", help="Image reference (oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, rootfs:DIR, tar:FILE, a path, docker://HOST/REPO[:TAG|@DIGEST] read in the registry (--tls-verify=false for one without valid HTTPS), or any other skopeo transport).")
-PlatformOpt = typer.Option(None, "--platform", metavar="OS/ARCH", help="os/arch[/variant] to pick from a multi-platform image.")
+PlatformOpt = typer.Option(None, "--platform", metavar="OS/ARCH", help="os/arch[/variant] to pick from a multi-platform image; for apply and audit, `all`: every platform of the index.")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="One row per patch and file instead of one line per patch.")
 
 
