@@ -159,8 +159,9 @@ def audit_cmd(
     want_state = (expect or Expect.live).value
     refs = fleet_cli.image_refs(image or [], images_from)
     if len(refs) > 1 or images_from is not None:
-        if root or history:
-            raise UsageError("A fleet audit (several images) takes no --root or --history.")
+        if root or history or platform == "all":
+            raise UsageError("A fleet audit (several images) takes no --root, --history or --platform all.",
+                             hint="Audit a multi-platform image's platforms on its own: --image REF --platform all.")
         return fleet_cli.fleet_cmd(refs, platform, want_state, format)
     image_ref = refs[0] if refs else None
     q = load()
