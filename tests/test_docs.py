@@ -19,7 +19,7 @@ PAGES = [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 CODE_SPAN = re.compile(r"`[^`\n]*`")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-RECIPES = [REPO / "examples/ci/imgquilt-audit.yml", REPO / "examples/docker/Dockerfile.layer", REPO / "examples/docker/Dockerfile.inplace"]
+RECIPES = [REPO / "examples/ci/imgquilt-audit.yml", REPO / "docs/fleet.md", REPO / "examples/docker/Dockerfile.layer", REPO / "examples/docker/Dockerfile.inplace"]
 
 
 def links(page: Path) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from .errors import BadImage
+from .errors import BadImage, UsageError
 from .fs.types import Source
 from .image.image_source import ImageSource
 from .cache import cache_root
@@ -16,6 +16,7 @@ from .cache.layers import LayerCache, cache_disabled
 from .image.layers.blobio import VerifiedBlobs
 from .image.model import Image
 from .image.reference import open_transport, resolve_ref
+from .image.sources.platforms import list_platforms
 from .rootfs.source import RootfsSource
 
 
@@ -56,3 +57,11 @@ def base_image(source: Source, ref: str, *, platform: str | None = None, cache_d
     if isinstance(source, BackedByImage):
         return source.image
     return open_image(ref, platform=platform, cache_dir=cache_dir)
+
+
+def platforms_of(ref: str, *, cache_dir: Path | None = None) -> list[str]:
+    """`--platform all`: every platform `ref` holds (an index's, in its order; a single image's own)."""
+    parsed = resolve_ref(ref)
+    if parsed.transport == "rootfs":
+        raise UsageError(f"--platform all needs an image; {ref!r} is a root filesystem.")
+    return list_platforms(lambda platform: open_transport(parsed, platform=platform, cache_dir=cache_dir))

@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ..errors import PythonCheckFailed, Refused
+from ..errors import PythonCheckFailed, Refused, UsageError
 from .annotations import Format, FormatOpt_help, annotate, problem_file
-from .common import G, ImageOpt, PlatformOpt, VerboseOpt, emit_json, emit_outcome, note, progress, say, table
+from .common import (G, ImageOpt, PlatformOpt, VerboseOpt, cache_dir, emit_json, emit_outcome, load, note, open_ref, pick_ref, progress,
+                     say, table)
 
 if TYPE_CHECKING:
     from ..engine.result import ApplyResult
@@ -93,6 +94,15 @@ def apply_cmd(
     """
     from ..api import apply
 
+    if platform == "all":
+        if layer is not None or root is not None or overlay is not None:
+            raise UsageError("--platform all writes an image index (--output-image) or only verifies; "
+                             "--layer, --root and --overlay take one platform.", hint="Pick one with --platform OS/ARCH.")
+        q = load()
+        lock = q.lock()
+        ref = pick_ref(image, lock.image.ref if lock else None)
+        return _apply_all(q, ref, lock, output_image, locked=locked, python_check=not no_python_check)
+
     try:
         done = apply(G.queue, image=image, layer=layer, output_image=output_image, root=root, overlay=overlay, platform=platform,
                      locked=locked, python_check=not no_python_check, progress=progress())
@@ -123,6 +133,34 @@ def apply_cmd(
         if kind == "root":
             extra = f" ({len(w['changed'])} file(s) replaced)"
         say(f"Wrote {kind}: {w.get('path') or w.get('ref')}{extra}")
+
+
+def _apply_all(q, ref: str, lock, output_image: str | None, *, locked: bool, python_check: bool) -> None:
+    """--platform all: every platform verified on its own bases, then one index written."""
+    from ..errors import BadImage
+    from ..sources import platforms_of
+    from ..verbs.platforms import apply_platforms
+
+    platforms = platforms_of(ref, cache_dir=cache_dir())
+    if not platforms:
+        raise BadImage(f"{ref} names no platform (neither an index nor a config says one).")
+    results, written = apply_platforms(q, platforms, lambda p: open_ref(ref, p), lock, output_image,
+                                       locked=locked, python_check=python_check)
+    if G.json:
+        docs = [{**result_json(r), "platform": p} for p, r in results]
+        first = {k: v for k, v in docs[0].items() if k != "platform"}
+        emit_json({**first, "image": {"ref": ref, "digest": written.get("image", {}).get("digest"), "platform": "all"},
+                   "files": [{**f, "platform": d["platform"]} for d in docs for f in d["files"]],
+                   "notes": [n for d in docs for n in d["notes"]], "platforms": docs, "outputs": written})
+        return
+    for p, r in results:
+        say(f"Verified {len(r.patches)} patch(es) on {p} ({r.info.digest})" + (" (pinned by targets.lock)." if r.pinned else "."))
+    if not written:
+        say("Nothing written: give --output-image to write an index with every platform patched.")
+    for w in written.values():
+        say(f"Wrote image index: {w['ref']} {w['digest']}")
+        for m in w["platforms"]:
+            say(f"  {m['platform']}: {m['digest']} (new layer {m['layer_digest']})")
 
 
 def check_cmd(

@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from . import audit_fleet as fleet_cli
 from .annotations import Format, FormatOpt_help, annotate
-from .common import G, ImageOpt, PlatformOpt, emit_outcome, progress, say, table
+from ..errors import NotLive, UsageError
+from .common import G, ImageOpt, PlatformOpt, cache_dir, emit_outcome, load, open_ref, pick_ref, progress, say, table
 
 if TYPE_CHECKING:
     from ..audit import AuditReport, PatchAudit
@@ -29,7 +31,46 @@ def _first(p: PatchAudit) -> str:
     return f"{where} ({d.state}" + (f"; {d.detail}" if d.detail else "") + ")"
 
 
-def _render(report: AuditReport | None, history) -> None:
+def _not_in(report: AuditReport, want: str) -> NotLive | None:
+    failing = [p for p in report.patches if p.state != want]
+    if not failing:
+        return None
+    names = ", ".join(f"{p.name} ({p.state})" for p in failing)
+    hint = ("Apply the queue (`imgquilt apply`), or carry it onto this image (`imgquilt rebase`)." if want == "live"
+            else "This filesystem already carries changes of the queue.")
+    return NotLive(f"{len(failing)} of {len(report.patches)} patch(es) are not {want}: {names}.", hint=hint)
+
+
+def _all_platforms(q, ref: str, want: str, format: Format) -> None:
+    """--platform all: each platform audited on its own, one section each."""
+    from ..errors import BadImage
+    from ..sources import platforms_of
+    from ..verbs.platforms import audit_platforms, platforms_json
+
+    platforms = platforms_of(ref, cache_dir=cache_dir())
+    if not platforms:
+        raise BadImage(f"{ref} names no platform (neither an index nor a config says one).")
+    audits = audit_platforms(q, platforms, lambda p: open_ref(ref, p))
+    failing = [a for a in audits if _not_in(a.report, want) is not None]
+    failure = None
+    if failing:
+        failure = NotLive(f"{len(failing)} of {len(audits)} platform(s) have a patch that is not {want}: "
+                          + "; ".join(f"{a.platform}: {_not_in(a.report, want).message}" for a in failing),  # type: ignore[union-attr]
+                          hint=_not_in(failing[0].report, want).hint)  # type: ignore[union-attr]
+    if G.json:
+        emit_outcome(platforms_json(ref, audits, want), failure)
+        return
+    for a in audits:
+        if format is Format.github:
+            for p in a.report.patches:
+                if p.state != want:
+                    annotate("error", f"patches/{p.name}", "imgquilt audit", f"{p.name} is {p.state}, not {want}, on {a.platform}.")
+        _render(a.report, None, platform=a.platform)
+    if failure is not None:
+        raise failure
+
+
+def _render(report: AuditReport | None, history, platform: str | None = None) -> None:
     if report is not None:
         from ..audit import LIVE
 
@@ -38,7 +79,8 @@ def _render(report: AuditReport | None, history) -> None:
             live = sum(f.state == LIVE for f in p.files)
             files = str(len(p.files)) if live in (0, len(p.files)) else f"{live}/{len(p.files)} live"
             rows.append([p.name, (p.state, COLOR.get(p.state, "white")), files, _first(p)])
-        table(f"Audit of {report.info.ref}", ["patch", "state", "files", "first divergent file"], rows)
+        title = f"Audit of {report.info.ref}" + (f" for {platform} ({report.info.digest})" if platform else "")
+        table(title, ["patch", "state", "files", "first divergent file"], rows)
         rec = report.record
         if rec is None:
             say("No apply record (var/lib/imgquilt/applied.json) in this filesystem.")
@@ -66,11 +108,14 @@ def _render(report: AuditReport | None, history) -> None:
 
 
 def audit_cmd(
-    image: Optional[str] = ImageOpt,
+    image: Optional[list[str]] = typer.Option(None, "--image", "-i", metavar="REF", help=ImageOpt.help + " Repeat it (or use --images-from) to audit a fleet: a patches x images matrix."),
+    images_from: Optional[Path] = typer.Option(None, "--images-from", metavar="FILE", help="Audit every image listed in FILE (one reference per line, # comments), as with repeated --image."),
+    merge: Optional[list[Path]] = typer.Option(None, "--merge", metavar="JSON", help="Merge the --json documents of several audit runs (shards of a fleet) into one matrix; reads no image. Repeatable; further files may follow as arguments."),
+    merge_more: Optional[list[Path]] = typer.Argument(None, metavar="[JSON]...", help="More documents for --merge.", show_default=False),
     root: Optional[Path] = typer.Option(None, "--root", metavar="DIR", help="An extracted rootfs, or /proc/PID/root of a running container."),
     platform: Optional[str] = PlatformOpt,
     history: bool = typer.Option(False, "--history", help="Add when each patch entered and left the series (git history of the queue)."),
-    expect: Expect = typer.Option(Expect.live, "--expect", metavar="live|pending", help="The state every patch must be in for exit 0 (pending: a base image is still clean)."),
+    expect: Optional[Expect] = typer.Option(None, "--expect", metavar="live|pending", help="The state every patch must be in for exit 0 (pending: a base image is still clean). Default: live."),
     format: Format = typer.Option(Format.text, "--format", metavar="text|github", help=FormatOpt_help),
 ) -> None:
     """State of each patch and file in an image, a rootfs or a running container.
@@ -85,11 +130,34 @@ def audit_cmd(
       imgquilt audit --image oci:base:1.0 --expect pending
       imgquilt audit --history
       imgquilt audit --format github
+      imgquilt audit --image docker://reg/app:1.0 --image docker://reg/app:1.1 --image docker://reg/app:2.0
+      imgquilt audit --images-from fleet.txt --json > shard-0.json
+      imgquilt audit --merge shard-*.json
     """
     from ..api import audit
     from ..audit import STATES, report_json
 
-    done = audit(G.queue, image=image, root=root, platform=platform, history=history, expect=expect.value, progress=progress())
+    if merge_more and not merge:
+        raise UsageError(f"Unexpected argument {merge_more[0]}.", hint="Documents to merge follow --merge.")
+    if merge:
+        if image or images_from or root or history:
+            raise UsageError("--merge reads audit documents, not images: give it no --image, --images-from, --root or --history.")
+        return fleet_cli.merge_cmd([*(merge or []), *(merge_more or [])], expect.value if expect else None, format)
+    want_state = (expect or Expect.live).value
+    refs = fleet_cli.image_refs(image or [], images_from)
+    if len(refs) > 1 or images_from is not None:
+        if root or history or platform == "all":
+            raise UsageError("A fleet audit (several images) takes no --root, --history or --platform all.",
+                             hint="Audit a multi-platform image's platforms on its own: --image REF --platform all.")
+        return fleet_cli.fleet_cmd(refs, platform, want_state, format)
+    image_ref = refs[0] if refs else None
+    q = load()
+    lock = q.lock()
+    if platform == "all":
+        if root is not None or history:
+            raise UsageError("--platform all audits an image's platforms; it takes no --root or --history.")
+        return _all_platforms(q, pick_ref(image_ref, lock.image.ref if lock else None), want_state, format)
+    done = audit(G.queue, image=image_ref, root=root, platform=platform, history=history, expect=want_state, progress=progress())
     report, hist, want, failing, failure = done.report, done.history, done.expect, done.failing, done.error
     if G.json:
         doc = report_json(report) if report is not None else {"image": None, "patches": [], "summary": {s: 0 for s in STATES}}

@@ -68,7 +68,7 @@ def hoist_globals(argv: list[str]) -> list[str]:
 
 
 ImageOpt = typer.Option(None, "--image", "-i", metavar="REF", help="Image reference (oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, rootfs:DIR, tar:FILE, a path, docker://HOST/REPO[:TAG|@DIGEST] read in the registry (--tls-verify=false for one without valid HTTPS), or any other skopeo transport).")
-PlatformOpt = typer.Option(None, "--platform", metavar="OS/ARCH", help="os/arch[/variant] to pick from a multi-platform image.")
+PlatformOpt = typer.Option(None, "--platform", metavar="OS/ARCH", help="os/arch[/variant] to pick from a multi-platform image; for apply and audit, `all`: every platform of the index.")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="One row per patch and file instead of one line per patch.")
 
 
@@ -100,11 +100,18 @@ def err() -> Console:
 
 def say(text: str) -> None:
     """One plain line on stdout (no markup, no wrapping)."""
+    _bars_off()
     sys.stdout.write(text + "\n")
+
+
+def _bars_off() -> None:
+    if "imgquilt.cli.progress" in sys.modules:
+        sys.modules["imgquilt.cli.progress"].stop()
 
 
 def note(text: str) -> None:
     """One plain line on stderr."""
+    _bars_off()
     sys.stdout.flush()
     sys.stderr.write(text + "\n")
 
@@ -127,6 +134,7 @@ def on_terminal() -> bool:
 def table(title: str | None, columns: list[str], rows: list[list[str | tuple[str, str]]]) -> None:
     """A table: drawn by rich on a terminal; in a pipe or CI log, one plain tab-separated row per line
     (a header row first), never wrapped or truncated, so names stay whole and grep/cut work."""
+    _bars_off()
     if not on_terminal():
         if title:
             say(title)
@@ -186,11 +194,16 @@ def refuse_during_rebase(root: Path) -> None:
 
 
 # --- images -----------------------------------------------------------------------------------
-def progress() -> Callable[[int, int, str], None] | None:
-    """Progress for people only: one line per layer read, on stderr, never into JSON or a pipe."""
-    if not sys.stderr.isatty() or G.json:
+def progress(label: str = "") -> Callable[[int, int, str], Callable[[int], None]] | None:
+    """Byte bars for people only (registry downloads and layer reads), on stderr; never into JSON or a pipe."""
+    from . import progress as bars
+
+    if not bars.wanted(G.json):
         return None
-    return lambda i, n, digest: err().print(f"[dim]reading layer {i + 1} of {n} from the top: {digest}[/]")
+    from ..image.sources import registry
+
+    registry.on_download = bars.download
+    return bars.layer_reads(label)
 
 
 def open_ref(ref: str, platform: str | None) -> Source:
@@ -200,7 +213,21 @@ def open_ref(ref: str, platform: str | None) -> Source:
         root: Path | None = queue_root()
     except ImgquiltError:
         root = None
-    return api_open(ref, platform, root=root, progress=progress())
+    return api_open(ref, platform, root=root, progress=progress(_short(ref)))
+
+
+def _short(ref: str) -> str:
+    return ref if len(ref) <= 32 else "…" + ref[-31:]
+
+
+def cache_dir() -> Path | None:
+    """The current queue's own cache directory (None outside a queue)."""
+    from ..api import cache_dir as queue_cache
+
+    try:
+        return queue_cache(queue_root())
+    except ImgquiltError:
+        return None
 
 
 def pick_ref(image: str | None, lock_ref: str | None) -> str:

@@ -118,8 +118,9 @@ class ImageSource:
         self._cache = layer_cache
         self._dirty: set[int] = set()  # layers whose index the shared cache lacks or must extend
         self.stats = ScanStats()
-        # called with (layer position from the top, layer count, layer digest) before a layer is read
-        self.on_layer: Callable[[int, int, str], None] | None = None
+        # called with (layer position from the top, layer count, layer digest) before a layer is read;
+        # it may return a callback that is given the count of tar bytes read as they pass (progress)
+        self.on_layer: Callable[[int, int, str], Callable[[int], None] | None] | None = None
 
     # --- Source protocol ---
     def info(self) -> ImageInfo:
@@ -280,8 +281,7 @@ class ImageSource:
         digest = layer.check_digest
         if self._cache is not None and digest is not None and self._from_cache(position, digest):
             return
-        if self.on_layer is not None:
-            self.on_layer(position, len(self._layers), self._label(position))
+        on_bytes = self.on_layer(position, len(self._layers), self._label(position)) if self.on_layer else None
         basenames = {posixpath.basename(w) for w in wanted}
 
         def keep(path: str, size: int) -> bool:
@@ -295,7 +295,8 @@ class ImageSource:
 
         trusted = digest is None or self._verified.is_verified(digest, layer.location)
         with layer.open_stream(trusted=trusted) as stream:
-            index = scan_layer(stream, position=position, whiteouts=self._view.whiteouts, keep=keep,
+            index = scan_layer(stream if on_bytes is None else _Counted(stream, on_bytes), position=position,
+                               whiteouts=self._view.whiteouts, keep=keep,
                                what=self._what(position))
             if stream.verified and digest is not None:
                 self._verified.mark(digest, layer.location, stream.fingerprint)
@@ -409,3 +410,24 @@ class ImageSource:
         if self.kind != "image":
             return f"tar file {self._layers[position].location.path}"
         return f"layer {self.layer_digest(position)}"
+
+
+class _Counted:
+    """A layer's tar stream that reports the bytes read or skipped through it (for a progress bar)."""
+
+    def __init__(self, stream, on_bytes: Callable[[int], None]) -> None:
+        self._stream = stream
+        self._on_bytes = on_bytes
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._stream.read(n)
+        self._on_bytes(len(data))
+        return data
+
+    def skip(self, n: int) -> int:
+        done = self._stream.skip(n)
+        self._on_bytes(done)
+        return done
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)

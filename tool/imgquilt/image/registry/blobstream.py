@@ -8,7 +8,7 @@ may `drain` the rest; each byte is hashed once, in order.
 from __future__ import annotations
 
 import threading
-from typing import Iterator
+from typing import BinaryIO, Callable, Iterator
 
 import httpx
 
@@ -36,6 +36,18 @@ class RegistryBlobStream:
         self._lock = threading.RLock()
         self.verified = False
         self.bytes_read = 0  # bytes handed to the caller
+        self._tee: BinaryIO | None = None
+        self._on_end: Callable[[bool], None] | None = None
+        self.on_bytes: Callable[[int], None] | None = None  # progress: bytes received
+
+    def tee(self, spool: BinaryIO, on_end: Callable[[bool], None]) -> None:
+        """Copy every byte received into `spool`; `on_end(verified)` once the stream ends or is closed."""
+        self._tee, self._on_end = spool, on_end
+
+    def _ended(self) -> None:
+        if self._on_end is not None:
+            on_end, self._on_end = self._on_end, None
+            on_end(self.verified)
 
     def _fill(self, want: int) -> None:
         """Buffer at least `want` bytes (fewer only at the end of the body)."""
@@ -54,6 +66,10 @@ class RegistryBlobStream:
             elif chunk:
                 self._hasher.update(chunk)
                 self._buffer += chunk
+                if self._tee is not None:
+                    self._tee.write(chunk)
+                if self.on_bytes is not None:
+                    self.on_bytes(len(chunk))
                 total = self.bytes_read + len(self._buffer)
                 if self.size is not None and total > self.size:
                     self.close()
@@ -69,8 +85,11 @@ class RegistryBlobStream:
     def _finish(self) -> None:
         received = self.bytes_read
         self._response.close()  # the body is done; the stream stays open for its readers (b"" from now)
-        self._verify(received)
-        self.verified = True
+        try:
+            self._verify(received)
+            self.verified = True
+        finally:
+            self._ended()
 
     def read(self, n: int = -1) -> bytes:
         with self._lock:
@@ -119,6 +138,7 @@ class RegistryBlobStream:
     def close(self) -> None:
         self._closed = True
         self._response.close()
+        self._ended()
 
     @property
     def closed(self) -> bool:

@@ -15,7 +15,7 @@ from typing import Literal
 from ...errors import UsageError
 from ..mediatypes import Compression
 from .archive import write_docker_archive, write_oci_archive
-from .layout import check_layout_destination, write_layout
+from .layout import check_layout_destination, write_layout, write_layout_index
 from .mutate import NewImage
 from .output_file import check_output_path
 
@@ -124,3 +124,29 @@ def write_new_image(img: NewImage, ref: str) -> WrittenImage:
         diff_id=img.layer.diff_id,
         layer_size=img.layer.size,
     )
+
+
+def write_new_index(images: list[NewImage], ref: str) -> str:
+    """Write the images as one multi-platform image (an OCI index over their manifests) to `ref`
+    (`oci:` or `docker://`); whole or not at all. Returns the index digest (a registry's: as it answered)."""
+    from .mutate import index_bytes, sha256
+
+    out = check_image_destination(ref)
+    index = index_bytes(images)
+    if out.transport == "docker":
+        from .registry import push_index
+
+        return push_index(images, index, ref).digest
+    if out.transport != "oci":
+        raise UsageError(f"--platform all writes an image index; {ref!r} cannot hold one.",
+                         hint="Write to oci:DIR:TAG or push to docker://HOST/REPO:TAG.")
+    write_layout_index(images, index, out.path, out.tag)  # type: ignore[arg-type]
+    return sha256(index)
+
+
+def check_index_destination(ref: str) -> None:
+    """Refuse, up front, a destination that cannot hold an index."""
+    out = check_image_destination(ref)
+    if out.transport not in ("oci", "docker"):
+        raise UsageError(f"--platform all writes an image index; {ref!r} cannot hold one.",
+                         hint="Write to oci:DIR:TAG or push to docker://HOST/REPO:TAG.")

@@ -24,7 +24,7 @@ from ...util.regular import read_regular_file
 from ..mediatypes import OCI_INDEX
 from ..model import Layer
 from .base_blobs import blob_location, check_file, open_checked, unique_layers
-from .mutate import ANNOTATION_REF_NAME, NewImage, index_entry, json_bytes
+from .mutate import ANNOTATION_REF_NAME, NewImage, index_entry, json_bytes, sha256
 from .output_file import output_dir, output_file
 
 COPY_CHUNK = 1 << 20
@@ -138,14 +138,31 @@ def check_layout_destination(path: Path, tag: str | None) -> None:
 
 def write_layout(img: NewImage, root: Path, tag: str | None) -> None:
     """Write `img` to the layout at `root` (a new one, or added to an existing one); whole or not at all."""
+    _write(root, tag, index_entry(img, tag), lambda w: w.fill(img))
+
+
+def write_layout_index(images: list[NewImage], index: bytes, root: Path, tag: str | None) -> None:
+    """Write every image and the image index `index` over them, tagged `tag`; whole or not at all."""
+    entry: dict = {"mediaType": OCI_INDEX, "digest": sha256(index), "size": len(index)}
+    if tag:
+        entry["annotations"] = {ANNOTATION_REF_NAME: tag}
+
+    def fill(w: _BlobDir) -> None:
+        for img in images:
+            w.fill(img)
+        w.put_bytes(entry["digest"], index)
+
+    _write(root, tag, entry, fill)
+
+
+def _write(root: Path, tag: str | None, entry: dict, fill) -> None:
     check_layout_destination(root, tag)
-    entry = index_entry(img, tag)
     if is_layout(root):
-        _add_to_layout(root, entry, img)
+        _add_to_layout(root, entry, fill)
         return
     with output_dir(root, failure=f"Cannot write an OCI layout to {str(root)!r}") as tmp:
         (tmp / "blobs" / "sha256").mkdir(parents=True)
-        _BlobDir(tmp).fill(img)
+        fill(_BlobDir(tmp))
         (tmp / "oci-layout").write_bytes(json_bytes(LAYOUT_MARKER))
         index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry]}
         (tmp / "index.json").write_bytes(json_bytes(index))
@@ -183,7 +200,7 @@ def _read_index(root: Path) -> dict:
     return index
 
 
-def _add_to_layout(root: Path, entry: dict, img: NewImage) -> None:
+def _add_to_layout(root: Path, entry: dict, fill) -> None:
     w = _BlobDir(root)
     tag = (entry.get("annotations") or {}).get(ANNOTATION_REF_NAME)
     _no_links(root)
@@ -193,7 +210,7 @@ def _add_to_layout(root: Path, entry: dict, img: NewImage) -> None:
         with _locked_dir(root):
             _no_links(root)
             index = _read_index(root)  # again, under the lock: another writer may have changed it
-            w.fill(img)
+            fill(w)
             kept = [m for m in index.get("manifests") or [] if (m.get("annotations") or {}).get(ANNOTATION_REF_NAME) != tag]
             index["manifests"] = kept + [entry]
             with output_file(root / "index.json", what="index") as fh:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from ...errors import BadImage
-from ..mediatypes import OCI_CONFIG, OCI_MANIFEST, oci_media_type
+from ..mediatypes import OCI_CONFIG, OCI_INDEX, OCI_MANIFEST, oci_media_type
 from ..model import Descriptor, Image
 from .layer import LayerBlob
 
@@ -163,3 +163,9 @@ def chain_id(diff_ids: list[str]) -> str:
     for d in diff_ids[1:]:
         chain = sha256(f"{chain} {d}".encode())
     return chain
+
+
+def index_bytes(images: list[NewImage]) -> bytes:
+    """An OCI image index over the images' manifests, each with its platform (in the order given)."""
+    return json_bytes({"schemaVersion": 2, "mediaType": OCI_INDEX,
+                       "manifests": [index_entry(img, None) for img in images]})

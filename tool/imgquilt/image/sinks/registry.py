@@ -13,7 +13,7 @@ from contextlib import closing
 from dataclasses import dataclass
 
 from ...errors import BadImage, UsageError
-from ..mediatypes import OCI_MANIFEST
+from ..mediatypes import OCI_INDEX, OCI_MANIFEST
 from ..registry import RegistryRef, parse_registry_ref
 from .base_blobs import open_checked, unique_layers
 from .mutate import NewImage
@@ -65,8 +65,21 @@ def _source_repository(layer, domain: str) -> str | None:
     return None
 
 
-def push_image(img: NewImage, ref: str) -> PushReport:
-    """Push `img` to `ref` (a docker:// reference with a tag); the manifest goes last."""
+def push_index(images: list[NewImage], index: bytes, ref: str) -> PushReport:
+    """Push every image's blobs and manifest (by digest), then the index under `ref`'s tag, last."""
+    from ..sources.registry import registries
+
+    blobs: dict[str, str] = {}
+    for img in images:
+        blobs.update(push_image(img, ref, by_digest=True).blobs)
+    dest = parse_push_ref(ref)
+    digest = registries().client(dest).put_manifest(dest.repository, dest.tag or "latest", index, OCI_INDEX)
+    return PushReport(digest, blobs)
+
+
+def push_image(img: NewImage, ref: str, *, by_digest: bool = False) -> PushReport:
+    """Push `img` to `ref` (a docker:// reference with a tag); the manifest goes last (under its digest
+    only, with `by_digest`: a member of an index pushed next)."""
     from ..sources.registry import registries
 
     dest = parse_push_ref(ref)
@@ -87,6 +100,7 @@ def push_image(img: NewImage, ref: str) -> PushReport:
     config_digest = img.config_digest
     for digest, data in ((img.layer.digest, img.layer.data), (config_digest, img.config)):
         blobs[digest] = client.push_blob(repo, digest, data)
-    manifest_digest = client.put_manifest(repo, dest.tag or "latest", img.manifest, OCI_MANIFEST)
+    where = img.manifest_digest if by_digest else dest.tag or "latest"
+    manifest_digest = client.put_manifest(repo, where, img.manifest, OCI_MANIFEST)
     return PushReport(manifest_digest, blobs)
 

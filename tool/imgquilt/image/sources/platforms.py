@@ -1,6 +1,7 @@
 """Platforms ("os/arch[/variant]") and picking one image out of a multi-platform index."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from ...errors import BadImage, UsageError
@@ -48,8 +49,34 @@ class Platform:
         )
 
 
+ALL = "all"  # --platform all: every platform of an index
+_listing = threading.local()
+
+
+def list_platforms(open_image) -> list[str]:
+    """Every platform of the image `open_image(platform)` opens: its index's, in index order (each
+    once), or the single image's own. Opening with the listing on takes the first index entry."""
+    _listing.found = None
+    try:
+        image = open_image(None)
+        found, _listing.found = _listing.found, None
+    finally:
+        _listing.found = None
+    if found is None:
+        return [image.platform] if image.platform else []
+    return list(dict.fromkeys(found))
+
+
 def choose(candidates: list[tuple[Platform | None, object]], wanted: str | None, *, where: str):
     """Pick the item whose platform matches `wanted` (default linux/amd64) from (platform, item)s."""
+    if getattr(_listing, "found", "off") is None:  # list_platforms: record the top index, take its first entry
+        real = [(p, item) for p, item in candidates if p is not None and p.os != "unknown"]  # not attestations
+        if real:
+            _listing.found = [str(p) for p, _ in real]
+            return real[0]
+    if wanted == ALL:
+        raise UsageError("--platform all reads every platform of an index; this command takes one platform.",
+                         hint="Pick one with --platform OS/ARCH.")
     want = Platform.parse(wanted or DEFAULT_PLATFORM)
     matching = [(p, item) for p, item in candidates if p is not None and want.matches(p)]
     if matching:

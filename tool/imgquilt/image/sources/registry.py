@@ -12,16 +12,16 @@ import atexit
 import os
 import threading
 from functools import cached_property
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 from ...cache import metadata
 from ...errors import BadImage, UsageError
-from ..layers.blob_layer import TarStream
-from ..layers.blobio import BlobFile
+from ..layers.blob_layer import BlobLayer, TarStream
+from ..layers.blobio import BlobFile, file_location
 from ..layers.compression import Decompressed, detect
 from ..mediatypes import INDEXES, MANIFESTS, Compression, compression_of
 from ..model import Descriptor
-from ..registry import Registries, RegistryClient, RegistryRef, parse_registry_ref
+from ..registry import Registries, RegistryClient, RegistryRef, blob_memo, parse_registry_ref
 from .oci_reader import MAX_CONFIG, config_and_layers, image_platform, index_entries, parse_json
 from .platforms import choose
 from .stored_image import StoredImage
@@ -52,6 +52,10 @@ def registries() -> Registries:
         return _pool
 
 
+# progress: called with (what, total bytes) when a download starts; returns a callback taking byte counts
+on_download: Callable[[str, int], Callable[[int], None]] | None = None
+
+
 class RegistryLayer:
     """A layer blob in a registry: streamed when read, checked against its digest before its end."""
 
@@ -75,7 +79,29 @@ class RegistryLayer:
 
     def _download(self):
         d = self.descriptor
-        return self.client.open_blob(self.repository, d.digest, size=d.size, what=self.what)
+        stream = self.client.open_blob(self.repository, d.digest, size=d.size, what=self.what)
+        if on_download is not None:
+            stream.on_bytes = on_download(self.what, d.size)
+        return stream
+
+    def _local_copy(self) -> BlobLayer | None:
+        """Within a fleet run: this blob as another image's reader downloaded it (None: download it here)."""
+        memo = blob_memo.active()
+        if memo is None:
+            return None
+        claim = memo.claim(self.descriptor.digest)
+        if claim.ready is None:
+            self._spool = claim.spool
+            return None
+        loc = file_location(claim.ready)
+        return BlobLayer(self.descriptor, self.diff_id, loc, verify="blob", what=self.what)  # type: ignore[arg-type]
+
+    def _teed(self, stream):
+        spool, self._spool = getattr(self, "_spool", None), None
+        if spool is not None:
+            memo = blob_memo.active()
+            stream.tee(spool, lambda ok: memo.finished(self.descriptor.digest, spool, ok))  # type: ignore[union-attr]
+        return stream
 
     def open_blob(self) -> BinaryIO:
         return BlobFile(self._download())  # type: ignore[return-value]
@@ -85,7 +111,14 @@ class RegistryLayer:
 
     def open_stream(self, *, trusted: bool) -> TarStream:
         """The tar stream of a download; the blob is always hashed (a download is never trusted)."""
-        raw = self._download()
+        local = self._local_copy()
+        if local is not None:
+            return local.open_stream(trusted=False)
+        try:
+            raw = self._teed(self._download())
+        except BaseException:
+            self._release()
+            raise
         try:
             kind = detect(raw.peek(8), what=self.what)  # the bytes decide, as for a local blob
         except BaseException:
@@ -93,6 +126,12 @@ class RegistryLayer:
             raise
         tar = raw if kind == "none" else Decompressed(raw, kind, what=self.what)
         return TarStream(tar, raw, raw, seekable=False, fingerprint=_NO_FINGERPRINT)
+
+    def _release(self) -> None:
+        """A claimed download that never started: let another reader fetch the blob."""
+        spool, self._spool = getattr(self, "_spool", None), None
+        if spool is not None:
+            blob_memo.active().finished(self.descriptor.digest, spool, False)  # type: ignore[union-attr]
 
 
 def _cached_manifest(client: RegistryClient, ref: RegistryRef, digest: str) -> bytes:

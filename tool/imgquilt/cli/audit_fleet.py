@@ -1,0 +1,95 @@
+"""`audit` over a fleet: several --image (or --images-from), or --merge of shards' documents: a
+patches x images matrix (a table on a terminal, tab-separated rows in a pipe, one document with --json)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import BadInput, ImgquiltError, NotLive, UsageError
+from .annotations import Format, annotate
+from .common import G, emit_outcome, load, open_ref, say, table
+
+
+def image_refs(images: list[str], images_from: Path | None) -> list[str]:
+    from ..verbs.fleet import read_image_list, unique
+
+    return unique([*images, *(read_image_list(images_from) if images_from is not None else [])])
+
+
+def fleet_cmd(refs: list[str], platform: str | None, expect: str, format: Format) -> None:
+    from ..audit import report_json
+    from ..verbs.fleet import audit_fleet, fleet_document
+
+    if not refs:
+        raise UsageError("No image to audit.", hint="Pass --image REF (repeatable) or --images-from FILE.")
+    q = load()
+    entries = audit_fleet(q, refs, lambda ref: open_ref(ref, platform))
+    images = []
+    for e in entries:
+        if e.report is not None:
+            images.append({**report_json(e.report), "expect": expect})
+        else:
+            images.append({"image": {"ref": e.ref, "digest": None, "platform": platform}, "patches": [],
+                           "summary": {}, "expect": expect, "error": _error(e.error)})
+    _finish(fleet_document(images, expect), format)
+
+
+def merge_cmd(files: list[Path], expect: str | None, format: Format) -> None:
+    from ..verbs.fleet import merge_documents
+
+    docs = []
+    for f in files:
+        try:
+            docs.append((str(f), json.loads(f.read_bytes())))
+        except OSError as exc:
+            raise UsageError(f"--merge {f}: cannot be read ({exc.strerror or exc}).") from None
+        except ValueError as exc:
+            raise BadInput(f"--merge {f}: not JSON ({exc}).", hint="Merge what `imgquilt audit --json` printed.") from None
+    _finish(merge_documents(docs, expect), format)
+
+
+def _error(exc: ImgquiltError | None) -> dict[str, Any]:
+    from .common import error_doc
+
+    assert exc is not None
+    return error_doc(exc)["error"]
+
+
+def _finish(doc: dict[str, Any], format: Format) -> None:
+    from ..verbs.fleet import image_ref, not_as_expected
+    from .audit import COLOR
+
+    expect = doc["expect"]
+    failing = [d for d in doc["images"] if not_as_expected(d, expect)]
+    broken = [d for d in doc["images"] if d.get("error") and not d.get("patches")]
+    failure: ImgquiltError | None = None
+    if broken:
+        failure = BadInput(f"{len(broken)} of {len(doc['images'])} image(s) could not be audited: "
+                           + "; ".join(f"{image_ref(d)}: {d['error']['message']}" for d in broken),
+                           hint="The matrix holds the others; fix the reference (or the registry access) and run again.")
+    elif failing:
+        failure = NotLive(f"{len(failing)} of {len(doc['images'])} image(s) have a patch that is not {expect}: "
+                          + ", ".join(image_ref(d) for d in failing) + ".",
+                          hint="Rebuild those images with the queue applied (`imgquilt apply --output-image`).")
+    if G.json:
+        emit_outcome(doc, failure)
+        return
+    if format is Format.github:
+        for d in failing:
+            for p in d["patches"]:
+                if p["state"] != expect:
+                    annotate("error", f"patches/{p['name']}", "imgquilt audit", f"{p['name']} is {p['state']}, not {expect}, in {image_ref(d)}.")
+    refs = [image_ref(d) for d in doc["images"]]
+    rows: list[list[str | tuple[str, str]]] = []
+    for name in doc["patches"]:
+        states = doc["matrix"][name]
+        rows.append([name, *((states[r], COLOR.get(states[r], "white")) if r in states else ("-", "dim") for r in refs)])
+    table(f"Audit of {len(refs)} image(s) (expect {expect})", ["patch", *refs], rows)
+    for d in doc["images"]:
+        if d.get("error") and not d.get("patches"):
+            say(f"{image_ref(d)}: not audited: {d['error']['message']}")
+    s = doc["summary"]
+    say(f"{s['images']} image(s): {s['as_expected']} with every patch {expect}, {s['not_as_expected']} not, {s['unreadable']} unreadable.")
+    if failure is not None:
+        raise failure

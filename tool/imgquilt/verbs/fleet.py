@@ -1,0 +1,139 @@
+"""Fleet audit: one queue against many images, read concurrently, as one patches x images matrix.
+
+Images are read by a small pool of threads (a registry serves a few streams well, and the machine
+decompresses on every core). Within the run a layer blob that several images share is downloaded
+once (image.registry.blob_memo). An image that cannot be read does not stop the others: its entry
+carries the error. `merge_documents` joins the JSON documents of several shards (single-image or
+fleet documents) into the document one run over all their images would have printed.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..audit import AuditReport, audit_source
+from ..errors import BadInput, ImgquiltError, UsageError
+from ..fs.types import Source
+from ..image.registry.blob_memo import shared_downloads
+from ..queue.queue import Queue
+
+WORKERS = 4
+
+
+@dataclass(frozen=True)
+class FleetEntry:
+    """One image of the fleet: its audit, or why it could not be read."""
+
+    ref: str
+    report: AuditReport | None
+    error: ImgquiltError | None = None
+
+
+def read_image_list(path: Path) -> list[str]:
+    """`--images-from FILE`: one reference per line; blank lines and `#` comments are skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--images-from {path}: cannot be read ({exc.__class__.__name__}: {exc}).") from None
+    refs = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            refs.append(line.split(" #", 1)[0].strip())  # a reference holds no space: the rest is a comment
+    if not refs:
+        raise UsageError(f"--images-from {path}: no image reference in it (one per line, # comments).")
+    return refs
+
+
+def unique(refs: Sequence[str]) -> list[str]:
+    """The references in their order, each once (a ref named twice is audited once)."""
+    return list(dict.fromkeys(refs))
+
+
+def audit_fleet(queue: Queue, refs: Sequence[str], open_source: Callable[[str], Source], *,
+                workers: int = WORKERS) -> list[FleetEntry]:
+    """Audit every image of `refs` (in that order in the result), at most `workers` at a time."""
+
+    def one(ref: str) -> FleetEntry:
+        try:
+            return FleetEntry(ref, audit_source(queue, open_source(ref)))
+        except ImgquiltError as exc:
+            return FleetEntry(ref, None, exc)
+
+    with shared_downloads(), ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="imgquilt-audit") as pool:
+        return list(pool.map(one, refs))
+
+
+# --- documents ----------------------------------------------------------------------------------
+def fleet_document(images: list[dict[str, Any]], expect: str) -> dict[str, Any]:
+    """The fleet document over single-image documents (each with `image` and `patches`, or `error`)."""
+    names: list[str] = []
+    for d in images:
+        for p in d.get("patches") or []:
+            if p["name"] not in names:
+                names.append(p["name"])
+    series = sorted({d["series_sha256"] for d in images if d.get("series_sha256")})
+    matrix = {n: {} for n in names}
+    for d in images:
+        ref = image_ref(d)
+        for p in d.get("patches") or []:
+            matrix[p["name"]][ref] = p["state"]
+    failing = [image_ref(d) for d in images if not_as_expected(d, expect)]
+    errors = [image_ref(d) for d in images if d.get("error") and not d.get("patches")]
+    return {
+        "expect": expect,
+        "series_sha256": series[0] if len(series) == 1 else None,
+        "patches": names,
+        "images": images,
+        "matrix": matrix,
+        "summary": {"images": len(images), "as_expected": len(images) - len(failing) - len(errors),
+                    "not_as_expected": len(failing), "unreadable": len(errors)},
+    }
+
+
+def image_ref(doc: dict[str, Any]) -> str:
+    image = doc.get("image") or {}
+    return str(image.get("ref") or doc.get("ref") or "?")
+
+
+def not_as_expected(doc: dict[str, Any], expect: str) -> bool:
+    """A readable image with a patch not in the expected state."""
+    return bool(doc.get("patches")) and any(p["state"] != expect for p in doc["patches"])
+
+
+def merge_documents(docs: Sequence[tuple[str, Any]], expect: str | None) -> dict[str, Any]:
+    """One fleet document from shards' documents (`docs`: (file name, parsed JSON)).
+
+    Every shard must have audited the same series, with the same --expect (unless `expect` overrides).
+    """
+    images: list[dict[str, Any]] = []
+    expects: set[str] = set()
+    for name, doc in docs:
+        if not isinstance(doc, dict):
+            raise BadInput(f"{name}: not an imgquilt audit document (a JSON object is expected).")
+        if isinstance(doc.get("images"), list):
+            parts = doc["images"]
+            expects.add(str(doc.get("expect", "live")))
+        elif "patches" in doc or "error" in doc:
+            # a single image's document: its own verdict (exit 5) is the matrix's to give again
+            parts = [{k: v for k, v in doc.items() if k != "error"} if doc.get("patches") else doc]
+            expects.add(str(doc.get("expect", "live")))
+        else:
+            raise BadInput(f"{name}: not an imgquilt audit document (neither `images` nor `patches`).",
+                           hint="Merge what `imgquilt audit --json` printed for each shard.")
+        for part in parts:
+            if not isinstance(part, dict) or not isinstance(part.get("patches", []), list):
+                raise BadInput(f"{name}: an entry of `images` is not an audit document.")
+            images.append(part)
+    series = {d["series_sha256"] for d in images if d.get("series_sha256")}
+    if len(series) > 1:
+        raise BadInput(f"The documents audited different series ({', '.join(sorted(series))}): their states cannot share one matrix.",
+                       hint="Audit every shard from the same commit of the queue.")
+    if expect is None:
+        if len(expects) > 1:
+            raise BadInput(f"The documents were audited with different --expect ({', '.join(sorted(expects))}).",
+                           hint="Pass --expect to say which state the merged matrix checks.")
+        expect = expects.pop() if expects else "live"
+    return fleet_document(images, expect)

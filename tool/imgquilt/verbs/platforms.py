@@ -1,0 +1,81 @@
+"""`--platform all`: every platform of a multi-platform image, each verified on its own bases.
+
+Audit reports each platform on its own. Apply plans every platform first (each against the lock's
+pins, so a platform whose bases drifted is refused by name) and writes nothing unless all verified;
+then `--output-image` gets one index with one patched manifest per platform.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..audit import LIVE, PARTIAL, AuditReport, audit_source, report_json
+from ..fs.types import Source
+
+
+@dataclass(frozen=True)
+class PlatformAudit:
+    platform: str
+    report: AuditReport
+
+
+def audit_platforms(queue, platforms: list[str], open_platform: Callable[[str], Source]) -> list[PlatformAudit]:
+    return [PlatformAudit(p, audit_source(queue, open_platform(p))) for p in platforms]
+
+
+def platforms_json(ref: str, audits: list[PlatformAudit], expect: str) -> dict:
+    """One document: per patch the state every platform shares (else partial), and `platforms`, one
+    single-image document per platform."""
+    docs = [{**report_json(a.report), "expect": expect} for a in audits]
+    names = [p.name for p in audits[0].report.patches] if audits else []
+    patches = []
+    for i, name in enumerate(names):
+        states = {a.report.patches[i].state for a in audits}
+        files = [{**f, "platform": a.platform} for a, d in zip(audits, docs) for f in d["patches"][i]["files"]]
+        patches.append({"name": name, "state": states.pop() if len(states) == 1 else PARTIAL, "record": None, "files": files})
+    summary: dict[str, int] = {s: 0 for s in (audits[0].report.summary if audits else {LIVE: 0})}
+    for p in patches:
+        summary[p["state"]] = summary.get(p["state"], 0) + 1
+    return {"image": {"ref": ref, "digest": None, "platform": "all", "kind": "image"},
+            "series_sha256": audits[0].report.series_sha256 if audits else None,
+            "patches": patches, "summary": summary, "expect": expect, "platforms": docs}
+
+
+# --- apply ----------------------------------------------------------------------------------------
+def apply_platforms(queue, platforms: list[str], open_platform: Callable[[str], Source], lock, output_image: str | None,
+                    *, locked: bool = False, python_check: bool = True) -> tuple[list[tuple[str, object]], dict]:
+    """Verify the series on every platform (a drifted one refused by name, before anything is written),
+    then write one index with a patched manifest per platform to `output_image`."""
+    from ..engine.plan import plan_apply
+    from ..errors import ImgquiltError
+    from ..image.sinks.image import check_index_destination, write_new_index
+    from ..outputs import new_image
+    from ..sources import BackedByImage
+    from ..store import remember
+
+    if output_image is not None:
+        check_index_destination(output_image)
+    done = []
+    for p in platforms:
+        source = open_platform(p)
+        try:
+            result = plan_apply(queue, source, lock, locked=locked, python_check=python_check)
+        except ImgquiltError as exc:
+            exc.message = f"Platform {p}: {exc.message}"
+            exc.hint = "\n".join(x for x in (exc.hint, f"Nothing was written for any platform. Rebase the queue onto {p}'s "
+                                             "image, or apply to the other platforms by name (--platform OS/ARCH).") if x)
+            raise
+        done.append((p, source, result))
+    for _, _, result in done:
+        remember(queue.root, [x for f in result.files if f.patches for x in (f.target.data, f.final)])
+    written: dict = {}
+    if output_image is not None:
+        images = []
+        for _, source, result in done:
+            assert isinstance(source, BackedByImage)
+            images.append(new_image(source.image, result, "gzip"))
+        digest = write_new_index(images, output_image)
+        written["image"] = {"ref": output_image, "digest": digest, "platforms": [
+            {"platform": p, "digest": img.manifest_digest, "config_digest": img.config_digest,
+             "layer_digest": img.layer.digest, "diff_id": img.layer.diff_id} for (p, _, _), img in zip(done, images)]}
+    return [(p, result) for p, _, result in done], written
