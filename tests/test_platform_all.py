@@ -70,8 +70,10 @@ def check_index(ref: str, base: Path, tmp: Path, final: str) -> None:
     plats = [(m["platform"]["os"], m["platform"]["architecture"]) for m in index["manifests"]]
     assert plats == [("linux", "amd64"), ("linux", "arm64")]
     for m, tag in zip(index["manifests"], ("amd", "arm")):
-        _, base_manifest = manifest(base, tag)
+        base_digest, base_manifest = manifest(base, tag)
         arch = m["platform"]["architecture"]
+        record = json.loads(platform_file(ref, arch, tmp, "var/lib/imgquilt/applied.json"))
+        assert record["image"]["digest"] == base_digest  # each platform's record names its own image
         one = member_manifest(ref, m["digest"])
         assert one["layers"][:-1] == base_manifest["layers"]  # the base layers, and one new layer on top
         assert len(one["layers"]) == len(base_manifest["layers"]) + 1

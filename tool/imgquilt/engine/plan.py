@@ -223,7 +223,9 @@ def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool 
         t = st.target
         mode = t.mode if t.data is not None else (st.mode if st.mode is not None else 0o644)
         files.append(FileResult(t, st.data, mode, t.uid, t.gid, tuple(st.patches), tuple(st.steps)))
-    image_digest = lock.image.digest if lock else (info.digest or rootfs_digest([(t.resolved, sha256_hex(t.data)) for t in targets.values()]))
+    # the record names the image the series was applied on: its own manifest digest (one platform of
+    # an index has its own), else (a rootfs) the lock's pin, else a digest over the targets
+    image_digest = info.digest or (lock.image.digest if lock else rootfs_digest([(t.resolved, sha256_hex(t.data)) for t in targets.values()]))
     record = record_bytes(queue, image_digest, recorded_ref(info.ref), targets)
     files.append(FileResult(record_target, record, record_target.mode if record_target.data is not None else 0o644, record_target.uid, record_target.gid, ()))
     files.sort(key=lambda f: f.resolved)
