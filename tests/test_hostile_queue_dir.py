@@ -118,15 +118,20 @@ def test_image_apply_refuses_a_linked_cache(tmp_path: Path, cli_env: dict[str, s
 
 
 @pytest.mark.parametrize("kind", ["fifo", "symlink"])
-def test_planted_verified_markers_are_never_followed(tmp_path: Path, cli_env: dict[str, str], kind: str) -> None:
+@pytest.mark.parametrize("cache", ["queue", "shared"])
+def test_planted_verified_markers_are_never_followed(tmp_path: Path, cli_env: dict[str, str], kind: str, cache: str) -> None:
+    """Markers live in the shared cache, or (IMGQUILT_NO_CACHE=1) in the queue's own .imgquilt/cache/."""
     from imagetools import build_oci, dir_, file
 
     layout = build_oci(tmp_path / "img", [[dir_("etc"), file("etc/app.conf", CONF)]], compression=None)
     q = tmp_path / "q"
     write_patch(q, "0001-conf.patch", [("etc/app.conf", CONF, NEW_CONF)])
     home = canary_dir(tmp_path)
+    if cache == "queue":
+        cli_env = {**cli_env, "IMGQUILT_NO_CACHE": "1"}
     assert run(q, "apply", "--image", f"oci:{layout}:latest", env=cli_env).code == 0
-    markers = list((q / ".imgquilt/cache/verified").iterdir())
+    where = q / ".imgquilt/cache/verified" if cache == "queue" else Path(cli_env["IMGQUILT_CACHE_DIR"]) / "verified"
+    markers = list(where.iterdir())
     assert markers
     for m in markers:
         m.unlink()
