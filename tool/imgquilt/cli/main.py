@@ -3,17 +3,16 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
+from importlib import import_module
 from typing import Optional
 
 import typer
 
 from .. import __version__
 from ..errors import ImgquiltError, UsageError
-from . import apply, audit, authoring, cache, files, importing, patch_meta, rebase, setup, stack
 from .common import Command, G, emit_json, error_doc, hoist_globals, note
 
-app = typer.Typer(
+_app = typer.Typer(
     name="imgquilt",
     add_completion=False,  # `imgquilt completion SHELL` instead of --install-completion
     no_args_is_help=True,
@@ -40,7 +39,7 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
+@_app.callback()
 def _globals(
     queue: Optional[str] = typer.Option(None, "--queue", metavar="DIR", help="The queue directory (else IMGQUILT_QUEUE, else the nearest with a series file)."),
     json: bool = typer.Option(False, "--json", help="One JSON document on stdout (an {\"error\": ...} document on failure)."),
@@ -53,10 +52,63 @@ def _globals(
     G.debug = debug or G.debug
 
 
-for module in (setup, authoring, files, stack, patch_meta, importing, apply, audit, rebase):
-    for name, fn in module.COMMANDS.items():
-        app.command(name, cls=Command)(fn)
-cache.register(app)
+# Each command's module, in help order. Only the module of the invoked command is loaded (and its
+# typer options built): start-up time. A test holds this table to the modules' COMMANDS.
+COMMAND_MODULES: dict[str, str] = {
+    "init": "setup", "completion": "setup",
+    "new": "authoring", "add": "authoring", "edit": "authoring", "refresh": "authoring", "diff": "authoring", "fold": "authoring",
+    "files": "files", "remove": "files", "revert": "files",
+    "push": "stack", "pop": "stack", "top": "stack", "applied": "stack", "unapplied": "stack", "series": "stack", "next": "stack",
+    "previous": "stack",
+    "header": "patch_meta", "delete": "patch_meta", "rename": "patch_meta",
+    "import": "importing",
+    "lock": "apply", "apply": "apply", "check": "apply",
+    "audit": "audit",
+    "rebase": "rebase",
+    "cache": "cache",  # a group: cache.register adds it
+}
+COMPLETE_VAR = "_IMGQUILT_COMPLETE"  # setup.COMPLETE_VAR, spelled here so completion loads no command module first
+_registered: set[str] = set()
+
+
+def _register(modules: list[str]) -> None:
+    """Add the commands of these modules (by short name) to the app, each module once, in help order."""
+    for short in dict.fromkeys(modules):
+        if short in _registered:
+            continue
+        _registered.add(short)
+        module = import_module(f"{__package__}.{short}")
+        if short == "cache":
+            module.register(_app)
+            continue
+        for name, fn in module.COMMANDS.items():
+            _app.command(name, cls=Command)(fn)
+    # help lists commands as registered: keep the table's order whatever was loaded first
+    order = list(COMMAND_MODULES)
+    _app.registered_commands.sort(key=lambda info: order.index(info.name))
+
+
+def register_all() -> None:
+    """Every command, in help order (help, completion, the reference, an unknown name's suggestions)."""
+    _register(list(COMMAND_MODULES.values()))
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """`app`: the whole app, every command registered (the reference, the docs, the tests)."""
+    if name == "app":
+        register_all()
+        return _app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _register_for(args: list[str]) -> None:
+    """Only the module of the command args name; everything where typer must know every command."""
+    if args == ["--version"]:  # answered by an eager callback before any command is looked up
+        return
+    if args and args[0] in COMMAND_MODULES:
+        _register([COMMAND_MODULES[args[0]]])
+    else:
+        register_all()
 
 
 def _fail(exc: ImgquiltError) -> int:
@@ -71,14 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     from .fastparams import install
 
     install()  # plain options without pydantic: start-up time
-    if setup.COMPLETE_VAR in os.environ:  # the shell asks for completions
+    if COMPLETE_VAR in os.environ:  # the shell asks for completions
         from typer.completion import completion_init
 
+        register_all()
         completion_init()
-        return app(prog_name="imgquilt", complete_var=setup.COMPLETE_VAR)
+        return _app(prog_name="imgquilt", complete_var=COMPLETE_VAR)
     args = hoist_globals(list(sys.argv[1:] if argv is None else argv))
+    _register_for(args)
     try:
-        rv = app(args=args, prog_name="imgquilt", standalone_mode=False)
+        rv = _app(args=args, prog_name="imgquilt", standalone_mode=False)
         return rv if isinstance(rv, int) else 0  # a raised Exit comes back as its code
     except ImgquiltError as exc:
         return _fail(exc)
@@ -99,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             emit_json({"error": {"code": 1, "kind": "internal-error", "message": f"{exc.__class__.__name__}: {exc}",
                                  "hint": "This is a bug; run with --debug for the traceback."}})
         if G.debug:
+            import traceback
+
             traceback.print_exc()
         else:
             note(f"imgquilt: internal error: {exc.__class__.__name__}: {exc}. This is a bug; run with --debug for the traceback.")
