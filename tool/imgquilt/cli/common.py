@@ -16,8 +16,6 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-import typer
-
 from ..errors import ImgquiltError, QueueNotFound, UsageError
 
 if TYPE_CHECKING:
@@ -67,17 +65,29 @@ def hoist_globals(argv: list[str]) -> list[str]:
     return rest
 
 
-ImageOpt = typer.Option(None, "--image", "-i", metavar="REF", help="Image reference (oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, rootfs:DIR, tar:FILE, a path, docker://HOST/REPO[:TAG|@DIGEST] read in the registry (--tls-verify=false for one without valid HTTPS), or any other skopeo transport).")
-PlatformOpt = typer.Option(None, "--platform", metavar="OS/ARCH", help="os/arch[/variant] to pick from a multi-platform image.")
-VerboseOpt = typer.Option(False, "--verbose", "-v", help="One row per patch and file instead of one line per patch.")
+def __getattr__(name: str) -> Any:
+    """The typer parts (the shared options, the Command class) are built on first use: the quick
+    commands (cli/quick.py) run without importing typer at all."""
+    if name not in ("ImageOpt", "PlatformOpt", "VerboseOpt", "Command"):  # e.g. the import system's __path__
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import typer
+    import typer.core
 
+    class Command(typer.core.TyperCommand):
+        """Help without typer's `<str>` label after each argument name: the metavar already says what to
+        pass. The label is blanked, not cut, so the help column stays aligned."""
 
-class Command(typer.core.TyperCommand):
-    """Help without typer's `<str>` label after each argument name: the metavar already says what to
-    pass. The label is blanked, not cut, so the help column stays aligned."""
+        def get_help(self, ctx) -> str:  # type: ignore[no-untyped-def]
+            return _TYPE_LABEL.sub(lambda m: m.group(1) + " " * (len(m.group(2)) + 1), super().get_help(ctx))
 
-    def get_help(self, ctx) -> str:  # type: ignore[no-untyped-def]
-        return _TYPE_LABEL.sub(lambda m: m.group(1) + " " * (len(m.group(2)) + 1), super().get_help(ctx))
+    made = {
+        "ImageOpt": typer.Option(None, "--image", "-i", metavar="REF", help="Image reference (oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, rootfs:DIR, tar:FILE, a path, docker://HOST/REPO[:TAG|@DIGEST] read in the registry (--tls-verify=false for one without valid HTTPS), or any other skopeo transport)."),
+        "PlatformOpt": typer.Option(None, "--platform", metavar="OS/ARCH", help="os/arch[/variant] to pick from a multi-platform image."),
+        "VerboseOpt": typer.Option(False, "--verbose", "-v", help="One row per patch and file instead of one line per patch."),
+        "Command": Command,
+    }
+    globals().update(made)  # once: every module shares the same option objects, as before
+    return made[name]
 
 
 _TYPE_LABEL = re.compile(r"(?m)^(  [^\s<-]\S*) (<[^>\s]+>)")
@@ -150,6 +160,8 @@ def emit_outcome(doc: dict[str, Any], failure: ImgquiltError | None) -> None:
     emit_json({**doc, "error": error_doc(failure)["error"]} if failure is not None else doc)
     if failure is not None:
         note(f"imgquilt: {failure.render()}")
+        import typer
+
         raise typer.Exit(failure.exit_code)
 
 

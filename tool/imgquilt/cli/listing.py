@@ -1,0 +1,95 @@
+"""The read-only listings of the stack: top, applied, unapplied, next, previous, series. Without typer:
+cli/quick.py runs them straight from argv (start-up time); cli/stack.py registers them with typer."""
+from __future__ import annotations
+
+from ..errors import UsageError
+from .common import G, emit_json, say, tree
+
+
+def top_cmd() -> None:
+    """Print the top applied patch.
+
+    \b
+    Example:
+      imgquilt top
+    """
+    wt = tree(guard=False)
+    top = wt.top()
+    if G.json:
+        emit_json({"top": top})
+        return
+    if top is None:
+        raise UsageError("No patches applied.")
+    say(top)
+
+
+def _neighbour(key: str, name: str | None, none: str) -> None:
+    if G.json:
+        emit_json({key: name})
+        return
+    if name is None:
+        raise UsageError(none)
+    say(name)
+
+
+def next_cmd() -> None:
+    """Print the next patch to push.
+
+    \b
+    Example:
+      imgquilt next
+    """
+    _neighbour("next", tree(guard=False).next(), "No next patch: every patch is applied.")
+
+
+def previous_cmd() -> None:
+    """Print the patch below the top one.
+
+    \b
+    Example:
+      imgquilt previous
+    """
+    _neighbour("previous", tree(guard=False).previous(), "No previous patch: fewer than two patches are applied.")
+
+
+def _names(key: str, names: list[str]) -> None:
+    if G.json:
+        emit_json({key: names})
+        return
+    for n in names:
+        say(n)
+
+
+def applied_cmd() -> None:
+    """List the applied patches, bottom first.
+
+    \b
+    Example:
+      imgquilt applied --json
+    """
+    _names("applied", tree(guard=False).applied())
+
+
+def unapplied_cmd() -> None:
+    """List the patches not applied yet, next first.
+
+    \b
+    Example:
+      imgquilt unapplied
+    """
+    _names("unapplied", tree(guard=False).unapplied())
+
+
+def series(verbose: bool) -> None:
+    """The body of `imgquilt series` (its options and help are in stack.py)."""
+    wt = tree(guard=False)
+    names, applied = wt.series(), wt.applied()
+    if G.json:
+        emit_json({"series": names, "applied": applied, "top": applied[-1] if applied else None})
+        return
+    for n in names:
+        if not verbose:
+            say(n)
+            continue
+        mark = "=" if applied and n == applied[-1] else ("+" if n in applied else " ")
+        say(f"{mark} {n}")
