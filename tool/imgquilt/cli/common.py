@@ -180,7 +180,7 @@ def error_kind(exc: BaseException) -> str:
 
 # --- the queue --------------------------------------------------------------------------------
 def queue_root() -> Path:
-    from ..queue.queue import find_queue
+    from ..queue.locate import find_queue
 
     return find_queue(G.queue)
 
@@ -235,7 +235,6 @@ def tree(image: str | None = None, platform: str | None = None, *, guard: bool =
 
     `guard`: refuse while a rebase is stopped (every command that changes the queue or work tree).
     """
-    from ..queue.lock import read_lock
     from ..work import WorkTree
 
     try:
@@ -247,6 +246,8 @@ def tree(image: str | None = None, platform: str | None = None, *, guard: bool =
     wt: WorkTree
 
     def opener() -> Source:
+        from ..queue.lock import read_lock
+
         lock = read_lock(root / "targets.lock")
         source = open_ref(pick_ref(image, lock.image.ref if lock else wt.remembered_image()), platform)
         if image is not None:

@@ -8,16 +8,17 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BadInput, UsageError
-from ..queue.hunks import sha256_hex
-from ..queue.patchfile import Header, Patch
 from ..store import ObjectStore
 from .bases import Bases, SourceOpener
 from .files import FileState, WorkFiles
 from .queuefiles import QueueFiles
 from .state import Tracked, WorkState
+
+if TYPE_CHECKING:  # the patch format loads on use: `imgquilt top` reads no patch
+    from ..queue.patchfile import Header, Patch
 
 
 class _Sibling:
@@ -170,6 +171,8 @@ class WorkTree:
         """A snapshot entry for `path` as it is now; its bytes go to the object store for pop to restore."""
         if st.data is not None:
             self.store.put(st.data)
+        from ..queue.hunks import sha256_hex
+
         return Tracked(path, sha256_hex(st.data), st.mode, st.resolved or path)
 
     # --- the patch as the work tree says it is ---------------------------------------------
