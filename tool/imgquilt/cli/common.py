@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from functools import cache
@@ -269,6 +268,8 @@ def editor() -> str | None:
 
 def run_editor(cmd: str, files: list[Path]) -> None:
     # as git runs $EDITOR: through the shell, so "code --wait" works
+    import subprocess
+
     r = subprocess.run(["sh", "-c", f'{cmd} "$@"', cmd, *[str(f) for f in files]])
     if r.returncode != 0:
         raise UsageError(f"The editor ({cmd}) exited with status {r.returncode}; nothing more was changed.")

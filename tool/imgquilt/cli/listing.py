@@ -1,9 +1,14 @@
-"""The read-only listings of the stack: top, applied, unapplied, next, previous, series. Without typer:
-cli/quick.py runs them straight from argv (start-up time); cli/stack.py registers them with typer."""
+"""The read-only listings: top, applied, unapplied, next, previous, series, header. Without typer:
+cli/quick.py runs them straight from argv (start-up time); stack.py and patch_meta.py register them with typer."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import UsageError
-from .common import G, emit_json, say, tree
+from .common import G, emit_json, say, tree, write_bytes
+
+if TYPE_CHECKING:
+    from ..queue.patchfile import Header
 
 
 def top_cmd() -> None:
@@ -93,3 +98,19 @@ def series(verbose: bool) -> None:
             continue
         mark = "=" if applied and n == applied[-1] else ("+" if n in applied else " ")
         say(f"{mark} {n}")
+
+
+def show_header(name: str | None) -> None:
+    """`imgquilt header [PATCH]` without options (the options are in patch_meta.py)."""
+    name, header = tree().header(name)
+    render_header(name, header, False)
+
+
+def render_header(name: str, header: Header, changed: bool) -> None:
+    if G.json:
+        emit_json({"patch": name, "header": header.raw.decode("utf-8", "replace"), "fields": [[k, v] for k, v in header.fields], "changed": changed})
+        return
+    if changed:
+        say(f"Header of {name} updated.")
+        return
+    write_bytes(header.raw)

@@ -18,6 +18,8 @@ def quick(args: list[str]) -> Callable[[], Any] | None:
         ("series",): lambda: listing.series(False), ("series", "-v"): lambda: listing.series(True),
         ("series", "--verbose"): lambda: listing.series(True),
     }
+    if args[:1] == ["header"] and len(args) <= 2 and not any(a.startswith("-") for a in args[1:]):
+        return lambda: listing.show_header(args[1] if len(args) == 2 else None)
     return plain.get(tuple(args))
 
 
