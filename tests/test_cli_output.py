@@ -190,7 +190,7 @@ def test_a_command_loads_only_its_own_command_module(tmp_path: Path) -> None:
     assert rc == "2"  # no queue here: the usage error, as before
 
 
-@pytest.mark.parametrize("args", [["top"], ["applied"], ["series", "-v"], ["header"], ["header", "x.patch"], ["--version"]])
+@pytest.mark.parametrize("args", [["top"], ["applied"], ["series", "-v"], ["header"], ["header", "x.patch"], ["check"], ["--version"]])
 def test_the_quick_commands_load_no_typer(tmp_path: Path, args: list[str]) -> None:
     """`imgquilt top` and the other plain listings run straight from argv: no typer, no command module."""
     rc, mods = _modules_after(args, tmp_path)

@@ -1,11 +1,12 @@
-"""The read-only listings: top, applied, unapplied, next, previous, series, header. Without typer:
-cli/quick.py runs them straight from argv (start-up time); stack.py and patch_meta.py register them with typer."""
+"""The read-only commands: top, applied, unapplied, next, previous, series, header, check. Without typer:
+cli/quick.py runs them straight from argv (start-up time); stack.py, patch_meta.py and apply.py register them with typer."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from .common import G, emit_json, say, tree, write_bytes
+from .annotations import Format, annotate, problem_file
+from .common import G, emit_json, emit_outcome, progress, say, tree, write_bytes
 
 if TYPE_CHECKING:
     from ..queue.patchfile import Header
@@ -114,3 +115,22 @@ def render_header(name: str, header: Header, changed: bool) -> None:
         say(f"Header of {name} updated.")
         return
     write_bytes(header.raw)
+
+
+def check(image: str | None, platform: str | None, format: Format) -> None:
+    """The body of `imgquilt check` (its options and help are in apply.py)."""
+    from ..api import check
+
+    checked = check(G.queue, image=image, platform=platform, progress=progress())
+    problems, failure = list(checked.problems), checked.error
+    if G.json:
+        emit_outcome({"ok": checked.ok, "problems": problems, "patches": list(checked.patches)}, failure)
+        return
+    if format is Format.github:
+        for p in problems:
+            annotate("error", problem_file(p), "imgquilt check", p)
+        if failure is not None and not problems:
+            annotate("error", None, "imgquilt check", failure.message)
+    if failure is not None:
+        raise failure
+    say(f"The queue is sound: {len(checked.patches)} patch(es), chains and Requires in order.")

@@ -17,6 +17,7 @@ def quick(args: list[str]) -> Callable[[], Any] | None:
         ("next",): listing.next_cmd, ("previous",): listing.previous_cmd,
         ("series",): lambda: listing.series(False), ("series", "-v"): lambda: listing.series(True),
         ("series", "--verbose"): lambda: listing.series(True),
+        ("check",): lambda: listing.check(None, None, listing.Format.text),
     }
     if args[:1] == ["header"] and len(args) <= 2 and not any(a.startswith("-") for a in args[1:]):
         return lambda: listing.show_header(args[1] if len(args) == 2 else None)
