@@ -155,3 +155,44 @@ def test_json_push_refused_halfway_names_what_went_on(tmp_path: Path, svc: Path,
     assert doc["files"] == {"0001-port.patch": ["lib/svc/server.py"]}
     assert doc["error"]["code"] == 3 and "0002-workers.patch" in doc["error"]["message"]
     assert imgquilt("top", cwd=q, env=cli_env, check=0).out == "0001-port.patch\n"
+
+
+def test_the_command_table_names_every_command_in_its_module() -> None:
+    """main.COMMAND_MODULES (what loads lazily) is exactly the modules' COMMANDS, in help order."""
+    from importlib import import_module
+
+    from imgquilt.cli.main import COMMAND_MODULES
+
+    expected: dict[str, str] = {}
+    for short in dict.fromkeys(COMMAND_MODULES.values()):
+        module = import_module(f"imgquilt.cli.{short}")
+        names = ["cache"] if short == "cache" else list(module.COMMANDS)
+        expected.update(dict.fromkeys(names, short))
+    assert COMMAND_MODULES == expected and list(COMMAND_MODULES) == list(expected)
+
+
+def _modules_after(args: list[str], tmp_path: Path) -> tuple[str, list[str]]:
+    code = (f"import sys; from imgquilt.cli.main import main; rc = main({args!r}); "
+            "print(rc, sorted(m for m in sys.modules if m.startswith(('imgquilt.cli.', 'typer'))))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                       env={"PYTHONPATH": str(TOOL), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    rc, mods = p.stdout.splitlines()[-1].split(" ", 1)
+    return rc, eval(mods)
+
+
+COMMAND_MODULES = {"setup", "authoring", "files", "stack", "patch_meta", "importing", "apply", "audit", "rebase", "cache"}
+
+
+def test_a_command_loads_only_its_own_command_module(tmp_path: Path) -> None:
+    """`imgquilt pop` builds the typer options of the stack commands only: start-up time."""
+    rc, mods = _modules_after(["pop"], tmp_path)
+    assert [m for m in mods if m.split(".")[-1] in COMMAND_MODULES and m.startswith("imgquilt.")] == ["imgquilt.cli.stack"]
+    assert rc == "2"  # no queue here: the usage error, as before
+
+
+@pytest.mark.parametrize("args", [["top"], ["applied"], ["series", "-v"], ["header"], ["header", "x.patch"], ["check"], ["--version"]])
+def test_the_quick_commands_load_no_typer(tmp_path: Path, args: list[str]) -> None:
+    """`imgquilt top` and the other plain listings run straight from argv: no typer, no command module."""
+    rc, mods = _modules_after(args, tmp_path)
+    assert not [m for m in mods if m.startswith("typer") or m.split(".")[-1] in COMMAND_MODULES and m.startswith("imgquilt.")], mods
+    assert rc == ("0" if args == ["--version"] else "2")

@@ -106,7 +106,7 @@ class RebaseAborted:
 # --- the queue ----------------------------------------------------------------------------------
 def queue_root(queue: str | os.PathLike[str] | None = None) -> Path:
     """The queue directory: `queue`, else IMGQUILT_QUEUE, else the nearest with a `series` file."""
-    from .queue.queue import find_queue
+    from .queue.locate import find_queue
 
     return find_queue(queue)
 

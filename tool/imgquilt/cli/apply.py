@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from ..errors import PythonCheckFailed, Refused, UsageError
-from .annotations import Format, FormatOpt_help, annotate, problem_file
-from .common import (G, ImageOpt, PlatformOpt, VerboseOpt, cache_dir, emit_json, emit_outcome, load, note, open_ref, pick_ref, progress,
+from . import listing
+from .annotations import Format, FormatOpt_help
+from .common import (G, ImageOpt, PlatformOpt, VerboseOpt, cache_dir, emit_json, load, note, open_ref, pick_ref, progress,
                      say, table)
 
 if TYPE_CHECKING:
@@ -178,21 +179,7 @@ def check_cmd(
       imgquilt check --image oci:examples/demo-image:latest
       imgquilt check --format github
     """
-    from ..api import check
-
-    checked = check(G.queue, image=image, platform=platform, progress=progress())
-    problems, failure = list(checked.problems), checked.error
-    if G.json:
-        emit_outcome({"ok": checked.ok, "problems": problems, "patches": list(checked.patches)}, failure)
-        return
-    if format is Format.github:
-        for p in problems:
-            annotate("error", problem_file(p), "imgquilt check", p)
-        if failure is not None and not problems:
-            annotate("error", None, "imgquilt check", failure.message)
-    if failure is not None:
-        raise failure
-    say(f"The queue is sound: {len(checked.patches)} patch(es), chains and Requires in order.")
+    listing.check(image, platform, format)
 
 
 COMMANDS = {"lock": lock_cmd, "apply": apply_cmd, "check": check_cmd}

@@ -9,14 +9,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
-
-import typer
 
 from ..errors import ImgquiltError, QueueNotFound, UsageError
 
@@ -67,17 +64,29 @@ def hoist_globals(argv: list[str]) -> list[str]:
     return rest
 
 
-ImageOpt = typer.Option(None, "--image", "-i", metavar="REF", help="Image reference (oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, rootfs:DIR, tar:FILE, a path, docker://HOST/REPO[:TAG|@DIGEST] read in the registry (--tls-verify=false for one without valid HTTPS), or any other skopeo transport).")
-PlatformOpt = typer.Option(None, "--platform", metavar="OS/ARCH", help="os/arch[/variant] to pick from a multi-platform image; for apply and audit, `all`: every platform of the index.")
-VerboseOpt = typer.Option(False, "--verbose", "-v", help="One row per patch and file instead of one line per patch.")
+def __getattr__(name: str) -> Any:
+    """The typer parts (the shared options, the Command class) are built on first use: the quick
+    commands (cli/quick.py) run without importing typer at all."""
+    if name not in ("ImageOpt", "PlatformOpt", "VerboseOpt", "Command"):  # e.g. the import system's __path__
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import typer
+    import typer.core
 
+    class Command(typer.core.TyperCommand):
+        """Help without typer's `<str>` label after each argument name: the metavar already says what to
+        pass. The label is blanked, not cut, so the help column stays aligned."""
 
-class Command(typer.core.TyperCommand):
-    """Help without typer's `<str>` label after each argument name: the metavar already says what to
-    pass. The label is blanked, not cut, so the help column stays aligned."""
+        def get_help(self, ctx) -> str:  # type: ignore[no-untyped-def]
+            return _TYPE_LABEL.sub(lambda m: m.group(1) + " " * (len(m.group(2)) + 1), super().get_help(ctx))
 
-    def get_help(self, ctx) -> str:  # type: ignore[no-untyped-def]
-        return _TYPE_LABEL.sub(lambda m: m.group(1) + " " * (len(m.group(2)) + 1), super().get_help(ctx))
+    made = {
+        "ImageOpt": typer.Option(None, "--image", "-i", metavar="REF", help="Image reference (oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, rootfs:DIR, tar:FILE, a path, docker://HOST/REPO[:TAG|@DIGEST] read in the registry (--tls-verify=false for one without valid HTTPS), or any other skopeo transport)."),
+        "PlatformOpt": typer.Option(None, "--platform", metavar="OS/ARCH", help="os/arch[/variant] to pick from a multi-platform image; for apply and audit, `all`: every platform of the index."),
+        "VerboseOpt": typer.Option(False, "--verbose", "-v", help="One row per patch and file instead of one line per patch."),
+        "Command": Command,
+    }
+    globals().update(made)  # once: every module shares the same option objects, as before
+    return made[name]
 
 
 _TYPE_LABEL = re.compile(r"(?m)^(  [^\s<-]\S*) (<[^>\s]+>)")
@@ -158,6 +167,8 @@ def emit_outcome(doc: dict[str, Any], failure: ImgquiltError | None) -> None:
     emit_json({**doc, "error": error_doc(failure)["error"]} if failure is not None else doc)
     if failure is not None:
         note(f"imgquilt: {failure.render()}")
+        import typer
+
         raise typer.Exit(failure.exit_code)
 
 
@@ -176,7 +187,7 @@ def error_kind(exc: BaseException) -> str:
 
 # --- the queue --------------------------------------------------------------------------------
 def queue_root() -> Path:
-    from ..queue.queue import find_queue
+    from ..queue.locate import find_queue
 
     return find_queue(G.queue)
 
@@ -250,7 +261,6 @@ def tree(image: str | None = None, platform: str | None = None, *, guard: bool =
 
     `guard`: refuse while a rebase is stopped (every command that changes the queue or work tree).
     """
-    from ..queue.lock import read_lock
     from ..work import WorkTree
 
     try:
@@ -262,6 +272,8 @@ def tree(image: str | None = None, platform: str | None = None, *, guard: bool =
     wt: WorkTree
 
     def opener() -> Source:
+        from ..queue.lock import read_lock
+
         lock = read_lock(root / "targets.lock")
         source = open_ref(pick_ref(image, lock.image.ref if lock else wt.remembered_image()), platform)
         if image is not None:
@@ -283,6 +295,8 @@ def editor() -> str | None:
 
 def run_editor(cmd: str, files: list[Path]) -> None:
     # as git runs $EDITOR: through the shell, so "code --wait" works
+    import subprocess
+
     r = subprocess.run(["sh", "-c", f'{cmd} "$@"', cmd, *[str(f) for f in files]])
     if r.returncode != 0:
         raise UsageError(f"The editor ({cmd}) exited with status {r.returncode}; nothing more was changed.")

@@ -1,62 +1,28 @@
-"""The `imgquilt` console script: global options, command registration, errors to exit codes."""
+"""The `imgquilt` console script: the quick commands without typer (quick.py), every other through the
+typer app (app.py); errors to exit codes."""
 from __future__ import annotations
 
 import os
 import sys
-import traceback
-from typing import Optional
+from typing import Any, Callable
 
-import typer
-
-from .. import __version__
 from ..errors import ImgquiltError, UsageError
-from . import apply, audit, authoring, cache, files, importing, patch_meta, rebase, setup, stack
-from .common import Command, G, emit_json, error_doc, hoist_globals, note
+from .common import G, emit_json, error_doc, hoist_globals, note
 
-app = typer.Typer(
-    name="imgquilt",
-    add_completion=False,  # `imgquilt completion SHELL` instead of --install-completion
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    help=(
-        "A quilt-style patch queue for container images.\n\n"
-        "Global options --queue DIR, --json and --debug may stand before or after the command.\n\n"
-        "\b\nExamples:\n"
-        "  imgquilt init\n"
-        "  imgquilt check\n"
-        "  imgquilt lock --image oci:examples/demo-image:latest\n"
-        "  imgquilt apply --layer fix.tar.gz --output-image oci:/tmp/out:fixed\n"
-        "  imgquilt audit --root /proc/1234/root\n"
-        "  imgquilt rebase --image oci:new-image:2.0"
-    ),
-)
+COMPLETE_VAR = "_IMGQUILT_COMPLETE"  # setup.COMPLETE_VAR, spelled here so completion loads no command module first
 
 
-def _version(value: bool) -> None:
-    if value:
-        print(f"imgquilt {__version__}")
-        raise typer.Exit(0)
+def __getattr__(name: str) -> Any:
+    """`app` (every command registered) and `COMMAND_MODULES` live in app.py, loaded on use."""
+    if name == "app":
+        from .app import whole
 
+        return whole()
+    if name == "COMMAND_MODULES":
+        from .app import COMMAND_MODULES
 
-@app.callback()
-def _globals(
-    queue: Optional[str] = typer.Option(None, "--queue", metavar="DIR", help="The queue directory (else IMGQUILT_QUEUE, else the nearest with a series file)."),
-    json: bool = typer.Option(False, "--json", help="One JSON document on stdout (an {\"error\": ...} document on failure)."),
-    debug: bool = typer.Option(False, "--debug", help="Tracebacks for internal errors."),
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
-) -> None:
-    # hoist_globals already took these out of argv; accepting them here keeps --help honest
-    G.queue = queue or G.queue
-    G.json = json or G.json
-    G.debug = debug or G.debug
-
-
-for module in (setup, authoring, files, stack, patch_meta, importing, apply, audit, rebase):
-    for name, fn in module.COMMANDS.items():
-        app.command(name, cls=Command)(fn)
-cache.register(app)
+        return COMMAND_MODULES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _fail(exc: ImgquiltError) -> int:
@@ -68,37 +34,54 @@ def _fail(exc: ImgquiltError) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .fastparams import install
+    if COMPLETE_VAR in os.environ:  # the shell asks for completions
+        from .app import complete
 
-    install()  # plain options without pydantic: start-up time
-    if setup.COMPLETE_VAR in os.environ:  # the shell asks for completions
-        from typer.completion import completion_init
-
-        completion_init()
-        return app(prog_name="imgquilt", complete_var=setup.COMPLETE_VAR)
+        return complete(COMPLETE_VAR)
     args = hoist_globals(list(sys.argv[1:] if argv is None else argv))
+    from .quick import quick
+
+    call = quick(args)  # top, series, --version...: plain argv, no typer (start-up time)
+    return _guarded(call if call is not None else _with_typer(args))
+
+
+def _with_typer(args: list[str]) -> Callable[[], Any]:
+    from .app import run_app
+
+    return lambda: run_app(args)
+
+
+def _guarded(call: Callable[[], Any]) -> int:
+    """Run one command; a user-facing error becomes its exit code, a bug exit 1."""
     try:
-        rv = app(args=args, prog_name="imgquilt", standalone_mode=False)
+        rv = call()
         return rv if isinstance(rv, int) else 0  # a raised Exit comes back as its code
     except ImgquiltError as exc:
         return _fail(exc)
-    except typer.Exit as exc:
-        return exc.exit_code
-    except typer.TyperException as exc:  # usage errors (click's, vendored by typer): exit 2
-        if G.json:
-            return _fail(UsageError(exc.format_message()))
-        exc.show()  # type: ignore[attr-defined]
-        return exc.exit_code
-    except typer.Abort:
-        note("Aborted.")
-        return 130
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # a bug: exit 1, traceback only with --debug
+    except BrokenPipeError:  # the reader stopped early (`| head`): a quiet exit 1, as click does for typer's commands
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # nothing left to flush into the closed pipe at exit
+        return 1
+    except Exception as exc:  # typer's own exits and usage errors (when typer ran), else a bug
+        typer = sys.modules.get("typer")
+        if typer is not None and isinstance(exc, typer.Exit):
+            return exc.exit_code
+        if typer is not None and isinstance(exc, typer.TyperException):  # click's usage errors, vendored by typer: exit 2
+            if G.json:
+                return _fail(UsageError(exc.format_message()))
+            exc.show()  # type: ignore[attr-defined]
+            return exc.exit_code
+        if typer is not None and isinstance(exc, typer.Abort):
+            note("Aborted.")
+            return 130
         if G.json:
             emit_json({"error": {"code": 1, "kind": "internal-error", "message": f"{exc.__class__.__name__}: {exc}",
                                  "hint": "This is a bug; run with --debug for the traceback."}})
         if G.debug:
+            import traceback
+
             traceback.print_exc()
         else:
             note(f"imgquilt: internal error: {exc.__class__.__name__}: {exc}. This is a bug; run with --debug for the traceback.")

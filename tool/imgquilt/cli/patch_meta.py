@@ -9,7 +9,8 @@ from typing import List, Optional
 import typer
 
 from ..errors import UsageError
-from .common import G, editor, emit_json, field_pairs, run_editor, say, tree, write_bytes
+from . import listing
+from .common import G, editor, emit_json, field_pairs, run_editor, say, tree
 
 
 def header_cmd(
@@ -47,13 +48,7 @@ def header_cmd(
         finally:
             os.unlink(tmp)
         changed = True
-    if G.json:
-        emit_json({"patch": name, "header": header.raw.decode("utf-8", "replace"), "fields": [[k, v] for k, v in header.fields], "changed": changed})
-        return
-    if changed:
-        say(f"Header of {name} updated.")
-        return
-    write_bytes(header.raw)
+    listing.render_header(name, header, changed)
 
 
 def delete_cmd(

@@ -5,7 +5,8 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ..errors import ImgquiltError, UsageError
+from ..errors import ImgquiltError
+from . import listing
 from .common import G, ImageOpt, PlatformOpt, emit_json, emit_outcome, note, say, tree
 
 if TYPE_CHECKING:
@@ -85,80 +86,6 @@ def pop_cmd(
     say(f"Now at patch {top}" if top else "No patches applied")
 
 
-def top_cmd() -> None:
-    """Print the top applied patch.
-
-    \b
-    Example:
-      imgquilt top
-    """
-    wt = tree(guard=False)
-    top = wt.top()
-    if G.json:
-        emit_json({"top": top})
-        return
-    if top is None:
-        raise UsageError("No patches applied.")
-    say(top)
-
-
-def _neighbour(key: str, name: str | None, none: str) -> None:
-    if G.json:
-        emit_json({key: name})
-        return
-    if name is None:
-        raise UsageError(none)
-    say(name)
-
-
-def next_cmd() -> None:
-    """Print the next patch to push.
-
-    \b
-    Example:
-      imgquilt next
-    """
-    _neighbour("next", tree(guard=False).next(), "No next patch: every patch is applied.")
-
-
-def previous_cmd() -> None:
-    """Print the patch below the top one.
-
-    \b
-    Example:
-      imgquilt previous
-    """
-    _neighbour("previous", tree(guard=False).previous(), "No previous patch: fewer than two patches are applied.")
-
-
-def _names(key: str, names: list[str]) -> None:
-    if G.json:
-        emit_json({key: names})
-        return
-    for n in names:
-        say(n)
-
-
-def applied_cmd() -> None:
-    """List the applied patches, bottom first.
-
-    \b
-    Example:
-      imgquilt applied --json
-    """
-    _names("applied", tree(guard=False).applied())
-
-
-def unapplied_cmd() -> None:
-    """List the patches not applied yet, next first.
-
-    \b
-    Example:
-      imgquilt unapplied
-    """
-    _names("unapplied", tree(guard=False).unapplied())
-
-
 def series_cmd(verbose: bool = typer.Option(False, "--verbose", "-v", help="Mark applied patches (+) and the top (=).")) -> None:
     """List the series.
 
@@ -166,18 +93,11 @@ def series_cmd(verbose: bool = typer.Option(False, "--verbose", "-v", help="Mark
     Example:
       imgquilt series -v
     """
-    wt = tree(guard=False)
-    names, applied = wt.series(), wt.applied()
-    if G.json:
-        emit_json({"series": names, "applied": applied, "top": applied[-1] if applied else None})
-        return
-    for n in names:
-        if not verbose:
-            say(n)
-            continue
-        mark = "=" if applied and n == applied[-1] else ("+" if n in applied else " ")
-        say(f"{mark} {n}")
+    listing.series(verbose)
 
+
+top_cmd, applied_cmd, unapplied_cmd = listing.top_cmd, listing.applied_cmd, listing.unapplied_cmd
+next_cmd, previous_cmd = listing.next_cmd, listing.previous_cmd
 
 COMMANDS = {"push": push_cmd, "pop": pop_cmd, "top": top_cmd, "applied": applied_cmd, "unapplied": unapplied_cmd, "series": series_cmd, "next": next_cmd,
             "previous": previous_cmd}

@@ -3,11 +3,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-import tomli_w
 
 from ..errors import MalformedLock
 from ..fs.types import ImageInfo
@@ -75,6 +73,8 @@ def render_lock(lock: Lock) -> bytes:
     doc = {"version": lock.version, "series_sha256": lock.series_sha256, "image": dict(sorted(image.items()))}
     if targets:
         doc["target"] = targets
+    import tomli_w  # writing a lock only: `check` and `top` read one at most
+
     return tomli_w.dumps(doc).encode()
 
 
@@ -106,6 +106,8 @@ def _tables(value: object) -> list[dict]:
 
 def parse_lock(data: bytes, *, source: str = "targets.lock") -> Lock:
     """Read targets.lock; any missing or mistyped key is MalformedLock."""
+    import tomllib  # on use: a queue without a lock never parses TOML
+
     try:
         doc = tomllib.loads(data.decode("utf-8"))
         if doc.get("version") != LOCK_VERSION:

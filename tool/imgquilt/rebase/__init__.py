@@ -14,12 +14,29 @@
 """
 from __future__ import annotations
 
-from ..work import WORK_DIR
-from .loop import abort_rebase, continue_rebase, skip_rebase, start_rebase
-from .moves import find_moved, image_listing
-from .options import Opener, RebaseOptions, parse_map
-from .report import CONFLICT, MERGED, MOVED, STATES, UNCHANGED, UPSTREAM, FileOutcome, PatchOutcome, RebaseReport, patch_state
-from .state import REBASE_DIR, STATE_VERSION, rebase_in_progress
+from importlib import import_module
+from typing import Any
+
+# name -> the module that holds it, loaded on first use (PEP 562): a command that only asks whether a
+# rebase is stopped (rebase.state) loads none of the rebase machinery
+_WHERE = {
+    **dict.fromkeys(["abort_rebase", "continue_rebase", "skip_rebase", "start_rebase"], ".loop"),
+    **dict.fromkeys(["find_moved", "image_listing"], ".moves"),
+    **dict.fromkeys(["Opener", "RebaseOptions", "parse_map"], ".options"),
+    **dict.fromkeys(["CONFLICT", "MERGED", "MOVED", "STATES", "UNCHANGED", "UPSTREAM", "FileOutcome", "PatchOutcome",
+                     "RebaseReport", "patch_state"], ".report"),
+    **dict.fromkeys(["REBASE_DIR", "STATE_VERSION", "rebase_in_progress"], ".state"),
+    "WORK_DIR": "..work",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(_WHERE[name], __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CONFLICT", "MERGED", "MOVED", "REBASE_DIR", "STATES", "STATE_VERSION", "UNCHANGED", "UPSTREAM", "WORK_DIR",

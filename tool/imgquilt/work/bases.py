@@ -8,16 +8,17 @@ hide drift.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import UsageError
-from ..fs.types import ListsPaths, Source
 from ..queue.hunks import ABSENT
-from ..queue.lock import read_lock
 from ..store import ObjectStore, remember
 from .files import FileState
 
-SourceOpener = Callable[[], Source]
+if TYPE_CHECKING:  # the image side loads on use: `imgquilt top` opens no image
+    from ..fs.types import Source
+
+SourceOpener = Callable[[], "Source"]
 
 
 class Bases:
@@ -35,6 +36,8 @@ class Bases:
         """Each path's base; `keep=False` skips storing image bytes (import: a store write costs more than the read)."""
         out: dict[str, FileState] = {}
         need: list[str] = []
+        from ..queue.lock import read_lock
+
         lock = None if self._image_explicit else read_lock(self.root / "targets.lock")
         for p in paths:
             t = lock.target(p) if lock is not None else None
@@ -60,6 +63,8 @@ class Bases:
         """Paths of the image ending in "/" + tail (for package-relative patch paths); [] if it cannot list."""
         if self._listing is None:
             src = self._image()
+            from ..fs.types import ListsPaths
+
             self._listing = src.list_paths() if isinstance(src, ListsPaths) else []
         want = "/" + tail.strip("/")
         return [p for p in self._listing if ("/" + p.strip("/")).endswith(want)]

@@ -5,13 +5,15 @@ Series edits go line by line, so comments, blank lines and `-p0` options of othe
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import BadInput
-from ..queue.patchfile import Patch
 from ..queue.series import SeriesEntry, parse_series
 from ..util.atomic import atomic_write
 from ..util.regular import read_regular_file
-from .patchtext import read_queue_patch
+
+if TYPE_CHECKING:  # the patch format loads on use: listing the series reads no patch
+    from ..queue.patchfile import Patch
 
 
 class QueueFiles:
@@ -78,6 +80,8 @@ class QueueFiles:
         data = read_regular_file(self.patches_dir / name)
         if data is None:
             raise BadInput(f"Patch file patches/{name} does not exist.", hint="Restore it, or `imgquilt delete` it from series.")
+        from .patchtext import read_queue_patch
+
         return read_queue_patch(data, name)
 
     def write_patch(self, patch: Patch) -> None:

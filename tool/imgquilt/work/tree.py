@@ -6,24 +6,33 @@ importing); WorkTree's methods of the same names call them.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from importlib import import_module
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BadInput, UsageError
-from ..queue.hunks import sha256_hex
-from ..queue.patchfile import Header, Patch
 from ..store import ObjectStore
-from . import header as _header
-from . import importing as _importing
-from . import pop as _pop
-from . import push as _push
-from . import refresh as _refresh
-from . import series_edit as _series_edit
-from . import track as _track
-from . import unrefreshed as _unrefreshed
 from .bases import Bases, SourceOpener
 from .files import FileState, WorkFiles
 from .queuefiles import QueueFiles
 from .state import Tracked, WorkState
+
+if TYPE_CHECKING:  # the patch format loads on use: `imgquilt top` reads no patch
+    from ..queue.patchfile import Header, Patch
+
+
+class _Sibling:
+    """A module of this package loaded on first use: `imgquilt top` need not load push or import (email)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(import_module(f"{__package__}.{self._name}"), attr)
+
+
+_header, _importing, _pop, _push = _Sibling("header"), _Sibling("importing"), _Sibling("pop"), _Sibling("push")
+_refresh, _series_edit, _track, _unrefreshed = _Sibling("refresh"), _Sibling("series_edit"), _Sibling("track"), _Sibling("unrefreshed")
 
 
 class WorkTree:
@@ -162,6 +171,8 @@ class WorkTree:
         """A snapshot entry for `path` as it is now; its bytes go to the object store for pop to restore."""
         if st.data is not None:
             self.store.put(st.data)
+        from ..queue.hunks import sha256_hex
+
         return Tracked(path, sha256_hex(st.data), st.mode, st.resolved or path)
 
     # --- the patch as the work tree says it is ---------------------------------------------

@@ -1,0 +1,136 @@
+"""The read-only commands: top, applied, unapplied, next, previous, series, header, check. Without typer:
+cli/quick.py runs them straight from argv (start-up time); stack.py, patch_meta.py and apply.py register them with typer."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import UsageError
+from .annotations import Format, annotate, problem_file
+from .common import G, emit_json, emit_outcome, progress, say, tree, write_bytes
+
+if TYPE_CHECKING:
+    from ..queue.patchfile import Header
+
+
+def top_cmd() -> None:
+    """Print the top applied patch.
+
+    \b
+    Example:
+      imgquilt top
+    """
+    wt = tree(guard=False)
+    top = wt.top()
+    if G.json:
+        emit_json({"top": top})
+        return
+    if top is None:
+        raise UsageError("No patches applied.")
+    say(top)
+
+
+def _neighbour(key: str, name: str | None, none: str) -> None:
+    if G.json:
+        emit_json({key: name})
+        return
+    if name is None:
+        raise UsageError(none)
+    say(name)
+
+
+def next_cmd() -> None:
+    """Print the next patch to push.
+
+    \b
+    Example:
+      imgquilt next
+    """
+    _neighbour("next", tree(guard=False).next(), "No next patch: every patch is applied.")
+
+
+def previous_cmd() -> None:
+    """Print the patch below the top one.
+
+    \b
+    Example:
+      imgquilt previous
+    """
+    _neighbour("previous", tree(guard=False).previous(), "No previous patch: fewer than two patches are applied.")
+
+
+def _names(key: str, names: list[str]) -> None:
+    if G.json:
+        emit_json({key: names})
+        return
+    for n in names:
+        say(n)
+
+
+def applied_cmd() -> None:
+    """List the applied patches, bottom first.
+
+    \b
+    Example:
+      imgquilt applied --json
+    """
+    _names("applied", tree(guard=False).applied())
+
+
+def unapplied_cmd() -> None:
+    """List the patches not applied yet, next first.
+
+    \b
+    Example:
+      imgquilt unapplied
+    """
+    _names("unapplied", tree(guard=False).unapplied())
+
+
+def series(verbose: bool) -> None:
+    """The body of `imgquilt series` (its options and help are in stack.py)."""
+    wt = tree(guard=False)
+    names, applied = wt.series(), wt.applied()
+    if G.json:
+        emit_json({"series": names, "applied": applied, "top": applied[-1] if applied else None})
+        return
+    for n in names:
+        if not verbose:
+            say(n)
+            continue
+        mark = "=" if applied and n == applied[-1] else ("+" if n in applied else " ")
+        say(f"{mark} {n}")
+
+
+def show_header(name: str | None) -> None:
+    """`imgquilt header [PATCH]` without options (the options are in patch_meta.py)."""
+    name, header = tree().header(name)
+    render_header(name, header, False)
+
+
+def render_header(name: str, header: Header, changed: bool) -> None:
+    if G.json:
+        emit_json({"patch": name, "header": header.raw.decode("utf-8", "replace"), "fields": [[k, v] for k, v in header.fields], "changed": changed})
+        return
+    if changed:
+        say(f"Header of {name} updated.")
+        return
+    write_bytes(header.raw)
+
+
+def check(image: str | None, platform: str | None, format: Format) -> None:
+    """The body of `imgquilt check` (its options and help are in apply.py)."""
+    from ..api import check
+
+    checked = check(G.queue, image=image, platform=platform, progress=progress())
+    problems, failure = list(checked.problems), checked.error
+    if G.json:
+        emit_outcome({"ok": checked.ok, "problems": problems, "patches": list(checked.patches)}, failure)
+        return
+    if format is Format.github:
+        for p in problems:
+            annotate("error", problem_file(p), "imgquilt check", p)
+        if failure is not None and not problems:
+            annotate("error", None, "imgquilt check", failure.message)
+    if failure is not None:
+        raise failure
+    say(f"The queue is sound: {len(checked.patches)} patch(es), chains and Requires in order.")
