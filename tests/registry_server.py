@@ -233,15 +233,20 @@ def start_token_service(work: Path) -> tuple[TokenService, ThreadingHTTPServer]:
 
 
 # --- fixtures ----------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory):
-    """An anonymous registry holding the demo image as demo:latest."""
-    server = start_registry(tmp_path_factory.mktemp("registry"))
+def _serving_demo(server: RegistryServer):
+    """Seed the demo image as demo:latest, serve the fixture's tests, then stop the registry."""
     try:
         seed(server, f"oci:{DEMO}:latest", "demo:latest")
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    """An anonymous registry holding the demo image as demo:latest."""
+    server = start_registry(tmp_path_factory.mktemp("registry"))
+    yield from _serving_demo(server)
 
 
 @pytest.fixture(scope="module")
@@ -252,11 +257,7 @@ def basic_registry(tmp_path_factory):
     (work / "htpasswd").write_text(line.strip() + "\n")
     server = start_registry(work, auth=f"  htpasswd:\n    realm: imgquilt-test\n    path: {work / 'htpasswd'}\n",
                             credentials=(USER, PASSWORD))
-    try:
-        seed(server, f"oci:{DEMO}:latest", "demo:latest")
-        yield server
-    finally:
-        server.stop()
+    yield from _serving_demo(server)
 
 
 @pytest.fixture(scope="module")
@@ -267,10 +268,8 @@ def token_registry(tmp_path_factory):
     server = start_registry(work, auth=service.registry_auth(), credentials=(USER, PASSWORD))
     server.token_service = service  # type: ignore[attr-defined]
     try:
-        seed(server, f"oci:{DEMO}:latest", "demo:latest")
-        yield server
+        yield from _serving_demo(server)
     finally:
-        server.stop()
         httpd.shutdown()
         httpd.server_close()
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
-from .errors import BadInput, ImgquiltError, NotLive, QueueProblems, UsageError
+from .errors import BadInput, ImgquiltError, QueueProblems, UsageError
 from .verbs.init import InitResult as Initialized, init_queue
 
 if TYPE_CHECKING:
@@ -237,7 +237,7 @@ def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
           progress: Progress | None = None) -> Audit:
     """The state of each patch and file in an image (`image`, else the lock's) or a root filesystem (`root`,
     e.g. /proc/PID/root of a running container); with `history`, when each patch entered and left the series."""
-    from .audit import LIVE, audit_source
+    from .audit import audit_source, not_in_state
 
     if expect not in ("live", "pending"):
         raise UsageError(f"expect must be live or pending, not {expect!r}.")
@@ -253,12 +253,7 @@ def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
         hist = queue_history(q.root, q.names)
     report = audit_source(q, source) if source is not None else None
     failing = tuple(p for p in report.patches if p.state != expect) if report is not None else ()
-    error = None
-    if failing:
-        names = ", ".join(f"{p.name} ({p.state})" for p in failing)
-        hint = ("Apply the queue (`imgquilt apply`), or carry it onto this image (`imgquilt rebase`)." if expect == LIVE
-                else "This filesystem already carries changes of the queue.")
-        error = NotLive(f"{len(failing)} of {len(report.patches)} patch(es) are not {expect}: {names}.", hint=hint)  # type: ignore[union-attr]
+    error = not_in_state(report, expect) if report is not None else None
     return Audit(report, hist, expect, failing, error)
 
 

@@ -13,7 +13,7 @@ from typing import Sequence
 from .engine.apply import HunkError, apply_hunks, reverse_hunks
 from .engine.record import read_record_target
 from .engine.result import RECORD_PATH
-from .errors import BadImage, BadInput
+from .errors import BadImage, BadInput, NotLive
 from .fs.types import ImageInfo, Source, TargetFile
 from .queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
 from .queue.patchfile import FileSection, Patch
@@ -436,3 +436,14 @@ __all__ = [
     "audit_files", "audit_source", "audit_targets", "chain_states", "check_record", "parse_record",
     "patch_state", "report_json", "undo_change",
 ]
+
+
+def not_in_state(report: AuditReport, want: str) -> NotLive | None:
+    """The exit-5 error when a patch of `report` is not in the `want`ed state (None: all are)."""
+    failing = [p for p in report.patches if p.state != want]
+    if not failing:
+        return None
+    names = ", ".join(f"{p.name} ({p.state})" for p in failing)
+    hint = ("Apply the queue (`imgquilt apply`), or carry it onto this image (`imgquilt rebase`)." if want == LIVE
+            else "This filesystem already carries changes of the queue.")
+    return NotLive(f"{len(failing)} of {len(report.patches)} patch(es) are not {want}: {names}.", hint=hint)

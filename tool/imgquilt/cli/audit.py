@@ -31,32 +31,23 @@ def _first(p: PatchAudit) -> str:
     return f"{where} ({d.state}" + (f"; {d.detail}" if d.detail else "") + ")"
 
 
-def _not_in(report: AuditReport, want: str) -> NotLive | None:
-    failing = [p for p in report.patches if p.state != want]
-    if not failing:
-        return None
-    names = ", ".join(f"{p.name} ({p.state})" for p in failing)
-    hint = ("Apply the queue (`imgquilt apply`), or carry it onto this image (`imgquilt rebase`)." if want == "live"
-            else "This filesystem already carries changes of the queue.")
-    return NotLive(f"{len(failing)} of {len(report.patches)} patch(es) are not {want}: {names}.", hint=hint)
-
-
 def _all_platforms(q, ref: str, want: str, format: Format) -> None:
     """--platform all: each platform audited on its own, one section each."""
     from ..errors import BadImage
     from ..sources import platforms_of
+    from ..audit import not_in_state
     from ..verbs.platforms import audit_platforms, platforms_json
 
     platforms = platforms_of(ref, cache_dir=cache_dir())
     if not platforms:
         raise BadImage(f"{ref} names no platform (neither an index nor a config says one).")
     audits = audit_platforms(q, platforms, lambda p: open_ref(ref, p))
-    failing = [a for a in audits if _not_in(a.report, want) is not None]
+    failing = [a for a in audits if not_in_state(a.report, want) is not None]
     failure = None
     if failing:
         failure = NotLive(f"{len(failing)} of {len(audits)} platform(s) have a patch that is not {want}: "
-                          + "; ".join(f"{a.platform}: {_not_in(a.report, want).message}" for a in failing),  # type: ignore[union-attr]
-                          hint=_not_in(failing[0].report, want).hint)  # type: ignore[union-attr]
+                          + "; ".join(f"{a.platform}: {not_in_state(a.report, want).message}" for a in failing),  # type: ignore[union-attr]
+                          hint=not_in_state(failing[0].report, want).hint)  # type: ignore[union-attr]
     if G.json:
         emit_outcome(platforms_json(ref, audits, want), failure)
         return

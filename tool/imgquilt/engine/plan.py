@@ -249,16 +249,6 @@ def at_first_bases(queue: Queue, targets: dict[str, TargetFile]) -> bool:
     return all(sha256_hex(targets[p].data) == h for p, h in queue.first_bases().items())
 
 
-def verification_problems(queue: Queue, source: Source, lock: Lock | None) -> list[str]:
-    """What `check --image` reports: every problem applying the series onto `source` would meet."""
-    try:
-        plan_apply(queue, source, lock)
-    except ImgquiltError as exc:
-        found = getattr(exc, "problems", None)
-        return [p.render() for p in found] if found else [exc.message]
-    return []
-
-
 @dataclass(frozen=True)
 class LockPlan:
     """A lock and the file contents it was verified with (every base and result, for the store)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from ..queue.binarypatch import BinaryPatchError, read_binary
-from ..queue.difftext import HunkTextError, is_file_start, read_hunks
+from ..queue.hunkread import HunkTextError, is_file_start, read_hunks
 from ..queue.hunks import split_lines
 from .mail import MBOX_FROM, mail_header
 from .names import git_names, side_name

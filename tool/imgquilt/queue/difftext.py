@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 
 from .hunks import Hunk, HunkLine, split_lines
+from .hunkread import read_hunks
 
 _HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
@@ -116,5 +117,3 @@ def unified_diff(old: bytes | None, new: bytes | None, path: str, context: int =
     head = f"--- {old_name}\n+++ {new_name}\n".encode("utf-8", "surrogateescape")
     return head + format_hunks(diff_hunks(old, new, context))
 
-
-from .hunkread import HunkTextError, is_file_start, read_hunks  # noqa: E402  (the one reader; re-exported)

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import MalformedPatch, UnsafePath
 from ..fs.paths import check_member_path
-from .difftext import HunkTextError, format_hunks, is_file_start, read_hunks, unified_diff
+from .difftext import format_hunks, unified_diff
+from .hunkread import HunkTextError, is_file_start, read_hunks
 from .binarypatch import BinaryPatch, BinaryPatchError, is_binary, read_binary, render_binary
 from .hunks import ABSENT, Hunk, sha256_hex, split_lines
 
