@@ -1,6 +1,7 @@
 """The Python check of a series: one pass over final states, the culprit named, findings memoized."""
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 from imgquilt.cache.pychecks import PyCheckResults
@@ -27,12 +28,12 @@ class CountingMemo:
         self.saved: dict[str, list[str]] = {}
         self.puts = 0
 
-    def get(self, key: str) -> list[str] | None:
-        return self.saved.get(key)
+    def get_many(self, keys) -> dict[str, list[str]]:
+        return {k: self.saved[k] for k in keys if k in self.saved}
 
-    def put(self, key: str, errors: list[str]) -> None:
-        self.puts += 1
-        self.saved[key] = errors
+    def put_many(self, entries: dict[str, list[str]]) -> None:
+        self.puts += len(entries)
+        self.saved.update(entries)
 
 
 def _targets(files: dict[str, bytes | None]) -> dict[str, TargetFile]:
@@ -81,7 +82,33 @@ def test_shared_cache_results_are_checked(tmp_path: Path) -> None:
     key = "a" * 64
     store.put(key, ["UndefinedName: undefined name 'x'"])
     assert PyCheckResults(checker_version(), tmp_path / "cache").get(key) == ["UndefinedName: undefined name 'x'"]
-    path = store.dir / key[:2] / key
-    path.write_text(path.read_text().replace("'x'", "'y'"))
-    assert store.get(key) is None and not path.exists()  # tampered: dropped, checked again
+    db = sqlite3.connect(store.path)  # tamper with the row behind the store's back
+    db.execute("UPDATE findings SET errors = replace(errors, \"'x'\", \"'y'\")")
+    db.commit()
+    assert db.execute("SELECT count(*) FROM findings").fetchone() == (1,)
+    assert store.get(key) is None  # tampered: dropped, checked again
+    assert db.execute("SELECT count(*) FROM findings").fetchone() == (0,)
+    db.close()
+    store.put(key, [])
     assert PyCheckResults("another-version", tmp_path / "cache").get(key) is None
+    assert PyCheckResults(checker_version(), tmp_path / "cache").get(key) == []
+
+
+def test_a_damaged_or_linked_findings_file_is_replaced_never_followed(tmp_path: Path) -> None:
+    key = "b" * 64
+    cache = tmp_path / "cache"
+    path = PyCheckResults(checker_version(), cache).path
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not a database at all" * 100)
+    store = PyCheckResults(checker_version(), cache)
+    assert store.get(key) is None
+    store.put(key, ["x"])
+    assert PyCheckResults(checker_version(), cache).get(key) == ["x"]
+    path.unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(b"precious")
+    path.symlink_to(elsewhere)
+    store = PyCheckResults(checker_version(), cache)
+    store.put(key, ["y"])
+    assert elsewhere.read_bytes() == b"precious" and not path.is_symlink()
+    assert PyCheckResults(checker_version(), cache).get(key) == ["y"]

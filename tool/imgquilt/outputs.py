@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .engine.plan import plan_apply
+from .engine.plan import plan_apply, plan_apply_gated
 from .engine.result import ApplyResult
 from .errors import UsageError
 from .fs.types import FileChange, ImageInfo, Source
@@ -129,9 +129,16 @@ def write_image_output(ref: str, result: ApplyResult, open_base: Callable[[], Im
             "layer_digest": img.layer_digest, "diff_id": img.diff_id}
 
 
-def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[], Image], held: Any = None) -> dict[str, dict[str, Any]]:
-    """Write every requested output; return what was written, for the report."""
+def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[], Image], held: Any = None,
+                  gate: Callable[[], None] | None = None) -> dict[str, dict[str, Any]]:
+    """Write every requested output; return what was written, for the report. `gate` must pass before
+    anything becomes visible: an in-place write stages its files first and asks it before the commit;
+    any other output asks it before it starts."""
     written: dict[str, dict[str, Any]] = {}
+    only_root = outputs.root is not None and all(o is None for o in (outputs.layer, outputs.image, outputs.overlay))
+    if gate is not None and not only_root:
+        gate()
+        gate = None
     if outputs.image is not None and outputs.image.startswith("docker://"):
         written["image"] = write_image_output(outputs.image, result, open_base)  # the network fails most: first
     if outputs.layer is not None:
@@ -146,18 +153,21 @@ def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[],
     if outputs.root is not None:
         from .rootfs.inplace import write_in_place
 
-        changed = write_in_place(outputs.root, result, held=held)
+        changed = write_in_place(outputs.root, result, held=held, gate=gate)
         written["root"] = {"path": str(outputs.root), "changed": changed}
     return written
 
 
-def python_memo():
-    """The shared cache's findings of the Python check (None when the cache is off)."""
+def python_checker():
+    """What the Python check uses beside pyflakes: the ruff screen (None without ruff) and the
+    shared cache's findings for that checker (None when the cache is off)."""
     from .cache.layers import cache_disabled
     from .cache.pychecks import PyCheckResults
     from .engine.pycheck import checker_version
+    from .verbs.pyscreen import ruff_screen
 
-    return None if cache_disabled() else PyCheckResults(checker_version())
+    screen = ruff_screen()
+    return screen, (None if cache_disabled() else PyCheckResults(checker_version(screen)))
 
 
 def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Outputs, open_base: Callable[[], Image], *,
@@ -168,11 +178,19 @@ def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Output
     check_destinations(outputs, source.info())
     # --root: lock it and recover a crashed apply before the plan reads it, so concurrent applies serialize
     with hold_root(outputs.root) as held:
-        result = plan_apply(queue, source, lock, locked=locked, python_check=python_check, python_memo=python_memo())
-        check_result(outputs, result)
+        screen, memo = python_checker() if python_check else (None, None)
+        # the Python check runs on in other processes while an in-place write stages its files
+        result, gate = plan_apply_gated(queue, source, lock, locked=locked, python_check=python_check,
+                                        python_memo=memo, python_screen=screen)
+        try:
+            check_result(outputs, result)
+            written = write_outputs(outputs, result, open_base, held, gate=gate.check)
+            gate.check()  # when nothing had to be written, the check still decides
+        finally:
+            gate.close()
         root = outputs.root
         if root is None or not queue.root.resolve().is_relative_to(root.resolve()):
             # not when the queue sits inside the root being patched (RUN imgquilt apply --root /):
             # the stored copies would end up in the image
             remember(queue.root, [x for f in result.files if f.patches for x in (f.target.data, f.final)])
-        return result, write_outputs(outputs, result, open_base, held)
+        return result, written

@@ -1,19 +1,26 @@
-"""Findings of the Python check by content, in the shared cache: `pycheck/<checker version>/ab/ab12…`.
+"""Findings of the Python check by content, in the shared cache: one SQLite file, `pycheck/findings.sqlite`.
 
-An entry is keyed by the sha256 of the checked file's bytes and holds the findings with a checksum
-over key, version and findings; an entry that does not match is dropped and the file checked again.
+A row is keyed by (checker version, sha256 of the checked file's bytes) and holds the findings with a
+checksum over key, version and findings; a row that does not match is deleted and the file checked
+again. A first run of a large queue stores hundreds of findings: one transaction, not hundreds of
+files (creating a file costs a millisecond on some disks, more than checking it). The file is a
+cache: it is written without fsync (a row a crash mangles fails its checksum), and a file that is
+not a database, or is a link or not a regular file, is removed and started afresh, never followed.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import stat
 from pathlib import Path
+from typing import Iterable
 
-from ..util.atomic import atomic_write
 from . import cache_root
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_BATCH = 500  # keys per SELECT (SQLite's variable limit is 999 on old builds)
 
 
 def _sum(key: str, version: str, errors: list[str]) -> str:
@@ -25,39 +32,117 @@ class PyCheckResults:
 
     def __init__(self, version: str, root: Path | None = None) -> None:
         self.version = version
-        self.dir = (root or cache_root()) / "pycheck" / hashlib.sha256(version.encode()).hexdigest()[:16]
+        self.path = (root or cache_root()) / "pycheck" / "findings.sqlite"
+        self._db = None
+        self._off = False  # the cache failed in this process: check everything, store nothing
 
-    def _path(self, key: str) -> Path | None:
-        return self.dir / key[:2] / key if _HEX64.match(key) else None
+    def _connect(self):
+        import sqlite3
 
-    def get(self, key: str) -> list[str] | None:
-        path = self._path(key)
-        if path is None:
-            return None
-        try:
-            doc = json.loads(path.read_bytes())
-            errors = doc["errors"]
-            if (doc["key"], doc["version"]) == (key, self.version) and isinstance(errors, list) \
-                    and all(isinstance(e, str) for e in errors) and doc["sum"] == _sum(key, self.version, errors):
-                return errors
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        try:
-            path.unlink()  # damaged: check the file again
-        except OSError:
-            pass
+        if self._db is not None or self._off:
+            return self._db
+        for attempt in range(2):
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    st = os.lstat(self.path)
+                    if not stat.S_ISREG(st.st_mode):
+                        raise sqlite3.DatabaseError("not a regular file")
+                except FileNotFoundError:
+                    pass
+                db = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
+                try:
+                    db.execute("PRAGMA synchronous=OFF")
+                    db.execute("CREATE TABLE IF NOT EXISTS findings (version TEXT NOT NULL, key TEXT NOT NULL, "
+                               "errors TEXT NOT NULL, sum TEXT NOT NULL, PRIMARY KEY (version, key)) WITHOUT ROWID")
+                except BaseException:
+                    db.close()
+                    raise
+                self._db = db
+                return db
+            except sqlite3.Error:
+                if attempt == 0:
+                    try:
+                        os.unlink(self.path)  # not ours, or damaged: start afresh
+                    except OSError:
+                        break
+            except OSError:
+                break
+        self._off = True
         return None
 
-    def put(self, key: str, errors: list[str]) -> None:
-        path = self._path(key)
-        if path is None:
-            return
-        doc = {"key": key, "version": self.version, "errors": errors, "sum": _sum(key, self.version, errors)}
+    def get_many(self, keys: Iterable[str]) -> dict[str, list[str]]:
+        import sqlite3
+
+        wanted = [k for k in dict.fromkeys(keys) if _HEX64.match(k)]
+        db = self._connect() if wanted else None
+        if db is None:
+            return {}
+        found: dict[str, list[str]] = {}
+        bad: list[str] = []
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # not durable: many small entries, and one a crash leaves empty fails its checksum
-            atomic_write(path, json.dumps(doc).encode(), durable=False)
-        except OSError:
-            pass
+            for i in range(0, len(wanted), _BATCH):
+                part = wanted[i:i + _BATCH]
+                rows = db.execute(f"SELECT key, errors, sum FROM findings WHERE version = ? AND key IN "
+                                  f"({','.join('?' * len(part))})", [self.version, *part]).fetchall()
+                for key, raw, total in rows:
+                    errors = _decode(raw)
+                    if errors is not None and isinstance(total, str) and total == _sum(key, self.version, errors):
+                        found[key] = errors
+                    else:
+                        bad.append(key)
+            if bad:  # damaged: check those files again
+                db.executemany("DELETE FROM findings WHERE version = ? AND key = ?", [(self.version, k) for k in bad])
+        except sqlite3.Error as exc:
+            self._drop(exc)
+            return {}
+        return found
+
+    def put_many(self, entries: dict[str, list[str]]) -> None:
+        import sqlite3
+
+        rows = [(self.version, k, json.dumps(e), _sum(k, self.version, e)) for k, e in entries.items() if _HEX64.match(k)]
+        db = self._connect() if rows else None
+        if db is None:
+            return
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany("INSERT OR REPLACE INTO findings (version, key, errors, sum) VALUES (?, ?, ?, ?)", rows)
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._drop(exc)
+
+    # the single-entry form of the Memo protocol, for callers with one file
+    def get(self, key: str) -> list[str] | None:
+        return self.get_many([key]).get(key)
+
+    def put(self, key: str, errors: list[str]) -> None:
+        self.put_many({key: errors})
+
+    def _drop(self, exc: Exception) -> None:
+        """A database error mid-use: stop using the cache in this process, and remove a damaged file
+        (not a busy one: another process holds it) so the next run starts afresh."""
+        import sqlite3
+
+        if self._db is not None:
+            try:
+                self._db.close()
+            except sqlite3.Error:
+                pass
+        self._db = None
+        self._off = True
+        if type(exc) is sqlite3.DatabaseError:  # "malformed", "not a database"; not OperationalError (busy)
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+
+def _decode(raw: object) -> list[str] | None:
+    try:
+        errors = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+    if isinstance(errors, list) and all(isinstance(e, str) for e in errors):
+        return errors
+    return None

@@ -12,7 +12,7 @@ from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.lock import Lock, LockTarget, rootfs_digest
 from ..queue.queue import Queue
 from .apply import HunkError, apply_section
-from .pycheck import Memo, errors_of_many
+from .pycheck import Memo, Screen, errors_of_many, start_errors_of_many
 from .record import read_record_target, record_bytes, recorded_ref
 from .result import RECORD_PATH, ApplyResult, FileResult
 
@@ -102,8 +102,16 @@ def deleted_note(source: Source, t: TargetFile) -> str:
 
 
 def run_series(queue: Queue, targets: dict[str, TargetFile], *, source: Source | None = None, python_check: bool = True,
-               python_memo: Memo | None = None) -> tuple[dict[str, _FileState], list[Problem]]:
+               python_memo: Memo | None = None, python_screen: Screen | None = None) -> tuple[dict[str, _FileState], list[Problem]]:
     """Apply every section in series order to the targets' bytes; collect every problem."""
+    states, problems = _apply_series(queue, targets, source)
+    if python_check:
+        problems += python_problems(states, python_memo, python_screen)
+    return states, problems
+
+
+def _apply_series(queue: Queue, targets: dict[str, TargetFile], source: Source | None) -> tuple[dict[str, _FileState], list[Problem]]:
+    """The series applied in memory, every section verified (the Python check is the caller's)."""
     states: dict[str, _FileState] = {}
     for path, t in targets.items():
         states.setdefault(t.resolved, _FileState(t, t.data))
@@ -143,28 +151,46 @@ def run_series(queue: Queue, targets: dict[str, TargetFile], *, source: Source |
             st.patches.append(patch.name)
             st.steps.append((patch.name, actual, got))
             st.chain.append((patch.name, s.path, s))
-    if python_check:
-        problems += python_problems(states, python_memo)
     return states, problems
 
 
-def python_problems(states: dict[str, _FileState], memo: Memo | None) -> list[Problem]:
+def python_problems(states: dict[str, _FileState], memo: Memo | None, screen: Screen | None = None) -> list[Problem]:
     """Each patched .py file's final state against its base, once; the chain is walked only for a
     file whose final state has an error its base had not, to name the patch that brought it."""
-    checked = [st for resolved, st in states.items()
-               if resolved.endswith(".py") and not st.broken and st.chain and st.data is not None
-               and st.data != st.target.data]
-    finals = errors_of_many(((st.data, st.target.resolved) for st in checked), memo)
-    suspects = [st for st in checked if finals[sha256_hex(st.data)]]
-    bases = errors_of_many(((st.target.data, st.target.resolved) for st in suspects if st.target.data is not None), memo)
-    problems = []
-    for st in suspects:
-        before = bases[sha256_hex(st.target.data)] if st.target.data is not None else set()
-        new = finals[sha256_hex(st.data)] - before
-        if new:
-            problems.append(_culprit(st, new, before, memo))
-            st.broken = True
-    return problems
+    return start_python_problems(states, memo, screen).problems()
+
+
+class PythonCheck:
+    """The Python check of a planned series, under way (see pycheck.PendingErrors): `problems()`
+    waits for it; `close()` waits without using the answer."""
+
+    def __init__(self, states: dict[str, _FileState], memo: Memo | None, screen: Screen | None) -> None:
+        self.states, self.memo = states, memo
+        self.checked = [st for resolved, st in states.items()
+                        if resolved.endswith(".py") and not st.broken and st.chain and st.data is not None
+                        and st.data != st.target.data]
+        self.pending = start_errors_of_many(((st.data, st.target.resolved) for st in self.checked), memo, screen)
+
+    def problems(self) -> list[Problem]:
+        finals = self.pending.result()
+        suspects = [st for st in self.checked if finals[sha256_hex(st.data)]]
+        bases = errors_of_many(((st.target.data, st.target.resolved) for st in suspects if st.target.data is not None),
+                               self.memo)
+        problems = []
+        for st in suspects:
+            before = bases[sha256_hex(st.target.data)] if st.target.data is not None else set()
+            new = finals[sha256_hex(st.data)] - before
+            if new:
+                problems.append(_culprit(st, new, before, self.memo))
+                st.broken = True
+        return problems
+
+    def close(self) -> None:
+        self.pending.close()
+
+
+def start_python_problems(states: dict[str, _FileState], memo: Memo | None, screen: Screen | None = None) -> PythonCheck:
+    return PythonCheck(states, memo, screen)
 
 
 def _culprit(st: _FileState, new: set[str], base_errors: set[str], memo: Memo | None) -> Problem:
@@ -188,8 +214,39 @@ def already_applied(queue: Queue, targets: dict[str, TargetFile]) -> bool:
 
 
 def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False, python_check: bool = True,
-               python_memo: Memo | None = None) -> ApplyResult:
+               python_memo: Memo | None = None, python_screen: Screen | None = None) -> ApplyResult:
     """Read, apply and verify everything in memory. Raises a refusal naming every problem."""
+    result, gate = plan_apply_gated(queue, source, lock, locked=locked, python_check=python_check,
+                                    python_memo=python_memo, python_screen=python_screen)
+    gate.check()
+    return result
+
+
+class Gate:
+    """What must still pass before a planned apply may become visible: the Python check, under way
+    in other processes while the caller stages its writes. `check()` raises the refusal."""
+
+    def __init__(self, pending: PythonCheck | None = None) -> None:
+        self.pending = pending
+
+    def check(self) -> None:
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            problems = pending.problems()
+            if problems:
+                raise refusal(problems)
+
+    def close(self) -> None:
+        """The caller gave up before checking: let the helpers finish, use nothing."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.close()
+
+
+def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False, python_check: bool = True,
+                     python_memo: Memo | None = None, python_screen: Screen | None = None) -> tuple[ApplyResult, Gate]:
+    """plan_apply, with the Python check left running: every other verification is done and refused
+    here; the result may be staged but not made visible before `gate.check()` passed."""
     check_lock_fresh(queue, lock, locked=locked)
     paths = queue.target_paths()
     targets = source.read_targets(paths)
@@ -200,13 +257,15 @@ def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool 
     if lock is None:
         notes.append("The image is not pinned (no targets.lock): verified against the patch headers alone.")
     done = already_applied(queue, targets) and not at_first_bases(queue, targets)
+    pending: PythonCheck | None = None
     if done:
         notes.append("Every target is already at the series' result: nothing to change.")
         states = {t.resolved: _FileState(t, t.data, [p.name for p in queue.patches if t.path in p.paths]) for t in targets.values()}
         problems: list[Problem] = []
     else:
-        states, problems = run_series(queue, targets, source=source, python_check=python_check,
-                                      python_memo=python_memo)
+        states, problems = _apply_series(queue, targets, source)
+        if python_check:
+            pending = start_python_problems(states, python_memo, python_screen)
     if lock is not None:
         if not done:
             for lt in lock.targets:
@@ -216,7 +275,9 @@ def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool 
         # only a manifest digest says something the per-file hashes do not (a rootfs has none)
         if info.digest and lock.image.digest and info.digest != lock.image.digest and not done:
             notes.append(f"The image digest {info.digest} differs from the lock's {lock.image.digest}; the file hashes decide.")
-    if problems:
+    if problems:  # one refusal names everything, the Python check's findings included
+        if pending is not None:
+            problems += pending.problems()
         raise refusal(problems)
     files = []
     for st in states.values():
@@ -229,7 +290,8 @@ def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool 
     record = record_bytes(queue, image_digest, recorded_ref(info.ref), targets)
     files.append(FileResult(record_target, record, record_target.mode if record_target.data is not None else 0o644, record_target.uid, record_target.gid, ()))
     files.sort(key=lambda f: f.resolved)
-    return ApplyResult(info, queue.series_sha256, tuple(queue.names), tuple(files), lock is not None, tuple(notes))
+    result = ApplyResult(info, queue.series_sha256, tuple(queue.names), tuple(files), lock is not None, tuple(notes))
+    return result, Gate(pending)
 
 
 def _own_record_path(t: TargetFile) -> TargetFile:

@@ -25,7 +25,7 @@ import stat
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..queue.hunks import sha256_hex
 from ..engine.result import RECORD_PATH, ApplyResult, FileResult
@@ -353,15 +353,18 @@ class _Writer:
                     os.close(fd)
 
 
-def write_in_place(root: Path, result: ApplyResult, *, held: HeldRoot | None = None) -> list[str]:
+def write_in_place(root: Path, result: ApplyResult, *, held: HeldRoot | None = None,
+                   gate: Callable[[], None] | None = None) -> list[str]:
     """Write every changed file of `result` into `root` atomically as a whole; return resolved paths.
 
     `held`: the lock hold_root took before the plan was read; without it, one is taken here.
+    `gate`: called after the files are staged and before the commit; when it raises, the staged
+    files are rolled back (the root stays exactly old) and its error goes on.
     """
     if held is None:
         with hold_root(root) as mine:
             assert mine is not None
-            return write_in_place(root, result, held=mine)
+            return write_in_place(root, result, held=mine, gate=gate)
     changed = [f for f in result.files if f.final != f.target.data]
     try:
         here = _read_current(root, changed)
@@ -380,6 +383,8 @@ def write_in_place(root: Path, result: ApplyResult, *, held: HeldRoot | None = N
     try:
         w.phase("prepare")
         w.prepare()
+        if gate is not None:
+            gate()
         w.phase("commit")
         w.commit()
         w.phase("clean")  # the commit point

@@ -49,17 +49,19 @@ def apply_platforms(queue, platforms: list[str], open_platform: Callable[[str], 
     from ..engine.plan import plan_apply
     from ..errors import ImgquiltError
     from ..image.sinks.image import check_index_destination, write_new_index
-    from ..outputs import new_image
+    from ..outputs import new_image, python_checker
     from ..sources import BackedByImage
     from ..store import remember
 
     if output_image is not None:
         check_index_destination(output_image)
     done = []
+    screen, memo = python_checker() if python_check else (None, None)
     for p in platforms:
         source = open_platform(p)
         try:
-            result = plan_apply(queue, source, lock, locked=locked, python_check=python_check)
+            result = plan_apply(queue, source, lock, locked=locked, python_check=python_check, python_memo=memo,
+                                python_screen=screen)
         except ImgquiltError as exc:
             exc.message = f"Platform {p}: {exc.message}"
             exc.hint = "\n".join(x for x in (exc.hint, f"Nothing was written for any platform. Rebase the queue onto {p}'s "
