@@ -184,13 +184,14 @@ def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Output
                                         python_memo=memo, python_screen=screen)
         try:
             check_result(outputs, result)
+            root = outputs.root
+            if root is None or not queue.root.resolve().is_relative_to(root.resolve()):
+                # not when the queue sits inside the root being patched (RUN imgquilt apply --root /):
+                # the stored copies would end up in the image. Stored before any output is written:
+                # a store that cannot be written (a planted link) refuses the run with nothing written
+                remember(queue.root, [x for f in result.files if f.patches for x in (f.target.data, f.final)])
             written = write_outputs(outputs, result, open_base, held, gate=gate.check)
             gate.check()  # when nothing had to be written, the check still decides
         finally:
             gate.close()
-        root = outputs.root
-        if root is None or not queue.root.resolve().is_relative_to(root.resolve()):
-            # not when the queue sits inside the root being patched (RUN imgquilt apply --root /):
-            # the stored copies would end up in the image
-            remember(queue.root, [x for f in result.files if f.patches for x in (f.target.data, f.final)])
         return result, written

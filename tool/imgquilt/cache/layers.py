@@ -59,6 +59,11 @@ class LayerCache:
             self.forget(layer_digest)
         return data
 
+    def has(self, layer_digest: str) -> bool:
+        """Whether an index of the layer is recorded (not checked: `load` checks it)."""
+        pointer = self._pointer(layer_digest)
+        return pointer is not None and os.path.lexists(pointer)
+
     def save(self, layer_digest: str, payload: bytes) -> None:
         """Record `payload` as the layer's index; a cache that cannot be written is not an error."""
         pointer = self._pointer(layer_digest)

@@ -2,12 +2,14 @@
 
 typer >= 0.26 turns every non-flag option into its type through a pydantic TypeAdapter, built when
 the option is first processed; importing pydantic for it costs 0.15-0.3 s, more than the rest of
-`imgquilt top`. imgquilt's options are plain (str, int, float, Path, bool, optionally None, or a list of
-those, with no typer path checks), and for those `T(value)` is the whole coercion. Anything else
-(choices, enums, path checks, another typer) is left to typer as it is.
+`imgquilt top`. imgquilt's options are plain (str, int, float, Path, bool, an Enum of strings,
+optionally None, or a list of those, with no typer path checks), and for those `T(value)` is the whole
+coercion (click's Choice has already checked an Enum's value). Anything else (path checks, another
+typer) is left to typer as it is.
 """
 from __future__ import annotations
 
+import enum
 import types
 import typing
 from pathlib import Path
@@ -31,6 +33,8 @@ def _plain(annotation: Any) -> tuple[type, bool] | None:
         inner = _plain(arg)
         return (inner[0], True) if inner is not None and not inner[1] else None
     if annotation in _PLAIN:
+        return (annotation, False)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum) and all(isinstance(m.value, str) for m in annotation):
         return (annotation, False)
     return None
 
@@ -60,6 +64,9 @@ def install() -> None:
                         return _BOOLS[str(v).strip().lower()]
                     return to(v)
                 except (TypeError, ValueError, KeyError):
+                    if isinstance(to, type) and issubclass(to, enum.Enum):
+                        choices = ", ".join(repr(m.value) for m in to)
+                        raise BadParameter(f"{v!r} is not one of {choices}.", ctx=ctx, param=param) from None
                     raise BadParameter(f"Value {v!r} is not a valid {to.__name__}.", ctx=ctx, param=param) from None
 
             return [one(v) for v in value] if many else one(value)

@@ -14,7 +14,11 @@ How a read goes:
 Digests: a layer blob is always read to its end, and its digest checked, before anything read from
 it is used; a mismatch is DigestMismatch (exit 6). While a layer is scanned three threads share the
 work: one decompresses, one hashes the stored bytes, and this one walks the tar headers; so a
-scan costs about what decompressing the layer alone costs. Layers are read whole anyway, since a later
+scan costs about what decompressing the layer alone costs. While a layer is scanned, the next one down
+(a local blob the shared cache has no index of) is scanned by another thread with the same wanted
+paths, so a second core decompresses it meanwhile; when the targets are all decided without it, that
+scan is stopped and nothing of it is used (a file it did not keep costs a second pass, as above).
+Layers are read whole anyway, since a later
 member of a layer can replace an earlier one. A second pass over a layer verified earlier in this
 run (or, with a cache directory, in an earlier run) whose file is unchanged (same device, inode,
 size, mtime and ctime) does not hash again; it seeks straight to the member in an uncompressed
@@ -28,7 +32,9 @@ store; only a file the store lacks costs a second pass over its layer.
 """
 from __future__ import annotations
 
+import os
 import posixpath
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -117,6 +123,8 @@ class ImageSource:
         self._likely_kept = 0
         self._cache = layer_cache
         self._dirty: set[int] = set()  # layers whose index the shared cache lacks or must extend
+        self._kept_lock = threading.Lock()
+        self._prefetch: _Prefetch | None = None  # the next layer down, scanned ahead by a thread
         self.stats = ScanStats()
         # called with (layer position from the top, layer count, layer digest) before a layer is read;
         # it may return a callback that is given the count of tar bytes read as they pass (progress)
@@ -130,17 +138,20 @@ class ImageSource:
 
     def read_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]:
         named = {p: check_member_path(p, what="target path") for p in paths}
-        while True:
-            attempts = {p: self._attempt(n) for p, n in named.items()}
-            open_ = [a for a in attempts.values() if isinstance(a, _Open)]
-            if not open_:
-                break
-            if self._view.complete:  # pragma: no cover - every lookup is decided once all is read
-                raise AssertionError("targets undecided after reading every layer")
-            wanted: set[str] = set()
-            for a in open_:
-                wanted |= a.wanted
-            self._scan_next(wanted)
+        try:
+            while True:
+                attempts = {p: self._attempt(n) for p, n in named.items()}
+                open_ = [a for a in attempts.values() if isinstance(a, _Open)]
+                if not open_:
+                    break
+                if self._view.complete:  # pragma: no cover - every lookup is decided once all is read
+                    raise AssertionError("targets undecided after reading every layer")
+                wanted: set[str] = set()
+                for a in open_:
+                    wanted |= a.wanted
+                self._scan_next(wanted, ahead=True)
+        finally:
+            self._stop_prefetch()  # decided without the next layer: it is never used
         return self._finish(attempts)  # type: ignore[arg-type]
 
     def peek_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]:
@@ -275,36 +286,83 @@ class ImageSource:
         raise BadImage(f"Target {named!r} ({resolved}): too many hard links in a row.")
 
     # --- reading layers ---
-    def _scan_next(self, wanted: set[str]) -> None:
+    def _scan_next(self, wanted: set[str], *, ahead: bool = False) -> None:
+        """Scan the next layer down (or take its index from the shared cache). `ahead`: meanwhile
+        start scanning the one below it in another thread (see the module docstring)."""
         position = self._view.scanned
         layer = self._layers[position]
         digest = layer.check_digest
-        if self._cache is not None and digest is not None and self._from_cache(position, digest):
+        pre = self._prefetch if self._prefetch is not None and self._prefetch.position == position else None
+        if pre is None:
+            self._stop_prefetch()
+        self._prefetch = None
+        if pre is None and self._cache is not None and digest is not None and self._from_cache(position, digest):
             return
-        on_bytes = self.on_layer(position, len(self._layers), self._label(position)) if self.on_layer else None
-        basenames = {posixpath.basename(w) for w in wanted}
-
-        def keep(path: str, size: int) -> bool:
-            if path in wanted:
-                return True
-            if size <= KEEP_LIKELY_MAX and path.rpartition("/")[2] in basenames \
-                    and self._likely_kept + size <= KEEP_LIKELY_BUDGET:
-                self._likely_kept += size
-                return True
-            return False
-
-        trusted = digest is None or self._verified.is_verified(digest, layer.location)
-        with layer.open_stream(trusted=trusted) as stream:
-            index = scan_layer(stream if on_bytes is None else _Counted(stream, on_bytes), position=position,
-                               whiteouts=self._view.whiteouts, keep=keep,
-                               what=self._what(position))
-            if stream.verified and digest is not None:
-                self._verified.mark(digest, layer.location, stream.fingerprint)
+        if ahead:
+            self._start_prefetch(position + 1, wanted)
+        if pre is not None:
+            if self.on_layer is not None:
+                pre.counter.attach(self.on_layer(position, len(self._layers), self._label(position)))
+            index, verified, seen = pre.result()
+        else:
+            on_bytes = self.on_layer(position, len(self._layers), self._label(position)) if self.on_layer else None
+            index, verified, seen = self._scan_layer(position, self._keeper(wanted), on_bytes, None)
+        if verified and digest is not None:
+            self._verified.mark(digest, layer.location, seen)
         if self._cache is not None and digest is not None:
             self._dirty.add(position)  # read whole and verified: worth an index
         self._view.add(index)
         self.stats.layers_scanned.append(self._label(position))
         self.stats.members_seen += index.members
+
+    def _keeper(self, wanted: set[str]) -> Callable[[str, int], bool]:
+        basenames = {posixpath.basename(w) for w in wanted}
+
+        def keep(path: str, size: int) -> bool:
+            if path in wanted:
+                return True
+            if size <= KEEP_LIKELY_MAX and path.rpartition("/")[2] in basenames:
+                with self._kept_lock:  # two scans may share the budget
+                    if self._likely_kept + size <= KEEP_LIKELY_BUDGET:
+                        self._likely_kept += size
+                        return True
+            return False
+
+        return keep
+
+    def _scan_layer(self, position: int, keep: Callable[[str, int], bool], on_bytes: Callable[[int], None] | None,
+                    cancel: threading.Event | None):
+        """(index, verified, fingerprint) of one layer read whole; safe to run in another thread."""
+        layer = self._layers[position]
+        digest = layer.check_digest
+        trusted = digest is None or self._verified.is_verified(digest, layer.location)
+        with layer.open_stream(trusted=trusted) as stream:
+            tar = stream if on_bytes is None else _Counted(stream, on_bytes)
+            if cancel is not None:
+                tar = _Cancellable(tar, cancel)
+            index = scan_layer(tar, position=position, whiteouts=self._view.whiteouts, keep=keep,
+                               what=self._what(position))
+            return index, stream.verified, stream.fingerprint
+
+    def _start_prefetch(self, position: int, wanted: set[str]) -> None:
+        """Scan layer `position` ahead, when that can only cost the other core: a local blob (never a
+        download), with no index in the shared cache, on a machine with a core to spare."""
+        if position >= len(self._layers) or (os.cpu_count() or 1) < 2:
+            return
+        layer = self._layers[position]
+        digest = layer.check_digest
+        if getattr(layer, "location", None) is None:
+            return
+        if self._cache is not None and digest is not None and self._cache.has(digest):
+            return
+        keep = self._keeper(set(wanted))
+        counter = _LateCounter()
+        self._prefetch = _Prefetch(position, lambda cancel: self._scan_layer(position, keep, counter, cancel), counter)
+
+    def _stop_prefetch(self) -> None:
+        pre, self._prefetch = self._prefetch, None
+        if pre is not None:
+            pre.stop()
 
     # --- the shared cache: layer indexes and file bytes ---
     def _from_cache(self, position: int, digest: str) -> bool:
@@ -410,6 +468,86 @@ class ImageSource:
         if self.kind != "image":
             return f"tar file {self._layers[position].location.path}"
         return f"layer {self.layer_digest(position)}"
+
+
+class _Cancelled(Exception):
+    """A scan ahead that is no longer wanted."""
+
+
+class _Cancellable:
+    """A layer's tar stream that stops (raises _Cancelled) once `cancel` is set."""
+
+    def __init__(self, stream, cancel: threading.Event) -> None:
+        self._stream = stream
+        self._cancel = cancel
+
+    def read(self, n: int = -1) -> bytes:
+        if self._cancel.is_set():
+            raise _Cancelled()
+        return self._stream.read(n)
+
+    def skip(self, n: int) -> int:
+        if self._cancel.is_set():
+            raise _Cancelled()
+        return self._stream.skip(n)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+class _LateCounter:
+    """Byte counts of a scan ahead, held until a progress bar exists for it (when it is used)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._sink: Callable[[int], None] | None = None
+
+    def __call__(self, n: int) -> None:
+        with self._lock:
+            if self._sink is None:
+                self._pending += n
+                return
+            sink = self._sink
+        sink(n)
+
+    def attach(self, sink: Callable[[int], None] | None) -> None:
+        if sink is None:
+            return
+        with self._lock:
+            self._sink, pending, self._pending = sink, self._pending, 0
+        sink(pending)
+
+
+class _Prefetch:
+    """One layer scanned by a thread of its own; `result()` waits for it (and raises its error),
+    `stop()` cancels it and waits, using nothing."""
+
+    def __init__(self, position: int, run: Callable[[threading.Event], tuple], counter: _LateCounter) -> None:
+        self.position = position
+        self.counter = counter
+        self._cancel = threading.Event()
+        self._result: tuple | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._go, args=(run,), name="imgquilt-scan-ahead", daemon=True)
+        self._thread.start()
+
+    def _go(self, run: Callable[[threading.Event], tuple]) -> None:
+        try:
+            self._result = run(self._cancel)
+        except BaseException as exc:  # handed to whoever uses the scan; dropped if nobody does
+            self._error = exc
+
+    def result(self) -> tuple:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def stop(self) -> None:
+        self._cancel.set()
+        self._thread.join()
 
 
 class _Counted:
