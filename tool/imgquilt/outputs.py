@@ -164,7 +164,7 @@ def python_checker():
     from .cache.layers import cache_disabled
     from .cache.pychecks import PyCheckResults
     from .engine.pycheck import checker_version
-    from .verbs.pyscreen import ruff_screen
+    from .util.ruffscreen import ruff_screen
 
     screen = ruff_screen()
     return screen, (None if cache_disabled() else PyCheckResults(checker_version(screen)))

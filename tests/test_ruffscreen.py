@@ -15,7 +15,7 @@ from imgquilt.engine.plan import run_series
 from imgquilt.engine.pycheck import errors_of_many, python_errors, syntax_errors
 from imgquilt.fs.types import TargetFile
 from imgquilt.queue.queue import load_queue
-from imgquilt.verbs.pyscreen import RuffScreen, ruff_screen
+from imgquilt.util.ruffscreen import RuffScreen, ruff_screen
 from qtools import write_patch
 
 REPO = Path(__file__).resolve().parent.parent
