@@ -6,6 +6,9 @@ screen that fails steps aside; the forked compile equals the serial one.
 """
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -83,10 +86,22 @@ def test_a_failing_screen_steps_aside() -> None:
 
 
 def test_forked_compile_equals_serial(monkeypatch: pytest.MonkeyPatch) -> None:
-    items = [(d, n) for n, d in CASES.items()] * 3
+    items = [(d, n) for n, d in CASES.items()] * 20
     serial = [sorted(syntax_errors(*i)) for i in items]
     monkeypatch.setattr(pycheck, "FORK_MIN_BYTES", 0)
-    assert pycheck._compiled(items) == serial
+    assert pycheck._compiled(items) == serial  # the child from the first item up, this process from the last down
+    started = pycheck._start_compile(items)
+    time.sleep(0.5)  # the child has done everything: nothing is left for this process
+    assert started.result() == serial
+    started = pycheck._start_compile(items)
+    assert started.child is not None
+    os.kill(started.child[0], signal.SIGKILL)  # a child that dies: this process does its share
+    assert started.result() == serial
+    started = pycheck._start_compile(items)
+    pid = started.child[0]
+    started.cancel()  # given up: the child is stopped and reaped
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, 0)
 
 
 def test_a_screened_series_still_names_the_patch_that_brought_the_name_error(tmp_path: Path, screen: RuffScreen) -> None:

@@ -62,7 +62,9 @@ class RuffScreen:
                  "--select", CODES, "--output-format", "json",
                  "--target-version", f"py{sys.version_info[0]}{sys.version_info[1]}", *files],
                 cwd=tmp.name,
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                # one thread: the other core compiles meanwhile (measured: more threads only contend)
+                env={**os.environ, "RAYON_NUM_THREADS": "1"})
         except OSError:
             tmp.cleanup()
             return lambda: None
