@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import tempfile
 
 from .hunks import Hunk, HunkLine, split_lines
 from .hunkread import read_hunks
@@ -50,6 +48,9 @@ def diff_hunks(old: bytes | None, new: bytes | None, context: int = 3) -> list[H
 
 
 def _git_hunks(a: bytes, b: bytes, context: int) -> list[Hunk]:
+    import subprocess  # here, not at import: reading a queue (top, check) never diffs
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="imgquilt-diff-") as tmp:
         paths = []
         for name, data in (("a", a), ("b", b)):

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import re
 
-from unidiff import PatchSet
-from unidiff.constants import LINE_TYPE_NO_NEWLINE
-from unidiff.errors import UnidiffParseError
 
 from .hunks import Hunk, HunkLine
 
@@ -89,6 +86,11 @@ def _no_newline(body: list[HunkLine], lineno: int) -> None:
 
 def _parse_with_unidiff(lines: list[bytes], spans: list[tuple[int, int]]) -> list[Hunk]:
     """unidiff reads the framed numeric hunks (one synthetic file diff holding them all)."""
+    # imported here: commands that read a queue's headers only (header, top) never load it
+    from unidiff import PatchSet
+    from unidiff.constants import LINE_TYPE_NO_NEWLINE
+    from unidiff.errors import UnidiffParseError
+
     text = ["--- a\n", "+++ b\n"]
     for a, b in spans:
         text += [ln.decode("latin-1") for ln in lines[a:b]]
