@@ -188,3 +188,12 @@ def test_the_gate_runs_between_staging_and_commit(tmp_path: Path) -> None:
         write_in_place(root, result, gate=gate)
     assert ".imgquilt-journal.json" in seen[0]
     assert tree_hash(root) == before
+
+
+def test_no_ruff_turns_the_screen_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IMGQUILT_NO_RUFF", "1")
+    assert ruff_screen() is None
+    monkeypatch.delenv("IMGQUILT_NO_RUFF")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr("sys.executable", "/nonexistent/python")
+    assert ruff_screen() is None  # no ruff anywhere: pyflakes reads every file, as before ruff
