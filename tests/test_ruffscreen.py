@@ -197,3 +197,16 @@ def test_no_ruff_turns_the_screen_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setattr("sys.executable", "/nonexistent/python")
     assert ruff_screen() is None  # no ruff anywhere: pyflakes reads every file, as before ruff
+
+
+def test_a_ruff_that_hangs_is_no_screen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import imgquilt.util.ruffscreen as rs
+
+    slow = tmp_path / "ruff"
+    slow.write_text("#!/bin/sh\nexec sleep 30\n")
+    slow.chmod(0o755)
+    monkeypatch.setattr(rs, "TIMEOUT", 0.5)
+    items = [(d, n) for n, d in CASES.items()]
+    started = time.monotonic()
+    assert errors_of_many(items, screen=RuffScreen(str(slow), "ruff0")) == _unscreened(items)
+    assert time.monotonic() - started < 20

@@ -24,6 +24,7 @@ from typing import Callable
 
 CODES = "F821,F822,F823"
 PROBE = "__imgquilt_screen_probe__"
+TIMEOUT = 120  # seconds; ruff reads a megabyte of Python in milliseconds
 
 
 def find_ruff() -> str | None:
@@ -72,7 +73,11 @@ class RuffScreen:
 
         def result() -> set[int] | None:
             try:
-                out, _ = proc.communicate()
+                out, _ = proc.communicate(timeout=TIMEOUT)
+            except subprocess.TimeoutExpired:  # a ruff that hangs is no screen: pyflakes reads every file
+                proc.kill()
+                proc.communicate()
+                return None
             finally:
                 tmp.cleanup()
             if proc.returncode != 0:
