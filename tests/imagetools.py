@@ -342,3 +342,23 @@ def merge_docker_archives(archives: list[Path], out: Path) -> Path:
             ti.size = len(data)
             dst.addfile(ti, io.BytesIO(data))
     return out
+
+
+SERVICE = b"def port():\n    return 8000\n"
+
+
+def service_on_top(tmp_path: Path) -> tuple[Path, Path]:
+    """`oci:LAYOUT:v1` whose top layer holds srv/app/svc.py over two layers no target needs, and a
+    queue (tmp_path/queue) of one patch to it: for tests that lower layers are never read."""
+    from qtools import write_patch
+
+    layout = tmp_path / "img"
+    build_oci(layout, [
+        [file("usr/share/big/data.bin", bytes(range(256)) * 4096)],
+        [file("usr/lib/other.py", "x = 1\n")],
+        [file("srv/app/svc.py", SERVICE.decode())],
+    ], tag="v1")
+    q = tmp_path / "queue"
+    q.mkdir()
+    write_patch(q, "0001-port.patch", [("srv/app/svc.py", SERVICE, SERVICE.replace(b"8000", b"9000"))])
+    return layout, q

@@ -224,22 +224,11 @@ def test_the_image_apply_wrote_is_live_and_its_record_agrees(tmp_path: Path, cli
 
 def test_audit_reads_only_the_layers_its_targets_need(tmp_path: Path, cli_env) -> None:
     """Audit uses apply's reader: lower layers, here made unreadable, are never opened."""
-    from imagetools import blob_path, build_oci, file, flip_byte, layer_digests
+    from imagetools import blob_path, flip_byte, layer_digests, service_on_top
 
-    from qtools import write_patch
-
-    layout = tmp_path / "img"
-    svc = b"def port():\n    return 8000\n"
-    build_oci(layout, [
-        [file("usr/share/big/data.bin", bytes(range(256)) * 4096)],
-        [file("usr/lib/other.py", "x = 1\n")],
-        [file("srv/app/svc.py", svc.decode())],
-    ], tag="v1")
+    layout, q = service_on_top(tmp_path)
     for d in layer_digests(layout, "v1")[:2]:
         flip_byte(blob_path(layout, d), blob_path(layout, d).stat().st_size // 2)
-    q = tmp_path / "queue"
-    q.mkdir()
-    write_patch(q, "0001-port.patch", [("srv/app/svc.py", svc, svc.replace(b"8000", b"9000"))])
     r = imgquilt("audit", "--image", f"oci:{layout}:v1", "--json", cwd=q, env=cli_env, check=5)
     doc = json.loads(r.out)
     assert [(p["name"], p["state"]) for p in doc["patches"]] == [("0001-port.patch", "pending")]

@@ -80,18 +80,18 @@ def test_new_file_with_a_syntax_error_is_refused(tmp_path: Path) -> None:
 def test_shared_cache_results_are_checked(tmp_path: Path) -> None:
     store = PyCheckResults(checker_version(), tmp_path / "cache")
     key = "a" * 64
-    store.put(key, ["UndefinedName: undefined name 'x'"])
-    assert PyCheckResults(checker_version(), tmp_path / "cache").get(key) == ["UndefinedName: undefined name 'x'"]
+    store.put_many({key: ["UndefinedName: undefined name 'x'"]})
+    assert PyCheckResults(checker_version(), tmp_path / "cache").get_many([key]).get(key) == ["UndefinedName: undefined name 'x'"]
     db = sqlite3.connect(store.path)  # tamper with the row behind the store's back
     db.execute("UPDATE findings SET errors = replace(errors, \"'x'\", \"'y'\")")
     db.commit()
     assert db.execute("SELECT count(*) FROM findings").fetchone() == (1,)
-    assert store.get(key) is None  # tampered: dropped, checked again
+    assert store.get_many([key]).get(key) is None  # tampered: dropped, checked again
     assert db.execute("SELECT count(*) FROM findings").fetchone() == (0,)
     db.close()
-    store.put(key, [])
-    assert PyCheckResults("another-version", tmp_path / "cache").get(key) is None
-    assert PyCheckResults(checker_version(), tmp_path / "cache").get(key) == []
+    store.put_many({key: []})
+    assert PyCheckResults("another-version", tmp_path / "cache").get_many([key]).get(key) is None
+    assert PyCheckResults(checker_version(), tmp_path / "cache").get_many([key]).get(key) == []
 
 
 def test_a_damaged_or_linked_findings_file_is_replaced_never_followed(tmp_path: Path) -> None:
@@ -101,14 +101,14 @@ def test_a_damaged_or_linked_findings_file_is_replaced_never_followed(tmp_path: 
     path.parent.mkdir(parents=True)
     path.write_bytes(b"not a database at all" * 100)
     store = PyCheckResults(checker_version(), cache)
-    assert store.get(key) is None
-    store.put(key, ["x"])
-    assert PyCheckResults(checker_version(), cache).get(key) == ["x"]
+    assert store.get_many([key]).get(key) is None
+    store.put_many({key: ["x"]})
+    assert PyCheckResults(checker_version(), cache).get_many([key]).get(key) == ["x"]
     path.unlink()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.write_bytes(b"precious")
     path.symlink_to(elsewhere)
     store = PyCheckResults(checker_version(), cache)
-    store.put(key, ["y"])
+    store.put_many({key: ["y"]})
     assert elsewhere.read_bytes() == b"precious" and not path.is_symlink()
-    assert PyCheckResults(checker_version(), cache).get(key) == ["y"]
+    assert PyCheckResults(checker_version(), cache).get_many([key]).get(key) == ["y"]

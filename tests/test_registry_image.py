@@ -95,20 +95,11 @@ def test_a_digest_is_never_resolved_and_a_warm_run_fetches_no_manifest_or_config
 
 
 def test_layers_below_the_targets_are_never_downloaded(registry, tmp_path, env):
-    from imagetools import build_oci, file, layer_digests
+    from imagetools import layer_digests, service_on_top
 
-    layout = tmp_path / "img"
-    svc = b"def port():\n    return 8000\n"
-    build_oci(layout, [
-        [file("usr/share/big/data.bin", bytes(range(256)) * 4096)],
-        [file("usr/lib/other.py", "x = 1\n")],
-        [file("srv/app/svc.py", svc.decode())],
-    ], tag="v1")
+    layout, q = service_on_top(tmp_path)
     seed(registry, f"oci:{layout}:v1", "layers:v1")
     lower = layer_digests(layout, "v1")[:2]
-    q = tmp_path / "queue"
-    q.mkdir()
-    write_patch(q, "0001-port.patch", [("srv/app/svc.py", svc, svc.replace(b"8000", b"9000"))])
     imgquilt("audit", "--image", registry.ref("layers:v1"), "--expect", "pending", cwd=q, env=env, check=0)
     imgquilt("apply", "--image", registry.ref("layers:v1"), "--layer", str(tmp_path / "fix.tar"), cwd=q, env=env, check=0)
     assert all(registry.count("GET", f"/blobs/{d}") == 0 for d in lower)

@@ -89,7 +89,8 @@ def test_forked_compile_equals_serial(monkeypatch: pytest.MonkeyPatch) -> None:
     items = [(d, n) for n, d in CASES.items()] * 20
     serial = [sorted(syntax_errors(*i)) for i in items]
     monkeypatch.setattr(pycheck, "FORK_MIN_BYTES", 0)
-    assert pycheck._compiled(items) == serial  # the child from the first item up, this process from the last down
+    # the child from the first item up, this process from the last down
+    assert pycheck._start_compile(items).result() == serial
     started = pycheck._start_compile(items)
     time.sleep(0.5)  # the child has done everything: nothing is left for this process
     assert started.result() == serial

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .engine.plan import plan_apply, plan_apply_gated
+from .engine.plan import plan_apply_gated
 from .engine.result import ApplyResult
 from .errors import UsageError
 from .fs.types import FileChange, ImageInfo, Source

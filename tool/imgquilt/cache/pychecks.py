@@ -112,13 +112,6 @@ class PyCheckResults:
         except sqlite3.Error as exc:
             self._drop(exc)
 
-    # the single-entry form of the Memo protocol, for callers with one file
-    def get(self, key: str) -> list[str] | None:
-        return self.get_many([key]).get(key)
-
-    def put(self, key: str, errors: list[str]) -> None:
-        self.put_many({key: errors})
-
     def _drop(self, exc: Exception) -> None:
         """A database error mid-use: stop using the cache in this process, and remove a damaged file
         (not a busy one: another process holds it) so the next run starts afresh."""

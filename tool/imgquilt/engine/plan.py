@@ -157,15 +157,15 @@ def _apply_series(queue: Queue, targets: dict[str, TargetFile], source: Source |
 def python_problems(states: dict[str, _FileState], memo: Memo | None, screen: Screen | None = None) -> list[Problem]:
     """Each patched .py file's final state against its base, once; the chain is walked only for a
     file whose final state has an error its base had not, to name the patch that brought it."""
-    return start_python_problems(states, memo, screen).problems()
+    return PythonCheck(states, memo, screen).problems()
 
 
 class PythonCheck:
-    """The Python check of a planned series, under way (see pycheck.PendingErrors): `problems()`
-    waits for it; `close()` waits without using the answer."""
+    """The Python check of a planned series, begun here and under way (see pycheck.PendingErrors):
+    `problems()` waits for it; `close()` stops it without using the answer."""
 
     def __init__(self, states: dict[str, _FileState], memo: Memo | None, screen: Screen | None) -> None:
-        self.states, self.memo = states, memo
+        self.memo = memo
         self.checked = [st for resolved, st in states.items()
                         if resolved.endswith(".py") and not st.broken and st.chain and st.data is not None
                         and st.data != st.target.data]
@@ -187,10 +187,6 @@ class PythonCheck:
 
     def close(self) -> None:
         self.pending.close()
-
-
-def start_python_problems(states: dict[str, _FileState], memo: Memo | None, screen: Screen | None = None) -> PythonCheck:
-    return PythonCheck(states, memo, screen)
 
 
 def _culprit(st: _FileState, new: set[str], base_errors: set[str], memo: Memo | None) -> Problem:
@@ -265,7 +261,7 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     else:
         states, problems = _apply_series(queue, targets, source)
         if python_check:
-            pending = start_python_problems(states, python_memo, python_screen)
+            pending = PythonCheck(states, python_memo, python_screen)
     if lock is not None:
         if not done:
             for lt in lock.targets:

@@ -58,11 +58,20 @@ def syntax_errors(source: bytes, filename: str) -> set[str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             compile(source, filename, "exec", dont_inherit=True)
-    except (SyntaxError, ValueError) as exc:
-        return {f"SyntaxError: {getattr(exc, 'msg', exc)}"}
-    except (MemoryError, RecursionError) as exc:  # nesting CPython cannot compile: an error of this file
-        return {f"SyntaxError: too deeply nested for the Python compiler ({type(exc).__name__})"}
+    except _REFUSED as exc:
+        return _refusal(exc)
     return set()
+
+
+# what compile() raises for a source it refuses; MemoryError/RecursionError: nesting CPython cannot compile
+_REFUSED = (SyntaxError, ValueError, MemoryError, RecursionError)
+
+
+def _refusal(exc: BaseException) -> set[str]:
+    """compile()'s refusal of a file as a finding."""
+    if isinstance(exc, (MemoryError, RecursionError)):
+        return {f"SyntaxError: too deeply nested for the Python compiler ({type(exc).__name__})"}
+    return {f"SyntaxError: {getattr(exc, 'msg', exc)}"}
 
 
 def python_errors(source: bytes, filename: str) -> set[str]:
@@ -72,10 +81,8 @@ def python_errors(source: bytes, filename: str) -> set[str]:
             warnings.simplefilter("ignore")
             tree = compile(source, filename, "exec", flags=0x400, dont_inherit=True)  # ast.PyCF_ONLY_AST
             compile(tree, filename, "exec", dont_inherit=True)  # what the AST alone misses (e.g. 'return' outside function)
-    except (SyntaxError, ValueError) as exc:
-        return {f"SyntaxError: {getattr(exc, 'msg', exc)}"}
-    except (MemoryError, RecursionError) as exc:  # nesting CPython cannot compile: an error of this file
-        return {f"SyntaxError: too deeply nested for the Python compiler ({type(exc).__name__})"}
+    except _REFUSED as exc:
+        return _refusal(exc)
     try:
         from pyflakes import checker, messages
     except ImportError:
@@ -113,17 +120,17 @@ class PendingErrors:
         self.found, self.memo = found, memo
         self.keys = [k for k in items if k not in found]
         self.todo = [items[k] for k in self.keys]
-        self.screen = screen if self.todo else None
-        self._flagged = screen.start(self.todo) if self.screen is not None else None
-        self._syntax = _start_compile(self.todo) if self.screen is not None else None
+        # (compile() of every item, the screen's verdict), both begun now; None: no screen, pyflakes reads all
+        self._screening = (_start_compile(self.todo), screen.start(self.todo)) if screen is not None and self.todo else None
         self._done: dict[str, set[str]] | None = None
 
     def result(self) -> dict[str, set[str]]:
         if self._done is not None:
             return self._done
-        if self._syntax is not None and self._flagged is not None:
-            syntax = self._syntax.result()
-            flagged = self._flagged()
+        if self._screening is not None:
+            compiling, flagged_by_screen = self._screening
+            syntax = compiling.result()
+            flagged = flagged_by_screen()
             deep = [i for i, errs in enumerate(syntax) if not errs and (flagged is None or i in flagged)]
             for i, errs in zip(deep, _checked([self.todo[i] for i in deep])):
                 syntax[i] = errs
@@ -139,9 +146,10 @@ class PendingErrors:
 
     def close(self) -> None:
         """Wait for the helpers without using their answer (the caller gave up)."""
-        if self._done is None and self._syntax is not None and self._flagged is not None:
-            self._syntax.cancel()
-            self._flagged()
+        if self._done is None and self._screening is not None:
+            compiling, flagged_by_screen = self._screening
+            compiling.cancel()
+            flagged_by_screen()
             self._done = self.found
 
 
@@ -161,11 +169,6 @@ def _checked(items: list[tuple[bytes, str]]) -> list[list[str]]:
     if workers > 1 and len(items) >= PARALLEL_MIN:
         return _in_parallel(items, workers)
     return [_check_one(i) for i in items]
-
-
-def _compiled(items: list[tuple[bytes, str]]) -> list[list[str]]:
-    """syntax_errors of every item (with a forked helper when there is enough source)."""
-    return _start_compile(items).result()
 
 
 class _Compiling:

@@ -53,11 +53,11 @@ class RuffScreen:
         try:
             files = []
             for i, (data, _name) in enumerate(items):
-                path = os.path.join(tmp.name, f"{i:06d}.py")  # our names, never the patch's
-                with open(path, "wb") as f:
+                name = f"{i:06d}.py"  # our names, never the patch's
+                with open(os.path.join(tmp.name, name), "wb") as f:
                     f.write(data)
                     f.write(b"\n%s\n" % PROBE.encode())
-                files.append(os.path.basename(path))
+                files.append(name)
             proc = subprocess.Popen(
                 [self.exe, "check", "--isolated", "--no-cache", "--ignore-noqa", "--exit-zero", "--quiet",
                  "--select", CODES, "--output-format", "json",
