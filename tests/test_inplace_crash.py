@@ -60,8 +60,9 @@ def _content(i: int) -> bytes:
 
 
 def _build(tmp: Path) -> tuple[Path, Path]:
-    """The old root and a queue of 50 changes: 30 modified (5 with a user xattr, 3 setuid), 12 new
-    (8 in directories that do not exist yet), 8 deleted."""
+    """The old root and a queue of 53 changes: 30 modified (5 with a user xattr, 3 setuid), 12 new
+    (8 in directories that do not exist yet), 8 deleted; and 3 Python sources (2 changed, 1 deleted)
+    whose 7 bytecode files the apply removes."""
     old = tmp / "old"
     changes = []
     for i in range(38):
@@ -77,6 +78,17 @@ def _build(tmp: Path) -> tuple[Path, Path]:
     for i in range(12):
         rel = f"d{i % 4}/n{i:02d}.txt" if i < 4 else f"new{i % 2}/sub{i % 4}/n{i:02d}.txt"
         changes.append((rel, None, b"new file %d\n" % i))
+    # Python sources with their bytecode, which the apply removes in the same transaction
+    for i in range(3):
+        src = old / "py" / f"m{i}.py"
+        cache = old / "py" / "__pycache__"
+        cache.mkdir(parents=True, exist_ok=True)
+        src.write_bytes(b"VALUE = %d\n" % i)
+        for tag in ("cpython-311", "cpython-311.opt-1"):
+            (cache / f"m{i}.{tag}.pyc").write_bytes(b"stale bytecode %d\n" % i)
+        new = None if i == 2 else b"VALUE = %d\n" % (i + 10)
+        changes.append((f"py/m{i}.py", src.read_bytes(), new))
+    (old / "py" / "m2.pyc").write_bytes(b"sourceless bytecode\n")  # beside the source the patch deletes
     q = tmp / "q"
     write_patch(q, "0001-fifty.patch", changes)
     return old, q
@@ -157,6 +169,7 @@ def test_kill_at_every_changing_syscall_recovers_old_or_new(tmp_path: Path, cli_
         assert done.returncode == 0, done.stderr
         new_hash[root] = tree_hash(root)
         assert new_hash[root] != old_hash
+        assert not list((root / "py").rglob("*.pyc")), "the stale bytecode is gone in new"
     points = _kill_points(log)
     assert [p[:2] for p in points] == [p[:2] for p in _kill_points(tmp_path / "trace0.log")], "the two traced runs differ"
     kinds = Counter(name for name, _, _ in points)

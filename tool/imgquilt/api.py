@@ -234,15 +234,26 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
 
 def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, root: str | os.PathLike[str] | None = None,
           platform: str | None = None, history: bool = False, expect: Literal["live", "pending"] = "live",
-          progress: Progress | None = None) -> Audit:
+          progress: Progress | None = None, pid: int | None = None) -> Audit:
     """The state of each patch and file in an image (`image`, else the lock's) or a root filesystem (`root`,
-    e.g. /proc/PID/root of a running container); with `history`, when each patch entered and left the series."""
-    from .audit import audit_source, not_in_state
+    e.g. /proc/PID/root of a running container); with `history`, when each patch entered and left the series.
+
+    `pid`: audit the root of that running process, and count a file changed after it started as
+    restart-pending (the process still runs what it loaded)."""
+    from .audit import audit_source, judge_process, not_in_state
 
     if expect not in ("live", "pending"):
         raise UsageError(f"expect must be live or pending, not {expect!r}.")
+    if pid is not None and (image or root is not None):
+        raise UsageError("--pid audits the root of a running process: give it no --image or --root.")
     q = load_queue(queue)
     pinned = q.lock()
+    started = None
+    if pid is not None:
+        from .rootfs.process import process_root, process_started
+
+        root = process_root(pid)
+        started = process_started(pid)
     source = _audit_source(q.root, image, Path(root) if root is not None else None, platform, pinned.image.ref if pinned else None, progress)
     if source is None and not history:
         raise UsageError("No image given and no targets.lock to take one from.", hint="Pass --image REF or --root DIR.")
@@ -252,6 +263,8 @@ def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
 
         hist = queue_history(q.root, q.names)
     report = audit_source(q, source) if source is not None else None
+    if report is not None and pid is not None and started is not None:
+        report = judge_process(report, source.change_times, pid, started, str(root))  # type: ignore[union-attr]
     failing = tuple(p for p in report.patches if p.state != expect) if report is not None else ()
     error = not_in_state(report, expect) if report is not None else None
     return Audit(report, hist, expect, failing, error)

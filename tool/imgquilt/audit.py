@@ -7,10 +7,11 @@ anything else. `audit_source` is the one entry point that touches a Source (thro
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from .engine.apply import HunkError, apply_hunks, reverse_hunks
+from .engine.bytecode import STALE, UNCHECKED, Seen, Verdict, find_bytecode, is_python_source, judge
 from .engine.record import read_record_target
 from .engine.result import RECORD_PATH
 from .errors import BadImage, BadInput, NotLive
@@ -25,9 +26,12 @@ PENDING = "pending"
 DRIFTED_LIVE = "drifted-live"
 DRIFTED = "drifted"
 MISSING = "missing"
+SHADOWED = "shadowed"  # the bytes are the patch's result, but CPython would run bytecode of other bytes
+RESTART_PENDING = "restart-pending"  # live on disk, but changed after the audited process started
 UNREADABLE = "cannot be read: "  # a detail that starts so: the source refused the path (missing, whatever the chain)
 PARTIAL = "partial"
-STATES = (LIVE, PENDING, DRIFTED_LIVE, DRIFTED, MISSING, PARTIAL)
+STATES = (LIVE, PENDING, DRIFTED_LIVE, DRIFTED, MISSING, SHADOWED, RESTART_PENDING, PARTIAL)
+RUNTIME_STATES = (SHADOWED, RESTART_PENDING)  # counted in a summary only when some patch is in one
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,7 @@ class FileAudit:
     actual: str
     detail: str = ""  # why, when the hashes alone do not say (whiteout, unreadable node, ...)
     recorded: str | None = None  # the patched sha256 the apply record holds for this file, if any
+    bytecode: tuple[Verdict, ...] = ()  # every bytecode file CPython could load for it, judged (live .py files)
 
 
 @dataclass(frozen=True)
@@ -82,18 +87,29 @@ class RecordCheck:
 
 
 @dataclass(frozen=True)
+class ProcessCheck:
+    """`audit --pid`: the process whose root was audited, and when it started (seconds since the epoch)."""
+
+    pid: int
+    started: float
+    root: str
+
+
+@dataclass(frozen=True)
 class AuditReport:
     info: ImageInfo
     series_sha256: str
     patches: tuple[PatchAudit, ...]
     record: RecordCheck | None
+    process: ProcessCheck | None = None
 
     @property
     def summary(self) -> dict[str, int]:
+        """Patches per state: every state of the design always, a runtime state when it occurs."""
         counts = {s: 0 for s in STATES}
         for p in self.patches:
             counts[p.state] += 1
-        return counts
+        return {s: n for s, n in counts.items() if n or s not in RUNTIME_STATES}
 
     def all_in(self, state: str) -> bool:
         return all(p.state == state for p in self.patches)
@@ -277,6 +293,8 @@ def audit_files(queue: Queue, targets: dict[str, TargetFile], record: _Record | 
 
 _SAYS = {
     PENDING: "is at its base (the patch is not applied)",
+    SHADOWED: "is shadowed by bytecode of other bytes",
+    RESTART_PENDING: "changed after the process started",
     DRIFTED: "drifted (its hash is on no chain and the change is not there)",
     DRIFTED_LIVE: "drifted (its change is there, but the file changed elsewhere)",
     MISSING: "is missing",
@@ -308,8 +326,8 @@ def check_record(queue: Queue, record: _Record, patches: Sequence[PatchAudit]) -
             if path not in {f.path for f in p.files}:
                 problems.append(RecordProblem("not-in-patch", p.name, path, f"{p.name}: {path}: recorded as applied, but the patch no longer touches it."))
         for f in p.files:
-            if f.state == LIVE or f.recorded is None:
-                continue
+            if f.state in (LIVE, SHADOWED, RESTART_PENDING) or f.recorded is None:
+                continue  # the bytes are the recorded result: what runs is another matter
             where = f.path if f.path == f.resolved else f"{f.path} (resolved: {f.resolved})"
             msg = f"{p.name}: {where}: recorded as applied, but the file {_SAYS[f.state]}: expected sha256 {f.expected_patched}, found {f.actual}."
             if f.actual == f.recorded and f.recorded != f.expected_patched:
@@ -376,17 +394,105 @@ def audit_targets(queue: Queue, targets: dict[str, TargetFile], record_target: T
 
 
 def audit_source(queue: Queue, source: Source) -> AuditReport:
-    """Read only the target files (and the record) from `source` and audit them."""
+    """Read only the target files (and the record) from `source` and audit them; a live Python file
+    whose bytecode would run other bytes is `shadowed`."""
     paths = queue.target_paths()
     targets, details = _read(source, paths)
     record_target = read_record_target(source)
     for path, note in _deleted_notes(source, targets).items():
         details.setdefault(path, note)
     remember_named(queue, [t.data for t in targets.values()])
-    return audit_targets(queue, targets, record_target, source.info(), details)
+    report = audit_targets(queue, targets, record_target, source.info(), details)
+    return judge_bytecode(report, source, targets)
+
+
+# --- what runs: bytecode, processes -------------------------------------------------------------
+def _restate(report: AuditReport, change: dict[tuple[str, str], FileAudit]) -> AuditReport:
+    """`report` with the files in `change` (by patch name and path) replaced, patch states redone."""
+    patches = []
+    for p in report.patches:
+        files = tuple(change.get((p.name, f.path), f) for f in p.files)
+        patches.append(replace(p, files=files, state=patch_state(files)))
+    return replace(report, patches=tuple(patches))
+
+
+def judge_bytecode(report: AuditReport, source: Source, targets: dict[str, TargetFile]) -> AuditReport:
+    """Judge the bytecode CPython could load for every live .py file: a stale one makes it shadowed.
+    Only bytecode the source shows without reading deeper than its targets is looked at."""
+    live = {f.resolved for p in report.patches for f in p.files if f.state == LIVE and is_python_source(f.resolved)}
+    found: dict[str, list] = {}
+    for named, t in targets.items():
+        if t.resolved in live:
+            for b in find_bytecode(source, named, t.resolved, source_gone=t.data is None, kinds=("file", "symlink")):
+                if all(b.path != x.path for x in found.setdefault(t.resolved, [])):
+                    found[t.resolved].append(b)
+    if not found:
+        return report
+    by_resolved = {t.resolved: t for t in targets.values()}
+    wanted = [b.path for bs in found.values() for b in bs]
+    pycs: dict[str, TargetFile] = {}
+    for path in wanted:
+        try:
+            pycs.update(source.read_targets([path]))
+        except BadImage:
+            raise
+        except BadInput:
+            continue  # not a file CPython could read either
+    seen = [Seen(b, pycs[b.path].data, by_resolved[r].data, by_resolved[r].mtime)  # type: ignore[arg-type]
+            for r, bs in found.items() for b in bs if b.path in pycs and pycs[b.path].data is not None]
+    verdicts: dict[str, list[Verdict]] = {}
+    for v in judge(seen):
+        verdicts.setdefault(v.bytecode.source, []).append(v)
+    change: dict[tuple[str, str], FileAudit] = {}
+    for p in report.patches:
+        for f in p.files:
+            vs = verdicts.get(f.resolved)
+            if f.state != LIVE or not vs:
+                continue
+            stale = [v for v in vs if v.verdict == STALE]
+            unchecked = [v for v in vs if v.verdict == UNCHECKED]
+            if stale:
+                detail = "CPython would run other bytes: " + "; ".join(f"{v.bytecode.path}: {v.reason}" for v in stale)
+                change[(p.name, f.path)] = replace(f, state=SHADOWED, detail=detail, bytecode=tuple(vs))
+            else:
+                detail = f.detail
+                if unchecked:
+                    detail = "bytecode not checked: " + "; ".join(f"{v.bytecode.path}: {v.reason}" for v in unchecked)
+                change[(p.name, f.path)] = replace(f, detail=detail, bytecode=tuple(vs))
+    return _restate(report, change)
+
+
+def judge_process(report: AuditReport, change_times, pid: int, started: float, root: str) -> AuditReport:
+    """`audit --pid`: a live file changed after the process started is not what it runs (it loaded
+    its modules before): restart-pending. `change_times(resolved paths)` gives each path's ctime (a
+    deleted file is judged by its directory's, which its removal changed)."""
+    when = iso_time
+    live = [f for p in report.patches for f in p.files if f.state == LIVE]
+    paths = {f.resolved if f.actual != ABSENT else f.resolved.rpartition("/")[0] for f in live}
+    times = change_times(sorted(p for p in paths if p))
+    change: dict[tuple[str, str], FileAudit] = {}
+    for p in report.patches:
+        for f in p.files:
+            if f.state != LIVE:
+                continue
+            where = f.resolved if f.actual != ABSENT else f.resolved.rpartition("/")[0]
+            ctime = times.get(where)
+            if ctime is not None and ctime > started:
+                what = "changed" if f.actual != ABSENT else f"deleted (its directory {where} changed)"
+                detail = (f"{what} at {when(ctime)}, after process {pid} started at {when(started)}: "
+                          f"it still runs what it loaded before; restart {pid} to run it")
+                change[(p.name, f.path)] = replace(f, state=RESTART_PENDING, detail=detail)
+    return replace(_restate(report, change), process=ProcessCheck(pid, started, root))
 
 
 # --- JSON ---------------------------------------------------------------------------------------
+def iso_time(t: float) -> str:
+    """Seconds since the epoch as ISO 8601 in UTC, to the millisecond."""
+    import datetime
+
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
 def report_json(report: AuditReport) -> dict:
     """The document of docs/json.md (docs/schemas/audit.schema.json): image, patches, summary, and the record check."""
     info = report.info
@@ -409,6 +515,7 @@ def report_json(report: AuditReport) -> dict:
                         "actual": f.actual,
                         "detail": f.detail or None,
                         "record": f.recorded,
+                        "bytecode": [{"path": v.bytecode.path, "verdict": v.verdict, "reason": v.reason} for v in f.bytecode],
                     }
                     for f in p.files
                 ],
@@ -424,6 +531,10 @@ def report_json(report: AuditReport) -> dict:
             "imgquilt_version": rec.imgquilt_version,
             "patches": list(rec.patches),
             "agrees": not rec.problems,
+        },
+        "process": None if report.process is None else {
+            "pid": report.process.pid, "root": report.process.root,
+            "started": iso_time(report.process.started),
         },
         "record_problems": [] if rec is None else [
             {"kind": x.kind, "patch": x.patch, "path": x.path, "message": x.message} for x in rec.problems
@@ -446,4 +557,10 @@ def not_in_state(report: AuditReport, want: str) -> NotLive | None:
     names = ", ".join(f"{p.name} ({p.state})" for p in failing)
     hint = ("Apply the queue (`imgquilt apply`), or carry it onto this image (`imgquilt rebase`)." if want == LIVE
             else "This filesystem already carries changes of the queue.")
+    states = {f.state for p in failing for f in p.files}
+    if want == LIVE and SHADOWED in states:
+        hint += ("\nShadowed: remove the stale bytecode named above (an `imgquilt apply` of the queue removes the bytecode "
+                 "of every source it changes).")
+    if want == LIVE and RESTART_PENDING in states and report.process is not None:
+        hint += f"\nRestart process {report.process.pid} to run the patched files."
     return NotLive(f"{len(failing)} of {len(report.patches)} patch(es) are not {want}: {names}.", hint=hint)

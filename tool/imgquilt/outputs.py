@@ -45,13 +45,18 @@ class Outputs:
 
 
 # --- the apply result as the sinks take it ----------------------------------------------------
-def file_changes(result: ApplyResult) -> tuple[FileChange, ...]:
+def patched_files(result: ApplyResult) -> tuple[FileChange, ...]:
     """Every file the series leaves changed or deleted (absent before and after says nothing)."""
     return tuple(
         FileChange(f.target.path, f.resolved, f.final, f.mode, f.uid, f.gid, f.target.parents)
         for f in result.files
         if f.final is not None or f.target.data is not None
     )
+
+
+def file_changes(result: ApplyResult) -> tuple[FileChange, ...]:
+    """What a layer holds: the patched files, and a deletion of every stale bytecode file."""
+    return patched_files(result) + tuple(FileChange(b.path, b.path, None, parents=b.parents) for b in result.bytecode)
 
 
 def addendum(result: ApplyResult, layer: LayerBlob, created: int) -> Addendum:
@@ -78,11 +83,13 @@ def write_layer(result: ApplyResult, dest: Path, *, epoch: int | None = None) ->
 
 
 def check_overlay(result: ApplyResult) -> None:
-    overlay_sink.check_overlay(file_changes(result))
+    overlay_sink.check_overlay(patched_files(result))
 
 
 def write_overlay(result: ApplyResult, dest: Path) -> OverlayInfo:
-    return overlay_sink.write_overlay(file_changes(result), dest)
+    """The patched files, and an empty file mounted over each stale bytecode file (CPython ignores a
+    pyc without a header and compiles the source; it cannot replace a mount point, so it keeps it)."""
+    return overlay_sink.write_overlay(patched_files(result), dest, hidden=[b.path for b in result.bytecode])
 
 
 def new_image(base: Image, result: ApplyResult, compression: Compression, *, epoch: int | None = None) -> NewImage:
@@ -154,7 +161,9 @@ def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[],
         from .rootfs.inplace import write_in_place
 
         changed = write_in_place(outputs.root, result, held=held, gate=gate)
-        written["root"] = {"path": str(outputs.root), "changed": changed}
+        stale = {b.path for b in result.bytecode}
+        written["root"] = {"path": str(outputs.root), "changed": [p for p in changed if p not in stale],
+                           "bytecode_removed": [p for p in changed if p in stale]}
     return written
 
 
@@ -174,14 +183,17 @@ def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Output
                 locked: bool = False, python_check: bool = True) -> tuple[ApplyResult, dict[str, dict[str, Any]]]:
     """The whole apply: check destinations, verify in memory, keep the bytes for rebase, write."""
     from .rootfs.inplace import hold_root
+    from .rootfs.source import RootfsSource
 
     check_destinations(outputs, source.info())
     # --root: lock it and recover a crashed apply before the plan reads it, so concurrent applies serialize
     with hold_root(outputs.root) as held:
         screen, memo = python_checker() if python_check else (None, None)
         # the Python check runs on in other processes while an in-place write stages its files
+        # in place, the bytecode to remove is the root's own (it may differ from an --image's)
+        bytecode_source = RootfsSource(outputs.root) if outputs.root is not None else None
         result, gate = plan_apply_gated(queue, source, lock, locked=locked, python_check=python_check,
-                                        python_memo=memo, python_screen=screen)
+                                        python_memo=memo, python_screen=screen, bytecode_source=bytecode_source)
         try:
             check_result(outputs, result)
             root = outputs.root

@@ -72,7 +72,23 @@ def result_json(result: ApplyResult) -> dict:
             for f in result.files
         ],
         "notes": list(result.notes),
+        "bytecode": [{"path": b.path, "source": b.source, "action": "removed"} for b in result.bytecode],
     }
+
+
+def _say_bytecode(result: ApplyResult, written: dict, verbose: bool) -> None:
+    """What apply did about bytecode CPython could have loaded instead of the patched sources."""
+    if not result.bytecode:
+        return
+    n = len(result.bytecode)
+    if not written:
+        say(f"Would remove {n} stale bytecode file(s) that CPython could load instead of the patched sources.")
+    else:
+        say(f"Removed {n} stale bytecode file(s) that CPython could load instead of the patched sources "
+            "(whiteouts in a layer, unlinked in place, covered in an overlay).")
+    if verbose:
+        for b in result.bytecode:
+            say(f"  {b.path} (for {b.source})")
 
 
 def apply_cmd(
@@ -127,6 +143,7 @@ def apply_cmd(
         for name, count in _files_per_patch(result).items():
             say(f"ok  {name}  ({count} file{'s' if count != 1 else ''})")
     say(f"Verified {len(result.patches)} patch(es) on {result.info.ref}" + (" (pinned by targets.lock)." if result.pinned else " (not pinned: no targets.lock)."))
+    _say_bytecode(result, written, verbose)
     if not written:
         say("Nothing written: give --layer, --output-image, --root or --overlay.")
     for kind, w in written.items():
@@ -152,10 +169,12 @@ def _apply_all(q, ref: str, lock, output_image: str | None, *, locked: bool, pyt
         first = {k: v for k, v in docs[0].items() if k != "platform"}
         emit_json({**first, "image": {"ref": ref, "digest": written.get("image", {}).get("digest"), "platform": "all"},
                    "files": [{**f, "platform": d["platform"]} for d in docs for f in d["files"]],
+                   "bytecode": [{**b, "platform": d["platform"]} for d in docs for b in d["bytecode"]],
                    "notes": [n for d in docs for n in d["notes"]], "platforms": docs, "outputs": written})
         return
     for p, r in results:
         say(f"Verified {len(r.patches)} patch(es) on {p} ({r.info.digest})" + (" (pinned by targets.lock)." if r.pinned else "."))
+        _say_bytecode(r, written, False)
     if not written:
         say("Nothing written: give --output-image to write an index with every platform patched.")
     for w in written.values():

@@ -15,7 +15,8 @@ from .common import G, ImageOpt, PlatformOpt, cache_dir, emit_outcome, load, ope
 if TYPE_CHECKING:
     from ..audit import AuditReport, PatchAudit
 
-COLOR = {"live": "green", "pending": "cyan", "drifted-live": "yellow", "drifted": "red", "missing": "red", "partial": "magenta"}
+COLOR = {"live": "green", "pending": "cyan", "drifted-live": "yellow", "drifted": "red", "missing": "red",
+         "shadowed": "red", "restart-pending": "yellow", "partial": "magenta"}
 
 
 class Expect(str, Enum):
@@ -61,6 +62,20 @@ def _all_platforms(q, ref: str, want: str, format: Format) -> None:
         raise failure
 
 
+def _say_runtime(report: AuditReport) -> None:
+    """Each file whose bytes are right but whose running code is not (or not known to be)."""
+    from ..audit import RESTART_PENDING, SHADOWED, iso_time
+
+    if report.process is not None:
+        say(f"Process {report.process.pid} (root {report.process.root}) started {iso_time(report.process.started)}.")
+    for p in report.patches:
+        for f in p.files:
+            if f.state in (SHADOWED, RESTART_PENDING):
+                say(f"  {f.state}: {p.name}: {f.path}: {f.detail}")
+            elif f.detail.startswith("bytecode not checked"):
+                say(f"  note: {p.name}: {f.path}: {f.detail}")
+
+
 def _render(report: AuditReport | None, history, platform: str | None = None) -> None:
     if report is not None:
         from ..audit import LIVE
@@ -72,6 +87,7 @@ def _render(report: AuditReport | None, history, platform: str | None = None) ->
             rows.append([p.name, (p.state, COLOR.get(p.state, "white")), files, _first(p)])
         title = f"Audit of {report.info.ref}" + (f" for {platform} ({report.info.digest})" if platform else "")
         table(title, ["patch", "state", "files", "first divergent file"], rows)
+        _say_runtime(report)
         rec = report.record
         if rec is None:
             say("No apply record (var/lib/imgquilt/applied.json) in this filesystem.")
@@ -104,6 +120,7 @@ def audit_cmd(
     merge: Optional[list[Path]] = typer.Option(None, "--merge", metavar="JSON", help="Merge the --json documents of several audit runs (shards of a fleet) into one matrix; reads no image. Repeatable; further files may follow as arguments."),
     merge_more: Optional[list[Path]] = typer.Argument(None, metavar="[JSON]...", help="More documents for --merge.", show_default=False),
     root: Optional[Path] = typer.Option(None, "--root", metavar="DIR", help="An extracted rootfs, or /proc/PID/root of a running container."),
+    pid: Optional[int] = typer.Option(None, "--pid", metavar="PID", help="Audit the root of a running process (/proc/PID/root); a file changed after it started is restart-pending."),
     platform: Optional[str] = PlatformOpt,
     history: bool = typer.Option(False, "--history", help="Add when each patch entered and left the series (git history of the queue)."),
     expect: Optional[Expect] = typer.Option(None, "--expect", metavar="live|pending", help="The state every patch must be in for exit 0 (pending: a base image is still clean). Default: live."),
@@ -111,13 +128,15 @@ def audit_cmd(
 ) -> None:
     """State of each patch and file in an image, a rootfs or a running container.
 
-    States: live, pending, drifted-live, drifted, missing, partial. Exit 0 when every patch is in
-    the --expect state (live by default), 5 otherwise.
+    States: live, pending, drifted-live, drifted, missing, shadowed (stale bytecode would run instead),
+    restart-pending (--pid: changed after the process started), partial. Exit 0 when every patch is
+    in the --expect state (live by default), 5 otherwise.
 
     \b
     Examples:
       imgquilt audit --image oci:out:1.0-fixed
       imgquilt audit --root /proc/1234/root --json
+      imgquilt audit --pid 1234
       imgquilt audit --image oci:base:1.0 --expect pending
       imgquilt audit --history
       imgquilt audit --format github
@@ -126,32 +145,33 @@ def audit_cmd(
       imgquilt audit --merge shard-*.json
     """
     from ..api import audit
-    from ..audit import STATES, report_json
+    from ..audit import RUNTIME_STATES, STATES, report_json
 
     if merge_more and not merge:
         raise UsageError(f"Unexpected argument {merge_more[0]}.", hint="Documents to merge follow --merge.")
     if merge:
-        if image or images_from or root or history:
+        if image or images_from or root or history or pid is not None:
             raise UsageError("--merge reads audit documents, not images: give it no --image, --images-from, --root or --history.")
         return fleet_cli.merge_cmd([*(merge or []), *(merge_more or [])], expect.value if expect else None, format)
     want_state = (expect or Expect.live).value
     refs = fleet_cli.image_refs(image or [], images_from)
     if len(refs) > 1 or images_from is not None:
-        if root or history or platform == "all":
-            raise UsageError("A fleet audit (several images) takes no --root, --history or --platform all.",
+        if root or history or platform == "all" or pid is not None:
+            raise UsageError("A fleet audit (several images) takes no --root, --pid, --history or --platform all.",
                              hint="Audit a multi-platform image's platforms on its own: --image REF --platform all.")
         return fleet_cli.fleet_cmd(refs, platform, want_state, format)
     image_ref = refs[0] if refs else None
     q = load()
     lock = q.lock()
     if platform == "all":
-        if root is not None or history:
-            raise UsageError("--platform all audits an image's platforms; it takes no --root or --history.")
+        if root is not None or history or pid is not None:
+            raise UsageError("--platform all audits an image's platforms; it takes no --root, --pid or --history.")
         return _all_platforms(q, pick_ref(image_ref, lock.image.ref if lock else None), want_state, format)
-    done = audit(G.queue, image=image_ref, root=root, platform=platform, history=history, expect=want_state, progress=progress())
+    done = audit(G.queue, image=image_ref, root=root, platform=platform, history=history, expect=want_state, progress=progress(),
+                 pid=pid)
     report, hist, want, failing, failure = done.report, done.history, done.expect, done.failing, done.error
     if G.json:
-        doc = report_json(report) if report is not None else {"image": None, "patches": [], "summary": {s: 0 for s in STATES}}
+        doc = report_json(report) if report is not None else {"image": None, "patches": [], "summary": {s: 0 for s in STATES if s not in RUNTIME_STATES}}
         doc["expect"] = want
         if hist is not None:
             from ..history import history_json

@@ -12,6 +12,7 @@ from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.lock import Lock, LockTarget, rootfs_digest
 from ..queue.queue import Queue
 from .apply import HunkError, apply_section
+from .bytecode import Bytecode, find_bytecode, is_python_source
 from .pycheck import Memo, Screen, errors_of_many, start_errors_of_many
 from .record import read_record_target, record_bytes, recorded_ref
 from .result import RECORD_PATH, ApplyResult, FileResult
@@ -209,11 +210,29 @@ def already_applied(queue: Queue, targets: dict[str, TargetFile]) -> bool:
     return bool(finals) and all(sha256_hex(targets[p].data) == h for p, h in finals.items())
 
 
+def stale_bytecode(source: Source, states: dict[str, _FileState], targets: dict[str, TargetFile]) -> tuple[Bytecode, ...]:
+    """The bytecode `source` holds for every .py file the series changes (creates, edits, deletes):
+    CPython could load it instead of the new bytes, so an apply removes it."""
+    names: dict[str, list[str]] = {}
+    for path, t in targets.items():
+        names.setdefault(t.resolved, []).append(path)
+    found: dict[str, Bytecode] = {}
+    for resolved, st in states.items():
+        if st.broken or st.data == st.target.data or not is_python_source(resolved):
+            continue
+        for named in names.get(resolved, [st.target.path]):
+            for b in find_bytecode(source, named, resolved, source_gone=st.data is None):
+                found.setdefault(b.path, b)
+    return tuple(found[p] for p in sorted(found))
+
+
 def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False, python_check: bool = True,
-               python_memo: Memo | None = None, python_screen: Screen | None = None) -> ApplyResult:
+               python_memo: Memo | None = None, python_screen: Screen | None = None,
+               bytecode_source: Source | None = None) -> ApplyResult:
     """Read, apply and verify everything in memory. Raises a refusal naming every problem."""
     result, gate = plan_apply_gated(queue, source, lock, locked=locked, python_check=python_check,
-                                    python_memo=python_memo, python_screen=python_screen)
+                                    python_memo=python_memo, python_screen=python_screen,
+                                    bytecode_source=bytecode_source)
     gate.check()
     return result
 
@@ -240,9 +259,13 @@ class Gate:
 
 
 def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False, python_check: bool = True,
-                     python_memo: Memo | None = None, python_screen: Screen | None = None) -> tuple[ApplyResult, Gate]:
+                     python_memo: Memo | None = None, python_screen: Screen | None = None,
+                     bytecode_source: Source | None = None) -> tuple[ApplyResult, Gate]:
     """plan_apply, with the Python check left running: every other verification is done and refused
-    here; the result may be staged but not made visible before `gate.check()` passed."""
+    here; the result may be staged but not made visible before `gate.check()` passed.
+
+    `bytecode_source`: where to look for bytecode the change makes stale (default: `source`; an
+    in-place apply looks in the root it writes)."""
     check_lock_fresh(queue, lock, locked=locked)
     paths = queue.target_paths()
     targets = source.read_targets(paths)
@@ -283,10 +306,11 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     # the record names the image the series was applied on: its own manifest digest (one platform of
     # an index has its own), else (a rootfs) the lock's pin, else a digest over the targets
     image_digest = info.digest or (lock.image.digest if lock else rootfs_digest([(t.resolved, sha256_hex(t.data)) for t in targets.values()]))
-    record = record_bytes(queue, image_digest, recorded_ref(info.ref), targets)
+    bytecode = () if done else stale_bytecode(bytecode_source or source, states, targets)
+    record = record_bytes(queue, image_digest, recorded_ref(info.ref), targets, bytecode)
     files.append(FileResult(record_target, record, record_target.mode if record_target.data is not None else 0o644, record_target.uid, record_target.gid, ()))
     files.sort(key=lambda f: f.resolved)
-    result = ApplyResult(info, queue.series_sha256, tuple(queue.names), tuple(files), lock is not None, tuple(notes))
+    result = ApplyResult(info, queue.series_sha256, tuple(queue.names), tuple(files), lock is not None, tuple(notes), bytecode)
     return result, Gate(pending)
 
 

@@ -7,11 +7,13 @@ already scanned, and a record those layers do not decide counts as not there.
 from __future__ import annotations
 
 import json
+from typing import Sequence
 
 from .. import __version__
 from ..errors import BadImage, BadInput
 from ..fs.types import Source, TargetFile
 from ..queue.queue import Queue
+from .bytecode import Bytecode
 from .result import RECORD_PATH
 
 
@@ -21,8 +23,10 @@ def recorded_ref(ref: str) -> str | None:
     return ref if ref.startswith("docker://") else None
 
 
-def record_bytes(queue: Queue, image_digest: str | None, image_ref: str | None, targets: dict[str, TargetFile]) -> bytes:
-    """What was applied, reproducible (no timestamps)."""
+def record_bytes(queue: Queue, image_digest: str | None, image_ref: str | None, targets: dict[str, TargetFile],
+                 bytecode: Sequence[Bytecode] = ()) -> bytes:
+    """What was applied, reproducible (no timestamps); `bytecode`: the stale bytecode the apply
+    removes (listed only when there is some, so a record without bytecode is as it always was)."""
     doc = {
         "imgquilt_version": __version__,
         "series_sha256": queue.series_sha256,
@@ -38,6 +42,8 @@ def record_bytes(queue: Queue, image_digest: str | None, image_ref: str | None, 
             for p in queue.patches
         ],
     }
+    if bytecode:
+        doc["bytecode"] = [{"path": b.path, "source": b.source, "action": "removed"} for b in bytecode]
     return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
 
 

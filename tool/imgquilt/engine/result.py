@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..fs.types import ImageInfo, TargetFile
+from .bytecode import Bytecode
 
 RECORD_PATH = "var/lib/imgquilt/applied.json"
 
@@ -39,3 +40,6 @@ class ApplyResult:
     files: tuple[FileResult, ...]  # sorted by resolved path; includes the record at RECORD_PATH
     pinned: bool  # a targets.lock was used
     notes: tuple[str, ...] = ()  # things to tell the user (image digest differs from the lock, ...)
+    # bytecode CPython could load instead of a source the series changes: removed with the change
+    # (a whiteout in a layer, an unlink in place, hidden in an overlay)
+    bytecode: tuple[Bytecode, ...] = ()

@@ -42,6 +42,9 @@ class TargetFile:
     gid: int = 0
     layer: str | None = None
     parents: tuple[DirMeta, ...] = field(default=())  # existing parents of `resolved`, root first
+    # modification time in whole seconds, as CPython compares it with a timestamp pyc (None: unknown);
+    # not part of equality: the same bytes read from an image and from its extraction are one file
+    mtime: int | None = field(default=None, compare=False)
 
     @property
     def exists(self) -> bool:
@@ -91,6 +94,26 @@ class PeeksTargets(Protocol):
     """A source that can answer from what it has already read, reading nothing more."""
 
     def peek_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]: ...
+
+
+@dataclass(frozen=True)
+class DirListing:
+    """A directory's entries, as a source knows them: its resolved path, itself and its parents
+    (root first, the directory last), and every entry by name (never `.` or `..`)."""
+
+    resolved: str
+    parents: tuple[DirMeta, ...]
+    entries: dict[str, Node]
+
+
+@runtime_checkable
+class ListsDirs(Protocol):
+    """A source that can list a directory without reading more than it has (an image: the layers
+    read so far, so looking for bytecode never makes a read go deeper than its targets did)."""
+
+    def peek_dir(self, path: str) -> DirListing | None:
+        """The directory at `path` (symlinks resolved inside the root); None when nothing read shows one."""
+        ...
 
 
 @runtime_checkable

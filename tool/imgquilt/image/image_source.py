@@ -42,12 +42,12 @@ from ..cache.layers import LayerCache
 from ..errors import BadImage, BadInput
 from ..fs.paths import check_member_path
 from ..fs.resolve import resolve
-from ..fs.types import DirMeta, ImageInfo, Node, TargetFile
+from ..fs.types import DirListing, DirMeta, ImageInfo, Node, TargetFile
 from .layers.blob_layer import BlobLayer
 from .layers.blobio import FileRange, HashingRange, VerifiedBlobs, fingerprint
 from .layers.index_codec import dump_index, load_index
 from .layers.layer_index import DIR, FILE, HARDLINK, OTHER, SYMLINK, Rec, scan_layer
-from .layers.merged_view import UNKNOWN, Absent, Deletion, Found, MergedView
+from .layers.merged_view import UNKNOWN, Absent, Deletion, Found, MergedView, _ancestors, hider
 from .layers.tarwalk import TarWalker
 
 KEEP_LIKELY_MAX = 8 << 20  # a same-named file up to this size is kept in case a symlink leads to it
@@ -176,8 +176,41 @@ class ImageSource:
                 continue
             _, rec = d.source
             t = d.target
-            out[p] = TargetFile(t.path, t.resolved, rec.data, t.mode, t.uid, t.gid, t.layer, t.parents)
+            out[p] = TargetFile(t.path, t.resolved, rec.data, t.mode, t.uid, t.gid, t.layer, t.parents, t.mtime)
         return out
+
+    def peek_dir(self, path: str) -> DirListing | None:
+        """The directory at `path` ("" = the root) over the layers scanned so far (see
+        fs.types.ListsDirs): every entry some scanned layer holds in it and no scanned layer hides.
+        Reads nothing."""
+        parents: tuple[DirMeta, ...] = ()
+        resolved = ""
+        if path:
+            tracker = _Tracker(self._view, self.layer_digest)
+            try:
+                res = resolve(check_member_path(path, what="directory path"), tracker)
+            except BadInput:
+                return None
+            if not tracker.definite or res.node is None or res.node.kind != "dir":
+                return None
+            resolved = res.resolved
+            parents = tuple(DirMeta(p, n.mode, n.uid, n.gid) for p, n in res.parents)
+            parents += (DirMeta(resolved, res.node.mode, res.node.uid, res.node.gid),)
+        names: set[str] = set()
+        above = _ancestors(resolved) if resolved else []
+        for layer in self._view.layers:
+            names.update(layer.children(resolved))
+            if layer.opaque.get(resolved) is not None or (resolved and hider(layer, resolved, above) is not None):
+                break  # nothing below this layer shows through
+            rec = layer.entries.get(resolved) if resolved else None
+            if rec is not None and rec.kind != DIR:
+                break
+        entries: dict[str, Node] = {}
+        for child in sorted(names):
+            found = self._view.lookup(child)
+            if isinstance(found, Found):
+                entries[child.rpartition("/")[2]] = found.rec.node(self.layer_digest(found.layer))
+        return DirListing(resolved, parents, entries)
 
     def list_paths(self) -> list[str]:
         """Every non-directory path of the merged filesystem, from tar headers only.
@@ -259,7 +292,7 @@ class ImageSource:
         if isinstance(source, _Open):
             return source
         target = TargetFile(named, res.resolved, None, rec.mode, rec.uid, rec.gid,
-                            self.layer_digest(found.layer), parents)
+                            self.layer_digest(found.layer), parents, rec.mtime)
         return _Decided(target, source, None)
 
     def _data_source(self, named: str, resolved: str, found: Found) -> tuple[int, Rec] | _Open:
@@ -317,11 +350,26 @@ class ImageSource:
 
     def _keeper(self, wanted: set[str]) -> Callable[[str, int], bool]:
         basenames = {posixpath.basename(w) for w in wanted}
+        # the bytecode beside a wanted source (dir/__pycache__/NAME.*.pyc, dir/NAME.pyc): an audit
+        # reads it next, and keeping it now spares a second pass over the layer
+        pyc_dirs: dict[str, set[str]] = {}
+        for w in wanted:
+            if w.endswith(".py"):
+                d, _, name = w.rpartition("/")
+                pyc_dirs.setdefault(f"{d}/__pycache__" if d else "__pycache__", set()).add(name[:-3] + ".")
+                pyc_dirs.setdefault(d, set()).add(name[:-3] + ".")
+
+        def likely(path: str) -> bool:
+            d, _, name = path.rpartition("/")
+            if name in basenames:
+                return True
+            stems = pyc_dirs.get(d)
+            return stems is not None and name.endswith(".pyc") and name[: name.find(".") + 1] in stems
 
         def keep(path: str, size: int) -> bool:
             if path in wanted:
                 return True
-            if size <= KEEP_LIKELY_MAX and path.rpartition("/")[2] in basenames:
+            if size <= KEEP_LIKELY_MAX and likely(path):
                 with self._kept_lock:  # two scans may share the budget
                     if self._likely_kept + size <= KEEP_LIKELY_BUDGET:
                         self._likely_kept += size

@@ -90,13 +90,17 @@ def readlink_at(root_fd: int, rel: str) -> str:
         return os.readlink(name, dir_fd=fd)
 
 
-def read_at(root_fd: int, rel: str) -> bytes:
+def read_at(root_fd: int, rel: str, *, with_mtime: bool = False):
+    """The bytes of a regular file; with `with_mtime`, (bytes, mtime in whole seconds as CPython's
+    int(st_mtime)), both from the one file opened."""
     with parent_dir(root_fd, rel) as (dfd, name):
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
         with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
                 raise BadInput(f"{rel!r} is not a regular file.")
-            return f.read()
+            data = f.read()
+            return (data, int(st.st_mtime)) if with_mtime else data
 
 
 def unlink_quiet(dfd: int, name: str) -> None:

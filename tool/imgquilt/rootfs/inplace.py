@@ -31,7 +31,7 @@ from ..queue.hunks import sha256_hex
 from ..engine.result import RECORD_PATH, ApplyResult, FileResult
 from ..errors import BaseDrift, RootWriteFailed, UnsafePath
 from ..fs.types import TargetFile
-from .dirfd import open_dir, open_root, parent_dir, split, unlink_quiet
+from .dirfd import lstat_at, open_dir, open_root, parent_dir, split, unlink_quiet
 from .journal import Entry, Journal, clear_journal_temps, drop_journal, read_journal, write_journal
 from .source import RootfsSource
 
@@ -210,6 +210,22 @@ def _read_current(root: Path, changed: list[FileResult]) -> dict[str, TargetFile
     return cur
 
 
+def _bytecode_removals(root_fd: int, result: ApplyResult, changing: set[str]) -> list[tuple[FileResult, Entry]]:
+    """A deletion of each stale bytecode file of a source this write changes, while it is still a
+    regular file: removed in the same transaction as the sources, so a crash leaves both old or both new."""
+    out = []
+    for b in result.bytecode:
+        if b.source not in changing or b.path in changing:
+            continue
+        try:
+            st = lstat_at(root_fd, b.path)
+        except UnsafePath:
+            continue
+        if st is not None and stat.S_ISREG(st.st_mode):
+            out.append((FileResult(TargetFile(b.path, b.path, None), None, 0o644, 0, 0, ()), Entry(b.path, True, True)))
+    return out
+
+
 def _record_only_noop(changes: list[tuple[FileResult, Entry]], here: dict[str, TargetFile], result: ApplyResult) -> bool:
     """Re-running a series on a root already at its result: keep the record it has (a no-op is a no-op)."""
     if len(changes) != 1 or changes[0][0].target.path != RECORD_PATH:
@@ -374,6 +390,10 @@ def write_in_place(root: Path, result: ApplyResult, *, held: HeldRoot | None = N
                for f in changed if here[f.target.path].data != f.final]
     if not changes or _record_only_noop(changes, here, result):
         return []
+    try:
+        changes += _bytecode_removals(held.fd, result, {e.path for _, e in changes})
+    except OSError as exc:
+        raise _failed(root, exc.filename or ".", exc) from None
     entries = [e for _, e in changes]
     try:
         dirs = _check_paths(root, held.fd, entries)

@@ -10,8 +10,8 @@ from typing import Sequence
 from ..errors import BadInput, UnsafePath
 from ..fs.paths import check_member_path
 from ..fs.resolve import resolve
-from ..fs.types import DirMeta, ImageInfo, Node, TargetFile
-from .dirfd import lstat_at, open_root, read_at, readlink_at
+from ..fs.types import DirListing, DirMeta, ImageInfo, Node, TargetFile
+from .dirfd import lstat_at, open_dir, open_root, read_at, readlink_at
 
 
 def _node(st: os.stat_result, linkname: str = "") -> Node:
@@ -54,6 +54,59 @@ class RootfsSource:
         finally:
             os.close(root_fd)
 
+    def peek_dir(self, path: str) -> DirListing | None:
+        """The directory at `path` (symlinks resolved inside the root) and its entries, never following
+        a link out of it; None when there is no directory there or it cannot be read."""
+        root_fd = open_root(self.root)
+        try:
+            if path:
+                r = resolve(check_member_path(path, what="directory path"), self._lookup(root_fd))
+                if r.node is None or r.node.kind != "dir":
+                    return None
+                resolved = r.resolved
+                parents = tuple(DirMeta(p, n.mode, n.uid, n.gid) for p, n in r.parents)
+                parents += (DirMeta(resolved, r.node.mode, r.node.uid, r.node.gid),)
+            else:
+                resolved, parents = "", ()
+            fd = open_dir(root_fd, resolved.split("/") if resolved else [])
+            try:
+                entries = {}
+                for name in os.listdir(fd):
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    entries[name] = _node(st, os.readlink(name, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else "")
+            finally:
+                os.close(fd)
+        except (OSError, BadInput):
+            return None  # gone, unreadable or swapped meanwhile: nothing to say about it
+        finally:
+            os.close(root_fd)
+        return DirListing(resolved, parents, entries)
+
+    def change_times(self, resolved: Sequence[str]) -> dict[str, float | None]:
+        """The ctime of each resolved path (never following a final symlink); None: not there."""
+        root_fd = open_root(self.root)
+        try:
+            out: dict[str, float | None] = {}
+            for rel in resolved:
+                try:
+                    st = lstat_at(root_fd, rel)
+                except (OSError, BadInput):
+                    st = None
+                out[rel] = None if st is None else st.st_ctime
+            return out
+        finally:
+            os.close(root_fd)
+
+    @staticmethod
+    def _lookup(root_fd: int):
+        def lookup(rel: str) -> Node | None:
+            st = lstat_at(root_fd, rel)
+            if st is None:
+                return None
+            return _node(st, readlink_at(root_fd, rel) if stat.S_ISLNK(st.st_mode) else "")
+
+        return lookup
+
     def _read_reporting(self, root_fd: int, path: str) -> TargetFile:
         try:
             return self._read(root_fd, path)
@@ -66,14 +119,7 @@ class RootfsSource:
 
     def _read(self, root_fd: int, path: str) -> TargetFile:
         named = check_member_path(path)
-
-        def lookup(rel: str) -> Node | None:
-            st = lstat_at(root_fd, rel)
-            if st is None:
-                return None
-            return _node(st, readlink_at(root_fd, rel) if stat.S_ISLNK(st.st_mode) else "")
-
-        r = resolve(named, lookup)
+        r = resolve(named, self._lookup(root_fd))
         parents = tuple(DirMeta(p, n.mode, n.uid, n.gid) for p, n in r.parents)
         if r.node is None:
             if ".." in r.resolved.split("/"):
@@ -88,5 +134,5 @@ class RootfsSource:
                 f"Target {named!r} (resolved {r.resolved!r}) is a {r.node.kind}, not a regular file.",
                 hint="Patches can only change regular files.",
             )
-        data = read_at(root_fd, r.resolved)
-        return TargetFile(named, r.resolved, data, r.node.mode, r.node.uid, r.node.gid, None, parents)
+        data, mtime = read_at(root_fd, r.resolved, with_mtime=True)
+        return TargetFile(named, r.resolved, data, r.node.mode, r.node.uid, r.node.gid, None, parents, mtime)

@@ -13,8 +13,8 @@ from typing import Iterator, Mapping
 
 from .layer_index import LayerIndex, Rec
 
-FORMAT = "imgquilt-layer-index-3"
-_Raw = tuple  # (kind, mode, uid, gid, size, linkname, ordinal, offset, sparse, sha or "")
+FORMAT = "imgquilt-layer-index-4"  # 4: members carry their mtime
+_Raw = tuple  # (kind, mode, uid, gid, size, linkname, ordinal, offset, sparse, sha or "", mtime)
 
 
 def _parent(path: str) -> str:
@@ -49,7 +49,7 @@ class LazyRecs(Mapping[str, Rec]):
         t = self._bucket(_parent(path)).get(path)
         if t is None:
             return default
-        rec = Rec(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8])
+        rec = Rec(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[10])
         if t[9]:
             rec.sha = t[9]
         self._made[path] = rec
@@ -60,6 +60,10 @@ class LazyRecs(Mapping[str, Rec]):
         if rec is None:
             raise KeyError(path)
         return rec
+
+    def paths_in(self, directory: str) -> list[str]:
+        """The member paths directly in `directory` (decodes that directory only)."""
+        return list(self._bucket(directory))
 
     def __contains__(self, path: object) -> bool:
         return isinstance(path, str) and path in self._bucket(_parent(path))
@@ -85,7 +89,7 @@ class LazyRecs(Mapping[str, Rec]):
 
 
 def _raw_of(r: Rec) -> _Raw:
-    return (r.kind, r.mode, r.uid, r.gid, r.size, r.linkname, r.ordinal, r.offset, r.sparse, r.sha or "")
+    return (r.kind, r.mode, r.uid, r.gid, r.size, r.linkname, r.ordinal, r.offset, r.sparse, r.sha or "", r.mtime)
 
 
 def dump_index(index: LayerIndex, layer_digest: str, whiteouts: bool) -> bytes:

@@ -6,7 +6,7 @@ before the index is handed back; an index therefore never holds unverified bytes
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from ...errors import BadImage, DigestMismatch, UnsafePath
@@ -27,10 +27,10 @@ _NODE_KIND = {FILE: "file", HARDLINK: "file", DIR: "dir", SYMLINK: "symlink", OT
 class Rec:
     """One member of a layer (the last one wins when a path repeats)."""
 
-    __slots__ = ("kind", "mode", "uid", "gid", "size", "linkname", "ordinal", "offset", "data", "sparse", "sha")
+    __slots__ = ("kind", "mode", "uid", "gid", "size", "linkname", "ordinal", "offset", "data", "sparse", "sha", "mtime")
 
     def __init__(self, kind: str, mode: int, uid: int, gid: int, size: int, linkname: str,
-                 ordinal: int, offset: int, sparse: bool) -> None:
+                 ordinal: int, offset: int, sparse: bool, mtime: int = 0) -> None:
         self.kind = kind
         self.mode = mode
         self.uid = uid
@@ -42,6 +42,7 @@ class Rec:
         self.data: bytes | None = None
         self.sparse = sparse
         self.sha: str | None = None  # sha256 hex of the data, when the shared cache holds it
+        self.mtime = mtime  # whole seconds, for judging a timestamp pyc against its source
 
     def node(self, layer: str | None) -> Node:
         return Node(_NODE_KIND[self.kind], self.mode, self.uid, self.gid,
@@ -59,6 +60,20 @@ class LayerIndex:
     implicit: set[str]  # directories that exist in the layer because something is under them
     members: int = 0
     kept_bytes: int = 0
+    _children: dict[str, list[str]] | None = field(default=None, repr=False, compare=False)
+
+    def children(self, directory: str) -> list[str]:
+        """The paths of this layer's members directly in `directory` ("" = the root), whiteouts not
+        included (a lookup decides what they hide)."""
+        names = getattr(self.entries, "paths_in", None)
+        if names is not None:  # a cached index keeps its members per directory
+            return names(directory)
+        if self._children is None:
+            grouped: dict[str, list[str]] = {}
+            for path in self.entries:
+                grouped.setdefault(path.rpartition("/")[0], []).append(path)
+            self._children = grouped
+        return self._children.get(directory, [])
 
 
 def _implicit_dirs(entries: dict[str, Rec], whiteouts: dict[str, str], opaque: dict[str, str]) -> set[str]:
@@ -109,7 +124,7 @@ def scan_layer(stream, *, position: int, whiteouts: bool, keep: Callable[[str, i
                     raise BadImage(
                         f"The {what} holds a hard link {e.name!r} to an unsafe path {e.linkname!r}."
                     ) from None
-            rec = Rec(kind, e.mode, e.uid, e.gid, e.size, link, e.ordinal, e.offset, e.sparse)
+            rec = Rec(kind, e.mode, e.uid, e.gid, e.size, link, e.ordinal, e.offset, e.sparse, e.mtime)
             entries[path] = rec
             if kind == FILE and keep(path, e.size):
                 rec.data = walker.read_data()

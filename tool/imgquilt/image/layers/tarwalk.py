@@ -41,10 +41,10 @@ class Stream(Protocol):
 class TarEntry:
     """One member: name and link as stored, type, metadata, and where its data is in the stream."""
 
-    __slots__ = ("name", "type", "mode", "uid", "gid", "size", "linkname", "offset", "ordinal", "sparse")
+    __slots__ = ("name", "type", "mode", "uid", "gid", "size", "linkname", "offset", "ordinal", "sparse", "mtime")
 
     def __init__(self, name: str, type_: str, mode: int, uid: int, gid: int, size: int,
-                 linkname: str, offset: int, ordinal: int, sparse: bool) -> None:
+                 linkname: str, offset: int, ordinal: int, sparse: bool, mtime: int = 0) -> None:
         self.name = name
         self.type = type_
         self.mode = mode
@@ -55,6 +55,7 @@ class TarEntry:
         self.offset = offset
         self.ordinal = ordinal
         self.sparse = sparse
+        self.mtime = mtime  # whole seconds (a PAX mtime's fraction dropped, as int(st_mtime) would)
 
     @property
     def is_file(self) -> bool:
@@ -71,6 +72,21 @@ def _decode(raw: bytes) -> str:
 def _cstr(field: bytes) -> bytes:
     end = field.find(b"\0")
     return field if end < 0 else field[:end]
+
+
+def _mtime(field: bytes) -> int:
+    """The mtime field; a blank or unreadable one is 0 (only bytecode checks look at it)."""
+    try:
+        return _number(field)
+    except ValueError:
+        return 0
+
+
+def _pax_mtime(text: str) -> int:
+    try:
+        return int(float(text))
+    except (ValueError, OverflowError):
+        return 0
 
 
 def _number(field: bytes) -> int:
@@ -284,10 +300,12 @@ class TarWalker:
                     mode = int(block[100:107], 8) & 0o7777
                     uid = int(block[108:115], 8)
                     gid = int(block[116:123], 8)
+                    mtime = int(block[136:147], 8)
                 except ValueError:
                     mode = _number(block[100:108]) & 0o7777
                     uid = _number(block[108:116])
                     gid = _number(block[116:124])
+                    mtime = _mtime(block[136:148])
             except ValueError as exc:
                 raise self._corrupt(str(exc)) from None
             if longname is not None:
@@ -321,6 +339,8 @@ class TarWalker:
                         gid = int(extra["gid"])
                 except ValueError:
                     raise self._corrupt("a PAX record holds a bad number") from None
+                if "mtime" in extra:
+                    mtime = _pax_mtime(extra["mtime"])
                 if "GNU.sparse.major" in extra or "GNU.sparse.map" in extra or "GNU.sparse.size" in extra:
                     sparse = True
                     name = extra.get("GNU.sparse.name", name)
@@ -339,7 +359,7 @@ class TarWalker:
             if size < 0:
                 raise self._corrupt("a negative member size")
             entry = TarEntry(name, typeflag, mode, uid, gid, size, linkname,
-                             self._base + self._pos, ordinal, sparse)
+                             self._base + self._pos, ordinal, sparse, mtime)
             ordinal += 1
             self.count = ordinal
             self._pending = (size + 511) & ~511

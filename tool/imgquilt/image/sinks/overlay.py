@@ -96,10 +96,12 @@ def check_overlay_destination(dest_dir: Path) -> Path:
     return dest
 
 
-def write_overlay(changes: Sequence[FileChange], dest_dir: Path) -> OverlayInfo:
-    """Write every changed file under `dest_dir` and list them in `dest_dir/mounts.tsv`, atomically."""
+def write_overlay(changes: Sequence[FileChange], dest_dir: Path, *, hidden: Sequence[str] = ()) -> OverlayInfo:
+    """Write every changed file under `dest_dir` and list them in `dest_dir/mounts.tsv`, atomically.
+
+    `hidden`: resolved paths to cover with an empty file (mode 0644), e.g. stale bytecode."""
     dest = Path(os.path.abspath(dest_dir))
-    files = _plan(changes, dest)
+    files = _plan([*changes, *(FileChange(p, p, b"") for p in hidden)], dest)
     check_overlay_destination(dest_dir)
     as_root = os.geteuid() == 0
     with output_dir(dest, failure=f"Cannot write the overlay {str(dest_dir)!r}") as tmp:

@@ -1,0 +1,370 @@
+"""Python bytecode beside a source: which files CPython could load instead of it, and what they run.
+
+CPython imports `DIR/NAME.py` from `DIR/__pycache__/NAME.TAG[.opt-N].pyc` when that file is valid for
+the source (TAG: the interpreter's cache tag; N: the -O level), and a sourceless `DIR/NAME.pyc` when
+there is no `NAME.py` at all. A pyc says how it is to be judged in its 16-byte header (PEP 552):
+
+- flags 0, a timestamp pyc: loaded when its mtime and size fields equal the source's (mtime in whole
+  seconds); the code inside is whatever was compiled then;
+- flags 3, a checked-hash pyc: loaded only when its source hash equals the hash of the source's bytes;
+- flags 1, an unchecked-hash pyc: loaded whatever the source holds (its hash is never compared).
+
+The source hash is SipHash, keyed with the pyc's own magic number: SipHash-2-4 in CPython 3.7-3.10,
+SipHash-1-3 from 3.11 on (`_Py_KeyedHash`; checked against every interpreter named in the tests).
+Nothing here reads a filesystem: bytes and names in, verdicts out. Comparing the code of a timestamp
+pyc means unmarshalling it, which is not safe on hostile bytes, so that runs in a child process with
+a memory cap, and only for pycs of this interpreter's own magic number.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import struct
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..fs.types import DirMeta, ListsDirs, Source
+
+PYCACHE = "__pycache__"
+HEADER = 16
+
+# verdicts on one bytecode file
+IGNORED = "ignored"  # CPython does not load it: the source's bytes run
+CURRENT = "current"  # CPython loads it, and it holds the code of the source's bytes
+STALE = "stale"  # CPython loads it instead of the source's bytes: other code runs
+UNCHECKED = "unchecked"  # CPython would load it; imgquilt cannot tell what code it holds
+
+# magic-number ranges (the 16-bit number before b"\r\n") of CPython releases, with the source-hash
+# function each keys with its magic; pre-releases included (Include/internal/pycore_magic_number.h)
+_VERSIONS: tuple[tuple[int, int, str, int | None], ...] = (
+    (3230, 3379, "3.3-3.6", None),  # 12-byte header (magic, mtime, size): timestamps only
+    (3390, 3394, "3.7", 2),
+    (3400, 3413, "3.8", 2),
+    (3420, 3425, "3.9", 2),
+    (3430, 3439, "3.10", 2),
+    (3450, 3495, "3.11", 1),
+    (3500, 3531, "3.12", 1),
+    (3550, 3571, "3.13", 1),
+    (3600, 3627, "3.14", 1),
+    (3650, 3699, "3.15", 1),
+)
+_OWN_MAGIC = importlib.util.MAGIC_NUMBER
+_CODE_CHILD_MEMORY = 2 << 30  # the child that unmarshals untrusted bytecode: address-space cap
+_CODE_CHILD_TIMEOUT = 120
+
+
+@dataclass(frozen=True)
+class Bytecode:
+    """One bytecode file CPython could load for a source: its resolved path, the source's resolved
+    path, and how it is found (`pycache`: __pycache__/NAME.TAG.pyc; `sourceless`: NAME.pyc)."""
+
+    path: str
+    source: str
+    how: str
+    optimize: int = 0  # the -O level its name says (opt-1, opt-2)
+    parents: tuple[DirMeta, ...] = field(default=(), compare=False)  # its directories in the source, root first
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What CPython would do with one bytecode file, and why, in a sentence."""
+
+    bytecode: Bytecode
+    verdict: str
+    reason: str
+
+
+# --- where bytecode lives ---------------------------------------------------------------------
+def pycache_names(stem: str, names: Sequence[str]) -> list[tuple[str, int]]:
+    """(name, -O level) of every `STEM.TAG[.opt-N].pyc` among `names` (any interpreter's tag)."""
+    out = []
+    for name in names:
+        if not (name.startswith(stem + ".") and name.endswith(".pyc")):
+            continue
+        middle = name[len(stem) + 1 : -4].split(".")
+        if len(middle) == 1 and middle[0]:
+            out.append((name, 0))
+        elif len(middle) == 2 and middle[0] and middle[1] in ("opt-1", "opt-2"):
+            out.append((name, int(middle[1][-1])))
+    return sorted(out)
+
+
+def source_dirs(named: str, resolved: str) -> list[tuple[str, str]]:
+    """(directory, module stem) pairs a source may be imported as: by the path the patch names and by
+    the path it resolves to (they differ when the file itself is a symlink); the pyc goes beside the
+    path the importer found."""
+    out = []
+    for path in (named, resolved):
+        d, _, name = path.rpartition("/")
+        pair = (d, name[:-3])
+        if name.endswith(".py") and pair not in out:
+            out.append(pair)
+    return out
+
+
+def is_python_source(path: str) -> bool:
+    return path.endswith(".py") and path.rpartition("/")[2] != ".py"
+
+
+def _join(d: str, name: str) -> str:
+    return f"{d}/{name}" if d else name
+
+
+def find_bytecode(source: Source, named: str, resolved: str, *, source_gone: bool,
+                  kinds: tuple[str, ...] = ("file",)) -> list[Bytecode]:
+    """Every bytecode file `source` shows that CPython could load for the source file at `named`
+    (`resolved`): __pycache__/STEM.*.pyc of any interpreter and -O level, and, when the source is
+    gone, the sourceless STEM.pyc beside it. Only what the source already read is looked at (see
+    fs.types.ListsDirs). `kinds`: the entry kinds counted (a symlink in __pycache__ is followed by
+    CPython, but an apply does not remove one)."""
+    if not isinstance(source, ListsDirs) or not is_python_source(resolved):
+        return []
+    found: dict[str, Bytecode] = {}
+    for d, stem in source_dirs(named, resolved):
+        cache = source.peek_dir(_join(d, PYCACHE))
+        if cache is not None:
+            names = [n for n, node in cache.entries.items() if node.kind in kinds]
+            for name, opt in pycache_names(stem, names):
+                path = _join(cache.resolved, name)
+                found.setdefault(path, Bytecode(path, resolved, "pycache", opt, cache.parents))
+        if source_gone:
+            here = source.peek_dir(d)
+            node = here.entries.get(stem + ".pyc") if here is not None else None
+            if here is not None and node is not None and node.kind in kinds:
+                path = _join(here.resolved, stem + ".pyc")
+                found.setdefault(path, Bytecode(path, resolved, "sourceless", 0, here.parents))
+    return [found[p] for p in sorted(found)]
+
+
+# --- the header ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Header:
+    magic: int  # the 16-bit magic number
+    version: str | None  # the CPython release it belongs to, when known
+    flags: int
+    mtime: int | None
+    size: int | None
+    source_hash: bytes | None
+
+
+def version_of(magic: int) -> tuple[str, int | None] | None:
+    """(release, SipHash compression rounds or None) for a CPython magic number; None if unknown."""
+    for lo, hi, version, rounds in _VERSIONS:
+        if lo <= magic <= hi:
+            return version, rounds
+    return None
+
+
+def read_header(data: bytes) -> Header | None:
+    """The header, or None when no CPython would take these bytes for a pyc (too short, no magic)."""
+    if len(data) < 12 or data[2:4] != b"\r\n":
+        return None
+    magic = struct.unpack("<H", data[:2])[0]
+    known = version_of(magic)
+    if known is not None and known[1] is None:  # 3.3-3.6: magic, mtime, size
+        mtime, size = struct.unpack("<II", data[4:12])
+        return Header(magic, known[0], 0, mtime, size, None)
+    if len(data) < HEADER:
+        return None
+    flags = struct.unpack("<I", data[4:8])[0]
+    version = known[0] if known else None
+    if flags & 1:
+        return Header(magic, version, flags, None, None, data[8:16])
+    mtime, size = struct.unpack("<II", data[8:16])
+    return Header(magic, version, flags, mtime, size, None)
+
+
+# --- SipHash, as CPython's _Py_KeyedHash(key, bytes) -------------------------------------------
+_MASK = (1 << 64) - 1
+
+
+def _rotl(x: int, b: int) -> int:
+    return ((x << b) | (x >> (64 - b))) & _MASK
+
+
+def siphash(k0: int, k1: int, data: bytes, c_rounds: int, d_rounds: int) -> int:
+    """SipHash-c-d of `data` (CPython's variant: 1-3 from 3.11 on, 2-4 before)."""
+    v0 = k0 ^ 0x736F6D6570736575
+    v1 = k1 ^ 0x646F72616E646F6D
+    v2 = k0 ^ 0x6C7967656E657261
+    v3 = k1 ^ 0x7465646279746573
+
+    def rounds(n: int) -> None:
+        nonlocal v0, v1, v2, v3
+        for _ in range(n):
+            v0 = (v0 + v1) & _MASK
+            v1 = _rotl(v1, 13) ^ v0
+            v0 = _rotl(v0, 32)
+            v2 = (v2 + v3) & _MASK
+            v3 = _rotl(v3, 16) ^ v2
+            v0 = (v0 + v3) & _MASK
+            v3 = _rotl(v3, 21) ^ v0
+            v2 = (v2 + v1) & _MASK
+            v1 = _rotl(v1, 17) ^ v2
+            v2 = _rotl(v2, 32)
+
+    whole = len(data) - len(data) % 8
+    for (m,) in struct.iter_unpack("<Q", data[:whole]):
+        v3 ^= m
+        rounds(c_rounds)
+        v0 ^= m
+    b = ((len(data) & 0xFF) << 56) | int.from_bytes(data[whole:], "little")
+    v3 ^= b
+    rounds(c_rounds)
+    v0 ^= b
+    v2 ^= 0xFF
+    rounds(d_rounds)
+    return (v0 ^ v1 ^ v2 ^ v3) & _MASK
+
+
+def source_hash(magic: int, data: bytes) -> bytes | None:
+    """The 8-byte source hash the CPython of `magic` keeps in a hash-based pyc of `data`; None for a
+    magic number imgquilt does not know (it says so rather than guess)."""
+    known = version_of(magic)
+    if known is None or known[1] is None:
+        return None
+    key = int.from_bytes(struct.pack("<H", magic) + b"\r\n", "little")
+    c_rounds = known[1]
+    if c_rounds == (1 if sys.version_info >= (3, 11) else 2):
+        import _imp  # this interpreter's own, in C: the same function
+
+        return _imp.source_hash(key, data)
+    return siphash(key, 0, data, c_rounds, c_rounds + 2).to_bytes(8, "little")
+
+
+# --- verdicts -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Seen:
+    """A bytecode file as read, beside its source as read (None: the source is gone)."""
+
+    bytecode: Bytecode
+    data: bytes
+    source: bytes | None
+    source_mtime: int | None
+
+
+def judge(items: Sequence[Seen]) -> list[Verdict]:
+    """What CPython would run for each item: its source's bytes (IGNORED, CURRENT) or other code
+    (STALE); UNCHECKED where that cannot be known here. One child process compares the code of every
+    timestamp pyc of this interpreter's magic number whose mtime and size match its source."""
+    out: list[Verdict | None] = []
+    compare: list[tuple[int, Seen]] = []
+    for i, seen in enumerate(items):
+        verdict = _judge_header(seen)
+        if verdict is None:
+            compare.append((i, seen))
+        out.append(verdict)
+    if compare:
+        for (i, seen), same in zip(compare, _same_code([s for _, s in compare])):
+            out[i] = _code_verdict(seen, same)
+    return [v for v in out if v is not None]
+
+
+def _judge_header(seen: Seen) -> Verdict | None:
+    """The verdict the header alone gives; None when only the code can tell."""
+    b, src = seen.bytecode, seen.source
+    h = read_header(seen.data)
+    if h is None:
+        return Verdict(b, IGNORED, "not bytecode CPython would load (no pyc header)")
+    who = f"CPython {h.version}" if h.version else f"the interpreter of magic number {h.magic}"
+    if src is None:
+        if b.how == "pycache":
+            return Verdict(b, IGNORED, f"{PYCACHE} bytecode is never loaded without its source")
+        return Verdict(b, STALE, f"a sourceless pyc: {who} imports it although the source is gone")
+    if b.how == "sourceless":
+        return Verdict(b, IGNORED, "a sourceless pyc is not loaded while the source exists")
+    if h.flags & ~0b11:
+        return Verdict(b, IGNORED, f"invalid pyc flags {h.flags:#x}: {who} ignores it")
+    if h.flags & 1:
+        expected = source_hash(h.magic, src)
+        checked = bool(h.flags & 2)
+        if expected is None:
+            if checked:
+                return Verdict(b, IGNORED, f"a checked-hash pyc of magic number {h.magic}: recompiled unless its hash matches")
+            return Verdict(b, UNCHECKED, f"an unchecked-hash pyc of magic number {h.magic}, whose source hash imgquilt "
+                                         "cannot compute: it is loaded whatever the source holds")
+        if expected == h.source_hash:
+            return Verdict(b, CURRENT, f"its source hash matches the file ({'checked' if checked else 'unchecked'}-hash pyc of {who})")
+        if checked:
+            return Verdict(b, IGNORED, f"a checked-hash pyc whose hash does not match: {who} recompiles the source")
+        return Verdict(b, STALE, f"an unchecked-hash pyc of {who} compiled from other bytes (source hash "
+                                 f"{h.source_hash.hex() if h.source_hash else '?'}, the file's is {expected.hex()}): "
+                                 "it is loaded without looking at the source")
+    size_ok = h.size == len(src) & 0xFFFFFFFF
+    mtime_ok = seen.source_mtime is not None and h.mtime == seen.source_mtime & 0xFFFFFFFF
+    if not (size_ok and mtime_ok):
+        why = "size" if not size_ok else "mtime"
+        return Verdict(b, IGNORED, f"a timestamp pyc whose {why} does not match the source: {who} recompiles it")
+    if seen.data[:4] != _OWN_MAGIC:
+        return Verdict(b, UNCHECKED, f"a timestamp pyc of {who} whose mtime ({h.mtime}) and size ({h.size}) match the "
+                                     f"source, so it is loaded; imgquilt runs on CPython {sys.version_info[0]}."
+                                     f"{sys.version_info[1]} and cannot compare that interpreter's code")
+    return None
+
+
+def _code_verdict(seen: Seen, same: str) -> Verdict:
+    b = seen.bytecode
+    h = read_header(seen.data)
+    assert h is not None
+    ts = f"a timestamp pyc whose mtime ({h.mtime}) and size ({h.size}) match the source, so CPython {h.version} loads it"
+    if same == "same":
+        return Verdict(b, CURRENT, f"{ts}; its code is the source's")
+    if same == "other":
+        return Verdict(b, STALE, f"{ts}, but its code was compiled from other bytes")
+    if same == "bad":
+        return Verdict(b, STALE, f"{ts}, but it does not hold a code object: the import fails")
+    return Verdict(b, UNCHECKED, f"{ts}; comparing its code failed ({same})")
+
+
+_CHILD = r"""
+import json, marshal, resource, struct, sys
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+data = sys.stdin.buffer.read()
+out, at = [], 0
+while at < len(data):
+    opt, lp, ls, lb = struct.unpack_from("<BIII", data, at)
+    at += 13
+    path = data[at:at + lp].decode("utf-8", "surrogateescape"); at += lp
+    src = data[at:at + ls]; at += ls
+    body = data[at:at + lb]; at += lb
+    try:
+        code = marshal.loads(body)
+    except Exception:
+        out.append("bad"); continue
+    if not isinstance(code, type(compile("", "", "exec"))):
+        out.append("bad"); continue
+    try:
+        fresh = compile(src, path, "exec", dont_inherit=True, optimize=opt)
+    except Exception:
+        out.append("other"); continue
+    out.append("same" if code == fresh else "other")
+sys.stdout.write(json.dumps(out))
+"""
+
+
+def _same_code(items: Sequence[Seen]) -> list[str]:
+    """Per item, "same" / "other" / "bad" (no code object), or why the comparison could not run."""
+    payload = bytearray()
+    for s in items:
+        path = ("/" + s.bytecode.source).encode("utf-8", "surrogateescape")
+        assert s.source is not None
+        body = s.data[HEADER:]
+        payload += struct.pack("<BIII", s.bytecode.optimize, len(path), len(s.source), len(body))
+        payload += path + s.source + body
+    try:
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", _CHILD, str(_CODE_CHILD_MEMORY)], input=bytes(payload),
+                              capture_output=True, timeout=_CODE_CHILD_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return ["the comparison timed out"] * len(items)
+    except OSError as exc:
+        return [f"cannot start {sys.executable}: {exc.strerror or exc}"] * len(items)
+    try:
+        got = json.loads(done.stdout)
+        if done.returncode == 0 and isinstance(got, list) and len(got) == len(items):
+            return [str(x) for x in got]
+    except ValueError:
+        pass
+    return [f"the comparing process ended with status {done.returncode}"] * len(items)
