@@ -97,17 +97,22 @@ def stale_paths() -> list[str]:
                    f"{PKG}/__pycache__/ch.{tag}.pyc", f"{PKG}/gone.pyc"])
 
 
+def copy_sources_by_hand(root: Path) -> None:
+    """What an overlay script does: the new sources over the old ones (mtime 0 kept), bytecode untouched."""
+    for name, data in NEW.items():
+        path = root / PKG / name
+        if data is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_bytes(data)
+            os.utime(path, (0, 0))
+
+
 # --- the problem this solves ------------------------------------------------------------------
 def test_sources_copied_over_stale_bytecode_do_not_run(world, tmp_path: Path) -> None:
     """Without imgquilt: new sources copied in by hand, mtime kept, still run the old code."""
     root = unpack(world["layout"], "base", tmp_path / "bundle")
-    for name, data in NEW.items():
-        path = root / PKG / name
-        if data is None:
-            path.unlink()
-        else:
-            path.write_bytes(data)
-            os.utime(path, (0, 0))
+    copy_sources_by_hand(root)
     seen = python_sees(root)
     assert seen["plain"] == "old old new-checked still here"  # ts and uh shadowed; gone.pyc still imports
     assert seen["-O"].split()[1] == "old" and seen["-OO"].split()[1] == "old"
@@ -190,13 +195,7 @@ def test_layers_stay_reproducible(world, tmp_path: Path, cli_env) -> None:
 def test_audit_names_the_stale_bytecode_then_clears(world, tmp_path: Path, cli_env) -> None:
     q = world["queue"]
     root = unpack(world["layout"], "base", tmp_path / "bundle")
-    for name, data in NEW.items():
-        path = root / PKG / name
-        if data is None:
-            path.unlink()
-        else:
-            path.write_bytes(data)
-            os.utime(path, (0, 0))
+    copy_sources_by_hand(root)
     r = imgquilt("audit", "--root", str(root), "--json", cwd=q, env=cli_env, check=5)
     doc = json.loads(r.out)
     (patch,) = doc["patches"]
@@ -323,3 +322,61 @@ def test_audit_pid_that_does_not_exist(tmp_path: Path, cli_env) -> None:
     r = imgquilt("audit", "--pid", "2147483646", cwd=q, env=cli_env, check=6)
     assert "no process 2147483646" in r.err
     r = imgquilt("audit", "--pid", "1", "--root", str(tmp_path), cwd=q, env=cli_env, check=2)
+
+
+# --- every output: a registry push, an index of platforms ----------------------------------------------
+def test_registry_push_and_platform_all_run_the_patched_code(world, tmp_path: Path, cli_env) -> None:
+    """Pushed to a real registry (docker-registry), and written per platform of an index: each image
+    read back by skopeo and unpacked by umoci runs the patched code."""
+    from imagetools import make_index, skopeo_copy
+    from registry_server import seed, start_registry
+
+    q, layout = world["queue"], world["layout"]
+    server = start_registry(tmp_path / "registry")
+    try:
+        seed(server, f"oci:{layout}:base", "pkg:base")
+        r = imgquilt("apply", "--image", server.ref("pkg:base"), "--output-image", server.ref("pkg:fixed"), "--json",
+                     cwd=q, env=cli_env, check=0)  # a loopback registry is spoken to over plain HTTP
+        assert [b["path"] for b in json.loads(r.out)["bytecode"]] == stale_paths()
+        skopeo_copy(server.ref("pkg:fixed"), f"oci:{tmp_path / 'pulled'}:fixed", "--src-tls-verify=false")
+        root = unpack(tmp_path / "pulled", "fixed", tmp_path / "bundle-pushed")
+        assert set(python_sees(root).values()) == {PATCHED}
+    finally:
+        server.stop()
+    run("umoci", "tag", "--image", f"{layout}:base", "arm")
+    run("umoci", "config", "--image", f"{layout}:arm", "--architecture", "arm64")
+    make_index(layout, {"linux/amd64": "base", "linux/arm64": "arm"}, "multi", keep_members=True)
+    r = imgquilt("apply", "--image", f"oci:{layout}:multi", "--platform", "all", "--output-image", f"oci:{layout}:multi-fixed",
+                 "--json", cwd=q, env=cli_env, check=0)
+    doc = json.loads(r.out)
+    assert sorted({b["platform"] for b in doc["bytecode"]}) == ["linux/amd64", "linux/arm64"]
+    for arch in ("amd64", "arm64"):
+        one = tmp_path / f"one-{arch}"
+        skopeo_copy(f"oci:{layout}:multi-fixed", f"oci:{one}:x", "--override-arch", arch)
+        root = unpack(one, "x", tmp_path / f"bundle-{arch}")
+        assert set(python_sees(root).values()) == {PATCHED}, arch
+
+
+def test_documents_match_their_schemas(world, tmp_path: Path, cli_env) -> None:
+    from jsonschema import Draft202012Validator
+
+    schemas = Path(__file__).resolve().parent.parent / "docs" / "schemas"
+
+    def check(command: str, out: str) -> None:
+        doc = json.loads(out)
+        schema = json.loads((schemas / f"{command}.schema.json").read_text())
+        errors = [e.message for e in Draft202012Validator(schema).iter_errors(doc)]
+        assert not errors, errors
+
+    q, layout = world["queue"], world["layout"]
+    root = unpack(layout, "base", tmp_path / "bundle")
+    check("audit", imgquilt("audit", "--root", str(root), "--json", cwd=q, env=cli_env, check=5).out)  # pending
+    check("apply", imgquilt("apply", "--root", str(root), "--json", cwd=q, env=cli_env, check=0).out)
+    for name, data in OLD.items():  # the old sources back, over no bytecode: pending again; then
+        (root / PKG / name).write_bytes(data)  # the new ones, over stale bytecode: shadowed
+    make_base_root(tmp_path / "again")
+    shutil.copytree(tmp_path / "again" / PKG / "__pycache__", root / PKG / "__pycache__", dirs_exist_ok=True)
+    copy_sources_by_hand(root)
+    out = imgquilt("audit", "--root", str(root), "--json", cwd=q, env=cli_env, check=5).out
+    assert '"shadowed"' in out
+    check("audit", out)

@@ -429,15 +429,8 @@ def judge_bytecode(report: AuditReport, source: Source, targets: dict[str, Targe
     if not found:
         return report
     by_resolved = {t.resolved: t for t in targets.values()}
-    wanted = [b.path for bs in found.values() for b in bs]
-    pycs: dict[str, TargetFile] = {}
-    for path in wanted:
-        try:
-            pycs.update(source.read_targets([path]))
-        except BadImage:
-            raise
-        except BadInput:
-            continue  # not a file CPython could read either
+    # one read for all (a layer holding several is passed over once); one CPython cannot read counts as none
+    pycs, _ = _read(source, sorted({b.path for bs in found.values() for b in bs}))
     seen = [Seen(b, pycs[b.path].data, by_resolved[r].data, by_resolved[r].mtime)  # type: ignore[arg-type]
             for r, bs in found.items() for b in bs if b.path in pycs and pycs[b.path].data is not None]
     verdicts: dict[str, list[Verdict]] = {}
