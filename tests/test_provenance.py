@@ -80,6 +80,18 @@ def independent_check(envelope: bytes, pub: Path) -> dict:
     return json.loads(payload)
 
 
+def openssl_check(envelope: bytes, pub: Path, tmp: Path) -> None:
+    """The same with the openssl command line, as docs/provenance.md shows it."""
+    env = json.loads(envelope)
+    payload = base64.b64decode(env["payload"])
+    (tmp / "pae").write_bytes(b"DSSEv1 28 application/vnd.in-toto+json %d " % len(payload) + payload)
+    (tmp / "sig").write_bytes(base64.b64decode(env["signatures"][0]["sig"]))
+    if isinstance(serialization.load_pem_public_key(pub.read_bytes()), ed25519.Ed25519PublicKey):
+        openssl("pkeyutl", "-verify", "-pubin", "-inkey", str(pub), "-rawin", "-in", str(tmp / "pae"), "-sigfile", str(tmp / "sig"))
+    else:
+        openssl("dgst", "-sha256", "-verify", str(pub), "-signature", str(tmp / "sig"), str(tmp / "pae"))
+
+
 def predicate_validator() -> Draft202012Validator:
     schema = json.loads((SCHEMAS / "attestation" / "apply-v1.schema.json").read_text())
     Draft202012Validator.check_schema(schema)
@@ -223,6 +235,9 @@ def test_layout_attestation_verifies_independently_and_with_verify(alg, keys, tm
     assert found[0] == att["digest"]
     check_referrer_manifest(found[1], image["digest"])
     check_statement(independent_check(found[2], keys[f"{alg}.pub"]), image["digest"], record_in_layout(out, image["digest"]))
+    openssl_check(found[2], keys[f"{alg}.pub"], tmp_path)
+    with pytest.raises(subprocess.CalledProcessError):
+        openssl_check(found[2].replace(b'"payload":"', b'"payload":"IAAA'), keys[f"{alg}.pub"], tmp_path)  # three bytes more
 
     ok = verify(q, env, f"oci:{out}:patched", keys[f"{alg}.pub"], check=0)
     assert ok["verified"] and ok["attestation"]["digest"] == att["digest"]
