@@ -237,12 +237,13 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
 
 
 def signing_key(path: str | os.PathLike[str] | None):
-    """The private key `path` names (None: none), checked before anything is read."""
+    """What signs with the private key `path` names (None: none), the key checked before anything is read."""
     if path is None:
         return None
     from .util.dsse import load_private_key
+    from .verbs.attest import Attester
 
-    return load_private_key(Path(path))
+    return Attester(load_private_key(Path(path)))
 
 
 def public_key(path: str | os.PathLike[str]):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from .engine.plan import plan_apply_gated
 from .engine.result import ApplyResult
@@ -16,6 +16,7 @@ from .errors import UsageError
 from .fs.types import FileChange, ImageInfo, Source
 from .image.mediatypes import Compression
 from .image.model import Image
+from .image.referrers import Referrer
 from .image.sinks import layer as layer_sink
 from .image.sinks import overlay as overlay_sink
 from .image.sinks.image import WrittenImage, check_image_destination, check_referrer_destination, write_new_image
@@ -25,8 +26,14 @@ from .image.sinks.overlay import OverlayInfo
 from .queue.lock import Lock
 from .queue.queue import Queue
 from .store import remember
-from .util.dsse import PrivateKey
-from .verbs.attest import attestation, attestations_json
+
+
+class Attester(Protocol):
+    """What signs an image's attestation (verbs.attest.Attester): the referrer, and how it is reported."""
+
+    def referrer(self, result: ApplyResult, img: NewImage, ref: str, platform: str | None = None) -> Referrer: ...
+
+    def stored_json(self, stored: tuple[tuple[str, str], ...]) -> list[dict[str, str]]: ...
 
 LABEL_SERIES = "org.imgquilt.series.sha256"
 LABEL_PATCHES = "org.imgquilt.patches"
@@ -94,7 +101,7 @@ def new_image(base: Image, result: ApplyResult, compression: Compression, *, epo
 
 
 def write_image(base: Image, result: ApplyResult, ref: str, *, epoch: int | None = None,
-                compression: Compression | None = None, attest: PrivateKey | None = None) -> WrittenImage:
+                compression: Compression | None = None, attest: Attester | None = None) -> WrittenImage:
     """Write `base` plus the layer of `result` to `ref`; whole or not at all. With `attest`, a signed
     attestation of the apply goes with it (verbs.attest).
 
@@ -102,12 +109,12 @@ def write_image(base: Image, result: ApplyResult, ref: str, *, epoch: int | None
     """
     out = check_image_destination(ref)
     img = new_image(base, result, compression or out.default_compression, epoch=epoch)
-    referrers = [attestation(result, img, ref, attest)] if attest is not None else []
+    referrers = [attest.referrer(result, img, ref)] if attest is not None else []
     return write_new_image(img, ref, referrers)
 
 
 # --- the verb ----------------------------------------------------------------------------------
-def check_destinations(outputs: Outputs, source: ImageInfo, attest: PrivateKey | None = None) -> None:
+def check_destinations(outputs: Outputs, source: ImageInfo, attest: Attester | None = None) -> None:
     """Refuse bad destinations up front, so a later one cannot fail after an earlier one was written."""
     if attest is not None:
         if outputs.image is None:
@@ -133,17 +140,17 @@ def check_result(outputs: Outputs, result: ApplyResult) -> None:
 
 
 def write_image_output(ref: str, result: ApplyResult, open_base: Callable[[], Image],
-                       attest: PrivateKey | None = None) -> dict[str, Any]:
+                       attest: Attester | None = None) -> dict[str, Any]:
     img = write_image(open_base(), result, ref, attest=attest)
     out = {"ref": ref, "digest": img.digest, "config_digest": img.config_digest,
            "layer_digest": img.layer_digest, "diff_id": img.diff_id}
     if attest is not None:
-        out["attestations"] = attestations_json(attest, img.referrers)
+        out["attestations"] = attest.stored_json(img.referrers)
     return out
 
 
 def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[], Image], held: Any = None,
-                  gate: Callable[[], None] | None = None, attest: PrivateKey | None = None) -> dict[str, dict[str, Any]]:
+                  gate: Callable[[], None] | None = None, attest: Attester | None = None) -> dict[str, dict[str, Any]]:
     """Write every requested output; return what was written, for the report. `gate` must pass before
     anything becomes visible: an in-place write stages its files first and asks it before the commit;
     any other output asks it before it starts."""
@@ -185,7 +192,7 @@ def python_checker():
 
 def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Outputs, open_base: Callable[[], Image], *,
                 locked: bool = False, python_check: bool = True,
-                attest: PrivateKey | None = None) -> tuple[ApplyResult, dict[str, dict[str, Any]]]:
+                attest: Attester | None = None) -> tuple[ApplyResult, dict[str, dict[str, Any]]]:
     """The whole apply: check destinations, verify in memory, keep the bytes for rebase, write (and
     sign, with `attest`)."""
     from .rootfs.inplace import hold_root

@@ -72,16 +72,22 @@ def statement(result: ApplyResult, img: NewImage, ref: str, platform: str) -> by
     return json.dumps(doc, indent=None, separators=(",", ":"), sort_keys=True).encode()
 
 
-def attestation(result: ApplyResult, img: NewImage, ref: str, key: PrivateKey, platform: str | None = None) -> Referrer:
-    """The signed statement as a referrer of `img`'s manifest."""
-    payload = statement(result, img, ref, platform or result.info.platform or "unknown")
-    return Referrer(Subject(OCI_MANIFEST, img.manifest_digest, len(img.manifest)), ENVELOPE_TYPE, ENVELOPE_TYPE,
-                    sign_envelope(PAYLOAD_TYPE, payload, key), {ANNOTATION_PREDICATE: PREDICATE_TYPE})
+@dataclass(frozen=True)
+class Attester:
+    """`apply --attest KEY`: signs one attestation per image manifest written."""
 
+    key: PrivateKey
 
-def attestations_json(key: PrivateKey, stored: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:
-    return [{"digest": digest, "where": where, "key_id": key.public.key_id, "predicate_type": PREDICATE_TYPE}
-            for digest, where in stored]
+    def referrer(self, result: ApplyResult, img: NewImage, ref: str, platform: str | None = None) -> Referrer:
+        """The signed statement as a referrer of `img`'s manifest."""
+        payload = statement(result, img, ref, platform or result.info.platform or "unknown")
+        return Referrer(Subject(OCI_MANIFEST, img.manifest_digest, len(img.manifest)), ENVELOPE_TYPE, ENVELOPE_TYPE,
+                        sign_envelope(PAYLOAD_TYPE, payload, self.key), {ANNOTATION_PREDICATE: PREDICATE_TYPE})
+
+    def stored_json(self, stored: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:
+        """`outputs.image.attestations`: each referrer stored and where it is listed."""
+        return [{"digest": digest, "where": where, "key_id": self.key.public.key_id, "predicate_type": PREDICATE_TYPE}
+                for digest, where in stored]
 
 
 # --- verifying ------------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ def apply_platforms(queue, platforms: list[str], open_platform: Callable[[str], 
                     *, locked: bool = False, python_check: bool = True, attest=None) -> tuple[list[tuple[str, object]], dict]:
     """Verify the series on every platform (a drifted one refused by name, before anything is written),
     then write one index with a patched manifest per platform to `output_image` (with `attest`, a
-    private key: one signed attestation per platform manifest)."""
+    verbs.attest.Attester: one signed attestation per platform manifest)."""
     from ..engine.plan import plan_apply
     from ..errors import ImgquiltError
     from ..image.sinks.image import check_index_destination, write_new_index
@@ -82,17 +82,15 @@ def apply_platforms(queue, platforms: list[str], open_platform: Callable[[str], 
         remember(queue.root, [x for f in result.files if f.patches for x in (f.target.data, f.final)])
     written: dict = {}
     if output_image is not None:
-        from .attest import attestation, attestations_json
-
         images = []
         for _, source, result in done:
             assert isinstance(source, BackedByImage)
             images.append(new_image(source.image, result, "gzip"))
-        referrers = [attestation(r, img, output_image, attest, p) for (p, _, r), img in zip(done, images)] if attest else []
+        referrers = [attest.referrer(r, img, output_image, p) for (p, _, r), img in zip(done, images)] if attest else []
         digest, stored = write_new_index(images, output_image, referrers)
         written["image"] = {"ref": output_image, "digest": digest, "platforms": [
             {"platform": p, "digest": img.manifest_digest, "config_digest": img.config_digest,
              "layer_digest": img.layer.digest, "diff_id": img.layer.diff_id,
-             **({"attestations": attestations_json(attest, ((r.digest, w),))} if attest else {})}
+             **({"attestations": attest.stored_json(((r.digest, w),))} if attest else {})}
             for (p, _, _), img, r, w in zip(done, images, referrers or [None] * len(images), stored or [None] * len(images))]}
     return [(p, result) for p, _, result in done], written

@@ -11,6 +11,7 @@ import hashlib
 import json
 import threading
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -429,15 +430,13 @@ class RegistryClient:
         for _page in range(max_pages):
             response = self._call("GET", repo, f"referrers/{digest}", what=what, url=url, stream=True,
                                   headers={"Accept": OCI_INDEX})
-            if response.status_code == 404 and url is None:
-                response.close()
-                return None
             if response.status_code != 200:
+                if response.status_code == 404 and url is None:  # no referrers API: the caller reads the fallback tag
+                    response.close()
+                    return None
                 raise self._fail(response, what)
-            try:
+            with closing(response):
                 data = self._read_limited(response, what)
-            finally:
-                response.close()
             try:
                 manifests = json.loads(data).get("manifests")
             except (ValueError, AttributeError):
