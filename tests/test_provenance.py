@@ -473,6 +473,10 @@ def test_platform_all_attaches_one_attestation_per_platform_manifest(multi, regi
         validate("verify", v)
         assert [p["image"]["platform"] for p in v["platforms"]] == ["linux/amd64", "linux/arm64"] and v["verified"]
         imgquilt("verify", "--image", out, "--key", str(keys["ec.pub"]), "--platform", "linux/arm64", cwd=q, env=env, check=0)
+        audited = json.loads(imgquilt("audit", "--image", out, "--platform", "all", "--trust-attestation", str(keys["ec.pub"]),
+                                      "--json", cwd=q, env=env, check=0).out)
+        assert [p["answered_from"] for p in audited["platforms"]] == ["attestation", "attestation"]
+        assert [p["attestation"]["digest"] for p in audited["platforms"]] == [m["attestations"][0]["digest"] for m in members]
 
 
 def test_archives_oci_archive_holds_the_attestation_docker_archive_cannot(keys, tmp_path, env):
