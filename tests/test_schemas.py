@@ -83,7 +83,11 @@ def successes(tmp_path_factory, env) -> list[tuple[str, tuple[str, ...], Run]]:
     run("init")  # already a queue: nothing created
     run("check")
     run("lock", "--image", DEMO)
-    run("apply", "--layer", str(tmp / "fix.tar.gz"), "--output-image", f"oci:{tmp}/out:patched")
+    key = tmp / "key.pem"
+    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(key)], check=True, capture_output=True)
+    subprocess.run(["openssl", "pkey", "-in", str(key), "-pubout", "-out", str(tmp / "key.pub")], check=True, capture_output=True)
+    run("apply", "--layer", str(tmp / "fix.tar.gz"), "--output-image", f"oci:{tmp}/out:patched", "--attest", str(key))
+    run("verify", "--image", f"oci:{tmp}/out:patched", "--key", str(tmp / "key.pub"))
     run("apply", "--root", str(root))
     run("audit", "--image", f"oci:{tmp}/out:patched")
     run("audit", "--root", str(old), "--expect", "pending", "--history")
@@ -196,6 +200,9 @@ def failure_runs(tmp: Path, env: dict[str, str]) -> list[tuple[str, tuple[str, .
     run(6, "lock", "--image", f"oci:{tmp}/no-such-image")
     run(3, "apply", "--image", f"rootfs:{drifted}")
     run(5, "audit", "--image", DEMO)
+    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(tmp / "key.pem")], check=True, capture_output=True)
+    subprocess.run(["openssl", "pkey", "-in", str(tmp / "key.pem"), "-pubout", "-out", str(tmp / "key.pub")], check=True, capture_output=True)
+    run(3, "verify", "--image", DEMO, "--key", str(tmp / "key.pub"))  # nobody attested the demo image
     run(2, "rebase", "--abort")
     run(4, "rebase", "--image", f"rootfs:{conflicted}", "--from", DEMO)
     imgquilt("rebase", "--abort", cwd=q, env=env, check=0)

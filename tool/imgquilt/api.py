@@ -31,12 +31,13 @@ if TYPE_CHECKING:
     from .history import History
     from .queue.queue import Queue
     from .rebase import RebaseReport
+    from .verbs.attest import Verification
     from .work import ImportItem, Imported
 
 __all__ = [
     "Applied", "Audit", "CheckResult", "Initialized", "Locked", "Progress", "RebaseAborted",
     "apply", "audit", "check", "import_items", "import_patches", "init", "load_queue", "lock",
-    "rebase", "rebase_abort", "rebase_continue", "rebase_skip", "rebase_status",
+    "rebase", "rebase_abort", "rebase_continue", "rebase_skip", "rebase_status", "verify",
 ]
 
 Progress = Callable[[int, int, str], None]
@@ -207,15 +208,18 @@ def lock(queue: str | os.PathLike[str] | None = None, *, image: str | None = Non
 
 def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, layer: str | os.PathLike[str] | None = None,
           output_image: str | None = None, root: str | os.PathLike[str] | None = None, overlay: str | os.PathLike[str] | None = None,
-          platform: str | None = None, locked: bool = False, python_check: bool = True, progress: Progress | None = None) -> Applied:
+          platform: str | None = None, locked: bool = False, python_check: bool = True, progress: Progress | None = None,
+          attest: str | os.PathLike[str] | None = None) -> Applied:
     """Verify every base, apply the series in memory, verify every result, then write the outputs asked for.
 
     The bases come from `image`, else from `root` (patched in place), else the image targets.lock pins.
-    With no output, it only verifies. Nothing is written unless everything verifies.
+    With no output, it only verifies. Nothing is written unless everything verifies. `attest`: a PEM
+    private key (Ed25519 or ECDSA P-256) that signs an attestation of `output_image` (docs/provenance.md).
     """
     from .outputs import Outputs, apply_queue
     from .sources import open_image
 
+    key = signing_key(attest)
     q = load_queue(queue)
     pinned = q.lock()
     root_dir = Path(root) if root is not None else None
@@ -228,16 +232,51 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
         # reuse the image the source already opened (a skopeo transport would be copied twice)
         return getattr(source, "image", None) or open_image(ref, platform=platform, cache_dir=cache_dir(q.root))
 
-    result, written = apply_queue(q, source, pinned, outputs, open_base, locked=locked, python_check=python_check)
+    result, written = apply_queue(q, source, pinned, outputs, open_base, locked=locked, python_check=python_check, attest=key)
     return Applied(result, written)
+
+
+def signing_key(path: str | os.PathLike[str] | None):
+    """What signs with the private key `path` names (None: none), the key checked before anything is read."""
+    if path is None:
+        return None
+    from .util.dsse import load_private_key
+    from .verbs.attest import Attester
+
+    return Attester(load_private_key(Path(path)))
+
+
+def public_key(path: str | os.PathLike[str]):
+    from .util.dsse import load_public_key
+
+    return load_public_key(Path(path))
+
+
+def verify(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, key: str | os.PathLike[str],
+           platform: str | None = None) -> tuple[Verification, ...]:
+    """Find the attestations of the image (`image`, else the lock's) and check each with the public `key`:
+    the signature, the subject digest, and that the attested record matches the queue. One Verification
+    per platform (`platform="all"`: every platform of the index). The CLI exits 3 (NotAttested,
+    `v.failure()`) when one has no `verified` candidate."""
+    from .sources import open_image, platforms_of
+    from .verbs.attest import verify_image
+
+    pub = public_key(key)
+    q = load_queue(queue)
+    pinned = q.lock()
+    ref = pick_ref(image, pinned.image.ref if pinned else None)
+    platforms = platforms_of(ref, cache_dir=cache_dir(q.root)) if platform == "all" else [platform]
+    return tuple(verify_image(q, open_image(ref, platform=p, cache_dir=cache_dir(q.root)), ref, pub) for p in platforms)
 
 
 def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, root: str | os.PathLike[str] | None = None,
           platform: str | None = None, history: bool = False, expect: Literal["live", "pending"] = "live",
-          progress: Progress | None = None, pid: int | None = None) -> Audit:
+          progress: Progress | None = None, trust_attestation: str | os.PathLike[str] | None = None,
+          pid: int | None = None) -> Audit:
     """The state of each patch and file in an image (`image`, else the lock's) or a root filesystem (`root`,
     e.g. /proc/PID/root of a running container); with `history`, when each patch entered and left the series.
-
+    `trust_attestation`: a public key; an attestation it verifies that matches the queue answers
+    without reading a layer (`report.trust` says where the states came from).
     `pid`: audit the root of that running process, and count a file changed after it started as
     restart-pending (the process still runs what it loaded)."""
     from .audit import audit_source, judge_process, not_in_state
@@ -246,6 +285,10 @@ def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
         raise UsageError(f"expect must be live or pending, not {expect!r}.")
     if pid is not None and (image or root is not None):
         raise UsageError("--pid audits the root of a running process: give it no --image or --root.")
+    if trust_attestation is not None and (root is not None or pid is not None):
+        raise UsageError(f"--trust-attestation reads an image's attestations; a {'--root' if root is not None else '--pid'} has none.",
+                         hint="Audit the image the root came from with --image REF --trust-attestation KEY.")
+    pub = public_key(trust_attestation) if trust_attestation is not None else None
     q = load_queue(queue)
     pinned = q.lock()
     started = None
@@ -262,7 +305,12 @@ def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
         from .history import queue_history
 
         hist = queue_history(q.root, q.names)
-    report = audit_source(q, source) if source is not None else None
+    if source is not None and pub is not None:
+        from .verbs.attest import audit_trusting
+
+        report = audit_trusting(q, source, pub)
+    else:
+        report = audit_source(q, source) if source is not None else None
     if report is not None and pid is not None and started is not None:
         report = judge_process(report, source.change_times, pid, started, str(root))  # type: ignore[union-attr]
     failing = tuple(p for p in report.patches if p.state != expect) if report is not None else ()

@@ -96,12 +96,24 @@ class ProcessCheck:
 
 
 @dataclass(frozen=True)
+class TrustCheck:
+    """audit --trust-attestation: where the states came from, and why the attestations that did not answer did not."""
+
+    answered_from: str  # "attestation" or "layers"
+    attestation: str | None  # the referrer manifest digest that answered
+    key_id: str
+    rejected: tuple[tuple[str, str], ...]  # (referrer digest, why it did not answer)
+    note: str  # one line for people
+
+
+@dataclass(frozen=True)
 class AuditReport:
     info: ImageInfo
     series_sha256: str
     patches: tuple[PatchAudit, ...]
     record: RecordCheck | None
     process: ProcessCheck | None = None
+    trust: TrustCheck | None = None  # only with --trust-attestation
 
     @property
     def summary(self) -> dict[str, int]:
@@ -490,8 +502,14 @@ def report_json(report: AuditReport) -> dict:
     """The document of docs/json.md (docs/schemas/audit.schema.json): image, patches, summary, and the record check."""
     info = report.info
     rec = report.record
+    trust = report.trust
     return {
         "image": {"ref": info.ref, "digest": info.digest, "platform": info.platform, "kind": info.kind},
+        **({} if trust is None else {
+            "answered_from": trust.answered_from,
+            "attestation": {"digest": trust.attestation, "key_id": trust.key_id, "note": trust.note,
+                            "rejected": [{"digest": d, "reason": r} for d, r in trust.rejected]},
+        }),
         "series_sha256": report.series_sha256,
         "patches": [
             {
@@ -536,7 +554,7 @@ def report_json(report: AuditReport) -> dict:
 
 
 __all__ = [
-    "ABSENT", "AuditReport", "FileAudit", "PatchAudit", "RecordCheck", "RecordProblem", "STATES",
+    "ABSENT", "AuditReport", "FileAudit", "PatchAudit", "RecordCheck", "RecordProblem", "STATES", "TrustCheck",
     "audit_files", "audit_source", "audit_targets", "chain_states", "check_record", "parse_record",
     "patch_state", "report_json", "undo_change",
 ]

@@ -55,6 +55,10 @@ class PythonCheckFailed(Refused):
     """The patched Python source has an error its base did not have."""
 
 
+class NotAttested(Refused):
+    """No attestation of the image verifies with the key and matches the queue (each candidate's reason is listed)."""
+
+
 # --- 4: conflict ----------------------------------------------------------------------------
 class RebaseConflict(ImgquiltError):
     """A 3-way merge during rebase left conflicts to resolve by hand."""
@@ -114,6 +118,14 @@ class BadImage(BadInput):
 
 class DigestMismatch(BadImage):
     """A blob's bytes do not match its digest."""
+
+
+class AttestationNotStored(BadImage):
+    """The image was written, but the registry (or destination) refused its attestation."""
+
+
+class BadKey(BadInput):
+    """A signing or verification key file that is not a PEM key imgquilt can use (Ed25519, ECDSA P-256)."""
 
 
 class QueueProblems(BadInput):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from .engine.plan import plan_apply_gated
 from .engine.result import ApplyResult
@@ -16,15 +16,24 @@ from .errors import UsageError
 from .fs.types import FileChange, ImageInfo, Source
 from .image.mediatypes import Compression
 from .image.model import Image
+from .image.referrers import Referrer
 from .image.sinks import layer as layer_sink
 from .image.sinks import overlay as overlay_sink
-from .image.sinks.image import WrittenImage, check_image_destination, write_new_image
+from .image.sinks.image import WrittenImage, check_image_destination, check_referrer_destination, write_new_image
 from .image.sinks.layer import LayerBlob, LayerEntry, LayerInfo, resolve_epoch
 from .image.sinks.mutate import Addendum, History, NewImage, append
 from .image.sinks.overlay import OverlayInfo
 from .queue.lock import Lock
 from .queue.queue import Queue
 from .store import remember
+
+
+class Attester(Protocol):
+    """What signs an image's attestation (verbs.attest.Attester): the referrer, and how it is reported."""
+
+    def referrer(self, result: ApplyResult, img: NewImage, ref: str, platform: str | None = None) -> Referrer: ...
+
+    def stored_json(self, stored: tuple[tuple[str, str], ...]) -> list[dict[str, str]]: ...
 
 LABEL_SERIES = "org.imgquilt.series.sha256"
 LABEL_PATCHES = "org.imgquilt.patches"
@@ -99,18 +108,25 @@ def new_image(base: Image, result: ApplyResult, compression: Compression, *, epo
 
 
 def write_image(base: Image, result: ApplyResult, ref: str, *, epoch: int | None = None,
-                compression: Compression | None = None) -> WrittenImage:
-    """Write `base` plus the layer of `result` to `ref`; whole or not at all.
+                compression: Compression | None = None, attest: Attester | None = None) -> WrittenImage:
+    """Write `base` plus the layer of `result` to `ref`; whole or not at all. With `attest`, a signed
+    attestation of the apply goes with it (verbs.attest).
 
     `compression` is the new layer's (default: gzip for oci/oci-archive, none for docker-archive).
     """
     out = check_image_destination(ref)
-    return write_new_image(new_image(base, result, compression or out.default_compression, epoch=epoch), ref)
+    img = new_image(base, result, compression or out.default_compression, epoch=epoch)
+    referrers = [attest.referrer(result, img, ref)] if attest is not None else []
+    return write_new_image(img, ref, referrers)
 
 
 # --- the verb ----------------------------------------------------------------------------------
-def check_destinations(outputs: Outputs, source: ImageInfo) -> None:
+def check_destinations(outputs: Outputs, source: ImageInfo, attest: Attester | None = None) -> None:
     """Refuse bad destinations up front, so a later one cannot fail after an earlier one was written."""
+    if attest is not None:
+        if outputs.image is None:
+            raise UsageError("--attest signs the image --output-image writes; give --output-image REF with it.")
+        check_referrer_destination(outputs.image)
     if outputs.layer is not None:
         layer_sink.check_layer_destination(outputs.layer)
     if outputs.image is not None:
@@ -130,14 +146,18 @@ def check_result(outputs: Outputs, result: ApplyResult) -> None:
         check_overlay(result)
 
 
-def write_image_output(ref: str, result: ApplyResult, open_base: Callable[[], Image]) -> dict[str, Any]:
-    img = write_image(open_base(), result, ref)
-    return {"ref": ref, "digest": img.digest, "config_digest": img.config_digest,
-            "layer_digest": img.layer_digest, "diff_id": img.diff_id}
+def write_image_output(ref: str, result: ApplyResult, open_base: Callable[[], Image],
+                       attest: Attester | None = None) -> dict[str, Any]:
+    img = write_image(open_base(), result, ref, attest=attest)
+    out = {"ref": ref, "digest": img.digest, "config_digest": img.config_digest,
+           "layer_digest": img.layer_digest, "diff_id": img.diff_id}
+    if attest is not None:
+        out["attestations"] = attest.stored_json(img.referrers)
+    return out
 
 
 def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[], Image], held: Any = None,
-                  gate: Callable[[], None] | None = None) -> dict[str, dict[str, Any]]:
+                  gate: Callable[[], None] | None = None, attest: Attester | None = None) -> dict[str, dict[str, Any]]:
     """Write every requested output; return what was written, for the report. `gate` must pass before
     anything becomes visible: an in-place write stages its files first and asks it before the commit;
     any other output asks it before it starts."""
@@ -147,13 +167,13 @@ def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[],
         gate()
         gate = None
     if outputs.image is not None and outputs.image.startswith("docker://"):
-        written["image"] = write_image_output(outputs.image, result, open_base)  # the network fails most: first
+        written["image"] = write_image_output(outputs.image, result, open_base, attest)  # the network fails most: first
     if outputs.layer is not None:
         info = write_layer(result, outputs.layer)
         written["layer"] = {"path": str(outputs.layer), "digest": info.digest, "diff_id": info.diff_id,
                             "media_type": info.media_type, "size": info.size}
     if outputs.image is not None and "image" not in written:
-        written["image"] = write_image_output(outputs.image, result, open_base)
+        written["image"] = write_image_output(outputs.image, result, open_base, attest)
     if outputs.overlay is not None:
         ov = write_overlay(result, outputs.overlay)
         written["overlay"] = {"path": str(outputs.overlay), "mounts": str(ov.mounts_file)}
@@ -180,12 +200,14 @@ def python_checker():
 
 
 def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Outputs, open_base: Callable[[], Image], *,
-                locked: bool = False, python_check: bool = True) -> tuple[ApplyResult, dict[str, dict[str, Any]]]:
-    """The whole apply: check destinations, verify in memory, keep the bytes for rebase, write."""
+                locked: bool = False, python_check: bool = True,
+                attest: Attester | None = None) -> tuple[ApplyResult, dict[str, dict[str, Any]]]:
+    """The whole apply: check destinations, verify in memory, keep the bytes for rebase, write (and
+    sign, with `attest`)."""
     from .rootfs.inplace import hold_root
     from .rootfs.source import RootfsSource
 
-    check_destinations(outputs, source.info())
+    check_destinations(outputs, source.info(), attest)
     # --root: lock it and recover a crashed apply before the plan reads it, so concurrent applies serialize
     with hold_root(outputs.root) as held:
         screen, memo = python_checker() if python_check else (None, None)
@@ -202,7 +224,7 @@ def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Output
                 # the stored copies would end up in the image. Stored before any output is written:
                 # a store that cannot be written (a planted link) refuses the run with nothing written
                 remember(queue.root, [x for f in result.files if f.patches for x in (f.target.data, f.final)])
-            written = write_outputs(outputs, result, open_base, held, gate=gate.check)
+            written = write_outputs(outputs, result, open_base, held, gate=gate.check, attest=attest)
             gate.check()  # when nothing had to be written, the check still decides
         finally:
             gate.close()

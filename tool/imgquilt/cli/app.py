@@ -62,6 +62,7 @@ COMMAND_MODULES: dict[str, str] = {
     "import": "importing",
     "lock": "apply", "apply": "apply", "check": "apply",
     "audit": "audit",
+    "verify": "verify",
     "rebase": "rebase",
     "cache": "cache",  # a group: cache.register adds it
 }

@@ -100,6 +100,7 @@ def apply_cmd(
     locked: bool = typer.Option(False, "--locked", help="Fail when there is no targets.lock."),
     platform: Optional[str] = PlatformOpt,
     no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the check that patched .py files gain no errors."),
+    attest: Optional[Path] = typer.Option(None, "--attest", metavar="KEY", help="Sign an in-toto attestation of what was applied (PEM private key: Ed25519 or ECDSA P-256; an encrypted one takes IMGQUILT_KEY_PASSWORD) and store it beside --output-image as an OCI referrer."),
     verbose: bool = VerboseOpt,
 ) -> None:
     """Verify every base, apply the series in memory, verify every result, then write the outputs.
@@ -108,8 +109,9 @@ def apply_cmd(
     Examples:
       imgquilt apply --root /                      (as a RUN step of a Dockerfile)
       imgquilt apply --image oci:img:1.0 --layer fix.tar.gz --output-image oci:out:1.0-fixed
+      imgquilt apply --output-image docker://reg/app:1.0-fixed --attest key.pem
     """
-    from ..api import apply
+    from ..api import apply, signing_key
 
     if platform == "all":
         if layer is not None or root is not None or overlay is not None:
@@ -118,11 +120,11 @@ def apply_cmd(
         q = load()
         lock = q.lock()
         ref = pick_ref(image, lock.image.ref if lock else None)
-        return _apply_all(q, ref, lock, output_image, locked=locked, python_check=not no_python_check)
+        return _apply_all(q, ref, lock, output_image, locked=locked, python_check=not no_python_check, attest=signing_key(attest))
 
     try:
         done = apply(G.queue, image=image, layer=layer, output_image=output_image, root=root, overlay=overlay, platform=platform,
-                     locked=locked, python_check=not no_python_check, progress=progress())
+                     locked=locked, python_check=not no_python_check, progress=progress(), attest=attest)
     except Refused as exc:
         if any(getattr(p, "kind", None) == "python" for p in getattr(exc, "problems", [])) or isinstance(exc, PythonCheckFailed):
             # only apply has the option, so only apply names it
@@ -151,9 +153,15 @@ def apply_cmd(
         if kind == "root":
             extra = f" ({len(w['changed'])} file(s) replaced)"
         say(f"Wrote {kind}: {w.get('path') or w.get('ref')}{extra}")
+        _say_attestations(w)
 
 
-def _apply_all(q, ref: str, lock, output_image: str | None, *, locked: bool, python_check: bool) -> None:
+def _say_attestations(w: dict, indent: str = "") -> None:
+    for a in w.get("attestations") or []:
+        say(f"{indent}Wrote attestation: {a['digest']} ({a['where']}), signed by key {a['key_id']}")
+
+
+def _apply_all(q, ref: str, lock, output_image: str | None, *, locked: bool, python_check: bool, attest=None) -> None:
     """--platform all: every platform verified on its own bases, then one index written."""
     from ..errors import BadImage
     from ..sources import platforms_of
@@ -163,7 +171,7 @@ def _apply_all(q, ref: str, lock, output_image: str | None, *, locked: bool, pyt
     if not platforms:
         raise BadImage(f"{ref} names no platform (neither an index nor a config says one).")
     results, written = apply_platforms(q, platforms, lambda p: open_ref(ref, p), lock, output_image,
-                                       locked=locked, python_check=python_check)
+                                       locked=locked, python_check=python_check, attest=attest)
     if G.json:
         docs = [{**result_json(r), "platform": p} for p, r in results]
         first = {k: v for k, v in docs[0].items() if k != "platform"}
@@ -181,6 +189,7 @@ def _apply_all(q, ref: str, lock, output_image: str | None, *, locked: bool, pyt
         say(f"Wrote image index: {w['ref']} {w['digest']}")
         for m in w["platforms"]:
             say(f"  {m['platform']}: {m['digest']} (new layer {m['layer_digest']})")
+            _say_attestations(m, "    ")
 
 
 def check_cmd(

@@ -32,7 +32,7 @@ def _first(p: PatchAudit) -> str:
     return f"{where} ({d.state}" + (f"; {d.detail}" if d.detail else "") + ")"
 
 
-def _all_platforms(q, ref: str, want: str, format: Format) -> None:
+def _all_platforms(q, ref: str, want: str, format: Format, trust=None) -> None:
     """--platform all: each platform audited on its own, one section each."""
     from ..errors import BadImage
     from ..sources import platforms_of
@@ -42,7 +42,7 @@ def _all_platforms(q, ref: str, want: str, format: Format) -> None:
     platforms = platforms_of(ref, cache_dir=cache_dir())
     if not platforms:
         raise BadImage(f"{ref} names no platform (neither an index nor a config says one).")
-    audits = audit_platforms(q, platforms, lambda p: open_ref(ref, p))
+    audits = audit_platforms(q, platforms, lambda p: open_ref(ref, p), trust)
     failing = [a for a in audits if not_in_state(a.report, want) is not None]
     failure = None
     if failing:
@@ -88,6 +88,10 @@ def _render(report: AuditReport | None, history, platform: str | None = None) ->
         title = f"Audit of {report.info.ref}" + (f" for {platform} ({report.info.digest})" if platform else "")
         table(title, ["patch", "state", "files", "first divergent file"], rows)
         _say_runtime(report)
+        if report.trust is not None:
+            say(f"{report.trust.note}.")
+            for digest, why in report.trust.rejected:
+                say(f"  attestation {digest} did not answer: {why}")
         rec = report.record
         if rec is None:
             say("No apply record (var/lib/imgquilt/applied.json) in this filesystem.")
@@ -125,6 +129,7 @@ def audit_cmd(
     history: bool = typer.Option(False, "--history", help="Add when each patch entered and left the series (git history of the queue)."),
     expect: Optional[Expect] = typer.Option(None, "--expect", metavar="live|pending", help="The state every patch must be in for exit 0 (pending: a base image is still clean). Default: live."),
     format: Format = typer.Option(Format.text, "--format", metavar="text|github", help=FormatOpt_help),
+    trust_attestation: Optional[Path] = typer.Option(None, "--trust-attestation", metavar="PUB", help="Where an attestation of the image verifies with this PEM public key and matches the queue, take the states from it and read no layer; otherwise read the layers, and say why."),
 ) -> None:
     """State of each patch and file in an image, a rootfs or a running container.
 
@@ -143,15 +148,17 @@ def audit_cmd(
       imgquilt audit --image docker://reg/app:1.0 --image docker://reg/app:1.1 --image docker://reg/app:2.0
       imgquilt audit --images-from fleet.txt --json > shard-0.json
       imgquilt audit --merge shard-*.json
+      imgquilt audit --image docker://reg/app:1.0-fixed --trust-attestation key.pub
     """
-    from ..api import audit
+    from ..api import audit, public_key
     from ..audit import RUNTIME_STATES, STATES, report_json
 
     if merge_more and not merge:
         raise UsageError(f"Unexpected argument {merge_more[0]}.", hint="Documents to merge follow --merge.")
     if merge:
-        if image or images_from or root or history or pid is not None:
-            raise UsageError("--merge reads audit documents, not images: give it no --image, --images-from, --root or --history.")
+        if image or images_from or root or history or trust_attestation or pid is not None:
+            raise UsageError("--merge reads audit documents, not images: give it no --image, --images-from, --root, "
+                             "--pid, --history or --trust-attestation.")
         return fleet_cli.merge_cmd([*(merge or []), *(merge_more or [])], expect.value if expect else None, format)
     want_state = (expect or Expect.live).value
     refs = fleet_cli.image_refs(image or [], images_from)
@@ -159,16 +166,18 @@ def audit_cmd(
         if root or history or platform == "all" or pid is not None:
             raise UsageError("A fleet audit (several images) takes no --root, --pid, --history or --platform all.",
                              hint="Audit a multi-platform image's platforms on its own: --image REF --platform all.")
-        return fleet_cli.fleet_cmd(refs, platform, want_state, format)
+        return fleet_cli.fleet_cmd(refs, platform, want_state, format,
+                                   public_key(trust_attestation) if trust_attestation is not None else None)
     image_ref = refs[0] if refs else None
     q = load()
     lock = q.lock()
     if platform == "all":
         if root is not None or history or pid is not None:
             raise UsageError("--platform all audits an image's platforms; it takes no --root, --pid or --history.")
-        return _all_platforms(q, pick_ref(image_ref, lock.image.ref if lock else None), want_state, format)
+        return _all_platforms(q, pick_ref(image_ref, lock.image.ref if lock else None), want_state, format,
+                              public_key(trust_attestation) if trust_attestation is not None else None)
     done = audit(G.queue, image=image_ref, root=root, platform=platform, history=history, expect=want_state, progress=progress(),
-                 pid=pid)
+                 trust_attestation=trust_attestation, pid=pid)
     report, hist, want, failing, failure = done.report, done.history, done.expect, done.failing, done.error
     if G.json:
         doc = report_json(report) if report is not None else {"image": None, "patches": [], "summary": {s: 0 for s in STATES if s not in RUNTIME_STATES}}

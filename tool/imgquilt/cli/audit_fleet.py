@@ -17,14 +17,14 @@ def image_refs(images: list[str], images_from: Path | None) -> list[str]:
     return unique([*images, *(read_image_list(images_from) if images_from is not None else [])])
 
 
-def fleet_cmd(refs: list[str], platform: str | None, expect: str, format: Format) -> None:
+def fleet_cmd(refs: list[str], platform: str | None, expect: str, format: Format, trust=None) -> None:
     from ..audit import report_json
     from ..verbs.fleet import audit_fleet, fleet_document
 
     if not refs:
         raise UsageError("No image to audit.", hint="Pass --image REF (repeatable) or --images-from FILE.")
     q = load()
-    entries = audit_fleet(q, refs, lambda ref: open_ref(ref, platform))
+    entries = audit_fleet(q, refs, lambda ref: open_ref(ref, platform), trust=trust)
     images = []
     for e in entries:
         if e.report is not None:
@@ -89,6 +89,8 @@ def _finish(doc: dict[str, Any], format: Format) -> None:
     for d in doc["images"]:
         if d.get("error") and not d.get("patches"):
             say(f"{image_ref(d)}: not audited: {d['error']['message']}")
+        elif d.get("attestation"):
+            say(f"{image_ref(d)}: {d['attestation']['note']}.")
     s = doc["summary"]
     say(f"{s['images']} image(s): {s['as_expected']} with every patch {expect}, {s['not_as_expected']} not, {s['unreadable']} unreadable.")
     if failure is not None:

@@ -53,12 +53,15 @@ def unique(refs: Sequence[str]) -> list[str]:
 
 
 def audit_fleet(queue: Queue, refs: Sequence[str], open_source: Callable[[str], Source], *,
-                workers: int = WORKERS) -> list[FleetEntry]:
-    """Audit every image of `refs` (in that order in the result), at most `workers` at a time."""
+                workers: int = WORKERS, trust=None) -> list[FleetEntry]:
+    """Audit every image of `refs` (in that order in the result), at most `workers` at a time; with
+    `trust` (a public key), each from a verified attestation where one matches the queue."""
+    from .attest import audit_trusting
 
     def one(ref: str) -> FleetEntry:
         try:
-            return FleetEntry(ref, audit_source(queue, open_source(ref)))
+            source = open_source(ref)
+            return FleetEntry(ref, audit_trusting(queue, source, trust) if trust is not None else audit_source(queue, source))
         except ImgquiltError as exc:
             return FleetEntry(ref, None, exc)
 
@@ -90,7 +93,15 @@ def fleet_document(images: list[dict[str, Any]], expect: str) -> dict[str, Any]:
         "matrix": matrix,
         "summary": {"images": len(images), "as_expected": len(images) - len(failing) - len(errors),
                     "not_as_expected": len(failing), "unreadable": len(errors)},
+        **_attested(images),
     }
+
+
+def _attested(images: list[dict[str, Any]]) -> dict[str, Any]:
+    """--trust-attestation: which images were answered from attestations (absent without it)."""
+    if not any("answered_from" in d for d in images):
+        return {}
+    return {"answered_from_attestations": [image_ref(d) for d in images if d.get("answered_from") == "attestation"]}
 
 
 def image_ref(doc: dict[str, Any]) -> str:

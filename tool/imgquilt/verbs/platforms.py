@@ -19,7 +19,12 @@ class PlatformAudit:
     report: AuditReport
 
 
-def audit_platforms(queue, platforms: list[str], open_platform: Callable[[str], Source]) -> list[PlatformAudit]:
+def audit_platforms(queue, platforms: list[str], open_platform: Callable[[str], Source], trust=None) -> list[PlatformAudit]:
+    """Each platform audited on its own (with `trust`, a public key: from its attestation where one verifies)."""
+    if trust is not None:
+        from .attest import audit_trusting
+
+        return [PlatformAudit(p, audit_trusting(queue, open_platform(p), trust)) for p in platforms]
     return [PlatformAudit(p, audit_source(queue, open_platform(p))) for p in platforms]
 
 
@@ -43,9 +48,10 @@ def platforms_json(ref: str, audits: list[PlatformAudit], expect: str) -> dict:
 
 # --- apply ----------------------------------------------------------------------------------------
 def apply_platforms(queue, platforms: list[str], open_platform: Callable[[str], Source], lock, output_image: str | None,
-                    *, locked: bool = False, python_check: bool = True) -> tuple[list[tuple[str, object]], dict]:
+                    *, locked: bool = False, python_check: bool = True, attest=None) -> tuple[list[tuple[str, object]], dict]:
     """Verify the series on every platform (a drifted one refused by name, before anything is written),
-    then write one index with a patched manifest per platform to `output_image`."""
+    then write one index with a patched manifest per platform to `output_image` (with `attest`, a
+    verbs.attest.Attester: one signed attestation per platform manifest)."""
     from ..engine.plan import plan_apply
     from ..errors import ImgquiltError
     from ..image.sinks.image import check_index_destination, write_new_index
@@ -55,6 +61,10 @@ def apply_platforms(queue, platforms: list[str], open_platform: Callable[[str], 
 
     if output_image is not None:
         check_index_destination(output_image)
+    elif attest is not None:
+        from ..errors import UsageError
+
+        raise UsageError("--attest signs the image --output-image writes; give --output-image REF with it.")
     done = []
     screen, memo = python_checker() if python_check else (None, None)
     for p in platforms:
@@ -76,8 +86,11 @@ def apply_platforms(queue, platforms: list[str], open_platform: Callable[[str], 
         for _, source, result in done:
             assert isinstance(source, BackedByImage)
             images.append(new_image(source.image, result, "gzip"))
-        digest = write_new_index(images, output_image)
+        referrers = [attest.referrer(r, img, output_image, p) for (p, _, r), img in zip(done, images)] if attest else []
+        digest, stored = write_new_index(images, output_image, referrers)
         written["image"] = {"ref": output_image, "digest": digest, "platforms": [
             {"platform": p, "digest": img.manifest_digest, "config_digest": img.config_digest,
-             "layer_digest": img.layer.digest, "diff_id": img.layer.diff_id} for (p, _, _), img in zip(done, images)]}
+             "layer_digest": img.layer.digest, "diff_id": img.layer.diff_id,
+             **({"attestations": attest.stored_json(((r.digest, w),))} if attest else {})}
+            for (p, _, _), img, r, w in zip(done, images, referrers or [None] * len(images), stored or [None] * len(images))]}
     return [(p, result) for p, _, result in done], written

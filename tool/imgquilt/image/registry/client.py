@@ -11,6 +11,7 @@ import hashlib
 import json
 import threading
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -19,7 +20,7 @@ import httpx
 from ... import __version__
 from ...errors import BadImage
 from ..digests import check_digest, digest_of, new_hasher, split_digest, verify_digest
-from ..mediatypes import DOCKER_MANIFEST_V1, DOCKER_MANIFEST_V1_SIGNED, INDEXES, MANIFESTS
+from ..mediatypes import DOCKER_MANIFEST_V1, DOCKER_MANIFEST_V1_SIGNED, INDEXES, MANIFESTS, OCI_INDEX
 from .auth import Authenticator, repository_scope
 from .blobstream import RegistryBlobStream
 from .config import is_insecure
@@ -103,6 +104,7 @@ class RegistryClient:
         self._base: str | None = None
         self._ready = threading.Lock()
         self._push_repos: set[str] = set()
+        self._last_subject: dict[str, str] = {}  # manifest digest -> the OCI-Subject its PUT answered
 
     @classmethod
     def for_ref(cls, ref: RegistryRef, **kwargs) -> "RegistryClient":
@@ -269,6 +271,8 @@ class RegistryClient:
             raise self._fail(response, f"upload of the {what}")
         response.close()
         remote = response.headers.get("docker-content-digest") or local
+        if response.headers.get("oci-subject"):
+            self._last_subject[local] = response.headers["oci-subject"]
         if remote != local:
             raise BadImage(f"The registry {self.domain} stored the {what} as {remote}, but its bytes hash "
                            f"to {local}.", hint="The registry rewrote the manifest; tell its operator.")
@@ -414,6 +418,56 @@ class RegistryClient:
                            hint="Push the base image to that repository first.")
         self.upload_blob(repo, digest, data)
         return "uploaded"
+
+    # --- referrers (OCI 1.1) ----------------------------------------------------------------------
+    def referrers(self, repo: str, digest: str, *, max_pages: int = 16) -> list[dict] | None:
+        """The descriptors the referrers API lists for `digest` (pages followed), or None when the
+        registry has no referrers API (it answers 404, as the distribution spec says it must)."""
+        check_digest(digest, what="subject")
+        what = f"referrers of {repo}@{digest}"
+        url: str | None = None
+        found: list[dict] = []
+        for _page in range(max_pages):
+            response = self._call("GET", repo, f"referrers/{digest}", what=what, url=url, stream=True,
+                                  headers={"Accept": OCI_INDEX})
+            if response.status_code != 200:
+                if response.status_code == 404 and url is None:  # no referrers API: the caller reads the fallback tag
+                    response.close()
+                    return None
+                raise self._fail(response, what)
+            with closing(response):
+                data = self._read_limited(response, what)
+            try:
+                manifests = json.loads(data).get("manifests")
+            except (ValueError, AttributeError):
+                manifests = None
+            if not isinstance(manifests, list):
+                raise BadImage(f"The registry {self.domain} answered the {what} with something that is not an image index.")
+            found += [m for m in manifests if isinstance(m, dict)]
+            following = response.links.get("next", {}).get("url")
+            if not following:
+                return found
+            url = str(response.url.join(following))
+        return found
+
+    def find_manifest(self, repo: str, reference: str) -> Manifest | None:
+        """The manifest `reference` names, or None when the registry holds none (404)."""
+        what = f"manifest {repo}:{reference}"
+        response = self._call("HEAD", repo, f"manifests/{reference}", what=what,
+                              headers={"Accept": ", ".join(MANIFEST_TYPES)})
+        response.close()
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise self._fail(response, what)
+        return self.get_manifest(repo, reference)
+
+    def put_referrer(self, repo: str, data: bytes, media_type: str) -> tuple[str, str | None]:
+        """Store a manifest with a `subject` under its digest: (the digest, the OCI-Subject header the
+        registry answered, None when it did not: then it has no referrers API and the client keeps the
+        fallback tag)."""
+        digest = self.put_manifest(repo, "sha256:" + hashlib.sha256(data).hexdigest(), data, media_type)
+        return digest, self._last_subject.pop(digest, None)
 
 
 class Registries:

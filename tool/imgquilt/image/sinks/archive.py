@@ -12,10 +12,11 @@ import io
 import tarfile
 from contextlib import closing
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Sequence
 
 from ..mediatypes import OCI_INDEX, Compression, compression_of
 from ..model import Layer
+from ..referrers import Referrer
 from .base_blobs import open_checked, unique_layers
 from .layout import LAYOUT_MARKER
 from .mutate import NewImage, chain_id, index_entry, json_bytes
@@ -60,10 +61,13 @@ class _Tar:
         self.tar.close()
 
 
-def write_oci_archive(img: NewImage, path: Path, tag: str | None) -> None:
-    """An OCI layout in a tar: blobs/sha256/*, index.json, oci-layout."""
-    index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [index_entry(img, tag)]}
+def write_oci_archive(img: NewImage, path: Path, tag: str | None, referrers: Sequence[Referrer] = ()) -> None:
+    """An OCI layout in a tar: blobs/sha256/*, index.json (the image, then its referrers), oci-layout."""
+    index = {"schemaVersion": 2, "mediaType": OCI_INDEX,
+             "manifests": [index_entry(img, tag)] + [r.descriptor() for r in referrers]}
     small = {img.layer.digest: img.layer.data, img.config_digest: img.config, img.manifest_digest: img.manifest}
+    for r in referrers:
+        small.update({**dict(r.blobs), r.digest: r.manifest})
     base_layers = {l.descriptor.digest: l for l in unique_layers(img.base)}
     with output_file(path, what="image archive") as fh:
         a = _Tar(fh, img.created)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Sequence
 
-from ...errors import UsageError
+from ...errors import AttestationNotStored, ImgquiltError, UsageError
 from ..mediatypes import Compression
+from ..referrers import Referrer
 from .archive import write_docker_archive, write_oci_archive
 from .layout import check_layout_destination, write_layout, write_layout_index
 from .mutate import NewImage
@@ -56,6 +57,7 @@ class WrittenImage:
     layer_digest: str  # the new layer's blob
     diff_id: str
     layer_size: int
+    referrers: tuple[tuple[str, str], ...] = ()  # (manifest digest, where it is listed) of each attestation stored
 
 
 def parse_output_ref(ref: str) -> OutputRef:
@@ -99,20 +101,27 @@ def check_image_destination(ref: str) -> OutputRef:
     return out
 
 
-def write_new_image(img: NewImage, ref: str) -> WrittenImage:
-    """Write `img` to `ref`; whole or not at all."""
+def write_new_image(img: NewImage, ref: str, referrers: Sequence[Referrer] = ()) -> WrittenImage:
+    """Write `img` to `ref`, with its `referrers` (attestations); whole or not at all, except that a
+    registry that refuses a referrer after the image was pushed is AttestationNotStored (exit 6)."""
     out = check_image_destination(ref)
+    if referrers:
+        check_referrer_destination(ref)
     digest = img.config_digest if out.transport == "docker-archive" else img.manifest_digest
+    stored: list[str] = []
     if out.transport == "docker":
         from .registry import push_image
 
         digest = push_image(img, ref).digest
+        stored = push_referrers(ref, referrers, f"The image was pushed to {ref} ({digest})")
     elif out.transport == "oci":
-        write_layout(img, out.path, out.tag)
+        write_layout(img, out.path, out.tag, referrers)
     elif out.transport == "oci-archive":
-        write_oci_archive(img, out.path, out.tag)
+        write_oci_archive(img, out.path, out.tag, referrers)
     else:
         write_docker_archive(img, out.path, out.tag)
+    if referrers and not stored:
+        stored = ["index.json"] * len(referrers)
     return WrittenImage(
         ref=ref,
         transport=out.transport,
@@ -123,12 +132,40 @@ def write_new_image(img: NewImage, ref: str) -> WrittenImage:
         layer_digest=img.layer.digest,
         diff_id=img.layer.diff_id,
         layer_size=img.layer.size,
+        referrers=tuple((r.digest, w) for r, w in zip(referrers, stored)),
     )
 
 
-def write_new_index(images: list[NewImage], ref: str) -> str:
+def check_referrer_destination(ref: str) -> None:
+    """Refuse, up front, a destination that cannot hold a referrer: a docker-archive has no index."""
+    out = check_image_destination(ref)
+    if out.transport not in ("oci", "oci-archive", "docker"):
+        raise UsageError(f"{ref!r} cannot hold an attestation: a docker-archive has no index to list a referrer in.",
+                         hint="Write to oci:DIR:TAG, oci-archive:FILE:TAG or push to docker://HOST/REPO:TAG "
+                              "(`skopeo copy` it to docker-archive: afterwards if you need one).")
+
+
+def push_referrers(ref: str, referrers: Sequence[Referrer], written: str) -> list[str]:
+    """Push each referrer after its image; a refusal is AttestationNotStored, naming what was written."""
+    from .registry import push_referrer
+
+    stored = []
+    for r in referrers:
+        try:
+            stored.append(push_referrer(ref, r))
+        except ImgquiltError as exc:
+            raise AttestationNotStored(
+                f"{written}, but its attestation was not stored: {exc.message}",
+                hint="The image is complete and usable; attach the attestation again with "
+                     "`imgquilt apply --attest KEY --output-image` once the registry takes it.") from None
+    return stored
+
+
+def write_new_index(images: list[NewImage], ref: str, referrers: Sequence[Referrer] = ()) -> tuple[str, list[str]]:
     """Write the images as one multi-platform image (an OCI index over their manifests) to `ref`
-    (`oci:` or `docker://`); whole or not at all. Returns the index digest (a registry's: as it answered)."""
+    (`oci:` or `docker://`), with `referrers` (one attestation per platform manifest); whole or not at
+    all (a registry refusing a referrer after the push: AttestationNotStored). Returns the index digest
+    (a registry's: as it answered) and where each referrer is listed."""
     from .mutate import index_bytes, sha256
 
     out = check_image_destination(ref)
@@ -136,12 +173,13 @@ def write_new_index(images: list[NewImage], ref: str) -> str:
     if out.transport == "docker":
         from .registry import push_index
 
-        return push_index(images, index, ref).digest
+        digest = push_index(images, index, ref).digest
+        return digest, push_referrers(ref, referrers, f"The image index was pushed to {ref} ({digest})")
     if out.transport != "oci":
         raise UsageError(f"--platform all writes an image index; {ref!r} cannot hold one.",
                          hint="Write to oci:DIR:TAG or push to docker://HOST/REPO:TAG.")
-    write_layout_index(images, index, out.path, out.tag)  # type: ignore[arg-type]
-    return sha256(index)
+    write_layout_index(images, index, out.path, out.tag, referrers)  # type: ignore[arg-type]
+    return sha256(index), ["index.json"] * len(referrers)
 
 
 def check_index_destination(ref: str) -> None:

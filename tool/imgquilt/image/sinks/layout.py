@@ -16,13 +16,14 @@ import re
 import stat
 from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from ...errors import BadImage, LinkedState, UsageError
 from ...util.atomic import atomic_file, atomic_write, publish
 from ...util.regular import read_regular_file
 from ..mediatypes import OCI_INDEX
 from ..model import Layer
+from ..referrers import Referrer
 from .base_blobs import blob_location, check_file, open_checked, unique_layers
 from .mutate import ANNOTATION_REF_NAME, NewImage, index_entry, json_bytes, sha256
 from .output_file import output_dir, output_file
@@ -136,12 +137,14 @@ def check_layout_destination(path: Path, tag: str | None) -> None:
         raise UsageError(f"Cannot write an OCI layout to {str(path)!r}: directory {str(path.parent)!r} does not exist.")
 
 
-def write_layout(img: NewImage, root: Path, tag: str | None) -> None:
-    """Write `img` to the layout at `root` (a new one, or added to an existing one); whole or not at all."""
-    _write(root, tag, index_entry(img, tag), lambda w: w.fill(img))
+def write_layout(img: NewImage, root: Path, tag: str | None, referrers: Sequence[Referrer] = ()) -> None:
+    """Write `img` (and its referrers: attestations) to the layout at `root` (a new one, or added to an
+    existing one); whole or not at all."""
+    _write(root, tag, index_entry(img, tag), lambda w: w.fill(img), referrers)
 
 
-def write_layout_index(images: list[NewImage], index: bytes, root: Path, tag: str | None) -> None:
+def write_layout_index(images: list[NewImage], index: bytes, root: Path, tag: str | None,
+                       referrers: Sequence[Referrer] = ()) -> None:
     """Write every image and the image index `index` over them, tagged `tag`; whole or not at all."""
     entry: dict = {"mediaType": OCI_INDEX, "digest": sha256(index), "size": len(index)}
     if tag:
@@ -152,19 +155,28 @@ def write_layout_index(images: list[NewImage], index: bytes, root: Path, tag: st
             w.fill(img)
         w.put_bytes(entry["digest"], index)
 
-    _write(root, tag, entry, fill)
+    _write(root, tag, entry, fill, referrers)
 
 
-def _write(root: Path, tag: str | None, entry: dict, fill) -> None:
+def _write(root: Path, tag: str | None, entry: dict, fill, referrers: Sequence[Referrer] = ()) -> None:
     check_layout_destination(root, tag)
+    entries = [entry] + [r.descriptor() for r in referrers]
+
+    def fill_all(w: _BlobDir) -> None:
+        fill(w)
+        for r in referrers:  # a referrer's blobs, then its manifest: index.json comes last
+            for digest, data in r.blobs:
+                w.put_bytes(digest, data)
+            w.put_bytes(r.digest, r.manifest)
+
     if is_layout(root):
-        _add_to_layout(root, entry, fill)
+        _add_to_layout(root, entries, fill_all)
         return
     with output_dir(root, failure=f"Cannot write an OCI layout to {str(root)!r}") as tmp:
         (tmp / "blobs" / "sha256").mkdir(parents=True)
-        fill(_BlobDir(tmp))
+        fill_all(_BlobDir(tmp))
         (tmp / "oci-layout").write_bytes(json_bytes(LAYOUT_MARKER))
-        index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry]}
+        index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}
         (tmp / "index.json").write_bytes(json_bytes(index))
 
 
@@ -200,9 +212,12 @@ def _read_index(root: Path) -> dict:
     return index
 
 
-def _add_to_layout(root: Path, entry: dict, fill) -> None:
+def _add_to_layout(root: Path, entries: list[dict], fill) -> None:
+    """Add the blobs, then `entries` to index.json: the first (the image) replaces one with its tag,
+    the others (referrers) one with their digest."""
     w = _BlobDir(root)
-    tag = (entry.get("annotations") or {}).get(ANNOTATION_REF_NAME)
+    tag = (entries[0].get("annotations") or {}).get(ANNOTATION_REF_NAME)
+    added = {e["digest"] for e in entries[1:]}
     _no_links(root)
     _read_index(root)  # refuse a damaged layout before a blob goes in
     try:
@@ -211,8 +226,9 @@ def _add_to_layout(root: Path, entry: dict, fill) -> None:
             _no_links(root)
             index = _read_index(root)  # again, under the lock: another writer may have changed it
             fill(w)
-            kept = [m for m in index.get("manifests") or [] if (m.get("annotations") or {}).get(ANNOTATION_REF_NAME) != tag]
-            index["manifests"] = kept + [entry]
+            kept = [m for m in index.get("manifests") or []
+                    if (m.get("annotations") or {}).get(ANNOTATION_REF_NAME) != tag and m.get("digest") not in added]
+            index["manifests"] = kept + entries
             with output_file(root / "index.json", what="index") as fh:
                 fh.write(json_bytes(index))
     except BaseException as exc:

@@ -15,8 +15,11 @@ from dataclasses import dataclass
 from ...errors import BadImage, UsageError
 from ..mediatypes import OCI_INDEX, OCI_MANIFEST
 from ..registry import RegistryRef, parse_registry_ref
+from ..referrers import Referrer, add_to_index, fallback_tag
 from .base_blobs import open_checked, unique_layers
 from .mutate import NewImage
+
+FALLBACK_ATTEMPTS = 4  # read-modify-write rounds of the fallback tag before giving up on a racing writer
 
 
 @dataclass(frozen=True)
@@ -104,3 +107,41 @@ def push_image(img: NewImage, ref: str, *, by_digest: bool = False) -> PushRepor
     manifest_digest = client.put_manifest(repo, where, img.manifest, OCI_MANIFEST)
     return PushReport(manifest_digest, blobs)
 
+
+
+def push_referrer(ref: str, referrer: Referrer) -> str:
+    """Store `referrer` beside its subject in the repository `ref` names; say where it is listed:
+    "referrers API" (the registry answered OCI-Subject), else "tag sha256-<hex>", the fallback tag's
+    index, read, added to and written back, then read again to make sure a racing writer did not drop
+    it (each writer checks its own entry, so two racing writers both end up listed)."""
+    import json
+
+    from ..sources.registry import registries
+
+    dest = parse_push_ref(ref)
+    client = registries().client(dest)
+    repo = dest.repository
+    for digest, data in referrer.blobs:
+        client.push_blob(repo, digest, data)
+    digest, subject = client.put_referrer(repo, referrer.manifest, OCI_MANIFEST)
+    if subject == referrer.subject.digest:
+        return "referrers API"
+    tag = fallback_tag(referrer.subject.digest)
+
+    def listed() -> dict | None:
+        found = client.find_manifest(repo, tag)
+        if found is None:
+            return None
+        index = json.loads(found.data)
+        if not isinstance(index, dict) or not isinstance(index.get("manifests"), list):
+            raise BadImage(f"The tag {tag} in {dest.domain}/{repo} is not an image index of referrers; imgquilt does "
+                           "not replace it.", hint="Remove or repair that tag, then attest again.")
+        return index
+
+    for _attempt in range(FALLBACK_ATTEMPTS):
+        client.put_manifest(repo, tag, add_to_index(listed(), referrer.descriptor()), OCI_INDEX)
+        now = listed()
+        if now is not None and any(isinstance(m, dict) and m.get("digest") == digest for m in now["manifests"]):
+            return f"tag {tag}"
+    raise BadImage(f"The referrers tag {tag} in {dest.domain}/{repo} kept changing under imgquilt ({FALLBACK_ATTEMPTS} tries); "
+                   "the attestation is not listed.", hint="Another writer is updating it; attest again later.")

@@ -66,6 +66,7 @@ class IndexEntry:
 
     descriptor: Descriptor
     platform: Platform | None
+    artifact_type: str | None = None  # an OCI 1.1 artifact (an attestation), not an image
 
     @property
     def digest(self) -> str:
@@ -131,7 +132,8 @@ def index_entries(index: dict[str, Any], what: str) -> list[IndexEntry]:
     if not isinstance(manifests, list):
         raise BadImage(f"The {what} has no \"manifests\" list.")
     return [
-        IndexEntry(parse_descriptor(m, f"entry {i} of the {what}"), Platform.from_json(m.get("platform")))
+        IndexEntry(parse_descriptor(m, f"entry {i} of the {what}"), Platform.from_json(m.get("platform")),
+                   m.get("artifactType") if isinstance(m, dict) and isinstance(m.get("artifactType"), str) else None)
         for i, m in enumerate(manifests)
     ]
 
@@ -154,6 +156,7 @@ def select_top(descs: list[IndexEntry], *, tag: str | None, digest: str | None, 
                 hint="Available: " + ", ".join(d.label() for d in descs) + "." if descs else None,
             )
         return Descriptor("", digest, loc.size)
+    descs = [d for d in descs if d.artifact_type is None]  # referrers (attestations) are no image to pick
     if not descs:
         raise BadImage(f"{where} holds no image.")
     if tag is not None:
@@ -175,7 +178,7 @@ def select_top(descs: list[IndexEntry], *, tag: str | None, digest: str | None, 
 def load_image(store: BlobStore, desc: Descriptor, *, ref: str, platform: str | None,
                transport: str, names: tuple[str, ...] = (), read_manifest=None) -> StoredImage:
     """Load the image `desc` points to (resolving an index by platform), verifying every blob."""
-    reader = read_manifest or (lambda d: _read_blob(store, d, "manifest", MAX_MANIFEST))
+    reader = read_manifest or (lambda d: read_blob(store, d, "manifest", MAX_MANIFEST))
     for _depth in range(4):
         data = reader(desc)
         manifest = parse_json(data, f"manifest {desc.digest}")
@@ -199,7 +202,7 @@ def load_image(store: BlobStore, desc: Descriptor, *, ref: str, platform: str | 
     raise BadImage(f"{store.where}: image indexes are nested too deeply.")
 
 
-def _read_blob(store: BlobStore, desc: Descriptor, what: str, limit: int) -> bytes:
+def read_blob(store: BlobStore, desc: Descriptor, what: str, limit: int) -> bytes:
     loc = store.locate(desc.digest)
     if loc is None:
         raise BadImage(f"{store.where} lacks the {what} blob {desc.digest}.",
@@ -255,7 +258,7 @@ def _image_from_manifest(store: BlobStore, desc: Descriptor, data: bytes, manife
                          ref: str, platform: str | None, transport: str, names: tuple[str, ...]) -> StoredImage:
     where = f"{store.where}: manifest {desc.digest}"
     config_bytes, config, found = config_and_layers(
-        manifest, where, lambda d: _read_blob(store, d, "config", MAX_CONFIG))
+        manifest, where, lambda d: read_blob(store, d, "config", MAX_CONFIG))
     layers: list[BlobLayer] = []
     for ldesc, diff_id, obj in found:
         loc = store.locate(ldesc.digest)
