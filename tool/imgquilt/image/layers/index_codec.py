@@ -13,8 +13,8 @@ from typing import Iterator, Mapping
 
 from .layer_index import LayerIndex, Rec
 
-FORMAT = "imgquilt-layer-index-3"
-_Raw = tuple  # (kind, mode, uid, gid, size, linkname, ordinal, offset, sparse, sha or "")
+FORMAT = "imgquilt-layer-index-4"
+_Raw = tuple  # (kind, mode, uid, gid, size, linkname, ordinal, offset, sparse, sha or "", extent or None)
 
 
 def _parent(path: str) -> str:
@@ -52,6 +52,8 @@ class LazyRecs(Mapping[str, Rec]):
         rec = Rec(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8])
         if t[9]:
             rec.sha = t[9]
+        if t[10] is not None:
+            rec.extent = t[10]
         self._made[path] = rec
         return rec
 
@@ -85,7 +87,7 @@ class LazyRecs(Mapping[str, Rec]):
 
 
 def _raw_of(r: Rec) -> _Raw:
-    return (r.kind, r.mode, r.uid, r.gid, r.size, r.linkname, r.ordinal, r.offset, r.sparse, r.sha or "")
+    return (r.kind, r.mode, r.uid, r.gid, r.size, r.linkname, r.ordinal, r.offset, r.sparse, r.sha or "", r.extent)
 
 
 def dump_index(index: LayerIndex, layer_digest: str, whiteouts: bool) -> bytes:

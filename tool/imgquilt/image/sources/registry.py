@@ -103,6 +103,11 @@ class RegistryLayer:
             stream.tee(spool, lambda ok: memo.finished(self.descriptor.digest, spool, ok))  # type: ignore[union-attr]
         return stream
 
+    def read_range(self, offset: int, length: int) -> bytes | None:
+        """`length` bytes of the blob at `offset` by an HTTP Range request (None: the registry ignores
+        Range); not verified here: a seekable layer's reader checks them against its TOC."""
+        return self.client.read_blob_range(self.repository, self.descriptor.digest, offset, length, what=self.what)
+
     def open_blob(self) -> BinaryIO:
         return BlobFile(self._download())  # type: ignore[return-value]
 
