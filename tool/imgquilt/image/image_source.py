@@ -44,6 +44,7 @@ from ..fs.paths import check_member_path
 from ..fs.resolve import resolve
 from ..fs.types import DirMeta, ImageInfo, Node, TargetFile
 from .digests import sha256_digest
+from .mediatypes import compression_of
 from .layers.blob_layer import BlobLayer
 from .layers.blobio import FileRange, HashingRange, VerifiedBlobs, fingerprint
 from .layers.index_codec import dump_index, load_index
@@ -118,7 +119,7 @@ class ImageSource:
     """A filesystem Source over an image's layers (or a flat tar's single "layer")."""
 
     def __init__(self, image, *, kind: str = "image", verified: VerifiedBlobs | None = None,
-                 ref: str | None = None, layer_cache: LayerCache | None = None) -> None:
+                 ref: str | None = None, layer_cache: LayerCache | None = None, use_tocs: bool = True) -> None:
         self.image = image
         self.kind = kind
         self.ref = ref or image.ref
@@ -132,7 +133,10 @@ class ImageSource:
         self._kept_lock = threading.Lock()
         self._prefetch: _Prefetch | None = None  # the next layer down, scanned ahead by a thread
         self.stats = ScanStats()
-        self._tocs: list[TocRef | None] = [self._toc_of(i) for i in range(len(self._layers))]
+        # use_tocs=False reads seekable layers whole too (the tests compare both ways)
+        self._tocs: list[TocRef | None] = [None] * len(self._layers)
+        if use_tocs:
+            self._tocs = [self._toc_of(i) for i in range(len(self._layers))]
         self._keys: dict[int, str] = {}  # layer position -> the shared cache's key of its index
         # called with (layer position from the top, layer count, layer digest) before a layer is read;
         # it may return a callback that is given the count of tar bytes read as they pass (progress)
@@ -322,6 +326,8 @@ class ImageSource:
             self._dirty.add(position)  # read whole and verified, or from a verified TOC: worth an index
         self._keys[position] = key  # type: ignore[assignment]
         self._view.add(index)
+        if key != digest:
+            self.stats.layers_from_toc.append(self._label(position))
         self.stats.layers_scanned.append(self._label(position))
         self.stats.members_seen += index.members
 
@@ -368,7 +374,7 @@ class ImageSource:
         if self.kind != "image" or getattr(layer, "verify", None) != "blob" or not hasattr(layer, "read_range"):
             return None
         try:
-            return toc_ref(layer.descriptor.annotations, layer.descriptor.size)
+            return toc_ref(layer.descriptor.annotations, layer.descriptor.size, compression_of(layer.descriptor.media_type))
         except TocUnusable as exc:
             self._unusable(position, str(exc))
             return None
@@ -400,7 +406,6 @@ class ImageSource:
         toc = read_toc(ref, size, read_range, what=self._what(position))
         index = toc_index(toc, size, position=position, whiteouts=self._view.whiteouts, what=self._what(position))
         self.stats.range_bytes += fetched[0]
-        self.stats.layers_from_toc.append(self._label(position))
         return index
 
     def _fetch_by_range(self, position: int, recs: list[Rec]) -> None:

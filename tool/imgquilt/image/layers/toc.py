@@ -79,33 +79,38 @@ def _first(annotations: dict[str, str], keys: tuple[str, ...]) -> str | None:
     return None
 
 
-def toc_ref(annotations: dict[str, str], blob_size: int) -> TocRef | None:
-    """The TOC a layer descriptor's annotations announce; None when it announces none."""
+def toc_ref(annotations: dict[str, str], blob_size: int, compression: str) -> TocRef | None:
+    """The TOC a layer descriptor's annotations announce (`compression`: what its media type says);
+    None when it announces none. stargz-snapshotter's zstd:chunked carries the eStargz key too: the
+    compression tells the formats apart."""
     z_sum = _first(annotations, ZSTD_CHECKSUM_KEYS)
     e_sum = annotations.get(ESTARGZ_DIGEST_KEY)
     if z_sum is None and e_sum is None:
         return None
-    if z_sum is not None and e_sum is not None:
-        raise TocUnusable("the layer announces both a zstd:chunked and an eStargz TOC")
-    digest = z_sum if z_sum is not None else e_sum
+    if compression == "zstd" and z_sum is not None:
+        kind, digest = "zstd:chunked", z_sum
+    elif compression == "gzip" and e_sum is not None:
+        kind, digest = "estargz", e_sum
+    else:
+        raise TocUnusable(f"the layer's TOC annotations do not fit its {compression} media type")
     if not _SHA256.match(digest or ""):
         raise TocUnusable(f"the TOC checksum annotation {digest!r} is not a sha256 digest")
-    if e_sum is not None:
+    if kind == "estargz":
         if blob_size <= ESTARGZ_FOOTER:
             raise TocUnusable("the blob is too small to hold an eStargz footer")
-        return TocRef("estargz", digest)  # type: ignore[arg-type]
+        return TocRef("estargz", digest)
     position = _first(annotations, ZSTD_POSITION_KEYS) or ""
     parts = position.split(":")
     if len(parts) != 4 or not all(p.isdigit() for p in parts):
         raise TocUnusable(f"the zstd:chunked position annotation {position!r} is not offset:length:size:type")
-    offset, length, size, kind = (int(p) for p in parts)
-    if kind != 1:
-        raise TocUnusable(f"the zstd:chunked TOC is of type {kind}, not 1 (CRFS)")
+    offset, length, size, manifest_type = (int(p) for p in parts)
+    if manifest_type != 1:
+        raise TocUnusable(f"the zstd:chunked TOC is of type {manifest_type}, not 1 (CRFS)")
     if length > MAX_TOC or size > MAX_TOC:
         raise TocUnusable(f"the TOC is bigger than imgquilt holds in memory ({MAX_TOC >> 20} MiB)")
     if offset < SKIPPABLE_HEADER or offset + length > blob_size:
         raise TocUnusable("the zstd:chunked TOC position lies outside the blob")
-    return TocRef("zstd:chunked", digest, offset, length, size)  # type: ignore[arg-type]
+    return TocRef("zstd:chunked", digest, offset, length, size)
 
 
 # --- reading the TOC --------------------------------------------------------------------------
