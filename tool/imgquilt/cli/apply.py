@@ -84,6 +84,7 @@ def apply_cmd(
     locked: bool = typer.Option(False, "--locked", help="Fail when there is no targets.lock."),
     platform: Optional[str] = PlatformOpt,
     no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the check that patched .py files gain no errors."),
+    compression: Optional[str] = typer.Option(None, "--compression", metavar="gzip|zstd|zstd:chunked|none", help="The new layer's compression in --output-image (default gzip; none for docker-archive). zstd:chunked adds a TOC so readers can fetch single files."),
     verbose: bool = VerboseOpt,
 ) -> None:
     """Verify every base, apply the series in memory, verify every result, then write the outputs.
@@ -102,11 +103,11 @@ def apply_cmd(
         q = load()
         lock = q.lock()
         ref = pick_ref(image, lock.image.ref if lock else None)
-        return _apply_all(q, ref, lock, output_image, locked=locked, python_check=not no_python_check)
+        return _apply_all(q, ref, lock, output_image, locked=locked, python_check=not no_python_check, compression=compression)
 
     try:
         done = apply(G.queue, image=image, layer=layer, output_image=output_image, root=root, overlay=overlay, platform=platform,
-                     locked=locked, python_check=not no_python_check, progress=progress())
+                     locked=locked, python_check=not no_python_check, progress=progress(), compression=compression)
     except Refused as exc:
         if any(getattr(p, "kind", None) == "python" for p in getattr(exc, "problems", [])) or isinstance(exc, PythonCheckFailed):
             # only apply has the option, so only apply names it
@@ -136,7 +137,8 @@ def apply_cmd(
         say(f"Wrote {kind}: {w.get('path') or w.get('ref')}{extra}")
 
 
-def _apply_all(q, ref: str, lock, output_image: str | None, *, locked: bool, python_check: bool) -> None:
+def _apply_all(q, ref: str, lock, output_image: str | None, *, locked: bool, python_check: bool,
+               compression: str | None = None) -> None:
     """--platform all: every platform verified on its own bases, then one index written."""
     from ..errors import BadImage
     from ..sources import platforms_of
@@ -146,7 +148,7 @@ def _apply_all(q, ref: str, lock, output_image: str | None, *, locked: bool, pyt
     if not platforms:
         raise BadImage(f"{ref} names no platform (neither an index nor a config says one).")
     results, written = apply_platforms(q, platforms, lambda p: open_ref(ref, p), lock, output_image,
-                                       locked=locked, python_check=python_check)
+                                       locked=locked, python_check=python_check, compression=compression)
     if G.json:
         docs = [{**result_json(r), "platform": p} for p, r in results]
         first = {k: v for k, v in docs[0].items() if k != "platform"}

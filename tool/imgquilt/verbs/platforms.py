@@ -43,18 +43,20 @@ def platforms_json(ref: str, audits: list[PlatformAudit], expect: str) -> dict:
 
 # --- apply ----------------------------------------------------------------------------------------
 def apply_platforms(queue, platforms: list[str], open_platform: Callable[[str], Source], lock, output_image: str | None,
-                    *, locked: bool = False, python_check: bool = True) -> tuple[list[tuple[str, object]], dict]:
+                    *, locked: bool = False, python_check: bool = True, compression: str | None = None
+                    ) -> tuple[list[tuple[str, object]], dict]:
     """Verify the series on every platform (a drifted one refused by name, before anything is written),
     then write one index with a patched manifest per platform to `output_image`."""
     from ..engine.plan import plan_apply
     from ..errors import ImgquiltError
     from ..image.sinks.image import check_index_destination, write_new_index
-    from ..outputs import new_image, python_checker
+    from ..outputs import check_compression, new_image, python_checker
     from ..sources import BackedByImage
     from ..store import remember
 
     if output_image is not None:
         check_index_destination(output_image)
+    check_compression(compression, "oci" if output_image is not None else None)
     done = []
     screen, memo = python_checker() if python_check else (None, None)
     for p in platforms:
@@ -75,7 +77,7 @@ def apply_platforms(queue, platforms: list[str], open_platform: Callable[[str], 
         images = []
         for _, source, result in done:
             assert isinstance(source, BackedByImage)
-            images.append(new_image(source.image, result, "gzip"))
+            images.append(new_image(source.image, result, compression or "gzip"))  # type: ignore[arg-type]
         digest = write_new_index(images, output_image)
         written["image"] = {"ref": output_image, "digest": digest, "platforms": [
             {"platform": p, "digest": img.manifest_digest, "config_digest": img.config_digest,

@@ -33,7 +33,7 @@ from typing import Callable, Literal
 from ...errors import BadImage
 from ..digests import verify_digest
 from .layer_index import IndexBuilder, LayerIndex
-from .tarwalk import TarWalker
+from .tarwalk import BytesStream, TarWalker
 
 ZSTD_CHECKSUM_KEYS = ("io.github.containers.zstd-chunked.manifest-checksum",
                       "io.containers.zstd-chunked.manifest-checksum")
@@ -171,34 +171,13 @@ def _estargz_footer(footer: bytes) -> int:
         raise TocUnusable("the eStargz footer holds no TOC offset") from None
 
 
-class _Bytes:
-    """Bytes as the stream TarWalker reads."""
-
-    seekable = False
-
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-        self._at = 0
-
-    def read(self, n: int = -1) -> bytes:
-        end = len(self._data) if n < 0 else self._at + n
-        out = self._data[self._at:end]
-        self._at += len(out)
-        return out
-
-    def skip(self, n: int) -> int:
-        n = max(0, min(n, len(self._data) - self._at))
-        self._at += n
-        return n
-
-
 def _estargz_toc_json(member: bytes) -> bytes:
     """The JSON of `stargz.index.json`, the one tar member the TOC's gzip member holds."""
     try:
         tar = _gunzip(member, 0, MAX_TOC + 4096)
     except zlib.error as exc:
         raise TocUnusable(f"the TOC does not decompress ({exc})") from None
-    walker = TarWalker(_Bytes(tar), what="eStargz TOC")
+    walker = TarWalker(BytesStream(tar), what="eStargz TOC")
     try:
         entry = next(iter(walker))
     except (StopIteration, BadImage):
