@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from ..cache.layers import LayerCache
-from ..errors import BadImage, BadInput
+from ..errors import BadImage, BadInput, UsageError
 from ..fs.paths import check_member_path
 from ..fs.resolve import resolve
 from ..fs.types import DirMeta, ImageInfo, Node, TargetFile
@@ -53,10 +53,28 @@ from .layers.merged_view import UNKNOWN, Absent, Deletion, Found, MergedView
 from .layers.tarwalk import TarWalker
 from .layers.toc import TocRef, TocUnusable, file_bytes, read_toc, span, toc_index, toc_ref
 
+LAYER_READS_ENV = "IMGQUILT_LAYER_READS"
+LAYER_READS = 3  # layers read at once: the one being decided and the next ones down, ahead
 KEEP_LIKELY_MAX = 8 << 20  # a same-named file up to this size is kept in case a symlink leads to it
 KEEP_LIKELY_BUDGET = 256 << 20
 MAX_HARDLINK_HOPS = 16
 _PROVISIONAL_DIR = Node("dir", 0o755)
+
+
+def layer_reads() -> int:
+    """How many layers a cold read fetches and decompresses at once (IMGQUILT_LAYER_READS, default 3; 1
+    reads one layer at a time). Every one is read top-down in order of need; those ahead are cancelled
+    once the targets are decided without them."""
+    raw = os.environ.get(LAYER_READS_ENV, "").strip()
+    if not raw:
+        return LAYER_READS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UsageError(f"{LAYER_READS_ENV}={raw!r} is not a positive number of layers.")
+    return value
 
 
 @dataclass
@@ -131,7 +149,7 @@ class ImageSource:
         self._cache = layer_cache
         self._dirty: set[int] = set()  # layers whose index the shared cache lacks or must extend
         self._kept_lock = threading.Lock()
-        self._prefetch: _Prefetch | None = None  # the next layer down, scanned ahead by a thread
+        self._ahead: dict[int, _Prefetch] = {}  # layers below the current one, scanned ahead by threads
         self.stats = ScanStats()
         # use_tocs=False reads seekable layers whole too (the tests compare both ways)
         self._tocs: list[TocRef | None] = [None] * len(self._layers)
@@ -305,14 +323,13 @@ class ImageSource:
         layer = self._layers[position]
         digest = layer.check_digest
         key = self._index_key(position)
-        pre = self._prefetch if self._prefetch is not None and self._prefetch.position == position else None
-        if pre is None:
-            self._stop_prefetch()
-        self._prefetch = None
+        pre = self._ahead.pop(position, None)
         if pre is None and self._cache is not None and key is not None and self._from_cache(position, key):
             return
         if ahead:
-            self._start_prefetch(position + 1, wanted)
+            for below in range(position + 1, min(position + layer_reads(), len(self._layers))):
+                if below not in self._ahead:
+                    self._start_prefetch(below, wanted)
         if pre is not None:
             if self.on_layer is not None:
                 pre.counter.attach(self.on_layer(position, len(self._layers), self._label(position)))
@@ -431,23 +448,25 @@ class ImageSource:
             self.stats.files_by_range += 1
 
     def _start_prefetch(self, position: int, wanted: set[str]) -> None:
-        """Scan layer `position` ahead, when that can only cost the other core: a local blob (never a
-        download), with no index in the shared cache, on a machine with a core to spare."""
-        if position >= len(self._layers) or (os.cpu_count() or 1) < 2:
+        """Scan layer `position` ahead (a thread of its own) when it has no index in the shared cache, on
+        a machine with a core to spare: a local blob, a seekable layer's TOC, or a download."""
+        if (os.cpu_count() or 1) < 2:
             return
-        layer = self._layers[position]
         key = self._index_key(position)
-        if getattr(layer, "location", None) is None and self._tocs[position] is None:
-            return
         if self._cache is not None and key is not None and self._cache.has(key):
             return
         keep = self._keeper(set(wanted))
         counter = _LateCounter()
-        self._prefetch = _Prefetch(position, lambda cancel: self._scan_layer(position, keep, counter, cancel), counter)
+        self._ahead[position] = _Prefetch(position, lambda cancel: self._scan_layer(position, keep, counter, cancel),
+                                          counter)
 
     def _stop_prefetch(self) -> None:
-        pre, self._prefetch = self._prefetch, None
-        if pre is not None:
+        """Cancel every scan ahead (the targets were decided without those layers): a download stops
+        after what was in flight, nothing of it is used."""
+        ahead, self._ahead = self._ahead, {}
+        for pre in ahead.values():
+            pre.cancel()
+        for pre in ahead.values():
             pre.stop()
 
     # --- the shared cache: layer indexes and file bytes ---
@@ -637,6 +656,9 @@ class _Prefetch:
             raise self._error
         assert self._result is not None
         return self._result
+
+    def cancel(self) -> None:
+        self._cancel.set()
 
     def stop(self) -> None:
         self._cancel.set()

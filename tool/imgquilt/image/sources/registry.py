@@ -19,6 +19,7 @@ from ...errors import BadImage, UsageError
 from ..layers.blob_layer import BlobLayer, TarStream
 from ..layers.blobio import BlobFile, file_location
 from ..layers.compression import Decompressed, detect
+from ..layers.readahead import ReadAhead
 from ..mediatypes import INDEXES, MANIFESTS, Compression, compression_of
 from ..model import Descriptor
 from ..registry import Registries, RegistryClient, RegistryRef, blob_memo, parse_registry_ref
@@ -129,8 +130,9 @@ class RegistryLayer:
         except BaseException:
             raw.close()
             raise
-        tar = raw if kind == "none" else Decompressed(raw, kind, what=self.what)
-        return TarStream(tar, raw, raw, seekable=False, fingerprint=_NO_FINGERPRINT)
+        ahead = ReadAhead(raw)  # received and hashed by a thread of its own, decompressed by another
+        tar = ahead if kind == "none" else Decompressed(ahead, kind, what=self.what)
+        return TarStream(tar, ahead, ahead, seekable=False, fingerprint=_NO_FINGERPRINT)
 
     def _release(self) -> None:
         """A claimed download that never started: let another reader fetch the blob."""
