@@ -14,10 +14,15 @@ How a read goes:
 Digests: a layer blob is always read to its end, and its digest checked, before anything read from
 it is used; a mismatch is DigestMismatch (exit 6). While a layer is scanned three threads share the
 work: one decompresses, one hashes the stored bytes, and this one walks the tar headers; so a
-scan costs about what decompressing the layer alone costs. While a layer is scanned, the next one down
-(a local blob the shared cache has no index of) is scanned by another thread with the same wanted
-paths, so a second core decompresses it meanwhile; when the targets are all decided without it, that
-scan is stopped and nothing of it is used (a file it did not keep costs a second pass, as above).
+scan costs about what decompressing the layer alone costs. While a layer is scanned, the next ones down
+(up to layer_reads() layers at once, downloads included, those the shared cache has no index of) are
+scanned by threads of their own with the same wanted paths, so every core decompresses meanwhile;
+when the targets are all decided without them, those scans are cancelled and nothing of them is used
+(a file one did not keep costs a second pass, as above).
+
+Seekable layers (zstd:chunked, eStargz; layers.toc) are not scanned: their table of contents, fetched
+by range and checked against the checksum the manifest gives it, becomes the layer's index, and a file's
+bytes are fetched by range and checked against the TOC's sha256 when they are needed (_fill_data).
 Layers are read whole anyway, since a later
 member of a layer can replace an earlier one. A second pass over a layer verified earlier in this
 run (or, with a cache directory, in an earlier run) whose file is unchanged (same device, inode,

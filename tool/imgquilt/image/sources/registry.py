@@ -2,9 +2,10 @@
 
 A tag is resolved to a digest with one HEAD per run; a digest is never resolved again. Manifests
 (and indexes) and configs are kept by digest in the shared cache, so a warm run asks the registry
-for nothing but that HEAD. Layers are streamed when the reader needs them, top layer first:
-decompressed, hashed and walked as they arrive, exactly as a local layer is read (the digest is
-checked before the end of the stream is seen); a layer below the needed ones is never fetched.
+for nothing but that HEAD. Layers are streamed when the reader needs them, top layer first (the
+next ones down read ahead, and cancelled when not needed): decompressed, hashed and walked as they
+arrive, exactly as a local layer is read (the digest is checked before the end of the stream is seen).
+A seekable layer's TOC and files are fetched by HTTP Range (read_range) and checked against the TOC.
 """
 from __future__ import annotations
 
