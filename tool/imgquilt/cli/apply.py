@@ -84,7 +84,7 @@ def apply_cmd(
     locked: bool = typer.Option(False, "--locked", help="Fail when there is no targets.lock."),
     platform: Optional[str] = PlatformOpt,
     no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the check that patched .py files gain no errors."),
-    compression: Optional[str] = typer.Option(None, "--compression", metavar="gzip|zstd|zstd:chunked|none", help="The new layer's compression in --output-image (default gzip; none for docker-archive). zstd:chunked adds a TOC so readers can fetch single files."),
+    compression: Optional[str] = typer.Option(None, "--compression", metavar="FORMAT", help="The new layer's compression in --output-image: gzip (default; none for docker-archive), zstd, zstd:chunked (with a TOC, read lazily), none."),
     verbose: bool = VerboseOpt,
 ) -> None:
     """Verify every base, apply the series in memory, verify every result, then write the outputs.
