@@ -1,9 +1,10 @@
-"""A raw stream read ahead by a thread of its own, into a short queue of chunks.
+"""Streams whose bytes a thread of its own produces into a short queue of chunks.
 
-For a download: receiving and hashing (the blob stream hashes what it receives) then run on one core
-while another decompresses, instead of one thread doing all three in turn. Same small interface as the
-raw streams (`read`, `readinto`, `skip`, `drain`, `close`, `dup`, `verified`, `closed`); the end (b"")
-is handed over only after the inner stream reached its own end, which is where it checks its digest.
+`ChunkQueue` is the shared machinery (a producing thread, a bounded queue, `read`/`skip` over the
+chunks, errors handed to the reader, a stop that unblocks the producer). Two streams use it:
+compression.Decompressed (the thread decompresses) and ReadAhead here (the thread reads a raw stream:
+for a download, receiving and hashing then run on one core while another decompresses, instead of
+one thread doing all three in turn).
 """
 from __future__ import annotations
 
@@ -11,35 +12,45 @@ import queue
 import threading
 
 CHUNK = 1 << 20
-DEPTH = 8  # chunks the reading thread may run ahead (8 MiB of compressed bytes)
+DEPTH = 8  # chunks ReadAhead's thread may run ahead (8 MiB of compressed bytes)
 
 
-class ReadAhead:
-    """`raw` read by a thread in CHUNK reads; errors (a digest mismatch at the end) reach the reader."""
+class ChunkQueue:
+    """Chunks produced by `_produce` (run in a thread started on the first read), read in order.
+
+    `_produce` hands each chunk to `_put` (False: stop producing), then b"" at the end; an exception
+    it raises is handed to the reader through `_error`.
+    """
 
     seekable = False
 
-    def __init__(self, raw) -> None:
-        self.raw = raw
-        self._queue: queue.Queue = queue.Queue(DEPTH)
+    def __init__(self, depth: int) -> None:
+        self._queue: queue.Queue = queue.Queue(depth)
         self._chunk = b""
         self._at = 0
         self._ended = False
         self._stop = False
-        self._lock = threading.Lock()  # the decompressing thread reads through dup(), the walker may drain
         self._thread: threading.Thread | None = None
+
+    # --- the producing thread ---
+    def _produce(self) -> None:  # pragma: no cover - every subclass has its own
+        raise NotImplementedError
 
     def _run(self) -> None:
         try:
-            while not self._stop:
-                data = self.raw.read(CHUNK)
-                if not self._put(data) or not data:
-                    return
-        except BaseException as exc:  # handed to the reader, which decides what it means
+            self._produce()
+        except BaseException as exc:  # handed to the reading thread, which decides what it means
             self._put(exc)
 
+    def _start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"imgquilt-{type(self).__name__.lower()}", daemon=True)
+        self._thread.start()
+
+    def _stopped(self) -> bool:
+        return self._stop
+
     def _put(self, item) -> bool:
-        while not self._stop:
+        while not self._stopped():
             try:
                 self._queue.put(item, timeout=0.05)
                 return True
@@ -47,16 +58,20 @@ class ReadAhead:
                 pass
         return False
 
-    def _next(self) -> bool:
+    def _error(self, exc: BaseException) -> BaseException:
+        return exc
+
+    # --- the stream ---
+    def _next_chunk(self) -> bool:
+        """Wait for the next chunk; False at the end of the stream."""
         if self._ended:
             return False
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="imgquilt-read-ahead", daemon=True)
-            self._thread.start()
+            self._start()
         item = self._queue.get()
         if isinstance(item, BaseException):
             self._ended = True
-            raise item
+            raise self._error(item)
         if not item:
             self._ended = True
             return False
@@ -64,19 +79,67 @@ class ReadAhead:
         return True
 
     def read(self, n: int = -1) -> bytes:
+        """Up to n bytes (at most one chunk's worth); b"" at the end. n < 0: everything left."""
+        if n < 0:
+            parts = []
+            while part := self.read(1 << 30):
+                parts.append(part)
+            return b"".join(parts)
+        if n == 0:
+            return b""
+        if self._at >= len(self._chunk) and not self._next_chunk():
+            return b""
+        chunk, at = self._chunk, self._at
+        if at == 0 and n >= len(chunk):
+            self._at = len(chunk)
+            return chunk  # the common case: hand the chunk over, no copy
+        data = chunk[at : at + n]
+        self._at = at + len(data)
+        return data
+
+    def skip(self, n: int) -> int:
+        done = 0
+        while done < n:
+            left = len(self._chunk) - self._at
+            if left <= 0:
+                if not self._next_chunk():
+                    break
+                continue
+            step = min(left, n - done)
+            self._at += step
+            done += step
+        return done
+
+    def _join(self) -> None:
+        """Stop the producing thread and wait for it (after `_stop` was set)."""
+        if self._thread is not None:
+            while self._thread.is_alive():
+                try:  # unblock a producer waiting on a full queue
+                    while True:
+                        self._queue.get_nowait()
+                except queue.Empty:
+                    pass
+                self._thread.join(0.01)
+
+
+class ReadAhead(ChunkQueue):
+    """`raw` read by a thread in CHUNK reads; its end (b"") only after the inner stream's own end,
+    where it checks its digest (a mismatch reaches the reader as the error it is)."""
+
+    def __init__(self, raw) -> None:
+        super().__init__(DEPTH)
+        self.raw = raw
+        self._lock = threading.Lock()  # the decompressing thread reads through dup(), the walker may drain
+
+    def _produce(self) -> None:
+        while True:
+            data = self.raw.read(CHUNK)
+            if not self._put(data) or not data:
+                return
+
+    def read(self, n: int = -1) -> bytes:
         with self._lock:
-            if n < 0:
-                parts = [self._chunk[self._at:]]
-                self._at = len(self._chunk)
-                while self._next():
-                    parts.append(self._chunk)
-                    self._at = len(self._chunk)
-                return b"".join(parts)
-            if n == 0 or (self._at >= len(self._chunk) and not self._next()):
-                return b""
-            data = self._chunk[self._at:self._at + n]
-            self._at += len(data)
-            return data
+            return super().read(n)
 
     def readinto(self, b) -> int:
         data = self.read(len(b))
@@ -84,13 +147,8 @@ class ReadAhead:
         return len(data)
 
     def skip(self, n: int) -> int:
-        done = 0
-        while done < n:
-            part = self.read(min(CHUNK, n - done))
-            if not part:
-                break
-            done += len(part)
-        return done
+        with self._lock:
+            return super().skip(n)
 
     def drain(self) -> None:
         """Read to the end: the inner stream's digest is checked there."""
@@ -105,26 +163,20 @@ class ReadAhead:
     def closed(self) -> bool:
         return self._stop
 
-    def dup(self) -> "_Shared":
-        return _Shared(self)
+    def dup(self) -> "SharedHandle":
+        return SharedHandle(self)
 
     def close(self) -> None:
         self._stop = True
         self.raw.close()  # first: a reading thread blocked on the network wakes up
-        if self._thread is not None:
-            while self._thread.is_alive():
-                try:  # unblock a reading thread waiting on a full queue
-                    while True:
-                        self._queue.get_nowait()
-                except queue.Empty:
-                    pass
-                self._thread.join(0.01)
+        self._join()
 
 
-class _Shared:
-    """A second handle on a ReadAhead (for the decompressing thread); closing it closes nothing."""
+class SharedHandle:
+    """Another reader's handle on a stream (for the decompressing thread): reads go to it (which
+    serialises them), closing the handle closes nothing."""
 
-    def __init__(self, stream: ReadAhead) -> None:
+    def __init__(self, stream) -> None:
         self._stream = stream
         self.closed = False
 

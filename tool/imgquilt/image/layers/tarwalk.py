@@ -283,6 +283,8 @@ class TarWalker:
                     size = int(block[124:135], 8)
                 except ValueError:
                     size = _number(block[124:136])
+                if size < 0:  # base-256 can say so; before anything is taken or skipped by it
+                    raise self._corrupt("a negative member size")
                 if typeflag in "xgLK":
                     if size > META_CAP:  # refused before a byte of it is held in memory
                         raise BadImage(
