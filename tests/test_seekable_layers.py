@@ -15,6 +15,7 @@ from imagetools import (blob_path, build_oci, dir_, file, flip_byte, hardlink, m
                         whiteout)
 from qtools import empty_queue, imgquilt, write_patch
 from seekable_tools import containerd, ctr_remote_convert, layer_annotations, zstd_chunked_copy, zstd_toc
+from test_layer_semantics import BASE as SEMANTICS_BASE
 from imgquilt.cache.layers import LayerCache
 from imgquilt.errors import DigestMismatch, ImgquiltError
 from imgquilt.image.image_source import ImageSource
@@ -24,20 +25,7 @@ from imgquilt.sources import open_image
 DEEP = b"".join(b"line %d of a deep file\r\n" % i for i in range(2000))
 BIG = random.Random(7).randbytes(300_000)  # spans several chunks (content-defined in zstd:chunked)
 BASE = [
-    file("usr/bin/which.debianutils", "which from debianutils\n", mode=0o755),
-    symlink("bin", "usr/bin"),
-    symlink("lib", "usr/lib"),
-    file("usr/lib/os-release", "NAME=Debian\r\nVERSION=12\r\n"),
-    symlink("etc/os-release", "../usr/lib/os-release"),
-    dir_("etc/alternatives"),
-    symlink("etc/alternatives/which", "/usr/bin/which.debianutils"),
-    symlink("usr/bin/which", "/etc/alternatives/which"),
-    file("usr/share/doc/readme", "old readme\n"),
-    file("etc/motd", "hello\n"),
-    file("opt/app/conf/a.conf", "a=1\n"),
-    file("opt/app/conf/b.conf", "b=1\n"),
-    file("usr/lib/python3/site.py", "print('base')\n", mode=0o644, uid=1000, gid=1000),
-    hardlink("usr/lib/python3/site-link.py", "usr/lib/python3/site.py", uid=1000, gid=1000),
+    *SEMANTICS_BASE,  # test_layer_semantics's layers (merged /usr, alternatives links, hard links, CRLF), and:
     file("srv/data.bin", BIG),
     file("a/b/c/d/deep.txt", DEEP),
     dir_("var/cache/x", mode=0o700, uid=5, gid=6),

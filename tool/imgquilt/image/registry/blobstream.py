@@ -1,9 +1,9 @@
 """A blob streamed from a registry, hashed as it is read: the end (b"") only after size and digest match.
 
-Same small interface as the local raw streams (`read`, `readinto`, `skip`, `peek`, `drain`, `close`,
-`dup`), so layer readers (the decompressing thread, the tar walker) take it where they take a file
-range. Reads are serialised by a lock: the decompressing thread reads through `dup()` while the walker
-may `drain` the rest; each byte is hashed once, in order.
+Same small interface as the local raw streams (`read`, `readinto`, `skip`, `peek`, `drain`, `close`),
+so layer readers take it where they take a file range (a layer download is read ahead by
+layers.readahead.ReadAhead, which the decompressing thread reads). Reads are serialised by a lock;
+each byte is hashed once, in order.
 """
 from __future__ import annotations
 
@@ -144,29 +144,9 @@ class RegistryBlobStream:
     def closed(self) -> bool:
         return self._closed
 
-    def dup(self) -> "SharedBlobStream":
-        """A second handle on the same download (for the decompressing thread); closing it closes nothing."""
-        return SharedBlobStream(self)
-
     def __enter__(self) -> "RegistryBlobStream":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-class SharedBlobStream:
-    """Another reader's handle on a RegistryBlobStream: reads go to it (under its lock), close is a no-op."""
-
-    def __init__(self, stream: RegistryBlobStream) -> None:
-        self._stream = stream
-        self.closed = False
-
-    def read(self, n: int = -1) -> bytes:
-        return self._stream.read(n)
-
-    def readinto(self, b) -> int:
-        return self._stream.readinto(b)
-
-    def close(self) -> None:
-        self.closed = True
