@@ -430,26 +430,34 @@ class ImageSource:
         self.stats.range_bytes += fetched[0]
         return index
 
-    def _fetch_by_range(self, position: int, recs: list[Rec]) -> None:
-        """Fill the data of TOC-described files: each one's frames by one range read, checked against
-        the TOC's sha256 (DigestMismatch: nothing of it is used)."""
-        layer = self._layers[position]
-        ref = self._tocs[position]
-        compression = ref.compression if ref is not None else ("zstd" if layer.compression == "zstd" else "gzip")
-        for rec in recs:
+    def _fetch_by_range(self, wanted: list[tuple[int, Rec]]) -> None:
+        """Fill the data of TOC-described files: each one's frames by one range read (up to
+        layer_reads() at once), checked against the TOC's sha256 (DigestMismatch: nothing of it is used)."""
+        def fetch(position: int, rec: Rec) -> tuple[Rec, bytes, int]:
             assert rec.extent is not None
             where = span(rec.extent)
-            fetched, at = b"", 0
-            if where is not None:
-                at, end = where
-                got = layer.read_range(at, end - at)
-                if got is None or len(got) != end - at:
-                    raise BadImage(f"The registry stopped serving byte ranges of the {self._what(position)}.",
-                                   hint="Run again; if it persists, set IMGQUILT_NO_CACHE=1 to read the layer whole.")
-                fetched = got
-                self.stats.range_bytes += len(got)
-            rec.data = file_bytes(rec.extent, fetched, at, compression,
+            if where is None:
+                return rec, b"", 0
+            at, end = where
+            got = self._layers[position].read_range(at, end - at)
+            if got is None or len(got) != end - at:
+                raise BadImage(f"Bytes {at}-{end - 1} of the {self._what(position)} could not be read: the blob is "
+                               "truncated, or the registry stopped serving byte ranges.", hint="Run again.")
+            return rec, got, at
+
+        if len(wanted) == 1:
+            done = [fetch(*wanted[0])]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=layer_reads(), thread_name_prefix="imgquilt-range") as pool:
+                done = list(pool.map(lambda item: fetch(*item), wanted))
+        for (position, _), (rec, fetched, at) in zip(wanted, done):
+            ref = self._tocs[position]
+            assert ref is not None and rec.extent is not None
+            rec.data = file_bytes(rec.extent, fetched, at, ref.compression,
                                   what=f"member {rec.ordinal} of the {self._what(position)} (fetched by range)")
+            self.stats.range_bytes += len(fetched)
             self.stats.files_by_range += 1
 
     def _start_prefetch(self, position: int, wanted: set[str]) -> None:
@@ -538,12 +546,13 @@ class ImageSource:
                     self.stats.files_from_cache += 1
             if rec.data is None and rec not in missing.get(position, []):
                 missing.setdefault(position, []).append(rec)
+        by_range = [(position, r) for position, recs in sorted(missing.items()) for r in recs if r.extent is not None]
+        if by_range:
+            self._fetch_by_range(by_range)
         for position, recs in sorted(missing.items()):
-            by_range = [r for r in recs if r.extent is not None]
-            if by_range:
-                self._fetch_by_range(position, by_range)
-            if len(by_range) < len(recs):
-                self._second_pass(position, [r for r in recs if r.extent is None])
+            rest = [r for r in recs if r.extent is None]
+            if rest:
+                self._second_pass(position, rest)
 
     def _second_pass(self, position: int, recs: list[Rec]) -> None:
         layer = self._layers[position]
