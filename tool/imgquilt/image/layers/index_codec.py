@@ -97,8 +97,12 @@ def dump_index(index: LayerIndex, layer_digest: str, whiteouts: bool) -> bytes:
         buckets = entries.buckets()
     else:
         grouped: dict[str, dict[str, _Raw]] = {}
-        for path, rec in entries.items():
-            grouped.setdefault(_parent(path), {})[path] = _raw_of(rec)
+        for path, r in entries.items():  # inlined: a cold run pays this for every member of every layer
+            bucket = grouped.get(path.rpartition("/")[0])
+            if bucket is None:
+                bucket = grouped[path.rpartition("/")[0]] = {}
+            bucket[path] = (r.kind, r.mode, r.uid, r.gid, r.size, r.linkname, r.ordinal, r.offset, r.sparse,
+                            r.sha or "", r.extent)
         buckets = {d: marshal.dumps(b, 4) for d, b in grouped.items()}
     return marshal.dumps((FORMAT, layer_digest, whiteouts, index.members, len(entries), buckets,
                           index.whiteouts, index.opaque, tuple(index.implicit)), 4)
