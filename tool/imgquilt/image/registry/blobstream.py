@@ -28,7 +28,7 @@ class RegistryBlobStream:
         self.size = size
         self.what = what
         self._response = response
-        self._chunks: Iterator[bytes] = response.iter_raw(CHUNK)
+        self._chunks: Iterator[bytes] = response.iter_raw()  # as received: no rechunking copies
         self._buffer = bytearray()
         self._hasher = new_hasher(digest)
         self._eof = False

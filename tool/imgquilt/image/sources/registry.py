@@ -44,10 +44,23 @@ def tls_verify() -> bool | None:
     raise UsageError(f"{TLS_ENV}={raw!r} is neither true nor false.")
 
 
+def _bigger_reads() -> None:
+    """httpcore reads a response 64 KiB per recv, with Python work for each; a layer download is
+    hundreds of MB, and 1 MiB reads cut that work (measured on a 689 MB blob from 127.0.0.1: 1.7 ->
+    1.5 s of CPU). A class attribute httpcore reads on every call; another httpcore keeps its default."""
+    try:
+        from httpcore._sync.http11 import HTTP11Connection
+    except ImportError:  # pragma: no cover
+        return
+    if isinstance(getattr(HTTP11Connection, "READ_NUM_BYTES", None), int):
+        HTTP11Connection.READ_NUM_BYTES = max(HTTP11Connection.READ_NUM_BYTES, 1 << 20)
+
+
 def registries() -> Registries:
     """The process's registry clients: one per registry, connections reused by every reference."""
     global _pool
     with _pool_lock:
+        _bigger_reads()
         if _pool is None or _pool.tls_verify != tls_verify():
             _pool = Registries(tls_verify=tls_verify())
             atexit.register(_pool.close)
