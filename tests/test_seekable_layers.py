@@ -292,3 +292,25 @@ def test_cold_audit_from_a_registry_fetches_under_5_percent(big, tmp_path, cli_e
         assert "does not match its digest" in r.err and "Nothing from it was used" in r.err
     finally:
         server.stop()
+
+
+def test_a_registry_that_ignores_range_means_full_reads(big, tmp_path):
+    """No Range support: the TOCs cannot be fetched, so every layer is read whole (and verified) instead."""
+    from registry_server import seed, start_fault_proxy, start_registry
+    from imgquilt.sources import open_source
+
+    ref, _ = big
+    server = start_registry(tmp_path / "registry")
+    proxy, httpd = start_fault_proxy(server)
+    try:
+        seed(server, ref, "big:zc")
+        proxy.fault = lambda method, path: ("no-range",) if "/blobs/" in path else None
+        src = open_source(proxy.ref("big:zc"))
+        got = src.read_targets(["usr/lib/app/main.py", "etc/app.conf", "usr/local/bin/new-tool"])
+        assert got["usr/lib/app/main.py"].data == b"print('v1')\n" and got["usr/local/bin/new-tool"].data is None
+        assert src.stats.layers_from_toc == [] and len(src.stats.layers_scanned) == 3
+        assert {why for _, why in src.stats.toc_unusable} == {"the registry does not serve byte ranges"}
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        server.stop()
