@@ -104,8 +104,13 @@ class RegistryBlobStream:
                 self._finish()
             return b""
         take = len(self._buffer) if n < 0 else min(n, len(self._buffer))
-        data = bytes(self._buffer[:take])
-        del self._buffer[:take]
+        if take == len(self._buffer):
+            data = bytes(self._buffer)  # one copy (a slice first would make two)
+            self._buffer.clear()
+        else:
+            with memoryview(self._buffer) as view:
+                data = bytes(view[:take])
+            del self._buffer[:take]
         self.bytes_read += take
         if n < 0:
             self._finish()  # the whole rest was asked for: check it before handing it out
