@@ -25,6 +25,7 @@ test: venv tools
 
 bench: venv
 	$(BIN)/python bench/bench_apply.py
+	$(BIN)/python bench/bench_seekable.py
 
 clean:
 	rm -rf $(VENV) $(OUT)

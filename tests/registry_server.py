@@ -280,7 +280,8 @@ class FaultProxy:
     """Forwards to a registry, except where `fault(method, path)` returns an answer of its own:
     ("status", CODE, {headers}) answers CODE; ("redirect",) sends blob GETs to the registry by a 307
     (another origin); ("cut", N) forwards the headers but only N bytes of the body; ("drop-header", NAME)
-    forwards the answer without that header. `seen` logs requests."""
+    forwards the answer without that header; ("no-range",) forwards the request without its Range header
+    (a registry that ignores Range). `seen` logs requests."""
 
     upstream: RegistryServer
     fault: object = None
@@ -326,7 +327,8 @@ def start_fault_proxy(upstream: RegistryServer) -> tuple[FaultProxy, ThreadingHT
                 self.end_headers()
                 return
             conn = http.client.HTTPConnection(upstream.host, timeout=30)
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+            dropped_request = ("range",) if action and action[0] == "no-range" else ()
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection", *dropped_request)}
             conn.request(self.command, self.path, body=body, headers=headers)
             answer = conn.getresponse()
             data = answer.read()

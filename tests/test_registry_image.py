@@ -78,6 +78,7 @@ def test_audit_and_apply_match_the_oci_layout(registry, scenario, tmp_path, env)
 
 def test_a_digest_is_never_resolved_and_a_warm_run_fetches_no_manifest_or_config(registry, scenario, tmp_path, env):
     q = write_queue(tmp_path / "q", SCENARIO_PATCHES)
+    env = dict(env, IMGQUILT_LAYER_READS="1")  # one layer at a time: none is fetched ahead (and cancelled)
     digest = inspect_digest(registry, "scenario:now")
     ref = registry.ref(f"scenario@{digest}")
     config = json.loads(skopeo("inspect", "--raw", "--tls-verify=false", ref))["config"]["digest"]
@@ -94,9 +95,10 @@ def test_a_digest_is_never_resolved_and_a_warm_run_fetches_no_manifest_or_config
     assert layers(warm) == []  # warm: the layer indexes and file bytes come from the shared cache, no blob downloaded
 
 
-def test_layers_below_the_targets_are_never_downloaded(registry, tmp_path, env):
+def test_layers_below_the_targets_are_never_downloaded_one_layer_at_a_time(registry, tmp_path, env):
     from imagetools import layer_digests, service_on_top
 
+    env = dict(env, IMGQUILT_LAYER_READS="1")  # by default lower layers are fetched ahead, and cancelled
     layout, q = service_on_top(tmp_path)
     seed(registry, f"oci:{layout}:v1", "layers:v1")
     lower = layer_digests(layout, "v1")[:2]

@@ -14,7 +14,7 @@ from .engine.plan import plan_apply_gated
 from .engine.result import ApplyResult
 from .errors import UsageError
 from .fs.types import FileChange, ImageInfo, Source
-from .image.mediatypes import Compression
+from .image.mediatypes import LAYER_FORMATS, Compression, LayerFormat
 from .image.model import Image
 from .image.referrers import Referrer
 from .image.sinks import layer as layer_sink
@@ -47,6 +47,7 @@ class Outputs:
     image: str | None = None
     root: Path | None = None
     overlay: Path | None = None
+    compression: LayerFormat | None = None  # of the new layer in `image` (None: the destination's default)
 
     @property
     def any(self) -> bool:
@@ -83,7 +84,7 @@ def layer_tar_bytes(result: ApplyResult, *, epoch: int | None = None) -> bytes:
     return layer_sink.layer_tar_bytes(file_changes(result), epoch=epoch)
 
 
-def build_layer(result: ApplyResult, compression: Compression = "gzip", *, epoch: int | None = None) -> LayerBlob:
+def build_layer(result: ApplyResult, compression: LayerFormat = "gzip", *, epoch: int | None = None) -> LayerBlob:
     return layer_sink.build_layer(file_changes(result), compression, epoch=epoch)
 
 
@@ -101,23 +102,38 @@ def write_overlay(result: ApplyResult, dest: Path) -> OverlayInfo:
     return overlay_sink.write_overlay(patched_files(result), dest, hidden=[b.path for b in result.bytecode])
 
 
-def new_image(base: Image, result: ApplyResult, compression: Compression, *, epoch: int | None = None) -> NewImage:
+def new_image(base: Image, result: ApplyResult, compression: LayerFormat, *, epoch: int | None = None) -> NewImage:
     """The base image with the series' layer on top (nothing written)."""
     when = resolve_epoch(epoch)
     return append(base, addendum(result, build_layer(result, compression, epoch=when), when))
 
 
 def write_image(base: Image, result: ApplyResult, ref: str, *, epoch: int | None = None,
-                compression: Compression | None = None, attest: Attester | None = None) -> WrittenImage:
+                compression: LayerFormat | None = None, attest: Attester | None = None) -> WrittenImage:
     """Write `base` plus the layer of `result` to `ref`; whole or not at all. With `attest`, a signed
     attestation of the apply goes with it (verbs.attest).
 
     `compression` is the new layer's (default: gzip for oci/oci-archive, none for docker-archive).
     """
     out = check_image_destination(ref)
+    check_compression(compression, out.transport)
     img = new_image(base, result, compression or out.default_compression, epoch=epoch)
     referrers = [attest.referrer(result, img, ref)] if attest is not None else []
     return write_new_image(img, ref, referrers)
+
+
+def check_compression(compression: str | None, transport: str | None) -> None:
+    """`--compression`: one of LAYER_FORMATS, for an image output whose manifest can announce a TOC."""
+    if compression is None:
+        return
+    if compression not in LAYER_FORMATS:
+        raise UsageError(f"Unknown layer compression {compression!r}: use one of {', '.join(LAYER_FORMATS)}.")
+    if transport is None:
+        raise UsageError("--compression sets the new layer's compression in --output-image; give --output-image.",
+                         hint="A --layer file takes its compression from its name (.tar, .tar.gz, .tar.zst).")
+    if compression == "zstd:chunked" and transport == "docker-archive":
+        raise UsageError("A docker-archive has no layer annotations, so it cannot announce a zstd:chunked TOC.",
+                         hint="Write oci:, oci-archive: or docker:// for zstd:chunked, or use --compression zstd.")
 
 
 # --- the verb ----------------------------------------------------------------------------------
@@ -129,6 +145,7 @@ def check_destinations(outputs: Outputs, source: ImageInfo, attest: Attester | N
         check_referrer_destination(outputs.image)
     if outputs.layer is not None:
         layer_sink.check_layer_destination(outputs.layer)
+    check_compression(outputs.compression, None if outputs.image is None else check_image_destination(outputs.image).transport)
     if outputs.image is not None:
         if source.kind != "image":
             raise UsageError(
@@ -147,8 +164,8 @@ def check_result(outputs: Outputs, result: ApplyResult) -> None:
 
 
 def write_image_output(ref: str, result: ApplyResult, open_base: Callable[[], Image],
-                       attest: Attester | None = None) -> dict[str, Any]:
-    img = write_image(open_base(), result, ref, attest=attest)
+                       compression: LayerFormat | None = None, attest: Attester | None = None) -> dict[str, Any]:
+    img = write_image(open_base(), result, ref, compression=compression, attest=attest)
     out = {"ref": ref, "digest": img.digest, "config_digest": img.config_digest,
            "layer_digest": img.layer_digest, "diff_id": img.diff_id}
     if attest is not None:
@@ -167,13 +184,13 @@ def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[],
         gate()
         gate = None
     if outputs.image is not None and outputs.image.startswith("docker://"):
-        written["image"] = write_image_output(outputs.image, result, open_base, attest)  # the network fails most: first
+        written["image"] = write_image_output(outputs.image, result, open_base, outputs.compression, attest)  # the network fails most: first
     if outputs.layer is not None:
         info = write_layer(result, outputs.layer)
         written["layer"] = {"path": str(outputs.layer), "digest": info.digest, "diff_id": info.diff_id,
                             "media_type": info.media_type, "size": info.size}
     if outputs.image is not None and "image" not in written:
-        written["image"] = write_image_output(outputs.image, result, open_base, attest)
+        written["image"] = write_image_output(outputs.image, result, open_base, outputs.compression, attest)
     if outputs.overlay is not None:
         ov = write_overlay(result, outputs.overlay)
         written["overlay"] = {"path": str(outputs.overlay), "mounts": str(ov.mounts_file)}

@@ -101,6 +101,7 @@ def apply_cmd(
     platform: Optional[str] = PlatformOpt,
     no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the check that patched .py files gain no errors."),
     attest: Optional[Path] = typer.Option(None, "--attest", metavar="KEY", help="Sign an in-toto attestation of what was applied (PEM private key: Ed25519 or ECDSA P-256; an encrypted one takes IMGQUILT_KEY_PASSWORD) and store it beside --output-image as an OCI referrer."),
+    compression: Optional[str] = typer.Option(None, "--compression", metavar="FORMAT", help="The new layer's compression in --output-image: gzip (default; none for docker-archive), zstd, zstd:chunked (with a TOC, read lazily), none."),
     verbose: bool = VerboseOpt,
 ) -> None:
     """Verify every base, apply the series in memory, verify every result, then write the outputs.
@@ -120,11 +121,12 @@ def apply_cmd(
         q = load()
         lock = q.lock()
         ref = pick_ref(image, lock.image.ref if lock else None)
-        return _apply_all(q, ref, lock, output_image, locked=locked, python_check=not no_python_check, attest=signing_key(attest))
+        return _apply_all(q, ref, lock, output_image, locked=locked, python_check=not no_python_check, attest=signing_key(attest),
+                          compression=compression)
 
     try:
         done = apply(G.queue, image=image, layer=layer, output_image=output_image, root=root, overlay=overlay, platform=platform,
-                     locked=locked, python_check=not no_python_check, progress=progress(), attest=attest)
+                     locked=locked, python_check=not no_python_check, progress=progress(), attest=attest, compression=compression)
     except Refused as exc:
         if any(getattr(p, "kind", None) == "python" for p in getattr(exc, "problems", [])) or isinstance(exc, PythonCheckFailed):
             # only apply has the option, so only apply names it
@@ -161,7 +163,8 @@ def _say_attestations(w: dict, indent: str = "") -> None:
         say(f"{indent}Wrote attestation: {a['digest']} ({a['where']}), signed by key {a['key_id']}")
 
 
-def _apply_all(q, ref: str, lock, output_image: str | None, *, locked: bool, python_check: bool, attest=None) -> None:
+def _apply_all(q, ref: str, lock, output_image: str | None, *, locked: bool, python_check: bool, attest=None,
+               compression: str | None = None) -> None:
     """--platform all: every platform verified on its own bases, then one index written."""
     from ..errors import BadImage
     from ..sources import platforms_of
@@ -171,7 +174,7 @@ def _apply_all(q, ref: str, lock, output_image: str | None, *, locked: bool, pyt
     if not platforms:
         raise BadImage(f"{ref} names no platform (neither an index nor a config says one).")
     results, written = apply_platforms(q, platforms, lambda p: open_ref(ref, p), lock, output_image,
-                                       locked=locked, python_check=python_check, attest=attest)
+                                       locked=locked, python_check=python_check, attest=attest, compression=compression)
     if G.json:
         docs = [{**result_json(r), "platform": p} for p, r in results]
         first = {k: v for k, v in docs[0].items() if k != "platform"}

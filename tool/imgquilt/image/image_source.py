@@ -14,10 +14,15 @@ How a read goes:
 Digests: a layer blob is always read to its end, and its digest checked, before anything read from
 it is used; a mismatch is DigestMismatch (exit 6). While a layer is scanned three threads share the
 work: one decompresses, one hashes the stored bytes, and this one walks the tar headers; so a
-scan costs about what decompressing the layer alone costs. While a layer is scanned, the next one down
-(a local blob the shared cache has no index of) is scanned by another thread with the same wanted
-paths, so a second core decompresses it meanwhile; when the targets are all decided without it, that
-scan is stopped and nothing of it is used (a file it did not keep costs a second pass, as above).
+scan costs about what decompressing the layer alone costs. While a layer is scanned, the next ones down
+(up to layer_reads() layers at once, downloads included, those the shared cache has no index of) are
+scanned by threads of their own with the same wanted paths, so every core decompresses meanwhile;
+when the targets are all decided without them, those scans are cancelled and nothing of them is used
+(a file one did not keep costs a second pass, as above).
+
+Seekable layers (zstd:chunked, eStargz; layers.toc) are not scanned: their table of contents, fetched
+by range and checked against the checksum the manifest gives it, becomes the layer's index, and a file's
+bytes are fetched by range and checked against the TOC's sha256 when they are needed (_fill_data).
 Layers are read whole anyway, since a later
 member of a layer can replace an earlier one. A second pass over a layer verified earlier in this
 run (or, with a cache directory, in an earlier run) whose file is unchanged (same device, inode,
@@ -39,21 +44,42 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from ..cache.layers import LayerCache
-from ..errors import BadImage, BadInput
+from ..errors import BadImage, BadInput, UsageError
 from ..fs.paths import check_member_path
 from ..fs.resolve import resolve
 from ..fs.types import DirListing, DirMeta, ImageInfo, Node, TargetFile
+from .digests import sha256_digest
+from .mediatypes import compression_of
 from .layers.blob_layer import BlobLayer
 from .layers.blobio import FileRange, HashingRange, VerifiedBlobs, fingerprint
 from .layers.index_codec import dump_index, load_index
-from .layers.layer_index import DIR, FILE, HARDLINK, OTHER, SYMLINK, Rec, scan_layer
+from .layers.layer_index import DIR, FILE, HARDLINK, OTHER, SYMLINK, LayerIndex, Rec, scan_layer
 from .layers.merged_view import UNKNOWN, Absent, Deletion, Found, MergedView, _ancestors, hider
 from .layers.tarwalk import TarWalker
+from .layers.toc import TocRef, TocUnusable, file_bytes, read_toc, span, toc_index, toc_ref
 
+LAYER_READS_ENV = "IMGQUILT_LAYER_READS"
+LAYER_READS = 3  # layers read at once: the one being decided and the next ones down, ahead
 KEEP_LIKELY_MAX = 8 << 20  # a same-named file up to this size is kept in case a symlink leads to it
 KEEP_LIKELY_BUDGET = 256 << 20
 MAX_HARDLINK_HOPS = 16
 _PROVISIONAL_DIR = Node("dir", 0o755)
+
+
+def layer_reads() -> int:
+    """How many layers a cold read fetches and decompresses at once (IMGQUILT_LAYER_READS, default 3; 1
+    reads one layer at a time). Every one is read top-down in order of need; those ahead are cancelled
+    once the targets are decided without them."""
+    raw = os.environ.get(LAYER_READS_ENV, "").strip()
+    if not raw:
+        return LAYER_READS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UsageError(f"{LAYER_READS_ENV}={raw!r} is not a positive number of layers.")
+    return value
 
 
 @dataclass
@@ -65,6 +91,10 @@ class ScanStats:
     layers_from_cache: list[str] = field(default_factory=list)  # indexes taken from the shared cache
     files_from_cache: int = 0
     members_seen: int = 0
+    layers_from_toc: list[str] = field(default_factory=list)  # seekable layers decided from their TOC
+    toc_unusable: list[tuple[str, str]] = field(default_factory=list)  # (layer, why): read whole instead
+    files_by_range: int = 0
+    range_bytes: int = 0  # compressed bytes fetched by range (TOCs and file frames)
 
 
 @dataclass(frozen=True)
@@ -112,7 +142,7 @@ class ImageSource:
     """A filesystem Source over an image's layers (or a flat tar's single "layer")."""
 
     def __init__(self, image, *, kind: str = "image", verified: VerifiedBlobs | None = None,
-                 ref: str | None = None, layer_cache: LayerCache | None = None) -> None:
+                 ref: str | None = None, layer_cache: LayerCache | None = None, use_tocs: bool = True) -> None:
         self.image = image
         self.kind = kind
         self.ref = ref or image.ref
@@ -124,8 +154,13 @@ class ImageSource:
         self._cache = layer_cache
         self._dirty: set[int] = set()  # layers whose index the shared cache lacks or must extend
         self._kept_lock = threading.Lock()
-        self._prefetch: _Prefetch | None = None  # the next layer down, scanned ahead by a thread
+        self._ahead: dict[int, _Prefetch] = {}  # layers below the current one, scanned ahead by threads
         self.stats = ScanStats()
+        # use_tocs=False reads seekable layers whole too (the tests compare both ways)
+        self._tocs: list[TocRef | None] = [None] * len(self._layers)
+        if use_tocs:
+            self._tocs = [self._toc_of(i) for i in range(len(self._layers))]
+        self._keys: dict[int, str] = {}  # layer position -> the shared cache's key of its index
         # called with (layer position from the top, layer count, layer digest) before a layer is read;
         # it may return a callback that is given the count of tar bytes read as they pass (progress)
         self.on_layer: Callable[[int, int, str], Callable[[int], None] | None] | None = None
@@ -325,26 +360,29 @@ class ImageSource:
         position = self._view.scanned
         layer = self._layers[position]
         digest = layer.check_digest
-        pre = self._prefetch if self._prefetch is not None and self._prefetch.position == position else None
-        if pre is None:
-            self._stop_prefetch()
-        self._prefetch = None
-        if pre is None and self._cache is not None and digest is not None and self._from_cache(position, digest):
+        key = self._index_key(position)
+        pre = self._ahead.pop(position, None)
+        if pre is None and self._cache is not None and key is not None and self._from_cache(position, key):
             return
         if ahead:
-            self._start_prefetch(position + 1, wanted)
+            for below in range(position + 1, min(position + layer_reads(), len(self._layers))):
+                if below not in self._ahead:
+                    self._start_prefetch(below, wanted)
         if pre is not None:
             if self.on_layer is not None:
                 pre.counter.attach(self.on_layer(position, len(self._layers), self._label(position)))
-            index, verified, seen = pre.result()
+            index, verified, seen, key = pre.result()
         else:
             on_bytes = self.on_layer(position, len(self._layers), self._label(position)) if self.on_layer else None
-            index, verified, seen = self._scan_layer(position, self._keeper(wanted), on_bytes, None)
+            index, verified, seen, key = self._scan_layer(position, self._keeper(wanted), on_bytes, None)
         if verified and digest is not None:
             self._verified.mark(digest, layer.location, seen)
-        if self._cache is not None and digest is not None:
-            self._dirty.add(position)  # read whole and verified: worth an index
+        if self._cache is not None and key is not None:
+            self._dirty.add(position)  # read whole and verified, or from a verified TOC: worth an index
+        self._keys[position] = key  # type: ignore[assignment]
         self._view.add(index)
+        if key != digest:
+            self.stats.layers_from_toc.append(self._label(position))
         self.stats.layers_scanned.append(self._label(position))
         self.stats.members_seen += index.members
 
@@ -380,8 +418,15 @@ class ImageSource:
 
     def _scan_layer(self, position: int, keep: Callable[[str, int], bool], on_bytes: Callable[[int], None] | None,
                     cancel: threading.Event | None):
-        """(index, verified, fingerprint) of one layer read whole; safe to run in another thread."""
+        """(index, verified, fingerprint, cache key) of one layer: from its TOC when it is a seekable
+        layer whose TOC can be used, else read whole; safe to run in another thread."""
         layer = self._layers[position]
+        ref = self._tocs[position]
+        if ref is not None:
+            try:
+                return self._toc_index(position, ref), False, None, self._index_key(position)
+            except TocUnusable as exc:
+                self._unusable(position, str(exc))
         digest = layer.check_digest
         trusted = digest is None or self._verified.is_verified(digest, layer.location)
         with layer.open_stream(trusted=trusted) as stream:
@@ -390,41 +435,115 @@ class ImageSource:
                 tar = _Cancellable(tar, cancel)
             index = scan_layer(tar, position=position, whiteouts=self._view.whiteouts, keep=keep,
                                what=self._what(position))
-            return index, stream.verified, stream.fingerprint
+            return index, stream.verified, stream.fingerprint, digest
+
+    # --- seekable layers (zstd:chunked, eStargz): decided from their TOC, files fetched by range ---
+    def _toc_of(self, position: int) -> TocRef | None:
+        """The TOC the manifest announces for the layer, when it is one imgquilt can read by range."""
+        layer = self._layers[position]
+        if self.kind != "image" or getattr(layer, "verify", None) != "blob" or not hasattr(layer, "read_range"):
+            return None
+        try:
+            return toc_ref(layer.descriptor.annotations, layer.descriptor.size, compression_of(layer.descriptor.media_type))
+        except TocUnusable as exc:
+            self._unusable(position, str(exc))
+            return None
+
+    def _unusable(self, position: int, why: str) -> None:
+        self._tocs[position] = None
+        self.stats.toc_unusable.append((self._label(position), why))
+
+    def _index_key(self, position: int) -> str | None:
+        """The shared cache's key of the layer's index: its digest when read whole; when decided from
+        its TOC, the digest and the TOC's checksum together (a TOC only vouches for what the manifest
+        naming it says: another manifest may name other bytes under the same layer digest)."""
+        digest = self._layers[position].check_digest
+        ref = self._tocs[position]
+        if ref is None or digest is None:
+            return digest
+        return sha256_digest(f"imgquilt-toc-index\n{digest}\n{ref.kind}\n{ref.digest}".encode())
+
+    def _toc_index(self, position: int, ref: TocRef) -> LayerIndex:
+        layer = self._layers[position]
+        size = layer.descriptor.size
+        fetched = [0]
+
+        def read_range(offset: int, length: int) -> bytes | None:
+            data = layer.read_range(offset, length)
+            fetched[0] += len(data or b"")
+            return data
+
+        toc = read_toc(ref, size, read_range, what=self._what(position))
+        index = toc_index(toc, size, position=position, whiteouts=self._view.whiteouts, what=self._what(position))
+        self.stats.range_bytes += fetched[0]
+        return index
+
+    def _fetch_by_range(self, wanted: list[tuple[int, Rec]]) -> None:
+        """Fill the data of TOC-described files: each one's frames by one range read (up to
+        layer_reads() at once), checked against the TOC's sha256 (DigestMismatch: nothing of it is used)."""
+        def fetch(position: int, rec: Rec) -> tuple[Rec, bytes, int]:
+            assert rec.extent is not None
+            where = span(rec.extent)
+            if where is None:
+                return rec, b"", 0
+            at, end = where
+            got = self._layers[position].read_range(at, end - at)
+            if got is None or len(got) != end - at:
+                raise BadImage(f"Bytes {at}-{end - 1} of the {self._what(position)} could not be read: the blob is "
+                               "truncated, or the registry stopped serving byte ranges.", hint="Run again.")
+            return rec, got, at
+
+        if len(wanted) == 1:
+            done = [fetch(*wanted[0])]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=layer_reads(), thread_name_prefix="imgquilt-range") as pool:
+                done = list(pool.map(lambda item: fetch(*item), wanted))
+        for (position, _), (rec, fetched, at) in zip(wanted, done):
+            ref = self._tocs[position]
+            assert ref is not None and rec.extent is not None
+            rec.data = file_bytes(rec.extent, fetched, at, ref.compression,
+                                  what=f"member {rec.ordinal} of the {self._what(position)} (fetched by range)")
+            self.stats.range_bytes += len(fetched)
+            self.stats.files_by_range += 1
 
     def _start_prefetch(self, position: int, wanted: set[str]) -> None:
-        """Scan layer `position` ahead, when that can only cost the other core: a local blob (never a
-        download), with no index in the shared cache, on a machine with a core to spare."""
-        if position >= len(self._layers) or (os.cpu_count() or 1) < 2:
+        """Scan layer `position` ahead (a thread of its own) when it has no index in the shared cache, on
+        a machine with a core to spare: a local blob, a seekable layer's TOC, or a download."""
+        if (os.cpu_count() or 1) < 2:
             return
-        layer = self._layers[position]
-        digest = layer.check_digest
-        if getattr(layer, "location", None) is None:
-            return
-        if self._cache is not None and digest is not None and self._cache.has(digest):
+        key = self._index_key(position)
+        if self._cache is not None and key is not None and self._cache.has(key):
             return
         keep = self._keeper(set(wanted))
         counter = _LateCounter()
-        self._prefetch = _Prefetch(position, lambda cancel: self._scan_layer(position, keep, counter, cancel), counter)
+        self._ahead[position] = _Prefetch(position, lambda cancel: self._scan_layer(position, keep, counter, cancel),
+                                          counter)
 
     def _stop_prefetch(self) -> None:
-        pre, self._prefetch = self._prefetch, None
-        if pre is not None:
+        """Cancel every scan ahead (the targets were decided without those layers): a download stops
+        after what was in flight, nothing of it is used."""
+        ahead, self._ahead = self._ahead, {}
+        for pre in ahead.values():
+            pre.cancel()
+        for pre in ahead.values():
             pre.stop()
 
     # --- the shared cache: layer indexes and file bytes ---
-    def _from_cache(self, position: int, digest: str) -> bool:
+    def _from_cache(self, position: int, key: str) -> bool:
         """Take the layer's index from the shared cache, if it holds a sound one."""
         assert self._cache is not None
-        payload = self._cache.load(digest)
+        payload = self._cache.load(key)
         if payload is None:
             return False
-        index = load_index(payload, layer_digest=digest, whiteouts=self._view.whiteouts, position=position)
+        index = load_index(payload, layer_digest=key, whiteouts=self._view.whiteouts, position=position)
         if index is None:
-            self._cache.forget(digest)  # not this layer's index: read the layer again, index it anew
+            self._cache.forget(key)  # not this layer's index: read the layer again, index it anew
             return False
-        if not self._check_blob(position, digest):
+        if self._tocs[position] is None and not self._check_blob(position, key):
             return False
+        self._keys[position] = key
         self._view.add(index)
         self.stats.layers_from_cache.append(self._label(position))
         return True
@@ -457,14 +576,16 @@ class ImageSource:
                 rec.sha = self._cache.files.put(rec.data)
                 self._dirty.add(position)
         for position in sorted(self._dirty):
-            digest = self._layers[position].check_digest
-            if digest is not None and position < self._view.scanned:
-                self._cache.save(digest, dump_index(self._view.layers[position], digest, self._view.whiteouts))
+            key = self._keys.get(position)
+            if key is not None and position < self._view.scanned:
+                self._cache.save(key, dump_index(self._view.layers[position], key, self._view.whiteouts))
         self._dirty.clear()
 
     def _fill_data(self, sources: list[tuple[int, Rec]]) -> None:
         missing: dict[int, list[Rec]] = {}
         for position, rec in sources:
+            if rec.data is None and rec.sha is None and rec.extent is not None and self._cache is not None:
+                rec.sha = rec.extent[0]  # the TOC names the bytes: any earlier run may have stored them
             if rec.data is None and rec.sha is not None and self._cache is not None:
                 rec.data = self._cache.files.get(rec.sha)  # checked against its sha256
                 if rec.data is None:
@@ -473,8 +594,13 @@ class ImageSource:
                     self.stats.files_from_cache += 1
             if rec.data is None and rec not in missing.get(position, []):
                 missing.setdefault(position, []).append(rec)
+        by_range = [(position, r) for position, recs in sorted(missing.items()) for r in recs if r.extent is not None]
+        if by_range:
+            self._fetch_by_range(by_range)
         for position, recs in sorted(missing.items()):
-            self._second_pass(position, recs)
+            rest = [r for r in recs if r.extent is None]
+            if rest:
+                self._second_pass(position, rest)
 
     def _second_pass(self, position: int, recs: list[Rec]) -> None:
         layer = self._layers[position]
@@ -592,6 +718,9 @@ class _Prefetch:
             raise self._error
         assert self._result is not None
         return self._result
+
+    def cancel(self) -> None:
+        self._cancel.set()
 
     def stop(self) -> None:
         self._cancel.set()

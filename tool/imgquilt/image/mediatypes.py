@@ -4,6 +4,8 @@ from __future__ import annotations
 from typing import Literal
 
 Compression = Literal["none", "gzip", "zstd"]  # of a layer blob, as read or as written
+LayerFormat = Literal["none", "gzip", "zstd", "zstd:chunked"]  # what a new layer is written as (zstd:chunked is zstd)
+LAYER_FORMATS: tuple[str, ...] = ("gzip", "zstd", "zstd:chunked", "none")
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"

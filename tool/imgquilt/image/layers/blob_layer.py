@@ -131,6 +131,11 @@ class BlobLayer:
             checker = tar
         return TarStream(tar, raw, checker, seekable=False, fingerprint=seen)
 
+    def read_range(self, offset: int, length: int) -> bytes:
+        """`length` stored bytes at `offset` (a seekable layer's TOC or file frames); not verified here."""
+        with FileRange(self.location, what=self.what) as f:
+            return f.pread(length, offset)
+
     def _describe(self) -> Descriptor:
         # only for blobs no manifest describes (legacy docker-archive, flat tar): hash the stored bytes
         h = hashlib.sha256()

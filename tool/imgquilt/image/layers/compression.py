@@ -11,11 +11,11 @@ skipping drops whole chunks, since neither format can seek.
 """
 from __future__ import annotations
 
-import queue
-import threading
 import zlib
+
 from ...errors import BadImage
 from ..mediatypes import Compression
+from .readahead import ChunkQueue
 
 try:  # isal is the fast path; the standard library is the fallback
     from isal.igzip import GzipFile as _IsalGzipFile  # public API: measured no slower than its private reader
@@ -65,55 +65,42 @@ def _open_reader(source, kind: Compression):
         source, read_size=IN_CHUNK, read_across_frames=True, closefd=False)
 
 
-class Decompressed:
+class Decompressed(ChunkQueue):
     """The decompressed bytes of a raw stream (gzip or zstd), produced by a thread of its own.
 
-    `raw` is a FileRange (or CheckedRange): the thread reads the same byte range through a
-    descriptor of its own. `raw.drain()` is what verifies the blob; it is called before a
-    decompression error is reported, so a blob that does not match its digest is reported as such.
+    `raw` is a FileRange (or CheckedRange, or a download's ReadAhead): the thread reads the same byte
+    range through a handle of its own (`raw.dup()`). `raw.drain()` is what verifies the blob; it is
+    called before a decompression error is reported, so a blob that does not match its digest is
+    reported as such.
     """
-
-    seekable = False
 
     def __init__(self, raw, kind: Compression, *, what: str) -> None:
         if kind not in ("gzip", "zstd"):  # pragma: no cover - callers only wrap compressed streams
             raise ValueError(kind)
         if kind == "zstd" and _zstd is None:  # pragma: no cover
             raise BadImage(f"The {what} is zstd-compressed but the zstandard module is missing.")
+        super().__init__(QUEUE_CHUNKS)
         self.raw = raw
         self.kind = kind
         self.what = what
-        self._queue: queue.Queue = queue.Queue(QUEUE_CHUNKS)
-        self._chunk = b""
-        self._at = 0
-        self._ended = False
-        self._stop = False
-        self._thread: threading.Thread | None = None
+        self._source = None
 
     # --- the decompressing thread ---
     def _start(self) -> None:
         # a descriptor of its own, on the same open file: the caller may close `raw` (or the path
         # may name another file by then) while the thread still reads
-        source = self.raw.dup()
-        self._thread = threading.Thread(target=self._produce, args=(source,), name="imgquilt-decompress",
-                                        daemon=True)
+        self._source = self.raw.dup()
         try:
-            self._thread.start()
+            super()._start()
         except BaseException:
-            source.close()
+            self._source.close()
             raise
 
-    def _put(self, item) -> bool:
-        while not self._stop and not self.raw.closed:
-            try:
-                self._queue.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                pass
-        return False
+    def _stopped(self) -> bool:
+        return self._stop or self.raw.closed
 
-    def _produce(self, source) -> None:
-        reader = None
+    def _produce(self) -> None:
+        source, reader = self._source, None
         try:
             reader = _open_reader(source, self.kind)
             size = FIRST_CHUNK
@@ -122,8 +109,6 @@ class Decompressed:
                 if not self._put(data) or not data:
                     return
                 size = OUT_CHUNK
-        except BaseException as exc:  # handed to the reading thread, which decides what it means
-            self._put(exc)
         finally:
             if reader is not None:
                 try:
@@ -131,22 +116,6 @@ class Decompressed:
                 except Exception:  # noqa: BLE001 - closing a broken stream must not mask the real error
                     pass
             source.close()
-
-    def _next_chunk(self) -> bool:
-        """Wait for the next chunk; False at the end of the stream."""
-        if self._ended:
-            return False
-        if self._thread is None:
-            self._start()
-        item = self._queue.get()
-        if isinstance(item, BaseException):
-            self._ended = True
-            raise self._error(item)
-        if not item:
-            self._ended = True
-            return False
-        self._chunk, self._at = item, 0
-        return True
 
     def _error(self, exc: BaseException) -> BaseException:
         if isinstance(exc, BadImage):
@@ -168,50 +137,11 @@ class Decompressed:
         )
 
     # --- the stream ---
-    def read(self, n: int = -1) -> bytes:
-        """Up to n bytes (at most one chunk's worth); b"" at the end. n < 0: everything left."""
-        if n < 0:
-            parts = []
-            while part := self.read(OUT_CHUNK):
-                parts.append(part)
-            return b"".join(parts)
-        if n == 0:
-            return b""
-        if self._at >= len(self._chunk) and not self._next_chunk():
-            return b""
-        chunk, at = self._chunk, self._at
-        if at == 0 and n >= len(chunk):
-            self._at = len(chunk)
-            return chunk  # the common case: hand the chunk over, no copy
-        data = chunk[at : at + n]
-        self._at = at + len(data)
-        return data
-
-    def skip(self, n: int) -> int:
-        done = 0
-        while done < n:
-            left = len(self._chunk) - self._at
-            if left <= 0:
-                if not self._next_chunk():
-                    break
-                continue
-            step = min(left, n - done)
-            self._at += step
-            done += step
-        return done
-
     def drain(self) -> None:
         """Verify the raw blob (the rest of the tar needs no decompression)."""
         self.raw.drain()
 
     def close(self) -> None:
         self._stop = True
-        if self._thread is not None:
-            while self._thread.is_alive():
-                try:  # unblock a producer waiting on a full queue
-                    while True:
-                        self._queue.get_nowait()
-                except queue.Empty:
-                    pass
-                self._thread.join(0.01)
+        self._join()
         self.raw.close()

@@ -13,8 +13,8 @@ from typing import Iterator, Mapping
 
 from .layer_index import LayerIndex, Rec
 
-FORMAT = "imgquilt-layer-index-4"  # 4: members carry their mtime
-_Raw = tuple  # (kind, mode, uid, gid, size, linkname, ordinal, offset, sparse, sha or "", mtime)
+FORMAT = "imgquilt-layer-index-5"  # 4: seekable layers' extents; 5: members carry their mtime
+_Raw = tuple  # (kind, mode, uid, gid, size, linkname, ordinal, offset, sparse, sha or "", extent or None, mtime)
 
 
 def _parent(path: str) -> str:
@@ -49,9 +49,11 @@ class LazyRecs(Mapping[str, Rec]):
         t = self._bucket(_parent(path)).get(path)
         if t is None:
             return default
-        rec = Rec(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[10])
+        rec = Rec(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[11])
         if t[9]:
             rec.sha = t[9]
+        if t[10] is not None:
+            rec.extent = t[10]
         self._made[path] = rec
         return rec
 
@@ -89,7 +91,8 @@ class LazyRecs(Mapping[str, Rec]):
 
 
 def _raw_of(r: Rec) -> _Raw:
-    return (r.kind, r.mode, r.uid, r.gid, r.size, r.linkname, r.ordinal, r.offset, r.sparse, r.sha or "", r.mtime)
+    return (r.kind, r.mode, r.uid, r.gid, r.size, r.linkname, r.ordinal, r.offset, r.sparse, r.sha or "", r.extent,
+            r.mtime)
 
 
 def dump_index(index: LayerIndex, layer_digest: str, whiteouts: bool) -> bytes:
@@ -99,8 +102,12 @@ def dump_index(index: LayerIndex, layer_digest: str, whiteouts: bool) -> bytes:
         buckets = entries.buckets()
     else:
         grouped: dict[str, dict[str, _Raw]] = {}
-        for path, rec in entries.items():
-            grouped.setdefault(_parent(path), {})[path] = _raw_of(rec)
+        for path, r in entries.items():  # inlined: a cold run pays this for every member of every layer
+            bucket = grouped.get(path.rpartition("/")[0])
+            if bucket is None:
+                bucket = grouped[path.rpartition("/")[0]] = {}
+            bucket[path] = (r.kind, r.mode, r.uid, r.gid, r.size, r.linkname, r.ordinal, r.offset, r.sparse,
+                            r.sha or "", r.extent, r.mtime)
         buckets = {d: marshal.dumps(b, 4) for d, b in grouped.items()}
     return marshal.dumps((FORMAT, layer_digest, whiteouts, index.members, len(entries), buckets,
                           index.whiteouts, index.opaque, tuple(index.implicit)), 4)

@@ -27,7 +27,8 @@ _NODE_KIND = {FILE: "file", HARDLINK: "file", DIR: "dir", SYMLINK: "symlink", OT
 class Rec:
     """One member of a layer (the last one wins when a path repeats)."""
 
-    __slots__ = ("kind", "mode", "uid", "gid", "size", "linkname", "ordinal", "offset", "data", "sparse", "sha", "mtime")
+    __slots__ = ("kind", "mode", "uid", "gid", "size", "linkname", "ordinal", "offset", "data", "sparse", "sha",
+                 "extent", "mtime")
 
     def __init__(self, kind: str, mode: int, uid: int, gid: int, size: int, linkname: str,
                  ordinal: int, offset: int, sparse: bool, mtime: int = 0) -> None:
@@ -43,6 +44,10 @@ class Rec:
         self.sparse = sparse
         self.sha: str | None = None  # sha256 hex of the data, when the shared cache holds it
         self.mtime = mtime  # whole seconds, for judging a timestamp pyc against its source
+        # a member of a seekable layer read from its table of contents: (sha256 hex of the data, the
+        # compressed runs holding it as (start, end, skip, size, zeros) tuples); its bytes are fetched by
+        # range and checked against that sha256 (layers.toc)
+        self.extent: tuple[str, tuple[tuple[int, int, int, int, bool], ...]] | None = None
 
     def node(self, layer: str | None) -> Node:
         return Node(_NODE_KIND[self.kind], self.mode, self.uid, self.gid,
@@ -90,43 +95,67 @@ def _implicit_dirs(entries: dict[str, Rec], whiteouts: dict[str, str], opaque: d
     return implicit
 
 
+class IndexBuilder:
+    """Members in layer order -> a LayerIndex: whiteouts, opaque markers, implied directories, last one wins.
+
+    Fed by the tar walk (scan_layer) and by a seekable layer's table of contents (layers.toc), so both
+    give the same index for the same layer."""
+
+    def __init__(self, *, position: int, whiteouts: bool, what: str) -> None:
+        self.position = position
+        self.whiteouts = whiteouts
+        self.what = what
+        self.entries: dict[str, Rec] = {}
+        self.wh: dict[str, str] = {}
+        self.opq: dict[str, str] = {}
+        self.last_path = ""  # the path of the Rec `add` returned last
+
+    def add(self, name: str, typeflag: str, mode: int, uid: int, gid: int, size: int, linkname: str,
+            ordinal: int, offset: int, sparse: bool, mtime: int = 0) -> Rec | None:
+        """One member; its Rec (None for the root, a whiteout or an opaque marker)."""
+        what = self.what
+        try:
+            path = member_path(name)
+        except UnsafePath:
+            raise BadImage(f"The {what} holds an unsafe member name {name!r}.",
+                           hint="imgquilt will not read an image whose paths escape its root.") from None
+        if path is None:
+            return None  # the root itself
+        if self.whiteouts:
+            parent, _, base = path.rpartition("/")
+            if base.startswith(WHITEOUT):
+                if base == OPAQUE:
+                    self.opq[parent] = path
+                elif not base.startswith(AUFS_META):
+                    self.wh[f"{parent}/{base[4:]}" if parent else base[4:]] = path
+                return None
+        kind = _KIND_OF_TYPE.get(typeflag, OTHER)
+        link = linkname
+        if kind == HARDLINK:
+            try:
+                link = member_path(link) or ""
+            except UnsafePath:
+                raise BadImage(f"The {what} holds a hard link {name!r} to an unsafe path {linkname!r}.") from None
+        rec = Rec(kind, mode, uid, gid, size, link, ordinal, offset, sparse, mtime)
+        self.entries[path] = rec
+        self.last_path = path
+        return rec
+
+    def finish(self, members: int, kept: int = 0) -> LayerIndex:
+        return LayerIndex(self.position, self.entries, self.wh, self.opq,
+                          _implicit_dirs(self.entries, self.wh, self.opq), members, kept)
+
+
 def scan_layer(stream, *, position: int, whiteouts: bool, keep: Callable[[str, int], bool],
                what: str) -> LayerIndex:
     """Walk a layer's tar stream to its end; keep the data of files for which keep(path, size)."""
-    entries: dict[str, Rec] = {}
-    wh: dict[str, str] = {}
-    opq: dict[str, str] = {}
+    builder = IndexBuilder(position=position, whiteouts=whiteouts, what=what)
     kept = 0
     walker = TarWalker(stream, what=what)
     try:
         for e in walker:
-            try:
-                path = member_path(e.name)
-            except UnsafePath:
-                raise BadImage(f"The {what} holds an unsafe member name {e.name!r}.",
-                               hint="imgquilt will not read an image whose paths escape its root.") from None
-            if path is None:
-                continue  # the root itself
-            if whiteouts:
-                parent, _, base = path.rpartition("/")
-                if base.startswith(WHITEOUT):
-                    if base == OPAQUE:
-                        opq[parent] = path
-                    elif not base.startswith(AUFS_META):
-                        wh[f"{parent}/{base[4:]}" if parent else base[4:]] = path
-                    continue
-            kind = _KIND_OF_TYPE.get(e.type, OTHER)
-            link = e.linkname
-            if kind == HARDLINK:
-                try:
-                    link = member_path(link) or ""
-                except UnsafePath:
-                    raise BadImage(
-                        f"The {what} holds a hard link {e.name!r} to an unsafe path {e.linkname!r}."
-                    ) from None
-            rec = Rec(kind, e.mode, e.uid, e.gid, e.size, link, e.ordinal, e.offset, e.sparse, e.mtime)
-            entries[path] = rec
-            if kind == FILE and keep(path, e.size):
+            rec = builder.add(e.name, e.type, e.mode, e.uid, e.gid, e.size, e.linkname, e.ordinal, e.offset, e.sparse, e.mtime)
+            if rec is not None and rec.kind == FILE and keep(builder.last_path, e.size):
                 rec.data = walker.read_data()
                 kept += e.size
         walker.finish()  # to the end of the blob: this is where its digest is checked
@@ -143,4 +172,4 @@ def scan_layer(stream, *, position: int, whiteouts: bool, keep: Callable[[str, i
             except BadImage:
                 pass
         raise
-    return LayerIndex(position, entries, wh, opq, _implicit_dirs(entries, wh, opq), walker.count, kept)
+    return builder.finish(walker.count, kept)

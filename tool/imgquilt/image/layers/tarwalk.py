@@ -38,6 +38,27 @@ class Stream(Protocol):
     def skip(self, n: int) -> int: ...
 
 
+class BytesStream:
+    """Bytes in memory as the stream TarWalker reads (a TOC's member, a layer being written)."""
+
+    seekable = False
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._at = 0
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._data) if n < 0 else self._at + n
+        out = self._data[self._at:end]
+        self._at += len(out)
+        return out
+
+    def skip(self, n: int) -> int:
+        n = max(0, min(n, len(self._data) - self._at))
+        self._at += n
+        return n
+
+
 class TarEntry:
     """One member: name and link as stored, type, metadata, and where its data is in the stream."""
 
@@ -278,6 +299,8 @@ class TarWalker:
                     size = int(block[124:135], 8)
                 except ValueError:
                     size = _number(block[124:136])
+                if size < 0:  # base-256 can say so; before anything is taken or skipped by it
+                    raise self._corrupt("a negative member size")
                 if typeflag in "xgLK":
                     if size > META_CAP:  # refused before a byte of it is held in memory
                         raise BadImage(

@@ -1,9 +1,9 @@
 """A blob streamed from a registry, hashed as it is read: the end (b"") only after size and digest match.
 
-Same small interface as the local raw streams (`read`, `readinto`, `skip`, `peek`, `drain`, `close`,
-`dup`), so layer readers (the decompressing thread, the tar walker) take it where they take a file
-range. Reads are serialised by a lock: the decompressing thread reads through `dup()` while the walker
-may `drain` the rest; each byte is hashed once, in order.
+Same small interface as the local raw streams (`read`, `readinto`, `skip`, `peek`, `drain`, `close`),
+so layer readers take it where they take a file range (a layer download is read ahead by
+layers.readahead.ReadAhead, which the decompressing thread reads). Reads are serialised by a lock;
+each byte is hashed once, in order.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class RegistryBlobStream:
         self.size = size
         self.what = what
         self._response = response
-        self._chunks: Iterator[bytes] = response.iter_raw(CHUNK)
+        self._chunks: Iterator[bytes] = response.iter_raw()  # as received: no rechunking copies
         self._buffer = bytearray()
         self._hasher = new_hasher(digest)
         self._eof = False
@@ -104,8 +104,13 @@ class RegistryBlobStream:
                 self._finish()
             return b""
         take = len(self._buffer) if n < 0 else min(n, len(self._buffer))
-        data = bytes(self._buffer[:take])
-        del self._buffer[:take]
+        if take == len(self._buffer):
+            data = bytes(self._buffer)  # one copy (a slice first would make two)
+            self._buffer.clear()
+        else:
+            with memoryview(self._buffer) as view:
+                data = bytes(view[:take])
+            del self._buffer[:take]
         self.bytes_read += take
         if n < 0:
             self._finish()  # the whole rest was asked for: check it before handing it out
@@ -144,29 +149,9 @@ class RegistryBlobStream:
     def closed(self) -> bool:
         return self._closed
 
-    def dup(self) -> "SharedBlobStream":
-        """A second handle on the same download (for the decompressing thread); closing it closes nothing."""
-        return SharedBlobStream(self)
-
     def __enter__(self) -> "RegistryBlobStream":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-class SharedBlobStream:
-    """Another reader's handle on a RegistryBlobStream: reads go to it (under its lock), close is a no-op."""
-
-    def __init__(self, stream: RegistryBlobStream) -> None:
-        self._stream = stream
-        self.closed = False
-
-    def read(self, n: int = -1) -> bytes:
-        return self._stream.read(n)
-
-    def readinto(self, b) -> int:
-        return self._stream.readinto(b)
-
-    def close(self) -> None:
-        self.closed = True

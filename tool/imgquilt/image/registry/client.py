@@ -305,6 +305,41 @@ class RegistryClient:
             stream.drain()
         return data
 
+    def read_blob_range(self, repo: str, digest: str, offset: int, length: int, *, what: str = "blob") -> bytes | None:
+        """`length` bytes at `offset` of a blob, by one HTTP Range request (redirects followed); None when
+        the registry answers with the whole blob (it ignores Range). The bytes are not checked against the
+        blob's digest, which only the whole blob can be: the caller checks them against a digest of its own."""
+        check_digest(digest, what=what)
+        if length <= 0:
+            return b""
+        last = offset + length - 1
+        response = self._call("GET", repo, f"blobs/{digest}", what=f"{what} {digest}", stream=True, follow=True,
+                              headers={"Range": f"bytes={offset}-{last}"})
+        try:
+            if response.status_code == 200:
+                return None
+            if response.status_code != 206:
+                raise self._fail(response, f"{what} {repo}@{digest} (bytes {offset}-{last})")
+            answered = response.headers.get("content-range", "")
+            if not answered.startswith(f"bytes {offset}-{last}/"):
+                raise BadImage(f"The registry {self.domain} answered bytes {answered!r} of the {what} {digest} "
+                               f"when asked for {offset}-{last}.", hint="The registry is misbehaving; tell its operator.")
+            data = bytearray()
+            try:
+                for chunk in response.iter_raw():
+                    data += chunk
+                    if len(data) > length:
+                        break
+            except httpx.HTTPError as exc:
+                raise BadImage(f"Reading bytes {offset}-{last} of the {what} {digest} from {self.domain} failed: "
+                               f"{exc}.", hint="Try again.") from None
+            if len(data) != length:
+                raise BadImage(f"The registry {self.domain} sent {len(data)} bytes of the {what} {digest} for a "
+                               f"range of {length}.", hint="The registry or the network failed; try again.")
+            return bytes(data)
+        finally:
+            response.close()
+
     def blob_exists(self, repo: str, digest: str) -> bool:
         """Whether `repo` holds the blob (HEAD)."""
         response = self._call("HEAD", repo, f"blobs/{digest}", what=f"blob {digest}", follow=True)

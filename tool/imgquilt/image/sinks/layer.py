@@ -19,14 +19,14 @@ import os
 import struct
 import tarfile
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal, Sequence
 
 from ...errors import BadInput, UsageError
 from ...fs.paths import check_member_path
 from ...fs.types import FileChange
-from ..mediatypes import LAYER_MEDIA_TYPES, Compression
+from ..mediatypes import LAYER_MEDIA_TYPES, Compression, LayerFormat
 from .output_file import check_output_path, write_bytes_atomic
 
 SUFFIXES: tuple[tuple[str, Compression], ...] = (
@@ -62,6 +62,7 @@ class LayerBlob:
     digest: str
     diff_id: str
     compression: Compression
+    annotations: dict[str, str] = field(default_factory=dict, hash=False, compare=False)  # zstd:chunked's TOC
 
     @property
     def size(self) -> int:
@@ -207,13 +208,21 @@ def compression_for(dest: Path) -> Compression:
     raise UsageError(f"Cannot tell the layer format from {str(dest)!r}: name it .tar, .tar.gz or .tar.zst.")
 
 
-def build_layer(changes: Sequence[FileChange], compression: Compression = "gzip", *, epoch: int | None = None) -> LayerBlob:
-    """The layer blob in memory, compressed as asked."""
+def build_layer(changes: Sequence[FileChange], compression: LayerFormat = "gzip", *, epoch: int | None = None) -> LayerBlob:
+    """The layer blob in memory, compressed as asked (zstd:chunked: a zstd blob with a TOC, and the
+    annotations that announce it)."""
     tar = layer_tar_bytes(changes, epoch=epoch)
     diff_id = "sha256:" + hashlib.sha256(tar).hexdigest()
-    blob = compress(tar, compression)
+    annotations: dict[str, str] = {}
+    if compression == "zstd:chunked":
+        from .zstd_chunked import zstd_chunked
+
+        blob, annotations = zstd_chunked(tar, level=ZSTD_LEVEL, mtime=resolve_epoch(epoch))
+        kind: Compression = "zstd"
+    else:
+        blob, kind = compress(tar, compression), compression
     digest = "sha256:" + hashlib.sha256(blob).hexdigest()
-    return LayerBlob(blob, LAYER_MEDIA_TYPES[compression], digest, diff_id, compression)
+    return LayerBlob(blob, LAYER_MEDIA_TYPES[kind], digest, diff_id, kind, annotations)
 
 
 # --- the file ---------------------------------------------------------------------------------

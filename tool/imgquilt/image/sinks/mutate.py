@@ -118,7 +118,10 @@ def new_manifest(base: Image, config: bytes, layer: LayerBlob) -> bytes:
     annotations[ANNOTATION_BASE_DIGEST] = base.manifest_digest
     annotations[ANNOTATION_BASE_NAME] = base.ref
     layers = [_descriptor_json(l.descriptor, oci_media_type(l.descriptor.media_type)) for l in base.layers]
-    layers.append({"mediaType": layer.media_type, "digest": layer.digest, "size": layer.size})
+    new_layer: dict = {"mediaType": layer.media_type, "digest": layer.digest, "size": layer.size}
+    if layer.annotations:
+        new_layer["annotations"] = dict(sorted(layer.annotations.items()))
+    layers.append(new_layer)
     manifest = {
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,

@@ -2,9 +2,10 @@
 
 A tag is resolved to a digest with one HEAD per run; a digest is never resolved again. Manifests
 (and indexes) and configs are kept by digest in the shared cache, so a warm run asks the registry
-for nothing but that HEAD. Layers are streamed when the reader needs them, top layer first:
-decompressed, hashed and walked as they arrive, exactly as a local layer is read (the digest is
-checked before the end of the stream is seen); a layer below the needed ones is never fetched.
+for nothing but that HEAD. Layers are streamed when the reader needs them, top layer first (the
+next ones down read ahead, and cancelled when not needed): decompressed, hashed and walked as they
+arrive, exactly as a local layer is read (the digest is checked before the end of the stream is seen).
+A seekable layer's TOC and files are fetched by HTTP Range (read_range) and checked against the TOC.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ...errors import BadImage, UsageError
 from ..layers.blob_layer import BlobLayer, TarStream
 from ..layers.blobio import BlobFile, file_location
 from ..layers.compression import Decompressed, detect
+from ..layers.readahead import ReadAhead
 from ..mediatypes import INDEXES, MANIFESTS, Compression, compression_of
 from ..model import Descriptor
 from ..registry import Registries, RegistryClient, RegistryRef, blob_memo, parse_registry_ref
@@ -42,10 +44,23 @@ def tls_verify() -> bool | None:
     raise UsageError(f"{TLS_ENV}={raw!r} is neither true nor false.")
 
 
+def _bigger_reads() -> None:
+    """httpcore reads a response 64 KiB per recv, with Python work for each; a layer download is
+    hundreds of MB, and 1 MiB reads cut that work (measured on a 689 MB blob from 127.0.0.1: 1.7 ->
+    1.5 s of CPU). A class attribute httpcore reads on every call; another httpcore keeps its default."""
+    try:
+        from httpcore._sync.http11 import HTTP11Connection
+    except ImportError:  # pragma: no cover
+        return
+    if isinstance(getattr(HTTP11Connection, "READ_NUM_BYTES", None), int):
+        HTTP11Connection.READ_NUM_BYTES = max(HTTP11Connection.READ_NUM_BYTES, 1 << 20)
+
+
 def registries() -> Registries:
     """The process's registry clients: one per registry, connections reused by every reference."""
     global _pool
     with _pool_lock:
+        _bigger_reads()
         if _pool is None or _pool.tls_verify != tls_verify():
             _pool = Registries(tls_verify=tls_verify())
             atexit.register(_pool.close)
@@ -103,6 +118,11 @@ class RegistryLayer:
             stream.tee(spool, lambda ok: memo.finished(self.descriptor.digest, spool, ok))  # type: ignore[union-attr]
         return stream
 
+    def read_range(self, offset: int, length: int) -> bytes | None:
+        """`length` bytes of the blob at `offset` by an HTTP Range request (None: the registry ignores
+        Range); not verified here: a seekable layer's reader checks them against its TOC."""
+        return self.client.read_blob_range(self.repository, self.descriptor.digest, offset, length, what=self.what)
+
     def open_blob(self) -> BinaryIO:
         return BlobFile(self._download())  # type: ignore[return-value]
 
@@ -124,8 +144,9 @@ class RegistryLayer:
         except BaseException:
             raw.close()
             raise
-        tar = raw if kind == "none" else Decompressed(raw, kind, what=self.what)
-        return TarStream(tar, raw, raw, seekable=False, fingerprint=_NO_FINGERPRINT)
+        ahead = ReadAhead(raw)  # received and hashed by a thread of its own, decompressed by another
+        tar = ahead if kind == "none" else Decompressed(ahead, kind, what=self.what)
+        return TarStream(tar, ahead, ahead, seekable=False, fingerprint=_NO_FINGERPRINT)
 
     def _release(self) -> None:
         """A claimed download that never started: let another reader fetch the blob."""

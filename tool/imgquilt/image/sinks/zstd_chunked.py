@@ -1,0 +1,93 @@
+"""A layer tar written as zstd:chunked: a plain zstd stream that a reader can also take apart by range.
+
+The format containers/storage's compressor writes (pkg/chunked, as vendored by the skopeo and podman
+of Debian 12): every regular file's data is a zstd frame of its own; the tar headers between them
+(and the padding before each) are frames too; then two zstd skippable frames, which any zstd
+decoder passes over: the table of contents (the zstd-compressed JSON `{"version":1,"entries":[...]}`,
+one entry per tar member with its metadata, the sha256 of its data and the offsets of its frame) and a
+40-byte footer (TOC offset, compressed and uncompressed lengths, type 1, the magic "GnUlInUx"). The
+layer descriptor carries `io.containers.zstd-chunked.manifest-checksum` (sha256 of the compressed TOC)
+and `.manifest-position` (offset:length:uncompressed length:1), which is where readers look.
+
+No tar-split is written (the newest containers/storage then pulls the layer whole instead of by parts,
+as it does every such layer). Same tar, same bytes: fixed zstd level, sorted members (the tar writer's),
+times as the tar has them.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from datetime import datetime, timezone
+
+from ...errors import UsageError
+from ..layers.tarwalk import BytesStream, TarWalker
+from ..layers.toc import SKIPPABLE_HEADER, ZSTD_CHECKSUM_KEYS, ZSTD_POSITION_KEYS
+
+SKIPPABLE_MAGIC = b"\x50\x2a\x4d\x18"
+FOOTER_MAGIC = b"GnUlInUx"
+_TYPES = {"0": "reg", "7": "reg", "1": "hardlink", "2": "symlink", "3": "char", "4": "block", "5": "dir", "6": "fifo"}
+# the keys skopeo 1.9 and stargz-snapshotter write and read (the second of each pair in layers.toc)
+CHECKSUM_KEY = ZSTD_CHECKSUM_KEYS[1]
+POSITION_KEY = ZSTD_POSITION_KEYS[1]
+
+
+def _skippable(data: bytes) -> bytes:
+    return SKIPPABLE_MAGIC + struct.pack("<I", len(data)) + data
+
+
+def _modtime(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def zstd_chunked(tar: bytes, *, level: int, mtime: int) -> tuple[bytes, dict[str, str]]:
+    """The uncompressed layer `tar` as a zstd:chunked blob, and the annotations its descriptor needs.
+    `mtime` is the one modification time every member has (layer.resolve_epoch)."""
+    import zstandard
+
+    cctx = zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=True)
+    out = bytearray()
+    pending = bytearray()  # tar headers (and padding) not yet in a frame
+    entries: list[dict] = []
+    pos = 0
+    for e in TarWalker(BytesStream(tar), what="new layer"):
+        pending += tar[pos:e.offset]
+        kind = _TYPES.get(e.type)
+        if kind is None:  # pragma: no cover - the layer writer makes dirs and regular files only
+            raise UsageError(f"zstd:chunked cannot hold the tar member {e.name!r} of type {e.type!r}.")
+        entry: dict = {"type": kind, "name": e.name}
+        if e.linkname:
+            entry["linkName"] = e.linkname
+        if e.mode:
+            entry["mode"] = e.mode
+        if kind == "reg" and e.size:
+            entry["size"] = e.size
+        if e.uid:
+            entry["uid"] = e.uid
+        if e.gid:
+            entry["gid"] = e.gid
+        entry["modtime"] = _modtime(mtime)
+        if kind == "reg" and e.size:
+            if pending:
+                out += cctx.compress(bytes(pending))
+                pending.clear()
+            data = tar[e.offset:e.offset + e.size]
+            start = len(out)
+            out += cctx.compress(data)
+            entry.update(digest="sha256:" + hashlib.sha256(data).hexdigest(), offset=start, endOffset=len(out))
+        entries.append(entry)
+        pos = e.offset + e.size  # header-only members have size 0
+    pending += tar[pos:]  # the last padding and the end-of-archive blocks
+    out += cctx.compress(bytes(pending))
+    try:
+        toc = json.dumps({"version": 1, "entries": entries}, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise UsageError("A path in the layer is not UTF-8, which a zstd:chunked TOC (JSON) cannot name.",
+                         hint="Use --compression zstd or gzip for this layer.") from None
+    packed = cctx.compress(toc)
+    toc_offset = len(out) + SKIPPABLE_HEADER
+    out += _skippable(packed)
+    out += _skippable(struct.pack("<QQQQ", toc_offset, len(packed), len(toc), 1) + FOOTER_MAGIC)
+    annotations = {CHECKSUM_KEY: "sha256:" + hashlib.sha256(packed).hexdigest(),
+                   POSITION_KEY: f"{toc_offset}:{len(packed)}:{len(toc)}:1"}
+    return bytes(out), annotations
