@@ -101,7 +101,7 @@ def apply_cmd(
                              "--layer, --root and --overlay take one platform.", hint="Pick one with --platform OS/ARCH.")
         q = load()
         lock = q.lock()
-        ref = pick_ref(image, lock.image.ref if lock else None)
+        ref = pick_ref(image, lock)
         return _apply_all(q, ref, lock, output_image, locked=locked, python_check=not no_python_check)
 
     try:

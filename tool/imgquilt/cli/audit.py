@@ -147,7 +147,7 @@ def audit_cmd(
     if platform == "all":
         if root is not None or history:
             raise UsageError("--platform all audits an image's platforms; it takes no --root or --history.")
-        return _all_platforms(q, pick_ref(image_ref, lock.image.ref if lock else None), want_state, format)
+        return _all_platforms(q, pick_ref(image_ref, lock), want_state, format)
     done = audit(G.queue, image=image_ref, root=root, platform=platform, history=history, expect=want_state, progress=progress())
     report, hist, want, failing, failure = done.report, done.history, done.expect, done.failing, done.error
     if G.json:

@@ -268,11 +268,34 @@ def _parse_binary(
     return FileSection(path, base, patched, (), raw, mode, extra, binary=bp)
 
 
+def rehash_command(names: list[str]) -> str:
+    """The one command back from a hand edit of patch files, with its arguments (every error about one names it)."""
+    return f"`imgquilt refresh --rehash {' '.join(names)}`"
+
+
 def parse_patch(data: bytes, name: str = "<patch>", *, strip: int | None = None) -> Patch:
     """Parse a patch in the imgquilt format. Raises MalformedPatch with the reason.
 
-    `strip` is the series' -p level the `---`/`+++` names are checked at (None: either).
+    `strip` is the series' -p level the `---`/`+++` names are checked at (None: either). A patch
+    that only a hand edit's line counts keep from reading says so, naming the command that recounts.
     """
+    try:
+        return _parse_patch(data, name, strip)
+    except MalformedPatch as exc:
+        from .difftext import recount_hunks
+
+        fixed = recount_hunks(data)
+        if fixed != data:
+            try:
+                _parse_patch(fixed, name, strip)
+            except MalformedPatch:
+                raise exc from None
+            exc.hint = f"A hand edit changed a hunk's line count: {rehash_command([name])} recounts its @@ headers and re-pins it."
+            exc.recount = True  # type: ignore[attr-defined]  # check lists the hint with the problem
+        raise
+
+
+def _parse_patch(data: bytes, name: str, strip: int | None) -> Patch:
     # split at b"\n" only: a lone CR is part of a line's bytes, never a line start
     lines = split_lines(data)
     starts = [i for i, ln in enumerate(lines) if ln.startswith(b"Index: ")]
