@@ -119,9 +119,9 @@ def ref_in_queue(ref: str, queue_root: Path, what: str = "targets.lock pins the 
         if not here.exists() and Path(path).exists():
             return ref  # an older lock, relative to the directory it was made in (this one)
     if not here.exists():
-        rel = "" if Path(path).is_absolute() else f", relative to the queue directory {os.path.abspath(queue_root)}"
+        rel = "" if Path(path).is_absolute() else f" (its path is relative to the queue directory, {os.path.abspath(queue_root)})"
         raise BadImage(
-            f"{what} {ref!r}, but {here} does not exist (a path{rel}).",
+            f"{what} {ref!r}{rel}, but {here} does not exist.",
             hint="Pass --image REF, or pin the image where it is now with `imgquilt lock --image REF`.",
         )
     return prefix + os.path.relpath(here) + suffix

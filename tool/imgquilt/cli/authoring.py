@@ -10,8 +10,8 @@ import typer
 
 from ..errors import UsageError
 
-from .common import (G, ImageOpt, PlatformOpt, editor, emit_json, files_json, header_fields, note, run_editor, say, tree,
-                     write_bytes)
+from .common import (G, ImageOpt, PlatformOpt, editor, emit_json, files_json, header_fields, note, patch_names, run_editor, say,
+                     tree, write_bytes)
 
 if TYPE_CHECKING:
     from ..work import WorkTree
@@ -52,9 +52,9 @@ def new_cmd(
     say("Next: `imgquilt add PATH` (or `edit PATH`), change the files under .imgquilt/work/, then `imgquilt refresh`.")
 
 
-def _add(paths: list[str], image: str | None, platform: str | None) -> tuple[WorkTree, str, list[str], list[str]]:
+def _add(paths: list[str], image: str | None, platform: str | None, new: bool) -> tuple[WorkTree, str, list[str], list[str]]:
     wt = tree(image, platform)
-    top, added, already = wt.add(paths)
+    top, added, already = wt.add(paths, new=new)
     return wt, top, added, already
 
 
@@ -68,18 +68,25 @@ def _report_add(wt: WorkTree, top: str, added: list[str], already: list[str], **
         say(f"File {p} is already in patch {top}.")
 
 
+NewOpt_help = "The patch creates these files: a path that is not in the image is refused without it (a typo, most often)."
+
+
 def add_cmd(
     paths: List[str] = typer.Argument(..., metavar="PATH", help="Image paths as patches name them, e.g. usr/lib/python3/dist-packages/foo.py."),
     image: Optional[str] = ImageOpt,
     platform: Optional[str] = PlatformOpt,
+    new: bool = typer.Option(False, "--new", help=NewOpt_help),
 ) -> None:
     """Track files in the top patch: copy them from the image into .imgquilt/work/ and snapshot them.
 
+    A path the image does not have (and no applied patch creates) needs --new.
+
     \b
-    Example:
+    Examples:
       imgquilt add etc/svc.conf
+      imgquilt add --new usr/local/bin/healthcheck
     """
-    wt, top, added, already = _add(paths, image, platform)
+    wt, top, added, already = _add(paths, image, platform, new)
     _report_add(wt, top, added, already)
 
 
@@ -87,6 +94,7 @@ def edit_cmd(
     paths: List[str] = typer.Argument(..., metavar="PATH", help="Image paths to add and edit."),
     image: Optional[str] = ImageOpt,
     platform: Optional[str] = PlatformOpt,
+    new: bool = typer.Option(False, "--new", help=NewOpt_help),
 ) -> None:
     """`add` the files, then open them in $EDITOR (on a terminal) or $IMGQUILT_EDITOR.
 
@@ -96,7 +104,7 @@ def edit_cmd(
     Example:
       imgquilt edit usr/lib/svc/server.py
     """
-    wt, top, added, already = _add(paths, image, platform)
+    wt, top, added, already = _add(paths, image, platform, new)
     cmd = editor()
     if cmd:
         run_editor(cmd, [wt.work / wt.location(p) for p in added + already])
@@ -106,7 +114,8 @@ def edit_cmd(
 
 
 def refresh_cmd(
-    names: Optional[List[str]] = typer.Argument(None, metavar="[PATCH]...", help="An applied patch (default: the top); with --rehash, the patches to re-pin."),
+    names: Optional[List[str]] = typer.Argument(None, metavar="[PATCH]...", help="An applied patch (default: the top); with --rehash, the patches to re-pin.",
+                                                autocompletion=patch_names("series")),
     rehash: bool = typer.Option(False, "--rehash", help="Re-pin patches whose files were edited by hand (applied or not) and re-chain the patches after them; targets.lock follows."),
     no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the check that patched .py files gain no errors."),
 ) -> None:
@@ -150,8 +159,11 @@ def _rehash(names: list[str], *, python_check: bool) -> None:
 
     if not names:
         raise UsageError("--rehash needs the PATCH to re-pin.", hint="imgquilt refresh --rehash NAME")
+    from .apply import python_check_named
+
     wt = tree()
-    r = rehash(wt, names, python_check=python_check)
+    with python_check_named("refresh --rehash " + " ".join(names)):
+        r = rehash(wt, names, python_check=python_check)
     changed = [s for s in r.sections if s.old != s.new]
     if G.json:
         emit_json({"patch": r.name, "changed": r.name in r.written, "file": str(wt.patches_dir / r.name), "files": files_json(r.patch),
@@ -167,18 +179,20 @@ def _rehash(names: list[str], *, python_check: bool) -> None:
         mine = [s for s in changed if s.patch == name]
         for s in mine:
             say(f"{s.path}: Patched-SHA256 {s.old} -> {s.new}")
-        if mine or name in r.written:
+        if mine:
             say(f"Re-pinned patch {name}.")
-        else:
+        elif not any(c.patch == name for c in r.rechained):
             say(f"Patch {name}: every Patched-SHA256 already matches its body.")
     for c in r.rechained:
-        say(f"Re-chained {c.patch}: {c.path}: Base-SHA256 {c.old_base} -> {c.base}, Patched-SHA256 {c.old_patched} -> {c.patched}")
+        result = f"Patched-SHA256 {c.old_patched} -> {c.patched}" if c.patched != c.old_patched else "Patched-SHA256 unchanged"
+        say(f"Re-chained {c.patch}: {c.path}: Base-SHA256 {c.old_base} -> {c.base}, {result}")
     if r.lock is not None:
         say(f"Wrote {r.lock}.")
 
 
 def diff_cmd(
-    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="An applied patch (default: the top)."),
+    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="An applied patch (default: the top).",
+                                        autocompletion=patch_names("applied")),
     unrefreshed: bool = typer.Option(False, "-z", help="Only the changes not refreshed yet (patch file's result -> work tree)."),
 ) -> None:
     """Show the diff of a patch's files, snapshot -> current work tree (what `refresh` would write).

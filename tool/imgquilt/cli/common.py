@@ -257,6 +257,26 @@ def absolute_ref(ref: str) -> str:
     return ref
 
 
+def patch_names(which: str) -> Callable[[str], list[str]]:
+    """Shell completion of a PATCH argument: the names in series ("series"), the applied ones, or the
+    unapplied ones, that start with what was typed (none outside a queue)."""
+
+    def complete(incomplete: str) -> list[str]:
+        from ..work.queuefiles import QueueFiles
+        from ..work.state import WorkState
+
+        try:
+            root = queue_root()
+            names = QueueFiles(root).names()
+            applied = WorkState(root).applied() if which != "series" else []
+        except (ImgquiltError, OSError):
+            return []
+        pick = {"series": names, "applied": applied, "unapplied": [n for n in names if n not in applied]}[which]
+        return [n for n in pick if n.startswith(incomplete)]
+
+    return complete
+
+
 # --- the work tree ----------------------------------------------------------------------------
 def tree(image: str | None = None, platform: str | None = None, *, guard: bool = True) -> WorkTree:
     """The work tree of the current queue (a queue must exist: `imgquilt init` makes one).

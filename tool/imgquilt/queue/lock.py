@@ -42,13 +42,14 @@ class Lock:
     def target(self, path: str) -> LockTarget | None:
         return next((t for t in self.targets if t.path == path), None)
 
-    def changed_patches(self, names: list[str], raws: list[bytes]) -> list[str] | None:
-        """The patches whose file is not the one this lock was made from (new ones included), in series
-        order; None when the lock does not record its patches (written by an older imgquilt)."""
+    def changed_patches(self, names: list[str], raws: list[bytes]) -> tuple[list[str], list[str], list[str]] | None:
+        """(patches whose file changed, patches new since, patches gone since) against what this lock was
+        made from, in series order; None when the lock does not record its patches (an older imgquilt's)."""
         if not self.patch_sha256:
             return None
         known = dict(self.patch_sha256)
-        return [n for n, raw in zip(names, raws) if known.get(n) != hashlib.sha256(raw).hexdigest()]
+        changed = [n for n, raw in zip(names, raws) if n in known and known[n] != hashlib.sha256(raw).hexdigest()]
+        return changed, [n for n in names if n not in known], [n for n in known if n not in names]
 
 
 def patch_hashes(names: list[str], raws: list[bytes]) -> tuple[tuple[str, str], ...]:
@@ -56,15 +57,20 @@ def patch_hashes(names: list[str], raws: list[bytes]) -> tuple[tuple[str, str], 
 
 
 def stale_lock_advice(lock: Lock, names: list[str], raws: list[bytes]) -> tuple[str, str]:
-    """(what changed since the lock was made, what to run), naming the changed patches when the lock knows them."""
+    """(what changed since the lock was made, what to run), naming the patches when the lock knows them."""
     from .patchfile import rehash_command  # on use: reading a lock reads no patch
 
-    changed = lock.changed_patches(names, raws)
+    found = lock.changed_patches(names, raws)
+    if found is None:
+        return "series or a patch changed since", "run `imgquilt lock`."
+    changed, new, gone = found
+    what = [f"{', '.join(which)} {how}" for which, how in ((changed, "changed"), (new, "new"), (gone, "left series")) if which]
+    if not what:
+        return "series changed since it was made", "run `imgquilt lock`."
     if not changed:
-        return ("series changed since it was made" if changed == [] else "series or a patch changed since"), "run `imgquilt lock`."
-    return (f"{', '.join(changed)} changed since it was made",
-            f"{rehash_command(changed)} re-pins a hand edit (and the patches after it) "
-            "and writes the lock; or run `imgquilt lock`.")
+        return "; ".join(what) + " since it was made", "run `imgquilt lock`."
+    return ("; ".join(what) + " since it was made",
+            f"{rehash_command(changed)} re-pins a hand edit (and the patches after it) and writes the lock; or run `imgquilt lock`.")
 
 
 def rootfs_digest(pairs: list[tuple[str, str]]) -> str:

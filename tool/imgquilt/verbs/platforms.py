@@ -79,5 +79,6 @@ def apply_platforms(queue, platforms: list[str], open_platform: Callable[[str], 
         digest = write_new_index(images, output_image)
         written["image"] = {"ref": output_image, "digest": digest, "platforms": [
             {"platform": p, "digest": img.manifest_digest, "config_digest": img.config_digest,
-             "layer_digest": img.layer.digest, "diff_id": img.layer.diff_id} for (p, _, _), img in zip(done, images)]}
+             "layer_digest": img.layer.digest if img.layer else None, "diff_id": img.layer.diff_id if img.layer else None}
+            for (p, _, _), img in zip(done, images)]}
     return [(p, result) for p, _, result in done], written
