@@ -3,6 +3,7 @@ hints that name only options the command has, and a CLI that imports little to s
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -199,3 +200,17 @@ def test_the_quick_commands_load_no_typer(tmp_path: Path, args: list[str]) -> No
     rc, mods = _modules_after(args, tmp_path)
     assert not [m for m in mods if m.startswith("typer") or m.split(".")[-1] in COMMAND_MODULES and m.startswith("imgquilt.")], mods
     assert rc == ("0" if args == ["--version"] else "2")
+
+
+@pytest.mark.parametrize("args, code", [(["series", "-v"], 0), (["--json", "check"], 0), (["audit"], 5), (["top"], 2)])
+def test_a_closed_stdout_pipe_keeps_the_commands_own_exit_code(tmp_path: Path, cli_env, args: list[str], code: int) -> None:
+    """The reader is gone before imgquilt writes (`| head -c0`): no traceback, no exit 1, the command's own code."""
+    q = copy_demo_queue(tmp_path / "q")
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        p = subprocess.run([sys.executable, "-m", "imgquilt", *args], cwd=q, env=cli_env, stdout=write, stderr=subprocess.PIPE)
+    finally:
+        os.close(write)
+    assert p.returncode == code, p.stderr.decode()
+    assert b"Traceback" not in p.stderr and b"BrokenPipe" not in p.stderr and b"Exception ignored" not in p.stderr
