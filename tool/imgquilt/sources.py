@@ -124,4 +124,4 @@ def ref_in_queue(ref: str, queue_root: Path, what: str = "targets.lock pins the 
             f"{what} {ref!r}{rel}, but {here} does not exist.",
             hint="Pass --image REF, or pin the image where it is now with `imgquilt lock --image REF`.",
         )
-    return prefix + os.path.relpath(here) + suffix
+    return ref if Path(path).is_absolute() else prefix + os.path.relpath(here) + suffix

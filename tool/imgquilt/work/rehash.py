@@ -101,7 +101,7 @@ def rehash(wt: WorkTree, names: list[str], *, python_check: bool = True) -> Reha
         new = chain.run()
         notes += chain.notes
         queue = Queue(wt.root, wt.queue.series_bytes(), tuple(wt.queue.entries()), tuple(new[n] for n in series))
-        lock = _verify(wt, queue, python_check=python_check)
+        lock = _verify(wt, queue, named, python_check=python_check)
         written = [n for n in series if new[n].raw != _on_disk(wt, n)]
         from .pop import pop_one
         from .push import _push_one
@@ -298,7 +298,7 @@ def _pins(s: FileSection, base: str | None, patched: str | None) -> bytes:
     return head + sep + diff
 
 
-def _verify(wt: WorkTree, queue: Queue, *, python_check: bool):
+def _verify(wt: WorkTree, queue: Queue, named: list[str], *, python_check: bool):
     """The new series verified on the bases, as `lock` does it; the new lock (None: the queue has none)."""
     from ..verbs.lock import lock_queue
 
@@ -307,6 +307,10 @@ def _verify(wt: WorkTree, queue: Queue, *, python_check: bool):
         new = lock_queue(queue, wt.bases.as_source(), lock.image.ref if lock else "", python_check=python_check)
     except ImgquiltError as exc:
         exc.message = exc.message.replace("nothing was written.", "nothing was written (the series after re-pinning, verified as `lock` does).", 1)
+        others = {p.patch for p in getattr(exc, "problems", []) if p.kind in ("result", "hunk")} - set(named)
+        if others:  # hand-edited too: one command re-pins them all, whichever was named first
+            every = sorted({*named, *others}, key=queue.names.index)
+            exc.hint = f"{', '.join(sorted(others, key=queue.names.index))} edited by hand too? Re-pin them together: {rehash_command(every)}."
         raise
     return new if lock is not None else None
 
