@@ -12,7 +12,8 @@ PYTHON=${PYTHON:-python3}
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
 
-step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
+if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold='' plain=''; fi  # no escape codes into a pipe or a log
+step() { printf '\n%s$ %s%s\n' "$bold" "$*" "$plain"; }
 
 step imgquilt check
 "$IMGQUILT" check
@@ -29,10 +30,17 @@ step imgquilt apply --root "$OUT/rootfs"
 step imgquilt audit --root "$OUT/rootfs"
 "$IMGQUILT" audit --root "$OUT/rootfs"
 
+if [ "${IMGQUILT#*/}" != "$IMGQUILT" ]; then  # a path, as `make demo` passes .venv/bin/imgquilt
+  where="$IMGQUILT (run it by that path, or put imgquilt on PATH as docs/install.md shows)"
+else
+  where=$(command -v "$IMGQUILT")
+fi
 cat <<DONE
 
 Written:
   layer     $OUT/demo-fix.tar.gz           (tar -tzvf $OUT/demo-fix.tar.gz)
   image     oci:$OUT/demo-image:patched    (skopeo inspect oci:$OUT/demo-image:patched)
   rootfs    $OUT/rootfs                    (patched in place)
+
+The imgquilt command: $where
 DONE

@@ -3,6 +3,7 @@ hints that name only options the command has, and a CLI that imports little to s
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -83,7 +84,7 @@ def test_json_drift_in_push_apply_and_check_is_exit_3_everywhere(tmp_path: Path,
         assert "base drifted" in doc["error"]["message"] and "rebase" in doc["error"]["message"] + doc["error"]["hint"], args
 
 
-def test_the_no_python_check_hint_comes_only_from_apply(tmp_path: Path, cli_env) -> None:
+def test_the_no_python_check_hint_names_the_command_that_was_run(tmp_path: Path, cli_env) -> None:
     root = tmp_path / "root"
     (root / "usr/lib/svc").mkdir(parents=True)
     (root / "usr/lib/svc/server.py").write_bytes(SERVER)
@@ -93,10 +94,13 @@ def test_the_no_python_check_hint_comes_only_from_apply(tmp_path: Path, cli_env)
     r = imgquilt("apply", "--image", f"rootfs:{root}", cwd=q, env=cli_env, check=3)
     assert "PROT" in r.err and "imgquilt apply --no-python-check" in r.err
     r = imgquilt("lock", "--image", f"rootfs:{root}", cwd=q, env=cli_env, check=3)
-    assert "PROT" in r.err and "no-python-check" not in r.err
+    assert "PROT" in r.err and "imgquilt lock --no-python-check" in r.err and "apply --no-python-check" not in r.err
     doc = json.loads(imgquilt("--json", "lock", "--image", f"rootfs:{root}", cwd=q, env=cli_env, check=3).out)
-    assert doc["error"]["kind"] == "python-check-failed" and "no-python-check" not in doc["error"]["hint"]
-    assert len(doc["error"]["problems"]) == 1 and "0001-typo.patch" in doc["error"]["problems"][0]
+    assert doc["error"]["kind"] == "python-check-failed" and "imgquilt lock --no-python-check" in doc["error"]["hint"]
+    # the finding's place, in the JSON too
+    assert doc["error"]["problems"] == ["0001-typo.patch: the patch adds Python errors: usr/lib/svc/server.py:7:12: "
+                                        "UndefinedName: undefined name 'PROT'."]
+    imgquilt("lock", "--no-python-check", "--image", f"rootfs:{root}", cwd=q, env=cli_env, check=0)
 
 
 def test_audit_format_github_annotates_each_patch_not_live(tmp_path: Path, svc: Path, cli_env) -> None:
@@ -196,3 +200,17 @@ def test_the_quick_commands_load_no_typer(tmp_path: Path, args: list[str]) -> No
     rc, mods = _modules_after(args, tmp_path)
     assert not [m for m in mods if m.startswith("typer") or m.split(".")[-1] in COMMAND_MODULES and m.startswith("imgquilt.")], mods
     assert rc == ("0" if args == ["--version"] else "2")
+
+
+@pytest.mark.parametrize("args, code", [(["series", "-v"], 0), (["--json", "check"], 0), (["audit"], 5), (["top"], 2)])
+def test_a_closed_stdout_pipe_keeps_the_commands_own_exit_code(tmp_path: Path, cli_env, args: list[str], code: int) -> None:
+    """The reader is gone before imgquilt writes (`| head -c0`): no traceback, no exit 1, the command's own code."""
+    q = copy_demo_queue(tmp_path / "q")
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        p = subprocess.run([sys.executable, "-m", "imgquilt", *args], cwd=q, env=cli_env, stdout=write, stderr=subprocess.PIPE)
+    finally:
+        os.close(write)
+    assert p.returncode == code, p.stderr.decode()
+    assert b"Traceback" not in p.stderr and b"BrokenPipe" not in p.stderr and b"Exception ignored" not in p.stderr

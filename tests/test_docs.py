@@ -167,3 +167,29 @@ def test_inplace_recipe_patches_the_root(tmp_path: Path, cli_env) -> None:
     imgquilt("--queue", str(q), "apply", "--root", str(root), cwd=tmp_path, env=cli_env, check=0)
     r = imgquilt("--queue", str(q), "audit", "--root", str(root), cwd=tmp_path, env=cli_env, check=0)
     assert "6 live" in r.out
+
+
+def test_every_command_is_in_the_commands_table() -> None:
+    """docs/index.md's "Commands at a glance" names every command the CLI has."""
+    from imgquilt.cli.app import COMMAND_MODULES
+
+    text = (DOCS / "index.md").read_text().split("## Commands at a glance", 1)[1]
+    rows = " ".join(line for line in text.splitlines() if line.startswith("|"))
+    words = set(re.findall(r"[a-z][a-z-]*", rows))
+    missing = [c for c in COMMAND_MODULES if c not in words]
+    assert not missing, f"docs/index.md's command table misses {missing}"
+
+
+def test_the_error_tree_in_exit_codes_md_is_the_code() -> None:
+    """Each error class sits in the row of its own exit code, and every class of errors.py is listed."""
+    import inspect
+
+    from imgquilt import errors
+
+    classes = {n: c for n, c in vars(errors).items() if inspect.isclass(c) and issubclass(c, errors.ImgquiltError)}
+    table = (DOCS / "exit-codes.md").read_text().split("## The error tree", 1)[1]
+    listed: dict[str, int] = {}
+    for cells, code in re.findall(r"^\| (.+) \| (\d) \|$", table, re.M):
+        for name in re.findall(r"`(\w+)`", cells):
+            listed[name] = int(code)
+    assert {n: c.exit_code for n, c in classes.items() if n != "ImgquiltError"} == listed

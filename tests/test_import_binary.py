@@ -89,7 +89,7 @@ def test_refresh_writes_a_binary_section_git_apply_accepts(tmp_path: Path) -> No
     q = empty_queue(tmp_path / "q")
     env = dict(os.environ, IMGQUILT_EDITOR="true")
     imgquilt("new", "logo.patch", cwd=q, env=env, check=0)
-    imgquilt("add", "usr/share/app/logo.png", "usr/lib/app/plugin.so", "--image", f"rootfs:{image}", cwd=q, env=env, check=0)
+    imgquilt("add", "--new", "usr/share/app/logo.png", "usr/lib/app/plugin.so", "--image", f"rootfs:{image}", cwd=q, env=env, check=0)
     (q / ".imgquilt/work/usr/share/app/logo.png").write_bytes(LOGO2)
     (q / ".imgquilt/work/usr/lib/app").mkdir(parents=True, exist_ok=True)
     (q / ".imgquilt/work/usr/lib/app/plugin.so").write_bytes(PLUGIN)

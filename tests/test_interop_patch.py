@@ -87,7 +87,7 @@ def rootfs(tmp_path: Path) -> Path:
 
 def test_refresh_writes_a_patch_that_patch_and_git_apply_accept(rootfs: Path, queue: Path, tmp_path: Path, cli_env) -> None:
     imgquilt("new", "0001-everything.patch", "-d", "Touch every awkward kind of file", "--author", "QA <qa@example.org>", cwd=queue, env=cli_env, check=0)
-    imgquilt("add", *TOOL_PATCHED, "--image", f"rootfs:{rootfs}", cwd=queue, env=cli_env, check=0)
+    imgquilt("add", "--new", *TOOL_PATCHED, "--image", f"rootfs:{rootfs}", cwd=queue, env=cli_env, check=0)  # app-helper is new
     work = queue / ".imgquilt/work"
     for rel, data in TOOL_PATCHED.items():
         if data is None:

@@ -70,6 +70,24 @@ def test_hook_fails_on_a_stale_hash(setup) -> None:
     assert r.returncode != 0, r.stdout + r.stderr
     assert "Failed" in r.stdout
     assert "targets.lock is stale" in r.stdout  # the lock pins the hashes the patch had
+    # and names the patch, with the one command back from a hand edit
+    assert "0003-app-config-longer-timeouts.patch changed since it was made" in r.stdout
+    assert "`imgquilt refresh --rehash 0003-app-config-longer-timeouts.patch`" in r.stdout
+    patch.write_bytes(data)
+    commit_all(queue, env)
+
+
+def test_a_config_with_rev_set_to_a_commit_runs_the_hook(setup) -> None:
+    """As docs/integrations.md writes it: `repo:` where imgquilt is kept, `rev:` one of its commits."""
+    hooks, queue, env = setup
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=hooks, env=env, capture_output=True, text=True, check=True).stdout.strip()
+    (queue / ".pre-commit-config.yaml").write_text(
+        f"repos:\n  - repo: {hooks}\n    rev: {sha}\n    hooks:\n      - id: imgquilt-check\n")
+    commit_all(queue, env)
+    r = subprocess.run([sys.executable, "-m", "pre_commit", "run", "--all-files"], cwd=queue, env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and "imgquilt check" in r.stdout and "Passed" in r.stdout, r.stdout + r.stderr
+    (queue / ".pre-commit-config.yaml").unlink()
+    commit_all(queue, env)
 
 
 def test_hook_definition() -> None:

@@ -88,6 +88,7 @@ def successes(tmp_path_factory, env) -> list[tuple[str, tuple[str, ...], Run]]:
     subprocess.run(["openssl", "pkey", "-in", str(key), "-pubout", "-out", str(tmp / "key.pub")], check=True, capture_output=True)
     run("apply", "--layer", str(tmp / "fix.tar.gz"), "--output-image", f"oci:{tmp}/out:patched", "--attest", str(key))
     run("verify", "--image", f"oci:{tmp}/out:patched", "--key", str(tmp / "key.pub"))
+    run("apply", "--image", f"oci:{tmp}/out:patched", "--output-image", f"oci:{tmp}/out:again", "--layer", str(tmp / "none.tar"))
     run("apply", "--root", str(root))
     run("audit", "--image", f"oci:{tmp}/out:patched")
     run("audit", "--root", str(old), "--expect", "pending", "--history")
@@ -122,6 +123,8 @@ def successes(tmp_path_factory, env) -> list[tuple[str, tuple[str, ...], Run]]:
     run("delete", "-r", "0007-fold.patch")
     run("import", str(tmp / "port.diff"), "-P", "0000-port.patch")
     run("delete", "-r", "0000-port.patch")
+    edit_bytes(q / "patches/0005-config-shared-expert-knob.patch", b'("1", "true", "yes", "on")', b'("1", "true", "yes", "y", "on")')
+    run("refresh", "--rehash", "0005-config-shared-expert-knob.patch")
     run("rebase", "--image", f"rootfs:{new}", "--from", DEMO)
     run("cache")
     run("cache", "prune")
@@ -173,6 +176,11 @@ def test_success_documents_say_what_happened(successes) -> None:
     assert by[("revert", CONFIG)]["reverted"] == [CONFIG] and CONFIG in by[("files",)]["files"]
     assert by[("next",)] == {"next": None} and by[("previous",)] == {"previous": "0006-moe-shared-expert.patch"}
     assert by[("remove", CONFIG)] == {"patch": "0007-serve-on-9090.patch", "removed": [CONFIG], "sections_dropped": [CONFIG]}
+    again = next(d for a, d in by.items() if a[:2] == ("apply", "--image"))
+    assert again["changes"] is False and set(again["outputs"]) == {"image"} and again["outputs"]["image"]["unchanged"] is True
+    rehashed = by[("refresh", "--rehash", "0005-config-shared-expert-knob.patch")]
+    assert rehashed["written"] == ["0005-config-shared-expert-knob.patch", "0006-moe-shared-expert.patch"]
+    assert [c["patch"] for c in rehashed["rechained"]] == ["0006-moe-shared-expert.patch"] and rehashed["lock"].endswith("targets.lock")
 
 
 # --- failures ---------------------------------------------------------------------------------

@@ -165,7 +165,7 @@ def test_new_add_refresh_series_editing_keeps_comments_and_options(queue: Path, 
     assert (queue / "series").read_text() == "# vendor fixes\nsecond.patch\nfirst.patch -p0\n\n# local\n"
     assert (queue / "patches/second.patch").read_bytes() == b"Description: second\n\n"
     assert read_queue_patch(b"Description: second\n\n", "second.patch").sections == ()
-    top, added, already = wt.add(["lib/app/a.txt", "usr/lib/app/brand-new.txt"])
+    top, added, already = wt.add(["lib/app/a.txt", "usr/lib/app/brand-new.txt"], new=True)
     assert (top, added, already) == ("second.patch", ["lib/app/a.txt", "usr/lib/app/brand-new.txt"], [])
     assert wt.add(["lib/app/a.txt"])[2] == ["lib/app/a.txt"]
     (queue / ".imgquilt/work/lib/app/a.txt").write_bytes(A1)

@@ -120,5 +120,5 @@ imgquilt: No patches applied.
 # the lock no longer covers the series
 $ imgquilt check
 imgquilt: The queue has 1 problem(s):
-  - targets.lock is stale (series or a patch changed since); run `imgquilt lock`.
+  - targets.lock is stale (0007-app-more-workers.patch new since it was made); run `imgquilt lock`.
 [exit 6]

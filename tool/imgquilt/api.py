@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .engine.result import ApplyResult
     from .fs.types import Source
     from .history import History
+    from .queue.lock import Lock
     from .queue.queue import Queue
     from .rebase import RebaseReport
     from .verbs.attest import Verification
@@ -159,11 +160,16 @@ def open_ref(ref: str, platform: str | None = None, *, root: Path | None = None,
     return source
 
 
-def pick_ref(image: str | None, lock_ref: str | None) -> str:
+def pick_ref(image: str | None, lock: Lock | None, root: Path, remembered: str | None = None) -> str:
+    """`image`, else the image targets.lock pins (a path in it is the queue directory's), else `remembered`."""
     if image:
         return image
-    if lock_ref:
-        return lock_ref
+    if lock is not None:
+        from .sources import ref_in_queue
+
+        return ref_in_queue(lock.image.ref, root)
+    if remembered:
+        return remembered
     raise UsageError("No image given and no targets.lock to take one from.", hint="Pass --image REF.")
 
 
@@ -191,19 +197,22 @@ def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
 
 
 def lock(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, platform: str | None = None,
-         progress: Progress | None = None) -> Locked:
-    """Verify the series on the image (`image`, else the one targets.lock pins) and write targets.lock."""
+         python_check: bool = True, progress: Progress | None = None) -> Locked:
+    """Verify the series on the image (`image`, else the one targets.lock pins) and write targets.lock.
+
+    A local path in the reference is kept relative to the queue directory (docs/targets-lock.md)."""
     from .queue.lock import render_lock
+    from .sources import ref_for_lock
     from .util.atomic import atomic_write
     from .verbs.lock import lock_queue
 
     q = load_queue(queue)
     refuse_during_rebase(q.root)
-    old = q.lock()
-    ref = pick_ref(image, old.image.ref if old else None)
-    new = lock_queue(q, open_ref(ref, platform, root=q.root, progress=progress), ref)
+    ref = pick_ref(image, q.lock(), q.root)
+    stored = ref_for_lock(ref, q.root)
+    new = lock_queue(q, open_ref(ref, platform, root=q.root, progress=progress), stored, python_check=python_check)
     atomic_write(q.lock_path, render_lock(new))
-    return Locked(q.lock_path, ref, new.image.digest, new.image.platform, new.series_sha256, len(new.targets), len(q.patches))
+    return Locked(q.lock_path, stored, new.image.digest, new.image.platform, new.series_sha256, len(new.targets), len(q.patches))
 
 
 def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, layer: str | os.PathLike[str] | None = None,
@@ -225,7 +234,7 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     q = load_queue(queue)
     pinned = q.lock()
     root_dir = Path(root) if root is not None else None
-    ref = f"rootfs:{root_dir}" if image is None and root_dir is not None else pick_ref(image, pinned.image.ref if pinned else None)
+    ref = f"rootfs:{root_dir}" if image is None and root_dir is not None else pick_ref(image, pinned, q.root)
     source = open_ref(ref, platform, root=q.root, progress=progress)
     outputs = Outputs(layer=Path(layer) if layer is not None else None, image=output_image, root=root_dir,
                       overlay=Path(overlay) if overlay is not None else None, compression=compression)  # type: ignore[arg-type]
@@ -266,7 +275,7 @@ def verify(queue: str | os.PathLike[str] | None = None, *, image: str | None = N
     pub = public_key(key)
     q = load_queue(queue)
     pinned = q.lock()
-    ref = pick_ref(image, pinned.image.ref if pinned else None)
+    ref = pick_ref(image, pinned, q.root)
     platforms = platforms_of(ref, cache_dir=cache_dir(q.root)) if platform == "all" else [platform]
     return tuple(verify_image(q, open_image(ref, platform=p, cache_dir=cache_dir(q.root)), ref, pub) for p in platforms)
 
@@ -299,7 +308,7 @@ def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
 
         root = process_root(pid)
         started = process_started(pid)
-    source = _audit_source(q.root, image, Path(root) if root is not None else None, platform, pinned.image.ref if pinned else None, progress)
+    source = _audit_source(q.root, image, Path(root) if root is not None else None, platform, pinned, progress)
     if source is None and not history:
         raise UsageError("No image given and no targets.lock to take one from.", hint="Pass --image REF or --root DIR.")
     hist = None
@@ -320,7 +329,7 @@ def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     return Audit(report, hist, expect, failing, error)
 
 
-def _audit_source(qroot: Path, image: str | None, root: Path | None, platform: str | None, lock_ref: str | None,
+def _audit_source(qroot: Path, image: str | None, root: Path | None, platform: str | None, pinned: Lock | None,
                   progress: Progress | None) -> Source | None:
     if image and root:
         raise UsageError("Give --image or --root, not both.")
@@ -330,12 +339,17 @@ def _audit_source(qroot: Path, image: str | None, root: Path | None, platform: s
         if not root.is_dir():
             raise UsageError(f"--root {root}: not a directory.")
         return RootfsSource(root, ref=f"rootfs:{root}")
-    ref = image or lock_ref
-    return open_ref(ref, platform, root=qroot, progress=progress) if ref else None
+    if not image and pinned is None:
+        return None
+    return open_ref(pick_ref(image, pinned, qroot), platform, root=qroot, progress=progress)
 
 
 def _opener(root: Path, progress: Progress | None):
-    return lambda ref, platform: open_ref(ref, platform, root=root, progress=progress)
+    """Opens the references a rebase keeps (relative to the queue directory, as targets.lock does)."""
+    from .sources import ref_in_queue
+
+    return lambda ref, platform: open_ref(ref_in_queue(ref, root, "the rebase reads the image"), platform, root=root,
+                                          progress=progress)
 
 
 def rebase(queue: str | os.PathLike[str] | None = None, *, image: str, from_ref: str | None = None, maps: Sequence[str] = (),
@@ -352,7 +366,10 @@ def rebase(queue: str | os.PathLike[str] | None = None, *, image: str, from_ref:
             raise UsageError("A rebase is in progress.", hint="Resolve the conflicts (`imgquilt rebase --status` lists them), "
                              "then `imgquilt rebase --continue`; or `imgquilt rebase --abort`.")
         raise UsageError("Which image? Pass --image NEWREF.", hint="Example: imgquilt rebase --image oci:vllm:0.10.2")
-    opts = RebaseOptions(image, platform, from_ref, keep_empty, tuple(parse_map(m) for m in maps))
+    from .sources import ref_for_lock
+
+    opts = RebaseOptions(ref_for_lock(image, root), platform, ref_for_lock(from_ref, root) if from_ref else None, keep_empty,
+                         tuple(parse_map(m) for m in maps))
     return start_rebase(root, opts, _opener(root, progress))
 
 
@@ -451,7 +468,7 @@ def import_patches(files: Sequence[str | os.PathLike[str]] = (), *, queue: str |
 
     def opener():
         pinned = read_lock(root / "targets.lock")
-        return open_ref(pick_ref(image, pinned.image.ref if pinned else wt.remembered_image()), platform, root=root)
+        return open_ref(pick_ref(image, pinned, root, wt.remembered_image()), platform, root=root)
 
     wt = WorkTree(root, open_image=opener, image_explicit=image is not None)
     return tuple(wt.import_patches(items, fields=list(fields), replace=replace, check_git_index=check_git_index))

@@ -48,7 +48,11 @@ class ResultMismatch(Refused):
 
 
 class HunkMismatch(Refused):
-    """A hunk's context or removed lines are not at the place the hunk names."""
+    """`import`: a foreign hunk's context or removed lines fit nowhere in the base (nothing imported)."""
+
+
+class ChainConflict(Refused):
+    """`refresh --rehash`: a later patch's hunk no longer fits what the re-pinned patch now leaves; nothing was written."""
 
 
 class PythonCheckFailed(Refused):

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from .engine.plan import plan_apply_gated
-from .engine.result import ApplyResult
+from .engine.record import names_series
+from .engine.result import RECORD_PATH, ApplyResult
 from .errors import UsageError
 from .fs.types import FileChange, ImageInfo, Source
 from .image.mediatypes import LAYER_FORMATS, Compression, LayerFormat
@@ -21,7 +22,7 @@ from .image.sinks import layer as layer_sink
 from .image.sinks import overlay as overlay_sink
 from .image.sinks.image import WrittenImage, check_image_destination, check_referrer_destination, write_new_image
 from .image.sinks.layer import LayerBlob, LayerEntry, LayerInfo, resolve_epoch
-from .image.sinks.mutate import Addendum, History, NewImage, append
+from .image.sinks.mutate import Addendum, History, NewImage, append, unchanged
 from .image.sinks.overlay import OverlayInfo
 from .queue.lock import Lock
 from .queue.queue import Queue
@@ -102,9 +103,23 @@ def write_overlay(result: ApplyResult, dest: Path) -> OverlayInfo:
     return overlay_sink.write_overlay(patched_files(result), dest, hidden=[b.path for b in result.bytecode])
 
 
+def changes_image(result: ApplyResult) -> bool:
+    """Does writing `result` change anything in the image or root? The one test every output asks
+    before it writes: a layer that changes nothing is never written. Nothing changes when every file
+    is already at the series' result and the record there already names this series (a record that
+    is missing or names another series is a change: audit reads it)."""
+    changed = [f for f in result.files if f.final != f.target.data]
+    if result.bytecode or any(f.target.path != RECORD_PATH for f in changed):
+        return True
+    return bool(changed) and not names_series(changed[0].target.data, result.series_sha256)
+
+
 def new_image(base: Image, result: ApplyResult, compression: LayerFormat, *, epoch: int | None = None) -> NewImage:
-    """The base image with the series' layer on top (nothing written)."""
+    """The base image with the series' layer on top (nothing written); the base as it is when the
+    series changes nothing in it (see changes_image)."""
     when = resolve_epoch(epoch)
+    if not changes_image(result):
+        return unchanged(base, when)
     return append(base, addendum(result, build_layer(result, compression, epoch=when), when))
 
 
@@ -167,7 +182,7 @@ def write_image_output(ref: str, result: ApplyResult, open_base: Callable[[], Im
                        compression: LayerFormat | None = None, attest: Attester | None = None) -> dict[str, Any]:
     img = write_image(open_base(), result, ref, compression=compression, attest=attest)
     out = {"ref": ref, "digest": img.digest, "config_digest": img.config_digest,
-           "layer_digest": img.layer_digest, "diff_id": img.diff_id}
+           "layer_digest": img.layer_digest, "diff_id": img.diff_id, "unchanged": img.layer_digest is None}
     if attest is not None:
         out["attestations"] = attest.stored_json(img.referrers)
     return out
@@ -179,25 +194,26 @@ def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[],
     anything becomes visible: an in-place write stages its files first and asks it before the commit;
     any other output asks it before it starts."""
     written: dict[str, dict[str, Any]] = {}
+    changes = changes_image(result)  # nothing to change: no layer, overlay or in-place write; an image as it is
     only_root = outputs.root is not None and all(o is None for o in (outputs.layer, outputs.image, outputs.overlay))
     if gate is not None and not only_root:
         gate()
         gate = None
     if outputs.image is not None and outputs.image.startswith("docker://"):
         written["image"] = write_image_output(outputs.image, result, open_base, outputs.compression, attest)  # the network fails most: first
-    if outputs.layer is not None:
+    if outputs.layer is not None and changes:
         info = write_layer(result, outputs.layer)
         written["layer"] = {"path": str(outputs.layer), "digest": info.digest, "diff_id": info.diff_id,
                             "media_type": info.media_type, "size": info.size}
     if outputs.image is not None and "image" not in written:
         written["image"] = write_image_output(outputs.image, result, open_base, outputs.compression, attest)
-    if outputs.overlay is not None:
+    if outputs.overlay is not None and changes:
         ov = write_overlay(result, outputs.overlay)
         written["overlay"] = {"path": str(outputs.overlay), "mounts": str(ov.mounts_file)}
     if outputs.root is not None:
         from .rootfs.inplace import write_in_place
 
-        changed = write_in_place(outputs.root, result, held=held, gate=gate)
+        changed = write_in_place(outputs.root, result, held=held, gate=gate) if changes else []
         stale = {b.path for b in result.bytecode}
         written["root"] = {"path": str(outputs.root), "changed": [p for p in changed if p not in stale],
                            "bytecode_removed": [p for p in changed if p in stale]}

@@ -5,6 +5,7 @@ image.reference; a root filesystem (rootfs:DIR, or a bare directory that is no i
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -65,3 +66,62 @@ def platforms_of(ref: str, *, cache_dir: Path | None = None) -> list[str]:
     if parsed.transport == "rootfs":
         raise UsageError(f"--platform all needs an image; {ref!r} is a root filesystem.")
     return list_platforms(lambda platform: open_transport(parsed, platform=platform, cache_dir=cache_dir))
+
+
+# --- references in targets.lock ------------------------------------------------------------------
+_PATH_TRANSPORTS = ("oci", "oci-archive", "docker-archive", "dir", "tar", "rootfs")
+
+
+def _split_local(ref: str) -> tuple[str, str, str] | None:
+    """(transport prefix, path, suffix) of a reference that names a local path; None for any other."""
+    from .image.reference import parse_ref
+
+    parsed = parse_ref(ref)
+    if parsed.transport in _PATH_TRANSPORTS:
+        prefix = parsed.transport + ":"
+        return prefix, parsed.path, ref[len(prefix) + len(parsed.path):]
+    if parsed.transport != "path":
+        return None
+    head, sep, tail = ref.partition(":")
+    if sep and not Path(ref).exists() and head and Path(head).exists():
+        return "", head, sep + tail
+    return "", ref, ""
+
+
+def ref_for_lock(ref: str, queue_root: Path) -> str:
+    """How targets.lock keeps `ref` (given from the current directory): a relative path, or one inside
+    the queue, relative to the queue directory, so that every working directory, --queue and the API
+    reach the same image; any other reference (a registry's, an absolute path elsewhere) as given."""
+    split = _split_local(ref)
+    if split is None:
+        return ref
+    prefix, path, suffix = split
+    where = Path(os.path.abspath(path))
+    queue = Path(os.path.abspath(queue_root))
+    if Path(path).is_absolute() and not where.is_relative_to(queue):
+        return ref
+    return prefix + os.path.relpath(where, queue) + suffix
+
+
+def ref_in_queue(ref: str, queue_root: Path, what: str = "targets.lock pins the image") -> str:
+    """A reference the queue keeps (targets.lock's, a stopped rebase's), as one that opens from the
+    current directory: a relative path is the queue directory's. One kept before imgquilt did so (a
+    path relative to the directory it was given in) still works from that directory. A path that
+    exists nowhere is an error saying where the reference came from."""
+    split = _split_local(ref)
+    if split is None:
+        return ref
+    prefix, path, suffix = split
+    if Path(path).is_absolute():
+        here = Path(path)
+    else:
+        here = Path(os.path.abspath(Path(queue_root) / path))
+        if not here.exists() and Path(path).exists():
+            return ref  # an older lock, relative to the directory it was made in (this one)
+    if not here.exists():
+        rel = "" if Path(path).is_absolute() else f" (its path is relative to the queue directory, {os.path.abspath(queue_root)})"
+        raise BadImage(
+            f"{what} {ref!r}{rel}, but {here} does not exist.",
+            hint="Pass --image REF, or pin the image where it is now with `imgquilt lock --image REF`.",
+        )
+    return ref if Path(path).is_absolute() else prefix + os.path.relpath(here) + suffix

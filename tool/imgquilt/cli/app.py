@@ -19,7 +19,7 @@ _app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     help=(
         "A quilt-style patch queue for container images.\n\n"
-        "Global options --queue DIR, --json and --debug may stand before or after the command.\n\n"
+        "Global options --queue DIR, --json, --debug and --tls-verify=BOOL may stand before or after the command.\n\n"
         "\b\nExamples:\n"
         "  imgquilt init\n"
         "  imgquilt check\n"
@@ -42,12 +42,17 @@ def _globals(
     queue: Optional[str] = typer.Option(None, "--queue", metavar="DIR", help="The queue directory (else IMGQUILT_QUEUE, else the nearest with a series file)."),
     json: bool = typer.Option(False, "--json", help="One JSON document on stdout (an {\"error\": ...} document on failure)."),
     debug: bool = typer.Option(False, "--debug", help="Tracebacks for internal errors."),
+    tls_verify: Optional[str] = typer.Option(None, "--tls-verify", metavar="BOOL", help="Registries (docker://): false reaches one over HTTP or without a valid certificate, as skopeo's --tls-verify=false (or IMGQUILT_TLS_VERIFY=false)."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     # hoist_globals already took these out of argv; accepting them here keeps --help honest
     G.queue = queue or G.queue
     G.json = json or G.json
     G.debug = debug or G.debug
+    if tls_verify is not None:  # hoist_globals takes --tls-verify=BOOL; this is the spelling it leaves to typer
+        import os
+
+        os.environ["IMGQUILT_TLS_VERIFY"] = tls_verify
 
 
 # Each command's module, in help order. Only the module of the invoked command is loaded (and its

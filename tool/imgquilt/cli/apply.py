@@ -1,8 +1,9 @@
 """`lock`, `apply` and `check`: parse, call the core, render."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import typer
 
@@ -16,8 +17,15 @@ if TYPE_CHECKING:
     from ..engine.result import ApplyResult
 
 
-def lock_cmd(image: Optional[str] = ImageOpt, platform: Optional[str] = PlatformOpt) -> None:
+def lock_cmd(
+    image: Optional[str] = ImageOpt,
+    platform: Optional[str] = PlatformOpt,
+    no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the check that patched .py files gain no errors."),
+) -> None:
     """Pin the image and every target file (writes targets.lock).
+
+    A local path in REF is kept relative to the queue directory, so every directory, --queue and the
+    Python API reach the same image.
 
     \b
     Example:
@@ -25,7 +33,8 @@ def lock_cmd(image: Optional[str] = ImageOpt, platform: Optional[str] = Platform
     """
     from ..api import lock
 
-    done = lock(G.queue, image=image, platform=platform, progress=progress())
+    with python_check_named("lock"):
+        done = lock(G.queue, image=image, platform=platform, python_check=not no_python_check, progress=progress())
     if G.json:
         emit_json({"lock": str(done.path), "image": {"ref": done.ref, "digest": done.digest, "platform": done.platform},
                    "series_sha256": done.series_sha256, "targets": done.targets})
@@ -59,6 +68,7 @@ def _files_per_patch(result: ApplyResult) -> dict[str, int]:
 
 
 def result_json(result: ApplyResult) -> dict:
+    from ..outputs import changes_image
     from ..queue.hunks import sha256_hex
 
     return {
@@ -73,6 +83,7 @@ def result_json(result: ApplyResult) -> dict:
         ],
         "notes": list(result.notes),
         "bytecode": [{"path": b.path, "source": b.source, "action": "removed"} for b in result.bytecode],
+        "changes": changes_image(result),
     }
 
 
@@ -120,18 +131,13 @@ def apply_cmd(
                              "--layer, --root and --overlay take one platform.", hint="Pick one with --platform OS/ARCH.")
         q = load()
         lock = q.lock()
-        ref = pick_ref(image, lock.image.ref if lock else None)
+        ref = pick_ref(image, lock)
         return _apply_all(q, ref, lock, output_image, locked=locked, python_check=not no_python_check, attest=signing_key(attest),
                           compression=compression)
 
-    try:
+    with python_check_named("apply"):
         done = apply(G.queue, image=image, layer=layer, output_image=output_image, root=root, overlay=overlay, platform=platform,
                      locked=locked, python_check=not no_python_check, progress=progress(), attest=attest, compression=compression)
-    except Refused as exc:
-        if any(getattr(p, "kind", None) == "python" for p in getattr(exc, "problems", [])) or isinstance(exc, PythonCheckFailed):
-            # only apply has the option, so only apply names it
-            exc.hint = "\n".join(x for x in (exc.hint, "Or skip the Python check with `imgquilt apply --no-python-check`.") if x)
-        raise
     result, written = done.result, done.outputs
     if G.json:
         doc = result_json(result)
@@ -148,12 +154,21 @@ def apply_cmd(
             say(f"ok  {name}  ({count} file{'s' if count != 1 else ''})")
     say(f"Verified {len(result.patches)} patch(es) on {result.info.ref}" + (" (pinned by targets.lock)." if result.pinned else " (not pinned: no targets.lock)."))
     _say_bytecode(result, written, verbose)
-    if not written:
+    asked = {"layer": layer, "overlay": overlay}
+    if not written and not any(asked.values()):
         say("Nothing written: give --layer, --output-image, --root or --overlay.")
+    for kind, path in asked.items():
+        if path is not None and kind not in written:
+            say(f"Nothing to change: {result.info.ref} already holds the series' result; no {kind} written ({path}).")
     for kind, w in written.items():
+        if kind == "root" and not w["changed"]:
+            say(f"Nothing to change in root {w['path']}: it already holds the series' result.")
+            continue
         extra = f" {w['digest']}" if w.get("digest") else ""
         if kind == "root":
             extra = f" ({len(w['changed'])} file(s) replaced)"
+        if w.get("unchanged"):
+            extra += " (the base as it is: it already holds the series' result, so no layer was added)"
         say(f"Wrote {kind}: {w.get('path') or w.get('ref')}{extra}")
         _say_attestations(w)
 
@@ -161,6 +176,17 @@ def apply_cmd(
 def _say_attestations(w: dict, indent: str = "") -> None:
     for a in w.get("attestations") or []:
         say(f"{indent}Wrote attestation: {a['digest']} ({a['where']}), signed by key {a['key_id']}")
+
+
+@contextmanager
+def python_check_named(command: str) -> Iterator[None]:
+    """A refusal that the Python check took part in names the option of `command` that skips it."""
+    try:
+        yield
+    except Refused as exc:
+        if any(getattr(p, "kind", None) == "python" for p in getattr(exc, "problems", [])) or isinstance(exc, PythonCheckFailed):
+            exc.hint = "\n".join(x for x in (exc.hint, f"Or skip the Python check with `imgquilt {command} --no-python-check`.") if x)
+        raise
 
 
 def _apply_all(q, ref: str, lock, output_image: str | None, *, locked: bool, python_check: bool, attest=None,

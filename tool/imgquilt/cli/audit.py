@@ -174,7 +174,7 @@ def audit_cmd(
     if platform == "all":
         if root is not None or history or pid is not None:
             raise UsageError("--platform all audits an image's platforms; it takes no --root, --pid or --history.")
-        return _all_platforms(q, pick_ref(image_ref, lock.image.ref if lock else None), want_state, format,
+        return _all_platforms(q, pick_ref(image_ref, lock), want_state, format,
                               public_key(trust_attestation) if trust_attestation is not None else None)
     done = audit(G.queue, image=image_ref, root=root, platform=platform, history=history, expect=want_state, progress=progress(),
                  trust_attestation=trust_attestation, pid=pid)

@@ -10,8 +10,8 @@ import typer
 
 from ..errors import UsageError
 
-from .common import (G, ImageOpt, PlatformOpt, editor, emit_json, files_json, header_fields, note, run_editor, say, tree,
-                     write_bytes)
+from .common import (G, ImageOpt, PlatformOpt, editor, emit_json, files_json, header_fields, note, patch_names, run_editor, say,
+                     tree, write_bytes)
 
 if TYPE_CHECKING:
     from ..work import WorkTree
@@ -52,9 +52,9 @@ def new_cmd(
     say("Next: `imgquilt add PATH` (or `edit PATH`), change the files under .imgquilt/work/, then `imgquilt refresh`.")
 
 
-def _add(paths: list[str], image: str | None, platform: str | None) -> tuple[WorkTree, str, list[str], list[str]]:
+def _add(paths: list[str], image: str | None, platform: str | None, new: bool) -> tuple[WorkTree, str, list[str], list[str]]:
     wt = tree(image, platform)
-    top, added, already = wt.add(paths)
+    top, added, already = wt.add(paths, new=new)
     return wt, top, added, already
 
 
@@ -68,18 +68,25 @@ def _report_add(wt: WorkTree, top: str, added: list[str], already: list[str], **
         say(f"File {p} is already in patch {top}.")
 
 
+NewOpt_help = "The patch creates these files: a path that is not in the image is refused without it (a typo, most often)."
+
+
 def add_cmd(
     paths: List[str] = typer.Argument(..., metavar="PATH", help="Image paths as patches name them, e.g. usr/lib/python3/dist-packages/foo.py."),
     image: Optional[str] = ImageOpt,
     platform: Optional[str] = PlatformOpt,
+    new: bool = typer.Option(False, "--new", help=NewOpt_help),
 ) -> None:
     """Track files in the top patch: copy them from the image into .imgquilt/work/ and snapshot them.
 
+    A path the image does not have (and no applied patch creates) needs --new.
+
     \b
-    Example:
+    Examples:
       imgquilt add etc/svc.conf
+      imgquilt add --new usr/local/bin/healthcheck
     """
-    wt, top, added, already = _add(paths, image, platform)
+    wt, top, added, already = _add(paths, image, platform, new)
     _report_add(wt, top, added, already)
 
 
@@ -87,6 +94,7 @@ def edit_cmd(
     paths: List[str] = typer.Argument(..., metavar="PATH", help="Image paths to add and edit."),
     image: Optional[str] = ImageOpt,
     platform: Optional[str] = PlatformOpt,
+    new: bool = typer.Option(False, "--new", help=NewOpt_help),
 ) -> None:
     """`add` the files, then open them in $EDITOR (on a terminal) or $IMGQUILT_EDITOR.
 
@@ -96,7 +104,7 @@ def edit_cmd(
     Example:
       imgquilt edit usr/lib/svc/server.py
     """
-    wt, top, added, already = _add(paths, image, platform)
+    wt, top, added, already = _add(paths, image, platform, new)
     cmd = editor()
     if cmd:
         run_editor(cmd, [wt.work / wt.location(p) for p in added + already])
@@ -106,14 +114,22 @@ def edit_cmd(
 
 
 def refresh_cmd(
-    name: Optional[str] = typer.Argument(None, metavar="PATCH", help="An applied patch (default: the top)."),
-    rehash: bool = typer.Option(False, "--rehash", help="Re-pin an UNAPPLIED patch whose body was edited by hand: its Patched-SHA256 lines from the body applied to the bases the queue pins."),
+    names: Optional[List[str]] = typer.Argument(None, metavar="[PATCH]...", help="An applied patch (default: the top); with --rehash, the patches to re-pin.",
+                                                autocompletion=patch_names("series")),
+    rehash: bool = typer.Option(False, "--rehash", help="Re-pin patches whose files were edited by hand (applied or not) and re-chain the patches after them; targets.lock follows."),
+    no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the check that patched .py files gain no errors."),
 ) -> None:
     """Write the work tree's changes into the patch (snapshot -> current); the header is kept as it is.
 
-    With --rehash PATCH, re-pin an unapplied, hand-edited patch instead: its body is applied to the
-    base the queue pins for each file (lock, object store, image; never the patch's own claim), and
-    only the Patched-SHA256 lines (and the lock) change. A base that drifted is still refused.
+    A .py file the patch leaves with a new syntax error or undefined name is refused (exit 3) unless
+    --no-python-check.
+
+    With --rehash PATCH..., re-pin patches edited by hand instead (the one way back from a hand
+    edit): each body (hunk headers recounted) is applied to the base the queue pins for each file
+    (lock, object store, the pinned image; never the patch's own claim), its Patched-SHA256 lines
+    follow, every later patch on the same files is re-chained onto the new result (a hunk that no
+    longer fits stops it, exit 3, nothing written), and targets.lock is written from the verified
+    series. A base that drifted is still refused.
 
     \b
     Examples:
@@ -121,10 +137,12 @@ def refresh_cmd(
       imgquilt refresh --rehash 0003-fix.patch
     """
     if rehash:
-        _rehash(name)
+        _rehash(names or [], python_check=not no_python_check)
         return
+    if names and len(names) > 1:
+        raise UsageError("refresh takes one PATCH (several only with --rehash).")
     wt = tree()
-    r = wt.refresh(name)
+    r = wt.refresh(names[0] if names else None, python_check=not no_python_check)
     if G.json:
         emit_json({"patch": r.name, "changed": r.changed, "file": str(wt.patches_dir / r.name), "files": files_json(r.patch)})
         return
@@ -136,28 +154,45 @@ def refresh_cmd(
         say(f"Patch {r.name} is up to date.")
 
 
-def _rehash(name: str | None) -> None:
+def _rehash(names: list[str], *, python_check: bool) -> None:
     from ..work.rehash import rehash
 
-    if not name:
+    if not names:
         raise UsageError("--rehash needs the PATCH to re-pin.", hint="imgquilt refresh --rehash NAME")
+    from .apply import python_check_named
+
     wt = tree()
-    r = rehash(wt, name)
+    with python_check_named("refresh --rehash " + " ".join(names)):
+        r = rehash(wt, names, python_check=python_check)
     changed = [s for s in r.sections if s.old != s.new]
     if G.json:
-        emit_json({"patch": r.name, "changed": bool(changed), "file": str(wt.patches_dir / r.name), "files": files_json(r.patch),
-                   "repinned": [{"path": s.path, "old_patched_sha256": s.old, "patched_sha256": s.new} for s in changed],
-                   "notes": list(r.notes)})
+        emit_json({"patch": r.name, "changed": r.name in r.written, "file": str(wt.patches_dir / r.name), "files": files_json(r.patch),
+                   "patches": list(r.names), "written": list(r.written),
+                   "repinned": [{"patch": s.patch, "path": s.path, "old_patched_sha256": s.old, "patched_sha256": s.new} for s in changed],
+                   "rechained": [{"patch": c.patch, "path": c.path, "old_base_sha256": c.old_base, "base_sha256": c.base,
+                                  "old_patched_sha256": c.old_patched, "patched_sha256": c.patched} for c in r.rechained],
+                   "lock": str(r.lock) if r.lock is not None else None, "notes": list(r.notes)})
         return
-    for s in changed:
-        say(f"{s.path}: Patched-SHA256 {s.old} -> {s.new}")
     for n in r.notes:
         note(f"note: {n}")
-    say(f"Re-pinned patch {r.name}." if changed else f"Patch {r.name}: every Patched-SHA256 already matches its body.")
+    for name in r.names:
+        mine = [s for s in changed if s.patch == name]
+        for s in mine:
+            say(f"{s.path}: Patched-SHA256 {s.old} -> {s.new}")
+        if mine:
+            say(f"Re-pinned patch {name}.")
+        elif not any(c.patch == name for c in r.rechained):
+            say(f"Patch {name}: every Patched-SHA256 already matches its body.")
+    for c in r.rechained:
+        result = f"Patched-SHA256 {c.old_patched} -> {c.patched}" if c.patched != c.old_patched else "Patched-SHA256 unchanged"
+        say(f"Re-chained {c.patch}: {c.path}: Base-SHA256 {c.old_base} -> {c.base}, {result}")
+    if r.lock is not None:
+        say(f"Wrote {r.lock}.")
 
 
 def diff_cmd(
-    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="An applied patch (default: the top)."),
+    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="An applied patch (default: the top).",
+                                        autocompletion=patch_names("applied")),
     unrefreshed: bool = typer.Option(False, "-z", help="Only the changes not refreshed yet (patch file's result -> work tree)."),
 ) -> None:
     """Show the diff of a patch's files, snapshot -> current work tree (what `refresh` would write).

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from ..fs.types import Source
+    from ..queue.lock import Lock
     from ..queue.patchfile import Patch
     from ..queue.queue import Queue
     from ..work import WorkTree
@@ -241,10 +242,11 @@ def cache_dir() -> Path | None:
         return None
 
 
-def pick_ref(image: str | None, lock_ref: str | None) -> str:
+def pick_ref(image: str | None, lock: Lock | None, remembered: str | None = None) -> str:
+    """--image, else the image targets.lock pins, else `remembered` (see api.pick_ref)."""
     from ..api import pick_ref as pick
 
-    return pick(image, lock_ref)
+    return pick(image, lock, queue_root(), remembered)
 
 
 def absolute_ref(ref: str) -> str:
@@ -253,6 +255,26 @@ def absolute_ref(ref: str) -> str:
         if ref.startswith(prefix) and Path(ref[len(prefix):]).exists():
             return prefix + str(Path(ref[len(prefix):]).resolve())
     return ref
+
+
+def patch_names(which: str) -> Callable[[str], list[str]]:
+    """Shell completion of a PATCH argument: the names in series ("series"), the applied ones, or the
+    unapplied ones, that start with what was typed (none outside a queue)."""
+
+    def complete(incomplete: str) -> list[str]:
+        from ..work.queuefiles import QueueFiles
+        from ..work.state import WorkState
+
+        try:
+            root = queue_root()
+            names = QueueFiles(root).names()
+            applied = WorkState(root).applied() if which != "series" else []
+        except (ImgquiltError, OSError):
+            return []
+        pick = {"series": names, "applied": applied, "unapplied": [n for n in names if n not in applied]}[which]
+        return [n for n in pick if n.startswith(incomplete)]
+
+    return complete
 
 
 # --- the work tree ----------------------------------------------------------------------------
@@ -275,7 +297,7 @@ def tree(image: str | None = None, platform: str | None = None, *, guard: bool =
         from ..queue.lock import read_lock
 
         lock = read_lock(root / "targets.lock")
-        source = open_ref(pick_ref(image, lock.image.ref if lock else wt.remembered_image()), platform)
+        source = open_ref(pick_ref(image, lock, wt.remembered_image()), platform)
         if image is not None:
             wt.remember_image(absolute_ref(image))
         return source

@@ -5,10 +5,11 @@ from typing import List, Optional
 
 import typer
 
-from .common import G, emit_json, say, tree
+from .common import G, emit_json, patch_names, say, tree
 
 
-def files_cmd(patch: Optional[str] = typer.Argument(None, metavar="PATCH", help="A patch in series (default: the top).")) -> None:
+def files_cmd(patch: Optional[str] = typer.Argument(None, metavar="PATCH", help="A patch in series (default: the top).",
+                                                   autocompletion=patch_names("series"))) -> None:
     """List the files a patch touches (while applied: every file it tracks).
 
     \b

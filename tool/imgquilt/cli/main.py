@@ -33,16 +33,58 @@ def _fail(exc: ImgquiltError) -> int:
     return exc.exit_code
 
 
+class _ReaderGone:
+    """stdout (or its .buffer) that, once the reader closed the pipe (`imgquilt audit | head -1`), sends
+    the rest to /dev/null: the command runs to its end and exits with its own code, as `git log | head`
+    does, instead of dying half-way with exit 1. Every other attribute is the stream's own."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, data: Any) -> int:
+        try:
+            return self._stream.write(data)
+        except BrokenPipeError:
+            _to_devnull()
+            return len(data)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            _to_devnull()
+
+    @property
+    def buffer(self) -> Any:
+        return _ReaderGone(self._stream.buffer)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _to_devnull() -> None:
+    """The reader is gone: what is still buffered, and everything after it, goes nowhere."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> int:
     if COMPLETE_VAR in os.environ:  # the shell asks for completions
         from .app import complete
 
         return complete(COMPLETE_VAR)
-    args = hoist_globals(list(sys.argv[1:] if argv is None else argv))
-    from .quick import quick
+    stdout = sys.stdout
+    sys.stdout = _ReaderGone(stdout)  # type: ignore[assignment]
+    try:
+        args = hoist_globals(list(sys.argv[1:] if argv is None else argv))
+        from .quick import quick
 
-    call = quick(args)  # top, series, --version...: plain argv, no typer (start-up time)
-    return _guarded(call if call is not None else _with_typer(args))
+        call = quick(args)  # top, series, --version...: plain argv, no typer (start-up time)
+        return _guarded(call if call is not None else _with_typer(args))
+    finally:
+        sys.stdout.flush()  # into the pipe, or /dev/null once its reader is gone: never an error at exit
+        sys.stdout = stdout
 
 
 def _with_typer(args: list[str]) -> Callable[[], Any]:
@@ -60,10 +102,9 @@ def _guarded(call: Callable[[], Any]) -> int:
         return _fail(exc)
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # the reader stopped early (`| head`): a quiet exit 1, as click does for typer's commands
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # nothing left to flush into the closed pipe at exit
-        return 1
+    except BrokenPipeError:  # a write that bypassed sys.stdout: the reader stopped early, not a failure
+        _to_devnull()
+        return 0
     except Exception as exc:  # typer's own exits and usage errors (when typer ran), else a bug
         typer = sys.modules.get("typer")
         if typer is not None and isinstance(exc, typer.Exit):

@@ -10,11 +10,12 @@ import typer
 
 from ..errors import UsageError
 from . import listing
-from .common import G, editor, emit_json, field_pairs, run_editor, say, tree
+from .common import G, editor, emit_json, field_pairs, patch_names, run_editor, say, tree
 
 
 def header_cmd(
-    name: Optional[str] = typer.Argument(None, metavar="PATCH", help="A patch in series (default: the top)."),
+    name: Optional[str] = typer.Argument(None, metavar="PATCH", help="A patch in series (default: the top).",
+                                         autocompletion=patch_names("series")),
     edit: bool = typer.Option(False, "--edit", "-e", help="Edit the header in $EDITOR (or $IMGQUILT_EDITOR)."),
     set_: List[str] = typer.Option([], "--set", metavar="FIELD=VALUE", help="Set one field (repeatable); other fields are kept."),
     unset: List[str] = typer.Option([], "--unset", metavar="FIELD", help="Remove one field (repeatable)."),
@@ -31,10 +32,9 @@ def header_cmd(
 
     wt = tree()
     name, header = wt.header(name)
-    changed = False
+    before = header.raw
     if set_ or unset:
         header = wt.set_fields(name, field_pairs(set_, unset)).header
-        changed = True
     if edit:
         cmd = editor()
         if not cmd:
@@ -47,12 +47,12 @@ def header_cmd(
             header = wt.set_header(name, Header(Path(tmp).read_bytes())).header
         finally:
             os.unlink(tmp)
-        changed = True
-    listing.render_header(name, header, changed)
+    listing.render_header(name, header, header.raw != before, asked=bool(set_ or unset or edit))
 
 
 def delete_cmd(
-    name: Optional[str] = typer.Argument(None, metavar="PATCH", help="The patch (default: the top; an applied top patch is popped first)."),
+    name: Optional[str] = typer.Argument(None, metavar="PATCH", help="The patch (default: the top; an applied top patch is popped first).",
+                                         autocompletion=patch_names("series")),
     remove: bool = typer.Option(False, "--remove", "-r", help="Also remove patches/NAME."),
     force: bool = typer.Option(False, "--force", "-f", help="Pop even with changes not refreshed."),
 ) -> None:
@@ -72,7 +72,8 @@ def delete_cmd(
 
 def rename_cmd(
     new_name: str = typer.Argument(..., metavar="NEW_NAME", help="The new patch name."),
-    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="The patch to rename (default: the top)."),
+    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="The patch to rename (default: the top).",
+                                        autocompletion=patch_names("series")),
 ) -> None:
     """Rename a patch: its file, its series line, its work-tree state and Requires: in other patches.
 

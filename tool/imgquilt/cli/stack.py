@@ -7,7 +7,7 @@ import typer
 
 from ..errors import ImgquiltError
 from . import listing
-from .common import G, ImageOpt, PlatformOpt, emit_json, emit_outcome, note, say, tree
+from .common import G, ImageOpt, PlatformOpt, emit_json, emit_outcome, note, patch_names, say, tree
 
 if TYPE_CHECKING:
     from ..work import WorkTree
@@ -22,7 +22,8 @@ def _target(arg: str | None, wt: WorkTree) -> tuple[str | None, int | None]:
 
 
 def push_cmd(
-    target: Optional[str] = typer.Argument(None, metavar="PATCH|N", help="Push up to and including this patch, or this many patches."),
+    target: Optional[str] = typer.Argument(None, metavar="PATCH|N", help="Push up to and including this patch, or this many patches.",
+                                           autocompletion=patch_names("unapplied")),
     all: bool = typer.Option(False, "--all", "-a", help="Push every patch."),
     image: Optional[str] = ImageOpt,
     platform: Optional[str] = PlatformOpt,
@@ -60,7 +61,8 @@ def push_cmd(
 
 
 def pop_cmd(
-    target: Optional[str] = typer.Argument(None, metavar="PATCH|N", help="Pop until this patch is the top, or this many patches."),
+    target: Optional[str] = typer.Argument(None, metavar="PATCH|N", help="Pop until this patch is the top, or this many patches.",
+                                           autocompletion=patch_names("applied")),
     all: bool = typer.Option(False, "--all", "-a", help="Pop every patch."),
     force: bool = typer.Option(False, "--force", "-f", help="Discard changes not refreshed into the top patch."),
 ) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..queue.binarypatch import BinaryPatchError, apply_binary
-from ..queue.hunks import Hunk, HunkLine, split_lines
+from ..queue.hunks import Hunk, HunkLine, show_line, split_lines
 from ..queue.patchfile import FileSection
 
 
@@ -50,7 +50,7 @@ def apply_hunks(old: bytes, hunks: tuple[Hunk, ...] | list[Hunk]) -> bytes:
             if pos >= len(src):
                 raise HunkError(i, pos + 1, "the file ends before the hunk does")
             if src[pos] != ln.text:
-                raise HunkError(i, pos + 1, f"expected {ln.text!r}, found {src[pos]!r}")
+                raise HunkError(i, pos + 1, f"expected {show_line(ln.text)}, found {show_line(src[pos])}")
             if ln.kind == " ":
                 out.append(src[pos])
             pos += 1

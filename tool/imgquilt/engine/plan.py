@@ -9,15 +9,17 @@ from dataclasses import dataclass, field
 from ..errors import BadInput, BaseDrift, ImgquiltError, MalformedPatch, MissingTarget, PythonCheckFailed, Refused, ResultMismatch, StaleLock, UnsafePath
 from ..fs.types import Source, TargetFile
 from ..queue.hunks import ABSENT, sha256_hex
-from ..queue.lock import Lock, LockTarget, rootfs_digest
+from ..queue.lock import Lock, LockTarget, patch_hashes, rootfs_digest, stale_lock_advice
+from ..queue.patchfile import rehash_command
 from ..queue.queue import Queue
 from .apply import HunkError, apply_section
 from .bytecode import Bytecode, find_bytecode, is_python_source
-from .pycheck import Memo, Screen, errors_of_many, start_errors_of_many
+from .pycheck import Memo, Screen, errors_of_many, located, start_errors_of_many
 from .record import read_record_target, record_bytes, recorded_ref
 from .result import RECORD_PATH, ApplyResult, FileResult
 
 LOCK_HINT = "Run `imgquilt lock` to pin the queue to the image again."
+NO_LOCK_HINT = "Pin the queue to its image with `imgquilt lock --image REF` and commit targets.lock."
 
 
 @dataclass(frozen=True)
@@ -31,9 +33,12 @@ class Problem:
     expected: str
     actual: str
     detail: str = ""
+    locations: tuple[str, ...] = ()  # "python": each finding as path:line:col
 
     def render(self) -> str:
         where = self.path if self.path == self.resolved else f"{self.path} (resolved: {self.resolved})"
+        if self.kind == "python" and self.locations:
+            return f"{self.patch}: the patch adds Python errors: {'; '.join(self.locations)}."
         text = {
             "drift": f"{self.patch}: {where}: base drifted: expected sha256 {self.expected}, found {self.actual}.",
             "missing": f"{self.patch}: {where}: the file does not exist (expected sha256 {self.expected}).",
@@ -61,8 +66,9 @@ class _FileState:
 NEXT_STEP = {
     "drift": "The image changed under the queue: `imgquilt rebase --image REF` carries the patches onto it.",
     "missing": "The file is gone from this image: check --image, or `imgquilt rebase` (it finds moved files).",
-    "result": "The patch does not produce what it pins: `imgquilt refresh` it, or fix its Patched-SHA256.",
-    "hunk": "The patch is inconsistent with its own Base-SHA256: regenerate it (`imgquilt refresh`).",
+    "result": "A patch whose body was edited by hand no longer gives its Patched-SHA256: {rehash} re-pins it "
+              "(and re-chains the patches after it).",
+    "hunk": "A hunk does not fit the base its patch pins: fix its context and removed lines by hand, then {rehash}.",
     "python": "Fix the patch so the file compiles and names resolve.",
     "lock": LOCK_HINT,
 }
@@ -79,7 +85,11 @@ def refusal(problems: list[Problem]) -> ImgquiltError:
     msg = f"Refused: {len(problems)} verification failure(s); nothing was written.\n" + "\n".join(
         f"  - {p.render()}" for p in problems
     )
-    err = cls(msg, hint="\n".join(sorted({NEXT_STEP[p.kind] for p in problems})))
+    hints = []
+    for kind in sorted(kinds):
+        names = list(dict.fromkeys(p.patch for p in problems if p.kind == kind))
+        hints.append(NEXT_STEP[kind].format(rehash=rehash_command(names)))
+    err = cls(msg, hint="\n".join(hints))
     err.problems = problems  # type: ignore[attr-defined]
     return err
 
@@ -87,12 +97,13 @@ def refusal(problems: list[Problem]) -> ImgquiltError:
 def check_lock_fresh(queue: Queue, lock: Lock | None, *, locked: bool) -> None:
     if lock is None:
         if locked:
-            raise StaleLock(f"--locked given, but {queue.lock_path} does not exist.", hint=LOCK_HINT)
+            raise StaleLock(f"--locked given, but {queue.lock_path} does not exist.", hint=NO_LOCK_HINT)
         return
     if lock.series_sha256 != queue.series_sha256:
+        what, todo = stale_lock_advice(lock, queue.names, [p.raw for p in queue.patches])
         raise StaleLock(
-            f"targets.lock is stale: it pins series sha256 {lock.series_sha256}, but the queue is now {queue.series_sha256}.",
-            hint=LOCK_HINT,
+            f"targets.lock is stale ({what}): it pins series sha256 {lock.series_sha256}, but the queue is now {queue.series_sha256}.",
+            hint=todo[0].upper() + todo[1:],
         )
 
 
@@ -199,7 +210,7 @@ def _culprit(st: _FileState, new: set[str], base_errors: set[str], memo: Memo | 
         brought = after - before
         if brought & new:
             return Problem("python", name, path, st.target.resolved, s.base_sha256, s.patched_sha256,
-                           "; ".join(sorted(brought)))
+                           "; ".join(sorted(brought)), tuple(located(out, path, brought)))
         data, before = out, after
     raise AssertionError("a new Python error that no patch brought")  # pragma: no cover
 
@@ -339,11 +350,13 @@ class LockPlan:
     contents: tuple[bytes | None, ...]
 
 
-def plan_lock(queue: Queue, source: Source, ref: str) -> LockPlan:
+def plan_lock(queue: Queue, source: Source, ref: str, *, python_check: bool = True, python_memo: Memo | None = None,
+              python_screen: Screen | None = None) -> LockPlan:
     """Pin the image and every target: the whole series must verify on it."""
     paths = queue.target_paths()
     targets = source.read_targets(paths)
-    states, problems = run_series(queue, targets, source=source)
+    states, problems = run_series(queue, targets, source=source, python_check=python_check, python_memo=python_memo,
+                                  python_screen=python_screen)
     if problems:
         raise refusal(problems)
     info = source.info()
@@ -368,5 +381,6 @@ def plan_lock(queue: Queue, source: Source, ref: str) -> LockPlan:
         )
     from ..fs.types import ImageInfo
 
-    lock = Lock(queue.series_sha256, ImageInfo(ref, digest, info.platform, info.kind), tuple(lock_targets))
+    lock = Lock(queue.series_sha256, ImageInfo(ref, digest, info.platform, info.kind), tuple(lock_targets),
+                patch_sha256=patch_hashes(queue.names, [p.raw for p in queue.patches]))
     return LockPlan(lock, tuple(t.data for t in targets.values()) + tuple(st.data for st in states.values()))

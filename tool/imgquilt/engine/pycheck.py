@@ -95,6 +95,37 @@ def python_errors(source: bytes, filename: str) -> set[str]:
     return {f"{type(m).__name__}: {m.message % m.message_args}" for m in w.messages if isinstance(m, kinds)}
 
 
+def located(source: bytes, path: str, findings: Iterable[str]) -> list[str]:
+    """`path:LINE:COL: finding` for each finding in `source` (every place it occurs, 1-based columns).
+
+    Findings are kept without positions (base and result compare, the cache is by content), so the
+    places are looked up again here, for the few findings a refusal names.
+    """
+    want = set(findings)
+    places: list[tuple[int, int, str]] = []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = compile(source, path, "exec", flags=0x400, dont_inherit=True)  # ast.PyCF_ONLY_AST
+            compile(tree, path, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        tree = None
+        places.append((exc.lineno or 0, exc.offset or 0, f"SyntaxError: {exc.msg}"))
+    except _REFUSED:
+        tree = None
+    if tree is not None:
+        try:
+            from pyflakes import checker
+
+            for m in checker.Checker(tree, filename=path).messages:
+                places.append((m.lineno, m.col + 1, f"{type(m).__name__}: {m.message % m.message_args}"))
+        except (ImportError, MemoryError, RecursionError):
+            pass
+    out = [f"{path}:{line}:{col}: {text}" for line, col, text in sorted(places) if text in want and line]
+    found = {text for line, _, text in places if text in want and line}
+    return out + [f"{path}: {text}" for text in sorted(want - found)]
+
+
 def new_python_errors(base: bytes | None, result: bytes, filename: str) -> list[str]:
     """Errors in `result` that `base` did not have (every error, for a new file)."""
     before = python_errors(base, filename) if base is not None else set()

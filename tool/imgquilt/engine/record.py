@@ -47,6 +47,14 @@ def record_bytes(queue: Queue, image_digest: str | None, image_ref: str | None, 
     return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
 
 
+def names_series(record: bytes | None, series_sha256: str) -> bool:
+    """Does this record (a file's bytes) say that series was applied? A record that is not ours says no."""
+    try:
+        return record is not None and json.loads(record).get("series_sha256") == series_sha256
+    except (ValueError, AttributeError):
+        return False
+
+
 def read_record_target(source: Source) -> TargetFile | None:
     """The record as `source` holds it, reading nothing beyond what the targets needed.
 

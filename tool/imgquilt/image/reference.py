@@ -46,6 +46,10 @@ def _split_name(rest: str, *, allow_digest: bool) -> tuple[str, str | None, str 
         m = re.match(r"^(.*?):?@(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})$", rest)
         if m:
             return m.group(1), None, m.group(2)
+        m = re.match(r"^(.*?):?@((?:sha256|sha512):.*)$", rest)
+        if m:  # a digest cut short or mistyped: not a directory named DIR@sha256
+            raise BadImage(f"Image reference digest {m.group(2)!r} is not a whole digest (sha256: and 64 lowercase hex digits).",
+                           hint=f"Copy the whole digest (e.g. from `skopeo inspect oci:{m.group(1)}`), or name a tag instead.")
     path, sep, name = rest.partition(":")
     return path, (name if sep and name else None), None
 
@@ -66,8 +70,26 @@ def parse_ref(ref: str) -> ImageRef:
     if ref.startswith("docker://"):
         return ImageRef(ref, "docker", ref)
     if m and not Path(ref).exists() and len(m.group(1)) > 1 and not Path(m.group(1)).exists():
-        return ImageRef(ref, "skopeo", ref)  # docker://, containers-storage:, docker-daemon:, ...
+        if m.group(1) not in SKOPEO_TRANSPORTS:
+            raise unknown_reference(ref, m.group(1))
+        return ImageRef(ref, "skopeo", ref)  # containers-storage:, docker-daemon:, ...
     return ImageRef(ref, "path", ref)
+
+
+# what skopeo itself reads besides imgquilt's own transports (copied through it; see skopeo_copy)
+SKOPEO_TRANSPORTS = ("containers-storage", "docker-daemon", "ostree", "sif", "tarball")
+REFERENCE_FORMS = ("oci:DIR[:TAG|@DIGEST], oci-archive:FILE[:TAG], docker-archive:FILE[:REPO:TAG], dir:DIR, tar:FILE, "
+                   "rootfs:DIR, docker://HOST/REPO[:TAG|@DIGEST], containers-storage:NAME[:TAG], docker-daemon:NAME:TAG, or a path")
+
+
+def unknown_reference(ref: str, scheme: str | None) -> BadImage:
+    """`python:3.11`, `img:v1`, `ubuntu`: a name that is neither a transport nor a path here."""
+    what = f"names no transport imgquilt knows ({scheme + ':'!r} is none) and no file or directory {scheme!r} here" \
+        if scheme else "is no transport and no file or directory here"
+    return BadImage(
+        f"Image reference {ref!r} {what}. A reference is one of {REFERENCE_FORMS}.",
+        hint=f"For an image in a registry: --image docker://{ref} (Docker Hub's official images: docker://docker.io/library/{ref}).",
+    )
 
 
 def _detect_path(ref: str) -> ImageRef:
@@ -90,8 +112,7 @@ def _detect_path(ref: str) -> ImageRef:
             return ImageRef(ref, "dir", str(path))
         return ImageRef(ref, "rootfs", str(path))
     if not path.exists():
-        raise BadImage(f"Image reference {ref!r} is neither a transport (oci:, oci-archive:, docker-archive:, "
-                       "tar:, rootfs:, docker://...) nor an existing path.")
+        raise unknown_reference(ref, None)
     return ImageRef(ref, _archive_kind(path), str(path), tag)
 
 

@@ -13,6 +13,8 @@ import re
 import zlib
 from dataclasses import dataclass
 
+from .hunks import show_line
+
 _BLOCK = re.compile(rb"^(literal|delta) (\d+)\r?\n?$")
 
 
@@ -62,7 +64,7 @@ def _line_length(c: int) -> int:
 def _read_block(lines: list[bytes], i: int) -> tuple[BinaryBlock, int]:
     m = _BLOCK.match(lines[i])
     if not m:
-        raise BinaryPatchError(i + 1, f"expected `literal N` or `delta N`, found {lines[i][:40]!r}.")
+        raise BinaryPatchError(i + 1, f"expected `literal N` or `delta N`, found {show_line(lines[i], 40)}.")
     head = i + 1
     size = int(m.group(2))
     i += 1

@@ -6,10 +6,24 @@ from typing import Callable
 
 from ..util.regular import read_regular_file
 from ..errors import ImgquiltError
-from .lock import read_lock
-from .patchfile import Patch, parse_patch
+from .lock import read_lock, stale_lock_advice
+from .patchfile import Patch, parse_patch, rehash_command
 from .queue import series_sha256
 from .series import parse_series
+
+
+def chain_breaks(patches: list[Patch] | tuple[Patch, ...]) -> list[str]:
+    """Per named path, each base must be the previous result: every place it is not, with the way back."""
+    out: list[str] = []
+    last: dict[str, tuple[str, str]] = {}
+    for p in patches:
+        for s in p.sections:
+            if s.path in last and last[s.path][1] != s.base_sha256:
+                prev, h = last[s.path]
+                out.append(f"{p.name}: {s.path}: Base-SHA256 {s.base_sha256} does not continue the chain: {prev} leaves it at {h}; "
+                           f"{rehash_command([p.name])} re-chains it onto {prev}'s result.")
+            last[s.path] = (p.name, s.patched_sha256)
+    return out
 
 
 # a verb's test of each section's body against its base bytes (stale Patched-SHA256 lines)
@@ -47,17 +61,9 @@ def check_queue(root: Path, bodies: BodyCheck | None = None) -> tuple[list[str],
             raw.append(data)
             patches.append(parse_patch(data, e.name, strip=e.strip))
         except ImgquiltError as exc:
-            problems.append(exc.message)
-    # hash chains: per named path, each base is the previous result
-    last: dict[str, tuple[str, str]] = {}
-    for p in patches:
-        for s in p.sections:
-            if s.path in last and last[s.path][1] != s.base_sha256:
-                prev, h = last[s.path]
-                problems.append(
-                    f"{p.name}: {s.path}: Base-SHA256 {s.base_sha256} does not continue the chain: {prev} leaves it at {h}."
-                )
-            last[s.path] = (p.name, s.patched_sha256)
+            problems.append(f"{exc.message} {exc.hint}" if getattr(exc, "recount", False) else exc.message)
+    problems += chain_breaks(patches)
+    last = {s.path: (p.name, s.patched_sha256) for p in patches for s in p.sections}
     if bodies is not None:
         problems += bodies(root, patches)
     order = {n: i for i, n in enumerate(names)}
@@ -74,7 +80,8 @@ def check_queue(root: Path, bodies: BodyCheck | None = None) -> tuple[list[str],
         lock = None
     if lock is not None and len(raw) == len(entries):
         if lock.series_sha256 != series_sha256(series_bytes, raw):
-            problems.append("targets.lock is stale (series or a patch changed since); run `imgquilt lock`.")
+            what, todo = stale_lock_advice(lock, names, raw)
+            problems.append(f"targets.lock is stale ({what}); {todo}")
         else:
             firsts: dict[str, str] = {}
             for p in patches:

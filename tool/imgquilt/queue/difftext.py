@@ -12,7 +12,7 @@ import os
 import re
 
 from .hunks import Hunk, HunkLine, split_lines
-from .hunkread import read_hunks
+from .hunkread import is_file_start, read_hunks
 
 _HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
@@ -118,3 +118,62 @@ def unified_diff(old: bytes | None, new: bytes | None, path: str, context: int =
     head = f"--- {old_name}\n+++ {new_name}\n".encode("utf-8", "surrogateescape")
     return head + format_hunks(diff_hunks(old, new, context))
 
+
+
+def header_for(h: Hunk) -> bytes:
+    """The `@@ -a,b +c,d @@` of a hunk whose starts are header numbers (as parsed)."""
+    old_start = h.old_start - 1 if h.old_len else h.old_start
+    new_start = h.new_start - 1 if h.new_len else h.new_start
+    return f"@@ -{_range(old_start, h.old_len)} +{_range(new_start, h.new_len)} @@".encode()
+
+
+def renumber_headers(raw: bytes, hunks: list[Hunk] | tuple[Hunk, ...]) -> bytes:
+    """A section's bytes with its numeric `@@` headers, in order, naming `hunks`' lines (text after
+    the closing `@@` and every other byte kept)."""
+    lines = split_lines(raw)
+    todo = iter(hunks)
+    for i, ln in enumerate(lines):
+        m = _HUNK_HEADER.match(ln)
+        if m:
+            h = next(todo, None)
+            if h is None:
+                break
+            lines[i] = header_for(h) + ln[m.end():]
+    return b"".join(lines)
+
+
+def _in_hunk(lines: list[bytes], k: int) -> bool:
+    ln = lines[k]
+    return (ln[:1] in (b" ", b"-", b"+", b"\\") or ln in (b"\n", b"\r\n")) and not is_file_start(lines, k)
+
+
+def recount_hunks(data: bytes) -> bytes:
+    """A hand-edited patch with every numeric `@@` header's line counts (and new-side starts) made to
+    match the lines below it, as patchutils' recountdiff does: a hunk runs to the next `@@`, section or
+    file diff; blank lines that end a section are a separator, not context. Old-side starts are kept."""
+    lines = split_lines(data)
+    k = next((i for i, ln in enumerate(lines) if ln.startswith(b"Index: ")), len(lines))
+    delta = 0
+    while k < len(lines):
+        ln = lines[k]
+        if ln.startswith(b"Index: "):
+            delta = 0
+        m = _HUNK_HEADER.match(ln)
+        if not m:
+            k += 1
+            continue
+        end = k + 1
+        while end < len(lines) and _in_hunk(lines, end):
+            end += 1
+        body = lines[k + 1:end]
+        if end == len(lines) or lines[end].startswith(b"Index: "):
+            while body and body[-1] in (b"\n", b"\r\n"):
+                body.pop()
+        old_len = sum(1 for b in body if b[:1] in (b" ", b"-") or b in (b"\n", b"\r\n"))
+        new_len = sum(1 for b in body if b[:1] in (b" ", b"+") or b in (b"\n", b"\r\n"))
+        written = 1 if m.group(2) is None else int(m.group(2))
+        first = int(m.group(1)) - 1 if written else int(m.group(1))  # 0-based, as written
+        lines[k] = f"@@ -{_range(first, old_len)} +{_range(first + delta, new_len)} @@".encode() + ln[m.end():]
+        delta += new_len - old_len
+        k = end
+    return b"".join(lines)

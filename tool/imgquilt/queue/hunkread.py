@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 
-from .hunks import Hunk, HunkLine
+from .hunks import Hunk, HunkLine, show_line
 
 _HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _ANCHOR = re.compile(rb"^@@+[ \t]*(append|prepend)\b[^\n]*?@@+[ \t]*\r?\n?$", re.I)
@@ -54,7 +54,7 @@ def _frame(lines: list[bytes], i: int, head_line: int, old_len: int, new_len: in
             old_left -= 1
             new_left -= 1
         else:
-            raise HunkTextError(i + 1, f"the hunk at line {head_line} ends early, at {ln[:60]!r}.")
+            raise HunkTextError(i + 1, f"the hunk at line {head_line} ends early, at {show_line(ln, 60)}.")
         if old_left < 0 or new_left < 0:
             raise HunkTextError(i + 1, f"the hunk at line {head_line} has more lines than its @@ header says.")
         i += 1
@@ -128,7 +128,7 @@ def read_hunks(lines: list[bytes], i: int) -> tuple[list[Hunk], int]:
             continue
         m = _HUNK_HEADER.match(lines[i])
         if not m:
-            raise HunkTextError(i + 1, f"cannot read hunk header {lines[i].rstrip()!r}.")
+            raise HunkTextError(i + 1, f"cannot read hunk header {show_line(lines[i].rstrip())}.")
         old_len = 1 if m.group(2) is None else int(m.group(2))
         new_len = 1 if m.group(4) is None else int(m.group(4))
         end = _frame(lines, i + 1, i + 1, old_len, new_len)

@@ -15,6 +15,13 @@ def sha256_hex(data: bytes | None) -> str:
     return ABSENT if data is None else hashlib.sha256(data).hexdigest()
 
 
+def show_line(line: bytes, limit: int = 80) -> str:
+    """A line of a file or patch as a message quotes it: text in quotes (no b'' repr), its line end
+    dropped, other control bytes and non-UTF-8 escaped, long lines cut."""
+    text = line.rstrip(b"\n").decode("utf-8", "backslashreplace")
+    return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
 def split_lines(data: bytes) -> list[bytes]:
     """Split into lines that keep their b"\\n" (CR stays part of the line: CRLF survives)."""
     parts = data.split(b"\n")

@@ -37,9 +37,40 @@ class Lock:
     image: ImageInfo
     targets: tuple[LockTarget, ...]
     version: int = LOCK_VERSION
+    patch_sha256: tuple[tuple[str, str], ...] = ()  # (patch name, sha256 of its file) as locked; () in older locks
 
     def target(self, path: str) -> LockTarget | None:
         return next((t for t in self.targets if t.path == path), None)
+
+    def changed_patches(self, names: list[str], raws: list[bytes]) -> tuple[list[str], list[str], list[str]] | None:
+        """(patches whose file changed, patches new since, patches gone since) against what this lock was
+        made from, in series order; None when the lock does not record its patches (an older imgquilt's)."""
+        if not self.patch_sha256:
+            return None
+        known = dict(self.patch_sha256)
+        changed = [n for n, raw in zip(names, raws) if n in known and known[n] != hashlib.sha256(raw).hexdigest()]
+        return changed, [n for n in names if n not in known], [n for n in known if n not in names]
+
+
+def patch_hashes(names: list[str], raws: list[bytes]) -> tuple[tuple[str, str], ...]:
+    return tuple((n, hashlib.sha256(raw).hexdigest()) for n, raw in zip(names, raws))
+
+
+def stale_lock_advice(lock: Lock, names: list[str], raws: list[bytes]) -> tuple[str, str]:
+    """(what changed since the lock was made, what to run), naming the patches when the lock knows them."""
+    from .patchfile import rehash_command  # on use: reading a lock reads no patch
+
+    found = lock.changed_patches(names, raws)
+    if found is None:
+        return "series or a patch changed since", "run `imgquilt lock`."
+    changed, new, gone = found
+    what = [f"{', '.join(which)} {how}" for which, how in ((changed, "changed"), (new, "new"), (gone, "left series")) if which]
+    if not what:
+        return "series changed since it was made", "run `imgquilt lock`."
+    if not changed:
+        return "; ".join(what) + " since it was made", "run `imgquilt lock`."
+    return ("; ".join(what) + " since it was made",
+            f"{rehash_command(changed)} re-pins a hand edit (and the patches after it) and writes the lock; or run `imgquilt lock`.")
 
 
 def rootfs_digest(pairs: list[tuple[str, str]]) -> str:
@@ -70,7 +101,9 @@ def render_lock(lock: Lock) -> bytes:
         if t.layer:
             entry["layer"] = t.layer
         targets.append(dict(sorted(entry.items())))
-    doc = {"version": lock.version, "series_sha256": lock.series_sha256, "image": dict(sorted(image.items()))}
+    doc: dict = {"version": lock.version, "series_sha256": lock.series_sha256, "image": dict(sorted(image.items()))}
+    if lock.patch_sha256:
+        doc["patch_sha256"] = dict(sorted(lock.patch_sha256))
     if targets:
         doc["target"] = targets
     import tomli_w  # writing a lock only: `check` and `top` read one at most
@@ -96,6 +129,12 @@ def _opt_str(value: object, key: str) -> str | None:
     if value is not None and not isinstance(value, str):
         raise ValueError(f"{key} must be a string, not {value!r}")
     return value
+
+
+def _patch_hashes(value: object) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) for v in value.values()):
+        raise ValueError("[patch_sha256] must map patch names to 64-hex sha256 strings")
+    return tuple((str(k), v) for k, v in value.items())
 
 
 def _tables(value: object) -> list[dict]:
@@ -133,7 +172,7 @@ def parse_lock(data: bytes, *, source: str = "targets.lock") -> Lock:
             )
             for t in _tables(doc.get("target", []))
         )
-        return Lock(str(doc["series_sha256"]), info, targets)
+        return Lock(str(doc["series_sha256"]), info, targets, patch_sha256=_patch_hashes(doc.get("patch_sha256", {})))
     except MalformedLock:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -14,7 +14,7 @@ from ..fs.paths import check_member_path
 from .difftext import format_hunks, unified_diff
 from .hunkread import HunkTextError, is_file_start, read_hunks
 from .binarypatch import BinaryPatch, BinaryPatchError, is_binary, read_binary, render_binary
-from .hunks import ABSENT, Hunk, sha256_hex, split_lines
+from .hunks import ABSENT, Hunk, sha256_hex, show_line, split_lines
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _FIELD = re.compile(rb"^([A-Za-z][A-Za-z0-9_-]*):[ \t]?(.*?)\r?\n?$", re.S)
@@ -164,7 +164,7 @@ def _parse_hunks(name: str, path: str, lines: list[bytes]) -> tuple[str, str, tu
         raise _bad(name, f"section {path!r} must hold exactly one ---/+++ file diff, found {1 + extra}.")
     stray = next((ln for ln in lines[end:] if ln.startswith((b"@@", b"+++ ", b"--- ", b"*** ", b"diff "))), None)
     if stray is not None:  # GNU patch would read it as more diff; imgquilt would not
-        raise _bad(name, f"section {path!r}: stray diff line {stray.rstrip()[:60]!r} after its hunks.")
+        raise _bad(name, f"section {path!r}: stray diff line {show_line(stray.rstrip(), 60)} after its hunks.")
     return _diff_name(lines[0]), _diff_name(lines[1]), tuple(hunks)
 
 
@@ -220,7 +220,7 @@ def _parse_section(name: str, raw: bytes, strip: int | None = None) -> FileSecti
             else:
                 extra.append((key, value))
         elif lines[i].strip() and not lines[i].startswith(b"="):
-            raise _bad(name, f"section {path!r}: unexpected line {lines[i].rstrip()!r} before `---`.")
+            raise _bad(name, f"section {path!r}: unexpected line {show_line(lines[i].rstrip())} before `---`.")
         i += 1
     if i == len(lines):
         raise _bad(name, f"section {path!r} has no `---`/`+++` lines.")
@@ -268,11 +268,34 @@ def _parse_binary(
     return FileSection(path, base, patched, (), raw, mode, extra, binary=bp)
 
 
+def rehash_command(names: list[str]) -> str:
+    """The one command back from a hand edit of patch files, with its arguments (every error about one names it)."""
+    return f"`imgquilt refresh --rehash {' '.join(names)}`"
+
+
 def parse_patch(data: bytes, name: str = "<patch>", *, strip: int | None = None) -> Patch:
     """Parse a patch in the imgquilt format. Raises MalformedPatch with the reason.
 
-    `strip` is the series' -p level the `---`/`+++` names are checked at (None: either).
+    `strip` is the series' -p level the `---`/`+++` names are checked at (None: either). A patch
+    that only a hand edit's line counts keep from reading says so, naming the command that recounts.
     """
+    try:
+        return _parse_patch(data, name, strip)
+    except MalformedPatch as exc:
+        from .difftext import recount_hunks
+
+        fixed = recount_hunks(data)
+        if fixed != data:
+            try:
+                _parse_patch(fixed, name, strip)
+            except MalformedPatch:
+                raise exc from None
+            exc.hint = f"A hand edit changed a hunk's line count: {rehash_command([name])} recounts its @@ headers and re-pins it."
+            exc.recount = True  # type: ignore[attr-defined]  # check lists the hint with the problem
+        raise
+
+
+def _parse_patch(data: bytes, name: str, strip: int | None) -> Patch:
     # split at b"\n" only: a lone CR is part of a line's bytes, never a line start
     lines = split_lines(data)
     starts = [i for i, ln in enumerate(lines) if ln.startswith(b"Index: ")]

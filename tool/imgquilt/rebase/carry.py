@@ -11,11 +11,11 @@ from pathlib import Path
 
 from ..engine.apply import HunkError, apply_section
 from ..engine.merge import merge3
-from ..engine.pycheck import new_python_errors
+from ..engine.pycheck import located, new_python_errors
 from ..errors import BadInput, MalformedPatch
 from ..queue.binarypatch import is_binary
 from ..queue.hunks import ABSENT, sha256_hex
-from ..queue.patchfile import FileSection, Patch, parse_patch
+from ..queue.patchfile import FileSection, Patch, parse_patch, rehash_command
 from ..store import ObjectStore
 from .report import CONFLICT, MERGED, MOVED, UNCHANGED, UPSTREAM, FileOutcome, PatchOutcome, patch_state
 from .sections import original_section, retarget, rewritten
@@ -57,10 +57,12 @@ def rebase_section(root: Path, st: RebaseState, store: ObjectStore, patch: Patch
     try:
         applied = apply_section(ob, s)
     except HunkError as exc:
-        raise MalformedPatch(f"{patch.name}: {s.path}: {exc}", hint="Regenerate the patch (`imgquilt refresh`).") from None
+        raise MalformedPatch(f"{patch.name}: {s.path}: {exc}",
+                             hint=f"Fix the hunk by hand to fit its base, then {rehash_command([patch.name])}.") from None
     ours = None if s.is_delete else applied
     if sha256_hex(ours) != s.patched_sha256:
-        raise MalformedPatch(f"{patch.name}: {s.path}: the patch does not produce its Patched-SHA256 {s.patched_sha256}.")
+        raise MalformedPatch(f"{patch.name}: {s.path}: the patch does not produce its Patched-SHA256 {s.patched_sha256}.",
+                             hint=f"Edited by hand? {rehash_command([patch.name])} re-pins it (and re-chains the patches after it).")
     if ours is not None:
         store.put(ours)
     nb = stored_bytes(store, new_base, new_path, patch.name)
@@ -86,7 +88,7 @@ def rebase_section(root: Path, st: RebaseState, store: ObjectStore, patch: Patch
         errs = new_python_errors(nb, m.data, new_path) if new_path.endswith(".py") else []
         if errs:
             work = put_work(root, st, new_path, m.data)
-            detail = "merged without conflict markers, but the result has new Python errors: " + "; ".join(errs)
+            detail = "merged without conflict markers, but the result has new Python errors: " + "; ".join(located(m.data, new_path, errs))
             return CarriedSection(replace(base, state=CONFLICT, conflict="python", work=work, detail=detail), s.path, mode=s.mode,
                                   ours_sha=store.put(ours), theirs_sha=store.put(nb or b""))
         sec = rewritten(new_path, nb, m.data, s, strip, patch.name)

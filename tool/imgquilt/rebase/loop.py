@@ -13,6 +13,7 @@ from typing import Callable
 
 from ..engine.plan import run_series
 from ..errors import BadInput, BaseDrift, ImgquiltError, RebaseConflict, UsageError
+from ..queue.check import chain_breaks
 from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.queue import Queue, load_queue
 from ..store import ObjectStore
@@ -57,6 +58,10 @@ def start_rebase(root: Path, opts: RebaseOptions, opener: Opener) -> RebaseRepor
     _refuse_applied_work(root)
     clear_leftovers(root)
     q = load_queue(root)
+    breaks = chain_breaks(q.patches)
+    if breaks:
+        raise BadInput("Rebase needs a sound queue; no rebase was started:\n" + "\n".join(f"  - {b}" for b in breaks),
+                       hint="Fix what is named above (`imgquilt check` lists every problem), then rebase again.")
     store = ObjectStore(root)
     old_lock = q.lock()
     source = opener(opts.new_ref, opts.platform)
@@ -93,7 +98,15 @@ def start_rebase(root: Path, opts: RebaseOptions, opener: Opener) -> RebaseRepor
     rebase_dir(root).ensure()
     backup(root, q)
     save_state(root, st)  # from here on, --abort restores the backup
-    return _guarded(_advance, root, st, opener)
+    try:
+        return _advance(root, st, opener)
+    except RebaseConflict:
+        raise
+    except ImgquiltError as exc:  # refused before any conflict was handed to the user: no rebase stays behind
+        abort_rebase(root)
+        more = "No rebase was started: series, patches/ and targets.lock are as they were."
+        exc.hint = f"{exc.hint}\n{more}" if exc.hint else more
+        raise
 
 
 def _refuse_applied_work(root: Path) -> None:

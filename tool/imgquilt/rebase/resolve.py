@@ -5,7 +5,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..engine.merge import leftover_markers
-from ..engine.pycheck import new_python_errors
+from ..engine.pycheck import located, new_python_errors
 from ..errors import RebaseConflict
 from ..queue.hunks import sha256_hex
 from ..queue.patchfile import Patch
@@ -36,7 +36,7 @@ def take_resolutions(root: Path, store: ObjectStore, patch: Patch, sections: lis
         nb = stored_bytes(store, oc.new_base, oc.path, patch.name)
         errs = new_python_errors(nb, data, oc.path) if data is not None and oc.path.endswith(".py") else []
         if errs:
-            unresolved.append(f"{oc.work}: new Python errors: {'; '.join(errs)}")
+            unresolved.append(f"{oc.work}: new Python errors: {'; '.join(located(data, oc.path, errs))}")
             continue
         if sha256_hex(data) == oc.new_base:
             resolved.append(replace(s, outcome=replace(oc, state=UPSTREAM, by_hand=True, new_patched=oc.new_base, work=None)))

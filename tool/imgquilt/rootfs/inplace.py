@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
 import secrets
 import stat
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..queue.hunks import sha256_hex
+from ..engine.record import names_series
 from ..engine.result import RECORD_PATH, ApplyResult, FileResult
 from ..errors import BaseDrift, RootWriteFailed, UnsafePath
 from ..fs.types import TargetFile
@@ -230,11 +230,7 @@ def _record_only_noop(changes: list[tuple[FileResult, Entry]], here: dict[str, T
     """Re-running a series on a root already at its result: keep the record it has (a no-op is a no-op)."""
     if len(changes) != 1 or changes[0][0].target.path != RECORD_PATH:
         return False
-    old = here[RECORD_PATH].data
-    try:
-        return old is not None and json.loads(old).get("series_sha256") == result.series_sha256
-    except (ValueError, AttributeError):
-        return False
+    return names_series(here[RECORD_PATH].data, result.series_sha256)
 
 
 def _check_paths(root: Path, root_fd: int, entries: list[Entry]) -> tuple[str, ...]:

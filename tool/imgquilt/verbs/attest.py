@@ -66,7 +66,7 @@ def statement(result: ApplyResult, img: NewImage, ref: str, platform: str) -> by
         "predicate": {
             "record": applied_record(result),
             "platform": platform,
-            "layer": {"digest": img.layer.digest, "diff_id": img.layer.diff_id},
+            "layer": None if img.layer is None else {"digest": img.layer.digest, "diff_id": img.layer.diff_id},
         },
     }
     return json.dumps(doc, indent=None, separators=(",", ":"), sort_keys=True).encode()

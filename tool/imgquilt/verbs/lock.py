@@ -8,8 +8,11 @@ from ..queue.queue import Queue
 from ..store import remember
 
 
-def lock_queue(queue: Queue, source: Source, ref: str) -> Lock:
+def lock_queue(queue: Queue, source: Source, ref: str, *, python_check: bool = True) -> Lock:
     """The lock pinning `queue` to `source`; every base and result goes to the store (rebase merges from them)."""
-    plan = plan_lock(queue, source, ref)
+    from ..outputs import python_checker
+
+    screen, memo = python_checker() if python_check else (None, None)
+    plan = plan_lock(queue, source, ref, python_check=python_check, python_memo=memo, python_screen=screen)
     remember(queue.root, plan.contents)
     return plan.lock

@@ -92,7 +92,7 @@ def apply_platforms(queue, platforms: list[str], open_platform: Callable[[str], 
         digest, stored = write_new_index(images, output_image, referrers)
         written["image"] = {"ref": output_image, "digest": digest, "platforms": [
             {"platform": p, "digest": img.manifest_digest, "config_digest": img.config_digest,
-             "layer_digest": img.layer.digest, "diff_id": img.layer.diff_id,
+             "layer_digest": img.layer.digest if img.layer else None, "diff_id": img.layer.diff_id if img.layer else None,
              **({"attestations": attest.stored_json(((r.digest, w),))} if attest else {})}
             for (p, _, _), img, r, w in zip(done, images, referrers or [None] * len(images), stored or [None] * len(images))]}
     return [(p, result) for p, _, result in done], written

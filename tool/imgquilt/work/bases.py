@@ -7,16 +7,19 @@ hide drift.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import UsageError
+from ..fs.types import ImageInfo, TargetFile
 from ..queue.hunks import ABSENT
 from ..store import ObjectStore, remember
 from .files import FileState
 
 if TYPE_CHECKING:  # the image side loads on use: `imgquilt top` opens no image
     from ..fs.types import Source
+    from ..queue.lock import Lock
 
 SourceOpener = Callable[[], "Source"]
 
@@ -34,30 +37,42 @@ class Bases:
 
     def read(self, paths: list[str], *, keep: bool = True) -> dict[str, FileState]:
         """Each path's base; `keep=False` skips storing image bytes (import: a store write costs more than the read)."""
-        out: dict[str, FileState] = {}
-        need: list[str] = []
-        from ..queue.lock import read_lock
+        return {p: FileState(t.data, None if t.data is None else t.mode & 0o777, t.resolved)
+                for p, t in self.targets(paths, keep=keep).items()}
 
-        lock = None if self._image_explicit else read_lock(self.root / "targets.lock")
+    def targets(self, paths: list[str], *, keep: bool = True) -> dict[str, TargetFile]:
+        """Each path's base with its metadata: the lock's and the stored bytes where it pins them, else the image's."""
+        out: dict[str, TargetFile] = {}
+        need: list[str] = []
+        lock = self.lock()
         for p in paths:
             t = lock.target(p) if lock is not None else None
             if t is not None:
-                if t.base_sha256 == ABSENT:
-                    out[p] = FileState(None, None, t.resolved)
-                    continue
-                data = self.store.get(t.base_sha256)
-                if data is not None:
-                    out[p] = FileState(data, t.mode & 0o777, t.resolved)
+                data = None if t.base_sha256 == ABSENT else self.store.get(t.base_sha256)
+                if data is not None or t.base_sha256 == ABSENT:
+                    out[p] = TargetFile(p, t.resolved, data, t.mode, t.uid, t.gid, t.layer)
                     continue
             need.append(p)
         if need:
             targets = self._image().read_targets(need)
-            for p in need:
-                tf = targets[p]
-                out[p] = FileState(tf.data, None if tf.data is None else tf.mode & 0o777, tf.resolved)
+            out.update((p, targets[p]) for p in need)
             if keep:
                 remember(self.root, [targets[p].data for p in need])
         return out
+
+    def lock(self) -> Lock | None:
+        """The lock bases are taken from (none with an explicit --image, which wins over it)."""
+        from ..queue.lock import read_lock
+
+        return None if self._image_explicit else read_lock(self.root / "targets.lock")
+
+    def info(self) -> ImageInfo:
+        """What the bases are the bases of: the image the lock pins, else the image."""
+        lock = self.lock()
+        if lock is None:
+            return self._image().info()
+        # a rootfs's digest is over its targets: recomputed from them when a lock is made again
+        return lock.image if lock.image.kind != "rootfs" else replace(lock.image, digest=None)
 
     def ending_in(self, tail: str) -> list[str]:
         """Paths of the image ending in "/" + tail (for package-relative patch paths); [] if it cannot list."""
@@ -69,6 +84,10 @@ class Bases:
         want = "/" + tail.strip("/")
         return [p for p in self._listing if ("/" + p.strip("/")).endswith(want)]
 
+    def as_source(self) -> Source:
+        """The pinned image as a Source: targets read as `targets` reads them (lock and store first)."""
+        return _PinnedImage(self)
+
     def _image(self) -> Source:
         if self._source is None:
             if self._open_image is None:
@@ -78,3 +97,17 @@ class Bases:
                 )
             self._source = self._open_image()
         return self._source
+
+
+class _PinnedImage:
+    """A Source over Bases: `lock` and `refresh --rehash` verify a series on it without opening the image
+    when the object store holds every base the lock pins."""
+
+    def __init__(self, bases: Bases) -> None:
+        self._bases = bases
+
+    def info(self) -> ImageInfo:
+        return self._bases.info()
+
+    def read_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]:
+        return self._bases.targets(list(paths))

@@ -5,6 +5,7 @@ import re
 
 from ..errors import MalformedPatch, UsageError
 from ..fs.paths import check_member_path
+from ..queue.hunks import show_line
 from ..queue.patchfile import Header, Patch, parse_patch
 
 
@@ -36,7 +37,7 @@ def check_header(raw: bytes, name: str) -> Header:
         nxt = lines[k + 1] if k + 1 < len(lines) else b""
         if ln.startswith((b"Index: ", b"diff --git ", b"@@ ")) or (ln.startswith(b"--- ") and nxt.startswith(b"+++ ")):
             raise MalformedPatch(
-                f"The header of {name} may not hold diff lines ({ln.rstrip()!r}).",
+                f"The header of {name} may not hold diff lines ({show_line(ln.rstrip())}).",
                 hint="Edit only the description fields; the diff is written by `imgquilt refresh`.",
             )
     body = raw.rstrip(b"\r\n \t")

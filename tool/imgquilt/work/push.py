@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ..engine.apply import HunkError, apply_section
 from ..errors import BaseDrift, MalformedPatch, Refused, ResultMismatch, UsageError
 from ..queue.hunks import sha256_hex
-from ..queue.patchfile import Patch
+from ..queue.patchfile import Patch, rehash_command
 from ..store import remember
 from .files import FileState
 from .state import one_name_per_file
@@ -89,7 +89,9 @@ def _plan(wt: WorkTree, name: str, applied: list[str]) -> tuple[Patch, dict[str,
                 if any(named.get(d) == st.resolved for d in dirty):
                     why = f"it has changes not refreshed into {top}: `imgquilt refresh` first"
                 else:
-                    why = "the work copy is what the patches below left; the series chain is broken here (`imgquilt check`)"
+                    below = next((n for n in reversed(applied) if any(t.resolved == st.resolved for t in wt.snapshot(n))), top)
+                    why = (f"the work copy is what {below} left, so the series chain is broken here: "
+                           f"{rehash_command([name])} re-chains {name} onto it")
             else:
                 why = "the image differs from the patch's base: pass the right --image, or `imgquilt rebase --image REF`"
             where_txt = s.path if (st.resolved or s.path) == s.path else f"{s.path} (resolved: {st.resolved})"
@@ -112,8 +114,12 @@ def _plan(wt: WorkTree, name: str, applied: list[str]) -> tuple[Patch, dict[str,
         results[s.path] = FileState(result, None if result is None else mode & 0o777, st.resolved)
     if problems:
         cls = next(iter(kinds)) if len(kinds) == 1 else Refused
+        hint = "Fix what is named above, then push again."
+        if kinds & {ResultMismatch, MalformedPatch}:
+            hint = (f"If {name} was edited by hand, {rehash_command([name])} re-pins it (and re-chains the patches after it); "
+                    "then push again.")
         raise cls(
             f"Refused: cannot push {name}; nothing was changed.\n" + "\n".join(f"  - {p}" for p in problems),
-            hint="Fix what is named above, then push again.",
+            hint=hint,
         )
     return patch, cur, results

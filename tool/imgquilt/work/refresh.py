@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import UsageError
+from ..errors import PythonCheckFailed, UsageError
 from ..queue.hunks import sha256_hex
 from ..queue.patchfile import FileSection, Patch, build_patch, make_section
 from ..store import remember
@@ -70,12 +70,12 @@ def compute(wt: WorkTree, name: str) -> tuple[Patch, Patch]:
     return patch, build_patch(name, patch.header, sections)
 
 
-def unrefreshed(wt: WorkTree, name: str) -> list[str]:
-    """Paths whose content after patch `name` is not what the patch file says (hashes only, no diff)."""
+def unrefreshed(wt: WorkTree, name: str, patch: Patch | None = None) -> list[str]:
+    """Paths whose content after patch `name` is not what the patch file (or `patch`) says (hashes only, no diff)."""
     applied = wt.consistent()
     if name not in applied:
         return []
-    sections = {s.path: s for s in wt.read_patch(name).sections}
+    sections = {s.path: s for s in (patch or wt.read_patch(name)).sections}
     snap = wt.snapshot(name)
     index = applied.index(name)
     dirty = [p for p in sections if p not in {t.path for t in snap}]
@@ -86,11 +86,16 @@ def unrefreshed(wt: WorkTree, name: str) -> list[str]:
     return sorted(dirty)
 
 
-def refresh(wt: WorkTree, name: str | None = None) -> Refreshed:
-    """Write the work tree's changes into the patch (the top by default); the header is kept."""
+def refresh(wt: WorkTree, name: str | None = None, *, python_check: bool = True) -> Refreshed:
+    """Write the work tree's changes into the patch (the top by default); the header is kept.
+
+    With `python_check`, a .py file the patch leaves with a syntax error or an undefined name its
+    content before the patch had not is refused (PythonCheckFailed), as `lock` and `apply` would."""
     with wt.locked():
         name = name or wt.need_top()
         disk, now = compute(wt, name)
+        if python_check:
+            _python_check(wt, name, now)
         if now.raw != disk.raw:
             wt.queue.write_patch(now)
         remember(wt.root, [wt.read_work(wt.location(s.path)).data for s in now.sections])
@@ -100,3 +105,27 @@ def refresh(wt: WorkTree, name: str | None = None) -> Refreshed:
 def diff(wt: WorkTree, name: str | None = None) -> Patch:
     """The patch as the work tree says it is now (snapshot -> current), without writing it."""
     return compute(wt, name or wt.need_top())[1]
+
+
+def _python_check(wt: WorkTree, name: str, patch: Patch) -> None:
+    from ..engine.pycheck import located, new_python_errors
+
+    applied = wt.consistent()
+    index = applied.index(name)
+    before = {t.path: t for t in wt.snapshot(name)}
+    found: list[str] = []
+    for s in patch.sections:
+        t = before.get(s.path)
+        if not s.path.endswith(".py") or t is None or s.is_delete:
+            continue
+        now = after(wt, applied, index, t).data
+        if now is None:
+            continue
+        new = new_python_errors(wt.blob(t.sha256, what=f"{s.path} before {name}"), now, s.path)
+        found += located(now, s.path, new)
+    if found:
+        raise PythonCheckFailed(
+            f"Refused: {name}: the patch adds Python errors: {'; '.join(found)}. Nothing was written.",
+            hint="Fix the file under .imgquilt/work/ and `imgquilt refresh` again, or keep it as it is with "
+                 "`imgquilt refresh --no-python-check`.",
+        )

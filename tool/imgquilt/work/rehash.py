@@ -1,9 +1,17 @@
-"""refresh --rehash: re-pin an unapplied patch whose body was edited by hand.
+"""refresh --rehash: the one way back from a hand edit of patch files.
 
-The base comes from what the queue already pins (the lock's base, the object store, the image),
-carried through the earlier patches in series order, never from the edited file's own claim. A
-section whose Base-SHA256 is not that base is drift and stays refused. Only the Patched-SHA256
-lines change; the lock follows (its series hash, and a final hash this patch now sets).
+Each named patch's body (its hunk headers recounted first, as a hand edit that added a line needs)
+is applied to the base the queue pins at that point: the lock's base (from the object store, else
+the image the lock pins), carried through the earlier patches and verified against their pins,
+never the edited file's own claim. A section whose Base-SHA256 is not that base is drift and stays
+refused. Its Patched-SHA256 lines are re-pinned, and every later patch that touches the same files
+is re-chained: its hunks go onto what the patches below now leave (at their lines, else where their
+context matches exactly, renumbered), and its Base/Patched-SHA256 lines follow. A later hunk that
+fits nowhere stops the command (ChainConflict) with nothing written.
+
+The whole new series is then verified on the bases, the Python check included, as `lock` does, and
+targets.lock (when there is one) is written from that verification. Applied patches at or above the
+first named one are popped before the files change and pushed again after, so the work tree follows.
 """
 from __future__ import annotations
 
@@ -12,14 +20,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..engine.apply import HunkError, apply_section
-from ..errors import BaseDrift, HunkMismatch, ImgquiltError, ResultMismatch, UsageError
-from ..queue.hunks import ABSENT, sha256_hex
-from ..queue.lock import read_lock, render_lock
-from ..queue.patchfile import FileSection, Patch, build_patch, parse_patch
-from ..queue.queue import series_sha256
-from ..store import ObjectStore, remember
+from ..engine.apply import HunkError, PlaceError, apply_placed, apply_section, place_hunks, renumbered
+from ..errors import BaseDrift, ChainConflict, ImgquiltError, MalformedPatch, Refused, ResultMismatch, UsageError
+from ..queue.difftext import recount_hunks, renumber_headers
+from ..queue.hunks import ABSENT, sha256_hex, split_lines
+from ..queue.lock import render_lock
+from ..queue.patchfile import FileSection, Patch, build_patch, make_section, parse_patch, rehash_command
+from ..queue.queue import Queue
+from ..store import ObjectStore
 from ..util.atomic import atomic_write
+from ..util.regular import read_regular_file
+from .refresh import unrefreshed
 
 if TYPE_CHECKING:
     from .tree import WorkTree
@@ -27,127 +38,281 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Repinned:
-    """One section re-pinned: its path and the result hash before and after."""
+    """One section of a named patch: its path and the result hash before and after."""
 
     path: str
     old: str
     new: str
+    patch: str = ""
+
+
+@dataclass(frozen=True)
+class Rechained:
+    """One section of a later patch carried onto what the patches below it now leave."""
+
+    patch: str
+    path: str
+    old_base: str
+    base: str
+    old_patched: str
+    patched: str
 
 
 @dataclass(frozen=True)
 class Rehashed:
-    name: str
-    patch: Patch
+    """What `refresh --rehash` did: the named patches, every patch file it rewrote, and the lock."""
+
+    names: tuple[str, ...]
+    patches: tuple[Patch, ...]  # the named patches as they are now (rewritten or not)
     sections: tuple[Repinned, ...]
+    rechained: tuple[Rechained, ...] = ()
+    written: tuple[str, ...] = ()  # patch files rewritten, in series order
+    lock: Path | None = None  # targets.lock, when it was written
     notes: tuple[str, ...] = ()
 
+    @property
+    def name(self) -> str:
+        return self.names[0]
 
-def _result(s: FileSection, base: bytes | None, where: str) -> bytes | None:
+    @property
+    def patch(self) -> Patch:
+        return self.patches[0]
+
+
+def rehash(wt: WorkTree, names: list[str], *, python_check: bool = True) -> Rehashed:
+    """Re-pin the named patches to what their bodies give and re-chain the patches after them."""
+    with wt.locked():
+        applied = wt.consistent()
+        series = wt.series()
+        unknown = [n for n in names if n not in series]
+        if unknown:
+            raise UsageError(f"Patch {unknown[0]} is not in series.")
+        named = sorted(dict.fromkeys(names), key=series.index)
+        lift = applied[series.index(named[0]):]  # popped before the rewrite, pushed again after
+        patches, notes = _read(wt, series, set(named))
+        for n in lift:
+            dirty = unrefreshed(wt, n, patches[n])
+            if dirty:
+                raise Refused(
+                    f"Refused: {n} has changes in .imgquilt/work/ not refreshed into it: {', '.join(dirty)}. Nothing was changed.",
+                    hint=f"`imgquilt refresh` (or `imgquilt pop -f` to discard them), then {rehash_command(named)} again.",
+                )
+        chain = _Chain(wt, series, patches, named)
+        new = chain.run()
+        notes += chain.notes
+        queue = Queue(wt.root, wt.queue.series_bytes(), tuple(wt.queue.entries()), tuple(new[n] for n in series))
+        lock = _verify(wt, queue, named, python_check=python_check)
+        written = [n for n in series if new[n].raw != _on_disk(wt, n)]
+        from .pop import pop_one
+        from .push import _push_one
+
+        down = list(applied)
+        for _ in lift:
+            pop_one(wt, down, force=True)  # checked above: nothing unrefreshed is lost
+            down = down[:-1]
+        for n in written:
+            wt.queue.write_patch(new[n])
+        lock_path = None
+        if lock is not None and render_lock(lock) != read_regular_file(wt.root / "targets.lock"):
+            lock_path = wt.root / "targets.lock"
+            atomic_write(lock_path, render_lock(lock))
+        for n in lift:
+            _push_one(wt, n, down)
+            down = down + [n]
+        return Rehashed(tuple(named), tuple(new[n] for n in named), tuple(chain.repinned), tuple(chain.rechained),
+                        tuple(written), lock_path, tuple(notes))
+
+
+def _on_disk(wt: WorkTree, name: str) -> bytes | None:
+    return read_regular_file(wt.patches_dir / name)
+
+
+def _read(wt: WorkTree, series: list[str], named: set[str]) -> tuple[dict[str, Patch], list[str]]:
+    """Every patch of series; the named ones with their hunk headers recounted (a hand edit that added
+    or removed a line leaves them wrong)."""
+    from .patchtext import read_queue_patch
+
+    out: dict[str, Patch] = {}
+    notes: list[str] = []
+    for n in series:
+        if n not in named:
+            out[n] = wt.read_patch(n)
+            continue
+        raw = _on_disk(wt, n)
+        if raw is None:
+            raise MalformedPatch(f"Patch file patches/{n} does not exist.", hint="Restore it, or `imgquilt delete` it from series.")
+        fixed = recount_hunks(raw)
+        out[n] = read_queue_patch(fixed, n)
+        if fixed != raw:
+            notes.append(f"{n}: hunk headers recounted to match the lines under them.")
+        if not out[n].sections:
+            raise UsageError(f"Patch {n} has no file sections yet: there is nothing to re-pin.",
+                             hint="`imgquilt push` it, `imgquilt add` files and `imgquilt refresh`.")
+    return out, notes
+
+
+class _Chain:
+    """The series walked in order over the files the named patches touch, carrying each file's bytes."""
+
+    def __init__(self, wt: WorkTree, series: list[str], patches: dict[str, Patch], named: list[str]) -> None:
+        self.series, self.patches, self.named = series, patches, named
+        scope = sorted({s.path for n in named for s in patches[n].sections})
+        self.data = {p: st.data for p, st in wt.bases.read(scope).items()}
+        self.last: dict[str, str] = {}  # path -> the last patch that touched it so far
+        self.last_named: dict[str, str] = {}  # path -> the last named patch that touched it so far
+        self.repinned: list[Repinned] = []
+        self.rechained: list[Rechained] = []
+        self.notes: list[str] = []
+
+    def run(self) -> dict[str, Patch]:
+        out: dict[str, Patch] = {}
+        for n in self.series:
+            p = self.patches[n]
+            sections = [self._section(n, s) if s.path in self.data else s for s in p.sections]
+            if all(a is b for a, b in zip(sections, p.sections)):
+                out[n] = p
+                continue
+            out[n] = parse_patch(build_patch(n, p.header, sections).raw, n)  # what is written must read back
+        return out
+
+    def _section(self, name: str, s: FileSection) -> FileSection:
+        data = self.data[s.path]
+        here = f"{name}: {s.path}"
+        prev = self.last.get(s.path)  # the patch before this one on the file
+        changed = self.last_named.get(s.path)  # the last named patch on the file so far
+        self.last[s.path] = name
+        if name in self.named:
+            self.last_named[s.path] = name
+        if changed is None and name not in self.named:
+            self.data[s.path] = self._as_pinned(name, s, data)  # below every named patch: as pinned
+            return s
+        if changed is None and sha256_hex(data) == s.base_sha256:  # a named patch on its pinned base: its result re-pinned
+            result = _exact(s, data, here)
+            new = sha256_hex(result)
+            self.repinned.append(Repinned(s.path, s.patched_sha256, new, name))
+            self.data[s.path] = result
+            return s if new == s.patched_sha256 else replace(s, raw=_pins(s, None, new), patched_sha256=new)
+        if changed is None and prev is None:  # the image's bytes are not the ones the patch was made for
+            raise BaseDrift(
+                f"Refused: {here}: the patch says Base-SHA256 {s.base_sha256}, the queue pins {sha256_hex(data)} for the file at this point.",
+                hint="Only a patch on the pinned base is re-pinned: a patch for other bytes is drift (`imgquilt rebase`, "
+                     "or `imgquilt import` it anew).",
+            )
+        return self._onto(name, s, data, changed or prev)  # type: ignore[arg-type]
+
+    def _as_pinned(self, name: str, s: FileSection, data: bytes | None) -> bytes | None:
+        here = f"{name}: {s.path}"
+        if sha256_hex(data) != s.base_sha256:
+            raise BaseDrift(f"Refused: {here}: pins base {s.base_sha256}, the file is {sha256_hex(data)} there.",
+                            hint="The queue does not fit its pinned image: `imgquilt check`, or `imgquilt rebase`.")
+        result = _exact(s, data, here)
+        if sha256_hex(result) != s.patched_sha256:
+            raise ResultMismatch(f"Refused: {here}: its body does not give its Patched-SHA256 {s.patched_sha256} (edited by hand too?).",
+                                 hint=f"Re-pin it with the others: {rehash_command(sorted({name, *self.named}, key=self.series.index))}.")
+        return result
+
+    def _onto(self, name: str, s: FileSection, data: bytes | None, below: str) -> FileSection:
+        """A section carried onto `data`, what the patches below it (`below` the one that matters) leave now."""
+        here = f"{name}: {s.path}"
+
+        def conflict(what: str) -> ChainConflict:
+            return ChainConflict(
+                f"Refused: {here}: {what}, on what {below} now leaves; nothing was written.",
+                hint=f"Edit that part of patches/{name} by hand to fit, then run {rehash_command(self.named)} again "
+                     f"(it re-chains {name} too); or push up to {below} and re-create {name}'s change with `imgquilt refresh`.",
+            )
+
+        if (data is None) != s.is_new:
+            raise conflict("the section " + ("creates the file, which now exists" if s.is_new else "changes the file, which is now gone"))
+        moved: list[str] = []
+        hunks = None
+        if s.binary is not None:
+            try:
+                result: bytes | None = apply_section(data, s)
+            except HunkError:
+                raise conflict("its binary patch no longer fits the file") from None
+        else:
+            src = split_lines(data or b"")
+            try:
+                placed = place_hunks(src, s.hunks)
+            except PlaceError as exc:
+                h = s.hunks[exc.index]
+                raise conflict(f"hunk {exc.index + 1} (@@ -{h.old_start},{h.old_len} @@) no longer fits: its context and "
+                               "removed lines are found nowhere in the file") from None
+            result = apply_placed(src, placed)
+            if any(p.start != p.named for p in placed):
+                hunks = renumbered(placed)
+                moved = [f"hunk {p.index + 1} moved {abs(p.start - p.named)} line(s) {'down' if p.start > p.named else 'up'}"
+                         for p in placed if p.start != p.named]
+        if s.is_delete:
+            if result:
+                raise conflict(f"the section deletes the file, but {len(result)} byte(s) remain after its hunks")
+            result = None
+        base, patched = sha256_hex(data), sha256_hex(result)
+        self.data[s.path] = result
+        if (base, patched) == (s.base_sha256, s.patched_sha256) and hunks is None:
+            return s
+        if name not in self.named or base != s.base_sha256:
+            self.rechained.append(Rechained(name, s.path, s.base_sha256, base, s.patched_sha256, patched))
+        else:
+            self.repinned.append(Repinned(s.path, s.patched_sha256, patched, name))
+        if moved:
+            self.notes.append(f"{here}: " + ", ".join(moved) + f", to where its lines are in what {below} now leaves (@@ header renumbered).")
+        if s.binary is not None:
+            return make_section(s.path, data, result, s.mode)
+        raw = _pins(s, base, patched)
+        return replace(s, raw=renumber_headers(raw, hunks) if hunks is not None else raw, base_sha256=base,
+                       patched_sha256=patched, hunks=hunks if hunks is not None else s.hunks)
+
+
+def _exact(s: FileSection, base: bytes | None, where: str) -> bytes | None:
+    """A section's result on its base, its hunks at their lines (a body that does not fit its own base is malformed)."""
     try:
         new = apply_section(base, s)
     except HunkError as exc:
-        raise HunkMismatch(
+        raise MalformedPatch(
             f"Refused: {where}: the body does not apply to its pinned base ({exc}).",
-            hint="Fix the hunk text (its lines must match the base exactly), then run the command again.",
+            hint="Fix the hunk text (its context and removed lines must match the base exactly), then run the command again.",
         ) from None
     if s.is_delete:
-        return None if not new else new
+        if new:
+            raise ResultMismatch(f"Refused: {where}: the section deletes the file, but {len(new)} byte(s) remain after its hunks.")
+        return None
     return new
 
 
-def rehash(wt: WorkTree, name: str) -> Rehashed:
-    """Re-pin `name`'s Patched-SHA256 lines to what its body gives on the bases the queue pins."""
-    with wt.locked():
-        applied = wt.consistent()
-        if name in applied:
-            raise UsageError(f"Patch {name} is applied: its work tree, not its text, is what `imgquilt refresh` writes.",
-                             hint=f"`imgquilt refresh {name}` to write the work tree's change, or pop it and run --rehash again.")
-        names = wt.series()
-        if name not in names:
-            raise UsageError(f"Patch {name} is not in series.")
-        idx = names.index(name)
-        earlier = [wt.read_patch(n) for n in names[:idx]]
-        patch = wt.read_patch(name)
-        chain = wt.bases.read(sorted({s.path for s in patch.sections}))
-        repinned: list[Repinned] = []
-        results: list[bytes | None] = []
-        raws: list[bytes] = []
-        for s in patch.sections:
-            data = chain[s.path].data
-            for p in earlier:
-                for e in p.sections:
-                    if e.path != s.path:
-                        continue
-                    here = f"{p.name}: {e.path}"
-                    if sha256_hex(data) != e.base_sha256:
-                        raise BaseDrift(f"Refused: {here}: pins base {e.base_sha256}, the file is {sha256_hex(data)} there.",
-                                        hint="The queue does not fit its pinned image: `imgquilt check`, or `imgquilt rebase`.")
-                    data = _result(e, data, here)
-                    if sha256_hex(data) != e.patched_sha256:
-                        raise ResultMismatch(f"Refused: {here}: its body gives {sha256_hex(data)}, it pins {e.patched_sha256}.",
-                                             hint=f"Re-pin {p.name} first: `imgquilt refresh --rehash {p.name}`.")
-            where = f"{name}: {s.path}"
-            have = sha256_hex(data)
-            if have != s.base_sha256:
-                raise BaseDrift(
-                    f"Refused: {where}: the patch says Base-SHA256 {s.base_sha256}, the queue pins {have} for the file at this point.",
-                    hint="Only the result hash is re-pinned: a patch for other bytes is drift (`imgquilt rebase`, or `imgquilt import` it anew).",
-                )
-            result = _result(s, data, where)
-            if s.is_delete and result is not None:
-                raise ResultMismatch(f"Refused: {where}: the section deletes the file, but {len(result)} byte(s) remain after its hunks.")
-            new = sha256_hex(result)
-            results.append(result)
-            raws.append(_with_patched(s, new) if new != s.patched_sha256 else s.raw)
-            repinned.append(Repinned(s.path, s.patched_sha256, new))
-        fresh = build_patch(name, patch.header, [replace(s, raw=r) for s, r in zip(patch.sections, raws)])
-        out = parse_patch(fresh.raw, name)  # what we write must read back
-        notes = _later(wt, names[idx + 1 :], repinned)
-        if out.raw != patch.raw:
-            remember(wt.root, results)
-            wt.queue.write_patch(out)
-            _follow_lock(wt, names, name, out, repinned)
-        return Rehashed(name, out, tuple(repinned), tuple(notes))
+_PIN = {"Base-SHA256": rb"(?m)^(Base-SHA256:[ \t]?)(?:[0-9a-f]{64}|absent)", "Patched-SHA256": rb"(?m)^(Patched-SHA256:[ \t]?)(?:[0-9a-f]{64}|absent)"}
 
 
-def _with_patched(s: FileSection, new: str) -> bytes:
-    """The section's bytes with only its Patched-SHA256 line changed (before its `---` line)."""
+def _pins(s: FileSection, base: str | None, patched: str | None) -> bytes:
+    """The section's bytes with only its hash lines changed (before its `---` line)."""
     head, sep, diff = s.raw.partition(b"\n--- ")
-    head2, n = re.subn(rb"(?m)^(Patched-SHA256:[ \t]?)[0-9a-f]{64}|^(Patched-SHA256:[ \t]?)absent", lambda m: (m.group(1) or m.group(2)) + new.encode(), head, count=1)
-    if n != 1:
-        raise UsageError(f"{s.path}: no Patched-SHA256 line to re-pin.")
-    return head2 + sep + diff
-
-
-def _later(wt: WorkTree, later: list[str], repinned: list[Repinned]) -> list[str]:
-    moved = {r.path: r for r in repinned if r.old != r.new}
-    notes = []
-    for n in later:
-        try:
-            p = wt.read_patch(n)
-        except ImgquiltError:
+    if not sep:
+        head, sep, diff = s.raw.partition(b"\ndiff --git ")
+    for key, value in (("Base-SHA256", base), ("Patched-SHA256", patched)):
+        if value is None:
             continue
-        for s in p.sections:
-            if s.path in moved and s.base_sha256 == moved[s.path].old:
-                notes.append(f"{n} starts {s.path} from the old result {moved[s.path].old}: it no longer continues the chain (refresh or rebase it).")
-                del moved[s.path]
-    return notes
+        head, n = re.subn(_PIN[key], lambda m: m.group(1) + value.encode(), head, count=1)
+        if n != 1:
+            raise UsageError(f"{s.path}: no {key} line to re-pin.")
+    return head + sep + diff
 
 
-def _follow_lock(wt: WorkTree, names: list[str], name: str, patch: Patch, repinned: list[Repinned]) -> None:
-    """Keep targets.lock in step: the new series hash, and final hashes this patch now ends at."""
-    path = Path(wt.root) / "targets.lock"
-    lock = read_lock(path)
-    if lock is None:
-        return
-    raw = [patch.raw if n == name else (wt.patches_dir / n).read_bytes() for n in names]
-    last: dict[str, str] = {}
-    for n in names:
-        p = patch if n == name else wt.read_patch(n)
-        for s in p.sections:
-            last[s.path] = s.patched_sha256
-    targets = tuple(replace(t, final_sha256=last.get(t.path, t.final_sha256)) for t in lock.targets)
-    atomic_write(path, render_lock(replace(lock, series_sha256=series_sha256(wt.queue.series_bytes(), raw), targets=targets)))
+def _verify(wt: WorkTree, queue: Queue, named: list[str], *, python_check: bool):
+    """The new series verified on the bases, as `lock` does it; the new lock (None: the queue has none)."""
+    from ..verbs.lock import lock_queue
+
+    lock = wt.bases.lock()
+    try:
+        new = lock_queue(queue, wt.bases.as_source(), lock.image.ref if lock else "", python_check=python_check)
+    except ImgquiltError as exc:
+        exc.message = exc.message.replace("nothing was written.", "nothing was written (the series after re-pinning, verified as `lock` does).", 1)
+        others = {p.patch for p in getattr(exc, "problems", []) if p.kind in ("result", "hunk")} - set(named)
+        if others:  # hand-edited too: one command re-pins them all, whichever was named first
+            every = sorted({*named, *others}, key=queue.names.index)
+            exc.hint = f"{', '.join(sorted(others, key=queue.names.index))} edited by hand too? Re-pin them together: {rehash_command(every)}."
+        raise
+    return new if lock is not None else None
 
 
 def stale_results(root: Path, patches: list[Patch]) -> list[str]:
@@ -168,6 +333,6 @@ def stale_results(root: Path, patches: list[Patch]) -> list[str]:
             if got != s.patched_sha256:
                 out.append(
                     f"{p.name}: {s.path}: Patched-SHA256 is stale: the body gives {got}, the line says {s.patched_sha256} "
-                    f"(hand-edited?); run `imgquilt refresh --rehash {p.name}`."
+                    f"(hand-edited?); run {rehash_command([p.name])}."
                 )
     return out

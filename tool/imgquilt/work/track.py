@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..errors import MissingTarget
 from ..fs.paths import check_member_path
 from ..importer import apply_foreign, parse_foreign
 from .files import FileState
@@ -16,8 +17,11 @@ if TYPE_CHECKING:
     from .tree import WorkTree
 
 
-def add(wt: WorkTree, paths: list[str]) -> tuple[str, list[str], list[str]]:
-    """Track files in the top patch: snapshot their current content. Returns (top, added, already)."""
+def add(wt: WorkTree, paths: list[str], *, new: bool = False) -> tuple[str, list[str], list[str]]:
+    """Track files in the top patch: snapshot their current content. Returns (top, added, already).
+
+    A path that is neither in the image nor made by an applied patch is most often a typo: it is
+    refused unless `new` says the patch creates that file."""
     with wt.locked():
         applied = wt.consistent()
         top = wt.need_top()
@@ -26,6 +30,14 @@ def add(wt: WorkTree, paths: list[str]) -> tuple[str, list[str], list[str]]:
         have = {t.path for t in snap}
         fresh = [p for p in norm if p not in have]
         cur = wt.current(fresh, applied)
+        absent = [p for p in fresh if cur[p].data is None]
+        if absent and not new:
+            raise MissingTarget(
+                f"{', '.join(absent)}: not in the image, and no applied patch creates {'it' if len(absent) == 1 else 'them'}; "
+                "nothing was added.",
+                hint="Check the path (the one inside the image, as the patches name it); to create a new file there, "
+                     f"`imgquilt add --new {' '.join(absent)}`.",
+            )
         one_name_per_file(top, snap, {p: cur[p] for p in fresh})
         _, where = wt.file_index(applied)
         for p in fresh:

@@ -194,14 +194,14 @@ class WorkTree:
     def rename(self, new: str, old: str | None = None) -> tuple[str, list[str]]:
         return _series_edit.rename(self, new, old)
 
-    def add(self, paths: list[str]) -> tuple[str, list[str], list[str]]:
-        return _track.add(self, paths)
+    def add(self, paths: list[str], *, new: bool = False) -> tuple[str, list[str], list[str]]:
+        return _track.add(self, paths, new=new)
 
     def fold(self, data: bytes, *, strip: int = 1, source: str = "<stdin>", check_git_index: bool = True) -> tuple[str, list[str], list[str]]:
         return _track.fold(self, data, strip=strip, source=source, check_git_index=check_git_index)
 
-    def refresh(self, name: str | None = None) -> _refresh.Refreshed:
-        return _refresh.refresh(self, name)
+    def refresh(self, name: str | None = None, *, python_check: bool = True) -> _refresh.Refreshed:
+        return _refresh.refresh(self, name, python_check=python_check)
 
     def diff(self, name: str | None = None) -> Patch:
         return _refresh.diff(self, name)

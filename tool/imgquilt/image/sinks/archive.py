@@ -65,7 +65,9 @@ def write_oci_archive(img: NewImage, path: Path, tag: str | None, referrers: Seq
     """An OCI layout in a tar: blobs/sha256/*, index.json (the image, then its referrers), oci-layout."""
     index = {"schemaVersion": 2, "mediaType": OCI_INDEX,
              "manifests": [index_entry(img, tag)] + [r.descriptor() for r in referrers]}
-    small = {img.layer.digest: img.layer.data, img.config_digest: img.config, img.manifest_digest: img.manifest}
+    small = {img.config_digest: img.config, img.manifest_digest: img.manifest}
+    if img.layer is not None:
+        small[img.layer.digest] = img.layer.data
     for r in referrers:
         small.update({**dict(r.blobs), r.digest: r.manifest})
     base_layers = {l.descriptor.digest: l for l in unique_layers(img.base)}
@@ -93,8 +95,10 @@ def write_docker_archive(img: NewImage, path: Path, repo_tag: str | None) -> Non
         name = d.digest.split(":", 1)[1] + LAYER_SUFFIX[compression_of(d.media_type)]
         names.append(name)
         base_files.setdefault(name, l)
-    new_name = img.layer.diff_id.split(":", 1)[1] + LAYER_SUFFIX[img.layer.compression]
-    names.append(new_name)
+    new_name = None
+    if img.layer is not None:
+        new_name = img.layer.diff_id.split(":", 1)[1] + LAYER_SUFFIX[img.layer.compression]
+        names.append(new_name)
     config_name = img.config_digest.split(":", 1)[1] + ".json"
     manifest = [{"Config": config_name, "RepoTags": [repo_tag] if repo_tag else [], "Layers": names}]
     repositories: dict = {}
@@ -105,8 +109,8 @@ def write_docker_archive(img: NewImage, path: Path, repo_tag: str | None) -> Non
         a = _Tar(fh, img.created)
         for name, l in base_files.items():
             a.add_layer(name, l)
-        if new_name not in base_files:
-            a.add_bytes(new_name, img.layer.data)
+        if new_name is not None and new_name not in base_files:
+            a.add_bytes(new_name, img.layer.data)  # type: ignore[union-attr]
         a.add_bytes(config_name, img.config)
         a.add_bytes("manifest.json", json_bytes(manifest))
         if repositories:

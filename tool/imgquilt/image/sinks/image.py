@@ -54,8 +54,8 @@ class WrittenImage:
     tag: str | None
     digest: str  # the manifest digest (a registry's: as it answered the push); for docker-archive (no manifest) the image ID, = config_digest
     config_digest: str  # also the image ID podman and docker show
-    layer_digest: str  # the new layer's blob
-    diff_id: str
+    layer_digest: str | None  # the new layer's blob (None: the base written as it is, no layer added)
+    diff_id: str | None
     layer_size: int
     referrers: tuple[tuple[str, str], ...] = ()  # (manifest digest, where it is listed) of each attestation stored
 
@@ -129,9 +129,9 @@ def write_new_image(img: NewImage, ref: str, referrers: Sequence[Referrer] = ())
         tag=out.tag,
         digest=digest,
         config_digest=img.config_digest,
-        layer_digest=img.layer.digest,
-        diff_id=img.layer.diff_id,
-        layer_size=img.layer.size,
+        layer_digest=img.layer.digest if img.layer is not None else None,
+        diff_id=img.layer.diff_id if img.layer is not None else None,
+        layer_size=img.layer.size if img.layer is not None else 0,
         referrers=tuple((r.digest, w) for r, w in zip(referrers, stored)),
     )
 

@@ -96,7 +96,8 @@ class _BlobDir:
     def fill(self, img: NewImage) -> None:
         for l in unique_layers(img.base):
             self.put_layer(l)
-        self.put_bytes(img.layer.digest, img.layer.data)
+        if img.layer is not None:
+            self.put_bytes(img.layer.digest, img.layer.data)
         self.put_bytes(img.config_digest, img.config)
         self.put_bytes(img.manifest_digest, img.manifest)
 

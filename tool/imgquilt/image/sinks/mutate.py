@@ -47,7 +47,7 @@ class NewImage:
     """The base plus an addendum: config and manifest bytes, ready to be written."""
 
     base: Image
-    layer: LayerBlob
+    layer: LayerBlob | None  # None: the base as it is (an apply that changes nothing adds no layer)
     config: bytes
     manifest: bytes
     created: int
@@ -108,8 +108,8 @@ def _descriptor_json(d: Descriptor, media_type: str | None = None) -> dict:
     return out
 
 
-def new_manifest(base: Image, config: bytes, layer: LayerBlob) -> bytes:
-    """An OCI manifest: the base layers (media types in their OCI names), then the new layer."""
+def new_manifest(base: Image, config: bytes, layer: LayerBlob | None) -> bytes:
+    """An OCI manifest: the base layers (media types in their OCI names), then the new layer (if any)."""
     try:
         base_manifest = json.loads(base.manifest_bytes)
     except ValueError:
@@ -118,10 +118,11 @@ def new_manifest(base: Image, config: bytes, layer: LayerBlob) -> bytes:
     annotations[ANNOTATION_BASE_DIGEST] = base.manifest_digest
     annotations[ANNOTATION_BASE_NAME] = base.ref
     layers = [_descriptor_json(l.descriptor, oci_media_type(l.descriptor.media_type)) for l in base.layers]
-    new_layer: dict = {"mediaType": layer.media_type, "digest": layer.digest, "size": layer.size}
-    if layer.annotations:
-        new_layer["annotations"] = dict(sorted(layer.annotations.items()))
-    layers.append(new_layer)
+    if layer is not None:
+        new_layer: dict = {"mediaType": layer.media_type, "digest": layer.digest, "size": layer.size}
+        if layer.annotations:
+            new_layer["annotations"] = dict(sorted(layer.annotations.items()))
+        layers.append(new_layer)
     manifest = {
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
@@ -136,6 +137,19 @@ def append(base: Image, add: Addendum) -> NewImage:
     """The base image with `add.layer` on top."""
     config = new_config(base.config_bytes, add)
     return NewImage(base, add.layer, config, new_manifest(base, config, add.layer), add.history.created)
+
+
+def unchanged(base: Image, created: int) -> NewImage:
+    """The base as it is, for an output that would add nothing: its config and layers, no new layer.
+    An OCI manifest is kept byte for byte (the same digest); another is written in OCI terms."""
+    try:
+        doc = json.loads(base.manifest_bytes)
+    except ValueError:
+        doc = None
+    oci = (isinstance(doc, dict) and doc.get("mediaType", OCI_MANIFEST) == OCI_MANIFEST
+           and isinstance(doc.get("config"), dict) and doc["config"].get("mediaType") == OCI_CONFIG)
+    manifest = base.manifest_bytes if oci else new_manifest(base, base.config_bytes, None)
+    return NewImage(base, None, base.config_bytes, manifest, created)
 
 
 def platform_of(config: bytes) -> dict | None:

@@ -101,7 +101,8 @@ def push_image(img: NewImage, ref: str, *, by_digest: bool = False) -> PushRepor
                 client.upload_blob(repo, digest, stream)
             blobs[digest] = "uploaded"
     config_digest = img.config_digest
-    for digest, data in ((img.layer.digest, img.layer.data), (config_digest, img.config)):
+    small = [(config_digest, img.config)] if img.layer is None else [(img.layer.digest, img.layer.data), (config_digest, img.config)]
+    for digest, data in small:
         blobs[digest] = client.push_blob(repo, digest, data)
     where = img.manifest_digest if by_digest else dest.tag or "latest"
     manifest_digest = client.put_manifest(repo, where, img.manifest, OCI_MANIFEST)

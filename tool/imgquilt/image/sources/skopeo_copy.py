@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -28,6 +29,17 @@ def _default_cache() -> Path:
     if len(_TEMP_CACHES) == 1:
         atexit.register(lambda: [shutil.rmtree(p, ignore_errors=True) for p in _TEMP_CACHES])
     return path
+
+
+_LOGRUS = re.compile(r'level=(?:fatal|error)\s+msg="((?:[^"\\]|\\.)*)"')
+
+
+def skopeo_message(stderr: str) -> str:
+    """What skopeo said, without its log framing (`time=... level=fatal msg="..."`): the last error's text."""
+    found = _LOGRUS.findall(stderr)
+    if found:
+        return found[-1].replace('\\"', '"').replace("\\\\", "\\").rstrip(".")
+    return " ".join(stderr.strip().splitlines()[-3:]).rstrip(".")
 
 
 def copy_with_skopeo(ref: str, *, platform: str | None, cache_dir: Path | None) -> Path:
@@ -54,9 +66,8 @@ def copy_with_skopeo(ref: str, *, platform: str | None, cache_dir: Path | None) 
     try:
         proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if proc.returncode != 0:
-            detail = " ".join(proc.stderr.strip().splitlines()[-3:]) or f"exit status {proc.returncode}"
-            raise BadImage(f"skopeo could not copy {ref!r}: {detail}",
-                           hint="Check the reference and that `skopeo inspect` can read it.")
+            raise BadImage(f"skopeo could not read {ref!r}: {skopeo_message(proc.stderr) or f'exit status {proc.returncode}'}.",
+                           hint=f"Check the reference: `skopeo inspect {ref}` shows what skopeo sees.")
         old = None
         if dest.exists():
             old = base / f".{key}.old.{os.getpid()}"
