@@ -5,12 +5,15 @@ A tag is resolved to a digest with one HEAD per run; a digest is never resolved 
 for nothing but that HEAD. Layers are streamed when the reader needs them, top layer first:
 decompressed, hashed and walked as they arrive, exactly as a local layer is read (the digest is
 checked before the end of the stream is seen); a layer below the needed ones is never fetched.
+A digest the manifest lists more than once is fetched once: its first download is teed into a
+private temp directory (blob_memo) that the later listings read.
 """
 from __future__ import annotations
 
 import atexit
 import os
 import threading
+from collections import Counter
 from functools import cached_property
 from typing import BinaryIO, Callable
 
@@ -62,12 +65,17 @@ class RegistryLayer:
     location = None  # no file: nothing a sink can link, nothing VerifiedBlobs can remember
     verify = "blob"
 
-    def __init__(self, client: RegistryClient, repository: str, descriptor: Descriptor, diff_id: str) -> None:
+    def __init__(self, client: RegistryClient, repository: str, descriptor: Descriptor, diff_id: str,
+                 memo: blob_memo.BlobMemo | None = None) -> None:
         self.client = client
         self.repository = repository
         self.descriptor = descriptor
         self.diff_id = diff_id
         self.what = f"layer {descriptor.digest}"
+        self._memo = memo  # this image's own, for a digest it lists twice; else the fleet's, if any
+
+    def _downloads(self) -> blob_memo.BlobMemo | None:
+        return self._memo or blob_memo.active()
 
     @property
     def check_digest(self) -> str:
@@ -86,7 +94,7 @@ class RegistryLayer:
 
     def _local_copy(self) -> BlobLayer | None:
         """Within a fleet run: this blob as another image's reader downloaded it (None: download it here)."""
-        memo = blob_memo.active()
+        memo = self._downloads()
         if memo is None:
             return None
         claim = memo.claim(self.descriptor.digest)
@@ -99,7 +107,7 @@ class RegistryLayer:
     def _teed(self, stream):
         spool, self._spool = getattr(self, "_spool", None), None
         if spool is not None:
-            memo = blob_memo.active()
+            memo = self._downloads()
             stream.tee(spool, lambda ok: memo.finished(self.descriptor.digest, spool, ok))  # type: ignore[union-attr]
         return stream
 
@@ -131,7 +139,7 @@ class RegistryLayer:
         """A claimed download that never started: let another reader fetch the blob."""
         spool, self._spool = getattr(self, "_spool", None), None
         if spool is not None:
-            blob_memo.active().finished(self.descriptor.digest, spool, False)  # type: ignore[union-attr]
+            self._downloads().finished(self.descriptor.digest, spool, False)  # type: ignore[union-attr]
 
 
 def _cached_manifest(client: RegistryClient, ref: RegistryRef, digest: str) -> bytes:
@@ -150,6 +158,13 @@ def _cached_config(client: RegistryClient, ref: RegistryRef, desc: Descriptor) -
         data = client.read_blob(ref.repository, desc.digest, size=desc.size, what="config", limit=MAX_CONFIG)
         cache.put(desc.digest, data)
     return data
+
+
+def _own_memo() -> blob_memo.BlobMemo:
+    """A memo for one image's repeated digests; its temp directory goes when the process ends."""
+    memo = blob_memo.BlobMemo()
+    atexit.register(memo.close)
+    return memo
 
 
 def resolve_digest(ref: RegistryRef, client: RegistryClient) -> str:
@@ -182,7 +197,10 @@ def _image(client: RegistryClient, ref: RegistryRef, raw: str, digest: str, data
            platform: str | None) -> StoredImage:
     where = f"{ref.domain}/{ref.repository}@{digest}"
     config_bytes, config, found = config_and_layers(manifest, where, lambda d: _cached_config(client, ref, d))
-    layers = [RegistryLayer(client, ref.repository, ldesc, diff_id) for ldesc, diff_id, _ in found]
+    counts = Counter(ldesc.digest for ldesc, _, _ in found)
+    memo = _own_memo() if max(counts.values(), default=0) > 1 else None
+    layers = [RegistryLayer(client, ref.repository, ldesc, diff_id, memo if counts[ldesc.digest] > 1 else None)
+              for ldesc, diff_id, _ in found]
     return StoredImage(ref=raw, manifest_digest=digest, manifest_bytes=data, config_bytes=config_bytes,
                        platform=image_platform(config, platform, where), layers=layers,  # type: ignore[arg-type]
                        transport="docker", names=(str(ref),))
