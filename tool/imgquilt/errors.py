@@ -104,6 +104,10 @@ class StateWriteFailed(BadInput):
     """The filesystem refused imgquilt's own state in the queue's `.imgquilt/` (read-only, full, a name too long)."""
 
 
+class UnsafeCache(BadInput):
+    """The shared cache, or a part of it, is not the user's own (a link, another owner, writable by others); never used."""
+
+
 class MissingTarget(BadInput):
     """A file the queue needs does not exist in the image or root."""
 
