@@ -131,7 +131,7 @@ class QueueProblems(BadInput):
 
 
 class ForeignJournal(BadInput):
-    """An in-place journal in a root that imgquilt did not write there; never acted on."""
+    """An in-place journal in a root (or an import journal in a queue) that imgquilt did not write there; never acted on."""
 
 
 class RootWriteFailed(BadInput):

@@ -33,8 +33,13 @@ class FleetEntry:
 
 def read_image_list(path: Path) -> list[str]:
     """`--images-from FILE`: one reference per line; blank lines and `#` comments are skipped."""
+    from ..util.regular import read_regular_file
+
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_regular_file(path)  # a FIFO or device is exit 6, never a hang
+        if data is None:
+            raise FileNotFoundError(2, "no such file")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"--images-from {path}: cannot be read ({exc.__class__.__name__}: {exc}).") from None
     refs = []
