@@ -20,6 +20,8 @@ import re
 import zlib
 from dataclasses import dataclass
 
+from .pathquote import quote_name
+
 _BLOCK = re.compile(rb"^(literal|delta) (\d{1,20})\r?\n?$")
 BINARY_CAP = 1 << 30  # the largest file (or delta) a block may declare: a work-tree file's cap
 MAX_VARINT_BYTES = 10  # 64 bits in 7-bit groups: git's delta sizes
@@ -217,8 +219,7 @@ def _encode(kind: str, data: bytes) -> bytes:
 
 def render_binary(path: str, old: bytes | None, new: bytes | None, mode: int | None = None) -> bytes:
     """A `diff --git` file diff with a full index line and literal blocks both ways (as `git apply` wants)."""
-    name = path.encode("utf-8", "surrogateescape")
-    head = [b"diff --git a/" + name + b" b/" + name + b"\n"]
+    head = [b"diff --git " + quote_name(f"a/{path}") + b" " + quote_name(f"b/{path}") + b"\n"]
     if old is None:
         head.append(b"new file mode 100755\n" if mode and mode & 0o111 else b"new file mode 100644\n")
     elif new is None:
