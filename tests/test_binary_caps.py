@@ -289,3 +289,15 @@ def test_the_fuzz_would_catch_an_uncapped_inflate(tmp_path: Path) -> None:
     ''')
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "capped" in p.stdout, p.stderr
+
+
+def test_check_reads_the_object_store_within_a_memory_limit(tmp_path: Path) -> None:
+    """An object-store read reserves what the object holds, not the store's 4 GiB cap: `check`, which
+    tests each body against its base from the store, works under a 1 GiB address-space limit."""
+    from qtools import write_patch
+
+    q = empty_queue(tmp_path / "q")
+    write_patch(q, "0001-x.patch", [("etc/app.conf", b"workers = 2\n", b"workers = 8\n")])
+    ObjectStore(q).put(b"workers = 2\n")
+    r = run_capped("check", cwd=q)
+    assert r.code == 0, r.err

@@ -24,6 +24,7 @@ from imgquilt.image.registry import RegistryClient, parse_registry_ref
 from qtools import TOOL, Run, copy_demo_queue, write_patch
 from registry_server import PASSWORD, USER, QuietServer, free_port, start_fault_proxy
 from registry_server import basic_registry, fault_proxy, registry  # noqa: F401 (fixtures)
+from test_registry_failures import queue  # noqa: F401 (fixture: the demo queue, unlocked)
 
 MEMORY_CAP = 1 << 30
 
@@ -34,13 +35,6 @@ def env(tmp_path):
              REGISTRY_AUTH_FILE=str(tmp_path / "no-auth.json"), HOME=str(tmp_path / "home"))
     e.pop("IMGQUILT_QUEUE", None)
     return e
-
-
-@pytest.fixture
-def queue(tmp_path):
-    q = copy_demo_queue(tmp_path / "q")
-    (q / "targets.lock").unlink()
-    return q
 
 
 def cli(*args: str, cwd: Path, env: dict[str, str], timeout: float = 90) -> Run:
