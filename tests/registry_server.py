@@ -281,7 +281,8 @@ class FaultProxy:
     ("status", CODE, {headers}) answers CODE; ("redirect",) sends blob GETs to the registry by a 307
     (another origin); ("cut", N) forwards the headers but only N bytes of the body; ("drop-header", NAME)
     forwards the answer without that header; ("no-range",) forwards the request without its Range header
-    (a registry that ignores Range). `seen` logs requests."""
+    (a registry that ignores Range); ("raw", write) lets write(handler) answer as it likes (endless or
+    trickled bodies, Locations elsewhere). `seen` logs requests."""
 
     upstream: RegistryServer
     fault: object = None
@@ -309,6 +310,13 @@ def start_fault_proxy(upstream: RegistryServer) -> tuple[FaultProxy, ThreadingHT
             action = proxy.fault(self.command, self.path) if callable(proxy.fault) else None
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
+            if action and action[0] == "raw":
+                self.close_connection = True
+                try:
+                    action[1](self)
+                except OSError:  # the client gave up: what hostile answers are for
+                    pass
+                return
             if action and action[0] == "status":
                 data = json.dumps({"errors": [{"code": "TOOMANYREQUESTS" if action[1] == 429 else "UNAVAILABLE",
                                                "message": f"injected {action[1]}"}]}).encode()

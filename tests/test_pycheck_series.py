@@ -97,8 +97,7 @@ def test_shared_cache_results_are_checked(tmp_path: Path) -> None:
 def test_a_damaged_or_linked_findings_file_is_replaced_never_followed(tmp_path: Path) -> None:
     key = "b" * 64
     cache = tmp_path / "cache"
-    path = PyCheckResults(checker_version(), cache).path
-    path.parent.mkdir(parents=True)
+    path = PyCheckResults(checker_version(), cache).path  # (makes the pycheck part, mode 0700)
     path.write_bytes(b"not a database at all" * 100)
     store = PyCheckResults(checker_version(), cache)
     assert store.get_many([key]).get(key) is None

@@ -38,6 +38,10 @@ CASES = {
     "annotations.py": b"from __future__ import annotations\n\n\ndef f(x: Undefined) -> None:\n    pass\n",
     "fstring.py": b"print(f'{absent_in_fstring}')\n",
     "comprehension.py": b"print([y for y in range(3)], y)\n",
+    # names ruff takes as defined and pyflakes does not: the screen must not hide pyflakes' finding
+    "ruff_lenient.py": b"print(__warningregistry__, __cached__)\n",
+    "ruff_lenient_class.py": b"class C:\n    x = __warningregistry__\n",
+    "sentinel.py": b"def f():\n    return sentinel\n",
 }
 
 
@@ -56,8 +60,10 @@ def test_screened_findings_equal_pyflakes_on_crafted_cases(screen: RuffScreen) -
     items = [(data, name) for name, data in CASES.items()]
     screened = errors_of_many(items, screen=screen)
     assert screened == _unscreened(items)
-    by_name = {name: screened[pycheck.hashlib.sha256(data).hexdigest()] for name, data in CASES.items()}
+    by_name = {name: screened[pycheck.check_key(data, name)] for name, data in CASES.items()}
     assert by_name["clean.py"] == set() and by_name["builtins.py"] == set()
+    assert by_name["ruff_lenient.py"] == {"UndefinedName: undefined name '__warningregistry__'",
+                                          "UndefinedName: undefined name '__cached__'"}
     assert by_name["undefined_noqa.py"] == {"UndefinedName: undefined name 'also_undefined'"}
     assert by_name["return_outside.py"] == {"SyntaxError: 'return' outside function"}
     assert by_name["latin1.py"] == {"UndefinedName: undefined name 'nom'"}
@@ -197,6 +203,11 @@ def test_no_ruff_turns_the_screen_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("IMGQUILT_NO_RUFF")
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setattr("sys.executable", "/nonexistent/python")
+
+    def missing() -> str:
+        raise FileNotFoundError("no ruff")
+
+    monkeypatch.setattr("ruff.find_ruff_bin", missing)
     assert ruff_screen() is None  # no ruff anywhere: pyflakes reads every file, as before ruff
 
 
@@ -211,3 +222,113 @@ def test_a_ruff_that_hangs_is_no_screen(tmp_path: Path, monkeypatch: pytest.Monk
     started = time.monotonic()
     assert errors_of_many(items, screen=RuffScreen(str(slow), "ruff0")) == _unscreened(items)
     assert time.monotonic() - started < 20
+
+
+# --- where ruff is more lenient than pyflakes ----------------------------------------------------
+def _names_in_ruff_binary() -> set[str]:
+    """Every identifier-like string in the installed ruff binary (its builtin tables among them)."""
+    import keyword
+    import re
+
+    from imgquilt.util.ruffscreen import find_ruff
+
+    exe = find_ruff()
+    assert exe is not None
+    data = Path(exe).read_bytes()
+    dunders = {m.decode() for m in re.findall(rb"__[a-z][a-z0-9_]*?__", data)}  # glued tables split here
+    words = {m.decode() for m in re.findall(rb"(?<![A-Za-z0-9_])[A-Za-z_][A-Za-z0-9_]{1,40}(?![A-Za-z0-9_])", data)}
+    return {w for w in dunders | words if w.isidentifier() and not keyword.iskeyword(w)}
+
+
+def test_the_names_ruff_defines_and_pyflakes_does_not_are_all_screened(tmp_path: Path) -> None:
+    """Every candidate name (the running Python's builtins, pyflakes', and every identifier in the ruff
+    binary) used at module, class and function scope: where the installed ruff reports no undefined name
+    and the installed pyflakes does, the name must be in RUFF_ONLY_NAMES, which flags any file using it."""
+    import builtins
+    import json
+    import subprocess
+    import sys
+
+    from pyflakes import checker
+    from pyflakes.checker import builtin_vars
+
+    from imgquilt.util.ruffscreen import RUFF_ONLY_NAMES, find_ruff
+
+    names = sorted(_names_in_ruff_binary() | set(dir(builtins)) | set(builtin_vars)
+                   | {"WindowsError", "display", "get_ipython", "__IPYTHON__", "_", "__module__", "__qualname__"})
+    sources = {
+        "module.py": "".join(f"{n}\n" for n in names),
+        "klass.py": "class K:\n" + "".join(f"    {n}\n" for n in names),
+        "function.py": "def f():\n" + "".join(f"    {n}\n" for n in names),
+    }
+    lenient: set[str] = set()
+    for fname, src in sources.items():
+        (tmp_path / fname).write_text(src)
+        out = subprocess.run([find_ruff(), "check", "--isolated", "--no-cache", "--exit-zero", "--select", "F821",
+                              "--output-format", "json", "--target-version",
+                              f"py{sys.version_info[0]}{sys.version_info[1]}", fname],
+                             cwd=tmp_path, capture_output=True, check=True).stdout
+        by_ruff = {d["message"].split("`")[1] for d in json.loads(out)}
+        flakes = checker.Checker(compile(src, fname, "exec", 0x400), filename=fname)
+        by_pyflakes = {m.message_args[0] for m in flakes.messages if type(m).__name__ == "UndefinedName"}
+        assert len(by_pyflakes) > 1000  # the candidates really went through both
+        lenient |= by_pyflakes - by_ruff
+    assert lenient <= set(RUFF_ONLY_NAMES), f"ruff takes these as defined, pyflakes does not: {sorted(lenient)}"
+    assert {"__warningregistry__", "__cached__"} <= lenient
+
+
+def test_a_ruff_earlier_on_path_is_never_used(tmp_path: Path) -> None:
+    """A `ruff` on PATH that answers only the probe (so every file looks clean) must not be the screen:
+    the check takes the ruff package's own binary. Run by an interpreter with no ruff beside it."""
+    import subprocess
+    import sys
+
+    from qtools import TOOL, empty_queue
+
+    fake = tmp_path / "fakebin" / "ruff"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\n"
+                    "[ \"$1\" = version ] && { echo 'ruff 0.17.6'; exit 0; }\n"
+                    "printf '['; sep=''; for f in \"$@\"; do case \"$f\" in *.py) printf '%s{\"filename\": \"%s\", '"
+                    "'\"code\": \"F821\", \"message\": \"Undefined name `__imgquilt_screen_probe__`\"}' \"$sep\" \"$f\"; "
+                    "sep=',';; esac; done; echo ']'\n")
+    fake.chmod(0o755)
+    python = tmp_path / "bin" / "python3"
+    python.parent.mkdir()
+    python.symlink_to(os.path.realpath(sys.executable))  # the base interpreter: nothing beside it
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    root = tmp_path / "root"
+    (root / "app").mkdir(parents=True)
+    (root / "app/w.py").write_bytes(b"X = 1\n")
+    q = empty_queue(tmp_path / "q")
+    write_patch(q, "0001-typo.patch", [("app/w.py", b"X = 1\n", b"X = undefined_thing\n")])
+    env = dict(os.environ, PATH=f"{fake.parent}{os.pathsep}{os.environ['PATH']}", PYTHONPATH=f"{TOOL}{os.pathsep}{site}",
+               IMGQUILT_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("VIRTUAL_ENV", None)
+    p = subprocess.run([str(python), "-m", "imgquilt", "apply", "--root", str(root)], cwd=q, env=env,
+                       capture_output=True, text=True)
+    assert p.returncode == 3 and "undefined_thing" in p.stderr, p.stdout + p.stderr
+    assert (root / "app/w.py").read_bytes() == b"X = 1\n"
+
+
+def test_findings_depend_on_the_file_name_too(tmp_path: Path) -> None:
+    """`__path__` is defined in a package's __init__.py only: the same bytes are clean there and an
+    undefined name elsewhere, in one run and across runs (the shared cache keys by name and bytes)."""
+    from qtools import empty_queue, imgquilt
+
+    src = b"print(__path__)\n"
+    root = tmp_path / "root"
+    (root / "pkg").mkdir(parents=True)
+    (root / "lib").mkdir()
+    env = dict(os.environ, IMGQUILT_CACHE_DIR=str(tmp_path / "cache"))
+    q = empty_queue(tmp_path / "q")
+    write_patch(q, "0001-init.patch", [("pkg/__init__.py", None, src)])
+    imgquilt("apply", "--root", str(root), cwd=q, env=env, check=0)  # clean, and cached as clean
+    q2 = empty_queue(tmp_path / "q2")
+    write_patch(q2, "0001-mod.patch", [("lib/mod.py", None, src)])
+    r = imgquilt("apply", "--root", str(root), cwd=q2, env=env, check=3)
+    assert "undefined name '__path__'" in r.err and not (root / "lib/mod.py").exists()
+    both = empty_queue(tmp_path / "q3")  # one run, both names: each checked as itself
+    write_patch(both, "0001-both.patch", [("a/__init__.py", None, src), ("b/mod.py", None, src)])
+    r = imgquilt("apply", "--root", str(root), cwd=both, env={**env, "IMGQUILT_NO_CACHE": "1"}, check=3)
+    assert "b/mod.py" in r.err and "a/__init__.py" not in r.err

@@ -445,12 +445,16 @@ def import_items(files: Sequence[str | os.PathLike[str]], *, name: str | None = 
 
 
 def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise BadInput(f"{path} does not exist.") from None
-    except IsADirectoryError:
-        raise BadInput(f"{path} is a directory.", hint="For a quilt patches directory, pass --series DIR/series.") from None
+    """A file to import (or a quilt series): read as every queue file is, only if it is a regular file
+    of at most 64 MiB (a FIFO never blocks, /dev/zero is refused)."""
+    from .util.regular import read_regular_file
+
+    if path.is_dir():
+        raise BadInput(f"{path} is a directory.", hint="For a quilt patches directory, pass --series DIR/series.")
+    data = read_regular_file(path)
+    if data is None:
+        raise BadInput(f"{path} does not exist.")
+    return data
 
 
 def import_patches(files: Sequence[str | os.PathLike[str]] = (), *, queue: str | os.PathLike[str] | None = None,

@@ -112,6 +112,10 @@ class StateWriteFailed(BadInput):
     """The filesystem refused imgquilt's own state in the queue's `.imgquilt/` (read-only, full, a name too long)."""
 
 
+class UnsafeCache(BadInput):
+    """The shared cache, or a part of it, is not the user's own (a link, another owner, writable by others); never used."""
+
+
 class MissingTarget(BadInput):
     """A file the queue needs does not exist in the image or root."""
 
@@ -143,7 +147,7 @@ class QueueProblems(BadInput):
 
 
 class ForeignJournal(BadInput):
-    """An in-place journal in a root that imgquilt did not write there; never acted on."""
+    """An in-place journal in a root (or an import journal in a queue) that imgquilt did not write there; never acted on."""
 
 
 class RootWriteFailed(BadInput):

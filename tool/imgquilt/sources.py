@@ -14,6 +14,7 @@ from .fs.types import Source
 from .image.image_source import ImageSource
 from .cache import cache_root
 from .cache.layers import LayerCache, cache_disabled
+from .cache.trust import CacheDir
 from .image.layers.blobio import VerifiedBlobs
 from .image.model import Image
 from .image.reference import open_transport, resolve_ref
@@ -40,8 +41,10 @@ def open_source(ref: str, *, platform: str | None = None, cache_dir: Path | None
     kind = "tar" if parsed.transport == "tar" else "image"
     if cache_disabled():
         return ImageSource(image, kind=kind, verified=VerifiedBlobs(cache_dir), ref=ref)
-    # blobs verified by any queue count for every queue: their markers live in the shared cache
-    return ImageSource(image, kind=kind, verified=VerifiedBlobs(cache_root()), ref=ref, layer_cache=LayerCache())
+    # blobs verified by any queue count for every queue: their markers live in the shared cache (its
+    # `verified` part checked like every other: the user's alone, no link)
+    shared = CacheDir(cache_root(), "verified").root
+    return ImageSource(image, kind=kind, verified=VerifiedBlobs(shared), ref=ref, layer_cache=LayerCache())
 
 
 def open_image(ref: str, *, platform: str | None = None, cache_dir: Path | None = None) -> Image:

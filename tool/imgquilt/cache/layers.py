@@ -11,7 +11,8 @@ digest matched, and serves every later run on any image holding that blob, from 
 - `files/ab/ab12…`: file bytes by sha256 (a DigestStore).
 
 A pointer or entry that is damaged reads as absent (and the entry is removed): the layer is then read
-again and the index rebuilt. Nothing here is trusted without its digest.
+again and the index rebuilt. The sha256 checks catch damage; what keeps anyone else from writing an
+index is the cache's trust model (trust.py): the cache is used only when it is the user's alone.
 """
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ import os
 import re
 from pathlib import Path
 
-from ..util.atomic import atomic_write
 from . import DigestStore, cache_root
+from .trust import CacheDir
 
 _LAYER_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _HEX64 = re.compile(rb"^[0-9a-f]{64}$")
@@ -38,22 +39,20 @@ class LayerCache:
         base = root or cache_root()
         self.indexes = DigestStore("layer-index", base)
         self.files = DigestStore("files", base)
-        self._pointers = base / "layers"
+        self._pointers = CacheDir(base, "layers")
 
-    def _pointer(self, layer_digest: str) -> Path | None:
+    @staticmethod
+    def _pointer(layer_digest: str) -> str | None:
         if not _LAYER_DIGEST.match(layer_digest or ""):
             return None
-        return self._pointers / layer_digest.replace(":", "-")
+        return layer_digest.replace(":", "-")
 
     def load(self, layer_digest: str) -> bytes | None:
         """The serialized index of the layer, or None (never indexed, or damaged: then forgotten)."""
         pointer = self._pointer(layer_digest)
         if pointer is None:
             return None
-        try:
-            target = pointer.read_bytes().strip()
-        except OSError:
-            return None
+        target = (self._pointers.read(pointer, cap=1 << 10) or b"").strip()
         data = self.indexes.get(target.decode()) if _HEX64.match(target) else None
         if data is None:
             self.forget(layer_digest)
@@ -62,7 +61,7 @@ class LayerCache:
     def has(self, layer_digest: str) -> bool:
         """Whether an index of the layer is recorded (not checked: `load` checks it)."""
         pointer = self._pointer(layer_digest)
-        return pointer is not None and os.path.lexists(pointer)
+        return pointer is not None and self._pointers.exists(pointer)
 
     def save(self, layer_digest: str, payload: bytes) -> None:
         """Record `payload` as the layer's index; a cache that cannot be written is not an error."""
@@ -70,16 +69,9 @@ class LayerCache:
         if pointer is None:
             return
         hexdigest = self.indexes.put(payload)
-        try:
-            pointer.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(pointer, hexdigest.encode() + b"\n")
-        except OSError:
-            pass
+        self._pointers.write(pointer, hexdigest.encode() + b"\n", mode=0o644)
 
     def forget(self, layer_digest: str) -> None:
         pointer = self._pointer(layer_digest)
         if pointer is not None:
-            try:
-                pointer.unlink()
-            except OSError:
-                pass
+            self._pointers.unlink(pointer)

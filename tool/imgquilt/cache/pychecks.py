@@ -1,8 +1,10 @@
-"""Findings of the Python check by content, in the shared cache: one SQLite file, `pycheck/findings.sqlite`.
+"""Findings of the Python check, in the shared cache: one SQLite file, `pycheck/findings.sqlite`.
 
-A row is keyed by (checker version, sha256 of the checked file's bytes) and holds the findings with a
-checksum over key, version and findings; a row that does not match is deleted and the file checked
-again. A first run of a large queue stores hundreds of findings: one transaction, not hundreds of
+A row is keyed by (checker version, the engine's key: sha256 over the checked file's name and bytes,
+since pyflakes' verdict depends on the name too) and holds the findings with a checksum over key,
+version and findings; a row that does not match is deleted and the file checked again. The checksum
+catches damage only: a row is trusted because the cache is the user's alone (trust.py), as a file
+in $HOME would be. The version includes PYFLAKES_BUILTINS, which changes pyflakes' verdicts. A first run of a large queue stores hundreds of findings: one transaction, not hundreds of
 files (creating a file costs a millisecond on some disks, more than checking it). The file is a
 cache: it is written without fsync (a row a crash mangles fails its checksum), and a file that is
 not a database, or is a link or not a regular file, is removed and started afresh, never followed.
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from . import cache_root
+from .trust import CacheDir
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _BATCH = 500  # keys per SELECT (SQLite's variable limit is 999 on old builds)
@@ -31,8 +34,9 @@ class PyCheckResults:
     """A pycheck.Memo kept in the shared cache, for one checker version."""
 
     def __init__(self, version: str, root: Path | None = None) -> None:
-        self.version = version
-        self.path = (root or cache_root()) / "pycheck" / "findings.sqlite"
+        builtins = os.environ.get("PYFLAKES_BUILTINS")
+        self.version = version if builtins is None else f"{version}-builtins:{builtins}"
+        self.path = CacheDir(root or cache_root(), "pycheck").path / "findings.sqlite"
         self._db = None
         self._off = False  # the cache failed in this process: check everything, store nothing
 
@@ -43,7 +47,6 @@ class PyCheckResults:
             return self._db
         for attempt in range(2):
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
                 try:
                     st = os.lstat(self.path)
                     if not stat.S_ISREG(st.st_mode):

@@ -3,17 +3,45 @@
 Every entry is a file named by its digest; `DigestStore.get` touches an entry's mtime when it is used,
 so the oldest mtime is the least recently used. The cap is `IMGQUILT_CACHE_MAX` (bytes, or with a
 K/M/G/T suffix, powers of 1024), 20 GiB by default; `0` turns eviction off.
+
+Only what imgquilt wrote is counted, evicted or pruned, recognised by its part and name (`ENTRY`
+below: a sha256 below its two-hex fan-out directory, a `sha256-HEX` layer pointer, a `verified/`
+marker, the findings database, and the temp names imgquilt's writers use). Anything else in the
+cache directory (another program's files, with IMGQUILT_CACHE_DIR=~/.cache by mistake) is never
+touched; nothing is removed with rmtree, only files by name and directories once they are empty.
 """
 from __future__ import annotations
 
 import os
 import re
-import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from ..errors import UsageError
 from . import Usage, cache_root
+from .trust import PARTS, CacheDir
+
+_HEX = r"[0-9a-f]{64}"
+_TEMP = r"(?:\.{name}\.imgquilt-tmp|\.{name}\.[A-Za-z0-9_]{{6,}}\.tmp|{name}\.tmp\d+)"  # write_atomic_at, atomic_write, markers
+
+
+def _entry(name: str) -> re.Pattern[str]:
+    return re.compile("^(?:" + name + "|" + _TEMP.format(name=name) + ")$")
+
+
+_DIGEST_ENTRY = _entry(_HEX)
+ENTRY = {  # part: (fan-out directory pattern or None, entry name pattern)
+    "files": (re.compile(r"^[0-9a-f]{2}$"), _DIGEST_ENTRY),
+    "layer-index": (re.compile(r"^[0-9a-f]{2}$"), _DIGEST_ENTRY),
+    "manifests": (re.compile(r"^[0-9a-f]{2}$"), _DIGEST_ENTRY),
+    "configs": (re.compile(r"^[0-9a-f]{2}$"), _DIGEST_ENTRY),
+    "layers": (None, _entry("sha256-" + _HEX)),
+    "verified": (None, _entry(r"sha(?:256|384|512)-[0-9a-f]{64,128}-[0-9a-f]{16}")),
+    "pycheck": (None, re.compile(r"^findings\.sqlite(?:-journal|-wal|-shm)?$")),
+}
+assert set(ENTRY) == set(PARTS)
 
 DEFAULT_CAP = 20 << 30
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)i?B?\s*$", re.I)
@@ -44,43 +72,88 @@ def size_cap() -> int:
     return int(m.group(1)) << _UNITS[m.group(2).upper()]
 
 
-def _entries(root: Path):
-    """(path, size, mtime) of every file below root; symlinks are not followed."""
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            path = Path(dirpath) / name
-            try:
-                st = path.lstat()
-            except OSError:
+def _entries(root: Path) -> Iterator[tuple[Path, int, int]]:
+    """(path, size, mtime) of every file imgquilt wrote below root (see ENTRY); nothing else, no link followed."""
+    for part, (fanout, name) in ENTRY.items():
+        base = root / part
+        try:
+            if not stat.S_ISDIR(os.lstat(base).st_mode):
                 continue
-            yield path, st.st_size, st.st_mtime_ns
+        except OSError:
+            continue
+        dirs = [base] if fanout is None else [d for d in _listing(base) if fanout.match(d.name) and _is_dir(d)]
+        for d in dirs:
+            for path in _listing(d):
+                if not name.match(path.name):
+                    continue
+                try:
+                    st = path.lstat()
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    yield path, st.st_size, st.st_mtime_ns
+
+
+def _listing(d: Path) -> list[Path]:
+    try:
+        return [Path(e.path) for e in os.scandir(d)]
+    except OSError:
+        return []
+
+
+def _is_dir(p: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(p).st_mode)
+    except OSError:
+        return False
+
+
+def _checked(root: Path | None) -> Path:
+    """The cache root, checked as every use of it is (trust.py): a cache that is not the user's alone is
+    neither measured nor emptied."""
+    root = root or cache_root()
+    for part in PARTS:
+        CacheDir(root, part)
+    return root
 
 
 def report(root: Path | None = None) -> CacheReport:
-    root = root or cache_root()
+    root = _checked(root)
     parts: dict[str, Usage] = {}
-    if root.is_dir():
-        for part in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
-            sizes = [size for _, size, _ in _entries(part)]
-            parts[part.name] = Usage(len(sizes), sum(sizes))
+    sizes: dict[str, list[int]] = {}
+    for path, size, _ in _entries(root):
+        sizes.setdefault(path.relative_to(root).parts[0], []).append(size)
+    for part in sorted(sizes):
+        parts[part] = Usage(len(sizes[part]), sum(sizes[part]))
     return CacheReport(root, size_cap(), parts)
 
 
 def prune(root: Path | None = None) -> Usage:
-    """Empty the cache; returns what was removed. Entries are immutable, so a concurrent reader that
-    loses one just reads it again from its source."""
-    root = root or cache_root()
-    removed = report(root).total
-    if root.is_dir():
-        for part in root.iterdir():
-            if part.is_dir() and not part.is_symlink():
-                shutil.rmtree(part, ignore_errors=True)
-            else:
-                try:
-                    part.unlink()
-                except OSError:
-                    pass
-    return removed
+    """Empty the cache of imgquilt's entries; returns what was removed. Entries are immutable, so a
+    concurrent reader that loses one just reads it again from its source. Other files stay."""
+    root = _checked(root)
+    removed = entries = 0
+    for path, size, _ in list(_entries(root)):
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        removed += size
+        entries += 1
+    for part, (fanout, _) in ENTRY.items():  # directories go only once empty (rmdir refuses otherwise)
+        if fanout is not None:
+            for d in _listing(root / part):
+                if fanout.match(d.name) and _is_dir(d):
+                    _rmdir(d)
+        _rmdir(root / part)
+    return Usage(entries, removed)
+
+
+def _rmdir(d: Path) -> None:
+    try:
+        os.rmdir(d)
+    except OSError:
+        pass
 
 
 def trim(root: Path | None = None, cap: int | None = None) -> Usage:
@@ -89,7 +162,7 @@ def trim(root: Path | None = None, cap: int | None = None) -> Usage:
     cap = size_cap() if cap is None else cap
     if cap <= 0 or not root.is_dir():
         return Usage(0, 0)
-    entries = list(_entries(root))
+    entries = list(_entries(_checked(root)))
     total = sum(size for _, size, _ in entries)
     evicted = freed = 0
     for path, size, _ in sorted(entries, key=lambda e: e[2]):

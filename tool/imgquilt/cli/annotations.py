@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from enum import Enum
 
-from .common import say
+from .common import raw_say
 
 
 class Format(str, Enum):
@@ -37,4 +37,4 @@ def _prop(text: str) -> str:
 def annotate(level: str, file: str | None, title: str, message: str) -> None:
     """One workflow command; GitHub shows it on the file (the queue's patch) in the run and the PR."""
     props = ",".join(x for x in ((f"file={_prop(file)}" if file else ""), f"title={_prop(title)}") if x)
-    say(f"::{level} {props}::{_data(message)}")
+    raw_say(f"::{level} {props}::{_data(message)}")

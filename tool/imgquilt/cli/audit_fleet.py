@@ -2,7 +2,6 @@
 patches x images matrix (a table on a terminal, tab-separated rows in a pipe, one document with --json)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +35,18 @@ def fleet_cmd(refs: list[str], platform: str | None, expect: str, format: Format
 
 
 def merge_cmd(files: list[Path], expect: str | None, format: Format) -> None:
-    from ..verbs.fleet import merge_documents
+    from ..util.regular import read_regular_file
+    from ..verbs.fleet import merge_documents, parse_shard
 
     docs = []
     for f in files:
         try:
-            docs.append((str(f), json.loads(f.read_bytes())))
+            data = read_regular_file(f)
         except OSError as exc:
             raise UsageError(f"--merge {f}: cannot be read ({exc.strerror or exc}).") from None
-        except ValueError as exc:
-            raise BadInput(f"--merge {f}: not JSON ({exc}).", hint="Merge what `imgquilt audit --json` printed.") from None
+        if data is None:
+            raise UsageError(f"--merge {f}: no such file.")
+        docs.append((str(f), parse_shard(str(f), data)))
     _finish(merge_documents(docs, expect), format)
 
 

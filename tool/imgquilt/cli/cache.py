@@ -60,7 +60,7 @@ def cache_cmd(ctx: typer.Context) -> None:
 
 @cache_app.command("prune")
 def prune_cmd() -> None:
-    """Empty the cache (everything in it can be fetched or computed again)."""
+    """Empty the cache of imgquilt's entries (everything in it can be fetched or computed again); other files in it stay."""
     from ..cache.usage import prune, report
 
     removed = prune()

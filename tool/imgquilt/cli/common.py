@@ -108,8 +108,35 @@ def err() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+# A CI runner (GitHub Actions) executes a log line that starts, after blanks, with `::` (a workflow
+# command), and one holding `##[` anywhere (the older syntax). Names come from inputs (patch files,
+# merged documents, image lists, paths in patches), and a name holding a newline would start such a
+# line. So every line imgquilt prints goes through defuse(): a `::` at a line's start gets a backslash
+# before it, and `##[` becomes `#\#[`; only annotate() (--format github) writes commands, by raw_say.
+_COMMAND_START = re.compile(r"(^|[\n\r])([^\S\n\r]*)(?=::)")  # the runner ends a line at \n, \r or \r\n
+
+
+def defuse(text: str) -> str:
+    """`text` with no line a CI runner would take for a workflow command."""
+    if "::" in text:
+        text = _COMMAND_START.sub(r"\1\2\\", text)
+    return text.replace("##[", "#\\#[") if "##[" in text else text
+
+
+def shown(name: str) -> str:
+    """A name for a table cell or one line: control characters (a newline, a tab) written as escapes."""
+    if name.isprintable():
+        return name
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
+
+
 def say(text: str) -> None:
-    """One plain line on stdout (no markup, no wrapping)."""
+    """One plain line on stdout (no markup, no wrapping); never a workflow command (defuse)."""
+    raw_say(defuse(text))
+
+
+def raw_say(text: str) -> None:
+    """A line exactly as given: only for annotate()'s workflow commands, escaped by GitHub's rules."""
     _bars_off()
     sys.stdout.write(text + "\n")
 
@@ -120,10 +147,10 @@ def _bars_off() -> None:
 
 
 def note(text: str) -> None:
-    """One plain line on stderr."""
+    """One plain line on stderr; never a workflow command (defuse)."""
     _bars_off()
     sys.stdout.flush()
-    sys.stderr.write(text + "\n")
+    sys.stderr.write(defuse(text) + "\n")
 
 
 def write_bytes(data: bytes) -> None:
@@ -134,7 +161,10 @@ def write_bytes(data: bytes) -> None:
 
 
 def emit_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    """The document, indented; `##[` inside a string is written `#\\u0023[` (the same JSON value, but
+    no runner command: see defuse). A line of it never starts with `::` (strings are quoted)."""
+    text = json.dumps(doc, indent=2, sort_keys=False)
+    sys.stdout.write((text.replace("##[", "#\\u0023[") if "##[" in text else text) + "\n")
 
 
 def on_terminal() -> bool:
@@ -149,7 +179,7 @@ def table(title: str | None, columns: list[str], rows: list[list[str | tuple[str
         if title:
             say(title)
         for row in [columns, *rows]:
-            say("\t".join(c if isinstance(c, str) else c[0] for c in row))
+            say("\t".join(shown(c if isinstance(c, str) else c[0]) for c in row))
         return
     from rich.table import Table
     from rich.text import Text
@@ -158,7 +188,7 @@ def table(title: str | None, columns: list[str], rows: list[list[str | tuple[str
     for c in columns:
         t.add_column(c, overflow="fold")
     for row in rows:
-        t.add_row(*(Text(c) if isinstance(c, str) else Text(c[0], style=c[1]) for c in row))
+        t.add_row(*(Text(shown(c)) if isinstance(c, str) else Text(shown(c[0]), style=c[1]) for c in row))
     out().print(t)
 
 

@@ -5,7 +5,8 @@ from typing import List, Optional
 
 import typer
 
-from .common import G, emit_json, patch_names, say, tree
+from ..queue.pathquote import quote_name
+from .common import G, emit_json, patch_names, say, shown, tree
 
 
 def files_cmd(patch: Optional[str] = typer.Argument(None, metavar="PATCH", help="A patch in series (default: the top).",
@@ -21,8 +22,8 @@ def files_cmd(patch: Optional[str] = typer.Argument(None, metavar="PATCH", help=
     if G.json:
         emit_json({"patch": name, "files": paths})
         return
-    for p in paths:
-        say(p)
+    for p in paths:  # one per line: a name holding a newline or tab is C-quoted, as `git ls-files` does
+        say(quote_name(p).decode("utf-8", "surrogateescape"))
 
 
 def _each(paths: list[str], top: str, hit: list[str], doc: dict, yes: str, no: str) -> None:
@@ -31,7 +32,7 @@ def _each(paths: list[str], top: str, hit: list[str], doc: dict, yes: str, no: s
         emit_json({"patch": top, **doc})
         return
     for p in dict.fromkeys(paths):
-        say((yes if p in hit else no).format(path=p, top=top))
+        say((yes if p in hit else no).format(path=shown(p), top=top))
 
 
 def remove_cmd(paths: List[str] = typer.Argument(..., metavar="FILE", help="Image paths the top patch tracks.")) -> None:

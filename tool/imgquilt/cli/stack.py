@@ -7,7 +7,7 @@ import typer
 
 from ..errors import ImgquiltError
 from . import listing
-from .common import G, ImageOpt, PlatformOpt, emit_json, emit_outcome, note, patch_names, say, tree
+from .common import G, ImageOpt, PlatformOpt, emit_json, emit_outcome, note, patch_names, say, shown, tree
 
 if TYPE_CHECKING:
     from ..work import WorkTree
@@ -56,7 +56,7 @@ def push_cmd(
     for p in done:
         say(f"Applying patch {p.name}")
         for f in p.files:
-            say(f"  patched {f}")
+            say(f"  patched {shown(f)}")
     say(f"Now at patch {wt.top()}")
 
 

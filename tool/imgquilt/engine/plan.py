@@ -14,7 +14,7 @@ from ..queue.patchfile import rehash_command
 from ..queue.queue import Queue
 from .apply import HunkError, apply_section
 from .bytecode import Bytecode, find_bytecode, is_python_source
-from .pycheck import Memo, Screen, errors_of_many, located, start_errors_of_many
+from .pycheck import Memo, Screen, check_key, errors_of_many, located, start_errors_of_many
 from .record import read_record_target, record_bytes, recorded_ref
 from .result import RECORD_PATH, ApplyResult, FileResult
 
@@ -185,13 +185,13 @@ class PythonCheck:
 
     def problems(self) -> list[Problem]:
         finals = self.pending.result()
-        suspects = [st for st in self.checked if finals[sha256_hex(st.data)]]
+        suspects = [st for st in self.checked if finals[check_key(st.data, st.target.resolved)]]
         bases = errors_of_many(((st.target.data, st.target.resolved) for st in suspects if st.target.data is not None),
                                self.memo)
         problems = []
         for st in suspects:
-            before = bases[sha256_hex(st.target.data)] if st.target.data is not None else set()
-            new = finals[sha256_hex(st.data)] - before
+            before = bases[check_key(st.target.data, st.target.resolved)] if st.target.data is not None else set()
+            new = finals[check_key(st.data, st.target.resolved)] - before
             if new:
                 problems.append(_culprit(st, new, before, self.memo))
                 st.broken = True
@@ -206,7 +206,7 @@ def _culprit(st: _FileState, new: set[str], base_errors: set[str], memo: Memo | 
     data, before = st.target.data, base_errors
     for name, path, s in st.chain:
         out = apply_section(data, s)  # applied cleanly once already
-        after = errors_of_many([(out, st.target.resolved)], memo)[sha256_hex(out)] if not s.is_delete else set()
+        after = errors_of_many([(out, st.target.resolved)], memo)[check_key(out, st.target.resolved)] if not s.is_delete else set()
         brought = after - before
         if brought & new:
             return Problem("python", name, path, st.target.resolved, s.base_sha256, s.patched_sha256,

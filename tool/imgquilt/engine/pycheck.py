@@ -4,7 +4,7 @@ Only errors that the base did not have count, so a stock file with quirks does n
 Undefined names come from pyflakes when it is installed; syntax errors from compile() always.
 
 A series is checked at the cost of one pass: each file's final state once (its base only when the
-final state has errors at all), and each content's findings memoized by (sha256, checker version)
+final state has errors at all), and each file's findings memoized by (check_key, checker version)
 through a `Memo` the caller provides (the engine writes nothing itself). Building pyflakes' AST is
 most of the cost, so a `Screen` the caller provides (ruff, in another process) may first say which
 contents can have an undefined name at all; only those go through pyflakes, the rest cost a
@@ -34,8 +34,8 @@ class Screen(Protocol):
 
 
 class Memo(Protocol):
-    """Findings by content: a key is the content's sha256 hex (the checker version is the memo's
-    business). Asked once for all the keys of a check, and given all its new findings at once."""
+    """Findings by check_key (the checker version is the memo's business). Asked once for all the
+    keys of a check, and given all its new findings at once."""
 
     def get_many(self, keys: Iterable[str]) -> dict[str, list[str]]: ...
 
@@ -50,6 +50,12 @@ def checker_version(screen: Screen | None = None) -> str:
         flakes = "none"
     screened = f"-{screen.version}" if screen is not None else ""
     return f"py{sys.version_info[0]}.{sys.version_info[1]}-pyflakes{flakes}{screened}-1"
+
+
+def check_key(source: bytes, filename: str) -> str:
+    """What the findings of a file depend on besides the checker: its bytes and its name (pyflakes
+    defines `__path__` only in an `__init__.py`, and names the file in what it reports)."""
+    return hashlib.sha256(filename.encode("utf-8", "surrogateescape") + b"\0" + source).hexdigest()
 
 
 def syntax_errors(source: bytes, filename: str) -> set[str]:
@@ -138,7 +144,7 @@ def _check_one(item: tuple[bytes, str]) -> list[str]:
 
 def errors_of_many(contents: Iterable[tuple[bytes, str]], memo: Memo | None = None,
                    screen: Screen | None = None) -> dict[str, set[str]]:
-    """Findings of each (content, filename), keyed by the content's sha256 hex; each content checked once."""
+    """Findings of each (content, filename), keyed by check_key; each (content, name) checked once."""
     return start_errors_of_many(contents, memo, screen).result()
 
 
@@ -189,7 +195,7 @@ def start_errors_of_many(contents: Iterable[tuple[bytes, str]], memo: Memo | Non
     """errors_of_many, begun: the memo is asked now, the rest runs until `result()`."""
     items: dict[str, tuple[bytes, str]] = {}
     for data, name in contents:
-        items.setdefault(hashlib.sha256(data).hexdigest(), (data, name))
+        items.setdefault(check_key(data, name), (data, name))
     known = memo.get_many(items) if memo is not None and items else {}
     return PendingErrors(items, {key: set(errs) for key, errs in known.items()}, memo, screen)
 

@@ -5,9 +5,9 @@ import re
 from typing import Callable
 
 from ..engine.apply import PlaceError, Placed, apply_placed, place_hunks, renumbered
-from ..errors import BadInput, BaseDrift, HunkMismatch, MissingTarget, ResultMismatch
+from ..errors import BadInput, BaseDrift, HunkMismatch, MalformedPatch, MissingTarget, ResultMismatch
 from ..fs.paths import check_member_path
-from ..queue.binarypatch import BinaryPatchError, apply_binary, git_blob_sha1
+from ..queue.binarypatch import BinaryPatchError, DeltaBaseMismatch, apply_binary, git_blob_sha1
 from ..queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
 from .names import strip_path
 from .values import Converted, FileChange, ForeignFile, ForeignPatch, Pin
@@ -152,8 +152,11 @@ def apply_foreign(
         if f.binary_patch is not None:
             try:
                 new = apply_binary(base, f.binary_patch)
-            except BinaryPatchError as exc:
+            except DeltaBaseMismatch as exc:  # made for another file: refused, as a hunk that does not fit
                 raise HunkMismatch(f"Refused: {where}: the binary patch does not apply: {exc.message} (base sha256 {actual}).") from None
+            except BinaryPatchError as exc:  # the delta itself is broken or hostile
+                raise MalformedPatch(f"Cannot import {where}: the binary patch is malformed: {exc.message}",
+                                     hint="Make the diff again with `git diff --binary`.") from None
         else:
             src_lines = split_lines(base or b"")
             if base and not base.endswith(b"\n") and any(h.anchor == "append" for h in f.hunks):

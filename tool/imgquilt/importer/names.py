@@ -4,34 +4,8 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+from ..queue.pathquote import unquote_name as _unquote
 from .values import bad as _bad
-
-_C_ESCAPES = {b"a": 7, b"b": 8, b"t": 9, b"n": 10, b"v": 11, b"f": 12, b"r": 13, b'"': 34, b"\\": 92}
-
-
-def _unquote(data: bytes) -> tuple[bytes, bytes]:
-    """Read a git C-quoted name at the start of `data`; returns (name, rest after the quote)."""
-    out = bytearray()
-    i = 1
-    while i < len(data):
-        c = data[i : i + 1]
-        if c == b'"':
-            return bytes(out), data[i + 1 :]
-        if c == b"\\":
-            nxt = data[i + 1 : i + 2]
-            if nxt in _C_ESCAPES:
-                out.append(_C_ESCAPES[nxt])
-                i += 2
-                continue
-            octal = data[i + 1 : i + 4]
-            if re.fullmatch(rb"[0-7]{3}", octal):
-                out.append(int(octal, 8))
-                i += 4
-                continue
-        out += c
-        i += 1
-    raise ValueError("unterminated quoted name")
-
 
 def _is_epoch(stamp: bytes) -> bool:
     """GNU patch reads a file whose timestamp is the Unix epoch as absent."""

@@ -24,6 +24,17 @@ def _intro_line(ln: bytes) -> bool:
     return ln.startswith(b"Index: ") or ln.startswith(b"====") or (ln.startswith(b"diff ") and not ln.startswith(b"diff --git "))
 
 
+_GIT_MODE = re.compile(rb"^[0-7]{6}$")
+
+
+def _git_mode(value: bytes, key: bytes, source: str, line: int) -> int:
+    """The permission bits of a git mode (`100644`: six octal digits, as git writes them)."""
+    if not _GIT_MODE.match(value.strip()):
+        raise _bad(source, line, f"`{key.decode().strip()}` {value[:30]!r} is not a git file mode (six octal digits, "
+                                 "such as 100644).")
+    return int(value, 8) & 0o7777
+
+
 def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
     """Split a foreign patch into its header and its file diffs."""
     lines = split_lines(data)
@@ -99,10 +110,12 @@ def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
             m = re.match(rb"^([0-9a-f]+)\.\.([0-9a-f]+)", meta[b"index "])
             if m:
                 index = (m.group(1).decode(), m.group(2).decode())
+        modes = {k: _git_mode(meta[k], k, source, start + 1) for k in (b"old mode ", b"new mode ", b"new file mode ")
+                 if k in meta}
         mode_change = None
-        if b"old mode " in meta and b"new mode " in meta:
-            mode_change = (int(meta[b"old mode "], 8) & 0o7777, int(meta[b"new mode "], 8) & 0o7777)
-        nfm = int(meta[b"new file mode "][-6:], 8) & 0o7777 if b"new file mode " in meta else None
+        if b"old mode " in modes and b"new mode " in modes:
+            mode_change = (modes[b"old mode "], modes[b"new mode "])
+        nfm = modes.get(b"new file mode ")
         files.append(
             ForeignFile(
                 old_name=old_name,

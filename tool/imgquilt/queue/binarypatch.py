@@ -4,18 +4,29 @@ A block is `literal N` (the whole new file) or `delta N` (git's copy/insert delt
 file), N the inflated size, then zlib data in git's base85 lines (first character: the line's
 byte count, A-Z = 1-26, a-z = 27-52), ended by an empty line. A second block is the reverse.
 imgquilt writes literals (both ways) with a full `index` line, which `git apply` needs.
+
+Every size a block declares is checked before the work it implies (docs/patch-format.md, "Caps"):
+a `literal`/`delta` size, and a delta's source and target sizes, at most BINARY_CAP; inflating
+stops a chunk (1 MiB) past the declared size; a varint is at most 10 bytes; a copy or insert must lie
+inside the delta, the base and the declared target size. So decoding a block never holds more
+than its declared size (plus the patch text) in memory, whatever its bytes claim.
 """
 from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import re
 import zlib
 from dataclasses import dataclass
 
 from .hunks import show_line
+from .pathquote import quote_name
 
-_BLOCK = re.compile(rb"^(literal|delta) (\d+)\r?\n?$")
+_BLOCK = re.compile(rb"^(literal|delta) (\d{1,20})\r?\n?$")
+BINARY_CAP = 1 << 30  # the largest file (or delta) a block may declare: a work-tree file's cap
+MAX_VARINT_BYTES = 10  # 64 bits in 7-bit groups: git's delta sizes
+INFLATE_CHUNK = 1 << 20
 
 
 class BinaryPatchError(ValueError):
@@ -25,6 +36,10 @@ class BinaryPatchError(ValueError):
         super().__init__(message)
         self.line = line
         self.message = message
+
+
+class DeltaBaseMismatch(BinaryPatchError):
+    """A well-formed delta made for another file (its source size is not the base's): drift, not bad input."""
 
 
 @dataclass(frozen=True)
@@ -62,11 +77,16 @@ def _line_length(c: int) -> int:
 
 
 def _read_block(lines: list[bytes], i: int) -> tuple[BinaryBlock, int]:
+    if i >= len(lines):
+        raise BinaryPatchError(i, "the binary patch ends before its `literal N` or `delta N` line.")
     m = _BLOCK.match(lines[i])
     if not m:
         raise BinaryPatchError(i + 1, f"expected `literal N` or `delta N`, found {show_line(lines[i], 40)}.")
     head = i + 1
     size = int(m.group(2))
+    if size > BINARY_CAP:
+        raise BinaryPatchError(head, f"the binary block says {size} bytes; imgquilt reads blocks of at most "
+                                     f"{BINARY_CAP} bytes.")
     i += 1
     raw = bytearray()
     while i < len(lines) and lines[i].strip(b"\r\n"):
@@ -82,13 +102,31 @@ def _read_block(lines: list[bytes], i: int) -> tuple[BinaryBlock, int]:
         i += 1
     if i < len(lines):
         i += 1  # the empty line that ends the block
-    try:
-        data = zlib.decompress(bytes(raw))
-    except zlib.error as exc:
-        raise BinaryPatchError(head, f"the binary data does not inflate ({exc}).") from None
-    if len(data) != size:
-        raise BinaryPatchError(head, f"the binary block says {size} bytes, its data holds {len(data)}.")
-    return BinaryBlock(m.group(1).decode(), data), i
+    return BinaryBlock(m.group(1).decode(), _inflate(bytes(raw), size, head)), i
+
+
+def _inflate(raw: bytes, size: int, head: int) -> bytes:
+    """The block's data, inflated a chunk at a time and no further than one chunk past its declared
+    size (a bomb stops there); held once (BytesIO hands over its buffer), never twice."""
+    inflater = zlib.decompressobj()
+    out = io.BytesIO()
+    pending, total = raw, 0
+    while True:
+        try:
+            piece = inflater.decompress(pending, INFLATE_CHUNK)
+        except zlib.error as exc:
+            raise BinaryPatchError(head, f"the binary data does not inflate ({exc}).") from None
+        total += out.write(piece)
+        if total > size:
+            raise BinaryPatchError(head, f"the binary block says {size} bytes, its data holds more.")
+        pending = inflater.unconsumed_tail
+        if inflater.eof or (not pending and len(piece) < INFLATE_CHUNK):
+            break
+    if not inflater.eof:
+        raise BinaryPatchError(head, "the binary data does not inflate (its zlib stream is cut short).")
+    if total != size:
+        raise BinaryPatchError(head, f"the binary block says {size} bytes, its data holds {total}.")
+    return out.getvalue()
 
 
 def read_binary(lines: list[bytes], i: int) -> tuple[BinaryPatch, int]:
@@ -101,29 +139,39 @@ def read_binary(lines: list[bytes], i: int) -> tuple[BinaryPatch, int]:
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
+    value = 0
+    for k in range(MAX_VARINT_BYTES):
         if pos >= len(data):
             raise BinaryPatchError(0, "the binary delta ends inside its header.")
         b = data[pos]
         pos += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
+        value |= (b & 0x7F) << (7 * k)
         if not b & 0x80:
             return value, pos
+    raise BinaryPatchError(0, f"a size in the binary delta's header runs past {MAX_VARINT_BYTES} bytes.")
 
 
 def apply_delta(base: bytes, delta: bytes) -> bytes:
-    """git's delta: source size, target size, then copy (from base) and insert instructions."""
+    """git's delta: source size, target size, then copy (from base) and insert instructions.
+
+    Each instruction is checked against the delta, the base and the declared target size before it
+    is carried out: the result never grows past what the header declares (at most BINARY_CAP)."""
     src_size, pos = _varint(delta, 0)
     dst_size, pos = _varint(delta, pos)
     if src_size != len(base):
-        raise BinaryPatchError(0, f"the binary delta was made for {src_size} bytes, the file has {len(base)}.")
-    out = bytearray()
-    while pos < len(delta):
+        raise DeltaBaseMismatch(0, f"the binary delta was made for {src_size} bytes, the file has {len(base)}.")
+    if dst_size > BINARY_CAP:
+        raise BinaryPatchError(0, f"the binary delta says its result is {dst_size} bytes; imgquilt makes files "
+                                  f"of at most {BINARY_CAP} bytes from a binary patch.")
+    out = io.BytesIO()  # getvalue() hands over its buffer: the result is never held twice
+    written, end = 0, len(delta)
+    while pos < end:
         op = delta[pos]
         pos += 1
         if op & 0x80:
+            fields = bin(op & 0x7F).count("1")
+            if pos + fields > end:
+                raise BinaryPatchError(0, "the binary delta ends inside a copy instruction.")
             offset = size = 0
             for k in range(4):
                 if op & (1 << k):
@@ -136,15 +184,19 @@ def apply_delta(base: bytes, delta: bytes) -> bytes:
             size = size or 0x10000
             if offset + size > len(base):
                 raise BinaryPatchError(0, "the binary delta copies past the end of the file.")
-            out += base[offset : offset + size]
+            chunk = memoryview(base)[offset : offset + size]
         elif op:
-            out += delta[pos : pos + op]
-            pos += op
+            if pos + op > end:
+                raise BinaryPatchError(0, "the binary delta ends inside an insert instruction.")
+            chunk, pos = delta[pos : pos + op], pos + op
         else:
             raise BinaryPatchError(0, "the binary delta holds a reserved instruction (0).")
-    if len(out) != dst_size:
-        raise BinaryPatchError(0, f"the binary delta gives {len(out)} bytes, it says {dst_size}.")
-    return bytes(out)
+        if written + len(chunk) > dst_size:
+            raise BinaryPatchError(0, f"the binary delta gives more than the {dst_size} bytes it says.")
+        written += out.write(chunk)
+    if written != dst_size:
+        raise BinaryPatchError(0, f"the binary delta gives {written} bytes, it says {dst_size}.")
+    return out.getvalue()
 
 
 def apply_binary(base: bytes | None, patch: BinaryPatch) -> bytes:
@@ -168,8 +220,7 @@ def _encode(kind: str, data: bytes) -> bytes:
 
 def render_binary(path: str, old: bytes | None, new: bytes | None, mode: int | None = None) -> bytes:
     """A `diff --git` file diff with a full index line and literal blocks both ways (as `git apply` wants)."""
-    name = path.encode("utf-8", "surrogateescape")
-    head = [b"diff --git a/" + name + b" b/" + name + b"\n"]
+    head = [b"diff --git " + quote_name(f"a/{path}") + b" " + quote_name(f"b/{path}") + b"\n"]
     if old is None:
         head.append(b"new file mode 100755\n" if mode and mode & 0o111 else b"new file mode 100644\n")
     elif new is None:

@@ -31,8 +31,20 @@ BodyCheck = Callable[[Path, list[Patch]], list[str]]
 
 
 def check_queue(root: Path, bodies: BodyCheck | None = None) -> tuple[list[str], list[Patch]]:
-    """Every problem found (empty: the queue is sound) and the patches that parsed, in order."""
+    """Every problem found (empty: the queue is sound) and the patches that parsed, in order.
+
+    First what an interrupted command left is cleaned up where the queue can be written (see
+    queue.interrupted); what is left of it is a problem."""
+    from .interrupted import leftovers, recover
+
     problems: list[str] = []
+    try:
+        recover(root)
+    except OSError:
+        pass  # a read-only queue: reported below
+    except ImgquiltError as exc:  # a journal imgquilt did not write: never acted on
+        problems.append(exc.message)
+    problems += [p for p in leftovers(root) if not problems or "journal" not in p]
     series_file = root / "series"
     try:
         series_bytes = read_regular_file(series_file) or b""

@@ -13,6 +13,7 @@ import re
 
 from .hunks import Hunk, HunkLine, split_lines
 from .hunkread import is_file_start, read_hunks
+from .pathquote import quote_name
 
 _HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
@@ -111,13 +112,16 @@ def format_hunks(hunks: list[Hunk] | tuple[Hunk, ...]) -> bytes:
     return b"".join(out)
 
 
+def diff_names(path: str, old_absent: bool, new_absent: bool) -> bytes:
+    """The `---`/`+++` lines of a file diff (a/, b/ or /dev/null; a name git would quote, quoted)."""
+    old_name = b"/dev/null" if old_absent else quote_name(f"a/{path}")
+    new_name = b"/dev/null" if new_absent else quote_name(f"b/{path}")
+    return b"--- " + old_name + b"\n+++ " + new_name + b"\n"
+
+
 def unified_diff(old: bytes | None, new: bytes | None, path: str, context: int = 3) -> bytes:
     """A whole file diff: `---`/`+++` lines (a/, b/ or /dev/null) and its hunks."""
-    old_name = "/dev/null" if old is None else f"a/{path}"
-    new_name = "/dev/null" if new is None else f"b/{path}"
-    head = f"--- {old_name}\n+++ {new_name}\n".encode("utf-8", "surrogateescape")
-    return head + format_hunks(diff_hunks(old, new, context))
-
+    return diff_names(path, old is None, new is None) + format_hunks(diff_hunks(old, new, context))
 
 
 def header_for(h: Hunk) -> bytes:

@@ -11,10 +11,11 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import MalformedPatch, UnsafePath
 from ..fs.paths import check_member_path
-from .difftext import format_hunks, unified_diff
+from .difftext import diff_names, format_hunks, unified_diff
 from .hunkread import HunkTextError, is_file_start, read_hunks
 from .binarypatch import BinaryPatch, BinaryPatchError, is_binary, read_binary, render_binary
 from .hunks import ABSENT, Hunk, sha256_hex, show_line, split_lines
+from .pathquote import quote_name, read_name, unquote_name
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _FIELD = re.compile(rb"^([A-Za-z][A-Za-z0-9_-]*):[ \t]?(.*?)\r?\n?$", re.S)
@@ -144,9 +145,12 @@ def _hash_field(name: str, path: str, key: str, value: str | None) -> str:
     return value
 
 
-def _diff_name(line: bytes) -> str:
-    """The name on a `---`/`+++` line, without a timestamp (after a tab)."""
-    return line[4:].split(b"\t", 1)[0].rstrip(b"\n").decode("utf-8", "surrogateescape")
+def _diff_name(name: str, path: str, line: bytes) -> str:
+    """The name on a `---`/`+++` line (C-quoted or bare), without a timestamp (after a tab)."""
+    try:
+        return read_name(line[4:].rstrip(b"\n"))[0]
+    except ValueError:
+        raise _bad(name, f"section {path!r}: the name on {line[:60]!r} opens a quote it does not close.") from None
 
 
 def _parse_hunks(name: str, path: str, lines: list[bytes]) -> tuple[str, str, tuple[Hunk, ...]]:
@@ -165,7 +169,7 @@ def _parse_hunks(name: str, path: str, lines: list[bytes]) -> tuple[str, str, tu
     stray = next((ln for ln in lines[end:] if ln.startswith((b"@@", b"+++ ", b"--- ", b"*** ", b"diff "))), None)
     if stray is not None:  # GNU patch would read it as more diff; imgquilt would not
         raise _bad(name, f"section {path!r}: stray diff line {show_line(stray.rstrip(), 60)} after its hunks.")
-    return _diff_name(lines[0]), _diff_name(lines[1]), tuple(hunks)
+    return _diff_name(name, path, lines[0]), _diff_name(name, path, lines[1]), tuple(hunks)
 
 
 _MODE = re.compile(r"^0?[0-7]{3}$")
@@ -203,11 +207,16 @@ def _same_file(name: str, path: str, side: str, diff_name: str, strip: int | Non
 
 def _parse_section(name: str, raw: bytes, strip: int | None = None) -> FileSection:
     lines = split_lines(raw)
-    path = lines[0][len(b"Index: "):].rstrip(b"\r\n").decode("utf-8", "surrogateescape")
-    try:
-        path = check_member_path(path, what=f"path in patch {name}")
-    except MalformedPatch:
-        raise
+    index = lines[0][len(b"Index: "):].rstrip(b"\r\n")
+    if index.startswith(b'"'):  # a name holding a tab, a newline or a quote (pathquote)
+        try:
+            quoted, rest = unquote_name(index)
+        except ValueError:
+            raise _bad(name, f"the quoted name on {lines[0][:60]!r} is not closed.") from None
+        if rest:
+            raise _bad(name, f"text after the quoted name on {lines[0][:60]!r}.")
+        index = quoted
+    path = check_member_path(index.decode("utf-8", "surrogateescape"), what=f"path in patch {name}")
     fields: dict[str, str] = {}
     extra: list[tuple[str, str]] = []
     i = 1
@@ -247,7 +256,7 @@ def _parse_binary(
 ) -> FileSection:
     """A section holding `diff --git` + `GIT binary patch`: a whole-file change pinned like any other."""
     names = lines[i].rstrip(b"\r\n")[len(b"diff --git "):]
-    if names not in (f"a/{path} b/{path}".encode("utf-8", "surrogateescape"), f"{path} {path}".encode("utf-8", "surrogateescape")):
+    if names not in (quote_name(f"a/{path}") + b" " + quote_name(f"b/{path}"), quote_name(path) + b" " + quote_name(path)):
         # one meaning for every tool: git apply would patch the file these names give
         raise _bad(name, f"section {path!r}: its `diff --git` names {names.decode('latin-1')!r} do not name its Index path.")
     i += 1
@@ -325,15 +334,14 @@ def render_section(path: str, old: bytes | None, new: bytes | None, mode: int | 
     `hunks` (checked by the caller to turn `old` into `new`) are written as given instead of a
     fresh diff: import keeps a foreign patch's hunk text, renumbered to where it applies.
     """
-    head = f"Index: {path}\nBase-SHA256: {sha256_hex(old)}\nPatched-SHA256: {sha256_hex(new)}\n"
+    head = b"Index: " + quote_name(path) + f"\nBase-SHA256: {sha256_hex(old)}\nPatched-SHA256: {sha256_hex(new)}\n".encode()
     if mode is not None and old is None and new is not None:
-        head += f"Mode: {mode:04o}\n"
+        head += f"Mode: {mode:04o}\n".encode()
     if is_binary(old) or is_binary(new):
-        return head.encode("utf-8", "surrogateescape") + render_binary(path, old, new, mode)
+        return head + render_binary(path, old, new, mode)
     if hunks is None:
-        return head.encode("utf-8", "surrogateescape") + unified_diff(old, new, path)
-    names = f"--- {'/dev/null' if old is None else 'a/' + path}\n+++ {'/dev/null' if new is None else 'b/' + path}\n"
-    return (head + names).encode("utf-8", "surrogateescape") + format_hunks(hunks)
+        return head + unified_diff(old, new, path)
+    return head + diff_names(path, old is None, new is None) + format_hunks(hunks)
 
 
 def make_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None, hunks: tuple[Hunk, ...] | None = None) -> FileSection:

@@ -80,7 +80,11 @@ class Queue:
 
 
 def load_queue(root: Path) -> Queue:
-    """Read series and every patch it lists (strictly: a missing or malformed patch is an error)."""
+    """Read series and every patch it lists (strictly: a missing or malformed patch is an error),
+    after cleaning up what an interrupted command left (an import is undone, dead temps go)."""
+    from .interrupted import recover
+
+    recover(root)
     series_file = root / "series"
     series_bytes = read_regular_file(series_file) or b""
     entries = parse_series(series_bytes, source=str(series_file))

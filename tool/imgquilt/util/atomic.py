@@ -2,9 +2,15 @@
 
 The one place that does this dance for paths (atomic_write) and for names in a directory fd
 (write_atomic_at, for trees read and written with O_NOFOLLOW).
+
+A temp file is named `.NAME.imgquilt-XXXXXXXX.tmp` (NAME cut to TEMP_NAME_BYTES, so a long name
+still leaves room) and flock'ed by its writer until it is renamed: a command killed mid-write
+leaves one that nobody holds, which the next command may remove (queue.interrupted) without ever
+taking a live writer's file.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -27,9 +33,19 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+TEMP_NAME_BYTES = 200  # of NAME in a temp name: the rest (prefix, marker, suffix) stays under 255
+TEMP_MARK = ".imgquilt-"
+
+
+def temp_prefix(name: str) -> str:
+    """`.NAME.imgquilt-` with NAME cut (on a character boundary) to TEMP_NAME_BYTES bytes."""
+    raw = name.encode("utf-8", "surrogateescape")[:TEMP_NAME_BYTES]
+    return "." + raw.decode("utf-8", "ignore") + TEMP_MARK
+
+
 def write_atomic_at(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> None:
     """Replace `name` in the directory `dir_fd` whole, never through a symlink: temp beside it, fsync, rename."""
-    tmp = f".{name}.imgquilt-tmp"
+    tmp = temp_prefix(name) + "tmp"
     with suppress(FileNotFoundError):
         os.unlink(tmp, dir_fd=dir_fd)  # left by a crash
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
@@ -55,9 +71,10 @@ def atomic_file(dest: Path, mode: int = 0o644, *, durable: bool = True) -> Itera
     `durable=False` skips the fsyncs: for cache entries that carry their own checksum, where a
     crash may lose an entry but never makes a wrong one pass."""
     dest = Path(dest)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent or ".")
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(dest.name), suffix=".tmp", dir=dest.parent or ".")
     try:
-        with os.fdopen(fd, "wb") as f:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held until after the rename: a sweeper never takes a live temp
+        with os.fdopen(os.dup(fd), "wb") as f:
             yield f
             f.flush()
             if durable:
@@ -72,6 +89,8 @@ def atomic_file(dest: Path, mode: int = 0o644, *, durable: bool = True) -> Itera
         except FileNotFoundError:
             pass
         raise
+    finally:
+        os.close(fd)
 
 
 def atomic_write(dest: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:

@@ -49,21 +49,36 @@ def _read(name: str, dir_fd: int | None, *, shown: str, cap: int, follow: bool) 
 
 
 def read_capped(f, *, shown: str, cap: int) -> bytes:
-    """Read an open file whole, only if it is a regular file of at most `cap` bytes."""
-    _check_regular(f.fileno(), shown=shown, cap=cap)
+    """Read an open file whole, only if it is a regular file of at most `cap` bytes.
+
+    Reads what fstat says it holds (plus one byte, to see it grow), never `cap` bytes at once: a
+    read reserves its whole size, and the caps (4 GiB for an object) are far above what files hold."""
+    size = _check_regular(f.fileno(), shown=shown, cap=cap)
     os.set_blocking(f.fileno(), True)
-    data = f.read(cap + 1)
+    data = f.read(size + 1)
+    if len(data) > size:  # it grew while we read: take the rest in bounded reads, up to the cap
+        parts = [data]
+        total = len(data)
+        while total <= cap:
+            more = f.read(min(1 << 20, cap + 1 - total))
+            if not more:
+                break
+            parts.append(more)
+            total += len(more)
+        data = b"".join(parts)
     if len(data) > cap:
         raise BadInput(f"{shown} grew past {cap} bytes while it was read.")
     return data
 
 
-def _check_regular(fd: int, *, shown: str, cap: int) -> None:
+def _check_regular(fd: int, *, shown: str, cap: int) -> int:
+    """The size of the regular file open at `fd`; anything else, or a size over `cap`, is exit 6."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise BadInput(f"{shown} is not a regular file (a directory, FIFO, socket or device); imgquilt does not read it.",
                        hint=f"Replace {shown} with a regular file.")
     if st.st_size > cap:
         raise BadInput(f"{shown} is {st.st_size} bytes, more than imgquilt reads ({cap} bytes).")
+    return st.st_size
 
 

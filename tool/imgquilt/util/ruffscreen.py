@@ -10,12 +10,20 @@ probe line, an undefined name of our own, and a file whose probe ruff did not re
 not read, such as a non-UTF-8 source, or one with a star import) is flagged too. Anything unexpected
 (no ruff binary, an exit other than 0, output that does not parse) makes the screen step aside:
 every file then goes through pyflakes, as without ruff.
+
+Where ruff is more lenient than pyflakes it could hide a finding, so:
+- names ruff takes as always defined and pyflakes does not (RUFF_ONLY_NAMES: `__cached__`,
+  `__warningregistry__`, ...) flag every file that mentions them at all; tests/test_ruffscreen.py
+  compares the two lists of the installed versions, so a release that adds one fails there first;
+- ruff is taken only from the environment imgquilt runs in (the `ruff` package's own binary, as
+  `ruff.find_ruff_bin()` finds it, or the one beside this interpreter), never from PATH: a `ruff`
+  earlier on PATH that answers only the probe would pass every file.
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
+import re
 import subprocess
 import sys
 import tempfile
@@ -23,16 +31,22 @@ from pathlib import Path
 from typing import Callable
 
 CODES = "F821,F822,F823"
+# defined for ruff (builtins, module globals of some Python) but undefined for pyflakes 3-4
+RUFF_ONLY_NAMES = ("__cached__", "__lazy_import__", "__warningregistry__", "sentinel")
+_RUFF_ONLY = re.compile(rb"(?<![A-Za-z0-9_])(?:" + b"|".join(n.encode() for n in RUFF_ONLY_NAMES) + rb")(?![A-Za-z0-9_])")
 PROBE = "__imgquilt_screen_probe__"
 TIMEOUT = 120  # seconds; ruff reads a megabyte of Python in milliseconds
 
 
 def find_ruff() -> str | None:
-    """The ruff binary beside this interpreter (a venv or an install), else on PATH."""
-    beside = Path(sys.executable).parent / "ruff"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("ruff")
+    """The `ruff` package's own binary in this environment (never a PATH lookup), else None."""
+    try:
+        from ruff import find_ruff_bin
+
+        found = find_ruff_bin()
+    except (ImportError, OSError):
+        found = str(Path(sys.executable).parent / "ruff")
+    return found if os.path.isfile(found) and os.access(found, os.X_OK) else None
 
 
 def _scratch() -> str | None:
@@ -91,7 +105,8 @@ class RuffScreen:
                     (probed if is_probe else flagged).add(i)
             except (ValueError, KeyError, TypeError):
                 return None
-            return flagged | (set(range(len(files))) - probed)
+            lenient = {i for i, (data, _name) in enumerate(items) if _RUFF_ONLY.search(data)}
+            return flagged | lenient | (set(range(len(files))) - probed)
 
         return result
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..audit import AuditReport, audit_source
+from ..audit import STATES, AuditReport, audit_source
 from ..errors import BadInput, ImgquiltError, UsageError
 from ..fs.types import Source
 from ..image.registry.blob_memo import shared_downloads
@@ -33,8 +33,13 @@ class FleetEntry:
 
 def read_image_list(path: Path) -> list[str]:
     """`--images-from FILE`: one reference per line; blank lines and `#` comments are skipped."""
+    from ..util.regular import read_regular_file
+
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_regular_file(path)  # a FIFO or device is exit 6, never a hang
+        if data is None:
+            raise FileNotFoundError(2, "no such file")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"--images-from {path}: cannot be read ({exc.__class__.__name__}: {exc}).") from None
     refs = []
@@ -114,10 +119,81 @@ def not_as_expected(doc: dict[str, Any], expect: str) -> bool:
     return bool(doc.get("patches")) and any(p["state"] != expect for p in doc["patches"])
 
 
+MAX_DEPTH = 64  # an audit document nests six levels; a shard nested deeper is not one
+EXPECTS = ("live", "pending")
+
+
+def parse_shard(name: str, data: bytes) -> Any:
+    """A shard's JSON: strict (no NaN or Infinity, no lone surrogate, bounded nesting), else BadInput."""
+    import json
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"{constant} is not JSON")
+
+    try:
+        doc = json.loads(data, parse_constant=refuse)
+    except RecursionError:
+        raise BadInput(f"--merge {name}: nested too deeply to be an imgquilt audit document.") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadInput(f"--merge {name}: not JSON ({exc}).", hint="Merge what `imgquilt audit --json` printed.") from None
+    problem = _json_problem(doc, 0)
+    if problem:
+        raise BadInput(f"--merge {name}: {problem}.", hint="Merge what `imgquilt audit --json` printed.")
+    return doc
+
+
+def _json_problem(value: Any, depth: int) -> str | None:
+    if depth > MAX_DEPTH:
+        return f"nested more than {MAX_DEPTH} levels deep"
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "a string holds a lone surrogate (not UTF-8)"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        problem = _json_problem(key, depth + 1) if isinstance(key, str) else None
+        problem = problem or _json_problem(item, depth + 1)
+        if problem:
+            return problem
+    return None
+
+
+def _shape_problem(part: Any) -> str | None:
+    """What in one image's document is not as `audit --json` writes it (only what the matrix reads)."""
+    if not isinstance(part, dict):
+        return "an image's document is not a JSON object"
+    patches = part.get("patches", [])
+    if not isinstance(patches, list):
+        return "`patches` is not a list"
+    for p in patches:
+        if not (isinstance(p, dict) and isinstance(p.get("name"), str) and isinstance(p.get("state"), str)):
+            return "a patch entry lacks a string `name` and `state`"
+        if p["state"] not in STATES:
+            return f"a patch's state is not one of {', '.join(STATES)}"
+    image = part.get("image", {})
+    if image is not None and not isinstance(image, dict):
+        return "`image` is not an object"
+    if isinstance(image, dict) and not isinstance(image.get("ref"), (str, type(None))):
+        return "`image.ref` is not a string"
+    if not isinstance(part.get("ref"), (str, type(None))):
+        return "`ref` is not a string"
+    if not isinstance(part.get("series_sha256"), (str, type(None))):
+        return "`series_sha256` is not a string"
+    error = part.get("error")
+    if error is not None and not (isinstance(error, dict) and isinstance(error.get("message", ""), str)):
+        return "`error` is not an error object with a string `message`"
+    if part.get("expect", "live") not in EXPECTS:
+        return f"`expect` is not one of {', '.join(EXPECTS)}"
+    return None
+
+
 def merge_documents(docs: Sequence[tuple[str, Any]], expect: str | None) -> dict[str, Any]:
     """One fleet document from shards' documents (`docs`: (file name, parsed JSON)).
 
     Every shard must have audited the same series, with the same --expect (unless `expect` overrides).
+    A document not shaped as `audit --json` writes it is BadInput naming what is wrong.
     """
     images: list[dict[str, Any]] = []
     expects: set[str] = set()
@@ -126,17 +202,20 @@ def merge_documents(docs: Sequence[tuple[str, Any]], expect: str | None) -> dict
             raise BadInput(f"{name}: not an imgquilt audit document (a JSON object is expected).")
         if isinstance(doc.get("images"), list):
             parts = doc["images"]
-            expects.add(str(doc.get("expect", "live")))
         elif "patches" in doc or "error" in doc:
             # a single image's document: its own verdict (exit 5) is the matrix's to give again
             parts = [{k: v for k, v in doc.items() if k != "error"} if doc.get("patches") else doc]
-            expects.add(str(doc.get("expect", "live")))
         else:
             raise BadInput(f"{name}: not an imgquilt audit document (neither `images` nor `patches`).",
                            hint="Merge what `imgquilt audit --json` printed for each shard.")
+        if doc.get("expect", "live") not in EXPECTS:
+            raise BadInput(f"{name}: not an imgquilt audit document (`expect` is not one of {', '.join(EXPECTS)}).")
+        expects.add(doc.get("expect", "live"))
         for part in parts:
-            if not isinstance(part, dict) or not isinstance(part.get("patches", []), list):
-                raise BadInput(f"{name}: an entry of `images` is not an audit document.")
+            problem = _shape_problem(part)
+            if problem:
+                raise BadInput(f"{name}: not an imgquilt audit document ({problem}).",
+                               hint="Merge what `imgquilt audit --json` printed for each shard.")
             images.append(part)
     series = {d["series_sha256"] for d in images if d.get("series_sha256")}
     if len(series) > 1:

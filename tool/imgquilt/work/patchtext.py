@@ -11,7 +11,10 @@ from ..queue.patchfile import Header, Patch, parse_patch
 
 def check_patch_name(name: str) -> str:
     """A patch name for series and patches/: a safe relative path, no spaces, `#` or hidden parts."""
-    bad = not name or any(c.isspace() for c in name) or "#" in name or name.startswith("-")
+    bad = not name or any(c.isspace() for c in name) or "#" in name or name.startswith("-") or not name.isprintable()
+    if not bad and any(len(p.encode("utf-8", "surrogateescape")) > 255 for p in name.split("/")):
+        raise UsageError(f"Unusable patch name {name[:80]!r}...: a part of it is longer than 255 bytes, more than a "
+                         "file name may be.", hint="Pick a shorter name, e.g. 0003-fix-port.patch.")
     if not bad:
         norm = check_member_path(name, what="patch name")
         bad = norm != name or any(p.startswith(".") for p in norm.split("/"))

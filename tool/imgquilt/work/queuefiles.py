@@ -39,6 +39,10 @@ class QueueFiles:
 
     def insert(self, names: list[str], after: str | None) -> None:
         """Insert names after `after` (None: before the first patch)."""
+        atomic_write(self.series_path, self.inserted(names, after))
+
+    def inserted(self, names: list[str], after: str | None) -> bytes:
+        """The series bytes with `names` inserted after `after` (None: before the first patch); nothing written."""
         lines = self._lines()
         entries = self.entries()
         if after is not None:
@@ -48,7 +52,7 @@ class QueueFiles:
         if at > 0 and not lines[at - 1].endswith(("\n", "\r")):
             lines[at - 1] += "\n"
         lines[at:at] = [n + "\n" for n in names]
-        self._write_lines(lines)
+        return self._joined(lines)
 
     def remove(self, name: str) -> None:
         lines = self._lines()
@@ -68,9 +72,13 @@ class QueueFiles:
         return self.series_bytes().decode("utf-8", "surrogateescape").splitlines(keepends=True)
 
     def _write_lines(self, lines: list[str]) -> None:
+        atomic_write(self.series_path, self._joined(lines))
+
+    @staticmethod
+    def _joined(lines: list[str]) -> bytes:
         if lines and not lines[-1].endswith(("\n", "\r")):
             lines[-1] += "\n"
-        atomic_write(self.series_path, "".join(lines).encode("utf-8", "surrogateescape"))
+        return "".join(lines).encode("utf-8", "surrogateescape")
 
     # --- patches/ -----------------------------------------------------------------------
     def exists(self, name: str) -> bool:
@@ -88,6 +96,9 @@ class QueueFiles:
         dest = self.patches_dir / patch.name
         dest.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(dest, patch.raw)
+
+    def write_series(self, data: bytes) -> None:
+        atomic_write(self.series_path, data)
 
     def remove_patch(self, name: str, *, missing_ok: bool = False) -> None:
         (self.patches_dir / name).unlink(missing_ok=missing_ok)

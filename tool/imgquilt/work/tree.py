@@ -5,10 +5,10 @@ importing); WorkTree's methods of the same names call them.
 """
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from contextlib import contextmanager
 from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ..errors import BadInput, UsageError
 from ..store import ObjectStore
@@ -84,9 +84,15 @@ class WorkTree:
         """The files patch `name` tracks, as they were before it (only for applied patches)."""
         return self.record.snapshot(name)
 
-    def locked(self) -> AbstractContextManager[None]:
-        """Hold the work-tree lock: one changing command at a time."""
-        return self.record.locked()
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the work-tree lock: one changing command at a time, after cleaning up what an
+        interrupted one left (queue.interrupted: dead temp files, an import to undo)."""
+        from ..queue.interrupted import recover
+
+        with self.record.locked():
+            recover(self.root)
+            yield
 
     def remembered_image(self) -> str | None:
         return self.record.remembered_image()

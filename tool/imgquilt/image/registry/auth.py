@@ -3,10 +3,17 @@
 A `WWW-Authenticate: Bearer realm=...,service=...,scope=...` challenge sends us to the realm for a
 token (GET with `service` and each `scope`, Basic credentials if we have any; the answer's `token` or
 `access_token`). Tokens are cached per set of scopes until shortly before they expire.
+
+The realm is the registry's word for where its tokens come from, so it may be another host (Docker
+Hub's is auth.docker.io), as docker and podman allow; but it must be an http(s) URL, and Basic
+credentials go to it only over HTTPS unless the registry itself is reached over plain HTTP (a
+loopback or `insecure` one): an HTTPS registry cannot send them out in clear. The token answer is
+capped at TOKEN_CAP bytes.
 """
 from __future__ import annotations
 
 import base64
+import json
 import re
 import threading
 import time
@@ -21,6 +28,7 @@ from .problems import registry_messages
 
 _PARAM = re.compile(r'([A-Za-z][A-Za-z0-9_-]*)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^,\s]*))')
 _EXPIRY_MARGIN = 10.0  # seconds: fetch a new token this long before the old one expires
+TOKEN_CAP = 1 << 20  # a token answer is a JWT in a small JSON document
 
 
 @dataclass(frozen=True)
@@ -58,12 +66,13 @@ def basic_header(credentials: Credentials) -> str:
 class Authenticator:
     """The Authorization header for a set of scopes on one registry, fetching tokens as needed."""
 
-    def __init__(self, registry: str, credentials: Credentials | None,
-                 send: Callable[[httpx.Request], httpx.Response], build: Callable[..., httpx.Request]) -> None:
+    def __init__(self, registry: str, credentials: Credentials | None, send: Callable[..., httpx.Response],
+                 build: Callable[..., httpx.Request], base_url: Callable[[], str]) -> None:
         self.registry = registry
         self.credentials = credentials
         self._send = send
         self._build = build
+        self._base_url = base_url
         self.challenge: Challenge | None = None
         self._tokens: dict[tuple[str, ...], tuple[str, float]] = {}
         self._lock = threading.Lock()
@@ -111,27 +120,34 @@ class Authenticator:
         params.extend(("scope", s) for s in scopes)
         headers = {}
         if self.credentials:
+            if realm.startswith("http://") and self._base_url().startswith("https://"):
+                raise BadImage(f"The registry {self.registry} asks for a Bearer token from {realm}, over plain "
+                               "HTTP; imgquilt does not send your credentials there in clear.",
+                               hint="The registry's auth configuration is broken (its realm should be https://); "
+                                    "tell its operator.")
             params.append(("account", self.credentials.username))
             headers["Authorization"] = basic_header(self.credentials)
-        response = self._send(self._build("GET", realm, params=params, headers=headers))
+        response = self._send(self._build("GET", realm, params=params, headers=headers), body_cap=TOKEN_CAP)
+        if response.status_code != 200:
+            said = registry_messages(response) or response.text[:300].strip()
+            who = f"the credentials from {self.credentials.source}" if self.credentials else "anonymous access"
+            raise BadImage(
+                f"The token service of {self.registry} ({realm}) refused {who} for {' '.join(scopes)} "
+                f"({response.status_code}).{' It says: ' + said + '.' if said else ''}",
+                hint=f"Log in (`podman login {self.registry}`) or fix the credentials in REGISTRY_AUTH_FILE, "
+                     "containers/auth.json or ~/.docker/config.json.")
+        if response.extensions.get("imgquilt_cut"):
+            raise BadImage(f"The token service of {self.registry} ({realm}) answered with more than {TOKEN_CAP} "
+                           "bytes; imgquilt does not read it.", hint="The registry's auth service is broken; tell its operator.")
         try:
-            if response.status_code != 200:
-                said = registry_messages(response) or response.text[:300].strip()
-                who = f"the credentials from {self.credentials.source}" if self.credentials else "anonymous access"
-                raise BadImage(
-                    f"The token service of {self.registry} ({realm}) refused {who} for {' '.join(scopes)} "
-                    f"({response.status_code}).{' It says: ' + said + '.' if said else ''}",
-                    hint=f"Log in (`podman login {self.registry}`) or fix the credentials in REGISTRY_AUTH_FILE, "
-                         "containers/auth.json or ~/.docker/config.json.")
-            try:
-                answer = response.json()
-                token = answer.get("token") or answer.get("access_token")
-                lifetime = float(answer.get("expires_in") or 60)
-            except (ValueError, AttributeError, TypeError):
-                token = None
-            if not isinstance(token, str) or not token:
-                raise BadImage(f"The token service of {self.registry} ({realm}) gave no token.",
-                               hint="The registry's auth service is broken; tell its operator.")
-            return token, lifetime
-        finally:
-            response.close()
+            answer = json.loads(response.content)
+            token = answer.get("token") or answer.get("access_token")
+            lifetime = float(answer.get("expires_in") or 60)
+            if not 0 <= lifetime < 1e9:
+                lifetime = 60.0
+        except (ValueError, AttributeError, TypeError):
+            token = None
+        if not isinstance(token, str) or not token or not token.isprintable() or not token.isascii():
+            raise BadImage(f"The token service of {self.registry} ({realm}) gave no token.",
+                           hint="The registry's auth service is broken; tell its operator.")
+        return token, lifetime

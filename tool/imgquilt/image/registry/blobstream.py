@@ -1,5 +1,8 @@
 """A blob streamed from a registry, hashed as it is read: the end (b"") only after size and digest match.
 
+Every chunk is awaited under the request's deadline (deadline.py): the first IMGQUILT_REGISTRY_DEADLINE
+seconds plus one second per MIN_RATE bytes received, so a trickling registry is cut off.
+
 Same small interface as the local raw streams (`read`, `readinto`, `skip`, `peek`, `drain`, `close`),
 so layer readers take it where they take a file range (a layer download is read ahead by
 layers.readahead.ReadAhead, which the decompressing thread reads). Reads are serialised by a lock;
@@ -14,6 +17,7 @@ import httpx
 
 from ...errors import BadImage
 from ..digests import CopyCheck, new_hasher, verify_digest
+from .deadline import DEADLINE_ENV, Deadline, DeadlinePolicy
 
 CHUNK = 1 << 20
 
@@ -23,8 +27,10 @@ class RegistryBlobStream:
 
     seekable = False
 
-    def __init__(self, response: httpx.Response, digest: str, *, size: int | None, what: str) -> None:
+    def __init__(self, response: httpx.Response, digest: str, *, size: int | None, what: str,
+                 deadline: Deadline | None = None) -> None:
         self.digest = digest
+        self.deadline = deadline or DeadlinePolicy().start()
         self.size = size
         self.what = what
         self._response = response
@@ -54,10 +60,20 @@ class RegistryBlobStream:
         while not self._eof and len(self._buffer) < want:
             if self._closed:
                 raise BadImage(f"The download of the {self.what} {self.digest} was closed before its end.")
+            received = self.bytes_read + len(self._buffer)
             try:
-                chunk = next(self._chunks, None)
+                with self.deadline.active(received):
+                    chunk = next(self._chunks, None)
+                if chunk and self.deadline.passed(received + len(chunk)):
+                    raise httpx.ReadTimeout("the download ran past its deadline")
             except httpx.HTTPError as exc:
                 self.close()
+                if self.deadline.passed(received):
+                    policy = self.deadline.policy
+                    raise BadImage(f"The download of the {self.what} {self.digest} was too slow: {received} bytes "
+                                   f"after {policy.seconds:g} s plus one per {policy.min_rate} bytes. Nothing from it "
+                                   "was used.", hint=f"The registry trickles or the network is congested; try again "
+                                                      f"(or allow more time with {DEADLINE_ENV}=SECONDS).") from None
                 raise BadImage(f"The {self.what} {self.digest} was cut off mid-download: "
                                f"{exc.__class__.__name__}: {exc}. Nothing from it was used.",
                                hint="The registry or the network failed mid-download; try again.") from None

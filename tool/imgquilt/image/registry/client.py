@@ -4,6 +4,14 @@ One httpx.Client per registry, so connections are reused; bounded retries with b
 and connection errors; every manifest and blob checked against its digest. Which scheme: HTTPS with
 verification, except for loopback hosts, `tls_verify=False` or `insecure = true` in registries.conf,
 where HTTPS is tried without verification and plain HTTP is used if it fails, as docker and podman do.
+
+What the registry is trusted with and for: credentials (Basic, or the Bearer token they buy) go
+only to the origin (scheme, host, port) whose challenge they answer; a blob redirect elsewhere (a
+CDN) is followed without them (httpx drops them), a 401 from elsewhere teaches nothing, and an
+upload `Location:` on another origin is refused before anything is sent there. Every answer is
+capped (small bodies at SMALL_BODY, manifests at MAX_MANIFEST) and every request has an overall
+deadline (deadline.py). Nothing is decoded on the way (`Accept-Encoding: identity`), so a
+compressed body cannot grow past a cap.
 """
 from __future__ import annotations
 
@@ -25,12 +33,14 @@ from .auth import Authenticator, repository_scope
 from .blobstream import RegistryBlobStream
 from .config import is_insecure
 from .credentials import Credentials, find_credentials
+from .deadline import Deadline, DeadlinePolicy, install
 from .problems import http_problem, unreachable
 from .reference import RegistryRef, is_loopback
 
 MANIFEST_TYPES = tuple(sorted(MANIFESTS | INDEXES))
 MAX_MANIFEST = 4 << 20  # the distribution spec lets registries refuse bigger ones; so do we
 UPLOAD_CHUNK = 8 << 20
+SMALL_BODY = 64 << 10  # what imgquilt reads of an answer it needs no body of (an error's JSON, /v2/)
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 _LOOKUP = object()  # "find the credentials in the usual files"
 
@@ -44,8 +54,9 @@ class RetryPolicy:
     max_delay: float = 10.0
 
     def delay(self, attempt: int, retry_after: str | None = None) -> float:
-        if retry_after and retry_after.strip().isdigit():
-            return min(float(retry_after), self.max_delay)
+        seconds = (retry_after or "").strip()
+        if seconds.isascii() and seconds.isdigit() and len(seconds) < 10:  # an HTTP-date or junk: our backoff
+            return min(float(seconds), self.max_delay)
         return min(self.base_delay * (2 ** attempt), self.max_delay)
 
 
@@ -75,6 +86,57 @@ def _media_type(response: httpx.Response) -> str:
     return response.headers.get("content-type", "").split(";", 1)[0].strip()
 
 
+def same_origin(url: httpx.URL, base: str) -> bool:
+    """Whether `url` is on the origin (scheme, host, port) `base` names."""
+    other = httpx.URL(base)
+    return (url.scheme, url.host, url.port or _PORTS.get(url.scheme)) == \
+        (other.scheme, other.host, other.port or _PORTS.get(other.scheme))
+
+
+_PORTS = {"http": 80, "https": 443}
+
+
+def read_capped(response: httpx.Response, cap: int, deadline: Deadline, what: str, *,
+                strict: bool = False) -> tuple[bytes, bool]:
+    """Up to `cap` bytes of a streamed body, as sent (nothing decoded), within the request's deadline;
+    (bytes, whether more followed). `strict`: more than `cap` is BadImage. The response is closed."""
+    data = bytearray()
+    more = False
+    try:
+        with deadline.active():
+            for chunk in response.iter_raw():
+                data += chunk
+                if len(data) > cap:
+                    more = True
+                    break
+    except httpx.HTTPError as exc:
+        if deadline.passed():
+            raise _late(what, deadline) from None
+        raise BadImage(f"Reading the {what} failed: {exc.__class__.__name__}: {exc}.", hint="Try again.") from None
+    finally:
+        response.close()
+    if more and strict:
+        raise BadImage(f"The {what} is bigger than {cap} bytes; imgquilt does not read it.",
+                       hint="The registry is misbehaving; tell its operator.")
+    return bytes(data[:cap]), more
+
+
+def _failed_url(exc: httpx.HTTPError) -> httpx.URL | None:
+    """The URL of the request that failed (after redirects: not the one sent first)."""
+    try:
+        return exc.request.url
+    except RuntimeError:
+        return None
+
+
+def _late(what: str, deadline: Deadline) -> BadImage:
+    from .deadline import DEADLINE_ENV
+
+    return BadImage(f"The registry did not finish the {what} within {deadline.policy.seconds:g} s; imgquilt "
+                    "gave up on it (it answers too slowly, or trickles).",
+                    hint=f"Try again later; {DEADLINE_ENV}=SECONDS allows more time for each request.")
+
+
 def _declared_media_type(data: bytes) -> str | None:
     try:
         declared = json.loads(data).get("mediaType")
@@ -87,10 +149,12 @@ class RegistryClient:
     """Requests to one registry; `domain` as written in references (docker.io for Docker Hub)."""
 
     def __init__(self, domain: str, *, tls_verify: bool | None = None, credentials: object = _LOOKUP,
-                 repository: str = "", retry: RetryPolicy = RetryPolicy(), timeout: float = 60.0) -> None:
+                 repository: str = "", retry: RetryPolicy = RetryPolicy(), timeout: float = 60.0,
+                 deadline: DeadlinePolicy | None = None) -> None:
         self.domain = domain
         self.host = RegistryRef(domain, "x").host
         self.retry = retry
+        self.deadline = deadline or DeadlinePolicy.from_env()
         # loopback is trusted to be plain HTTP, as docker does; otherwise only when told so
         self.insecure = tls_verify is False or is_loopback(self.host) or is_insecure(domain, repository)
         self.credentials: Credentials | None = (find_credentials(domain, repository) if credentials is _LOOKUP
@@ -98,9 +162,11 @@ class RegistryClient:
         self._http = httpx.Client(
             verify=not self.insecure, follow_redirects=False,
             timeout=httpx.Timeout(timeout, connect=min(timeout, 15.0)),
-            headers={"User-Agent": f"imgquilt/{__version__}", "Docker-Distribution-Api-Version": "registry/2.0"},
+            headers={"User-Agent": f"imgquilt/{__version__}", "Docker-Distribution-Api-Version": "registry/2.0",
+                     "Accept-Encoding": "identity"},
         )
-        self._auth = Authenticator(self.domain, self.credentials, self._send, self._http.build_request)
+        install(self._http)  # every socket read and write under the request's deadline
+        self._auth = Authenticator(self.domain, self.credentials, self._send, self._build, self._base_url)
         self._base: str | None = None
         self._ready = threading.Lock()
         self._push_repos: set[str] = set()
@@ -120,15 +186,43 @@ class RegistryClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _build(self, method: str, url: str | httpx.URL, **kwargs) -> httpx.Request:
+        """A request; a URL httpx cannot take (from a Location or a realm) is BadImage."""
+        try:
+            return self._http.build_request(method, url, **kwargs)
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol, UnicodeError, ValueError) as exc:
+            raise BadImage(f"The registry {self.domain} sent imgquilt to {str(url)[:200]!r}, which is not a usable "
+                           f"URL ({exc}).", hint="The registry is misconfigured; tell its operator.") from None
+
     def _send(self, request: httpx.Request, *, stream: bool = False, follow: bool = False,
-              attempts: int | None = None) -> httpx.Response:
-        """Send with bounded retries; a registry that stays unreachable is BadImage."""
+              attempts: int | None = None, body_cap: int = SMALL_BODY) -> httpx.Response:
+        """Send with bounded retries, all within one deadline; a registry that stays unreachable is BadImage.
+
+        Without `stream`, at most `body_cap` bytes of the answer are read (the rest is dropped, and
+        `response.extensions["imgquilt_cut"]` says so); with it, the caller reads the body."""
         attempts = attempts or self.retry.attempts
+        deadline = self.deadline.start()
+        what = f"answer to {request.method} {request.url.path}"
         for attempt in range(attempts):
             last = attempt + 1 == attempts
             try:
-                response = self._http.send(request, stream=stream, follow_redirects=follow)
+                with deadline.active(len(request.content) if request.method in ("PUT", "PATCH", "POST") else 0):
+                    response = self._http.send(request, stream=True, follow_redirects=follow)
+            except httpx.TooManyRedirects:
+                raise BadImage(f"The registry {self.domain} redirected the {what} in a loop (or more than "
+                               f"{self._http.max_redirects} times).", hint="The registry is misconfigured; tell its operator.") from None
+            except httpx.UnsupportedProtocol as exc:
+                raise BadImage(f"The registry {self.domain} redirected the {what} to a URL imgquilt does not "
+                               f"follow ({exc}).", hint="The registry is misconfigured; tell its operator.") from None
             except httpx.TransportError as exc:
+                if deadline.passed():
+                    raise _late(what, deadline) from None
+                elsewhere = _failed_url(exc)
+                if elsewhere is not None and elsewhere != request.url:
+                    raise BadImage(f"The registry {self.domain} redirected the {what} to "
+                                   f"{str(elsewhere)[:200]}, which cannot be reached ({exc.__class__.__name__}: {exc}).",
+                                   hint="The registry (or its storage backend) is misconfigured or down; tell its "
+                                        "operator, or try again later.") from None
                 # a request that may have reached the server is only re-sent if repeating it is harmless
                 repeatable = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)) or \
                     request.method in ("GET", "HEAD")
@@ -136,12 +230,21 @@ class RegistryClient:
                     raise unreachable(self.domain, exc, plain_http_allowed=self.insecure) from None
                 time.sleep(self.retry.delay(attempt))
                 continue
+            except (httpx.InvalidURL, UnicodeError, ValueError) as exc:  # a redirect's Location httpx cannot take
+                raise BadImage(f"The registry {self.domain} redirected the {what} to a URL that is not usable "
+                               f"({exc}).", hint="The registry is misconfigured; tell its operator.") from None
             if response.status_code in _RETRY_STATUS and not last:
                 wait = self.retry.delay(attempt, response.headers.get("retry-after"))
                 response.close()
+                if time.monotonic() + wait > deadline.at():
+                    raise _late(what, deadline)
                 time.sleep(wait)
                 continue
-            return response
+            if stream:
+                return response
+            body, cut = read_capped(response, body_cap, deadline, what)
+            return httpx.Response(response.status_code, headers=response.headers, content=body,
+                                  request=response.request, extensions={"imgquilt_cut": cut})
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _base_url(self) -> str:
@@ -155,7 +258,7 @@ class RegistryClient:
         schemes = ("https", "http") if self.insecure else ("https",)
         for i, scheme in enumerate(schemes):
             base = f"{scheme}://{self.host}"
-            request = self._http.build_request("GET", f"{base}/v2/")
+            request = self._build("GET", f"{base}/v2/")
             try:
                 # an HTTPS failure on a host that may be plain HTTP is not retried: try HTTP at once
                 response = self._send(request, attempts=1 if i + 1 < len(schemes) else None)
@@ -170,20 +273,28 @@ class RegistryClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _call(self, method: str, repo: str, path: str, *, what: str, headers: dict[str, str] | None = None,
-              content: bytes | None = None, params: dict[str, str] | None = None, url: str | None = None,
+              content: bytes | None = None, params: dict[str, str] | None = None, url: str | httpx.URL | None = None,
               extra_scopes: tuple[str, ...] = (), stream: bool = False, follow: bool = False) -> httpx.Response:
-        """One authenticated request about `repo`; a 401 is answered once with (new) credentials."""
+        """One authenticated request about `repo`; a 401 is answered once with (new) credentials.
+
+        Credentials go only to the registry's own origin: a `url` elsewhere (an upload Location) is
+        refused, and a 401 from elsewhere (a redirect's target) is not taken for the registry's."""
         base = self._base_url()
         scopes = (repository_scope(repo, push=repo in self._push_repos),) + extra_scopes
-        target = url or f"{base}/v2/{repo}/{path}"
+        target = self._build(method, url or f"{base}/v2/{repo}/{path}", params=params).url
+        if not same_origin(target, base):
+            raise BadImage(f"The registry {self.domain} ({base}) sent the {what} to another origin, "
+                           f"{target.scheme}://{target.netloc.decode('ascii', 'replace')}; imgquilt sends neither "
+                           "your credentials nor image content there.",
+                           hint="The registry (or a proxy in front of it) is misconfigured; tell its operator.")
         for attempt in range(2):
             all_headers = dict(headers or {})
             authorization = self._auth.authorization(scopes)
             if authorization:
                 all_headers["Authorization"] = authorization
-            request = self._http.build_request(method, target, headers=all_headers, content=content, params=params)
+            request = self._build(method, target, headers=all_headers, content=content)
             response = self._send(request, stream=stream, follow=follow)
-            if response.status_code == 401 and attempt == 0:
+            if response.status_code == 401 and attempt == 0 and same_origin(response.url, base):
                 learned = self._auth.learn(response.headers.get("www-authenticate"))
                 if learned or self._auth.challenge is not None and self._auth.challenge.scheme == "bearer":
                     self._auth.forget(scopes)  # the token may have expired: one fresh try
@@ -193,11 +304,12 @@ class RegistryClient:
         return response
 
     def _fail(self, response: httpx.Response, what: str) -> BadImage:
-        try:
-            return http_problem(response, what=what, registry=self.domain,
-                                credentials_source=self.credentials.source if self.credentials else None)
-        finally:
-            response.close()
+        if not response.is_stream_consumed:  # a streamed answer: read a little of it for the message
+            body, _ = read_capped(response, SMALL_BODY, self.deadline.start(), f"answer about the {what}")
+            response = httpx.Response(response.status_code, headers=response.headers, content=body,
+                                      request=response.request)
+        return http_problem(response, what=what, registry=self.domain,
+                            credentials_source=self.credentials.source if self.credentials else None)
 
     # --- manifests ------------------------------------------------------------------------------
     def resolve(self, ref: RegistryRef) -> Descriptor:
@@ -229,10 +341,7 @@ class RegistryClient:
                               headers={"Accept": ", ".join(MANIFEST_TYPES)})
         if response.status_code != 200:
             raise self._fail(response, what)
-        try:
-            data = self._read_limited(response, what)
-        finally:
-            response.close()
+        data = self._read_limited(response, what)
         media_type = _media_type(response)
         if media_type not in MANIFEST_TYPES:
             media_type = _declared_media_type(data) or media_type  # some registries say application/json
@@ -250,15 +359,7 @@ class RegistryClient:
         return Manifest(digest, media_type, data)
 
     def _read_limited(self, response: httpx.Response, what: str) -> bytes:
-        data = bytearray()
-        try:
-            for chunk in response.iter_raw():
-                data += chunk
-                if len(data) > MAX_MANIFEST:
-                    raise BadImage(f"The {what} is bigger than {MAX_MANIFEST} bytes; imgquilt does not read it.")
-        except httpx.HTTPError as exc:
-            raise BadImage(f"Reading the {what} from {self.domain} failed: {exc}.", hint="Try again.") from None
-        return bytes(data)
+        return read_capped(response, MAX_MANIFEST, self.deadline.start(), f"{what} from {self.domain}", strict=True)[0]
 
     def put_manifest(self, repo: str, tag: str, data: bytes, media_type: str) -> str:
         """Store a manifest under `tag` (or a digest); returns the digest the registry reports."""
@@ -291,7 +392,7 @@ class RegistryClient:
             raise BadImage(f"The {what} {digest} in {self.domain}/{repo} is {length} bytes; its descriptor "
                            f"says {size}. Nothing from it was used.",
                            hint="The registry holds a damaged blob; push the image again.")
-        return RegistryBlobStream(response, digest, size=size, what=what)
+        return RegistryBlobStream(response, digest, size=size, what=what, deadline=self.deadline.start())
 
     def read_blob(self, repo: str, digest: str, *, size: int | None = None, what: str = "blob",
                   limit: int = MAX_MANIFEST) -> bytes:
@@ -376,16 +477,26 @@ class RegistryClient:
         self._cancel_upload(repo, response)
 
     def _upload_url(self, response: httpx.Response, what: str) -> httpx.URL:
+        """Where the upload goes on: the answer's Location, which must be on the registry's own origin."""
         location = response.headers.get("location")
         if not location:
             raise BadImage(f"The registry {self.domain} started the {what} but named no upload location.",
                            hint="The registry does not follow the distribution spec; tell its operator.")
-        return response.url.join(location)
+        try:
+            url = response.url.join(location)
+        except (httpx.InvalidURL, UnicodeError, ValueError) as exc:
+            raise BadImage(f"The registry {self.domain} named the upload location {location[:200]!r}, which is "
+                           f"not a URL ({exc}).", hint="The registry is misconfigured; tell its operator.") from None
+        if not same_origin(url, self._base_url()):
+            raise BadImage(f"The registry {self.domain} ({self._base_url()}) named an upload location on another "
+                           f"origin ({url.scheme}://{url.netloc.decode('ascii', 'replace')}); imgquilt sends neither "
+                           "your credentials nor image content there. Nothing was uploaded.",
+                           hint="The registry (or a proxy in front of it) is misconfigured; tell its operator.")
+        return url
 
     def _cancel_upload(self, repo: str, response: httpx.Response) -> None:
-        location = response.headers.get("location")
-        if location:
-            self._call("DELETE", repo, "", what="upload", url=str(response.url.join(location))).close()
+        if response.headers.get("location"):
+            self._call("DELETE", repo, "", what="upload", url=self._upload_url(response, "upload")).close()
 
     def upload_blob(self, repo: str, digest: str, data: bytes | BinaryIO, *, chunk_size: int = UPLOAD_CHUNK) -> None:
         """Upload a blob: bytes (or a stream of one chunk) in one PUT, a longer stream in PATCH chunks.
@@ -416,11 +527,11 @@ class RegistryClient:
                 chunk, following = following, rest.read(chunk_size)
             hasher.update(chunk)
             if f"{split_digest(digest)[0]}:{hasher.hexdigest()}" != digest:
-                self._call("DELETE", repo, "", what=what, url=str(url)).close()
+                self._call("DELETE", repo, "", what=what, url=url).close()
             verify_digest(digest, hasher.hexdigest(), what="blob streamed for upload",
                           hint="The upload was cancelled; nothing was stored.")
             first = chunk
-        response = self._call("PUT", repo, "", what=what, url=str(url.copy_merge_params({"digest": digest})),
+        response = self._call("PUT", repo, "", what=what, url=url.copy_merge_params({"digest": digest}),
                               content=first, headers={"Content-Type": "application/octet-stream"})
         if response.status_code not in (201, 204):
             raise self._fail(response, what)
@@ -431,7 +542,7 @@ class RegistryClient:
                            hint="The registry is misbehaving; tell its operator.")
 
     def _patch(self, repo: str, url: httpx.URL, chunk: bytes, offset: int, what: str) -> httpx.URL:
-        response = self._call("PATCH", repo, "", what=what, url=str(url), content=chunk, headers={
+        response = self._call("PATCH", repo, "", what=what, url=url, content=chunk, headers={
             "Content-Type": "application/octet-stream",
             "Content-Range": f"{offset}-{offset + len(chunk) - 1}",
         })

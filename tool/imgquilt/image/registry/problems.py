@@ -9,7 +9,8 @@ from ...errors import BadImage
 
 
 def registry_messages(response: httpx.Response) -> str:
-    """The registry's own words: `CODE: message` of each entry of its JSON `errors` body."""
+    """The registry's own words: `CODE: message` of each entry of its JSON `errors` body (read by the
+    client, capped; control characters are shown escaped, so they cannot start a line of output)."""
     try:
         body = response.read()
         errors = json.loads(body).get("errors") if body else None
@@ -22,7 +23,8 @@ def registry_messages(response: httpx.Response) -> str:
         if isinstance(e, dict):
             code, message = e.get("code"), e.get("message")
             parts.append(": ".join(str(p) for p in (code, message) if p))
-    return "; ".join(p for p in parts if p)
+    said = "; ".join(p for p in parts if p)[:1000]
+    return said if said.isprintable() else said.encode("unicode_escape").decode("ascii")
 
 
 def http_problem(response: httpx.Response, *, what: str, registry: str, credentials_source: str | None) -> BadImage:

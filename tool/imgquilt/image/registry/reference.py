@@ -16,6 +16,49 @@ DOCKER_HUB_ALIASES = ("docker.io", "index.docker.io", "registry-1.docker.io", "h
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _HOST = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(?::[0-9]{1,5})?$")
+_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+
+
+def host_problem(host: str) -> str | None:
+    """Why `host[:port]` cannot name a registry (RFC 1123 labels of at most 63 characters, 253 in all;
+    an `xn--` label must be valid IDNA; a port 1-65535), or None."""
+    if not _HOST.match(host):
+        return "it is not a host name or address"
+    name, port = split_host_port(host)
+    if port is not None and not 0 < port < 65536:
+        return f"port {port} is out of range"
+    if host.startswith("["):
+        try:
+            ipaddress.IPv6Address(name)
+        except ValueError:
+            return "it is not an IPv6 address"
+        return None
+    if len(name) > 253:
+        return "it is longer than 253 characters"
+    for label in name.split("."):
+        if not _LABEL.match(label):
+            return f"its label {label[:70]!r} is empty, longer than 63 characters or starts or ends with '-'"
+        if label[2:4] == "--" and label[:4].lower() != "xn--":
+            return f"its label {label!r} has '--' at positions 3-4 (reserved for IDNA)"
+        if label[:4].lower() == "xn--" and not _valid_a_label(label):
+            return f"its label {label!r} is not a valid internationalised (IDNA) name"
+    return None
+
+
+def _valid_a_label(label: str) -> bool:
+    try:
+        import idna  # httpx's own dependency: what it will encode the name with
+    except ImportError:  # pragma: no cover
+        try:
+            label.encode("ascii").decode("idna")
+        except UnicodeError:
+            return False
+        return True
+    try:
+        idna.decode(label)
+    except (idna.IDNAError, UnicodeError, ValueError):
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -71,12 +114,17 @@ def parse_registry_ref(ref: str) -> RegistryRef:
     first, sep, rest = name.partition("/")
     if sep and ("." in first or ":" in first or first == "localhost" or first.startswith("[")):
         domain, path = first, rest
-        if not _HOST.match(domain):
-            raise BadImage(f"Image reference {raw!r} has an invalid registry host {domain!r}.")
+        problem = host_problem(domain)
+        if problem is not None:
+            raise BadImage(f"Image reference {raw!r} has an invalid registry host {domain[:300]!r}: {problem}.",
+                           hint="Write docker://HOST[:PORT]/REPO:TAG with the registry's real name.")
     else:
         domain, path = DOCKER_HUB, name
     if domain == DOCKER_HUB and "/" not in path:
         path = f"library/{path}"  # Docker Hub's official images
+    if len(path) > 255:  # the distribution spec's limit, and docker's
+        raise BadImage(f"Image reference {raw[:300]!r}... has a repository name of {len(path)} characters; at most 255 "
+                       "are allowed.")
     if not path or not all(_COMPONENT.match(c) for c in path.split("/")):
         raise BadImage(f"Image reference {raw!r} has an invalid repository name {path!r}.",
                        hint="Repository names are lowercase letters, digits and separators ('.', '_', '-'), "

@@ -6,12 +6,15 @@ for nothing but that HEAD. Layers are streamed when the reader needs them, top l
 next ones down read ahead, and cancelled when not needed): decompressed, hashed and walked as they
 arrive, exactly as a local layer is read (the digest is checked before the end of the stream is seen).
 A seekable layer's TOC and files are fetched by HTTP Range (read_range) and checked against the TOC.
+A digest the manifest lists more than once is fetched once: its first download is teed into a
+private temp directory (blob_memo) that the later listings read.
 """
 from __future__ import annotations
 
 import atexit
 import os
 import threading
+from collections import Counter
 from functools import cached_property
 from typing import BinaryIO, Callable
 
@@ -77,12 +80,17 @@ class RegistryLayer:
     location = None  # no file: nothing a sink can link, nothing VerifiedBlobs can remember
     verify = "blob"
 
-    def __init__(self, client: RegistryClient, repository: str, descriptor: Descriptor, diff_id: str) -> None:
+    def __init__(self, client: RegistryClient, repository: str, descriptor: Descriptor, diff_id: str,
+                 memo: blob_memo.BlobMemo | None = None) -> None:
         self.client = client
         self.repository = repository
         self.descriptor = descriptor
         self.diff_id = diff_id
         self.what = f"layer {descriptor.digest}"
+        self._memo = memo  # this image's own, for a digest it lists twice; else the fleet's, if any
+
+    def _downloads(self) -> blob_memo.BlobMemo | None:
+        return self._memo or blob_memo.active()
 
     @property
     def check_digest(self) -> str:
@@ -101,7 +109,7 @@ class RegistryLayer:
 
     def _local_copy(self) -> BlobLayer | None:
         """Within a fleet run: this blob as another image's reader downloaded it (None: download it here)."""
-        memo = blob_memo.active()
+        memo = self._downloads()
         if memo is None:
             return None
         claim = memo.claim(self.descriptor.digest)
@@ -114,7 +122,7 @@ class RegistryLayer:
     def _teed(self, stream):
         spool, self._spool = getattr(self, "_spool", None), None
         if spool is not None:
-            memo = blob_memo.active()
+            memo = self._downloads()
             stream.tee(spool, lambda ok: memo.finished(self.descriptor.digest, spool, ok))  # type: ignore[union-attr]
         return stream
 
@@ -152,7 +160,7 @@ class RegistryLayer:
         """A claimed download that never started: let another reader fetch the blob."""
         spool, self._spool = getattr(self, "_spool", None), None
         if spool is not None:
-            blob_memo.active().finished(self.descriptor.digest, spool, False)  # type: ignore[union-attr]
+            self._downloads().finished(self.descriptor.digest, spool, False)  # type: ignore[union-attr]
 
 
 def _cached_manifest(client: RegistryClient, ref: RegistryRef, digest: str) -> bytes:
@@ -171,6 +179,13 @@ def _cached_config(client: RegistryClient, ref: RegistryRef, desc: Descriptor) -
         data = client.read_blob(ref.repository, desc.digest, size=desc.size, what="config", limit=MAX_CONFIG)
         cache.put(desc.digest, data)
     return data
+
+
+def _own_memo() -> blob_memo.BlobMemo:
+    """A memo for one image's repeated digests; its temp directory goes when the process ends."""
+    memo = blob_memo.BlobMemo()
+    atexit.register(memo.close)
+    return memo
 
 
 def resolve_digest(ref: RegistryRef, client: RegistryClient) -> str:
@@ -203,7 +218,10 @@ def _image(client: RegistryClient, ref: RegistryRef, raw: str, digest: str, data
            platform: str | None) -> StoredImage:
     where = f"{ref.domain}/{ref.repository}@{digest}"
     config_bytes, config, found = config_and_layers(manifest, where, lambda d: _cached_config(client, ref, d))
-    layers = [RegistryLayer(client, ref.repository, ldesc, diff_id) for ldesc, diff_id, _ in found]
+    counts = Counter(ldesc.digest for ldesc, _, _ in found)
+    memo = _own_memo() if max(counts.values(), default=0) > 1 else None
+    layers = [RegistryLayer(client, ref.repository, ldesc, diff_id, memo if counts[ldesc.digest] > 1 else None)
+              for ldesc, diff_id, _ in found]
     return StoredImage(ref=raw, manifest_digest=digest, manifest_bytes=data, config_bytes=config_bytes,
                        platform=image_platform(config, platform, where), layers=layers,  # type: ignore[arg-type]
                        transport="docker", names=(str(ref),))

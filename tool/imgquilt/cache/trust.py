@@ -1,0 +1,206 @@
+"""The shared cache as a trust boundary: trusted exactly like $HOME, and only when it is yours alone.
+
+The cache holds verdicts that are not self-evident from their names (a layer's index says what a
+blob holds; a pycheck row says a file is clean; a `verified/` marker says a local blob matched its
+digest), guarded by unkeyed checksums that catch damage, not forgery. So whoever can write the
+cache decides those verdicts, and imgquilt lets only the user (or root) be that: as ssh does with
+~/.ssh, a cache is used only when
+
+- its directory, and every directory above it, is owned by the user or root and writable by no one
+  else (a directory writable by a group is allowed when that group is the user's own private
+  group, as Debian's ssh allows; an ancestor writable by all is allowed when it is sticky, as /tmp);
+- every part imgquilt uses inside it (`files`, `layer-index`, `layers`, `verified`, `pycheck`,
+  `manifests`, `configs`) is a real directory (never a link) passing the same test;
+- and entries are read and written through directory fds without following links: a link, FIFO or
+  directory where an entry should be is dropped (the link itself, never what it names) and reads
+  as absent.
+
+Anything else is refused (exit 6, UnsafeCache) before any of it is read. Since nobody else can
+write there, checking once per process is enough: no other user can swap a part afterwards.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import BadInput, UnsafeCache, UnsafePath
+from ..util.atomic import write_atomic_at
+from ..util.regular import read_regular_at
+from ..util.statedir import open_dir_below
+
+PARTS = ("files", "layer-index", "layers", "verified", "pycheck", "manifests", "configs")
+_checked: dict[str, Path] = {}
+_HINT = ("imgquilt trusts its shared cache as it trusts your home directory, so it uses only one that is yours "
+         "alone. Fix the owner or mode (chmod go-w), point IMGQUILT_CACHE_DIR at a directory of your own, or run "
+         "with IMGQUILT_NO_CACHE=1.")
+
+
+def forget_checks() -> None:
+    """Check every directory again on next use (the checks are memoized per process)."""
+    _checked.clear()
+
+
+def _group_is_private(gid: int) -> bool:
+    """The user's own group (user private groups, umask 002): no one else is in it."""
+    if gid != os.getegid():
+        return False
+    try:
+        import grp
+        import pwd
+
+        user = pwd.getpwuid(os.geteuid()).pw_name
+        members = grp.getgrgid(gid).gr_mem
+    except (ImportError, KeyError):
+        return False
+    return all(m == user for m in members)
+
+
+def problem_of(st: os.stat_result, *, ancestor: bool = False) -> str | None:
+    """Why a directory with this lstat is not the user's alone, or None."""
+    if stat.S_ISLNK(st.st_mode):
+        return "a symlink"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a directory"
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"owned by another user (uid {st.st_uid})"
+    if st.st_mode & stat.S_IWOTH and not (ancestor and st.st_mode & stat.S_ISVTX):
+        return f"writable by every user (mode {stat.S_IMODE(st.st_mode):04o})"
+    if st.st_mode & stat.S_IWGRP and not (ancestor and st.st_mode & stat.S_ISVTX) and not _group_is_private(st.st_gid):
+        return f"writable by its group (gid {st.st_gid}, mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def _refuse(path: Path, problem: str, what: str = "The shared cache") -> UnsafeCache:
+    return UnsafeCache(f"{what} {path} is {problem}; imgquilt does not use it.", hint=_HINT)
+
+
+def trusted_root(root: Path) -> Path:
+    """`root` (made, mode 0700, when missing), checked with every directory above it; memoized."""
+    key = os.fspath(root)
+    if key in _checked:
+        return _checked[key]
+    with suppress(OSError):  # a cache that cannot be made is no error: nothing is read from it, writes fail
+        os.makedirs(root, mode=0o700, exist_ok=True)
+    real = Path(os.path.realpath(root))  # links above the cache (~/.cache -> /data/cache) are the user's setup
+    own = True
+    for d in (real, *real.parents):
+        try:
+            st = os.lstat(d)
+        except FileNotFoundError:
+            own = False
+            continue
+        problem = problem_of(st, ancestor=not own)
+        if problem is not None:
+            raise _refuse(real, problem) if own else _refuse(d, problem, "The directory above the shared cache,")
+        own = False
+    _checked[key] = real
+    return real
+
+
+class CacheDir:
+    """One part of the shared cache (checked: see the module docstring); entries are named by
+    paths relative to it (`ab/ab12…`) and never reached through a link."""
+
+    def __init__(self, root: Path, part: str) -> None:
+        if part not in PARTS:
+            raise ValueError(f"not a part of the cache: {part!r}")
+        self.root = trusted_root(root)
+        self.part = part
+        self.path = self.root / part
+        key = os.fspath(self.path)
+        if key not in _checked:
+            with suppress(OSError):
+                os.mkdir(self.path, 0o700)
+            try:
+                problem = problem_of(os.lstat(self.path))
+            except FileNotFoundError:
+                problem = None  # could not be made (a read-only cache): every read misses, writes fail
+            if problem is not None:
+                raise _refuse(self.path, problem, "A part of the shared cache,")
+            _checked[key] = self.path
+
+    @contextmanager
+    def _dir(self, rel_dir: str, *, create: bool) -> Iterator[int | None]:
+        """fd of `rel_dir` below this part, no link followed; None when missing (or not a directory)."""
+        try:
+            base = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            yield None
+            return
+        try:
+            parts = [p for p in rel_dir.split("/") if p]
+            fd = open_dir_below(base, parts, create=create, shown=str(self.path))
+        except (OSError, UnsafePath):  # a link or a file where a fan-out directory should be: no entry there
+            fd = None
+        finally:
+            os.close(base)
+        try:
+            yield fd
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def read(self, rel: str, *, cap: int) -> bytes | None:
+        """The regular file `rel`, or None (missing; a link or anything not regular is dropped)."""
+        parent, _, name = rel.rpartition("/")
+        with self._dir(parent, create=False) as fd:
+            if fd is None:
+                return None
+            try:
+                data = read_regular_at(fd, name, shown=f"{self.path}/{rel}", cap=cap)
+            except (OSError, BadInput):  # a link, FIFO, directory or oversized file: not an entry imgquilt wrote
+                _drop(fd, name)
+                return None
+            if data is not None:
+                with suppress(OSError):  # last use, for LRU eviction
+                    os.utime(name, dir_fd=fd, follow_symlinks=False)
+            return data
+
+    def exists(self, rel: str) -> bool:
+        parent, _, name = rel.rpartition("/")
+        with self._dir(parent, create=False) as fd:
+            if fd is None:
+                return False
+            try:
+                return stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+            except OSError:
+                return False
+
+    def write(self, rel: str, data: bytes, *, mode: int = 0o444) -> bool:
+        """Replace `rel` whole (directories made as needed); False when the cache cannot be written."""
+        parent, _, name = rel.rpartition("/")
+        try:
+            with self._dir(parent, create=True) as fd:
+                if fd is None:
+                    return False
+                with suppress(FileNotFoundError):
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    if not stat.S_ISREG(st.st_mode):
+                        _drop(fd, name)
+                write_atomic_at(fd, name, data, mode)
+        except OSError:
+            return False
+        return True
+
+    def unlink(self, rel: str) -> None:
+        parent, _, name = rel.rpartition("/")
+        with self._dir(parent, create=False) as fd:
+            if fd is not None:
+                _drop(fd, name)
+
+
+def _drop(dir_fd: int, name: str) -> None:
+    """Remove what is at `name` (a file or a link, never followed; an empty directory)."""
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except IsADirectoryError:
+        with suppress(OSError):
+            os.rmdir(name, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.EISDIR or exc.errno == errno.EPERM:
+            with suppress(OSError):
+                os.rmdir(name, dir_fd=dir_fd)
