@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,19 @@ def _import(q: Path, up: Path, root: Path, inject: str | None = None, log: Path 
     args = [sys.executable, "-m", "imgquilt", "import", "-f", "--series", str(up / "series"), "--image", f"rootfs:{root}"]
     return subprocess.run(cmd + args, cwd=q, env={**_env(), "IMGQUILT_CACHE_DIR": str(q.parent / "cache")},
                           capture_output=True, text=True)
+
+
+def nth_call(log: Path, syscalls: tuple[str, ...], needle: str) -> tuple[str, int]:
+    """The first call of one of `syscalls` in a traced run with `needle` in its arguments: (its syscall,
+    which call of that syscall it is, as strace's when= counts)."""
+    seen: dict[str, int] = {}
+    for line in log.read_text().splitlines():
+        m = re.match(r"^(?:\d+ +)?([a-z0-9_]+)\((.*)$", line)
+        if m and m.group(1) in syscalls:
+            seen[m.group(1)] = seen.get(m.group(1), 0) + 1
+            if needle in m.group(2):
+                return m.group(1), seen[m.group(1)]
+    raise AssertionError(f"no {syscalls} call with {needle} in {log}")
 
 
 def _fresh(src: Path, dst: Path) -> None:
@@ -151,3 +165,25 @@ def test_a_temp_file_a_killed_rebase_left_is_removed_by_the_next_command(tmp_pat
     assert not any(t.exists() for t in temps)
     r = imgquilt("check", cwd=q, env=cli_env)
     assert live.exists() is False and "temp file" not in r.err
+
+
+def test_an_import_that_leaves_series_as_it_is_is_undone_too(tmp_path: Path) -> None:
+    """`import -f` of patches series already lists (unapplied): series does not change, so the last patch
+    file written commits the import. Killed as it renames the second of two into place, the next command
+    puts the first back."""
+    root, up, _ = _world(tmp_path)
+    (up / "series").write_text("p1.diff\np2.diff\n")
+    q = empty_queue(tmp_path / "q")
+    for i in (1, 2):
+        write_patch(q, f"p{i}.diff", [(f"etc/f{i}.conf", BASES[f"etc/f{i}.conf"], b"older change %d\nx\n" % i)])
+    old_hash, series = queue_hash(q), (q / "series").read_bytes()
+    probe = tmp_path / "probe" / "q"
+    _fresh(q, probe)
+    assert _import(probe, up, root, log=tmp_path / "trace.log").returncode == 0
+    assert (probe / "series").read_bytes() == series and queue_hash(probe) != old_hash
+    call, n = nth_call(tmp_path / "trace.log", ("rename", "renameat", "renameat2"), 'p2.diff")')
+    p = _import(q, up, root, inject=f"{call}:signal=SIGKILL:when={n}")
+    assert p.returncode == -9, p.stderr
+    assert (q / "patches/p1.diff").read_bytes() == (probe / "patches/p1.diff").read_bytes()  # half-imported
+    imgquilt("check", cwd=q, env={**_env(), "IMGQUILT_CACHE_DIR": str(q.parent / "cache")})
+    assert queue_hash(q) == old_hash and not (q / ".imgquilt/import").exists()

@@ -147,7 +147,11 @@ class QueueProblems(BadInput):
 
 
 class ForeignJournal(BadInput):
-    """An in-place journal in a root (or an import journal in a queue) that imgquilt did not write there; never acted on."""
+    """An in-place journal in a root (or an import or rehash journal in a queue) that imgquilt did not write there; never acted on."""
+
+
+class QueueWriteFailed(BadInput):
+    """The filesystem refused a write of `import` or `refresh --rehash` (read-only, full); what it had written was put back."""
 
 
 class RootWriteFailed(BadInput):

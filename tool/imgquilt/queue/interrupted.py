@@ -6,16 +6,25 @@ Two kinds of leftovers:
   from util.atomic; `.NAME.XXXXXXXX.tmp` from imgquilt before 0.2, for NAME a queue file). Their
   writer holds an flock on them until they are renamed, so one that nobody holds, and that is
   older than GRACE seconds, belongs to a dead command: sweep() removes it.
-- an import's journal, `.imgquilt/import/journal.json` (ImportJournal): `import` writes it (and a
-  backup of every patch file it replaces) before it writes any patch file, holds an flock on it, and
-  removes it after the one rename of `series` that commits the import. Found unheld, the import
-  died: if `series` already is the import's (its sha256 is in the journal), only the journal goes;
-  otherwise every patch file it wrote is put back as it was (removed, or restored from its backup),
-  but only where the file still holds exactly the bytes the import wrote. So an import is all or
-  nothing under kill -9.
+- the journal of a command that writes several files as one transaction (QueueJournal):
+  `import` (`.imgquilt/import/journal.json`: its patch files, then `series`) and `refresh --rehash`
+  (`.imgquilt/rehash/journal.json`: the work copies and snapshots of the patches it pops and pushes
+  again, its patch files, then `targets.lock`). The journal lists every file the command will write,
+  in the order it writes them, each with the sha256 of its new bytes (or "absent" for a removal) and
+  its mode before (a backup of each file it replaces is kept beside the journal). It is written,
+  flock'ed and put in place (one link) before the first of those files changes, and removed after the
+  last. The commit rule: the file written last commits the transaction. Only files whose bytes
+  change are listed (a file that already holds its new bytes is not written), so that file holding
+  its new bytes means every write before it was done. Found unheld, the command died: if the last
+  file holds its new bytes, the transaction committed and only the journal (with its backups and the
+  temp files of its writes) goes; otherwise every file it lists is put back as it was (removed, or
+  restored from its backup with its mode), but only where the file still holds exactly the bytes the
+  command wrote (one never written, or changed since, is left alone). So these commands are all or
+  nothing under kill -9, and a write that fails (a full disk, a planted link) is undone at once.
 
-The journal is trusted only if imgquilt wrote it there: it records the inode of the queue directory
-and its own inode (a journal copied in with a queue, or planted, has others) and has a strict schema;
+A journal is trusted only if imgquilt wrote it there: it records the inode of the queue directory and
+its own inode (a journal copied in with a queue, or planted, has others), names only files imgquilt
+writes (series, targets.lock, patches/, .imgquilt/work/, .imgquilt/state/) and has a strict schema;
 anything else is ForeignJournal (exit 6) and never acted on.
 
 recover() runs both; every command that reads the queue calls it (load_queue, check, and the work
@@ -31,19 +40,26 @@ import os
 import re
 import stat
 import time
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
-from ..errors import BadInput, ForeignJournal
-from ..util.atomic import TEMP_MARK
+from ..errors import ForeignJournal, ImgquiltError, QueueWriteFailed, UsageError
+from ..util.atomic import TEMP_MARK, temp_prefix, write_atomic_at, write_new_at
 from ..util.regular import read_regular_at
-from ..util.statedir import StateDir
+from ..util.statedir import STATE_NAME, StateDir, open_dir_below, refuse_non_regular_at
 
 GRACE = 10.0  # seconds: a temp younger than this may be one whose writer has not locked it yet
 _TEMP = re.compile(r"^\..+" + re.escape(TEMP_MARK) + r"[a-z0-9_]{8}\.tmp$")
 _LEGACY = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
 JOURNAL = "journal.json"
+_STAGED = ".journal.json.new"  # the journal while it is written, before its link puts it in place
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+ABSENT = "absent"
+FILE_CAP = 1 << 30  # a work copy is an image file; backups and reads are capped as WorkFiles caps them
+# the commands that write the queue as one transaction (their journal's directory), as the user types them
+COMMANDS = {"import": "imgquilt import", "rehash": "imgquilt refresh --rehash"}
 
 
 def _temps(root: Path) -> list[Path]:
@@ -115,73 +131,119 @@ def leftovers(root: Path) -> list[str]:
     """For `check`: what an interrupted command left that could not be cleaned, one sentence each."""
     out = [f"{p.relative_to(root)} is a temp file an interrupted imgquilt command left; remove it "
            "(a command that can write the queue removes it)." for p in _temps(root) if _dead(p)]
-    journal = StateDir(root, "import")
-    if journal.is_file(JOURNAL):
-        out.append(f"{journal.shown}/{JOURNAL}: an `imgquilt import` was interrupted and could not be undone here; "
-                   "run any imgquilt command where the queue can be written.")
+    for command, shown in COMMANDS.items():
+        journal = StateDir(root, command)
+        if journal.is_file(JOURNAL):
+            out.append(f"{journal.shown}/{JOURNAL}: an `{shown}` was interrupted and could not be undone here; "
+                       "run any imgquilt command where the queue can be written.")
     return out
 
 
 def recover(root: Path) -> None:
     """Clean up after interrupted commands (see the module docstring); best effort for temps."""
     sweep(root)
-    ImportJournal(root).recover()
+    for command in COMMANDS:
+        QueueJournal(root, command).recover()
 
 
 @dataclass(frozen=True)
-class Written:
-    """One patch file an import writes: its name, the sha256 of the new bytes, and whether it replaced a file."""
+class Change:
+    """One file a transaction writes: its path in the queue (`patches/NAME`, `series`, `targets.lock`,
+    `.imgquilt/work/PATH`, `.imgquilt/state/...`), its new bytes (None: removed) and their mode."""
 
-    name: str
-    sha256: str
-    replaced: bool
+    path: str
+    data: bytes | None
+    mode: int = 0o644
 
 
-class ImportJournal:
-    """The journal of one import (see the module docstring): begin(), write the patches and series, end()."""
+class QueueJournal:
+    """The journal of one command's transaction (see the module docstring): run(changes) writes them all, or none."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, command: str) -> None:
+        assert command in COMMANDS, command
         self.root = Path(root)
-        self.state = StateDir(self.root, "import")
+        self.command = command
+        self.state = StateDir(self.root, command)
         self._fd: int | None = None
 
-    def begin(self, series: bytes, writes: list[Written]) -> None:
-        """Back up what will be replaced, then write and hold the journal; nothing in patches/ changed yet."""
-        self._clear()
-        patches = self.root / "patches"
-        for k, w in enumerate(writes):
-            if w.replaced:
-                with open(os.open(patches / w.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as f:
-                    self.state.write(f"old/{k}", f.read())
-        root_st = os.stat(self.root)
-        with self.state.opened(create=True) as dfd:
-            assert dfd is not None
-            fd = os.open(JOURNAL, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            doc = {"version": 1, "root": [root_st.st_dev, root_st.st_ino], "inode": os.fstat(fd).st_ino,
-                   "series": hashlib.sha256(series).hexdigest(),
-                   "patches": [{"name": w.name, "sha256": w.sha256, "replaced": w.replaced} for w in writes]}
-            os.write(fd, json.dumps(doc).encode())
-            os.fsync(fd)
-            os.fsync(dfd)
-        self._fd = fd
+    def run(self, changes: list[Change]) -> list[Change]:
+        """Write `changes` in their order as one transaction, the last one committing it; returns those
+        written (a file that already holds its new bytes is left out: it would mark no commit)."""
+        assert len({c.path for c in changes}) == len(changes), "one change per file"
+        for c in changes:
+            _check_rel(c.path)
+        todo = [c for c in changes if _sha(_bytes(_read(self.root, c.path))) != _sha(c.data)]
+        if not todo:
+            return []
+        doc = self._begin(todo)
+        try:
+            for c in todo:
+                _put(self.root, c.path, c.data, c.mode)
+        except BaseException as exc:
+            self._undo(doc)  # a write refused (a full disk, a planted link), ^C: nothing stays half-written
+            self._end()  # (an undo that fails too leaves the journal: the next command finishes it)
+            if isinstance(exc, OSError):
+                raise QueueWriteFailed(
+                    f"`{COMMANDS[self.command]}` could not write {self.root}/{c.path}: {exc.strerror or exc}; "
+                    "nothing was changed (what it had written was put back).",
+                    hint="Make the queue directory writable (or free some space), then run the command again.") from None
+            raise
+        self._end()
+        return todo
 
-    def end(self) -> None:
-        """The import committed (series renamed): the journal and backups go."""
+    def _begin(self, changes: list[Change]) -> dict:
+        """Back up what will be replaced, then write, hold and link the journal; nothing listed changed yet."""
+        if self.state.is_file(JOURNAL):
+            raise UsageError(f"Another imgquilt command is changing this queue ({self.root}/{self.state.shown}/{JOURNAL} is there).",
+                             hint="Wait for it to finish, then retry.")
+        self._clear()  # backups of a command killed before its journal was in place
+        olds: list[int | None] = []
+        try:
+            with self.state.opened("old", create=True) as bfd:
+                assert bfd is not None
+                for k, c in enumerate(changes):
+                    cur = _read(self.root, c.path)
+                    if cur is not None:
+                        write_new_at(bfd, str(k), cur[0])  # whole and on disk before the journal names it
+                    olds.append(None if cur is None else cur[1])
+                os.fsync(bfd)
+            root_st = os.stat(self.root)
+            with self.state.opened(create=True) as dfd:
+                assert dfd is not None
+                fd = os.open(_STAGED, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+                self._fd = fd
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                doc = {"version": 2, "command": self.command, "root": [root_st.st_dev, root_st.st_ino], "inode": os.fstat(fd).st_ino,
+                       "files": [{"path": c.path, "sha256": _sha(c.data), "mode": None if c.data is None else c.mode, "old": old}
+                                 for c, old in zip(changes, olds)]}
+                with os.fdopen(os.dup(fd), "wb") as f:
+                    f.write(json.dumps(doc).encode())
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.link(_STAGED, JOURNAL, src_dir_fd=dfd, dst_dir_fd=dfd)  # in place whole and held: never seen half-written
+                os.unlink(_STAGED, dir_fd=dfd)
+                os.fsync(dfd)
+        except BaseException:
+            self._end()
+            raise
+        return doc
+
+    def _end(self) -> None:
+        """The transaction committed (or was undone): the journal and backups go."""
         self._clear()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
 
     def recover(self) -> None:
-        """Undo (or finish) an import whose command died; a live one is left alone."""
+        """Undo (or finish) a transaction whose command died; a live one is left alone."""
         with self.state.opened() as dfd:
             if dfd is None:
                 return
             try:
                 fd = os.open(JOURNAL, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
             except FileNotFoundError:
-                self._clear()  # backups made before a journal was written: the import changed nothing
+                self._clear()  # backups made before a journal was in place: the command changed nothing
                 return
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
@@ -191,18 +253,18 @@ class ImportJournal:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError:
-                    return  # the import is running
+                    return  # the command is running
                 doc = self._read(dfd, fd)
-                if doc is None:
-                    self._clear()  # cut off while it was written: nothing in patches/ changed yet
-                    return
-                if hashlib.sha256(_read_series(self.root)).hexdigest() != doc["series"]:
-                    self._undo(doc)
+                last = doc["files"][-1]
+                if _now(self.root, last["path"]) != last["sha256"]:
+                    self._undo(doc)  # died before its last write: put back what it wrote
+                for f in doc["files"]:
+                    _drop_temp(self.root, f["path"])
                 self._clear()
             finally:
                 os.close(fd)
 
-    def _read(self, dfd: int, fd: int) -> dict | None:
+    def _read(self, dfd: int, fd: int) -> dict:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise self._foreign("not a regular file")
@@ -210,42 +272,25 @@ class ImportJournal:
         try:
             doc = json.loads(raw or b"")
         except ValueError:
-            return None
+            doc = None  # imgquilt puts its journal in place only once written whole: not one of ours
+        if not _valid(doc, self.command):
+            raise self._foreign(f"not {_an(self.command)} journal imgquilt writes")
         root_st = os.stat(self.root)
-        ok = (isinstance(doc, dict) and set(doc) == {"version", "root", "inode", "series", "patches"}
-              and doc["version"] == 1 and isinstance(doc["series"], str) and _HEX64.match(doc["series"])
-              and isinstance(doc["patches"], list)
-              and all(isinstance(p, dict) and set(p) == {"name", "sha256", "replaced"} and isinstance(p["name"], str)
-                      and isinstance(p["sha256"], str) and _HEX64.match(p["sha256"]) and isinstance(p["replaced"], bool)
-                      for p in doc["patches"]))
-        if not ok:
-            raise self._foreign("not an import journal imgquilt writes")
         if doc["root"] != [root_st.st_dev, root_st.st_ino] or doc["inode"] != st.st_ino:
             raise self._foreign("written for another queue directory (copied, or planted)")
         return doc
 
     def _undo(self, doc: dict) -> None:
-        from ..util.atomic import atomic_write
-        from ..util.regular import read_regular_file
-
-        patches = self.root / "patches"
-        for k, p in enumerate(doc["patches"]):
-            name = p["name"]
-            if name.startswith("/") or ".." in name.split("/") or "\0" in name:
+        """Put back, last first, every listed file that holds exactly what the command wrote."""
+        for k, f in reversed(list(enumerate(doc["files"]))):
+            if _now(self.root, f["path"]) != f["sha256"]:
+                continue  # not what the command wrote (never written, or changed since): left alone
+            if f["old"] is None:
+                _put(self.root, f["path"], None, 0)
                 continue
-            path = patches / name
-            try:
-                now = read_regular_file(path, follow=False)
-            except BadInput:
-                continue
-            if now is None or hashlib.sha256(now).hexdigest() != p["sha256"]:
-                continue  # not what the import wrote (never written, or changed since): left alone
-            if p["replaced"]:
-                old = self.state.read(f"old/{k}", cap=64 << 20)
-                if old is not None:
-                    atomic_write(path, old)
-            else:
-                path.unlink()
+            old = self.state.read(f"old/{k}", cap=FILE_CAP)
+            if old is not None:
+                _put(self.root, f["path"], old, f["old"])
 
     def _clear(self) -> None:
         with self.state.opened() as dfd:
@@ -256,15 +301,144 @@ class ImportJournal:
                     for name in os.listdir(old):
                         _remove(old, name)
             _remove(dfd, "old", directory=True)
-            _remove(dfd, JOURNAL)
+            _remove(dfd, _STAGED)
+            _remove(dfd, JOURNAL)  # last: while it is there, no other command starts a transaction
         with StateDir(self.root).opened() as top:
             if top is not None:
-                _remove(top, "import", directory=True)
+                _remove(top, self.command, directory=True)
 
     def _foreign(self, what: str) -> ForeignJournal:
-        return ForeignJournal(f"{self.root}/{self.state.shown}/{JOURNAL} is {what}; imgquilt never acts on an import "
-                              "journal it did not write in this queue.",
+        return ForeignJournal(f"{self.root}/{self.state.shown}/{JOURNAL} is {what}; imgquilt never acts on "
+                              f"{_an(self.command)} journal it did not write in this queue.",
                               hint=f"Remove {self.root}/{self.state.shown} (imgquilt keeps nothing else there).")
+
+
+def _an(command: str) -> str:
+    return ("an " if command[0] in "aeiou" else "a ") + command
+
+
+def _valid(doc: object, command: str) -> bool:
+    """The schema of the journals imgquilt writes, exactly."""
+    if not (isinstance(doc, dict) and set(doc) == {"version", "command", "root", "inode", "files"} and doc["version"] == 2
+            and doc["command"] == command and isinstance(doc["files"], list) and doc["files"]):
+        return False
+    paths = set()
+    for f in doc["files"]:
+        if not (isinstance(f, dict) and set(f) == {"path", "sha256", "mode", "old"} and isinstance(f["path"], str)
+                and isinstance(f["sha256"], str) and (f["sha256"] == ABSENT or _HEX64.match(f["sha256"]))
+                and _is_mode(f["old"]) and _is_mode(f["mode"]) and (f["mode"] is None) == (f["sha256"] == ABSENT)):
+            return False
+        try:
+            _check_rel(f["path"])
+        except ValueError:
+            return False
+        paths.add(f["path"])
+    return len(paths) == len(doc["files"])
+
+
+def _is_mode(v: object) -> bool:
+    return v is None or (type(v) is int and 0 <= v <= 0o7777)
+
+
+def _check_rel(rel: str) -> list[str]:
+    """The parts of a path a transaction may write: series, targets.lock, patches/..., .imgquilt/work/..., .imgquilt/state/..."""
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") or "\0" in p for p in parts):
+        raise ValueError(rel)
+    ok = (rel in ("series", "targets.lock") or (parts[0] == "patches" and len(parts) > 1)
+          or (parts[0] == STATE_NAME and len(parts) > 2 and parts[1] in ("work", "state")))
+    if not ok:
+        raise ValueError(rel)
+    return parts
+
+
+@contextmanager
+def _parent(root: Path, rel: str, *, create: bool) -> Iterator[tuple[int | None, str]]:
+    """(fd of the directory `rel` is in or None, its name). Below .imgquilt/ no link is followed (as
+    util.statedir walks); series and patches/ are reached as every queue command reaches them."""
+    parts = _check_rel(rel)
+    if parts[0] == STATE_NAME:
+        qfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fd = open_dir_below(qfd, parts[:-1], create=create, shown=str(root))
+        finally:
+            os.close(qfd)
+    else:
+        where = root.joinpath(*parts[:-1])
+        if create and len(parts) > 1:
+            where.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            fd = None
+    try:
+        yield fd, parts[-1]
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _read(root: Path, rel: str) -> tuple[bytes, int] | None:
+    """The bytes and mode of the regular file `rel` (None: not there); a link or other file is an error."""
+    with _parent(root, rel, create=False) as (fd, name):
+        if fd is None:
+            return None
+        data = read_regular_at(fd, name, shown=f"{root}/{rel}", cap=FILE_CAP)
+        if data is None:
+            return None
+        return data, stat.S_IMODE(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+
+
+def _bytes(held: tuple[bytes, int] | None) -> bytes | None:
+    return None if held is None else held[0]
+
+
+def _now(root: Path, rel: str) -> str | None:
+    """For recovery: the sha256 of what `rel` holds ("absent": nothing); None when it is not a regular
+    file (a link, a directory: never what imgquilt wrote)."""
+    try:
+        return _sha(_bytes(_read(root, rel)))
+    except (ImgquiltError, OSError):
+        return None
+
+
+def _sha(data: bytes | None) -> str:
+    return ABSENT if data is None else hashlib.sha256(data).hexdigest()
+
+
+def _put(root: Path, rel: str, data: bytes | None, mode: int) -> None:
+    """Replace `rel` whole (temp beside it, fsync, rename), or remove it (None); below .imgquilt/work/
+    a removal drops the directories it leaves empty, as the work tree does."""
+    with _parent(root, rel, create=data is not None) as (fd, name):
+        if data is not None:
+            assert fd is not None
+            refuse_non_regular_at(fd, name, shown=f"{root}/{rel}")
+            write_atomic_at(fd, name, data, mode)
+            return
+        if fd is None:
+            return
+        with suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=fd)
+    parts = rel.split("/")
+    if parts[:2] == [STATE_NAME, "work"]:
+        for k in range(len(parts) - 1, 2, -1):  # the directories below .imgquilt/work/ left empty
+            try:
+                with _parent(root, "/".join(parts[:k]), create=False) as (up, d):
+                    if up is None:
+                        break
+                    os.rmdir(d, dir_fd=up)
+            except OSError:
+                break
+
+
+def _drop_temp(root: Path, rel: str) -> None:
+    """The temp file a write of `rel` (util.atomic.write_atomic_at) leaves when it is killed."""
+    try:
+        with _parent(root, rel, create=False) as (fd, name):
+            if fd is not None:
+                _remove(fd, temp_prefix(name) + "tmp")
+    except (ImgquiltError, OSError):
+        pass
 
 
 def _remove(dfd: int, name: str, *, directory: bool = False) -> None:
@@ -275,9 +449,3 @@ def _remove(dfd: int, name: str, *, directory: bool = False) -> None:
             os.unlink(name, dir_fd=dfd)
     except OSError:
         pass
-
-
-def _read_series(root: Path) -> bytes:
-    from ..util.regular import read_regular_file
-
-    return read_regular_file(root / "series") or b""

@@ -119,6 +119,16 @@ def write_new_file(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
+def write_new_at(dir_fd: int, name: str, data: bytes) -> None:
+    """Create `name` in `dir_fd` (it must not exist, no link followed) with `data`, flushed to disk: for
+    a file that means nothing until something written after it names it (a journal's backups)."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def replace_dir(tmp: Path, dest: Path) -> None:
     """Put the finished directory `tmp` at `dest`, durably.
 

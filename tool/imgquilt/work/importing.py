@@ -2,10 +2,11 @@
 
 Bases are read at that point of the stack: the work tree, else the image. Several patches chain:
 each one's bases are the results of the ones before it. Nothing is written until all converted;
-then the import is one transaction (queue.interrupted.ImportJournal): a journal (with a backup of
-each patch file it replaces), the patch files, and one rename of `series` that commits it all. A
-kill at any point leaves a queue that the next command puts back exactly as it was (or, past the
-rename, exactly imported).
+then the import is one transaction (queue.interrupted.QueueJournal): a journal (with a backup of
+each patch file it replaces), the patch files, and one rename of `series` that commits it all (the
+last patch file, when series does not change: a -f of patches already listed). A kill at any point
+leaves a queue that the next command puts back exactly as it was (or, past the commit, exactly
+imported).
 """
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import BadInput, ImgquiltError, UsageError
 from ..importer import ForeignPatch, apply_foreign, file_paths, parse_foreign
-from ..queue.hunks import sha256_hex
-from ..queue.interrupted import ImportJournal, Written
+from ..queue.interrupted import Change, QueueJournal
 from ..queue.patchfile import Header, Patch, build_patch, make_section, parse_patch
 from .patchtext import check_patch_name
 
@@ -85,12 +85,8 @@ def import_patches(
             out.append(Imported(it.name, patch, fp.kind, tuple(conv.notes)))
         fresh = [imp.name for imp in out if imp.name not in names]
         series = wt.queue.inserted(fresh, applied[-1] if applied else None) if fresh else wt.queue.series_bytes()
-        journal = ImportJournal(wt.root)
-        journal.begin(series, [Written(imp.name, sha256_hex(imp.patch.raw), wt.queue.exists(imp.name)) for imp in out])
-        for imp in out:
-            wt.queue.write_patch(imp.patch)
-        wt.queue.write_series(series)  # the commit: one rename
-        journal.end()
+        # series last: its rename commits the import
+        QueueJournal(wt.root, "import").run([Change(f"patches/{imp.name}", imp.patch.raw) for imp in out] + [Change("series", series)])
         return out
 
 

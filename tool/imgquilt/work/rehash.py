@@ -11,7 +11,13 @@ fits nowhere stops the command (ChainConflict) with nothing written.
 
 The whole new series is then verified on the bases, the Python check included, as `lock` does, and
 targets.lock (when there is one) is written from that verification. Applied patches at or above the
-first named one are popped before the files change and pushed again after, so the work tree follows.
+first named one are popped and pushed again, so the work tree follows: computed in memory
+(work.staged) before anything is written.
+
+All of it is one transaction (queue.interrupted.QueueJournal, `.imgquilt/rehash/`): the work copies
+and snapshots that change, then the patch files, then targets.lock, whose write commits it (the last
+patch file, when the queue has no lock). Killed at any point, the next imgquilt command leaves the
+queue and the work tree exactly as they were before, or (past the commit) exactly rehashed.
 """
 from __future__ import annotations
 
@@ -24,11 +30,11 @@ from ..engine.apply import HunkError, PlaceError, apply_placed, apply_section, p
 from ..errors import BaseDrift, ChainConflict, ImgquiltError, MalformedPatch, Refused, ResultMismatch, UsageError
 from ..queue.difftext import recount_hunks, renumber_headers
 from ..queue.hunks import ABSENT, sha256_hex, split_lines
+from ..queue.interrupted import Change, QueueJournal
 from ..queue.lock import render_lock
 from ..queue.patchfile import FileSection, Patch, build_patch, make_section, parse_patch, rehash_command
 from ..queue.queue import Queue
 from ..store import ObjectStore
-from ..util.atomic import atomic_write
 from ..util.regular import read_regular_file
 from .refresh import unrefreshed
 
@@ -103,24 +109,33 @@ def rehash(wt: WorkTree, names: list[str], *, python_check: bool = True) -> Reha
         queue = Queue(wt.root, wt.queue.series_bytes(), tuple(wt.queue.entries()), tuple(new[n] for n in series))
         lock = _verify(wt, queue, named, python_check=python_check)
         written = [n for n in series if new[n].raw != _on_disk(wt, n)]
-        from .pop import pop_one
-        from .push import _push_one
-
-        down = list(applied)
-        for _ in lift:
-            pop_one(wt, down, force=True)  # checked above: nothing unrefreshed is lost
-            down = down[:-1]
-        for n in written:
-            wt.queue.write_patch(new[n])
+        changes = _follow(wt, lift, applied, new) if lift and written else []
+        changes += [Change(f"patches/{n}", new[n].raw) for n in written]
         lock_path = None
         if lock is not None and render_lock(lock) != read_regular_file(wt.root / "targets.lock"):
             lock_path = wt.root / "targets.lock"
-            atomic_write(lock_path, render_lock(lock))
-        for n in lift:
-            _push_one(wt, n, down)
-            down = down + [n]
+            changes.append(Change("targets.lock", render_lock(lock)))  # last: it commits the rehash
+        QueueJournal(wt.root, "rehash").run(changes)
         return Rehashed(tuple(named), tuple(new[n] for n in named), tuple(chain.repinned), tuple(chain.rechained),
                         tuple(written), lock_path, tuple(notes))
+
+
+def _follow(wt: WorkTree, lift: list[str], applied: list[str], new: dict[str, Patch]) -> list[Change]:
+    """What popping `lift` and pushing it again with the new patches changes in the work tree, computed
+    in memory (work.staged): written with the patch files, in the same transaction."""
+    from .pop import pop_one
+    from .push import _push_one
+    from .staged import Staged
+
+    staged = Staged(wt, new)
+    down = list(applied)
+    for _ in lift:
+        pop_one(staged.tree, down, force=True)  # checked above: nothing unrefreshed is lost
+        down = down[:-1]
+    for n in lift:
+        _push_one(staged.tree, n, down)
+        down = down + [n]
+    return staged.changes()
 
 
 def _on_disk(wt: WorkTree, name: str) -> bytes | None:

@@ -50,9 +50,10 @@ def one_name_per_file(name: str, snap: list[Tracked], fresh: Mapping[str, FileSt
 class WorkState:
     """The applied list, the per-patch snapshots, the remembered image and the lock of one queue."""
 
-    def __init__(self, queue_root: Path) -> None:
+    def __init__(self, queue_root: Path, state: StateDir | None = None) -> None:
         self.queue_root = Path(queue_root)
-        self._state = StateDir(queue_root, "state")  # untrusted: walked without following links
+        # untrusted: walked without following links (`state`: one whose writes are held, work.staged)
+        self._state = state if state is not None else StateDir(queue_root, "state")
         self.dir = self._state.path
         self._snaps: dict[str, list[Tracked]] = {}  # read once per command; every write goes through here
 
