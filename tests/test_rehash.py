@@ -25,16 +25,22 @@ P3 = P2.replace(b"LINE_27 = 27\n", b"LINE_27 = 27  # three\n")
 NAMES = ["01-one.patch", "02-two.patch", "03-three.patch"]
 
 
+def chain(image: Path, q: Path) -> Path:
+    """An image holding MOD and a queue of the three-patch chain on it (no lock yet)."""
+    (image / "usr/lib/app").mkdir(parents=True)
+    (image / MOD).write_bytes(BASE)
+    q = empty_queue(q)
+    for name, old, new in zip(NAMES, (BASE, P1, P2), (P1, P2, P3)):
+        write_patch(q, name, [(MOD, old, new)])
+    return q
+
+
 @pytest.fixture
 def world(tmp_path: Path, cli_env):
     image = tmp_path / "image"
-    (image / "usr/lib/app").mkdir(parents=True)
-    (image / MOD).write_bytes(BASE)
+    q = chain(image, tmp_path / "q")
     (image / "etc").mkdir()
     (image / "etc/app.conf").write_bytes(b"workers = 2\n")
-    q = empty_queue(tmp_path / "q")
-    for name, old, new in zip(NAMES, (BASE, P1, P2), (P1, P2, P3)):
-        write_patch(q, name, [(MOD, old, new)])
     imgquilt("lock", "--image", f"rootfs:{image}", cwd=q, env=cli_env, check=0)
     shutil.rmtree(q / ".imgquilt")  # a fresh clone: nothing but series, patches/ and targets.lock
     return tmp_path, image, q, cli_env
@@ -168,11 +174,7 @@ def test_a_first_patch_whose_base_is_not_the_images_is_drift(world) -> None:
 
 def test_without_a_lock_only_the_patches_change(tmp_path: Path, cli_env) -> None:
     image = tmp_path / "image"
-    (image / "usr/lib/app").mkdir(parents=True)
-    (image / MOD).write_bytes(BASE)
-    q = empty_queue(tmp_path / "q")
-    for name, old, new in zip(NAMES, (BASE, P1, P2), (P1, P2, P3)):
-        write_patch(q, name, [(MOD, old, new)])
+    q = chain(image, tmp_path / "q")
     imgquilt("push", "--image", f"rootfs:{image}", cwd=q, env=cli_env, check=0)  # remembers the image
     imgquilt("pop", cwd=q, env=cli_env, check=0)
     hand_edit(q, NAMES[0], b"+LINE_03 = 3  # one\n", b"+LINE_03 = 3  # uno\n")

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from qtools import empty_queue, imgquilt, tree_hash, write_patch
+from qtools import imgquilt, tree_hash
 from test_import_crash import _env, _fresh, nth_call, queue_hash
 from test_inplace_crash import CHANGING, STRACE, _kill_points, _sample
-from test_rehash import BASE, MOD, NAMES, P1, P2, P3, hand_edit
+from test_rehash import MOD, NAMES, chain, hand_edit
 
 RENAMES = ("rename", "renameat", "renameat2")
 EDIT = (b"+LINE_03 = 3  # one\n", b"+LINE_03 = 3  # one\n+EXTRA = 0\n")
@@ -33,11 +33,7 @@ EDIT = (b"+LINE_03 = 3  # one\n", b"+LINE_03 = 3  # one\n+EXTRA = 0\n")
 
 def _world(tmp: Path, applied: bool) -> Path:
     image = tmp / "image"
-    (image / "usr/lib/app").mkdir(parents=True)
-    (image / MOD).write_bytes(BASE)
-    q = empty_queue(tmp / "old")
-    for name, old, new in zip(NAMES, (BASE, P1, P2), (P1, P2, P3)):
-        write_patch(q, name, [(MOD, old, new)])
+    q = chain(image, tmp / "old")
     env = _cli(tmp / "old")
     imgquilt("lock", "--image", f"rootfs:{image}", cwd=q, env=env, check=0)
     shutil.rmtree(q / ".imgquilt")  # a fresh clone

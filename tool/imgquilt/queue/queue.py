@@ -81,7 +81,7 @@ class Queue:
 
 def load_queue(root: Path) -> Queue:
     """Read series and every patch it lists (strictly: a missing or malformed patch is an error),
-    after cleaning up what an interrupted command left (an import is undone, dead temps go)."""
+    after cleaning up what an interrupted command left (an import or a rehash is undone or finished, dead temps go)."""
     from .interrupted import recover
 
     recover(root)

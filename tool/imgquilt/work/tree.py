@@ -87,7 +87,7 @@ class WorkTree:
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the work-tree lock: one changing command at a time, after cleaning up what an
-        interrupted one left (queue.interrupted: dead temp files, an import to undo)."""
+        interrupted one left (queue.interrupted: dead temp files, an import or a rehash to undo)."""
         from ..queue.interrupted import recover
 
         with self.record.locked():
