@@ -215,3 +215,16 @@ def test_a_refused_write_puts_back_what_was_written(tmp_path: Path, applied: boo
     assert _state(q, applied) == before and not (q / ".imgquilt/rehash").exists()
     assert not [x for x in q.rglob("*imgquilt-tmp*")]
     imgquilt("refresh", "--rehash", NAMES[0], cwd=q, env=_cli(q), check=0)
+
+
+def test_a_file_changed_since_the_kill_is_left_alone(tmp_path: Path) -> None:
+    """Recovery puts back only what still holds the killed rehash's bytes: 01-one.patch, edited again by
+    hand after the kill, keeps that edit; the work copy and snapshots (which it wrote) are put back."""
+    q, before = _killed_at_second_patch(tmp_path, applied=True)
+    mine = (q / "patches" / NAMES[0]).read_bytes() + b"# mine\n"
+    (q / "patches" / NAMES[0]).write_bytes(mine)
+    imgquilt("check", cwd=q, env=_cli(q), check=6)
+    assert (q / "patches" / NAMES[0]).read_bytes() == mine
+    assert work_hash(q) == before[1] and not (q / ".imgquilt/rehash").exists()
+    for name in NAMES[1:]:
+        assert (q / "patches" / name).read_bytes() == (tmp_path / "old" / "patches" / name).read_bytes()
