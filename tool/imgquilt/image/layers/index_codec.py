@@ -34,6 +34,14 @@ class LazyRecs(Mapping[str, Rec]):
         self._made: dict[str, Rec] = {}
         self._count = count
 
+    @classmethod
+    def of_raw(cls, grouped: dict[str, dict[str, _Raw]]) -> "LazyRecs":
+        """Members already in their stored form, grouped per directory (a seekable layer's TOC gives
+        them so): a Rec is made only for a member something asks for, as after loading."""
+        recs = cls({}, sum(len(b) for b in grouped.values()))
+        recs._decoded = grouped
+        return recs
+
     def _bucket(self, directory: str) -> dict[str, _Raw]:
         got = self._decoded.get(directory)
         if got is None:
@@ -70,8 +78,11 @@ class LazyRecs(Mapping[str, Rec]):
     def __contains__(self, path: object) -> bool:
         return isinstance(path, str) and path in self._bucket(_parent(path))
 
+    def _directories(self) -> list[str]:
+        return list(self._buckets) + [d for d in self._decoded if d not in self._buckets]
+
     def __iter__(self) -> Iterator[str]:
-        for directory in list(self._buckets):
+        for directory in self._directories():
             yield from self._bucket(directory)
 
     def __len__(self) -> int:
@@ -80,6 +91,9 @@ class LazyRecs(Mapping[str, Rec]):
     def buckets(self) -> dict[str, bytes]:
         """The stored form, with what was learnt since loading (a stored file's sha)."""
         out = dict(self._buckets)
+        for directory, bucket in self._decoded.items():
+            if directory not in out:
+                out[directory] = marshal.dumps(bucket, 4)
         for directory in {_parent(p) for p in self._made}:
             bucket = dict(self._bucket(directory))
             for path, t in bucket.items():

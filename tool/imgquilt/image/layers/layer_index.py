@@ -109,10 +109,10 @@ class IndexBuilder:
         self.wh: dict[str, str] = {}
         self.opq: dict[str, str] = {}
         self.last_path = ""  # the path of the Rec `add` returned last
+        self.raw: dict[str, dict[str, tuple]] = {}  # add_raw's members: directory -> path -> stored tuple
 
-    def add(self, name: str, typeflag: str, mode: int, uid: int, gid: int, size: int, linkname: str,
-            ordinal: int, offset: int, sparse: bool, mtime: int = 0) -> Rec | None:
-        """One member; its Rec (None for the root, a whiteout or an opaque marker)."""
+    def member(self, name: str, typeflag: str, linkname: str) -> tuple[str, str, str] | None:
+        """(path, kind, link) of one member; None for the root, a whiteout or an opaque marker (noted)."""
         what = self.what
         try:
             path = member_path(name)
@@ -136,10 +136,29 @@ class IndexBuilder:
                 link = member_path(link) or ""
             except UnsafePath:
                 raise BadImage(f"The {what} holds a hard link {name!r} to an unsafe path {linkname!r}.") from None
+        return path, kind, link
+
+    def add(self, name: str, typeflag: str, mode: int, uid: int, gid: int, size: int, linkname: str,
+            ordinal: int, offset: int, sparse: bool, mtime: int = 0) -> Rec | None:
+        """One member; its Rec (None for the root, a whiteout or an opaque marker)."""
+        member = self.member(name, typeflag, linkname)
+        if member is None:
+            return None
+        path, kind, link = member
         rec = Rec(kind, mode, uid, gid, size, link, ordinal, offset, sparse, mtime)
         self.entries[path] = rec
         self.last_path = path
         return rec
+
+    def store_raw(self, path: str, raw: tuple) -> None:
+        """A member (a path `member` gave) straight into `raw` in the stored form (index_codec's tuple),
+        grouped per directory, no Rec made: a TOC's tens of thousands of members, most never looked at."""
+        parent = path.rpartition("/")[0]
+        bucket = self.raw.get(parent)
+        if bucket is None:
+            bucket = self.raw[parent] = {}
+        bucket[path] = raw  # the last one wins, as in `entries`
+        self.last_path = path
 
     def finish(self, members: int, kept: int = 0) -> LayerIndex:
         return LayerIndex(self.position, self.entries, self.wh, self.opq,

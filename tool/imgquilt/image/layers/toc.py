@@ -22,9 +22,9 @@ checksum and the per-file digests are what vouch for every byte used.
 """
 from __future__ import annotations
 
+import datetime
 import hashlib
 import io
-import datetime
 import json
 import re
 import zlib
@@ -33,7 +33,8 @@ from typing import Callable, Literal
 
 from ...errors import BadImage
 from ..digests import verify_digest
-from .layer_index import IndexBuilder, LayerIndex
+from .index_codec import LazyRecs
+from .layer_index import IndexBuilder, LayerIndex, _implicit_dirs
 from .tarwalk import BytesStream, TarWalker
 
 ZSTD_CHECKSUM_KEYS = ("io.github.containers.zstd-chunked.manifest-checksum",
@@ -225,7 +226,7 @@ def toc_index(toc: Toc, blob_size: int, *, position: int, whiteouts: bool, what:
                 raise TocUnusable(f"TOC entry {e.get('name')!r} has a bad offset {offset!r}")
             following = offset
     builder = IndexBuilder(position=position, whiteouts=whiteouts, what=what)
-    add = builder.add
+    member, store = builder.member, builder.store_raw
     ordinal = 0
     i = 0
     while i < n:
@@ -246,17 +247,27 @@ def toc_index(toc: Toc, blob_size: int, *, position: int, whiteouts: bool, what:
         if type(name) is not str or type(link) is not str or type(mode) is not int or type(uid) is not int \
                 or type(gid) is not int or type(size) is not int or min(mode, uid, gid, size) < 0:
             raise TocUnusable(f"TOC entry {name!r} has a bad name, link, mode, owner or size")
-        rec = add(name, typeflag, mode & 0o7777, uid, gid, size, link, ordinal, -1, False)
+        got = member(name, typeflag, link)
+        if got is not None:
+            path, rec_kind, rec_link = got
+            extent = mtime = None
+            if kind == "reg":
+                extent = _extent(entries, range(start, i), ends, size, toc.data_end)
+                # only a Python source's mtime is ever looked at (a timestamp pyc is judged against it)
+                mtime = _modtime(get("modtime")) if path.endswith(".py") else 0
+            store(path, (rec_kind, mode & 0o7777, uid, gid, size, rec_link, ordinal, -1, False, "", extent, mtime or 0))
         ordinal += 1
-        if rec is not None and kind == "reg":
-            rec.extent = _extent(entries, range(start, i), ends, size, toc.data_end)
-            rec.mtime = _modtime(get("modtime"))
-    if toc.own_member is not None:
-        rec = add(ESTARGZ_TOC_NAME, "0", 0, 0, 0, len(toc.own_member), "", ordinal, -1, False)
-        assert rec is not None
-        rec.data = toc.own_member
+    own = toc.own_member
+    if own is not None:
+        got = member(ESTARGZ_TOC_NAME, "0", "")
+        assert got is not None
+        store(got[0], (got[1], 0, 0, 0, len(own), "", ordinal, -1, False, "", None, 0))
         ordinal += 1
-    return builder.finish(ordinal)
+    recs = LazyRecs.of_raw(builder.raw)
+    index = LayerIndex(position, recs, builder.wh, builder.opq, _implicit_dirs(recs, builder.wh, builder.opq), ordinal, 0)
+    if own is not None:
+        recs[ESTARGZ_TOC_NAME].data = own  # the TOC member itself: its bytes are at hand
+    return index
 
 
 def _modtime(text: object) -> int:
@@ -277,10 +288,25 @@ def _extent(entries: list[dict], chunks: range, ends: list[int], size: int, data
     head = entries[chunks[0]]
     if size == 0:
         return EMPTY_SHA256, ()
-    digest = head.get("digest")
-    m = _SHA256.match(digest) if type(digest) is str else None
-    if m is None:
-        raise TocUnusable(f"TOC entry {head.get('name')!r} has no sha256 digest of its data")
+    get = head.get
+    digest = get("digest")
+    # sha256: and 64 lowercase hex digits (as _SHA256 says; this is the per-file hot path)
+    if type(digest) is not str or len(digest) != 71 or not digest.startswith("sha256:") \
+            or digest[7:].strip("0123456789abcdef"):
+        raise TocUnusable(f"TOC entry {get('name')!r} has no sha256 digest of its data")
+    if len(chunks) == 1:  # one chunk: most files
+        offset, start, skip = get("chunkOffset") or 0, get("offset") or 0, get("innerOffset") or 0
+        take = get("chunkSize") or size
+        end = ends[chunks[0]]
+        stop = get("endOffset")
+        if type(stop) is int and type(start) is int and start < stop < end:
+            end = stop
+        if type(offset) is not int or type(start) is not int or type(skip) is not int or type(take) is not int \
+                or offset != 0 or skip < 0:
+            raise TocUnusable(f"the chunks of TOC entry {get('name')!r} do not follow each other")
+        if take != size or not (0 < start < end <= data_end):
+            raise TocUnusable(f"TOC entry {get('name')!r} has a chunk outside its file or the blob")
+        return digest[7:], ((start, end, skip, take, get("chunkType") == "zeros"),)
     runs: list[Run] = []
     at = 0
     last = chunks[-1]
@@ -302,7 +328,7 @@ def _extent(entries: list[dict], chunks: range, ends: list[int], size: int, data
         at += take
     if at != size:
         raise TocUnusable(f"the chunks of TOC entry {head.get('name')!r} do not add up to its size")
-    return m.group(1), tuple(runs)
+    return digest[7:], tuple(runs)
 
 
 # --- file bytes by range ----------------------------------------------------------------------
