@@ -21,6 +21,16 @@ _CACHE = tempfile.mkdtemp(prefix="imgquilt-test-cache-")
 os.environ["IMGQUILT_CACHE_DIR"] = _CACHE
 atexit.register(shutil.rmtree, _CACHE, True)
 
+# nor the user's journal key (~/.local/state/imgquilt/journal.key): one key for the whole run, made
+# before any test, so a crash test's traced run and its killed runs make the same syscalls, and a
+# journal written by one imgquilt process of a test is recovered by the next
+_STATE = tempfile.mkdtemp(prefix="imgquilt-test-state-")
+os.environ["IMGQUILT_STATE_DIR"] = _STATE
+_fd = os.open(os.path.join(_STATE, "journal.key"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+os.write(_fd, os.urandom(32))
+os.close(_fd)
+atexit.register(shutil.rmtree, _STATE, True)
+
 
 @pytest.fixture(autouse=True)
 def _own_shared_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from hostile import forger_seal
 from imagetools import build_oci, dir_layer_bytes
 from imgquilt.rootfs import journal as jmod
 from imgquilt.rootfs.journal import JOURNAL
@@ -48,12 +49,12 @@ def _apply(q: Path, root: Path, env: dict[str, str], *extra: str):
     return imgquilt("--queue", str(q), "apply", "--root", str(root), *extra, cwd=q, env=env)
 
 
-def _forged_journal(root: Path) -> bytes:
-    """A journal that is right in every field a reader could check, except that imgquilt never wrote it here."""
-    st = root.stat()
-    return json.dumps({"format": jmod.FORMAT, "run": "0" * 32, "root_ino": st.st_ino, "journal_ino": st.st_ino + 1,
-                       "phase": "commit", "dirs": [],
-                       "entries": [{"path": "etc/passwd", "has_old": False, "delete": False}]}).encode()
+def _forged_journal(root: Path, journal_ino: int) -> bytes:
+    """A journal right in every field a reader could check (its inodes too: inode numbers can be guessed),
+    sealed with a key of the forger's own, not the user's."""
+    doc = {"format": jmod.FORMAT, "run": "0" * 32, "root_ino": root.stat().st_ino, "journal_ino": journal_ino,
+           "phase": "commit", "dirs": [], "entries": [{"path": "etc/passwd", "has_old": False, "delete": False}]}
+    return json.dumps({**doc, "seal": forger_seal(doc)}, sort_keys=True).encode()
 
 
 def _no_leftovers(root: Path) -> None:
@@ -68,7 +69,9 @@ def test_planted_journal_is_refused_never_acted_on(tmp_path: Path, cli_env: dict
     canary.write_bytes(b"outside\n")
     j = root / JOURNAL
     if kind == "forged":
-        j.write_bytes(_forged_journal(root))
+        j.write_bytes(b"{}")
+        j.write_bytes(_forged_journal(root, j.stat().st_ino))  # rewritten in place: the same inode
+        assert json.loads(j.read_bytes())["journal_ino"] == j.stat().st_ino
     elif kind == "wrong-keys":
         j.write_bytes(json.dumps({"entries": {"etc/passwd": 1}}).encode())
     elif kind == "old-format-list":
@@ -83,6 +86,8 @@ def test_planted_journal_is_refused_never_acted_on(tmp_path: Path, cli_env: dict
     r = _apply(q, root, cli_env)
     assert r.code == 6, r.err
     assert "not a journal imgquilt wrote" in r.err and JOURNAL in r.err and "changed nothing" in r.err
+    if kind == "forged":
+        assert "not sealed with your imgquilt journal key" in r.err, r.err
     assert tree_hash(root) == before and (root / "etc/passwd").read_bytes() == PASSWD
     assert canary.read_bytes() == b"outside\n"
     # not blocked forever: once the planted file is gone, a benign apply goes through
@@ -101,8 +106,15 @@ def test_journal_at_the_old_location_is_inert(tmp_path: Path, cli_env: dict[str,
 
 
 def test_journal_shipped_in_an_image_layer_is_refused(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """Even a journal imgquilt really wrote and sealed (with this very user's key) is refused once copied:
+    extracting gives it, and the root, new inodes."""
     src = _root(tmp_path / "src")
-    (src / JOURNAL).write_bytes(_forged_journal(src))
+    fd = os.open(src, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        jmod.write_journal(fd, jmod.Journal("0" * 32, "commit", (jmod.Entry("etc/passwd", False, False),), ()))
+        assert jmod.read_journal(fd, src) is not None  # in place, it authenticates
+    finally:
+        os.close(fd)
     layout = build_oci(tmp_path / "img", [src])
     # the root is that image extracted, as a build would: every file gets a new inode
     root = tmp_path / "extracted"
@@ -113,7 +125,7 @@ def test_journal_shipped_in_an_image_layer_is_refused(tmp_path: Path, cli_env: d
     before = tree_hash(root)
     r = _apply(q, root, cli_env, "--image", f"oci:{layout}:latest")
     assert r.code == 6, r.err
-    assert "not a journal imgquilt wrote" in r.err
+    assert "not a journal imgquilt wrote" in r.err and "inodes do not match" in r.err
     assert tree_hash(root) == before
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from hostile import forger_seal
 from qtools import imgquilt, tree_hash
 from test_import_crash import _env, _fresh, nth_call, queue_hash
 from test_inplace_crash import CHANGING, STRACE, _kill_points
@@ -196,6 +197,27 @@ def test_a_planted_rehash_journal_is_never_acted_on(tmp_path: Path) -> None:
     for args in (("check",), ("push",), ("refresh", "--rehash", NAMES[0]), ("apply", "--root", str(image))):
         r = imgquilt(*args, cwd=q, env=_cli(q))
         assert r.code == 6 and "never acts on a rehash journal" in (r.out + r.err), (args, r.out + r.err)
+        assert queue_hash(q) == before and journal.read_bytes() == planted, args
+
+
+def test_a_forged_journal_with_the_right_inodes_is_never_acted_on(tmp_path: Path) -> None:
+    """The same planted journal, right in every field (the current version, the queue's inode and its
+    own: inode numbers can be guessed), sealed with a key that is not the user's: refused, exit 6."""
+    q = _world(tmp_path, applied=False)
+    raw = (q / "patches" / NAMES[0]).read_bytes()
+    journal = q / ".imgquilt/rehash/journal.json"
+    journal.parent.mkdir(parents=True)
+    journal.write_text("{}")
+    st = os.stat(q)
+    doc = {"version": 3, "command": "rehash", "root": [st.st_dev, st.st_ino], "inode": journal.stat().st_ino, "files": [
+        {"path": f"patches/{NAMES[0]}", "sha256": hashlib.sha256(raw).hexdigest(), "mode": 0o644, "old": None},
+        {"path": "targets.lock", "sha256": "0" * 64, "mode": 0o644, "old": 0o644}]}
+    journal.write_text(json.dumps({**doc, "seal": forger_seal(doc)}))  # rewritten in place: the same inode
+    assert json.loads(journal.read_text())["inode"] == journal.stat().st_ino
+    before, planted = queue_hash(q), journal.read_bytes()
+    for args in (("check",), ("push",), ("refresh", "--rehash", NAMES[0])):
+        r = imgquilt(*args, cwd=q, env=_cli(q))
+        assert r.code == 6 and "not sealed with your imgquilt journal key" in r.err, (args, r.out + r.err)
         assert queue_hash(q) == before and journal.read_bytes() == planted, args
 
 

@@ -150,6 +150,10 @@ class ForeignJournal(BadInput):
     """An in-place journal in a root (or an import or rehash journal in a queue) that imgquilt did not write there; never acted on."""
 
 
+class UnsafeStateKey(BadInput):
+    """The key that seals imgquilt's journals (`~/.local/state/imgquilt/journal.key`) is not the user's own, or cannot be made."""
+
+
 class QueueWriteFailed(BadInput):
     """The filesystem refused a write of `import` or `refresh --rehash` (read-only, full); what it had written was put back."""
 

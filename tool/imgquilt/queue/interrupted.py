@@ -22,10 +22,11 @@ Two kinds of leftovers:
   command wrote (one never written, or changed since, is left alone). So these commands are all or
   nothing under kill -9, and a write that fails (a full disk, a planted link) is undone at once.
 
-A journal is trusted only if imgquilt wrote it there: it records the inode of the queue directory and
-its own inode (a journal copied in with a queue, or planted, has others), names only files imgquilt
-writes (series, targets.lock, patches/, .imgquilt/work/, .imgquilt/state/) and has a strict schema;
-anything else is ForeignJournal (exit 6) and never acted on.
+A journal is trusted only if imgquilt wrote it there: it is sealed with the user's own key, kept
+outside every queue (util/sealing.py: a cloned queue can guess inode numbers, never the key), it
+records the inode of the queue directory and its own inode (a journal copied in with a queue has
+others), names only files imgquilt writes (series, targets.lock, patches/, .imgquilt/work/,
+.imgquilt/state/) and has a strict schema; anything else is ForeignJournal (exit 6) and never acted on.
 
 recover() runs both; every command that reads the queue calls it (load_queue, check, and the work
 tree's lock), and `check` reports what could not be cleaned (a read-only queue).
@@ -48,6 +49,7 @@ from typing import Iterator
 from ..errors import ForeignJournal, ImgquiltError, QueueWriteFailed, UsageError
 from ..util.atomic import TEMP_MARK, temp_prefix, write_atomic_at, write_new_at
 from ..util.regular import read_regular_at
+from ..util.sealing import seal, sealed_here
 from ..util.statedir import STATE_NAME, StateDir, open_dir_below, refuse_non_regular_at
 
 GRACE = 10.0  # seconds: a temp younger than this may be one whose writer has not locked it yet
@@ -213,9 +215,10 @@ class QueueJournal:
                 fd = os.open(_STAGED, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
                 self._fd = fd
                 fcntl.flock(fd, fcntl.LOCK_EX)
-                doc = {"version": 2, "command": self.command, "root": [root_st.st_dev, root_st.st_ino], "inode": os.fstat(fd).st_ino,
+                doc = {"version": 3, "command": self.command, "root": [root_st.st_dev, root_st.st_ino], "inode": os.fstat(fd).st_ino,
                        "files": [{"path": c.path, "sha256": _sha(c.data), "mode": None if c.data is None else c.mode, "old": old}
                                  for c, old in zip(changes, olds)]}
+                doc["seal"] = seal(doc)
                 with os.fdopen(os.dup(fd), "wb") as f:
                     f.write(json.dumps(doc).encode())
                     f.flush()
@@ -278,6 +281,8 @@ class QueueJournal:
         root_st = os.stat(self.root)
         if doc["root"] != [root_st.st_dev, root_st.st_ino] or doc["inode"] != st.st_ino:
             raise self._foreign("written for another queue directory (copied, or planted)")
+        if not sealed_here(doc):
+            raise self._foreign("not sealed with your imgquilt journal key (planted, or written by another user)")
         return doc
 
     def _undo(self, doc: dict) -> None:
@@ -319,7 +324,7 @@ def _an(command: str) -> str:
 
 def _valid(doc: object, command: str) -> bool:
     """The schema of the journals imgquilt writes, exactly."""
-    if not (isinstance(doc, dict) and set(doc) == {"version", "command", "root", "inode", "files"} and doc["version"] == 2
+    if not (isinstance(doc, dict) and set(doc) == {"version", "command", "root", "inode", "files", "seal"} and doc["version"] == 3
             and doc["command"] == command and isinstance(doc["files"], list) and doc["files"]):
         return False
     paths = set()

@@ -7,10 +7,12 @@ only when it authenticates as one imgquilt wrote in this very root:
 
 - a strict schema (exact keys and types, in-root paths only; temp and backup names are derived from
   the run id, never read from the file);
+- a seal: an HMAC under the user's own key, kept outside every root (util/sealing.py). A root can
+  ship any bytes and guess any inode number, but it cannot know the key;
 - `root_ino` is the inode of the root directory, and `journal_ino` the inode of the journal file
   itself, written into it after it was created. Extracting, copying or syncing a file into a root
-  gives it a new inode, so a journal shipped in an image or a tarball can never match; only a file
-  created in place by the apply that crashed does.
+  gives it a new inode, so even a journal imgquilt sealed, copied along with its root, does not
+  match; only the file created in place by the apply that crashed does.
 
 Anything else at that name is refused (exit 6) and never acted on. The journal is rewritten once per
 phase (prepare, commit, clean), each time whole, with one fsync: O(n) for n files.
@@ -25,14 +27,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import ForeignJournal, UnsafePath
+from ..util.sealing import sealed_here, seal
 from .dirfd import split, unlink_quiet
 
 JOURNAL = ".imgquilt-journal.json"
-FORMAT = "imgquilt-inplace-journal/1"
+FORMAT = "imgquilt-inplace-journal/2"
 PHASES = ("prepare", "commit", "clean")
 _TMP = re.compile(r"\.imgquilt-journal-[0-9a-f]{32}\.tmp")
 _RUN = re.compile(r"[0-9a-f]{32}")
-_KEYS = {"format", "run", "root_ino", "journal_ino", "phase", "dirs", "entries"}
+_KEYS = {"format", "run", "root_ino", "journal_ino", "phase", "dirs", "entries", "seal"}
 _ENTRY_KEYS = {"path", "has_old", "delete"}
 MAX_JOURNAL = 64 << 20
 
@@ -68,10 +71,11 @@ class Journal:
 
 
 def _doc(j: Journal, root_ino: int, journal_ino: int) -> bytes:
-    return json.dumps({
+    doc = {
         "format": FORMAT, "run": j.run, "root_ino": root_ino, "journal_ino": journal_ino, "phase": j.phase,
         "dirs": list(j.dirs), "entries": [{"path": e.path, "has_old": e.has_old, "delete": e.delete} for e in j.entries],
-    }, sort_keys=True).encode()
+    }
+    return json.dumps({**doc, "seal": seal(doc)}, sort_keys=True).encode()
 
 
 def write_journal(root_fd: int, j: Journal) -> None:
@@ -131,6 +135,8 @@ def _parse(data: bytes, root_ino: int, own_ino: int) -> Journal:
         raise ValueError("wrong inode fields")
     if (doc["root_ino"], doc["journal_ino"]) != (root_ino, own_ino):
         raise ValueError("it was not created in this root: its inodes do not match")
+    if not sealed_here(doc):
+        raise ValueError("it is not sealed with your imgquilt journal key")
     dirs = tuple(doc["dirs"])
     for d in dirs:
         if not isinstance(d, str):
