@@ -14,7 +14,7 @@ import pytest
 from imagetools import (blob_path, build_oci, dir_, file, flip_byte, hardlink, manifest, opaque, set_manifest, symlink,
                         whiteout)
 from qtools import empty_queue, imgquilt, write_patch
-from seekable_tools import containerd, ctr_remote_convert, layer_annotations, zstd_chunked_copy, zstd_toc
+from seekable_tools import containerd, ctr_remote_convert, zstd_chunked_copy, zstd_toc
 from test_layer_semantics import BASE as SEMANTICS_BASE
 from imgquilt.cache.layers import LayerCache
 from imgquilt.errors import DigestMismatch, ImgquiltError

@@ -15,7 +15,7 @@ from .engine.record import names_series
 from .engine.result import RECORD_PATH, ApplyResult
 from .errors import UsageError
 from .fs.types import FileChange, ImageInfo, Source
-from .image.mediatypes import LAYER_FORMATS, Compression, LayerFormat
+from .image.mediatypes import LAYER_FORMATS, LayerFormat
 from .image.model import Image
 from .image.referrers import Referrer
 from .image.sinks import layer as layer_sink

@@ -9,7 +9,7 @@ in sequence); without the key it cannot make a seal that verifies.
 
 The key is created on first use (mode 0600, linked into place whole, so two first runs agree on
 one key) and used only while it is a regular file owned by the user, readable by no one else, in a
-directory no one else can write. Anything else there is refused (exit 6) rather than trusted or
+directory that is the user's alone (util/ownership.py, the test the shared cache passes too). Anything else there is refused (exit 6) rather than trusted or
 replaced. Without a key, no journal verifies: a journal is then refused, never acted on.
 """
 from __future__ import annotations
@@ -20,9 +20,12 @@ import hmac
 import json
 import os
 import stat
+from contextlib import suppress
 from pathlib import Path
 
 from ..errors import UnsafeStateKey
+from .atomic import write_new_at
+from .ownership import problem_of
 
 KEY_NAME = "journal.key"
 _KEY_LEN = 32
@@ -66,16 +69,6 @@ def _refuse(path: Path, problem: str) -> UnsafeStateKey:
              "at a directory of your own.")
 
 
-def _dir_problem(st: os.stat_result) -> str | None:
-    if not stat.S_ISDIR(st.st_mode):
-        return "not a directory"
-    if st.st_uid not in (os.geteuid(), 0):
-        return f"owned by another user (uid {st.st_uid})"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
-
-
 def _open_dir(home: Path, create: bool) -> int | None:
     if create:
         try:
@@ -89,11 +82,12 @@ def _open_dir(home: Path, create: bool) -> int | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise _refuse(home, "a symlink" if exc.errno in (errno.ELOOP, errno.ENOTDIR) else (exc.strerror or str(exc))) from None
-    problem = _dir_problem(os.fstat(fd))
+        why = "a symlink" if exc.errno in (errno.ELOOP, errno.ENOTDIR) else (exc.strerror or str(exc))
+        raise _refuse(home / KEY_NAME, f"in a directory that is {why}") from None
+    problem = problem_of(os.fstat(fd))
     if problem:
         os.close(fd)
-        raise _refuse(home, f"in a directory that is {problem}")
+        raise _refuse(home / KEY_NAME, f"in a directory that is {problem}")
     return fd
 
 
@@ -122,13 +116,8 @@ def _read_key(dfd: int, path: Path) -> bytes | None:
 
 def _make_key(dfd: int, path: Path) -> bytes:
     tmp = f".{KEY_NAME}.{os.getpid()}.{os.urandom(8).hex()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
     try:
-        try:
-            os.write(fd, os.urandom(_KEY_LEN))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_new_at(dfd, tmp, os.urandom(_KEY_LEN))  # mode 0600, whole on disk before it is linked
         try:
             os.link(tmp, KEY_NAME, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
         except FileExistsError:
@@ -138,10 +127,8 @@ def _make_key(dfd: int, path: Path) -> bytes:
         raise UnsafeStateKey(f"imgquilt cannot write its journal key {path}: {exc.strerror or exc}.",
                              hint="Point IMGQUILT_STATE_DIR at a writable directory of your own.") from None
     finally:
-        try:
+        with suppress(OSError):
             os.unlink(tmp, dir_fd=dfd)
-        except OSError:
-            pass
     key = _read_key(dfd, path)
     assert key is not None
     return key
