@@ -59,7 +59,7 @@ class Outputs:
 def patched_files(result: ApplyResult) -> tuple[FileChange, ...]:
     """Every file the series leaves changed or deleted (absent before and after says nothing)."""
     return tuple(
-        FileChange(f.target.path, f.resolved, f.final, f.mode, f.uid, f.gid, f.target.parents)
+        FileChange(f.target.path, f.resolved, f.final, f.mode, f.uid, f.gid, f.target.parents, link=f.link)
         for f in result.files
         if f.final is not None or f.target.data is not None
     )
@@ -108,7 +108,7 @@ def changes_image(result: ApplyResult) -> bool:
     before it writes: a layer that changes nothing is never written. Nothing changes when every file
     is already at the series' result and the record there already names this series (a record that
     is missing or names another series is a change: audit reads it)."""
-    changed = [f for f in result.files if f.final != f.target.data]
+    changed = [f for f in result.files if f.changed]
     if result.bytecode or any(f.target.path != RECORD_PATH for f in changed):
         return True
     return bool(changed) and not names_series(changed[0].target.data, result.series_sha256)

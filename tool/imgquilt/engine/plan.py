@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import BadInput, BaseDrift, ImgquiltError, MalformedPatch, MissingTarget, PythonCheckFailed, Refused, ResultMismatch, StaleLock, UnsafePath
-from ..fs.types import Source, TargetFile
+from ..fs.types import Source, TargetFile, read_targets
 from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.lock import Lock, LockTarget, patch_hashes, rootfs_digest, stale_lock_advice
 from ..queue.patchfile import rehash_command
@@ -26,7 +26,7 @@ NO_LOCK_HINT = "Pin the queue to its image with `imgquilt lock --image REF` and 
 class Problem:
     """One failed verification, with every fact a refusal must name."""
 
-    kind: str  # "drift", "missing", "result", "hunk", "python", "lock"
+    kind: str  # "drift", "missing", "type", "result", "hunk", "python", "lock"
     patch: str
     path: str
     resolved: str
@@ -42,6 +42,7 @@ class Problem:
         text = {
             "drift": f"{self.patch}: {where}: base drifted: expected sha256 {self.expected}, found {self.actual}.",
             "missing": f"{self.patch}: {where}: the file does not exist (expected sha256 {self.expected}).",
+            "type": f"{self.patch}: {where}: {self.detail}.",
             "result": f"{self.patch}: {where}: the result is not the pinned one: expected sha256 {self.expected}, got {self.actual}.",
             "hunk": f"{self.patch}: {where}: base matches ({self.expected}) but {self.detail}.",
             "python": f"{self.patch}: {where}: the patch adds Python errors: {self.detail}.",
@@ -61,11 +62,14 @@ class _FileState:
     mode: int | None = None
     steps: list[tuple[str, str, str]] = field(default_factory=list)
     chain: list = field(default_factory=list)  # (patch name, path as named, section) applied, in order
+    link: bool = False  # the file is a symlink at this point (data: its target)
 
 
 NEXT_STEP = {
     "drift": "The image changed under the queue: `imgquilt rebase --image REF` carries the patches onto it.",
     "missing": "The file is gone from this image: check --image, or `imgquilt rebase` (it finds moved files).",
+    "type": "The image holds another kind of file there than the patch was made for (a symlink where it expects a "
+            "regular file, or the reverse): apply onto the image the patch was made for, or `imgquilt rebase --image REF`.",
     "result": "A patch whose body was edited by hand no longer gives its Patched-SHA256: {rehash} re-pins it "
               "(and re-chains the patches after it).",
     "hunk": "A hunk does not fit the base its patch pins: fix its context and removed lines by hand, then {rehash}.",
@@ -80,7 +84,7 @@ def refusal(problems: list[Problem]) -> ImgquiltError:
     if kinds & {"missing", "hunk"}:
         cls = {frozenset({"missing"}): MissingTarget, frozenset({"hunk"}): MalformedPatch}.get(frozenset(kinds), BadInput)
     else:
-        by_kind = {"drift": BaseDrift, "result": ResultMismatch, "python": PythonCheckFailed, "lock": BaseDrift}
+        by_kind = {"drift": BaseDrift, "type": BaseDrift, "result": ResultMismatch, "python": PythonCheckFailed, "lock": BaseDrift}
         cls = by_kind[next(iter(kinds))] if len(kinds) == 1 else Refused
     msg = f"Refused: {len(problems)} verification failure(s); nothing was written.\n" + "\n".join(
         f"  - {p.render()}" for p in problems
@@ -126,7 +130,7 @@ def _apply_series(queue: Queue, targets: dict[str, TargetFile], source: Source |
     """The series applied in memory, every section verified (the Python check is the caller's)."""
     states: dict[str, _FileState] = {}
     for path, t in targets.items():
-        states.setdefault(t.resolved, _FileState(t, t.data))
+        states.setdefault(t.resolved, _FileState(t, t.data, link=t.link))
     problems: list[Problem] = []
     for patch in queue.patches:
         for s in patch.sections:
@@ -141,6 +145,10 @@ def _apply_series(queue: Queue, targets: dict[str, TargetFile], source: Source |
                 problems.append(Problem(kind, patch.name, s.path, t.resolved, s.base_sha256, actual, note))
                 st.broken = True
                 continue
+            if st.data is not None and st.link != s.link:
+                problems.append(Problem("type", patch.name, s.path, t.resolved, s.base_sha256, actual, kind_mismatch(s.link)))
+                st.broken = True
+                continue
             try:
                 new = apply_section(st.data, s)
             except HunkError as exc:
@@ -148,6 +156,11 @@ def _apply_series(queue: Queue, targets: dict[str, TargetFile], source: Source |
                 st.broken = True
                 continue
             result = None if s.is_delete else new
+            bad_link = link_target_problem(result) if s.link and result is not None else None
+            if bad_link:
+                problems.append(Problem("hunk", patch.name, s.path, t.resolved, s.base_sha256, actual, bad_link))
+                st.broken = True
+                continue
             if s.is_delete and new:
                 problems.append(Problem("result", patch.name, s.path, t.resolved, ABSENT, sha256_hex(new), "the deletion leaves content"))
                 st.broken = True
@@ -159,11 +172,41 @@ def _apply_series(queue: Queue, targets: dict[str, TargetFile], source: Source |
                 continue
             if s.is_new and s.mode is not None:
                 st.mode = s.mode
+            elif s.new_mode is not None:
+                st.mode = s.new_mode
             st.data = result
+            st.link = s.link if result is not None else False
             st.patches.append(patch.name)
             st.steps.append((patch.name, actual, got))
             st.chain.append((patch.name, s.path, s))
     return states, problems
+
+
+def kind_mismatch(link: bool) -> str:
+    if link:
+        return "the patch changes a symlink, but the file here is a regular file"
+    return "the patch changes a regular file, but the path here is a symlink (imgquilt does not follow it for a series that changes the link itself)"
+
+
+MAX_LINK_TARGET = 4095  # PATH_MAX less its NUL: the longest target symlink(2) takes
+
+
+def link_target_problem(target: bytes) -> str | None:
+    """Why `target` cannot be a symlink's target (None: it can)."""
+    if not target:
+        return "the symlink's target it leaves is empty"
+    if b"\0" in target:
+        return "the symlink's target it leaves holds a NUL byte"
+    if len(target) > MAX_LINK_TARGET:
+        return f"the symlink's target it leaves is {len(target)} bytes, longer than {MAX_LINK_TARGET}"
+    return None
+
+
+def final_mode(st: "_FileState") -> int:
+    """The permission bits a file ends with: a mode change's or a new file's, else the base's (0644 for a new file)."""
+    if st.mode is not None:
+        return st.mode
+    return st.target.mode if st.target.data is not None else 0o644
 
 
 def python_problems(states: dict[str, _FileState], memo: Memo | None, screen: Screen | None = None) -> list[Problem]:
@@ -179,7 +222,7 @@ class PythonCheck:
     def __init__(self, states: dict[str, _FileState], memo: Memo | None, screen: Screen | None) -> None:
         self.memo = memo
         self.checked = [st for resolved, st in states.items()
-                        if resolved.endswith(".py") and not st.broken and st.chain and st.data is not None
+                        if resolved.endswith(".py") and not st.broken and st.chain and st.data is not None and not st.link
                         and st.data != st.target.data]
         self.pending = start_errors_of_many(((st.data, st.target.resolved) for st in self.checked), memo, screen)
 
@@ -229,7 +272,7 @@ def stale_bytecode(source: Source, states: dict[str, _FileState], targets: dict[
         names.setdefault(t.resolved, []).append(path)
     found: dict[str, Bytecode] = {}
     for resolved, st in states.items():
-        if st.broken or st.data == st.target.data or not is_python_source(resolved):
+        if st.broken or st.data == st.target.data or st.link or not is_python_source(resolved):
             continue
         for named in names.get(resolved, [st.target.path]):
             for b in find_bytecode(source, named, resolved, source_gone=st.data is None):
@@ -279,7 +322,7 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     in-place apply looks in the root it writes)."""
     check_lock_fresh(queue, lock, locked=locked)
     paths = queue.target_paths()
-    targets = source.read_targets(paths)
+    targets = read_targets(source, paths, queue.link_paths())
     # an image whose scanned layers do not decide the record gets one at its plain path
     record_target = _own_record_path(read_record_target(source) or TargetFile(RECORD_PATH, RECORD_PATH, None))
     info = source.info()
@@ -290,7 +333,8 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     pending: PythonCheck | None = None
     if done:
         notes.append("Every target is already at the series' result: nothing to change.")
-        states = {t.resolved: _FileState(t, t.data, [p.name for p in queue.patches if t.path in p.paths]) for t in targets.values()}
+        states = {t.resolved: _FileState(t, t.data, [p.name for p in queue.patches if t.path in p.paths], link=t.link)
+                  for t in targets.values()}
         problems: list[Problem] = []
     else:
         states, problems = _apply_series(queue, targets, source)
@@ -312,8 +356,7 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     files = []
     for st in states.values():
         t = st.target
-        mode = t.mode if t.data is not None else (st.mode if st.mode is not None else 0o644)
-        files.append(FileResult(t, st.data, mode, t.uid, t.gid, tuple(st.patches), tuple(st.steps)))
+        files.append(FileResult(t, st.data, final_mode(st), t.uid, t.gid, tuple(st.patches), tuple(st.steps), link=st.link))
     # the record names the image the series was applied on: its own manifest digest (one platform of
     # an index has its own), else (a rootfs) the lock's pin, else a digest over the targets
     image_digest = info.digest or (lock.image.digest if lock else rootfs_digest([(t.resolved, sha256_hex(t.data)) for t in targets.values()]))
@@ -354,7 +397,7 @@ def plan_lock(queue: Queue, source: Source, ref: str, *, python_check: bool = Tr
               python_screen: Screen | None = None) -> LockPlan:
     """Pin the image and every target: the whole series must verify on it."""
     paths = queue.target_paths()
-    targets = source.read_targets(paths)
+    targets = read_targets(source, paths, queue.link_paths())
     states, problems = run_series(queue, targets, source=source, python_check=python_check, python_memo=python_memo,
                                   python_screen=python_screen)
     if problems:
@@ -365,7 +408,7 @@ def plan_lock(queue: Queue, source: Source, ref: str, *, python_check: bool = Tr
     for path in paths:
         t = targets[path]
         st = states[t.resolved]
-        mode = t.mode if t.data is not None else (st.mode if st.mode is not None else 0o644)
+        mode = t.mode if t.data is not None else final_mode(st)
         lock_targets.append(
             LockTarget(
                 path=path,
@@ -377,6 +420,7 @@ def plan_lock(queue: Queue, source: Source, ref: str, *, python_check: bool = Tr
                 gid=t.gid,
                 layer=t.layer,
                 patches=tuple(p.name for p in queue.patches if path in p.paths),
+                link=t.link if t.data is not None else st.link,
             )
         )
     from ..fs.types import ImageInfo

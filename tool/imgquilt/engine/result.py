@@ -20,6 +20,7 @@ class FileResult:
     gid: int
     patches: tuple[str, ...]  # the patches that touch it, in series order
     steps: tuple[tuple[str, str, str], ...] = ()  # (patch, base sha256, result sha256) per section, in order
+    link: bool = False  # the final file is a symlink whose target is `final`
 
     @property
     def resolved(self) -> str:
@@ -27,7 +28,10 @@ class FileResult:
 
     @property
     def changed(self) -> bool:
-        return self.final != self.target.data
+        """Bytes, kind or (of a file there before and after) permission bits differ from the base."""
+        if self.final != self.target.data or (self.final is not None and self.link != self.target.link):
+            return True
+        return self.final is not None and not self.link and (self.mode & 0o7777) != (self.target.mode & 0o7777)
 
 
 @dataclass(frozen=True)

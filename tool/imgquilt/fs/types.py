@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol, Sequence, runtime_checkable
+from typing import Collection, Literal, Protocol, Sequence, runtime_checkable
 
 NodeKind = Literal["file", "dir", "symlink", "other"]
 
@@ -45,6 +45,8 @@ class TargetFile:
     # modification time in whole seconds, as CPython compares it with a timestamp pyc (None: unknown);
     # not part of equality: the same bytes read from an image and from its extraction are one file
     mtime: int | None = field(default=None, compare=False)
+    # a symlink read as itself (its final component not followed): `data` holds its target's bytes
+    link: bool = False
 
     @property
     def exists(self) -> bool:
@@ -62,6 +64,7 @@ class FileChange:
     uid: int = 0
     gid: int = 0
     parents: tuple[DirMeta, ...] = field(default=())  # existing parents of `resolved` in the base, root first
+    link: bool = False  # a symlink whose target is `data` (no mode of its own)
 
     @property
     def deleted(self) -> bool:
@@ -84,8 +87,20 @@ class Source(Protocol):
     def info(self) -> ImageInfo: ...
 
     def read_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]:
-        """Resolve every named path inside the root and read it; absent files have data None."""
+        """Resolve every named path inside the root and read it; absent files have data None.
+
+        Every source also takes `links=PATHS` (keyword): those paths are resolved without following
+        their final component, so a symlink there comes back as itself (`link=True`, its target as
+        data); a regular file there comes back as one. Call it through `read_targets()` below."""
         ...
+
+
+def read_targets(source: Source, paths: Sequence[str], links: Collection[str] = ()) -> dict[str, TargetFile]:
+    """`source.read_targets`, with the paths in `links` read as themselves (a symlink's target as data)."""
+    links = [p for p in links if p in set(paths)]
+    if not links:
+        return source.read_targets(paths)
+    return source.read_targets(paths, links=links)  # type: ignore[call-arg]
 
 
 # Optional abilities of a Source: checked with isinstance, not probed with getattr.

@@ -41,7 +41,7 @@ import os
 import posixpath
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 from ..cache.layers import LayerCache
 from ..errors import BadImage, BadInput, UsageError
@@ -171,11 +171,12 @@ class ImageSource:
             return ImageInfo(self.ref, None, None, kind="tar")
         return ImageInfo(self.ref, self.image.manifest_digest, self.image.platform, kind="image")
 
-    def read_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]:
+    def read_targets(self, paths: Sequence[str], *, links: Collection[str] = ()) -> dict[str, TargetFile]:
         named = {p: check_member_path(p, what="target path") for p in paths}
+        as_link = set(links)
         try:
             while True:
-                attempts = {p: self._attempt(n) for p, n in named.items()}
+                attempts = {p: self._attempt(n, p in as_link) for p, n in named.items()}
                 open_ = [a for a in attempts.values() if isinstance(a, _Open)]
                 if not open_:
                     break
@@ -303,10 +304,10 @@ class ImageSource:
         return self._layers[position].descriptor.digest
 
     # --- resolution ---
-    def _attempt(self, named: str) -> _Open | _Decided:
+    def _attempt(self, named: str, as_link: bool = False) -> _Open | _Decided:
         tracker = _Tracker(self._view, self.layer_digest)
         try:
-            res = resolve(named, tracker)
+            res = resolve(named, tracker, follow_final=not as_link)
         except BadInput:
             if tracker.definite:
                 raise
@@ -319,6 +320,10 @@ class ImageSource:
             return _Decided(TargetFile(named, res.resolved, None, parents=parents), None, deletion)
         found = tracker.found[res.resolved]
         rec = found.rec
+        if rec.kind == SYMLINK:  # read as itself (as_link): its target is its bytes
+            target = rec.linkname.encode("utf-8", "surrogateescape")
+            return _Decided(TargetFile(named, res.resolved, target, 0o777, rec.uid, rec.gid, self.layer_digest(found.layer),
+                                       parents, rec.mtime, link=True), None, None)
         if rec.kind == DIR:
             raise BadInput(f"Target {named!r} is a directory in the image (at {res.resolved!r}), not a file.")
         if rec.kind == OTHER:

@@ -218,14 +218,17 @@ def _encode(kind: str, data: bytes) -> bytes:
     return b"".join(out)
 
 
-def render_binary(path: str, old: bytes | None, new: bytes | None, mode: int | None = None) -> bytes:
+def render_binary(path: str, old: bytes | None, new: bytes | None, mode: int | None = None,
+                  mode_change: tuple[int, int] | None = None) -> bytes:
     """A `diff --git` file diff with a full index line and literal blocks both ways (as `git apply` wants)."""
     head = [b"diff --git " + quote_name(f"a/{path}") + b" " + quote_name(f"b/{path}") + b"\n"]
     if old is None:
         head.append(b"new file mode 100755\n" if mode and mode & 0o111 else b"new file mode 100644\n")
     elif new is None:
         head.append(b"deleted file mode 100644\n")
+    elif mode_change is not None:
+        head.append(f"old mode 100{mode_change[0]:03o}\nnew mode 100{mode_change[1]:03o}\n".encode())
     index = f"index {git_blob_sha1(old)}..{git_blob_sha1(new)}"
-    head.append((index + ("\n" if old is None or new is None else " 100644\n")).encode())
+    head.append((index + ("\n" if old is None or new is None or mode_change is not None else " 100644\n")).encode())
     head.append(b"GIT binary patch\n")
     return b"".join(head) + _encode("literal", new or b"") + _encode("literal", old or b"")

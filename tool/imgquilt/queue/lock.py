@@ -27,6 +27,7 @@ class LockTarget:
     gid: int
     layer: str | None
     patches: tuple[str, ...]
+    link: bool = False  # the target is a symlink (its hashes are over the link's target); `kind = "symlink"`
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,8 @@ def render_lock(lock: Lock) -> bytes:
         }
         if t.layer:
             entry["layer"] = t.layer
+        if t.link:
+            entry["kind"] = "symlink"
         targets.append(dict(sorted(entry.items())))
     doc: dict = {"version": lock.version, "series_sha256": lock.series_sha256, "image": dict(sorted(image.items()))}
     if lock.patch_sha256:
@@ -129,6 +132,12 @@ def _opt_str(value: object, key: str) -> str | None:
     if value is not None and not isinstance(value, str):
         raise ValueError(f"{key} must be a string, not {value!r}")
     return value
+
+
+def _kind(value: object) -> bool:
+    if value not in ("file", "symlink"):
+        raise ValueError(f"kind must be \"file\" or \"symlink\", not {value!r}")
+    return value == "symlink"
 
 
 def _patch_hashes(value: object) -> tuple[tuple[str, str], ...]:
@@ -169,6 +178,7 @@ def parse_lock(data: bytes, *, source: str = "targets.lock") -> Lock:
                 gid=_id(t["gid"], "gid"),
                 layer=_opt_str(t.get("layer"), "layer"),
                 patches=tuple(str(p) for p in t["patches"]),
+                link=_kind(t.get("kind", "file")),
             )
             for t in _tables(doc.get("target", []))
         )

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import MalformedPatch, UnsafePath
 from ..fs.paths import check_member_path
-from .difftext import diff_names, format_hunks, unified_diff
+from .difftext import diff_hunks, diff_names, format_hunks
 from .hunkread import HunkTextError, is_file_start, read_hunks
-from .binarypatch import BinaryPatch, BinaryPatchError, is_binary, read_binary, render_binary
+from .binarypatch import BinaryPatch, BinaryPatchError, git_blob_sha1, is_binary, read_binary, render_binary
 from .hunks import ABSENT, Hunk, sha256_hex, show_line, split_lines
 from .pathquote import quote_name, read_name, unquote_name
 
@@ -102,6 +102,19 @@ class FileSection:
     mode: int | None = None  # `Mode:` for a new file
     extra: tuple[tuple[str, str], ...] = field(default=())  # unknown section fields, kept
     binary: BinaryPatch | None = None  # a `GIT binary patch` section: a whole-file change, no hunks
+    # the file is a symlink (git's mode 120000 in the section): its bytes are the link's target
+    link: bool = False
+    # `old mode`/`new mode` of an existing file: (old, new) permission bits; the result gets the new ones
+    mode_change: tuple[int, int] | None = None
+
+    @property
+    def new_mode(self) -> int | None:
+        return self.mode_change[1] if self.mode_change is not None else None
+
+    @property
+    def git_form(self) -> bool:
+        """Does the section's diff start with `diff --git` (git's extended headers kept in it)?"""
+        return self.binary is not None or _GIT_LINE.search(self.raw) is not None
 
     @property
     def is_new(self) -> bool:
@@ -237,7 +250,7 @@ def _parse_section(name: str, raw: bytes, strip: int | None = None) -> FileSecti
     patched = _hash_field(name, path, "Patched-SHA256", fields.get("Patched-SHA256"))
     mode = _mode_field(name, path, fields.get("Mode"))
     if lines[i].startswith(b"diff --git "):
-        return _parse_binary(name, path, lines, i, base, patched, mode, raw, tuple(extra))
+        return _parse_git(name, path, lines, i, base, patched, mode, raw, tuple(extra), strip)
     src, dst, hunks = _parse_hunks(name, path, lines[i:])
     for side, diff_name in (("---", src), ("+++", dst)):
         _same_file(name, path, side, diff_name, strip)
@@ -249,32 +262,98 @@ def _parse_section(name: str, raw: bytes, strip: int | None = None) -> FileSecti
 
 
 _GIT_HEAD = (b"new file mode ", b"deleted file mode ", b"index ", b"old mode ", b"new mode ")
+_GIT_LINE = re.compile(rb"(?m)^diff --git ")
+_GIT_MODE = re.compile(rb"^(100|120)([0-7]{3})$")
+_INDEX = re.compile(rb"^[0-9a-f]{4,64}\.\.[0-9a-f]{4,64}(?: ([0-7]{6}))?$")
+LINK_MODE = 0o120000
 
 
-def _parse_binary(
-    name: str, path: str, lines: list[bytes], i: int, base: str, patched: str, mode: int | None, raw: bytes, extra: tuple[tuple[str, str], ...]
+def _git_mode(name: str, path: str, key: bytes, value: bytes) -> tuple[bool, int]:
+    """(a symlink?, permission bits) of a git file mode: 100644/100755 (a file), 120000 (a symlink)."""
+    m = _GIT_MODE.match(value.strip())
+    if not m or (m.group(1) == b"120" and m.group(2) != b"000"):
+        raise _bad(name, f"section {path!r}: `{key.decode().strip()}` {value.strip()[:30].decode('latin-1')!r} is not a mode "
+                         "git writes for a file (100644, 100755) or a symlink (120000).")
+    perms = int(m.group(2), 8)
+    if perms & ~0o777:
+        raise _bad(name, f"section {path!r}: `{key.decode().strip()}` has setuid, setgid or sticky bits.")
+    return m.group(1) == b"120", perms
+
+
+def _parse_git(
+    name: str, path: str, lines: list[bytes], i: int, base: str, patched: str, mode: int | None, raw: bytes,
+    extra: tuple[tuple[str, str], ...], strip: int | None,
 ) -> FileSection:
-    """A section holding `diff --git` + `GIT binary patch`: a whole-file change pinned like any other."""
+    """A section whose diff keeps git's extended headers: `diff --git`, then `new file mode`, `deleted
+    file mode`, `old mode`/`new mode`, `index` (with a mode), then a `GIT binary patch`, `---`/`+++` and
+    hunks, or nothing (a mode change; an empty file created or deleted). Mode 120000 makes it a symlink."""
     names = lines[i].rstrip(b"\r\n")[len(b"diff --git "):]
     if names not in (quote_name(f"a/{path}") + b" " + quote_name(f"b/{path}"), quote_name(path) + b" " + quote_name(path)):
         # one meaning for every tool: git apply would patch the file these names give
         raise _bad(name, f"section {path!r}: its `diff --git` names {names.decode('latin-1')!r} do not name its Index path.")
     i += 1
-    seen: set[bytes] = set()
+    heads: dict[bytes, bytes] = {}
     while i < len(lines) and lines[i].startswith(_GIT_HEAD):
-        seen.add(next(k for k in _GIT_HEAD if lines[i].startswith(k)))
+        key = next(k for k in _GIT_HEAD if lines[i].startswith(k))
+        if key in heads:
+            raise _bad(name, f"section {path!r}: two `{key.decode().strip()}` lines.")
+        heads[key] = lines[i][len(key):].rstrip(b"\r\n")
         i += 1
-    if i >= len(lines) or lines[i].rstrip(b"\r\n") != b"GIT binary patch":
-        raise _bad(name, f"section {path!r}: a `diff --git` section must hold a `GIT binary patch`.")
-    if (b"new file mode " in seen) != (base == ABSENT) or (b"deleted file mode " in seen) != (patched == ABSENT):
+    kinds: list[bool] = []
+    perms: dict[bytes, int] = {}
+    for key in (b"new file mode ", b"deleted file mode ", b"old mode ", b"new mode "):
+        if key in heads:
+            link, bits = _git_mode(name, path, key, heads[key])
+            kinds.append(link)
+            perms[key] = bits
+    if b"index " in heads:
+        m = _INDEX.match(heads[b"index "])
+        if not m:
+            raise _bad(name, f"section {path!r}: cannot read its `index` line {show_line(heads[b'index '], 60)}.")
+        if m.group(1):
+            kinds.append(_git_mode(name, path, b"index ", m.group(1))[0])
+    if len(set(kinds)) > 1:
+        raise _bad(name, f"section {path!r}: it changes a regular file into a symlink or back; a patch section carries "
+                         "one kind of file (delete it in one patch, create it in the next).")
+    link = bool(kinds) and kinds[0]
+    if (b"new file mode " in heads) != (base == ABSENT) or (b"deleted file mode " in heads) != (patched == ABSENT):
         raise _bad(name, f"section {path!r}: its new/deleted file mode lines disagree with Base-SHA256 {base} / Patched-SHA256 {patched}.")
-    try:
-        bp, end = read_binary(lines, i + 1)
-    except BinaryPatchError as exc:
-        raise _bad(name, f"section {path!r}: {exc.message}") from None
-    if any(ln.strip() for ln in lines[end:]):
-        raise _bad(name, f"section {path!r}: unexpected text after its binary patch.")
-    return FileSection(path, base, patched, (), raw, mode, extra, binary=bp)
+    if (b"old mode " in heads) != (b"new mode " in heads) or (b"old mode " in heads and (base == ABSENT or patched == ABSENT)):
+        raise _bad(name, f"section {path!r}: `old mode` and `new mode` go together, on a file that exists before and after.")
+    if link and mode is not None:
+        raise _bad(name, f"section {path!r}: a symlink has no `Mode:`.")
+    if b"new file mode " in heads and not link and mode is None:
+        mode = perms[b"new file mode "]  # `Mode:`, when given, says the exact bits (git knows 644 and 755)
+    mode_change = None
+    if b"old mode " in heads and not link and perms[b"old mode "] != perms[b"new mode "]:
+        mode_change = (perms[b"old mode "], perms[b"new mode "])
+    if i < len(lines) and lines[i].rstrip(b"\r\n") == b"GIT binary patch":
+        if link:
+            raise _bad(name, f"section {path!r}: a symlink's target is text, not a `GIT binary patch`.")
+        try:
+            bp, end = read_binary(lines, i + 1)
+        except BinaryPatchError as exc:
+            raise _bad(name, f"section {path!r}: {exc.message}") from None
+        _no_stray(name, path, lines[end:])
+        return FileSection(path, base, patched, (), raw, mode, extra, binary=bp, mode_change=mode_change)
+    hunks: tuple[Hunk, ...] = ()
+    if i < len(lines) and lines[i].startswith(b"--- "):
+        src, dst, hunks = _parse_hunks(name, path, lines[i:])
+        for side, diff_name in (("---", src), ("+++", dst)):
+            _same_file(name, path, side, diff_name, strip)
+        if (src == "/dev/null") != (base == ABSENT) or (dst == "/dev/null") != (patched == ABSENT):
+            raise _bad(name, f"section {path!r}: its `---`/`+++` names disagree with Base-SHA256 {base} / Patched-SHA256 {patched}.")
+    else:
+        _no_stray(name, path, lines[i:])
+    if link and patched != ABSENT and not hunks:
+        raise _bad(name, f"section {path!r}: a symlink section holds its target as a one-line hunk.")
+    return FileSection(path, base, patched, hunks, raw, mode, extra, link=link, mode_change=mode_change)
+
+
+def _no_stray(name: str, path: str, rest: list[bytes]) -> None:
+    stray = next((ln for ln in rest if ln.startswith((b"@@", b"+++ ", b"--- ", b"*** ", b"diff ", b"GIT binary patch"))), None)
+    if stray is not None:
+        raise _bad(name, f"section {path!r}: stray diff line {show_line(stray.rstrip(), 60)} after its diff.")
 
 
 def rehash_command(names: list[str]) -> str:
@@ -328,32 +407,92 @@ def _parse_patch(data: bytes, name: str, strip: int | None) -> Patch:
     return Patch(name, header, tuple(sections), data)
 
 
-def render_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None, hunks: tuple[Hunk, ...] | None = None) -> bytes:
+def git_head(path: str, old: bytes | None, new: bytes | None, mode: int | None = None, *, link: bool = False,
+             mode_change: tuple[int, int] | None = None) -> bytes:
+    """`diff --git` and git's extended headers for a section (as `git diff` writes them, with full blob ids)."""
+    kind = "120000" if link else None
+    out = [b"diff --git " + quote_name(f"a/{path}") + b" " + quote_name(f"b/{path}") + b"\n"]
+    if old is None:
+        out.append(f"new file mode {kind or ('100755' if mode is not None and mode & 0o111 else '100644')}\n".encode())
+    elif new is None:
+        out.append(f"deleted file mode {kind or '100644'}\n".encode())
+    elif mode_change is not None:
+        out.append(f"old mode 100{mode_change[0]:03o}\nnew mode 100{mode_change[1]:03o}\n".encode())
+    if old != new or old is None or new is None:
+        suffix = f" {kind}" if kind and old is not None and new is not None else ""
+        out.append(f"index {git_blob_sha1(old)}..{git_blob_sha1(new)}{suffix}\n".encode())
+    return b"".join(out)
+
+
+def render_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None, hunks: tuple[Hunk, ...] | None = None,
+                   *, link: bool = False, mode_change: tuple[int, int] | None = None) -> bytes:
     """The canonical bytes of a section turning `old` into `new` (None: absent).
 
     `hunks` (checked by the caller to turn `old` into `new`) are written as given instead of a
-    fresh diff: import keeps a foreign patch's hunk text, renumbered to where it applies.
+    fresh diff: import keeps a foreign patch's hunk text, renumbered to where it applies. A symlink
+    (`link`: the bytes are its target) and a mode change of an existing file are written with git's
+    extended headers, which `git apply` and `patch -p1` both read.
     """
     head = b"Index: " + quote_name(path) + f"\nBase-SHA256: {sha256_hex(old)}\nPatched-SHA256: {sha256_hex(new)}\n".encode()
-    if mode is not None and old is None and new is not None:
+    if mode is not None and old is None and new is not None and not link:
         head += f"Mode: {mode:04o}\n".encode()
-    if is_binary(old) or is_binary(new):
-        return head + render_binary(path, old, new, mode)
-    if hunks is None:
-        return head + unified_diff(old, new, path)
-    return head + diff_names(path, old is None, new is None) + format_hunks(hunks)
+    if mode_change is not None and (old is None or new is None or mode_change[0] == mode_change[1]):
+        mode_change = None
+    if not link and (is_binary(old) or is_binary(new)):
+        return head + render_binary(path, old, new, mode, mode_change)
+    body = diff_names(path, old is None, new is None) + format_hunks(diff_hunks(old, new) if hunks is None else hunks)
+    if link or mode_change is not None:
+        if old == new:  # a mode change alone: no diff under git's headers
+            body = b""
+        return head + git_head(path, old, new, mode, link=link, mode_change=mode_change) + body
+    return head + body
 
 
-def make_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None, hunks: tuple[Hunk, ...] | None = None) -> FileSection:
+def make_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None, hunks: tuple[Hunk, ...] | None = None,
+                 *, link: bool = False, mode_change: tuple[int, int] | None = None) -> FileSection:
     """A parsed section turning `old` into `new` (with `hunks` as written, if given)."""
-    raw = render_section(path, old, new, mode, hunks)
-    if hunks is not None and not (is_binary(old) or is_binary(new)):  # already values: the caller reads the whole patch back once
+    raw = render_section(path, old, new, mode, hunks, link=link, mode_change=mode_change)
+    plain = not link and mode_change is None and not (is_binary(old) or is_binary(new))
+    if hunks is not None and plain:  # already values: the caller reads the whole patch back once
         return FileSection(path, sha256_hex(old), sha256_hex(new), hunks, raw, mode if old is None and new is not None else None)
     return _parse_section("<new>", raw)
 
 
+def as_git_form(s: FileSection) -> FileSection:
+    """A plain `---`/`+++` section with a `diff --git` line (and its new/deleted file mode) in front:
+    after a section that is git headers alone (a mode change), GNU patch would take a plain section's
+    diff for that file's."""
+    if s.git_form:
+        return s
+    head, sep, diff = s.raw.partition(b"\n--- ")
+    if not sep:
+        return s
+    p1 = b"\n--- a/" in s.raw or b"\n+++ b/" in s.raw or b"\n--- \"a/" in s.raw or b"\n+++ \"b/" in s.raw
+    names = (quote_name(f"a/{s.path}") + b" " + quote_name(f"b/{s.path}")) if p1 else (quote_name(s.path) + b" " + quote_name(s.path))
+    git = b"\ndiff --git " + names
+    if s.is_new:
+        git += b"\nnew file mode 100755" if s.mode is not None and s.mode & 0o111 else b"\nnew file mode 100644"
+    elif s.is_delete:
+        git += b"\ndeleted file mode 100644"
+    return replace(s, raw=head + git + sep + diff)
+
+
+def _git_safe(sections: list[FileSection] | tuple[FileSection, ...]) -> list[FileSection]:
+    """Sections as GNU patch reads them too: one right after a git section with no diff (a mode change)
+    gets its own `diff --git` line."""
+    out: list[FileSection] = []
+    headless = False
+    for s in sections:
+        if headless and not s.git_form:
+            s = as_git_form(s)
+        out.append(s)
+        headless = s.git_form and s.binary is None and not s.hunks
+    return out
+
+
 def build_patch(name: str, header: Header, sections: list[FileSection] | tuple[FileSection, ...]) -> Patch:
     """Assemble a patch from a header and sections (each keeps its own raw bytes)."""
+    sections = _git_safe(sections)
     raw = header.raw + b"".join(s.raw for s in sections)
     return Patch(name, header, tuple(sections), raw)
 

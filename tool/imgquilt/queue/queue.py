@@ -70,6 +70,10 @@ class Queue:
         """Per named path, the hash the whole series ends at (from the headers alone)."""
         return {s.path: s.patched_sha256 for p in self.patches for s in p.sections}
 
+    def link_paths(self) -> set[str]:
+        """The paths a symlink section names: read as the link itself (never followed) for the whole series."""
+        return {s.path for p in self.patches for s in p.sections if s.link}
+
     def target_paths(self) -> list[str]:
         """Every path the series names, in first-use order."""
         seen: dict[str, None] = {}

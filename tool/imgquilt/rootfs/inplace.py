@@ -197,10 +197,11 @@ def _read_current(root: Path, changed: list[FileResult]) -> dict[str, TargetFile
     Returns the targets as the root resolves them: that decides where to write, since a root given
     with --image may resolve a path differently from the image.
     """
-    cur = RootfsSource(root).read_targets([f.target.path for f in changed])
+    links = [f.target.path for f in changed if f.link or f.target.link]
+    cur = RootfsSource(root).read_targets([f.target.path for f in changed], links=links)
     for f in changed:
         now = cur[f.target.path]
-        if now.data == f.target.data or now.data == f.final or f.target.path == RECORD_PATH:
+        if (now.data, now.link) in ((f.target.data, f.target.link), (f.final, f.link)) or f.target.path == RECORD_PATH:
             continue  # the record is imgquilt's own, never a target the series verifies
         raise BaseDrift(
             f"Refused: {f.target.path} (resolved: {now.resolved}) in {root} has sha256 {sha256_hex(now.data)}, "
@@ -233,8 +234,9 @@ def _record_only_noop(changes: list[tuple[FileResult, Entry]], here: dict[str, T
     return names_series(here[RECORD_PATH].data, result.series_sha256)
 
 
-def _check_paths(root: Path, root_fd: int, entries: list[Entry]) -> tuple[str, ...]:
-    """Every refusal before the first write; returns the directories to create, in order."""
+def _check_paths(root: Path, root_fd: int, entries: list[Entry], old_links: set[str] = frozenset()) -> tuple[str, ...]:  # type: ignore[assignment]
+    """Every refusal before the first write; returns the directories to create, in order.
+    `old_links`: paths whose old entry is a symlink (replaced or removed as itself, never followed)."""
     dirs: list[str] = []
     for e in entries:
         parents, name = split(e.path)  # UnsafePath for `..`: e.g. a dangling link climbing out of the root
@@ -259,8 +261,10 @@ def _check_paths(root: Path, root_fd: int, entries: list[Entry]) -> tuple[str, .
                 fd = nfd
             else:
                 st = _lstat(fd, name)
-                if e.has_old and (st is None or not stat.S_ISREG(st.st_mode)):
-                    raise UnsafePath(f"Cannot write {e.path!r} in {root}: it is no longer a regular file; nothing was written.", hint=_RACE)
+                kind_ok = stat.S_ISLNK if e.path in old_links else stat.S_ISREG
+                if e.has_old and (st is None or not kind_ok(st.st_mode)):
+                    what = "a symlink" if e.path in old_links else "a regular file"
+                    raise UnsafePath(f"Cannot write {e.path!r} in {root}: it is no longer {what}; nothing was written.", hint=_RACE)
                 if not e.has_old and st is not None:
                     raise UnsafePath(f"Cannot write {e.path!r} in {root}: something appeared there; nothing was written.", hint=_RACE)
         finally:
@@ -284,6 +288,13 @@ def _copy_xattrs(dfd: int, name: str, to_fd: int) -> None:
         os.close(src)
 
 
+def _write_link(dfd: int, tmp: str, target: bytes, f: FileResult) -> None:
+    """A symlink at `tmp` pointing at `target` (verbatim bytes), owned as the result says."""
+    os.symlink(target, tmp, dir_fd=dfd)
+    if os.geteuid() == 0:
+        os.chown(tmp, f.uid, f.gid, dir_fd=dfd, follow_symlinks=False)
+
+
 def _write_file(dfd: int, name: str, tmp: str, data: bytes, f: FileResult, has_old: bool) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
     try:
@@ -303,8 +314,9 @@ def _write_file(dfd: int, name: str, tmp: str, data: bytes, f: FileResult, has_o
 class _Writer:
     """One apply's phases over an open, locked root; `where` names the path an OSError concerns."""
 
-    def __init__(self, held: HeldRoot, j: Journal, finals: list[FileResult]) -> None:
+    def __init__(self, held: HeldRoot, j: Journal, finals: list[FileResult], old_links: set[str] = frozenset()) -> None:  # type: ignore[assignment]
         self.held, self.j, self.finals, self.where = held, j, finals, ".imgquilt-journal.json"
+        self.old_links = old_links
 
     def phase(self, name: str) -> None:
         self.where = ".imgquilt-journal.json"
@@ -331,8 +343,10 @@ class _Writer:
             if e.has_old:
                 os.link(name, self.j.old_name(i), src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
             f = self.finals[i]
-            if f.final is not None:
-                _write_file(dfd, name, self.j.new_name(i), f.final, f, e.has_old)
+            if f.final is not None and f.link:
+                _write_link(dfd, self.j.new_name(i), f.final, f)
+            elif f.final is not None:  # xattrs come from a regular file it replaces, never from a link
+                _write_file(dfd, name, self.j.new_name(i), f.final, f, e.has_old and e.path not in self.old_links)
         self.sync_dirs()
 
     def commit(self) -> None:
@@ -377,13 +391,14 @@ def write_in_place(root: Path, result: ApplyResult, *, held: HeldRoot | None = N
         with hold_root(root) as mine:
             assert mine is not None
             return write_in_place(root, result, held=mine, gate=gate)
-    changed = [f for f in result.files if f.final != f.target.data]
+    changed = [f for f in result.files if f.changed]
     try:
         here = _read_current(root, changed)
     except OSError as exc:
         raise _failed(root, exc.filename or ".", exc) from None
     changes = [(f, Entry(here[f.target.path].resolved, here[f.target.path].data is not None, f.final is None))
-               for f in changed if here[f.target.path].data != f.final]
+               for f in changed if _differs(here[f.target.path], f)]
+    old_links = {here[f.target.path].resolved for f, _ in changes if here[f.target.path].link}
     if not changes or _record_only_noop(changes, here, result):
         return []
     try:
@@ -392,10 +407,10 @@ def write_in_place(root: Path, result: ApplyResult, *, held: HeldRoot | None = N
         raise _failed(root, exc.filename or ".", exc) from None
     entries = [e for _, e in changes]
     try:
-        dirs = _check_paths(root, held.fd, entries)
+        dirs = _check_paths(root, held.fd, entries, old_links)
     except OSError as exc:
         raise _failed(root, exc.filename or ".", exc) from None
-    w = _Writer(held, Journal(secrets.token_hex(16), "prepare", tuple(entries), dirs), [f for f, _ in changes])
+    w = _Writer(held, Journal(secrets.token_hex(16), "prepare", tuple(entries), dirs), [f for f, _ in changes], old_links)
     try:
         w.phase("prepare")
         w.prepare()
@@ -423,6 +438,15 @@ def write_in_place(root: Path, result: ApplyResult, *, held: HeldRoot | None = N
             hint="The next `imgquilt apply --root` on it finishes the cleanup.",
         ) from None
     return [e.path for e in entries]
+
+
+def _differs(now: TargetFile, f: FileResult) -> bool:
+    """Does the root still need this result written: other bytes, another kind, or (a file whose mode the
+    series changes) other permission bits?"""
+    if now.data != f.final or (f.final is not None and now.link != f.link):
+        return True
+    mode_change = f.target.data is not None and (f.mode & 0o7777) != (f.target.mode & 0o7777)
+    return f.final is not None and not f.link and mode_change and (now.mode & 0o7777) != (f.mode & 0o7777)
 
 
 def _undo(held: HeldRoot) -> bool:

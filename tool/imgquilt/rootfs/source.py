@@ -5,7 +5,7 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import Sequence
+from typing import Collection, Sequence
 
 from ..errors import BadInput, UnsafePath
 from ..fs.paths import check_member_path
@@ -47,10 +47,11 @@ class RootfsSource:
             out += [prefix + d for d in dirs if os.path.islink(os.path.join(top, d))]
         return sorted(out)
 
-    def read_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]:
+    def read_targets(self, paths: Sequence[str], *, links: Collection[str] = ()) -> dict[str, TargetFile]:
         root_fd = open_root(self.root)
+        nofollow = set(links)
         try:
-            return {p: self._read_reporting(root_fd, p) for p in paths}
+            return {p: self._read_reporting(root_fd, p, p in nofollow) for p in paths}
         finally:
             os.close(root_fd)
 
@@ -107,9 +108,9 @@ class RootfsSource:
 
         return lookup
 
-    def _read_reporting(self, root_fd: int, path: str) -> TargetFile:
+    def _read_reporting(self, root_fd: int, path: str, as_link: bool = False) -> TargetFile:
         try:
-            return self._read(root_fd, path)
+            return self._read(root_fd, path, as_link)
         except OSError as exc:
             # a name too long, a file swapped or unreadable: bad input naming the path, never a traceback
             raise BadInput(
@@ -117,9 +118,9 @@ class RootfsSource:
                 hint="Check the path and the root's permissions; if something else is changing the root, stop it and re-run.",
             ) from None
 
-    def _read(self, root_fd: int, path: str) -> TargetFile:
+    def _read(self, root_fd: int, path: str, as_link: bool = False) -> TargetFile:
         named = check_member_path(path)
-        r = resolve(named, self._lookup(root_fd))
+        r = resolve(named, self._lookup(root_fd), follow_final=not as_link)
         parents = tuple(DirMeta(p, n.mode, n.uid, n.gid) for p, n in r.parents)
         if r.node is None:
             if ".." in r.resolved.split("/"):
@@ -129,6 +130,9 @@ class RootfsSource:
                     hint="Fix the symlink in the root, or name the file by its real path.",
                 )
             return TargetFile(named, r.resolved, None, parents=parents)
+        if r.node.kind == "symlink":  # read as itself (as_link): the target's bytes, never followed
+            target = os.fsencode(r.node.linkname)
+            return TargetFile(named, r.resolved, target, 0o777, r.node.uid, r.node.gid, None, parents, link=True)
         if r.node.kind != "file":
             raise BadInput(
                 f"Target {named!r} (resolved {r.resolved!r}) is a {r.node.kind}, not a regular file.",

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Sequence
 
 from ..errors import UsageError
-from ..fs.types import ImageInfo, TargetFile
+from ..fs.types import ImageInfo, TargetFile, read_targets
 from ..queue.hunks import ABSENT
 from ..store import ObjectStore, remember
 from .files import FileState
@@ -35,26 +35,32 @@ class Bases:
         self._source: Source | None = None
         self._listing: list[str] | None = None
 
-    def read(self, paths: list[str], *, keep: bool = True) -> dict[str, FileState]:
-        """Each path's base; `keep=False` skips storing image bytes (import: a store write costs more than the read)."""
-        return {p: FileState(t.data, None if t.data is None else t.mode & 0o777, t.resolved)
-                for p, t in self.targets(paths, keep=keep).items()}
+    def read(self, paths: list[str], *, keep: bool = True, links: Collection[str] = ()) -> dict[str, FileState]:
+        """Each path's base; `keep=False` skips storing image bytes (import: a store write costs more than the read).
+        `links`: paths read as themselves (a symlink there is not followed: see fs.types.Source)."""
+        return {p: FileState(t.data, None if t.data is None else t.mode & 0o777, t.resolved, t.link)
+                for p, t in self.targets(paths, keep=keep, links=links).items()}
 
-    def targets(self, paths: list[str], *, keep: bool = True) -> dict[str, TargetFile]:
+    def targets(self, paths: list[str], *, keep: bool = True, links: Collection[str] = ()) -> dict[str, TargetFile]:
         """Each path's base with its metadata: the lock's and the stored bytes where it pins them, else the image's."""
         out: dict[str, TargetFile] = {}
         need: list[str] = []
         lock = self.lock()
+        as_link = set(links)
         for p in paths:
             t = lock.target(p) if lock is not None else None
+            # the lock read the path as the series did: as itself for a symlink section, else followed;
+            # a read the other way is the lock's only where no link was on the last step (resolved == path)
+            if t is not None and t.link != (p in as_link) and not (p in as_link and t.resolved == p):
+                t = None
             if t is not None:
                 data = None if t.base_sha256 == ABSENT else self.store.get(t.base_sha256)
                 if data is not None or t.base_sha256 == ABSENT:
-                    out[p] = TargetFile(p, t.resolved, data, t.mode, t.uid, t.gid, t.layer)
+                    out[p] = TargetFile(p, t.resolved, data, t.mode, t.uid, t.gid, t.layer, link=t.link and p in as_link)
                     continue
             need.append(p)
         if need:
-            targets = self._image().read_targets(need)
+            targets = read_targets(self._image(), need, [p for p in need if p in as_link])
             out.update((p, targets[p]) for p in need)
             if keep:
                 remember(self.root, [targets[p].data for p in need])
@@ -109,5 +115,5 @@ class _PinnedImage:
     def info(self) -> ImageInfo:
         return self._bases.info()
 
-    def read_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]:
-        return self._bases.targets(list(paths))
+    def read_targets(self, paths: Sequence[str], *, links: Collection[str] = ()) -> dict[str, TargetFile]:
+        return self._bases.targets(list(paths), links=links)

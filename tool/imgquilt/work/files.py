@@ -31,6 +31,7 @@ class FileState:
     data: bytes | None
     mode: int | None
     resolved: str | None = None
+    link: bool = False  # a symlink read as itself: `data` is its target (the work tree holds none)
 
 
 class WorkFiles:

@@ -1,7 +1,8 @@
 """Write file changes as one reproducible OCI layer tar (`.tar`, `.tar.gz`, `.tar.zst`).
 
 The layer holds every changed file (the verb passes the patched, new, and the applied-record
-files) at its resolved path with its mode/uid/gid, a whiteout `.wh.NAME` for every deleted file,
+files) at its resolved path with its mode/uid/gid (a symlink as a symlink member), a whiteout
+`.wh.NAME` for every deleted file,
 and the parent directories of both with the image's own metadata
 (0755 root:root for parents the image lacks). Same inputs, same bytes: entries sorted as a tree
 walk, PAX format, one mtime for all (epoch argument, else SOURCE_DATE_EPOCH, else 0), empty
@@ -74,11 +75,11 @@ class LayerEntry:
     """One tar member of the layer."""
 
     path: str  # relative, no leading slash
-    kind: Literal["dir", "file", "whiteout"]
+    kind: Literal["dir", "file", "whiteout", "symlink"]
     mode: int
     uid: int
     gid: int
-    data: bytes = b""
+    data: bytes = b""  # a file's bytes; a symlink's target
 
 
 # --- the entries ------------------------------------------------------------------------------
@@ -119,7 +120,9 @@ def layer_entries(changes: Sequence[FileChange]) -> list[LayerEntry]:
         resolved = check_member_path(ch.resolved, what="resolved path")
         for meta in ch.parents:
             known_dirs.setdefault(meta.path, (meta.mode & 0o7777, meta.uid, meta.gid))
-        if ch.data is not None:
+        if ch.data is not None and ch.link:
+            entry = LayerEntry(resolved, "symlink", 0o777, ch.uid, ch.gid, ch.data)
+        elif ch.data is not None:
             entry = LayerEntry(resolved, "file", ch.mode & 0o7777, ch.uid, ch.gid, ch.data)
         else:
             parent, _, name = resolved.rpartition("/")
@@ -152,6 +155,10 @@ def _tarinfo(entry: LayerEntry, mtime: int) -> tarfile.TarInfo:
     if entry.kind == "dir":
         ti.type = tarfile.DIRTYPE
         ti.size = 0
+    elif entry.kind == "symlink":
+        ti.type = tarfile.SYMTYPE
+        ti.linkname = entry.data.decode("utf-8", "surrogateescape")
+        ti.size = 0
     else:
         ti.type = tarfile.REGTYPE
         ti.size = len(entry.data)
@@ -164,7 +171,7 @@ def layer_tar_bytes(changes: Sequence[FileChange], *, epoch: int | None = None) 
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tar:
         for entry in layer_entries(changes):
-            tar.addfile(_tarinfo(entry, mtime), io.BytesIO(entry.data) if entry.kind != "dir" else None)
+            tar.addfile(_tarinfo(entry, mtime), io.BytesIO(entry.data) if entry.kind in ("file", "whiteout") else None)
     return buf.getvalue()
 
 

@@ -5,7 +5,8 @@
 mounts.tsv has one line per file, sorted by container path: host path (absolute, inside DIR),
 a TAB, the container path ("/usr/bin/which"), a TAB, the mode in octal ("0755"). Files keep
 their mode, and their uid/gid when written as root. A deletion cannot be expressed as a bind
-mount, so a series that deletes a file is refused before anything is written.
+mount, and a bind mount cannot place a symlink (the kernel mounts what it points to), so a series
+that deletes a file or leaves a symlink is refused before anything is written.
 
 The directory is built beside DIR and renamed into place. An existing DIR is replaced only when
 it is empty or an earlier overlay (it holds mounts.tsv); anything else is refused.
@@ -48,7 +49,15 @@ class OverlayInfo:
 
 
 def check_overlay(changes: Sequence[FileChange]) -> None:
-    """Refuse changes an overlay cannot express (a deletion), before any output is written."""
+    """Refuse changes an overlay cannot express (a deletion, a symlink), before any output is written."""
+    links = [f for f in changes if f.link and not f.deleted]
+    if links:
+        names = ", ".join(f"{f.path} -> {f.data.decode('utf-8', 'backslashreplace')}" for f in links if f.data is not None)
+        raise UsageError(
+            f"The series leaves symlinks ({names}); a bind mount cannot put a symlink in place (the kernel "
+            "mounts what the link points to), so no overlay was written.",
+            hint="Use --layer, --output-image or --root for a series that creates or changes symlinks.",
+        )
     deleted = [f for f in changes if f.deleted]
     if deleted:
         names = ", ".join(f"{f.path} (resolved: {f.resolved})" if f.path != f.resolved else f.resolved for f in deleted)
