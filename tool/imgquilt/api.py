@@ -405,17 +405,28 @@ def rebase_status(queue: str | os.PathLike[str] | None = None) -> RebaseReport:
     return st.report("stopped" if st.phase == "conflict" else st.phase)
 
 
+class ImportItems(list):
+    """The patches to import, and what was left out: `skipped`, (source, subject) of each cover letter."""
+
+    skipped: list[tuple[str, str]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.skipped = []
+
+
 def import_items(files: Sequence[str | os.PathLike[str]], *, name: str | None = None, strip: int = 1,
-                 series: str | os.PathLike[str] | None = None) -> list[ImportItem]:
-    """What to import: each file (a multi-mail `git format-patch --stdout` file gives one patch per mail),
-    or every patch a quilt `series` file lists, with its -pN."""
-    from .importer import mail_subject_name, split_mbox
+                 series: str | os.PathLike[str] | None = None) -> ImportItems:
+    """What to import: each file (a multi-mail `git format-patch --stdout` file gives one patch per mail;
+    a cover letter, `[PATCH 0/N]` with no diff, is skipped as `git am` skips it), or every patch a quilt
+    `series` file lists, with its -pN."""
+    from .importer import is_cover_letter, mail_subject, mail_subject_name, split_mbox
     from .queue.series import parse_series
     from .work import ImportItem
 
     if strip < 0:
         raise UsageError("-p wants a number >= 0.")
-    items: list[ImportItem] = []
+    items = ImportItems()
     if series is not None:
         if files or name:
             raise UsageError("--series imports the patches that series lists; give no FILE and no -P with it.")
@@ -424,7 +435,7 @@ def import_items(files: Sequence[str | os.PathLike[str]], *, name: str | None = 
             sfile = sfile / "series"
         for e in parse_series(_read(sfile), source=str(sfile)):
             f = sfile.parent / e.name
-            items.append(ImportItem(e.name, _read(f), e.strip, str(f)))
+            items.append(ImportItem(e.name, _read(f), e.strip, str(f), series=True))
         if not items:
             raise UsageError(f"{sfile} lists no patch.")
         return items
@@ -435,11 +446,19 @@ def import_items(files: Sequence[str | os.PathLike[str]], *, name: str | None = 
     for f in map(str, files):
         data = _read(Path(f))
         mails = split_mbox(data)
-        if len(mails) > 1:
+        covers = [k for k, m in enumerate(mails, 1) if is_cover_letter(m)]
+        items.skipped += [(f"{f} (mail {k})" if len(mails) > 1 else f, mail_subject(mails[k - 1])) for k in covers]
+        if len(mails) - len(covers) > 1:
             if name:
-                raise UsageError(f"{f} holds {len(mails)} mails (git format-patch --stdout); -P cannot name them all.")
-            items += [ImportItem(mail_subject_name(m, k), m, strip, f"{f} (mail {k})") for k, m in enumerate(mails, 1)]
+                raise UsageError(f"{f} holds {len(mails) - len(covers)} mails (git format-patch --stdout); -P cannot name them all.")
+            patches = [(k, m) for k, m in enumerate(mails, 1) if k not in covers]
+            items += [ImportItem(mail_subject_name(m, n), m, strip, f"{f} (mail {k})") for n, (k, m) in enumerate(patches, 1)]
             continue
+        if covers and len(covers) == len(mails):
+            raise BadInput(f"{f} holds only a cover letter ({mail_subject(mails[0])!r}): no patch to import.",
+                           hint="Import the mbox that holds the patches (`git format-patch --stdout`, not only the cover letter).")
+        if covers:
+            data = next(m for k, m in enumerate(mails, 1) if k not in covers)
         items.append(ImportItem(name or Path(f).name, data, strip, f))
     return items
 
@@ -460,9 +479,11 @@ def _read(path: Path) -> bytes:
 def import_patches(files: Sequence[str | os.PathLike[str]] = (), *, queue: str | os.PathLike[str] | None = None,
                    name: str | None = None, strip: int = 1, series: str | os.PathLike[str] | None = None,
                    fields: Sequence[tuple[str, str | None]] = (), replace: bool = False, check_git_index: bool = True,
-                   image: str | None = None, platform: str | None = None) -> tuple[Imported, ...]:
-    """Import patches (diff -u, git diff, format-patch mails, a quilt series) after the top patch, in the
-    imgquilt format with real hashes. All or nothing. Bases: the work tree, else `image`, else the lock's."""
+                   image: str | None = None, platform: str | None = None, after: str | None = None,
+                   before: str | None = None, follow_symlinks: bool = False) -> tuple[Imported, ...]:
+    """Import patches (diff -u, git diff, format-patch mails, a quilt series) after the top patch (after the
+    last one when none is applied; `after`/`before` name the place), in the imgquilt format with real
+    hashes. All or nothing. Bases: the work tree, else `image`, else the lock's."""
     from .queue.lock import read_lock
     from .work import WorkTree
 
@@ -475,4 +496,5 @@ def import_patches(files: Sequence[str | os.PathLike[str]] = (), *, queue: str |
         return open_ref(pick_ref(image, pinned, root, wt.remembered_image()), platform, root=root)
 
     wt = WorkTree(root, open_image=opener, image_explicit=image is not None)
-    return tuple(wt.import_patches(items, fields=list(fields), replace=replace, check_git_index=check_git_index))
+    return tuple(wt.import_patches(items, fields=list(fields), replace=replace, check_git_index=check_git_index, after=after,
+                                   before=before, follow_symlinks=follow_symlinks))

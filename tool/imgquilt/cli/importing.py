@@ -1,18 +1,14 @@
 """`import`: bring patches from elsewhere into the queue in the imgquilt format (see imgquilt.importer)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional
+from typing import List, Optional
 
 import typer
 
 from ..errors import UsageError
 from .common import G, ImageOpt, PlatformOpt, emit_json, files_json, header_fields, note, say, tree
 
-if TYPE_CHECKING:  # the importer (and the email package) load only when import runs
-    from ..work import ImportItem
-
-
-def items_from(files: list[str], patch: str | None, strip: int, series: str | None) -> list[ImportItem]:
+def items_from(files: list[str], patch: str | None, strip: int, series: str | None):
     """What to import (see imgquilt.api.import_items)."""
     from ..api import import_items
 
@@ -28,19 +24,26 @@ def import_cmd(
     description: Optional[str] = typer.Option(None, "--description", "-d", metavar="TEXT", help="Set the Description field."),
     author: Optional[str] = typer.Option(None, "--author", metavar="'NAME <EMAIL>'", help="Set the Author field."),
     field: List[str] = typer.Option([], "--field", metavar="FIELD=VALUE", help="Set any header field (repeatable)."),
-    ignore_git_index: bool = typer.Option(False, "--ignore-git-index", help="Do not check git `index` blob hashes against the bases."),
+    ignore_git_index: bool = typer.Option(False, "--ignore-git-index", help="Do not check git `index` blob hashes against the bases (a --series records a mismatch and goes on, as quilt does)."),
+    after: Optional[str] = typer.Option(None, "--after", metavar="PATCH", help="Place the imported patches right after PATCH in series."),
+    before: Optional[str] = typer.Option(None, "--before", metavar="PATCH", help="Place the imported patches right before PATCH in series."),
+    follow_symlinks: bool = typer.Option(False, "--follow-symlinks", help="A diff for a regular file whose path is a symlink patches the file the link leads to (as patch --follow-symlinks); without it that is refused, as patch and git apply refuse it."),
     fuzz: int = typer.Option(0, "--fuzz", "-F", metavar="N", help="Let a hunk apply with up to N (<= 2) context lines at each end not matching, as patch -F (off by default; reported per hunk)."),
     prefix: Optional[str] = typer.Option(None, "--prefix", metavar="DIR", help="The patch's paths are relative to DIR inside the image (as patch -d DIR)."),
     image: Optional[str] = ImageOpt,
     platform: Optional[str] = PlatformOpt,
 ) -> None:
-    """Import patches from elsewhere, written in the imgquilt format with real hashes, after the top patch.
+    """Import patches from elsewhere, written in the imgquilt format with real hashes.
 
-    Bases come from the work tree and the image (--image, else the lock's). A hunk applies where it
-    matches exactly, nearest its header's line (each moved hunk is reported; the patch is written
-    with the real line numbers); fuzz only with --fuzz N. Pins the patch carries (TARGET/sha256
-    lines, git index hashes) are verified (exit 3). A pinned path missing from the image is looked
-    for as a path tail (package-relative paths) and taken only where the bytes match the pin.
+    They go after the top patch (after the last patch of series when none is applied), or where
+    --after/--before PATCH says; bases are read there: the work tree and the image (--image, else the
+    lock's), through the unapplied patches before that place. A hunk applies where it matches exactly,
+    nearest its header's line (each moved hunk is reported; the patch is written with the real line
+    numbers); fuzz only with --fuzz N. Pins the patch carries (TARGET/sha256 lines, git index hashes)
+    are verified (exit 3); in a --series, a git index line that names another blob is recorded in the
+    patch's header instead, as quilt ignores it. A missing path is looked for by its tail
+    (package-relative paths) and taken where exactly one file fits. Git symlinks (mode 120000), mode
+    changes, renames and copies are imported as git apply reads them; a cover letter is skipped.
 
     \b
     Examples:
@@ -61,18 +64,33 @@ def import_cmd(
     wt = tree(image, platform)
     fields = header_fields(description, author, [], None, field)
     top = wt.top()
-    done = wt.import_patches(items, fields=fields, replace=force, check_git_index=not ignore_git_index, fuzz=fuzz, prefix=prefix or "")
+    placed: list = []
+    done = wt.import_patches(items, fields=fields, replace=force, check_git_index=not ignore_git_index, fuzz=fuzz,
+                             prefix=prefix or "", after=after, before=before, follow_symlinks=follow_symlinks, placed=placed)
+    skipped = getattr(items, "skipped", [])
     if G.json:
         emit_json({"imported": [
             {"name": d.name, "kind": d.kind, "file": str(wt.patches_dir / d.name), "files": files_json(d.patch), "notes": list(d.notes)}
             for d in done
-        ], "top": wt.top()})
+        ], "top": wt.top(), "after": placed[0].after if placed else None,
+            "rechained": list(placed[0].rechained) if placed else [],
+            "skipped": [{"source": src, "subject": subject, "why": "cover letter"} for src, subject in skipped]})
         return
+    for src, subject in skipped:
+        note(f"note: skipped {src}: a cover letter ({subject!r}), no diff; as `git am` does")
     for d in done:
         for n in d.notes:
             note(f"note: {d.name}: {n}")
         say(f"Imported {d.name} ({len(d.patch.sections)} file(s)) as patches/{d.name}.")
-    where = f"after the top patch {top}" if top else "at the start of series (no patch is applied)"
+    anchor = placed[0].after if placed else None
+    if placed and placed[0].rechained:
+        say(f"Re-chained onto them: {', '.join(placed[0].rechained)}.")
+    if anchor is None:
+        where = "at the start of series"
+    elif anchor == top:
+        where = f"after the top patch {top}"
+    else:
+        where = f"after {anchor}" + ("" if top else " (no patch is applied)")
     say(f"They stand {where}, with bases read there; `imgquilt push` applies them to the work tree.")
 
 

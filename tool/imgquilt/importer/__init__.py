@@ -18,13 +18,14 @@ from __future__ import annotations
 
 from ..queue.binarypatch import git_blob_sha1
 from ..queue.hunks import ABSENT
-from .convert import apply_foreign, file_paths
-from .mail import mail_header, mail_subject_name, split_mbox
+from .convert import Prefixes, apply_foreign, file_paths
+from .mail import is_cover_letter, mail_header, mail_subject, mail_subject_name, split_mbox
 from .names import strip_path
 from .parse import parse_foreign
-from .values import Converted, FileChange, ForeignFile, ForeignPatch, Pin
+from .values import Base, Converted, FileChange, ForeignFile, ForeignPatch, Pin
 
 __all__ = [
-    "ABSENT", "Converted", "FileChange", "ForeignFile", "ForeignPatch", "Pin", "apply_foreign",
-    "file_paths", "git_blob_sha1", "mail_header", "mail_subject_name", "parse_foreign", "split_mbox", "strip_path",
+    "ABSENT", "Base", "Converted", "FileChange", "ForeignFile", "ForeignPatch", "Pin", "Prefixes", "apply_foreign",
+    "file_paths", "git_blob_sha1", "is_cover_letter", "mail_header", "mail_subject", "mail_subject_name", "parse_foreign",
+    "split_mbox", "strip_path",
 ]

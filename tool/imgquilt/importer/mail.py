@@ -62,6 +62,23 @@ def split_mbox(data: bytes) -> list[bytes]:
     return [b"".join(lines[a:b]) for a, b in zip(bounds, bounds[1:])]
 
 
+_COVER = re.compile(r"^\s*\[[^\]]*?\b0+/\d+\]")
+_FILE_DIFF = re.compile(rb"^(?:diff --git |--- .*\n\+\+\+ )", re.M)
+
+
+def mail_subject(data: bytes) -> str:
+    """A mail's Subject line, unfolded and decoded."""
+    head = data.partition(b"\n\n")[0]
+    msg = BytesHeaderParser(policy=email.policy.compat32).parsebytes(head.partition(b"\n")[2] + b"\n\n")
+    raw = msg.get("Subject")
+    return " ".join(str(email.header.make_header(email.header.decode_header(str(raw)))).split()) if raw else ""
+
+
+def is_cover_letter(data: bytes) -> bool:
+    """`git format-patch --cover-letter`'s mail: `[PATCH 0/N]`, and no file diff (`git am` skips it too)."""
+    return bool(_COVER.match(mail_subject(data))) and not _FILE_DIFF.search(data)
+
+
 def mail_subject_name(data: bytes, number: int) -> str:
     """A file name as `git format-patch` makes it: 0001-subject-words.patch."""
     m = re.search(rb"^Subject: (.*)$", data, re.M)

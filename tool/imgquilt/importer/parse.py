@@ -25,14 +25,23 @@ def _intro_line(ln: bytes) -> bool:
 
 
 _GIT_MODE = re.compile(rb"^[0-7]{6}$")
+_INDEX = re.compile(rb"^([0-9a-f]+)\.\.([0-9a-f]+)(?: +([0-7]{6}))?\s*$")
 
 
 def _git_mode(value: bytes, key: bytes, source: str, line: int) -> int:
-    """The permission bits of a git mode (`100644`: six octal digits, as git writes them)."""
+    """The mode of a git mode line (`100644`: six octal digits, as git writes them), type bits included."""
     if not _GIT_MODE.match(value.strip()):
         raise _bad(source, line, f"`{key.decode().strip()}` {value[:30]!r} is not a git file mode (six octal digits, "
                                  "such as 100644).")
-    return int(value, 8) & 0o7777
+    mode = int(value, 8)
+    if mode >> 12 not in (0o10, 0o12):
+        what = "a submodule (gitlink)" if mode >> 12 == 0o16 else "not a file or a symlink"
+        raise _bad(source, line, f"`{key.decode().strip()}` {value.strip().decode('latin-1')} is {what}; imgquilt patches "
+                                 "files and symlinks.")
+    return mode
+
+
+_GREW = " (If a hand edit grew the hunk, recount its @@ header, e.g. with patchutils' `recountdiff`.)"
 
 
 def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
@@ -42,6 +51,7 @@ def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
     pins = Pins(source)
     files: list[ForeignFile] = []
     preamble_end: int | None = None
+    last_end = 0  # just past the last file diff read: what follows it is the trailer
     pin_lines: set[int] = set()
     git_seen = False
     i = 0
@@ -104,18 +114,26 @@ def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
         try:
             hunks, i = read_hunks(lines, i)
         except HunkTextError as exc:
-            raise _bad(source, exc.line, exc.message) from None
+            raise _bad(source, exc.line, exc.message + _GREW) from None
+        last_end = i
         index = None
         if b"index " in meta:
-            m = re.match(rb"^([0-9a-f]+)\.\.([0-9a-f]+)", meta[b"index "])
+            m = _INDEX.match(meta[b"index "])
             if m:
                 index = (m.group(1).decode(), m.group(2).decode())
-        modes = {k: _git_mode(meta[k], k, source, start + 1) for k in (b"old mode ", b"new mode ", b"new file mode ")
-                 if k in meta}
+                if m.group(3):
+                    meta[b"index mode "] = m.group(3)
+        modes = {k: _git_mode(meta[k], k, source, start + 1)
+                 for k in (b"old mode ", b"new mode ", b"new file mode ", b"deleted file mode ", b"index mode ") if k in meta}
+        kinds = {m >> 12 == 0o12 for m in modes.values()}
+        if len(kinds) > 1:
+            raise _bad(source, start + 1, "the diff turns a regular file into a symlink or back; imgquilt carries one kind of "
+                                          "file per patch section (import the deletion and the creation as two patches).")
         mode_change = None
         if b"old mode " in modes and b"new mode " in modes:
-            mode_change = (modes[b"old mode "], modes[b"new mode "])
-        nfm = modes.get(b"new file mode ")
+            mode_change = (modes[b"old mode "] & 0o7777, modes[b"new mode "] & 0o7777)
+        old_mode = next((modes[k] & 0o7777 for k in (b"old mode ", b"deleted file mode ", b"index mode ") if k in modes), None)
+        nfm = modes[b"new file mode "] & 0o7777 if b"new file mode " in modes else None
         files.append(
             ForeignFile(
                 old_name=old_name,
@@ -133,18 +151,23 @@ def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
                 pin=pins.take(),
                 git=git,
                 binary_patch=binary_patch,
+                link=kinds.pop() if kinds else None,
+                old_mode=old_mode,
             )
         )
     if not files:
         raise _bad(source, 0, "no file diff found (no `diff --git` and no `---`/`+++` pair).")
     if pins.blocks:
         raise _bad(source, 0, f"{len(pins.blocks)} TARGET/sha256 pin block(s) name no diff that follows them.")
+    trailer = b"".join(ln for k, ln in enumerate(lines[last_end:], last_end) if k not in pin_lines)
+    if not trailer.strip():
+        trailer = b""
     pre = lines[: preamble_end or 0]
     if pre and MBOX_FROM.match(pre[0]):
-        return ForeignPatch(source, mail_header(pre), tuple(files), "mail")
+        return ForeignPatch(source, mail_header(pre), tuple(files), "mail", trailer)
     header = comment_header([ln for k, ln in enumerate(pre) if k not in pin_lines], pins.status)
     if header.strip() and not header.endswith(b"\n\n") and not header.endswith(b"\r\n\r\n"):
         header += b"\n"
     if not header.strip():
         header = b""
-    return ForeignPatch(source, header, tuple(files), "git" if git_seen else "plain")
+    return ForeignPatch(source, header, tuple(files), "git" if git_seen else "plain", trailer)

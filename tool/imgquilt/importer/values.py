@@ -37,6 +37,16 @@ class ForeignFile:
     pin: Pin | None = None
     git: bool = False
     binary_patch: BinaryPatch | None = None  # `GIT binary patch` (None with binary: "Binary files differ")
+    # the kind git states (a mode on any of its lines): True a symlink (120000), False a regular
+    # file, None not said (a plain diff: the file the name leads to)
+    link: bool | None = None
+    old_mode: int | None = None  # `old mode`, or the mode of `deleted file mode`/`index ... MODE` (permission bits)
+
+    @property
+    def headers_only(self) -> bool:
+        """A `diff --git` section with nothing under it: no hunk, no mode, no rename, no binary."""
+        return (self.git and not self.hunks and not self.binary and not self.rename and not self.copy
+                and self.mode_change is None and self.new_file_mode is None and not self.old_absent and not self.new_absent)
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,16 @@ class ForeignPatch:
     header: bytes
     files: tuple[ForeignFile, ...]
     kind: str  # "mail", "git", "plain"
+    trailer: bytes = b""  # text after the last hunk (a topgit `tg:` trailer, a mail signature): kept as it is
+
+
+@dataclass(frozen=True)
+class Base:
+    """What a path holds where a foreign patch is imported: bytes, permission bits and kind."""
+
+    data: bytes | None  # None: absent
+    mode: int | None = None  # permission bits (None: absent, or not known)
+    link: bool = False  # a symlink, read as itself: `data` is its target
 
 
 @dataclass(frozen=True)
@@ -60,6 +80,8 @@ class FileChange:
     # the imported hunks renumbered to the lines they apply at, when they alone make this change
     # (no fuzz, no anchor): written as they came; None: the writer diffs base -> result
     hunks: tuple[Hunk, ...] | None = None
+    link: bool = False  # a symlink (base and result are its target)
+    mode_change: tuple[int, int] | None = None  # permission bits before and after, of a file there before and after
 
 
 @dataclass
@@ -68,6 +90,17 @@ class Converted:
 
     changes: list[FileChange]
     notes: list[str] = field(default_factory=list)
+    index_mismatches: list[IndexMismatch] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class IndexMismatch:
+    """A git `index` line naming other blobs than the bases here (a series imports past it: see convert)."""
+
+    path: str
+    side: str  # "base" or "result"
+    want: str  # the abbreviated blob id the diff names
+    have: str  # the blob id here, as long as `want`
 
 
 def bad(source: str, line: int, msg: str) -> MalformedPatch:

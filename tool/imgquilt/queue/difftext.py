@@ -12,7 +12,7 @@ import os
 import re
 
 from .hunks import Hunk, HunkLine, split_lines
-from .hunkread import is_file_start, read_hunks
+from .hunkread import is_file_start, is_trailer_start, read_hunks
 from .pathquote import quote_name
 
 _HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -148,7 +148,7 @@ def renumber_headers(raw: bytes, hunks: list[Hunk] | tuple[Hunk, ...]) -> bytes:
 
 def _in_hunk(lines: list[bytes], k: int) -> bool:
     ln = lines[k]
-    return (ln[:1] in (b" ", b"-", b"+", b"\\") or ln in (b"\n", b"\r\n")) and not is_file_start(lines, k)
+    return (ln[:1] in (b" ", b"-", b"+", b"\\") or ln in (b"\n", b"\r\n")) and not is_file_start(lines, k) and not is_trailer_start(ln)
 
 
 def recount_hunks(data: bytes) -> bytes:

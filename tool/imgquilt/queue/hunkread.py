@@ -60,9 +60,15 @@ def _frame(lines: list[bytes], i: int, head_line: int, old_len: int, new_len: in
         i += 1
     if i < n and lines[i].startswith(b"\\"):
         i += 1
-    if i < n and lines[i][:1] in (b"+", b"-") and not is_file_start(lines, i) and lines[i].rstrip(b"\r\n") != b"-- ":
+    if i < n and lines[i][:1] in (b"+", b"-") and not is_file_start(lines, i) and not is_trailer_start(lines[i]):
         raise HunkTextError(i + 1, f"the hunk at line {head_line} has more lines than its @@ header says.")
     return i
+
+
+def is_trailer_start(line: bytes) -> bool:
+    """A line that ends the diff text after a complete hunk, as `git apply` and GNU patch read it: a mail
+    signature's `-- ` or a `---` line (topgit's `tg:` trailer and `git format-patch` notes follow one)."""
+    return line.rstrip(b"\r\n") in (b"-- ", b"---")
 
 
 def _anchored(lines: list[bytes], i: int, kind: str) -> tuple[Hunk, int]:

@@ -1,20 +1,31 @@
-"""import: foreign patches (diff -u, git, quilt, pinned) turned into imgquilt patches after the top.
+"""import: foreign patches (diff -u, git, quilt, pinned) turned into imgquilt patches, placed in series.
 
-Bases are read at that point of the stack: the work tree, else the image. Several patches chain:
-each one's bases are the results of the ones before it. Nothing is written until all converted;
-then the import is one transaction (queue.interrupted.QueueJournal): a journal (with a backup of
-each patch file it replaces), the patch files, and one rename of `series` that commits it all (the
-last patch file, when series does not change: a -f of patches already listed). A kill at any point
-leaves a queue that the next command puts back exactly as it was (or, past the commit, exactly
-imported).
+Where they go: after the top patch; with nothing applied, after the last patch of series (a queue
+grows at its end); `--after PATCH` / `--before PATCH` name the place. Never below an applied patch:
+the work tree holds what the patches below the top leave, and a patch slipped under them would
+change their bases.
+
+Bases are read at that place: the work tree (else the image) at the top, carried through the
+unapplied patches before the place (each verified against its pins), and each imported patch's
+results are the next one's bases. A patch already in series after the place that changes the same
+files is re-chained onto what the imported patches leave (work.rehash), as `refresh --rehash` does.
+
+Nothing is written until all converted; then the import is one transaction
+(queue.interrupted.QueueJournal): a journal (with a backup of each patch file it replaces), the
+patch files, and one rename of `series` that commits it all (the last patch file, when series does
+not change: a -f of patches already listed). A kill at any point leaves a queue that the next
+command puts back exactly as it was (or, past the commit, exactly imported).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..errors import BadInput, ImgquiltError, UsageError
-from ..importer import ForeignPatch, apply_foreign, file_paths, parse_foreign
+from ..engine.apply import HunkError, apply_section
+from ..errors import BadInput, BaseDrift, ImgquiltError, UsageError
+from ..importer import Base, ForeignPatch, Prefixes, apply_foreign, file_paths, parse_foreign
+from ..importer.values import FileChange, IndexMismatch
+from ..queue.hunks import sha256_hex
 from ..queue.interrupted import Change, QueueJournal
 from ..queue.patchfile import Header, Patch, build_patch, make_section, parse_patch
 from .patchtext import check_patch_name
@@ -22,15 +33,19 @@ from .patchtext import check_patch_name
 if TYPE_CHECKING:
     from .tree import WorkTree
 
+INDEX_FIELD = "Git-Index-Ignored"
+
 
 @dataclass(frozen=True)
 class ImportItem:
-    """One foreign patch to import under `name`."""
+    """One foreign patch to import under `name`; `series`: it comes from a quilt series (git `index`
+    lines that disagree are recorded, as quilt ignores them, not refused)."""
 
     name: str
     data: bytes
     strip: int = 1
     source: str = "<patch>"
+    series: bool = False
 
 
 @dataclass(frozen=True)
@@ -39,6 +54,15 @@ class Imported:
     patch: Patch
     kind: str
     notes: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the imported patches went: after `after` (None: at the start of series), and the
+    patches after them that were re-chained onto them."""
+
+    after: str | None
+    rechained: tuple[str, ...] = ()
 
 
 def import_patches(
@@ -50,44 +74,194 @@ def import_patches(
     check_git_index: bool = True,
     fuzz: int = 0,
     prefix: str = "",
+    after: str | None = None,
+    before: str | None = None,
+    follow_symlinks: bool = False,
+    placed: list[Placement] | None = None,
 ) -> list[Imported]:
-    """Turn foreign patches into imgquilt patches inserted after the top patch, bases from the work tree or image."""
+    """Turn foreign patches into imgquilt patches placed in series (see the module), bases read at that place.
+
+    `placed`, when given, receives the Placement."""
     with wt.locked():
         applied = wt.consistent()
         names = wt.series()
         _check_names(wt, items, applied, names, replace)
-        overlay: dict[str, bytes | None] = {}
-
-        def read(path: str, _want: str | None) -> bytes | None:
-            if path not in overlay:
-                overlay[path] = wt.current([path], applied, keep=False)[path].data
-            return overlay[path]
-
+        at = _place(names, applied, after, before, {it.name for it in items})
+        view = _View(wt, applied)
+        between = [n for n in names[len(applied):at] if n not in {it.name for it in items}]
         parsed = [parse_foreign(it.data, it.source) for it in items]
         # every base the patches name, read in one go (a series names hundreds of files)
-        first = sorted({p for fp, it in zip(parsed, items) for p in _named_paths(fp, it.strip, prefix)})
-        # nothing goes to the object store: push and lock store the bases they use
-        overlay.update({p: st.data for p, st in wt.current(first, applied, keep=False).items()})
+        view.prefetch(sorted({p for fp, it in zip(parsed, items) for p in _named_paths(fp, it.strip, prefix)}))
+        view.carry([wt.read_patch(n) for n in between])
+        prefixes = Prefixes()
         out: list[Imported] = []
         for it, fp in zip(items, parsed):
-            conv = apply_foreign(
-                fp, it.strip, read, label=it.source, check_git_index=check_git_index, fuzz=fuzz, prefix=prefix, find_tail=wt.bases.ending_in
-            )
+            policy = "ignore" if not check_git_index else "warn" if it.series else "check"
+            conv = apply_foreign(fp, it.strip, view.read, label=it.source, git_index=policy, fuzz=fuzz, prefix=prefix,
+                                 find_tail=wt.bases.ending_in, follow_symlinks=follow_symlinks, prefixes=prefixes)
             if not conv.changes:
-                raise BadInput(f"{it.source} changes nothing in these files.", hint="Nothing to import.")
+                raise BadInput(f"{it.source} changes nothing in these files.",
+                               hint="Nothing to import: check the -p level and the image, or leave this patch out.")
             header = Header(fp.header)
+            notes = list(conv.notes)
+            if conv.index_mismatches:
+                header = header.with_field(INDEX_FIELD, _index_record(conv.index_mismatches))
+                notes.append(_index_note(conv.index_mismatches))
             for key, value in fields:
                 header = header.with_field(key, value)
-            patch = build_patch(it.name, header, [make_section(c.path, c.base, c.result, c.mode, c.hunks) for c in conv.changes])
-            parse_patch(patch.raw, it.name)  # what we write must read back
-            for c in conv.changes:
-                overlay[c.path] = c.result
-            out.append(Imported(it.name, patch, fp.kind, tuple(conv.notes)))
+            sections = [make_section(c.path, c.base, c.result, c.mode, c.hunks, link=c.link, mode_change=c.mode_change)
+                        for c in conv.changes]
+            patch = build_patch(it.name, header, sections)
+            if fp.trailer:
+                patch = build_patch(it.name, header, [*patch.sections[:-1], _with_trailer(patch.sections[-1], fp.trailer)])
+            patch = parse_patch(patch.raw, it.name)  # what we write must read back
+            view.took(conv.changes)
+            out.append(Imported(it.name, patch, fp.kind, tuple(notes)))
         fresh = [imp.name for imp in out if imp.name not in names]
-        series = wt.queue.inserted(fresh, applied[-1] if applied else None) if fresh else wt.queue.series_bytes()
+        anchor = names[at - 1] if at > 0 else None
+        series = wt.queue.inserted(fresh, anchor) if fresh else wt.queue.series_bytes()
+        order = names[:at] + fresh + names[at:]
+        rechained = _rechain(wt, order, {imp.name: imp.patch for imp in out})
+        if placed is not None:
+            placed.append(Placement(anchor, tuple(n for n in order if n in rechained)))
         # series last: its rename commits the import
-        QueueJournal(wt.root, "import").run([Change(f"patches/{imp.name}", imp.patch.raw) for imp in out] + [Change("series", series)])
+        changes = [Change(f"patches/{imp.name}", imp.patch.raw) for imp in out]
+        changes += [Change(f"patches/{n}", p.raw) for n, p in rechained.items()]
+        QueueJournal(wt.root, "import").run(changes + [Change("series", series)])
         return out
+
+
+def _place(names: list[str], applied: list[str], after: str | None, before: str | None, importing: set[str]) -> int:
+    """The index in series where the imported patches go."""
+    if after is not None and before is not None:
+        raise UsageError("--after and --before name one place; give one of them.")
+    for opt, name in (("--after", after), ("--before", before)):
+        if name is not None and name not in names:
+            raise UsageError(f"{opt} {name}: no such patch in series.", hint="`imgquilt series` lists the patches.")
+        if name is not None and name in importing:
+            raise UsageError(f"{opt} {name}: that is a patch being imported.", hint="Name a patch that stays in series.")
+    if after is not None:
+        at = names.index(after) + 1
+    elif before is not None:
+        at = names.index(before)
+    else:
+        at = len(applied) if applied else len(names)
+    if at < len(applied):
+        top = applied[-1]
+        raise UsageError(
+            f"The imported patches would go below the applied patch {applied[at]}: the work tree holds what it leaves.",
+            hint=f"Pop down to there first (`imgquilt pop {names[at - 1]}`" + (")" if at else " or `imgquilt pop -a`)")
+                 + f", or import after the top ({top}).",
+        )
+    return at
+
+
+class _View:
+    """What paths hold at the import's place: the work tree (else the image) at the top, then the
+    unapplied patches before the place, then each imported patch. Keyed by (path, follow)."""
+
+    def __init__(self, wt: WorkTree, applied: list[str]) -> None:
+        self.wt, self.applied = wt, applied
+        self.held: dict[tuple[str, bool], Base] = {}
+
+    def _load(self, paths: list[str], follow: bool) -> None:
+        need = [p for p in paths if (p, follow) not in self.held]
+        if not need:
+            return
+        # nothing goes to the object store: push and lock store the bases they use
+        got = self.wt.current(need, self.applied, keep=False, links=() if follow else need)
+        for p in need:
+            st = got[p]
+            self.held[(p, follow)] = Base(st.data, st.mode, st.link)
+
+    def prefetch(self, paths: list[str]) -> None:
+        self._load(paths, False)
+
+    def read(self, path: str, follow: bool) -> Base:
+        self._load([path], follow)
+        return self.held[(path, follow)]
+
+    def carry(self, patches: list[Patch]) -> None:
+        """Apply the unapplied patches before the place, each section verified against its pins."""
+        for p in patches:
+            for s in p.sections:
+                now = self.read(s.path, not s.link)
+                if sha256_hex(now.data) != s.base_sha256:
+                    raise BaseDrift(
+                        f"Refused: {p.name}: {s.path}: the patch says Base-SHA256 {s.base_sha256}, the file is "
+                        f"{sha256_hex(now.data)} where it stands; the import would go after it.",
+                        hint="The queue's chain is broken there: `imgquilt check` says where; or import before that patch.",
+                    )
+                try:
+                    new = None if s.is_delete else apply_section(now.data, s)
+                except HunkError as exc:
+                    raise BadInput(f"Cannot import after {p.name}: {s.path}: its own hunk does not apply ({exc}).",
+                                   hint="`imgquilt check` lists the queue's problems; fix them first.") from None
+                mode = s.mode if s.is_new else s.new_mode if s.new_mode is not None else now.mode
+                self._set(s.path, Base(new, None if new is None else (mode if mode is not None else 0o644), s.link and new is not None))
+
+    def took(self, changes: list[FileChange]) -> None:
+        """An imported patch's results: the bases of the next one."""
+        for c in changes:
+            prev = self.held.get((c.path, False))
+            if c.result is None:
+                mode = None
+            elif c.mode_change is not None:
+                mode = c.mode_change[1]
+            elif c.base is None:
+                mode = c.mode if c.mode is not None else 0o644
+            else:
+                mode = prev.mode if prev is not None else None
+            self._set(c.path, Base(c.result, None if c.link else mode, c.link and c.result is not None))
+
+    def _set(self, path: str, b: Base) -> None:
+        self.held[(path, False)] = b
+        if not b.link:
+            self.held[(path, True)] = b
+        else:
+            self.held.pop((path, True), None)
+
+
+def _with_trailer(s, trailer: bytes):
+    """The last section with the foreign patch's trailer after its diff, kept as it came."""
+    from dataclasses import replace as _replace
+
+    raw = s.raw if s.raw.endswith(b"\n") else s.raw + b"\n"
+    return _replace(s, raw=raw + trailer)
+
+
+def _index_record(found: list[IndexMismatch]) -> str:
+    """The header field's value: per file, the blob the diff names and the one here."""
+    lines = ["the diff's git `index` lines name other blobs than the files here (quilt ignores them):"]
+    by_path: dict[str, dict[str, IndexMismatch]] = {}
+    for m in found:
+        by_path.setdefault(m.path, {})[m.side] = m
+    for path, sides in by_path.items():
+        said = " and ".join(f"{side} blob {m.want}" for side, m in sides.items())
+        here = " and ".join(m.have for m in sides.values())
+        lines.append(f"{path}: {said} in the diff; {here} here")
+    return "\n".join(lines)
+
+
+def _index_note(found: list[IndexMismatch]) -> str:
+    paths = list(dict.fromkeys(m.path for m in found))
+    shown = ", ".join(paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+    return (f"warning: its git `index` lines do not name these bases ({shown}): imported as quilt applies it, "
+            f"recorded in its {INDEX_FIELD}: header")
+
+
+def _rechain(wt: WorkTree, order: list[str], new: dict[str, Patch]) -> dict[str, Patch]:
+    """The patches after the imported ones that touch a file they change, carried onto what they leave
+    (work.rehash, as `refresh --rehash` re-chains); only those whose bytes change."""
+    paths = {s.path for p in new.values() for s in p.sections}
+    first = min(order.index(n) for n in new)
+    touched = [n for n in order[first:] if n not in new and any(s.path in paths for s in wt.read_patch(n).sections)]
+    if not touched:
+        return {}
+    from .rehash import rechain
+
+    out = rechain(wt, order, new, list(new))
+    return {n: out[n] for n in touched if out[n].raw != wt.read_patch(n).raw}
 
 
 def _named_paths(fp: ForeignPatch, strip: int, prefix: str) -> list[str]:
@@ -95,10 +269,20 @@ def _named_paths(fp: ForeignPatch, strip: int, prefix: str) -> list[str]:
     out: list[str] = []
     for f in fp.files:
         try:
-            out += list(file_paths(f, strip, fp.source, prefix))
+            src, dst, _ = file_paths(f, strip, fp.source, prefix)
+            out += [src, dst]
+            for name in (f.old_name, f.new_name):
+                if name is not None and not f.git:
+                    out += list(file_paths(_only(f, name), strip, fp.source, prefix)[:2])
         except ImgquiltError:
             continue
     return out
+
+
+def _only(f, name: str):
+    from dataclasses import replace as _replace
+
+    return _replace(f, old_name=name, new_name=name)
 
 
 def _check_names(wt: WorkTree, items: list[ImportItem], applied: list[str], names: list[str], replace: bool) -> None:

@@ -166,13 +166,25 @@ def _read(wt: WorkTree, series: list[str], named: set[str]) -> tuple[dict[str, P
     return out, notes
 
 
+def rechain(wt: WorkTree, series: list[str], given: dict[str, Patch], named: list[str], *,
+            carry: frozenset[str] = frozenset()) -> dict[str, Patch]:
+    """Every patch of `series` (an order of the queue's patches; `given` ones instead of their files)
+    with the patches after the `named` ones re-chained onto what those now leave, as `refresh --rehash`
+    does; `carry`: patches that stand somewhere new (`move`) and are carried onto whatever is below them.
+    Raises ChainConflict, with nothing written, where a hunk fits nowhere. Writes nothing."""
+    patches = {n: given[n] if n in given else wt.read_patch(n) for n in series}
+    return _Chain(wt, series, patches, named, carry).run()
+
+
 class _Chain:
     """The series walked in order over the files the named patches touch, carrying each file's bytes."""
 
-    def __init__(self, wt: WorkTree, series: list[str], patches: dict[str, Patch], named: list[str]) -> None:
-        self.series, self.patches, self.named = series, patches, named
+    def __init__(self, wt: WorkTree, series: list[str], patches: dict[str, Patch], named: list[str],
+                 carry: frozenset[str] = frozenset()) -> None:
+        self.series, self.patches, self.named, self.carry = series, patches, named, carry
         scope = sorted({s.path for n in named for s in patches[n].sections})
-        self.data = {p: st.data for p, st in wt.bases.read(scope).items()}
+        links = {s.path for p in patches.values() for s in p.sections if s.link}
+        self.data = {p: st.data for p, st in wt.bases.read(scope, links=[p for p in scope if p in links]).items()}
         self.last: dict[str, str] = {}  # path -> the last patch that touched it so far
         self.last_named: dict[str, str] = {}  # path -> the last named patch that touched it so far
         self.repinned: list[Repinned] = []
@@ -201,19 +213,19 @@ class _Chain:
         if changed is None and name not in self.named:
             self.data[s.path] = self._as_pinned(name, s, data)  # below every named patch: as pinned
             return s
-        if changed is None and sha256_hex(data) == s.base_sha256:  # a named patch on its pinned base: its result re-pinned
+        if changed is None and sha256_hex(data) == s.base_sha256 and name not in self.carry:  # a named patch on its pinned base: its result re-pinned
             result = _exact(s, data, here)
             new = sha256_hex(result)
             self.repinned.append(Repinned(s.path, s.patched_sha256, new, name))
             self.data[s.path] = result
             return s if new == s.patched_sha256 else replace(s, raw=_pins(s, None, new), patched_sha256=new)
-        if changed is None and prev is None:  # the image's bytes are not the ones the patch was made for
+        if changed is None and prev is None and name not in self.carry:  # the image's bytes are not the ones the patch was made for
             raise BaseDrift(
                 f"Refused: {here}: the patch says Base-SHA256 {s.base_sha256}, the queue pins {sha256_hex(data)} for the file at this point.",
                 hint="Only a patch on the pinned base is re-pinned: a patch for other bytes is drift (`imgquilt rebase`, "
                      "or `imgquilt import` it anew).",
             )
-        return self._onto(name, s, data, changed or prev)  # type: ignore[arg-type]
+        return self._onto(name, s, data, changed or prev or "the image")
 
     def _as_pinned(self, name: str, s: FileSection, data: bytes | None) -> bytes | None:
         here = f"{name}: {s.path}"
@@ -274,7 +286,7 @@ class _Chain:
         if moved:
             self.notes.append(f"{here}: " + ", ".join(moved) + f", to where its lines are in what {below} now leaves (@@ header renumbered).")
         if s.binary is not None:
-            return make_section(s.path, data, result, s.mode)
+            return make_section(s.path, data, result, s.mode, mode_change=s.mode_change)
         raw = _pins(s, base, patched)
         return replace(s, raw=renumber_headers(raw, hunks) if hunks is not None else raw, base_sha256=base,
                        patched_sha256=patched, hunks=hunks if hunks is not None else s.hunks)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Collection, Iterator
 
 from ..errors import BadInput, UsageError
 from ..store import ObjectStore
@@ -142,11 +142,14 @@ class WorkTree:
         named, where = self.file_index(self.applied() if applied is None else applied)
         return where.get(named.get(path, path), path)
 
-    def current(self, paths: list[str], applied: list[str] | None = None, *, keep: bool = True) -> dict[str, FileState]:
-        """What each path holds now: the work copy if an applied patch tracks its file, else the image's."""
+    def current(self, paths: list[str], applied: list[str] | None = None, *, keep: bool = True,
+                links: Collection[str] = ()) -> dict[str, FileState]:
+        """What each path holds now: the work copy if an applied patch tracks its file, else the image's.
+        `links`: paths read as themselves (a symlink is not followed; the work tree holds regular files only)."""
         named, where = self.file_index(self.applied() if applied is None else applied)
         untracked = [p for p in paths if p not in named]
-        seeded = self.bases.read(untracked, keep=keep) if untracked else {}
+        as_link = set(links)
+        seeded = self.bases.read(untracked, keep=keep, links=[p for p in untracked if p in as_link]) if untracked else {}
         out: dict[str, FileState] = {}
         for p in paths:
             resolved = named.get(p) or seeded[p].resolved or p
@@ -256,5 +259,10 @@ class WorkTree:
         check_git_index: bool = True,
         fuzz: int = 0,
         prefix: str = "",
+        after: str | None = None,
+        before: str | None = None,
+        follow_symlinks: bool = False,
+        placed: list[_importing.Placement] | None = None,
     ) -> list[_importing.Imported]:
-        return _importing.import_patches(self, items, fields=fields, replace=replace, check_git_index=check_git_index, fuzz=fuzz, prefix=prefix)
+        return _importing.import_patches(self, items, fields=fields, replace=replace, check_git_index=check_git_index, fuzz=fuzz,
+                                         prefix=prefix, after=after, before=before, follow_symlinks=follow_symlinks, placed=placed)
