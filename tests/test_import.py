@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from imgquilt.errors import BadInput, BaseDrift, HunkMismatch, MalformedPatch, MissingTarget, ResultMismatch, UnsafePath, UsageError
-from imgquilt.importer import apply_foreign, mail_subject_name, parse_foreign, split_mbox, strip_path
+from imgquilt.importer import Base, apply_foreign, mail_subject_name, parse_foreign, split_mbox, strip_path
 from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.patchfile import make_section, parse_patch
 from imgquilt.rootfs.source import RootfsSource
@@ -20,8 +20,8 @@ PY = b"def f():\n    return 1\n\n\ndef g():\n    return 2\n"
 
 
 def files(mapping: dict[str, bytes | None]):
-    """A base reader over a dict (None: absent)."""
-    return lambda path, _want: mapping.get(path)
+    """A base reader over a dict (None: absent): regular files, mode 0644."""
+    return lambda path, _follow: Base(mapping.get(path), None if mapping.get(path) is None else 0o644)
 
 
 def convert(data: bytes, mapping: dict[str, bytes | None], strip: int = 1, **kw):
@@ -63,7 +63,8 @@ def test_git_diff_new_deleted_renamed_quoted_and_mode_changes() -> None:
         b"--- \"a/usr/share/caf\\303\\251.txt\"\n+++ \"b/usr/share/caf\\303\\251.txt\"\n@@ -1 +1 @@\n-a\n+b\n"
     )
     base = {"etc/old.conf": b"hello world\n", "etc/svc.conf": CONF, "usr/share/caf\u00e9.txt": b"a\n"}
-    changes, notes = convert(patch, base, check_git_index=False)
+    conv = apply_foreign(parse_foreign(patch, "t.patch"), 1, files(base), git_index="ignore")
+    changes = {c.path: (c.base, c.result, c.mode) for c in conv.changes}
     assert changes == {
         "bin/run": (None, b"#!/bin/sh\n", 0o755),
         "etc/old.conf": (b"hello world\n", None, None),
@@ -72,7 +73,9 @@ def test_git_diff_new_deleted_renamed_quoted_and_mode_changes() -> None:
         "etc/svc2.conf": (None, CONF_8, None),
         "usr/share/caf\u00e9.txt": (b"a\n", b"b\n", None),
     }
-    assert notes == ["usr/share/caf\u00e9.txt: mode change 0644 -> 0755 ignored (imgquilt keeps the image's mode)."]
+    # `old mode`/`new mode` change the mode, as git apply does; the rename keeps the renamed file's mode
+    assert {c.path: c.mode_change for c in conv.changes if c.mode_change} == {"usr/share/caf\u00e9.txt": (0o644, 0o755)}
+    assert conv.notes == []
 
 
 def test_git_index_hashes_are_checked() -> None:
@@ -86,7 +89,7 @@ def test_git_index_hashes_are_checked() -> None:
     with pytest.raises(BaseDrift, match=f"blob {blob(CONF)[:12]}, the file here is blob {blob(other)[:12]}") as exc:
         convert(diff, {"etc/svc.conf": other})
     assert "--ignore-git-index" in exc.value.hint
-    assert convert(diff, {"etc/svc.conf": other}, check_git_index=False)[0]["etc/svc.conf"][1] == other.replace(b"2", b"8")
+    assert convert(diff, {"etc/svc.conf": other}, git_index="ignore")[0]["etc/svc.conf"][1] == other.replace(b"2", b"8")
 
 
 def test_format_patch_mail_becomes_dep3_fields() -> None:
@@ -182,7 +185,7 @@ def test_fuzz_is_off_by_default_and_reported_when_asked() -> None:
 ])
 def test_bad_foreign_patches(data: bytes, cls: type, needle: str) -> None:
     with pytest.raises(cls, match=needle):
-        convert(data, {"x": b"a\nb\nc\n", "x.bin": b"\0", "etc/passwd": b"a\n"}, check_git_index=False)
+        convert(data, {"x": b"a\nb\nc\n", "x.bin": b"\0", "etc/passwd": b"a\n"}, git_index="ignore")
 
 
 def test_creating_a_file_that_exists_and_changing_one_that_does_not() -> None:
@@ -253,7 +256,7 @@ def test_import_refuses_name_clashes_unless_forced_and_never_an_applied_patch(se
     with pytest.raises(UsageError, match="applied"):
         wt.import_patches([ImportItem("01.patch", p1)], replace=True)
     with pytest.raises(BadInput, match="changes nothing"):
-        wt.import_patches([ImportItem("noop.patch", b"diff --git a/mod.py b/mod.py\nold mode 100644\nnew mode 100755\n")])
+        wt.import_patches([ImportItem("noop.patch", b"diff --git a/mod.py b/mod.py\n")])
 
 
 def test_nothing_is_written_when_one_patch_of_a_series_fails(setup) -> None:

@@ -230,6 +230,9 @@ class _Apply:
             src, dst, where, base = self._moved(f, src, dst, where, pin)
         base = self._kind(f, src, where, base)
         actual = sha256_hex(base.data)
+        changes_it = any(h.old_len for h in f.hunks) or f.rename or f.copy or f.mode_change is not None or f.new_absent
+        if base.data is None and not f.old_absent and (changes_it or pin.base not in (None, ABSENT)):
+            raise self._missing(f, src, where, pin)
         if pin.base is not None and pin.base != actual:
             raise BaseDrift(
                 f"Refused: {where}: the patch pins base sha256 {pin.base}, the file here is {actual}.",
@@ -240,9 +243,6 @@ class _Apply:
                 f"Refused: {where}: the patch creates the file, but it exists here (sha256 {actual}).",
                 hint="The file is already there: drop this part of the patch, or import onto another image.",
             )
-        if base.data is None and not f.old_absent:
-            if any(h.old_len for h in f.hunks) or f.rename or f.copy or f.mode_change is not None or f.new_absent:
-                raise self._missing(f, src, where, pin)
         self._index(f, src, "base", f.git_index[0] if f.git_index else None, base.data, where, actual)
         if dst != src or f.old_absent:
             there = self.get(dst)

@@ -121,7 +121,9 @@ def import_patches(
         anchor = names[at - 1] if at > 0 else None
         series = wt.queue.inserted(fresh, anchor) if fresh else wt.queue.series_bytes()
         order = names[:at] + fresh + names[at:]
-        rechained = _rechain(wt, order, {imp.name: imp.patch for imp in out})
+        rechained, stale = _rechain(wt, order, {imp.name: imp.patch for imp in out})
+        if stale:
+            out[-1] = Imported(out[-1].name, out[-1].patch, out[-1].kind, out[-1].notes + (stale,))
         if placed is not None:
             placed.append(Placement(anchor, tuple(n for n in order if n in rechained)))
         # series last: its rename commits the import
@@ -250,18 +252,26 @@ def _index_note(found: list[IndexMismatch]) -> str:
             f"recorded in its {INDEX_FIELD}: header")
 
 
-def _rechain(wt: WorkTree, order: list[str], new: dict[str, Patch]) -> dict[str, Patch]:
+def _rechain(wt: WorkTree, order: list[str], new: dict[str, Patch]) -> tuple[dict[str, Patch], str]:
     """The patches after the imported ones that touch a file they change, carried onto what they leave
-    (work.rehash, as `refresh --rehash` re-chains); only those whose bytes change."""
+    (work.rehash, as `refresh --rehash` re-chains); only those whose bytes change. When that cannot be
+    done (the work tree holds changes not refreshed, a hunk fits nowhere), they are left as they are
+    and the note says how to re-chain them."""
     paths = {s.path for p in new.values() for s in p.sections}
     first = min(order.index(n) for n in new)
     touched = [n for n in order[first:] if n not in new and any(s.path in paths for s in wt.read_patch(n).sections)]
     if not touched:
-        return {}
+        return {}, ""
     from .rehash import rechain
 
-    out = rechain(wt, order, new, list(new))
-    return {n: out[n] for n in touched if out[n].raw != wt.read_patch(n).raw}
+    try:
+        out = rechain(wt, order, new, list(new))
+    except ImgquiltError as exc:
+        last = [n for n in order if n in new][-1]
+        return {}, (f"{', '.join(touched)} change{'s' if len(touched) == 1 else ''} the same files after it and could not be "
+                    f"re-chained onto it ({exc.message.splitlines()[0]}); once the work tree is refreshed, "
+                    f"`imgquilt refresh --rehash {last}` re-chains them")
+    return {n: out[n] for n in touched if out[n].raw != wt.read_patch(n).raw}, ""
 
 
 def _named_paths(fp: ForeignPatch, strip: int, prefix: str) -> list[str]:
