@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from imgquilt.engine.apply import apply_hunks, apply_section
-from imgquilt.importer import apply_foreign, parse_foreign
+from imgquilt.importer import Base, apply_foreign, parse_foreign
 from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.patchfile import Header, build_patch, make_section, parse_patch
 from qtools import imgquilt
@@ -316,7 +316,7 @@ def test_canonical_section_round_trips_and_applies(p, path: str) -> None:
     result = apply_section(old, s)  # NUL bytes: a GIT binary patch section
     assert result == (new or b"")
     # the importer reads imgquilt's own format too: same change, same pins
-    conv = apply_foreign(parse_foreign(patch.raw, "p.patch"), 1, lambda _p, _w: old)
+    conv = apply_foreign(parse_foreign(patch.raw, "p.patch"), 1, lambda _p, _follow: Base(old, None if old is None else 0o644))
     if old == new:
         assert conv.changes == []
     else:

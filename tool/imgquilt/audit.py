@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Collection, Sequence
 
 from .engine.apply import HunkError, apply_hunks, reverse_hunks
 from .engine.bytecode import STALE, UNCHECKED, Seen, Verdict, find_bytecode, is_python_source, judge
 from .engine.record import read_record_target
 from .engine.result import RECORD_PATH
 from .errors import BadImage, BadInput, NotLive
-from .fs.types import ImageInfo, Source, TargetFile
+from .fs.types import ImageInfo, Source, TargetFile, read_targets
 from .queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
 from .queue.patchfile import FileSection, Patch
 from .queue.queue import Queue
@@ -278,10 +278,16 @@ def audit_files(queue: Queue, targets: dict[str, TargetFile], record: _Record | 
     for resolved, chain in chains.items():
         sections = [s for _, s in chain]
         recorded = [record is not None and s.path in record.files.get(p.name, {}) for p, s in chain]
-        data = targets[sections[0].path].data
-        for (p, s), st in zip(chain, chain_states(sections, data, recorded)):
+        t = targets[sections[0].path]
+        # another kind of file than the chain ends with (a symlink for a regular file's chain, or the
+        # reverse): its bytes say nothing about the patches
+        wrong_kind = t.data is not None and all(s.link != t.link for s in sections)
+        for (p, s), st in zip(chain, chain_states(sections, t.data, recorded)):
             unreadable = details.get(s.path, "").startswith(UNREADABLE)
-            state_of[(p.name, s.path)] = MISSING if unreadable else st
+            state_of[(p.name, s.path)] = MISSING if unreadable else DRIFTED if wrong_kind else st
+            if wrong_kind:
+                details.setdefault(s.path, f"it is a {'symlink' if t.link else 'regular file'}, and the patches change a "
+                                           f"{'regular file' if t.link else 'symlink'}")
     out = []
     for p in queue.patches:
         rec_files = record.files.get(p.name) if record is not None else None
@@ -348,11 +354,12 @@ def check_record(queue: Queue, record: _Record, patches: Sequence[PatchAudit]) -
     return problems
 
 
-def _read(source: Source, paths: list[str]) -> tuple[dict[str, TargetFile], dict[str, str]]:
-    """Read every target; a path the source refuses (not a regular file, a symlink out of the root)
-    reads as absent, with the reason: a running container's root is reported on, not refused."""
+def _read(source: Source, paths: list[str], links: Collection[str] = ()) -> tuple[dict[str, TargetFile], dict[str, str]]:
+    """Read every target (`links`: read as themselves, see fs.types.Source); a path the source refuses
+    (not a regular file, a symlink out of the root) reads as absent, with the reason: a running
+    container's root is reported on, not refused."""
     try:
-        return source.read_targets(paths), {}
+        return read_targets(source, paths, links), {}
     except BadImage:
         raise  # the image itself cannot be read: that is an error, not a state
     except BadInput:
@@ -361,7 +368,7 @@ def _read(source: Source, paths: list[str]) -> tuple[dict[str, TargetFile], dict
     details: dict[str, str] = {}
     for p in paths:
         try:
-            targets.update(source.read_targets([p]))
+            targets.update(read_targets(source, [p], links))
         except BadImage:
             raise
         except BadInput as exc:
@@ -409,7 +416,7 @@ def audit_source(queue: Queue, source: Source) -> AuditReport:
     """Read only the target files (and the record) from `source` and audit them; a live Python file
     whose bytecode would run other bytes is `shadowed`."""
     paths = queue.target_paths()
-    targets, details = _read(source, paths)
+    targets, details = _read(source, paths, queue.link_paths())
     record_target = read_record_target(source)
     for path, note in _deleted_notes(source, targets).items():
         details.setdefault(path, note)
@@ -434,7 +441,7 @@ def judge_bytecode(report: AuditReport, source: Source, targets: dict[str, Targe
     live = {f.resolved for p in report.patches for f in p.files if f.state == LIVE and is_python_source(f.resolved)}
     found: dict[str, list] = {}
     for named, t in targets.items():
-        if t.resolved in live:
+        if t.resolved in live and not t.link:
             for b in find_bytecode(source, named, t.resolved, source_gone=t.data is None, kinds=("file", "symlink")):
                 if all(b.path != x.path for x in found.setdefault(t.resolved, [])):
                     found[t.resolved].append(b)

@@ -156,11 +156,15 @@ class _Apply:
         if path not in self.state:
             self.state[path] = self.read(path, follow)
             self.first[path] = self.state[path]
+        if path not in self.order:  # the patch's own order: the sections are written in it
             self.order.append(path)
         return self.state[path]
 
     def exists(self, path: str) -> bool:
-        return self.get(path).data is not None
+        """Is there something at `path` (probing a name: it joins the patch's order only when used)?"""
+        if path not in self.state:
+            self.state[path] = self.first[path] = self.read(path, False)
+        return self.state[path].data is not None
 
     def run(self) -> Converted:
         named = []
@@ -387,7 +391,7 @@ class _Apply:
             self._infer(f, src, pin)
         for pre in self.prefixes.found:
             cand = _under(pre, src)
-            if f.old_absent or self.get(cand).data is not None:
+            if f.old_absent or self.exists(cand):
                 self._forget(src)
                 self.notes.append(f"{src} is not in the image; {'created' if f.old_absent else 'took'} {cand} (under {pre}).")
                 return cand, cand, f"{self.label}: {cand}", self.get(cand)
@@ -409,7 +413,8 @@ class _Apply:
 
     def _forget(self, path: str) -> None:
         if path in self.state and path not in self.written:
-            self.order.remove(path)
+            if path in self.order:
+                self.order.remove(path)
             del self.state[path], self.first[path]
 
     def _missing(self, f: ForeignFile, src: str, where: str, pin: Pin) -> MissingTarget:

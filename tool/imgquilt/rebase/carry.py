@@ -73,12 +73,14 @@ def rebase_section(root: Path, st: RebaseState, store: ObjectStore, patch: Patch
         detail = "the patch deletes the file, the new image changed it: delete the work-tree file to keep the deletion, or leave the version to keep"
         return CarriedSection(replace(base, state=CONFLICT, conflict="delete", work=work, detail=detail), s.path, mode=s.mode,
                               ours_sha=None, theirs_sha=store.put(nb))
-    if s.binary is not None or is_binary(ob) or is_binary(ours) or is_binary(nb):
-        # a binary file is a whole: upstream either made exactly our result, or it is a conflict
+    if s.binary is not None or s.link or is_binary(ob) or is_binary(ours) or is_binary(nb):
+        # a binary file (a symlink's target) is a whole: upstream either made exactly our result, or it is a conflict
         if new_base == s.patched_sha256:
             return CarriedSection(replace(base, state=UPSTREAM, new_patched=new_base), s.path, mode=s.mode)
         work = put_work(root, st, new_path, nb or b"")
-        detail = "binary file changed upstream: no markers; the work-tree file is the new image's version, make it the patched one"
+        detail = ("symlink retargeted upstream: the work-tree file holds the new image's target (no newline); make it the "
+                  "target you want" if s.link else
+                  "binary file changed upstream: no markers; the work-tree file is the new image's version, make it the patched one")
         return CarriedSection(replace(base, state=CONFLICT, conflict="binary", work=work, detail=detail), s.path, mode=s.mode,
                               ours_sha=store.put(ours), theirs_sha=store.put(nb or b""))
     m = merge3(ob or b"", ours, nb or b"", **_labels(patch.name, st))

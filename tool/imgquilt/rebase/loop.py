@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..engine.plan import run_series
+from ..fs.types import read_targets
 from ..errors import BadInput, BaseDrift, ImgquiltError, RebaseConflict, UsageError
 from ..queue.check import chain_breaks
 from ..queue.hunks import ABSENT, sha256_hex
@@ -35,7 +36,7 @@ from .work_files import release_work
 def _fill_from_old(q: Queue, store: ObjectStore, ref: str, opener: Opener, platform: str | None) -> None:
     """Read the old image's targets, check the series verifies on it, store every base and result."""
     source = opener(ref, platform)
-    targets = source.read_targets(q.target_paths())
+    targets = read_targets(source, q.target_paths(), q.link_paths())
     states, problems = run_series(q, targets, source=source, python_check=False)
     if problems:
         raise BaseDrift(

@@ -5,8 +5,8 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import BadInput, MissingTarget, UsageError
-from ..fs.types import Source
+from ..errors import BadInput, BaseDrift, MissingTarget, UsageError
+from ..fs.types import Source, read_targets
 from ..queue.hunks import ABSENT
 from ..queue.patchfile import FileSection
 from ..queue.queue import Queue
@@ -125,8 +125,17 @@ def plan_paths(q: Queue, source: Source, maps: Sequence[tuple[str, str]]) -> tup
         if not any(p == old or p.startswith(old + "/") for p in firsts):
             raise UsageError(f"--map {old}=…: no target of the queue is at or below {old!r}.")
     paths = {p: _map_path(p, maps) or p for p in firsts}
-    targets = source.read_targets(sorted(set(paths.values())))
+    links = q.link_paths()
+    targets = read_targets(source, sorted(set(paths.values())), {paths[p] for p in links})
     data = {old: targets[new].data for old, new in paths.items()}
+    kinds = [old for old, new in paths.items() if targets[new].data is not None and targets[new].link != (old in links)]
+    if kinds:
+        raise BaseDrift(
+            "The new image holds another kind of file than the queue changes at " + ", ".join(
+                f"{paths[p]} ({'a symlink' if targets[paths[p]].link else 'a regular file'})" for p in sorted(kinds)) + ".",
+            hint="Carry those patches by hand (drop them with `imgquilt delete`, rebase, and re-create the change), or map "
+                 "the path elsewhere with --map OLD=NEW.",
+        )
     notes: list[str] = []
     # a missing file the queue changes (not one it creates) may have moved
     missing = [p for p, base in firsts.items() if data[p] is None and base != ABSENT and paths[p] == p]
@@ -153,7 +162,7 @@ def plan_paths(q: Queue, source: Source, maps: Sequence[tuple[str, str]]) -> tup
                 if mapped and parent not in dirs:
                     moves[p] = mapped
     if moves:
-        moved_targets = source.read_targets(sorted(set(moves.values())))
+        moved_targets = read_targets(source, sorted(set(moves.values())), {moves[p] for p in links if p in moves})
         for old, new in moves.items():
             paths[old] = new
             data[old] = moved_targets[new].data

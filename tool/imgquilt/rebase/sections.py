@@ -20,6 +20,9 @@ def retarget(s: FileSection, new_path: str, patch: str) -> bytes:
         if in_head:
             if ln.startswith(b"Index: "):
                 ln = b"Index: " + new + (b"\r\n" if ln.endswith(b"\r\n") else b"\n")
+            elif ln.startswith(b"diff --git "):
+                ln = re.sub(rb"^diff --git ([ab]/)?" + old + rb" ([ab]/)?" + old + rb"(?=[\r\n]|$)",
+                            lambda m: b"diff --git " + (m.group(1) or b"") + new + b" " + (m.group(2) or b"") + new, ln)
             else:
                 ln = re.sub(rb"^(---|\+\+\+) ([ab]/)?" + old + rb"(?=[\t\r\n]|$)", lambda m: m.group(1) + b" " + (m.group(2) or b"") + new, ln)
         out.append(ln)
@@ -33,10 +36,10 @@ def retarget(s: FileSection, new_path: str, patch: str) -> bytes:
 def rewritten(path: str, old: bytes | None, new: bytes | None, like: FileSection, strip: int, patch: str) -> FileSection:
     """A fresh section for old→new that keeps what the user's section had beyond the diff:
     its unknown fields, its Mode, and no a/ b/ prefixes for a `-p0` series entry."""
-    raw = make_section(path, old, new, like.mode).raw
+    raw = make_section(path, old, new, like.mode, link=like.link, mode_change=like.mode_change).raw
     if like.extra or strip == 0:
         lines = raw.splitlines(keepends=True)
-        at = next(i for i, ln in enumerate(lines) if ln.startswith(b"--- "))
+        at = next((i for i, ln in enumerate(lines) if ln.startswith((b"diff --git ", b"--- "))), len(lines))
         extra = [f"{k}: {v}\n".encode("utf-8", "surrogateescape") for k, v in like.extra]
         if strip == 0:
             for i in (at, at + 1):

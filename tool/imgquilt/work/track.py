@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import MissingTarget
+from ..errors import MissingTarget, UsageError
 from ..fs.paths import check_member_path
-from ..importer import apply_foreign, parse_foreign
+from ..importer import Base, apply_foreign, parse_foreign
 from .files import FileState
 from .state import one_name_per_file
 
@@ -61,12 +61,16 @@ def fold(wt: WorkTree, data: bytes, *, strip: int = 1, source: str = "<stdin>", 
         fp = parse_foreign(data, source)
         cache: dict[str, FileState] = {}
 
-        def read(path: str, _want: str | None) -> bytes | None:
+        def read(path: str, _follow: bool) -> Base:
+            # the work tree's view: a path through a link is the file it leads to, as the queue's own sections read it
             if path not in cache:
                 cache.update(wt.current([path], applied))
-            return cache[path].data
+            return Base(cache[path].data, cache[path].mode)
 
-        conv = apply_foreign(fp, strip, read, label=source, check_git_index=check_git_index)
+        if any(f.link for f in fp.files):
+            raise UsageError(f"{source} changes a symlink (git mode 120000); the work tree holds regular files only.",
+                             hint="Bring it in with `imgquilt import` (then `imgquilt apply` writes the link).")
+        conv = apply_foreign(fp, strip, read, label=source, git_index="check" if check_git_index else "ignore")
         snap = wt.snapshot(top)
         have = {t.path for t in snap}
         changed = {c.path for c in conv.changes}
@@ -77,6 +81,6 @@ def fold(wt: WorkTree, data: bytes, *, strip: int = 1, source: str = "<stdin>", 
         wt.record.write_snapshot(top, snap)
         for c in conv.changes:
             st = cache[c.path]
-            mode = st.mode if st.mode is not None else (c.mode or 0o644)
+            mode = c.mode_change[1] if c.mode_change else st.mode if st.mode is not None else (c.mode or 0o644)
             wt.files.write(where.get(st.resolved or c.path, c.path), c.result, mode)
         return top, [c.path for c in conv.changes], conv.notes
