@@ -63,7 +63,7 @@ COMMAND_MODULES: dict[str, str] = {
     "files": "files", "remove": "files", "revert": "files",
     "push": "stack", "pop": "stack", "top": "stack", "applied": "stack", "unapplied": "stack", "series": "stack", "next": "stack",
     "previous": "stack",
-    "header": "patch_meta", "delete": "patch_meta", "rename": "patch_meta",
+    "header": "patch_meta", "delete": "patch_meta", "rename": "patch_meta", "move": "patch_meta",
     "import": "importing",
     "lock": "apply", "apply": "apply", "check": "apply",
     "audit": "audit",

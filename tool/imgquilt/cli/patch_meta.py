@@ -91,4 +91,43 @@ def rename_cmd(
         say(f"  updated Requires: in {t}")
 
 
-COMMANDS = {"header": header_cmd, "delete": delete_cmd, "rename": rename_cmd}
+def move_cmd(
+    name: str = typer.Argument(..., metavar="PATCH", help="The patch to move.", autocompletion=patch_names("series")),
+    after: Optional[str] = typer.Option(None, "--after", metavar="PATCH", help="Put it right after this patch.",
+                                        autocompletion=patch_names("series")),
+    before: Optional[str] = typer.Option(None, "--before", metavar="PATCH", help="Put it right before this patch.",
+                                         autocompletion=patch_names("series")),
+    top: bool = typer.Option(False, "--top", help="Put it right after the top patch and push it: it becomes the top."),
+    no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the Python check of the reordered series."),
+) -> None:
+    """Move a patch in series, re-chaining hashes as `refresh --rehash` does (MQ's qpush --move, StGit's float/sink).
+
+    The patches that change order against it are carried onto what is below them now (hunks placed
+    where their lines are, hashes re-pinned), the patches after them re-chained; the new series is
+    verified as `lock` does and targets.lock rewritten. A hunk that fits nowhere stops it (exit 3)
+    with nothing written. Applied patches stay applied up to the old top (the moved patch too when it
+    lands below it, or with --top); the work tree follows. All one transaction.
+
+    \b
+    Examples:
+      imgquilt move 0005-hotfix.patch --before 0002-feature.patch
+      imgquilt move 0002-feature.patch --top
+    """
+    from .apply import python_check_named
+
+    wt = tree()
+    with python_check_named(f"move {name}"):
+        m = wt.move(name, after=after, before=before, top=top, python_check=not no_python_check)
+    if G.json:
+        emit_json({"moved": m.name, "after": m.after, "applied": list(m.applied), "rechained": list(m.rechained),
+                   "lock": str(wt.root / "targets.lock") if m.lock else None, "top": wt.top()})
+        return
+    say(f"Moved {m.name} " + (f"after {m.after}." if m.after else "to the start of series."))
+    for n in m.rechained:
+        say(f"  re-chained {n}")
+    if m.lock:
+        say(f"Wrote {wt.root / 'targets.lock'}.")
+    say(f"Now at {m.applied[-1]}." if m.applied else "No patch is applied.")
+
+
+COMMANDS = {"header": header_cmd, "delete": delete_cmd, "rename": rename_cmd, "move": move_cmd}

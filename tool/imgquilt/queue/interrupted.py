@@ -9,7 +9,8 @@ Two kinds of leftovers:
 - the journal of a command that writes several files as one transaction (QueueJournal):
   `import` (`.imgquilt/import/journal.json`: its patch files, then `series`) and `refresh --rehash`
   (`.imgquilt/rehash/journal.json`: the work copies and snapshots of the patches it pops and pushes
-  again, its patch files, then `targets.lock`). The journal lists every file the command will write,
+  again, its patch files, then `targets.lock`) and `move` (`.imgquilt/move/journal.json`: the work copies
+  and snapshots it pops and pushes, the patch files it re-chains, `series`, then `targets.lock`). The journal lists every file the command will write,
   in the order it writes them, each with the sha256 of its new bytes (or "absent" for a removal) and
   its mode before (a backup of each file it replaces is kept beside the journal). It is written,
   flock'ed and put in place (one link) before the first of those files changes, and removed after the
@@ -61,7 +62,7 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 ABSENT = "absent"
 FILE_CAP = 1 << 30  # a work copy is an image file; backups and reads are capped as WorkFiles caps them
 # the commands that write the queue as one transaction (their journal's directory), as the user types them
-COMMANDS = {"import": "imgquilt import", "rehash": "imgquilt refresh --rehash"}
+COMMANDS = {"import": "imgquilt import", "rehash": "imgquilt refresh --rehash", "move": "imgquilt move"}
 
 
 def _temps(root: Path) -> list[Path]:

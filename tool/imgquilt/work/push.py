@@ -73,6 +73,13 @@ def _push_one(wt: WorkTree, name: str, applied: list[str]) -> Pushed:
 def _plan(wt: WorkTree, name: str, applied: list[str]) -> tuple[Patch, dict[str, FileState], dict[str, FileState]]:
     """(patch, each path's content now, each path's verified result); every problem at once, or nothing."""
     patch = wt.read_patch(name)
+    links = [s.path for s in patch.sections if s.link]
+    if links:
+        raise UsageError(
+            f"Patch {name} changes symlinks ({', '.join(links)}); the work tree holds regular files only, so it cannot be pushed.",
+            hint="`imgquilt apply` writes it (a layer, an image, --root); keep it above the patches you push, or "
+                 "`imgquilt move` it there.",
+        )
     cur = wt.current(patch.paths, applied)
     one_name_per_file(name, [], cur)
     named, where = wt.file_index(applied)

@@ -54,6 +54,27 @@ class QueueFiles:
         lines[at:at] = [n + "\n" for n in names]
         return self._joined(lines)
 
+    def moved(self, name: str, after: str | None) -> bytes:
+        """The series bytes with `name`'s line (its options and comment kept whole) moved right after
+        `after`'s line (None: before the first patch); nothing written."""
+        lines = self._lines()
+        entries = self.entries()
+        line = next(e.line for e in entries if e.name == name)
+        text = lines[line - 1]
+        if not text.endswith(("\n", "\r")):
+            text += "\n"
+        del lines[line - 1]
+        rest = [e for e in entries if e.name != name]
+        if after is not None:
+            at = next(e.line for e in rest if e.name == after)
+            at = at - 1 if at > line else at
+        else:
+            at = (rest[0].line - 1 - (1 if rest[0].line > line else 0)) if rest else len(lines)
+        if at > 0 and not lines[at - 1].endswith(("\n", "\r")):
+            lines[at - 1] += "\n"
+        lines[at:at] = [text]
+        return self._joined(lines)
+
     def remove(self, name: str) -> None:
         lines = self._lines()
         entry = next(e for e in self.entries() if e.name == name)

@@ -123,19 +123,32 @@ def rehash(wt: WorkTree, names: list[str], *, python_check: bool = True) -> Reha
 def _follow(wt: WorkTree, lift: list[str], applied: list[str], new: dict[str, Patch]) -> list[Change]:
     """What popping `lift` and pushing it again with the new patches changes in the work tree, computed
     in memory (work.staged): written with the patch files, in the same transaction."""
+    return follow_work(wt, lift, applied, lift, new)
+
+
+def follow_work(wt: WorkTree, pop: list[str], applied: list[str], push: list[str], new: dict[str, Patch]) -> list[Change]:
+    """What popping `pop` (the top of `applied`) and then pushing `push` with the patches `new` changes in
+    the work tree, computed in memory (work.staged); the caller checked nothing unrefreshed is lost."""
+    if not pop and not push:
+        return []
     from .pop import pop_one
     from .push import _push_one
     from .staged import Staged
 
     staged = Staged(wt, new)
     down = list(applied)
-    for _ in lift:
-        pop_one(staged.tree, down, force=True)  # checked above: nothing unrefreshed is lost
+    for _ in pop:
+        pop_one(staged.tree, down, force=True)
         down = down[:-1]
-    for n in lift:
+    for n in push:
         _push_one(staged.tree, n, down)
         down = down + [n]
     return staged.changes()
+
+
+def verified_lock(wt: WorkTree, queue: Queue, named: list[str], *, python_check: bool = True):
+    """The queue verified on the bases as `lock` does (see _verify); the new lock, None when the queue has none."""
+    return _verify(wt, queue, named, python_check=python_check)
 
 
 def _on_disk(wt: WorkTree, name: str) -> bytes | None:

@@ -1,4 +1,4 @@
-"""new, delete and rename: the commands that change which patches series lists.
+"""new, delete, rename and move: the commands that change which patches series lists, or their order.
 
 `new` (like import) inserts after the top patch, at the start of series when none is applied, as
 quilt does.
@@ -6,9 +6,10 @@ quilt does.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import BadInput, UsageError
+from ..errors import BadInput, Refused, UsageError
 from ..queue.patchfile import Header, Patch, renamed, with_header
 from .patchtext import check_header, check_patch_name
 from .pop import pop_one
@@ -84,3 +85,97 @@ def rename(wt: WorkTree, new: str, old: str | None = None) -> tuple[str, list[st
                 wt.queue.write_patch(with_header(p, p.header.with_field("Requires", value)))
                 touched.append(other)
         return old, touched
+
+
+@dataclass(frozen=True)
+class Moved:
+    """What `move` did: the patch, the one it now follows (None: first), the applied stack after it, the
+    patch files it re-chained (as `refresh --rehash` does) and whether targets.lock was rewritten."""
+
+    name: str
+    after: str | None
+    applied: tuple[str, ...]
+    rechained: tuple[str, ...]
+    lock: bool
+    notes: tuple[str, ...] = ()
+
+
+def move(wt: WorkTree, name: str, *, after: str | None = None, before: str | None = None, top: bool = False,
+         python_check: bool = True) -> Moved:
+    """Move a patch in series (MQ's `qpush --move`, StGit's `float`/`sink`): right after `after`, right
+    before `before`, or (`top`) right after the top patch, pushed as the new top.
+
+    The patches whose order changes against it are carried onto what is below them now, and the
+    patches after them re-chained, as `refresh --rehash` does (work.rehash); the series is verified
+    as `lock` does and targets.lock rewritten. Applied patches stay a prefix of series: the applied
+    stack after the move is series up to the old top (with the moved patch when it lands below it,
+    or with `top`); the work tree follows (popped and pushed in memory). One transaction: series,
+    the patch files, targets.lock and the work tree, all or nothing."""
+    from .rehash import follow_work, rechain, verified_lock
+    from ..queue.interrupted import Change, QueueJournal
+    from ..queue.lock import render_lock
+    from ..queue.queue import Queue
+    from ..util.regular import read_regular_file
+    from .refresh import unrefreshed
+
+    if sum(x is not None for x in (after, before)) + int(top) != 1:
+        raise UsageError("Say where the patch goes: one of --after PATCH, --before PATCH or --top.")
+    with wt.locked():
+        applied = wt.consistent()
+        series = wt.series()
+        if name not in series:
+            raise UsageError(f"Patch {name} is not in series.", hint="`imgquilt series` lists the patches.")
+        for opt, other in (("--after", after), ("--before", before)):
+            if other is not None and other not in series:
+                raise UsageError(f"{opt} {other}: no such patch in series.", hint="`imgquilt series` lists the patches.")
+            if other == name:
+                raise UsageError(f"{opt} names the patch being moved.", hint="Name another patch.")
+        rest = [n for n in series if n != name]
+        below = [n for n in applied if n != name]  # the old top, without the moved patch
+        if top:
+            anchor = below[-1] if below else None
+        elif after is not None:
+            anchor = after
+        else:
+            k = rest.index(before)  # type: ignore[arg-type]
+            anchor = rest[k - 1] if k else None
+        at = rest.index(anchor) + 1 if anchor is not None else 0
+        order = rest[:at] + [name] + rest[at:]
+        if order == series and not (top and name not in applied):
+            raise UsageError(f"Patch {name} is already there.", hint="Nothing to move.")
+        keep = order.index(below[-1]) + 1 if below else 0
+        new_applied = order[:keep] + ([name] if top and name not in order[:keep] else [])
+        # the patches whose order against the moved one changes, and the moved one: carried onto what is below them
+        old_i, new_i = series.index(name), order.index(name)
+        swapped = series[old_i + 1:new_i + 1] if new_i > old_i else series[new_i:old_i]
+        named = sorted({name, *swapped}, key=order.index)
+        new = rechain(wt, order, {}, named, carry=frozenset(named))
+        depth = next((k for k, (a, b) in enumerate(zip(applied, new_applied)) if a != b or new[a].raw != wt.read_patch(a).raw),
+                     min(len(applied), len(new_applied)))
+        for n in applied[depth:]:
+            dirty = unrefreshed(wt, n, wt.read_patch(n))
+            if dirty:
+                raise Refused(
+                    f"Refused: {n} has changes in .imgquilt/work/ not refreshed into it: {', '.join(dirty)}; moving {name} "
+                    f"pops it. Nothing was changed.",
+                    hint=f"`imgquilt refresh` (or `imgquilt pop -f` to discard them), then move {name} again.",
+                )
+        series_bytes = wt.queue.moved(name, order[order.index(name) - 1] if order.index(name) else None)
+        queue = Queue(wt.root, series_bytes, tuple(_entries(series_bytes)), tuple(new[n] for n in order))
+        lock = verified_lock(wt, queue, named, python_check=python_check)
+        written = [n for n in order if new[n].raw != wt.read_patch(n).raw]
+        changes = follow_work(wt, applied[depth:], applied, new_applied[depth:], new)
+        changes += [Change(f"patches/{n}", new[n].raw) for n in written]
+        changes.append(Change("series", series_bytes))
+        wrote_lock = lock is not None and render_lock(lock) != read_regular_file(wt.root / "targets.lock")
+        if wrote_lock:
+            changes.append(Change("targets.lock", render_lock(lock)))  # last: it commits the move
+        QueueJournal(wt.root, "move").run(changes)
+        return Moved(name, order[new_i - 1] if new_i else None, tuple(new_applied), tuple(n for n in written if n != name),
+                     wrote_lock)
+
+
+def _entries(series_bytes: bytes):
+    from ..queue.series import parse_series
+
+    return parse_series(series_bytes)

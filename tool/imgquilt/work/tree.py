@@ -203,6 +203,10 @@ class WorkTree:
     def rename(self, new: str, old: str | None = None) -> tuple[str, list[str]]:
         return _series_edit.rename(self, new, old)
 
+    def move(self, name: str, *, after: str | None = None, before: str | None = None, top: bool = False,
+             python_check: bool = True) -> _series_edit.Moved:
+        return _series_edit.move(self, name, after=after, before=before, top=top, python_check=python_check)
+
     def add(self, paths: list[str], *, new: bool = False) -> tuple[str, list[str], list[str]]:
         return _track.add(self, paths, new=new)
 
