@@ -480,7 +480,7 @@ def import_patches(files: Sequence[str | os.PathLike[str]] = (), *, queue: str |
                    name: str | None = None, strip: int = 1, series: str | os.PathLike[str] | None = None,
                    fields: Sequence[tuple[str, str | None]] = (), replace: bool = False, check_git_index: bool = True,
                    image: str | None = None, platform: str | None = None, after: str | None = None,
-                   before: str | None = None, follow_symlinks: bool = False) -> tuple[Imported, ...]:
+                   before: str | None = None, through_links: bool = False) -> tuple[Imported, ...]:
     """Import patches (diff -u, git diff, format-patch mails, a quilt series) after the top patch (after the
     last one when none is applied; `after`/`before` name the place), in the imgquilt format with real
     hashes. All or nothing. Bases: the work tree, else `image`, else the lock's."""
@@ -497,4 +497,4 @@ def import_patches(files: Sequence[str | os.PathLike[str]] = (), *, queue: str |
 
     wt = WorkTree(root, open_image=opener, image_explicit=image is not None)
     return tuple(wt.import_patches(items, fields=list(fields), replace=replace, check_git_index=check_git_index, after=after,
-                                   before=before, follow_symlinks=follow_symlinks))
+                                   before=before, through_links=through_links))

@@ -27,7 +27,7 @@ def import_cmd(
     ignore_git_index: bool = typer.Option(False, "--ignore-git-index", help="Do not check git `index` blob hashes against the bases (a --series records a mismatch and goes on, as quilt does)."),
     after: Optional[str] = typer.Option(None, "--after", metavar="PATCH", help="Place the imported patches right after PATCH in series."),
     before: Optional[str] = typer.Option(None, "--before", metavar="PATCH", help="Place the imported patches right before PATCH in series."),
-    follow_symlinks: bool = typer.Option(False, "--follow-symlinks", help="A diff for a regular file whose path is a symlink patches the file the link leads to (as patch --follow-symlinks); without it that is refused, as patch and git apply refuse it."),
+    through_links: bool = typer.Option(False, "--through-links", help="A diff for a regular file whose path is a symlink patches the file the link leads to, and the link stays; without it that is refused, as patch and git apply refuse it."),
     fuzz: int = typer.Option(0, "--fuzz", "-F", metavar="N", help="Let a hunk apply with up to N (<= 2) context lines at each end not matching, as patch -F (off by default; reported per hunk)."),
     prefix: Optional[str] = typer.Option(None, "--prefix", metavar="DIR", help="The patch's paths are relative to DIR inside the image (as patch -d DIR)."),
     image: Optional[str] = ImageOpt,
@@ -66,7 +66,7 @@ def import_cmd(
     top = wt.top()
     placed: list = []
     done = wt.import_patches(items, fields=fields, replace=force, check_git_index=not ignore_git_index, fuzz=fuzz,
-                             prefix=prefix or "", after=after, before=before, follow_symlinks=follow_symlinks, placed=placed)
+                             prefix=prefix or "", after=after, before=before, through_links=through_links, placed=placed)
     skipped = getattr(items, "skipped", [])
     if G.json:
         emit_json({"imported": [

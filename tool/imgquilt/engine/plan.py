@@ -182,6 +182,23 @@ def _apply_series(queue: Queue, targets: dict[str, TargetFile], source: Source |
     return states, problems
 
 
+def check_link_parents(queue: Queue) -> None:
+    """A path the series names below a symlink the series itself changes is refused: where the file
+    is would change with the link, after it was read."""
+    links = queue.link_paths()
+    if not links:
+        return
+    for path in queue.target_paths():
+        parts = path.split("/")
+        via = next(("/".join(parts[:k]) for k in range(1, len(parts)) if "/".join(parts[:k]) in links), None)
+        if via is not None:
+            raise BadInput(
+                f"The series names {path}, below the symlink {via} that it changes itself; imgquilt reads and writes "
+                "every file as the image has it, never through a link the series makes.",
+                hint=f"Name the file by the path {via} leads to, in a patch of its own.",
+            )
+
+
 def kind_mismatch(link: bool) -> str:
     if link:
         return "the patch changes a symlink, but the file here is a regular file"
@@ -322,6 +339,7 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     in-place apply looks in the root it writes)."""
     check_lock_fresh(queue, lock, locked=locked)
     paths = queue.target_paths()
+    check_link_parents(queue)
     targets = read_targets(source, paths, queue.link_paths())
     # an image whose scanned layers do not decide the record gets one at its plain path
     record_target = _own_record_path(read_record_target(source) or TargetFile(RECORD_PATH, RECORD_PATH, None))
@@ -397,6 +415,7 @@ def plan_lock(queue: Queue, source: Source, ref: str, *, python_check: bool = Tr
               python_screen: Screen | None = None) -> LockPlan:
     """Pin the image and every target: the whole series must verify on it."""
     paths = queue.target_paths()
+    check_link_parents(queue)
     targets = read_targets(source, paths, queue.link_paths())
     states, problems = run_series(queue, targets, source=source, python_check=python_check, python_memo=python_memo,
                                   python_screen=python_screen)

@@ -55,7 +55,8 @@ def resolve(named: str, lookup: Lookup, *, follow_final: bool = True) -> Resolve
         if node is not None and node.kind == "symlink" and (follow_final or not is_last):
             hops += 1
             if hops > MAX_SYMLINKS:
-                raise BadInput(f"Too many levels of symbolic links resolving {named!r} (at {cur!r}).")
+                raise BadInput(f"Too many levels of symbolic links resolving {named!r} (at {cur!r}).",
+                               hint="A symlink loop (or a chain longer than 40 links) in the image or root: name the file by its real path.")
             target = node.linkname
             if target.startswith("/"):
                 done, parents = [], []
@@ -68,10 +69,12 @@ def resolve(named: str, lookup: Lookup, *, follow_final: bool = True) -> Resolve
                 rest = "/".join([cur] + pending)
                 return Resolved(named, posixpath.normpath(rest), None, tuple(parents))
             if node.kind != "dir":
-                raise BadInput(f"Cannot resolve {named!r}: {cur!r} is not a directory.")
+                raise BadInput(f"Cannot resolve {named!r}: {cur!r} is not a directory.",
+                               hint="Check the path: a file stands where it names a directory.")
             parents.append((cur, node))
         done.append(part)
     resolved = "/".join(done)
     if not resolved:
-        raise UnsafePath(f"Path {named!r} resolves to the image root itself, not a file.")
+        raise UnsafePath(f"Path {named!r} resolves to the image root itself, not a file.",
+                         hint="Name a file inside the root (a symlink on the way points at the root).")
     return Resolved(named, resolved, node, tuple(parents))

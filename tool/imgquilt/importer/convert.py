@@ -6,8 +6,8 @@ The rules are the ones `git apply` and GNU `patch` follow, so an import gives th
   chooses it: of the `---`/`+++` names, the ones that exist, else (a new file) all of them, and of
   those the "best" (fewest components, shortest base name, shortest name);
 * kinds: a path is read as itself, never through a final symlink: a diff that changes a regular file
-  where a symlink stands is refused, as both tools refuse it (`--follow-symlinks` patches the file the
-  link leads to, as `patch --follow-symlinks`); a git symlink diff (mode 120000) creates, retargets
+  where a symlink stands is refused, as both tools refuse it (`--through-links` patches the file the
+  link leads to and keeps the link); a git symlink diff (mode 120000) creates, retargets
   or deletes the link itself;
 * renames and copies read their source as the patch found it (two files renamed onto each other
   swap), a rename's destination may be a path the patch renames away or deletes, and a renamed file
@@ -35,7 +35,7 @@ EMPTY_BLOB = git_blob_sha1(b"")
 MAX_LINK_TARGET = 4095
 
 # read(path, follow): what the path holds where the patch is imported; `follow` resolves a final
-# symlink too (only for --follow-symlinks), else the path is read as itself
+# symlink too (only for --through-links), else the path is read as itself
 BaseReader = Callable[[str, bool], Base]
 # every path of the image ending in "/" + the given tail (for package-relative paths)
 TailFinder = Callable[[str], list[str]]
@@ -69,6 +69,9 @@ def file_paths(f: ForeignFile, strip: int, source: str, prefix: str = "",
 
     old, new = one(f.old_name), one(f.new_name)
     if f.rename or f.copy:
+        if f.moved_names is not None:  # git apply takes these names, one component less stripped
+            old, new = (check_member_path(_under(prefix, strip_path(n, max(strip - 1, 0), source=source, line=f.line)),
+                                          what=f"path in {source}") for n in f.moved_names)
         if old is None or new is None:
             raise _bad(source, f.line, "a rename or copy names no source or destination.")
         return old, new, None
@@ -139,10 +142,10 @@ class _Apply:
     """One foreign patch applied in memory, file diff by file diff."""
 
     def __init__(self, fp: ForeignPatch, strip: int, read: BaseReader, label: str, git_index: str, fuzz: int,
-                 prefix: str, find_tail: TailFinder | None, follow_symlinks: bool, prefixes: Prefixes) -> None:
+                 prefix: str, find_tail: TailFinder | None, through_links: bool, prefixes: Prefixes) -> None:
         self.fp, self.strip, self.read, self.label = fp, strip, read, label
         self.git_index, self.fuzz, self.prefix, self.find_tail = git_index, fuzz, prefix, find_tail
-        self.follow, self.prefixes = follow_symlinks, prefixes
+        self.follow, self.prefixes = through_links, prefixes
         self.state: dict[str, Base] = {}
         self.first: dict[str, Base] = {}
         self.order: list[str] = []
@@ -191,7 +194,9 @@ class _Apply:
         for path in self.vacated:
             if path not in self.written:
                 self.state[path] = Base(None)
-        return Converted(self._changes(), self.notes, self.mismatches)
+        changes = self._changes()
+        _through_links(self.label, changes)
+        return Converted(changes, self.notes, self.mismatches)
 
     def _changes(self) -> list[FileChange]:
         out: list[FileChange] = []
@@ -292,7 +297,7 @@ class _Apply:
 
     def _kind(self, f: ForeignFile, src: str, where: str, base: Base) -> Base:
         """The base as the diff means it: a symlink diff needs a symlink there, a regular one a regular file
-        (or, with --follow-symlinks, the file a link leads to)."""
+        (or, with --through-links, the file a link leads to)."""
         if base.data is None:
             return base
         if f.link is True and not base.link:
@@ -305,14 +310,14 @@ class _Apply:
                 followed = self.read(src, True)
                 self.state[src] = self.first[src] = followed
                 self.notes.append(f"{src}: a symlink to {base.data.decode('utf-8', 'backslashreplace')}; patched the file "
-                                  "it leads to (--follow-symlinks)")
+                                  "it leads to (--through-links)")
                 return followed
             if not (f.rename or f.copy):
                 raise BaseDrift(
                     f"Refused: {where}: {src} is a symlink here (to {base.data.decode('utf-8', 'backslashreplace')}), and the "
                     "diff changes a regular file; git apply and patch refuse it too.",
-                    hint="Name the file the link leads to in the diff, or pass --follow-symlinks to patch it through the link "
-                         "(as `patch --follow-symlinks`).",
+                    hint="Name the file the link leads to in the diff, or pass --through-links to patch the file it leads to "
+                         "(the link stays).",
                 )
         return base
 
@@ -439,6 +444,21 @@ class _Apply:
         return MissingTarget(f"Cannot import {where}: the file does not exist here, and the patch changes it{found}.", hint=hint)
 
 
+def _through_links(label: str, changes: list[FileChange]) -> None:
+    """A file the patch reaches through a symlink the patch itself creates or changes is refused: imgquilt
+    reads and writes every path in the image as it is, never through a link a patch makes."""
+    links = {c.path for c in changes if c.link}
+    for c in changes:
+        parts = c.path.split("/")
+        via = next(("/".join(parts[:k]) for k in range(1, len(parts)) if "/".join(parts[:k]) in links), None)
+        if via is not None:
+            raise BadInput(
+                f"Cannot import {label}: {c.path} goes through the symlink {via}, which the same patch creates or changes.",
+                hint="Name the file by the path the link leads to, or import the link and the file as two patches "
+                     "against the image that has the link.",
+            )
+
+
 def apply_foreign(
     fp: ForeignPatch,
     strip: int,
@@ -449,7 +469,7 @@ def apply_foreign(
     fuzz: int = 0,
     prefix: str = "",
     find_tail: TailFinder | None = None,
-    follow_symlinks: bool = False,
+    through_links: bool = False,
     prefixes: Prefixes | None = None,
 ) -> Converted:
     """Apply every file diff of `fp` to real bases; verify every pin. Nothing is written here.
@@ -459,7 +479,7 @@ def apply_foreign(
     """
     if git_index not in ("check", "warn", "ignore"):
         raise ValueError(git_index)
-    return _Apply(fp, strip, read_base, label or fp.source, git_index, fuzz, prefix, find_tail, follow_symlinks,
+    return _Apply(fp, strip, read_base, label or fp.source, git_index, fuzz, prefix, find_tail, through_links,
                   prefixes if prefixes is not None else Prefixes()).run()
 
 

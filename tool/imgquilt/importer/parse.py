@@ -7,6 +7,7 @@ from ..queue.binarypatch import BinaryPatchError, read_binary
 from ..queue.hunkread import HunkTextError, is_file_start, read_hunks
 from ..queue.hunks import split_lines
 from .mail import MBOX_FROM, mail_header
+from ..queue.pathquote import unquote_name
 from .names import git_names, side_name
 from .pins import Pins, comment_header, pin_of
 from .values import ForeignFile, ForeignPatch
@@ -39,6 +40,13 @@ def _git_mode(value: bytes, key: bytes, source: str, line: int) -> int:
         raise _bad(source, line, f"`{key.decode().strip()}` {value.strip().decode('latin-1')} is {what}; imgquilt patches "
                                  "files and symlinks.")
     return mode
+
+
+def _meta_name(value: bytes) -> str:
+    """A name on a `rename from`-style line: C-quoted or bare (to the end of the line)."""
+    if value.startswith(b'"'):
+        return unquote_name(value)[0].decode("utf-8", "surrogateescape")
+    return value.decode("utf-8", "surrogateescape")
 
 
 _GREW = " (If a hand edit grew the hunk, recount its @@ header, e.g. with patchutils' `recountdiff`.)"
@@ -134,6 +142,13 @@ def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
             mode_change = (modes[b"old mode "] & 0o7777, modes[b"new mode "] & 0o7777)
         old_mode = next((modes[k] & 0o7777 for k in (b"old mode ", b"deleted file mode ", b"index mode ") if k in modes), None)
         nfm = modes[b"new file mode "] & 0o7777 if b"new file mode " in modes else None
+        moved_names = None
+        for a, b in ((b"rename from ", b"rename to "), (b"copy from ", b"copy to ")):
+            if a in meta and b in meta:
+                try:
+                    moved_names = (_meta_name(meta[a]), _meta_name(meta[b]))
+                except ValueError:
+                    raise _bad(source, start + 1, f"the name on `{a.decode().strip()}` opens a quote it does not close.") from None
         files.append(
             ForeignFile(
                 old_name=old_name,
@@ -153,6 +168,7 @@ def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
                 binary_patch=binary_patch,
                 link=kinds.pop() if kinds else None,
                 old_mode=old_mode,
+                moved_names=moved_names,
             )
         )
     if not files:

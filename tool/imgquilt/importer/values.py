@@ -41,6 +41,9 @@ class ForeignFile:
     # file, None not said (a plain diff: the file the name leads to)
     link: bool | None = None
     old_mode: int | None = None  # `old mode`, or the mode of `deleted file mode`/`index ... MODE` (permission bits)
+    # the names on `rename from`/`rename to` (`copy from`/`copy to`): git apply takes these, stripped of one
+    # component less than -p says (they carry no a/ b/)
+    moved_names: tuple[str, str] | None = None
 
     @property
     def headers_only(self) -> bool:

@@ -76,7 +76,7 @@ def import_patches(
     prefix: str = "",
     after: str | None = None,
     before: str | None = None,
-    follow_symlinks: bool = False,
+    through_links: bool = False,
     placed: list[Placement] | None = None,
 ) -> list[Imported]:
     """Turn foreign patches into imgquilt patches placed in series (see the module), bases read at that place.
@@ -98,7 +98,7 @@ def import_patches(
         for it, fp in zip(items, parsed):
             policy = "ignore" if not check_git_index else "warn" if it.series else "check"
             conv = apply_foreign(fp, it.strip, view.read, label=it.source, git_index=policy, fuzz=fuzz, prefix=prefix,
-                                 find_tail=wt.bases.ending_in, follow_symlinks=follow_symlinks, prefixes=prefixes)
+                                 find_tail=wt.bases.ending_in, through_links=through_links, prefixes=prefixes)
             if not conv.changes:
                 raise BadInput(f"{it.source} changes nothing in these files.",
                                hint="Nothing to import: check the -p level and the image, or leave this patch out.")

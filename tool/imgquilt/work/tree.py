@@ -265,8 +265,8 @@ class WorkTree:
         prefix: str = "",
         after: str | None = None,
         before: str | None = None,
-        follow_symlinks: bool = False,
+        through_links: bool = False,
         placed: list[_importing.Placement] | None = None,
     ) -> list[_importing.Imported]:
         return _importing.import_patches(self, items, fields=fields, replace=replace, check_git_index=check_git_index, fuzz=fuzz,
-                                         prefix=prefix, after=after, before=before, follow_symlinks=follow_symlinks, placed=placed)
+                                         prefix=prefix, after=after, before=before, through_links=through_links, placed=placed)
