@@ -138,6 +138,8 @@ CASES = [
     ("gnu-follow-bad-symlink", "gnu-patch-symlinks/follow-bad-symlink.diff", 0,
      {"g/bad-rel": (LINK, "../../z"), "bad-rel-step2": (LINK, ".."), "g/bad-rel-step1": (LINK, "../bad-rel-step2/z"),
       "g/bad-abs": (LINK, "/z")}, ["patch"], [], (6,)),
+    ("gnu-filename-choice-new", "gnu-patch-filename-choice/f.diff", 0, {}, ["patch"], [], "same"),
+    ("gnu-filename-choice-existing", "gnu-patch-filename-choice/f.diff", 0, {"f": ""}, ["patch"], [], "same"),
     ("unidiff-git-symlink", "unidiff/git_symlink.diff", 1, {}, ["git", "patch"], [], "same"),
     ("unidiff-git", "unidiff/git.diff", 1, None, ["git", "patch"], IGN, "same"),
     ("unidiff-git-rename", "unidiff/git_rename.diff", 1,
