@@ -175,6 +175,9 @@ class _Apply:
             src, dst, why = file_paths(f, self.strip, self.fp.source, self.prefix, self.exists)
             if why:
                 self.notes.append(f"{dst}: {why}")
+            if f.gnu_cut:
+                self.notes.append(f"{dst}: the diff names {f.gnu_cut!r} with no tab after it; the name ends at its first "
+                                  "space, as quilt (GNU patch) reads it (git would take the whole name)")
             named.append((f, src, dst))
         # git apply: a destination may be a path this patch deletes or renames away (two files swapped)
         leaving = {src for f, src, _dst in named if f.rename} | {src for f, src, _dst in named if f.new_absent}

@@ -33,29 +33,38 @@ def _is_epoch(stamp: bytes) -> bool:
     return bool(re.match(r"^\w{3} \w{3} +1 00:00:00 1970$", text))
 
 
-def split_stamp(rest: bytes) -> tuple[bytes, bytes]:
-    """(name, timestamp) of what follows `--- `/`+++ ` (unquoted): the name ends at a tab, or where a
-    timestamp after spaces starts; a name may hold spaces (`post image.txt`)."""
+def split_stamp(rest: bytes, gnu: bool = False) -> tuple[bytes, bytes]:
+    """(name, timestamp) of what follows `--- `/`+++ ` (unquoted). The name ends at a tab; without one,
+    git ends it where a timestamp after spaces starts (a name may hold spaces: `post image.txt`), GNU
+    patch (`gnu`, as quilt applies a series) at the first space."""
     name, tab, stamp = rest.partition(b"\t")
     if tab:
         return name, stamp
+    if gnu:
+        name, _, stamp = rest.partition(b" ")
+        return name, stamp.strip()
     m = _SPACED_STAMP.search(rest)
     if m and m.start() > 0:
         return rest[: m.start()], rest[m.start():].strip()
     return rest, b""
 
 
-def side_name(line: bytes) -> tuple[str | None, bool]:
-    """A `---`/`+++` line: (name or None for /dev/null, epoch timestamp)."""
+def side_name(line: bytes, gnu: bool = False) -> tuple[str | None, bool, str | None]:
+    """A `---`/`+++` line: (name or None for /dev/null, epoch timestamp, the name git would take where
+    GNU patch's rule (`gnu`) takes another)."""
     rest = line[4:].rstrip(b"\r\n")
+    other = None
     if rest.startswith(b'"'):
         name, stamp = _unquote(rest)
         stamp = stamp.lstrip(b"\t ")
     else:
-        name, stamp = split_stamp(rest)
+        name, stamp = split_stamp(rest, gnu)
+        if gnu:
+            whole = split_stamp(rest)[0]
+            other = whole.decode("utf-8", "surrogateescape") if whole != name else None
     if name == b"/dev/null":
-        return None, False
-    return name.decode("utf-8", "surrogateescape"), _is_epoch(stamp)
+        return None, False, None
+    return name.decode("utf-8", "surrogateescape"), _is_epoch(stamp), other
 
 
 def git_names(line: bytes) -> tuple[str, str]:

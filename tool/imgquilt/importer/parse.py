@@ -52,8 +52,10 @@ def _meta_name(value: bytes) -> str:
 _GREW = " (If a hand edit grew the hunk, recount its @@ header, e.g. with patchutils' `recountdiff`.)"
 
 
-def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
-    """Split a foreign patch into its header and its file diffs."""
+def parse_foreign(data: bytes, source: str = "<patch>", *, gnu_names: bool = False) -> ForeignPatch:
+    """Split a foreign patch into its header and its file diffs. `gnu_names`: a `---`/`+++` name with no tab
+    after it ends at its first space, as GNU patch (and so quilt) reads it; else as git reads it (up to a
+    timestamp after spaces)."""
     lines = split_lines(data)
     n = len(lines)
     pins = Pins(source)
@@ -78,6 +80,7 @@ def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
                 k -= 1
             preamble_end = k
         start = i
+        cut = None
         old_name = new_name = None
         old_absent = new_absent = False
         meta: dict[bytes, bytes] = {}
@@ -104,8 +107,9 @@ def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
                     break
         if i + 1 < n and lines[i].startswith(b"--- ") and lines[i + 1].startswith(b"+++ "):
             try:
-                o, o_epoch = side_name(lines[i])
-                nn, n_epoch = side_name(lines[i + 1])
+                o, o_epoch, o_cut = side_name(lines[i], gnu_names and not git)
+                nn, n_epoch, n_cut = side_name(lines[i + 1], gnu_names and not git)
+                cut = n_cut or o_cut
             except ValueError as exc:
                 raise _bad(source, i + 1, str(exc)) from None
             if git:
@@ -169,6 +173,7 @@ def parse_foreign(data: bytes, source: str = "<patch>") -> ForeignPatch:
                 link=kinds.pop() if kinds else None,
                 old_mode=old_mode,
                 moved_names=moved_names,
+                gnu_cut=cut,
             )
         )
     if not files:

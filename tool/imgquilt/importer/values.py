@@ -44,6 +44,7 @@ class ForeignFile:
     # the names on `rename from`/`rename to` (`copy from`/`copy to`): git apply takes these, stripped of one
     # component less than -p says (they carry no a/ b/)
     moved_names: tuple[str, str] | None = None
+    gnu_cut: str | None = None  # the name git would read where GNU patch's rule (a series) cut it at a space
 
     @property
     def headers_only(self) -> bool:

@@ -89,7 +89,8 @@ def import_patches(
         at = _place(names, applied, after, before, {it.name for it in items})
         view = _View(wt, applied)
         between = [n for n in names[len(applied):at] if n not in {it.name for it in items}]
-        parsed = [parse_foreign(it.data, it.source) for it in items]
+        # a series is what quilt applies with GNU patch: its names are read as GNU patch reads them
+        parsed = [parse_foreign(it.data, it.source, gnu_names=it.series) for it in items]
         # every base the patches name, read in one go (a series names hundreds of files)
         view.prefetch(sorted({p for fp, it in zip(parsed, items) for p in _named_paths(fp, it.strip, prefix)}))
         view.carry([wt.read_patch(n) for n in between])
