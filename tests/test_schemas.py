@@ -126,6 +126,7 @@ def successes(tmp_path_factory, env) -> list[tuple[str, tuple[str, ...], Run]]:
     edit_bytes(q / "patches/0005-config-shared-expert-knob.patch", b'("1", "true", "yes", "on")', b'("1", "true", "yes", "y", "on")')
     run("refresh", "--rehash", "0005-config-shared-expert-knob.patch")
     run("rebase", "--image", f"rootfs:{new}", "--from", DEMO)
+    run("move", "0003-app-config-longer-timeouts.patch", "--after", "0004-demosvc-healthcheck.patch")
     run("cache")
     run("cache", "prune")
     return runs
@@ -226,6 +227,7 @@ def failure_runs(tmp: Path, env: dict[str, str]) -> list[tuple[str, tuple[str, .
     run(2, "header", "0009-no-such.patch")
     run(2, "delete", "0009-no-such.patch")
     run(2, "rename", "-P", "0001-which-skip-empty-path-elements.patch", "0002-demo-tool-honour-no-color.patch")
+    run(2, "move", "0009-no-such.patch", "--top")
     r = imgquilt("--json", "cache", cwd=q, env={**env, "IMGQUILT_CACHE_MAX": "a lot"})
     runs.append(("cache", ("cache",), r, 2))
     run(6, "init", "--queue", str(tmp / "port.diff" / "queue"))  # a file stands where a directory must be

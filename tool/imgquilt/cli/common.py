@@ -381,6 +381,7 @@ def header_fields(description: str | None, author: str | None, requires: list[st
 
 def files_json(patch: Patch) -> list[dict]:
     return [
-        {"path": s.path, "base_sha256": s.base_sha256, "patched_sha256": s.patched_sha256, **({"mode": f"{s.mode:04o}"} if s.mode is not None else {})}
+        {"path": s.path, "base_sha256": s.base_sha256, "patched_sha256": s.patched_sha256, **({"mode": f"{s.mode:04o}"} if s.mode is not None else {}),
+         **({"kind": "symlink"} if s.link else {}), **({"new_mode": f"{s.new_mode:04o}"} if s.new_mode is not None else {})}
         for s in patch.sections
     ]
