@@ -425,11 +425,12 @@ def import_items(files: Sequence[str | os.PathLike[str]], *, name: str | None = 
     from .work import ImportItem
 
     if strip < 0:
-        raise UsageError("-p wants a number >= 0.")
+        raise UsageError("-p wants a number >= 0.", hint="As patch -pN: how many leading components to strip (-p1 for a/ b/ names).")
     items = ImportItems()
     if series is not None:
         if files or name:
-            raise UsageError("--series imports the patches that series lists; give no FILE and no -P with it.")
+            raise UsageError("--series imports the patches that series lists; give no FILE and no -P with it.",
+                             hint="imgquilt import --series DIR/series (each patch keeps its name).")
         sfile = Path(series)
         if sfile.is_dir():
             sfile = sfile / "series"
@@ -437,12 +438,12 @@ def import_items(files: Sequence[str | os.PathLike[str]], *, name: str | None = 
             f = sfile.parent / e.name
             items.append(ImportItem(e.name, _read(f), e.strip, str(f), series=True))
         if not items:
-            raise UsageError(f"{sfile} lists no patch.")
+            raise UsageError(f"{sfile} lists no patch.", hint="Name the series file that lists the patches (DIR/series).")
         return items
     if not files:
-        raise UsageError("Name a patch FILE to import, or --series DIR/series.")
+        raise UsageError("Name a patch FILE to import, or --series DIR/series.", hint="imgquilt import FILE... (see `imgquilt import --help`).")
     if name and len(files) > 1:
-        raise UsageError("-P NAME names one imported patch; give one FILE with it.")
+        raise UsageError("-P NAME names one imported patch; give one FILE with it.", hint="Import the files one at a time, or drop -P.")
     for f in map(str, files):
         data = _read(Path(f))
         mails = split_mbox(data)
@@ -450,7 +451,8 @@ def import_items(files: Sequence[str | os.PathLike[str]], *, name: str | None = 
         items.skipped += [(f"{f} (mail {k})" if len(mails) > 1 else f, mail_subject(mails[k - 1])) for k in covers]
         if len(mails) - len(covers) > 1:
             if name:
-                raise UsageError(f"{f} holds {len(mails) - len(covers)} mails (git format-patch --stdout); -P cannot name them all.")
+                raise UsageError(f"{f} holds {len(mails) - len(covers)} mails (git format-patch --stdout); -P cannot name them all.",
+                                 hint="Drop -P: each mail is named from its subject, as git format-patch names it.")
             patches = [(k, m) for k, m in enumerate(mails, 1) if k not in covers]
             items += [ImportItem(mail_subject_name(m, n), m, strip, f"{f} (mail {k})") for n, (k, m) in enumerate(patches, 1)]
             continue
@@ -472,7 +474,7 @@ def _read(path: Path) -> bytes:
         raise BadInput(f"{path} is a directory.", hint="For a quilt patches directory, pass --series DIR/series.")
     data = read_regular_file(path)
     if data is None:
-        raise BadInput(f"{path} does not exist.")
+        raise BadInput(f"{path} does not exist.", hint="Check the file name.")
     return data
 
 

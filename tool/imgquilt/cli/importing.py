@@ -53,9 +53,10 @@ def import_cmd(
       imgquilt import /tmp/x.mbox
     """
     if strip < 0:
-        raise UsageError("-p wants a number >= 0.")
+        raise UsageError("-p wants a number >= 0.", hint="As patch -pN: how many leading components to strip (-p1 for a/ b/ names).")
     if not 0 <= fuzz <= 2:
-        raise UsageError("--fuzz wants 0, 1 or 2 (context lines that may differ at each end of a hunk).")
+        raise UsageError("--fuzz wants 0, 1 or 2 (context lines that may differ at each end of a hunk).",
+                         hint="Start without --fuzz: import names the fuzz a hunk would need.")
     if prefix is not None:
         from ..fs.paths import check_member_path
 

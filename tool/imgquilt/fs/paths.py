@@ -16,7 +16,8 @@ def check_member_path(path: str, *, what: str = "path") -> str:
     if not path or path in (".", "./"):
         raise UnsafePath(f"Empty {what} {path!r}.", hint="Name a file inside the image root.")
     if "\x00" in path or "\\" in path:
-        raise UnsafePath(f"Unsafe {what} {path!r}: NUL bytes and backslashes are not allowed.")
+        raise UnsafePath(f"Unsafe {what} {path!r}: NUL bytes and backslashes are not allowed.",
+                         hint="Name the file by its path inside the image root, with `/` between components.")
     if path.startswith("/"):
         raise UnsafePath(
             f"Unsafe {what} {path!r}: absolute paths are not allowed.",
@@ -24,7 +25,8 @@ def check_member_path(path: str, *, what: str = "path") -> str:
         )
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if any(p == ".." for p in parts):
-        raise UnsafePath(f"Unsafe {what} {path!r}: `..` components are not allowed.")
+        raise UnsafePath(f"Unsafe {what} {path!r}: `..` components are not allowed.",
+                         hint="Name the file by its real path inside the image root (a patch never climbs out of it).")
     if not parts:
-        raise UnsafePath(f"Empty {what} {path!r}.")
+        raise UnsafePath(f"Empty {what} {path!r}.", hint="Name a file inside the image root.")
     return "/".join(parts)

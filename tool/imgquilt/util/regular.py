@@ -38,7 +38,8 @@ def _read(name: str, dir_fd: int | None, *, shown: str, cap: int, follow: bool) 
     except OSError as exc:
         if exc.errno == errno.ELOOP and not follow:
             raise LinkedState(f"{shown} is a symlink; imgquilt does not follow it.", hint=f"Replace {shown} with a regular file.") from None
-        raise BadInput(f"{shown} cannot be opened as a regular file ({os.strerror(exc.errno or 0)}).") from None
+        raise BadInput(f"{shown} cannot be opened as a regular file ({os.strerror(exc.errno or 0)}).",
+                       hint="Check the path and its permissions.") from None
     try:
         _check_regular(fd, shown=shown, cap=cap)
     except BaseException:
@@ -67,7 +68,8 @@ def read_capped(f, *, shown: str, cap: int) -> bytes:
             total += len(more)
         data = b"".join(parts)
     if len(data) > cap:
-        raise BadInput(f"{shown} grew past {cap} bytes while it was read.")
+        raise BadInput(f"{shown} grew past {cap} bytes while it was read.",
+                       hint="Something is still writing it: wait for it to finish, then run the command again.")
     return data
 
 
@@ -78,7 +80,8 @@ def _check_regular(fd: int, *, shown: str, cap: int) -> int:
         raise BadInput(f"{shown} is not a regular file (a directory, FIFO, socket or device); imgquilt does not read it.",
                        hint=f"Replace {shown} with a regular file.")
     if st.st_size > cap:
-        raise BadInput(f"{shown} is {st.st_size} bytes, more than imgquilt reads ({cap} bytes).")
+        raise BadInput(f"{shown} is {st.st_size} bytes, more than imgquilt reads ({cap} bytes).",
+                       hint="Split it (one patch per file), or check that it is the file you meant.")
     return st.st_size
 
 

@@ -137,7 +137,7 @@ def import_patches(
 def _place(names: list[str], applied: list[str], after: str | None, before: str | None, importing: set[str]) -> int:
     """The index in series where the imported patches go."""
     if after is not None and before is not None:
-        raise UsageError("--after and --before name one place; give one of them.")
+        raise UsageError("--after and --before name one place; give one of them.", hint="imgquilt import FILE --after PATCH")
     for opt, name in (("--after", after), ("--before", before)):
         if name is not None and name not in names:
             raise UsageError(f"{opt} {name}: no such patch in series.", hint="`imgquilt series` lists the patches.")

@@ -42,7 +42,7 @@ def delete(wt: WorkTree, name: str | None = None, *, remove: bool = False, force
         applied = wt.consistent()
         name = name or wt.need_top()
         if name not in wt.series():
-            raise UsageError(f"Patch {name} is not in series.")
+            raise UsageError(f"Patch {name} is not in series.", hint="`imgquilt series` lists the patches.")
         if name in applied:
             if name != applied[-1]:
                 raise UsageError(f"Patch {name} is applied below the top.", hint=f"Pop to it first: `imgquilt pop {name}`, then `imgquilt pop`.")
@@ -61,7 +61,7 @@ def rename(wt: WorkTree, new: str, old: str | None = None) -> tuple[str, list[st
         old = old or wt.need_top()
         names = wt.series()
         if old not in names:
-            raise UsageError(f"Patch {old} is not in series.")
+            raise UsageError(f"Patch {old} is not in series.", hint="`imgquilt series` lists the patches.")
         if new in names or wt.queue.exists(new):
             raise UsageError(f"Patch {new} already exists.", hint="Pick another name.")
         wt.queue.write_patch(renamed(wt.read_patch(old), new))
@@ -119,7 +119,8 @@ def move(wt: WorkTree, name: str, *, after: str | None = None, before: str | Non
     from .refresh import unrefreshed
 
     if sum(x is not None for x in (after, before)) + int(top) != 1:
-        raise UsageError("Say where the patch goes: one of --after PATCH, --before PATCH or --top.")
+        raise UsageError("Say where the patch goes: one of --after PATCH, --before PATCH or --top.",
+                         hint="imgquilt move PATCH --before OTHER (see `imgquilt move --help`).")
     with wt.locked():
         applied = wt.consistent()
         series = wt.series()
