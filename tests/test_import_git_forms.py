@@ -187,3 +187,34 @@ def test_package_relative_paths_are_found_by_their_tail(tmp_path: Path) -> None:
     r = imgquilt("import", str(tmp_path / "plain.diff"), "--image", f"rootfs:{image}", cwd=q3)
     refused_with_hint(r, (6,))
     assert f"--prefix {SITE}" in r.err and "--prefix opt/vendored" in r.err
+
+
+def test_a_mode_change_goes_through_the_work_tree(tmp_path: Path) -> None:
+    """push sets the new mode on the work copy, refresh keeps the mode change (and records one made with
+    chmod), pop puts the old mode back; a symlink patch cannot be pushed (the work tree holds regular files)."""
+    image = make_tree(tmp_path / "image", {"bin/tool": "#!/bin/sh\n", "etc/conf": "x\n", "etc/link": (LINK, "conf")})
+    (tmp_path / "x.diff").write_bytes(b"diff --git a/bin/tool b/bin/tool\nold mode 100644\nnew mode 100755\n")
+    q = tmp_path / "q"
+    q.mkdir()
+    (q / "series").write_text("")
+    imgquilt("import", str(tmp_path / "x.diff"), "-P", "x.patch", "--image", f"rootfs:{image}", cwd=q, check=0)
+    written = (q / "patches/x.patch").read_bytes()
+    assert b"old mode 100644\nnew mode 100755\n" in written
+    imgquilt("push", cwd=q, check=0)
+    assert os.stat(q / ".imgquilt/work/bin/tool").st_mode & 0o777 == 0o755
+    imgquilt("refresh", cwd=q, check=0)
+    assert (q / "patches/x.patch").read_bytes() == written
+    imgquilt("add", "etc/conf", cwd=q, check=0)
+    os.chmod(q / ".imgquilt/work/etc/conf", 0o755)
+    imgquilt("refresh", cwd=q, check=0)
+    sections = parse_patch((q / "patches/x.patch").read_bytes()).sections
+    assert {s.path: s.mode_change for s in sections} == {"bin/tool": (0o644, 0o755), "etc/conf": (0o644, 0o755)}
+    imgquilt("pop", cwd=q, check=0)
+    out = shutil.copytree(image, tmp_path / "out", symlinks=True)
+    imgquilt("apply", "--root", str(out), cwd=q, check=0)
+    assert os.stat(out / "bin/tool").st_mode & 0o777 == 0o755 and os.stat(out / "etc/conf").st_mode & 0o777 == 0o755
+    (tmp_path / "l.diff").write_bytes(b"diff --git a/etc/link b/etc/link\nindex 1..2 120000\n--- a/etc/link\n+++ b/etc/link\n"
+                                      b"@@ -1 +1 @@\n-conf\n\\ No newline at end of file\n+other\n\\ No newline at end of file\n")
+    imgquilt("import", str(tmp_path / "l.diff"), "-P", "l.patch", "--ignore-git-index", "--image", f"rootfs:{image}", cwd=q, check=0)
+    r = imgquilt("push", "-a", cwd=q, check=2)
+    assert "changes symlinks (etc/link)" in r.err and "imgquilt apply" in r.err.splitlines()[-1]

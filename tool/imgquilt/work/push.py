@@ -117,7 +117,8 @@ def _plan(wt: WorkTree, name: str, applied: list[str]) -> tuple[Patch, dict[str,
             problems.append(f"{name}: {s.path}: the result is not the pinned one: expected sha256 {s.patched_sha256}, got {got}.")
             kinds.add(ResultMismatch)
             continue
-        mode = s.mode if (s.is_new and s.mode is not None) else (st.mode if st.mode is not None else 0o644)
+        mode = s.mode if (s.is_new and s.mode is not None) else s.new_mode if s.new_mode is not None else (
+            st.mode if st.mode is not None else 0o644)
         results[s.path] = FileState(result, None if result is None else mode & 0o777, st.resolved)
     if problems:
         cls = next(iter(kinds)) if len(kinds) == 1 else Refused

@@ -57,17 +57,29 @@ def compute(wt: WorkTree, name: str) -> tuple[Patch, Patch]:
         t = by_path[path]
         old = wt.blob(t.sha256, what=f"{path} before {name}")
         now = after(wt, applied, index, t)
-        if sha256_hex(old) == sha256_hex(now.data):
+        change = _mode_change(t.mode, now, old)
+        if sha256_hex(old) == sha256_hex(now.data) and change is None:
             continue
         mode = None
         if old is None and now.data is not None and now.mode is not None and now.mode & 0o111:
             mode = now.mode
         s0 = existing.get(path)
-        if s0 is not None and (s0.base_sha256, s0.patched_sha256, s0.mode if old is None else None) == (t.sha256, sha256_hex(now.data), mode):
+        if s0 is not None and (s0.base_sha256, s0.patched_sha256, s0.mode if old is None else None, s0.mode_change) == (
+                t.sha256, sha256_hex(now.data), mode, change):
             sections.append(s0)  # unchanged: keep its bytes (and any extra fields)
         else:
-            sections.append(make_section(path, old, now.data, mode))
+            sections.append(make_section(path, old, now.data, mode, mode_change=change))
     return patch, build_patch(name, patch.header, sections)
+
+
+def _mode_change(before: int | None, now: FileState, old: bytes | None) -> tuple[int, int] | None:
+    """A change of the executable bit of a file there before and after (git's notion of a mode change:
+    other bits an editor may leave differ are not the patch's)."""
+    if old is None or now.data is None or before is None or now.mode is None:
+        return None
+    if bool(before & 0o111) == bool(now.mode & 0o111):
+        return None
+    return (before & 0o777, now.mode & 0o777)
 
 
 def unrefreshed(wt: WorkTree, name: str, patch: Patch | None = None) -> list[str]:
