@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .queue.queue import Queue
     from .rebase import RebaseReport
     from .verbs.attest import Verification
-    from .work import ImportItem, Imported
+    from .work import Imported
 
 __all__ = [
     "Applied", "Audit", "CheckResult", "Initialized", "Locked", "Progress", "RebaseAborted",

@@ -19,15 +19,16 @@ command puts back exactly as it was (or, past the commit, exactly imported).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from dataclasses import replace as dataclass_replace
 from typing import TYPE_CHECKING
 
 from ..engine.apply import HunkError, apply_section
 from ..errors import BadInput, BaseDrift, ImgquiltError, UsageError
-from ..importer import Base, ForeignPatch, Prefixes, apply_foreign, file_paths, parse_foreign
+from ..importer import Base, ForeignFile, ForeignPatch, Prefixes, apply_foreign, file_paths, parse_foreign
 from ..importer.values import FileChange, IndexMismatch
 from ..queue.hunks import sha256_hex
 from ..queue.interrupted import Change, QueueJournal
-from ..queue.patchfile import Header, Patch, build_patch, make_section, parse_patch
+from ..queue.patchfile import FileSection, Header, Patch, build_patch, make_section, parse_patch
 from .patchtext import check_patch_name
 
 if TYPE_CHECKING:
@@ -225,12 +226,10 @@ class _View:
             self.held.pop((path, True), None)
 
 
-def _with_trailer(s, trailer: bytes):
+def _with_trailer(s: FileSection, trailer: bytes) -> FileSection:
     """The last section with the foreign patch's trailer after its diff, kept as it came."""
-    from dataclasses import replace as _replace
-
     raw = s.raw if s.raw.endswith(b"\n") else s.raw + b"\n"
-    return _replace(s, raw=raw + trailer)
+    return dataclass_replace(s, raw=raw + trailer)
 
 
 def _index_record(found: list[IndexMismatch]) -> str:
@@ -290,10 +289,9 @@ def _named_paths(fp: ForeignPatch, strip: int, prefix: str) -> list[str]:
     return out
 
 
-def _only(f, name: str):
-    from dataclasses import replace as _replace
-
-    return _replace(f, old_name=name, new_name=name)
+def _only(f: ForeignFile, name: str) -> ForeignFile:
+    """`f` naming `name` on both sides (to read both names of a plain diff up front)."""
+    return dataclass_replace(f, old_name=name, new_name=name)
 
 
 def _check_names(wt: WorkTree, items: list[ImportItem], applied: list[str], names: list[str], replace: bool) -> None:
