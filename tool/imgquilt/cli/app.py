@@ -63,7 +63,7 @@ COMMAND_MODULES: dict[str, str] = {
     "files": "files", "remove": "files", "revert": "files",
     "push": "stack", "pop": "stack", "top": "stack", "applied": "stack", "unapplied": "stack", "series": "stack", "next": "stack",
     "previous": "stack",
-    "header": "patch_meta", "delete": "patch_meta", "rename": "patch_meta",
+    "header": "patch_meta", "delete": "patch_meta", "rename": "patch_meta", "guard": "guards", "select": "guards",
     "import": "importing",
     "lock": "apply", "apply": "apply", "check": "apply",
     "audit": "audit",
@@ -84,8 +84,9 @@ def _register(modules: list[str]) -> None:
         if short == "cache":
             module.register(_app)
             continue
+        context = getattr(module, "CONTEXT", {})
         for name, fn in module.COMMANDS.items():
-            _app.command(name, cls=Command)(fn)
+            _app.command(name, cls=Command, **({"context_settings": context[name]} if name in context else {}))(fn)
     # help lists commands as registered: keep the table's order whatever was loaded first
     order = list(COMMAND_MODULES)
     _app.registered_commands.sort(key=lambda info: order.index(info.name))

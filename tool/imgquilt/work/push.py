@@ -29,7 +29,7 @@ def push(wt: WorkTree, target: str | None = None, *, all: bool = False, count: i
     """Apply the next patch (or up to and including `target`, `count` patches, or all)."""
     with wt.locked():
         applied = wt.consistent()
-        rest = wt.series()[len(applied) :]
+        rest = wt.selected()[len(applied) :]
         if not rest:
             raise UsageError(
                 "The series is fully applied" + (f", ending at {applied[-1]}." if applied else " (it is empty)."),
@@ -38,6 +38,9 @@ def push(wt: WorkTree, target: str | None = None, *, all: bool = False, count: i
         if target is not None:
             if target not in rest:
                 where = "already applied" if target in applied else "not in series"
+                if target not in applied and target in wt.series():
+                    prof = wt.profile()
+                    where = f"guarded out of {'profile ' + prof if prof else 'the default selection'} (`imgquilt guard --list`)"
                 raise UsageError(f"Patch {target} is {where}.")
             todo = rest[: rest.index(target) + 1]
         elif all:
