@@ -84,9 +84,8 @@ def _register(modules: list[str]) -> None:
         if short == "cache":
             module.register(_app)
             continue
-        context = getattr(module, "CONTEXT", {})
         for name, fn in module.COMMANDS.items():
-            _app.command(name, cls=Command, **({"context_settings": context[name]} if name in context else {}))(fn)
+            _app.command(name, cls=Command)(fn)
     # help lists commands as registered: keep the table's order whatever was loaded first
     order = list(COMMAND_MODULES)
     _app.registered_commands.sort(key=lambda info: order.index(info.name))
@@ -118,6 +117,10 @@ def run_app(args: list[str]) -> Any:
     from .fastparams import install
 
     install()  # plain options without pydantic: start-up time
+    if args[:1] == ["guard"]:
+        from .guards import guard_argv
+
+        args = guard_argv(args)
     register_for(args)
     return _app(args=args, prog_name="imgquilt", standalone_mode=False)
 

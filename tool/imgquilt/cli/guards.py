@@ -105,4 +105,13 @@ def select_cmd(
 
 
 COMMANDS = {"guard": guard_cmd, "select": select_cmd}
-CONTEXT = {"guard": {"ignore_unknown_options": True}}  # -GUARD is a guard, not an option
+_GUARD_OPTIONS = {"--list", "-l", "--none", "-n", "--help", "-h"}
+
+
+def guard_argv(args: list[str]) -> list[str]:
+    """`guard PATCH -rocm`: a -GUARD is a guard, not an option (MQ makes you write `--` first; here
+    every word but guard's own options is an argument: click would read `-qwen` as `-q -w -e -n`)."""
+    rest = args[1:]
+    before, after = (rest[: rest.index("--")], rest[rest.index("--") + 1:]) if "--" in rest else (rest, [])
+    words = [a for a in before if a not in _GUARD_OPTIONS] + after
+    return [args[0], *[a for a in before if a in _GUARD_OPTIONS], *(["--", *words] if words else [])]

@@ -30,6 +30,10 @@ def push(wt: WorkTree, target: str | None = None, *, all: bool = False, count: i
     with wt.locked():
         applied = wt.consistent()
         rest = wt.selected()[len(applied) :]
+        if target is not None and target not in rest and target not in applied and target in wt.series():
+            prof = wt.profile()
+            raise UsageError(f"Patch {target} is guarded out of {'profile ' + prof if prof else 'the default selection'}.",
+                             hint="`imgquilt guard --list` shows the guards; `imgquilt select NAME` follows another profile.")
         if not rest:
             raise UsageError(
                 "The series is fully applied" + (f", ending at {applied[-1]}." if applied else " (it is empty)."),
@@ -38,9 +42,6 @@ def push(wt: WorkTree, target: str | None = None, *, all: bool = False, count: i
         if target is not None:
             if target not in rest:
                 where = "already applied" if target in applied else "not in series"
-                if target not in applied and target in wt.series():
-                    prof = wt.profile()
-                    where = f"guarded out of {'profile ' + prof if prof else 'the default selection'} (`imgquilt guard --list`)"
                 raise UsageError(f"Patch {target} is {where}.")
             todo = rest[: rest.index(target) + 1]
         elif all:
