@@ -453,3 +453,46 @@ def test_api_resolves_a_profile_into_a_selection_and_its_pin(queue) -> None:
     assert all(a.matches for a in audits)
     with pytest.raises(api.UsageError):
         api.apply_profiles(q, layer="one.tar.gz")
+
+
+# --- import ------------------------------------------------------------------------------------------
+def _diff(path: str, old: bytes, new: bytes) -> bytes:
+    import difflib
+
+    lines = difflib.unified_diff(old.decode().splitlines(True), new.decode().splitlines(True), f"a/{path}", f"b/{path}")
+    return "".join(lines).encode()
+
+
+def test_import_brings_an_mq_series_guards_and_a_vendor_series_as_a_profile(images, tmp_path: Path) -> None:
+    env = env_of(tmp_path)
+    q = tmp_path / "queue"
+    imgquilt("--queue", str(q), "init", cwd=tmp_path, env=env, check=0)
+    mq = tmp_path / "mq"
+    mq.mkdir()
+    (mq / "shared.diff").write_bytes(_diff("app/shared.py", SHARED[0], SHARED[1]))
+    (mq / "rocm.diff").write_bytes(_diff("app/rocm.py", ROCM[0], ROCM[1]))
+    (mq / "series").write_text("shared.diff\nrocm.diff #+rocm #-cuda  # the HIP fix\n")
+    image = f"oci:{images['a']}:latest"
+    imgquilt("import", "--series", str(mq / "series"), "--image", image, cwd=q, env=env, check=0)
+    assert (q / "series").read_text() == "shared.diff\nrocm.diff #+rocm #-cuda\n"
+    (tmp_path / "cfg.diff").write_bytes(_diff("app/config.toml", CONFIG[0], CONFIG[1]))
+    doc = json.loads(imgquilt("--json", "import", str(tmp_path / "cfg.diff"), "--guard", "-rocm", "--image", image, cwd=q, env=env,
+                              check=0).out)
+    assert doc["imported"][0]["guards"] == ["-rocm"]
+    assert (q / "series").read_text() == "cfg.diff #-rocm\nshared.diff\nrocm.diff #+rocm #-cuda\n"
+    r = imgquilt("import", str(tmp_path / "cfg.diff"), "-P", "x.diff", "--guard", "rocm", "--image", image, cwd=q, env=env, check=2)
+    assert "must be +NAME or -NAME" in r.err
+    # a dpkg-source vendor series: what the queue has is shared, the rest +ubuntu, the queue's others -ubuntu
+    deb = tmp_path / "debian" / "patches"
+    deb.mkdir(parents=True)
+    shutil.copy(mq / "shared.diff", deb / "shared.diff")
+    (deb / "extra.diff").write_bytes(_diff("app/extra.txt", EXTRA_A[0], EXTRA_A[1]))
+    (deb / "ubuntu.series").write_text("shared.diff\nextra.diff\n")
+    doc = json.loads(imgquilt("--json", "import", "--series", str(deb / "ubuntu.series"), "--profile", "ubuntu", "--image", image,
+                              cwd=q, env=env, check=0).out)
+    assert [d["name"] for d in doc["imported"]] == ["extra.diff"] and doc["imported"][0]["guards"] == ["+ubuntu"]
+    assert doc["guarded"] == {"cfg.diff": ["-rocm", "-ubuntu"], "rocm.diff": ["+rocm", "-cuda", "-ubuntu"]}
+    imgquilt("lock", "--profile", "ubuntu", "--image", image, cwd=q, env=env, check=0)
+    sel = json.loads(imgquilt("--json", "select", "ubuntu", cwd=q, env=env, check=0).out)
+    assert sel["patches"] == ["extra.diff", "shared.diff"]  # what ubuntu.series lists (the new one inserted at the top)
+    imgquilt("check", cwd=q, env=env, check=0)

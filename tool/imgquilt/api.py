@@ -645,15 +645,19 @@ def rebase_status(queue: str | os.PathLike[str] | None = None) -> RebaseReport:
 
 
 def import_items(files: Sequence[str | os.PathLike[str]], *, name: str | None = None, strip: int = 1,
-                 series: str | os.PathLike[str] | None = None) -> list[ImportItem]:
+                 series: str | os.PathLike[str] | None = None, guards: Sequence[str] = ()) -> list[ImportItem]:
     """What to import: each file (a multi-mail `git format-patch --stdout` file gives one patch per mail),
-    or every patch a quilt `series` file lists, with its -pN."""
+    or every patch a quilt `series` file lists, with its -pN and (an MQ series) its guards. `guards`
+    (+G/-G) are set on every item, after a series' own."""
+    from dataclasses import replace
+
     from .importer import mail_subject_name, split_mbox
-    from .queue.series import parse_series
+    from .queue.series import check_guard, parse_series
     from .work import ImportItem
 
     if strip < 0:
         raise UsageError("-p wants a number >= 0.")
+    extra = tuple(dict.fromkeys(check_guard(g) for g in guards))
     items: list[ImportItem] = []
     if series is not None:
         if files or name:
@@ -663,7 +667,7 @@ def import_items(files: Sequence[str | os.PathLike[str]], *, name: str | None = 
             sfile = sfile / "series"
         for e in parse_series(_read(sfile), source=str(sfile)):
             f = sfile.parent / e.name
-            items.append(ImportItem(e.name, _read(f), e.strip, str(f)))
+            items.append(ImportItem(e.name, _read(f), e.strip, str(f), tuple(dict.fromkeys(e.guards + extra))))
         if not items:
             raise UsageError(f"{sfile} lists no patch.")
         return items
@@ -680,7 +684,7 @@ def import_items(files: Sequence[str | os.PathLike[str]], *, name: str | None = 
             items += [ImportItem(mail_subject_name(m, k), m, strip, f"{f} (mail {k})") for k, m in enumerate(mails, 1)]
             continue
         items.append(ImportItem(name or Path(f).name, data, strip, f))
-    return items
+    return [replace(it, guards=extra) for it in items] if extra else items
 
 
 def _read(path: Path) -> bytes:
@@ -699,12 +703,16 @@ def _read(path: Path) -> bytes:
 def import_patches(files: Sequence[str | os.PathLike[str]] = (), *, queue: str | os.PathLike[str] | None = None,
                    name: str | None = None, strip: int = 1, series: str | os.PathLike[str] | None = None,
                    fields: Sequence[tuple[str, str | None]] = (), replace: bool = False, check_git_index: bool = True,
-                   image: str | None = None, platform: str | None = None) -> tuple[Imported, ...]:
+                   image: str | None = None, platform: str | None = None, guards: Sequence[str] = (),
+                   profile: str | None = None) -> tuple[Imported, ...]:
     """Import patches (diff -u, git diff, format-patch mails, a quilt series) after the top patch, in the
-    imgquilt format with real hashes. All or nothing. Bases: the work tree, else `image`, else the lock's."""
+    imgquilt format with real hashes. All or nothing. Bases: the work tree, else `image`, else the lock's.
+    An MQ series' guards come along; `guards` (+G/-G) go on every imported patch. `profile` (with
+    `series`, a dpkg-source vendor series such as debian/patches/ubuntu.series): import it as that
+    profile's selection (see vendor_items)."""
     from .work import WorkTree
 
-    items = import_items(files, name=name, strip=strip, series=series)
+    items = import_items(files, name=name, strip=strip, series=series, guards=guards)
     root = queue_root(queue)
     refuse_during_rebase(root)
 
@@ -713,4 +721,32 @@ def import_patches(files: Sequence[str | os.PathLike[str]] = (), *, queue: str |
         return open_ref(pick_ref(image, pinned, root, wt.remembered_image()), platform, root=root)
 
     wt = WorkTree(root, open_image=opener, image_explicit=image is not None)
-    return tuple(wt.import_patches(items, fields=list(fields), replace=replace, check_git_index=check_git_index))
+    others: dict[str, tuple[str, ...]] = {}
+    if profile is not None:
+        if series is None:
+            raise UsageError("--profile imports a vendor series as that profile's selection: give --series VENDOR.series.")
+        items, others = vendor_items(items, wt.queue.entries(), profile)
+    return tuple(wt.import_patches(items, fields=list(fields), replace=replace, check_git_index=check_git_index,
+                                   guard_others=others))
+
+
+def vendor_items(items: list[ImportItem], entries, profile: str) -> tuple[list[ImportItem], dict[str, tuple[str, ...]]]:
+    """A dpkg-source vendor series imported as profile `profile`: the patches the queue already has
+    (by name) are shared and left as they are; the others are imported with `+profile`; the queue's
+    patches the vendor series does not list get `-profile`. Selecting `profile` then applies what the
+    vendor series lists (the vendor-only patches stand together after the top patch)."""
+    from dataclasses import replace
+
+    from .verbs.profiles import check_profile_name
+
+    check_profile_name(profile)
+    have = {e.name: e for e in entries}
+    listed = {it.name for it in items}
+    fresh = [replace(it, guards=tuple(dict.fromkeys(it.guards + (f"+{profile}",)))) for it in items if it.name not in have]
+    others = {e.name: tuple(g for g in e.guards if g[1:] != profile) + (f"-{profile}",) for e in entries if e.name not in listed}
+    if not fresh and not others:
+        raise UsageError(f"The vendor series lists exactly the queue's patches: profile {profile} needs no guard.")
+    if not fresh:
+        raise UsageError(f"The vendor series lists no patch the queue lacks; nothing to import.",
+                         hint=f"Keep the queue's other patches out of {profile} with `imgquilt guard PATCH -{profile}`.")
+    return fresh, others

@@ -306,5 +306,7 @@ class WorkTree:
         check_git_index: bool = True,
         fuzz: int = 0,
         prefix: str = "",
+        guard_others: dict[str, tuple[str, ...]] | None = None,
     ) -> list[_importing.Imported]:
-        return _importing.import_patches(self, items, fields=fields, replace=replace, check_git_index=check_git_index, fuzz=fuzz, prefix=prefix)
+        return _importing.import_patches(self, items, fields=fields, replace=replace, check_git_index=check_git_index, fuzz=fuzz,
+                                         prefix=prefix, guard_others=guard_others)
