@@ -124,18 +124,19 @@ def lint_queue(root: Path, bodies: BodyCheck | None = None) -> Lint:
         if lock is not None and whole:
             text = selection_text(keep) if guarded else series_bytes
             raws = [raw[i] for i, e in enumerate(entries) if e in keep]
-            problems += lock_problems(profile, text, [e.name for e in keep], raws, chosen, lock)
+            problems += lock_problems(profile, text, [e.name for e in keep], raws, chosen, lock,
+                                      "the selection" if guarded else "series")
     return Lint(tuple(problems), tuple(selections), tuple(patches))
 
 
 def lock_problems(profile: str | None, series_text: bytes, names: list[str], raws: list[bytes], patches: list[Patch],
-                  lock: Lock) -> list[str]:
+                  lock: Lock, scope: str = "series") -> list[str]:
     """Is one pin of targets.lock fresh for the patches it selects (docs/targets-lock.md)?"""
     where = "targets.lock" if profile is None else f"targets.lock [profile.{profile}]"
     relock = "`imgquilt lock`" if profile is None else f"`imgquilt lock --profile {profile}`"
     problems: list[str] = []
     if lock.series_sha256 != series_sha256(series_text, raws):
-        what, todo = stale_lock_advice(lock, names, raws)
+        what, todo = stale_lock_advice(lock, names, raws, scope)
         return [f"{where} is stale ({what}); {todo.replace('`imgquilt lock`', relock)}"]
     firsts: dict[str, str] = {}
     last: dict[str, str] = {}

@@ -92,17 +92,18 @@ def patch_hashes(names: list[str], raws: list[bytes]) -> tuple[tuple[str, str], 
     return tuple((n, hashlib.sha256(raw).hexdigest()) for n, raw in zip(names, raws))
 
 
-def stale_lock_advice(lock: Lock, names: list[str], raws: list[bytes]) -> tuple[str, str]:
-    """(what changed since the lock was made, what to run), naming the patches when the lock knows them."""
+def stale_lock_advice(lock: Lock, names: list[str], raws: list[bytes], scope: str = "series") -> tuple[str, str]:
+    """(what changed since the lock was made, what to run), naming the patches when the lock knows them;
+    `scope`: what the patches enter and leave (a guarded series' pin: "the selection")."""
     from .patchfile import rehash_command  # on use: reading a lock reads no patch
 
     found = lock.changed_patches(names, raws)
     if found is None:
         return "series or a patch changed since", "run `imgquilt lock`."
     changed, new, gone = found
-    what = [f"{', '.join(which)} {how}" for which, how in ((changed, "changed"), (new, "new"), (gone, "left series")) if which]
+    what = [f"{', '.join(which)} {how}" for which, how in ((changed, "changed"), (new, "new"), (gone, f"left {scope}")) if which]
     if not what:
-        return "series changed since it was made", "run `imgquilt lock`."
+        return f"{scope} changed since it was made", "run `imgquilt lock`."
     if not changed:
         return "; ".join(what) + " since it was made", "run `imgquilt lock`."
     return ("; ".join(what) + " since it was made",
