@@ -496,3 +496,34 @@ def test_import_brings_an_mq_series_guards_and_a_vendor_series_as_a_profile(imag
     sel = json.loads(imgquilt("--json", "select", "ubuntu", cwd=q, env=env, check=0).out)
     assert sel["patches"] == ["extra.diff", "shared.diff"]  # what ubuntu.series lists (the new one inserted at the top)
     imgquilt("check", cwd=q, env=env, check=0)
+
+
+def test_attestation_and_verify_carry_the_profiles_env(queue, tmp_path: Path) -> None:
+    q, env = queue
+    key = tmp_path / "key.pem"
+    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(key)], check=True, capture_output=True)
+    subprocess.run(["openssl", "pkey", "-in", str(key), "-pubout", "-out", str(tmp_path / "key.pub")], check=True, capture_output=True)
+    out = f"oci:{tmp_path / 'out'}:glm53"
+    imgquilt("apply", "--profile", "glm53", "--output-image", out, "--attest", str(key), cwd=q, env=env, check=0)
+    doc = json.loads(imgquilt("--json", "verify", "--profile", "glm53", "--image", out, "--key", str(tmp_path / "key.pub"),
+                              cwd=q, env=env, check=0).out)
+    assert doc["attestation"]["predicate"]["record"]["env"] == ENV["glm53"]
+    # another profile's defaults are not what was attested (its selection differs too: stale series)
+    imgquilt("verify", "--profile", "rocm", "--image", out, "--key", str(tmp_path / "key.pub"), cwd=q, env=env, check=3)
+    imgquilt("lock", "--profile", "glm53", "--env", "VLLM_GLM53_PREP_FUSED=1", cwd=q, env=env, check=0)
+    r = imgquilt("--json", "verify", "--profile", "glm53", "--image", out, "--key", str(tmp_path / "key.pub"), cwd=q, env=env, check=3)
+    assert [c["kind"] for c in json.loads(r.out)["candidates"]] == ["env"]
+
+
+def test_series_marks_what_the_selection_leaves_out_and_apply_names_a_stale_profile(queue) -> None:
+    q, env = queue
+    out = imgquilt("series", "-v", cwd=q, env=env, check=0).out
+    assert "G 0003-rocm-kernel.patch\n" in out and "  0001-shared.patch\n" in out
+    assert json.loads(imgquilt("--json", "series", cwd=q, env=env, check=0).out)["guarded"] == [
+        "0003-rocm-kernel.patch", "0005-extra-b.patch", "0006-glm-prep.patch"]
+    p = q / "patches" / "0003-rocm-kernel.patch"
+    p.write_bytes(p.read_bytes().replace(b"Description:", b"Status: wip\nDescription:", 1))
+    r = imgquilt("apply", "--profile", "rocm", cwd=q, env=env, check=6)
+    assert r.err.startswith("imgquilt: Profile rocm: targets.lock is stale (0003-rocm-kernel.patch changed")
+    assert "`imgquilt lock --profile rocm`" in r.err
+    imgquilt("apply", "--profile", "glm53", cwd=q, env=env, check=0)  # glm53 does not select it: fresh

@@ -17,9 +17,10 @@ A stopped rebase is a result, not an error: `rebase()` returns a report whose `s
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Sequence
 
 from .errors import BadInput, ImgquiltError, QueueProblems, UsageError
 from .verbs.init import InitResult as Initialized, init_queue
@@ -296,7 +297,8 @@ def lock(queue: str | os.PathLike[str] | None = None, *, image: str | None = Non
     ref = pick_ref(image, old.lock if old is not None else None, q.root)
     stored = ref_for_lock(ref, q.root)
     chosen = q.selection(guards)
-    new = lock_queue(chosen, open_ref(ref, platform, root=q.root, progress=progress), stored, python_check=python_check)
+    with _naming(profile):
+        new = lock_queue(chosen, open_ref(ref, platform, root=q.root, progress=progress), stored, python_check=python_check)
     prof = Profile(profile, guards, tuple(sorted(defaults.items())), new)
     atomic_write(q.lock_path, render_lock_file(lf.with_profile(prof)))
     return Locked(q.lock_path, stored, new.image.digest, new.image.platform, new.series_sha256, len(new.targets),
@@ -370,9 +372,23 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
         # reuse the image the source already opened (a skopeo transport would be copied twice)
         return getattr(source, "image", None) or open_image(ref, platform=platform, cache_dir=cache_dir(q.root))
 
-    result, written = apply_queue(chosen.queue, source, pinned, outputs, open_base, locked=locked, python_check=python_check,
-                                  attest=key, env=chosen.env)
+    with _naming(chosen.name):
+        result, written = apply_queue(chosen.queue, source, pinned, outputs, open_base, locked=locked, python_check=python_check,
+                                      attest=key, env=chosen.env)
     return Applied(result, written, chosen.name)
+
+
+@contextmanager
+def _naming(profile: str | None) -> Iterator[None]:
+    """A refusal while working on a profile names it, and the command that re-pins it."""
+    try:
+        yield
+    except ImgquiltError as exc:
+        if profile is not None:
+            exc.message = f"Profile {profile}: {exc.message}"
+            if exc.hint:
+                exc.hint = exc.hint.replace("`imgquilt lock`", f"`imgquilt lock --profile {profile}`")
+        raise
 
 
 def apply_profiles(queue: str | os.PathLike[str] | None = None, *, profile: str = "all", layer: str | None = None,
@@ -401,11 +417,11 @@ def apply_profiles(queue: str | os.PathLike[str] | None = None, *, profile: str 
         outputs = Outputs(layer=Path(layer_i) if layer_i is not None else None, image=fill(output_image, r.name),
                           overlay=Path(overlay_i) if overlay_i is not None else None, compression=compression)  # type: ignore[arg-type]
         try:
-            check_destinations(outputs, source.info(), key)
-            plan_apply(r.queue, source, r.lock, locked=locked, python_check=python_check, python_memo=memo, python_screen=screen,
-                       env=r.env)
+            with _naming(r.name):
+                check_destinations(outputs, source.info(), key)
+                plan_apply(r.queue, source, r.lock, locked=locked, python_check=python_check, python_memo=memo,
+                           python_screen=screen, env=r.env)
         except ImgquiltError as exc:
-            exc.message = f"Profile {r.name}: {exc.message}"
             exc.hint = "\n".join(x for x in (exc.hint, "Nothing was written for any profile.") if x)
             raise
         planned.append((r, ref, source, outputs))

@@ -90,14 +90,16 @@ def series(verbose: bool) -> None:
     """The body of `imgquilt series` (its options and help are in stack.py)."""
     wt = tree(guard=False)
     names, applied = wt.series(), wt.applied()
+    chosen = wt.selected()  # every name unless series holds guards
+    out = [n for n in names if n not in chosen]
     if G.json:
-        emit_json({"series": names, "applied": applied, "top": applied[-1] if applied else None})
+        emit_json({"series": names, "applied": applied, "top": applied[-1] if applied else None, **({"guarded": out} if out else {})})
         return
     for n in names:
         if not verbose:
             say(n)
             continue
-        mark = "=" if applied and n == applied[-1] else ("+" if n in applied else " ")
+        mark = "=" if applied and n == applied[-1] else ("+" if n in applied else ("G" if n in out else " "))
         say(f"{mark} {n}")
 
 
