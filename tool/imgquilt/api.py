@@ -356,11 +356,13 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     """
     from .outputs import Outputs, apply_queue
     from .sources import open_image
-    from .verbs.profiles import resolve
+    from .verbs.profiles import lock_file, need_pin, resolve
 
     key = signing_key(attest)
     q = load_queue(queue)
-    chosen = resolve(q, profile)
+    lf = lock_file(q.root)
+    chosen = resolve(q, profile, lf)
+    need_pin(chosen, lf, image if root is None else root)
     pinned = chosen.lock
     root_dir = Path(root) if root is not None else None
     ref = f"rootfs:{root_dir}" if image is None and root_dir is not None else pick_ref(image, pinned, q.root)
@@ -461,11 +463,13 @@ def verify(queue: str | os.PathLike[str] | None = None, *, image: str | None = N
     that profile selects (and carry its environment defaults); the image defaults to its pin."""
     from .sources import open_image, platforms_of
     from .verbs.attest import verify_image
-    from .verbs.profiles import resolve
+    from .verbs.profiles import lock_file, need_pin, resolve
 
     pub = public_key(key)
     q = load_queue(queue)
-    chosen = resolve(q, profile)
+    lf = lock_file(q.root)
+    chosen = resolve(q, profile, lf)
+    need_pin(chosen, lf, image)
     ref = pick_ref(image, chosen.lock, q.root)
     platforms = platforms_of(ref, cache_dir=cache_dir(q.root)) if platform == "all" else [platform]
     return tuple(verify_image(chosen.queue, open_image(ref, platform=p, cache_dir=cache_dir(q.root)), ref, pub, env=chosen.env)

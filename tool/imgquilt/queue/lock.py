@@ -184,7 +184,8 @@ def lock_with(current: bytes | None, lock: Lock, profile: str | None = None, *, 
         return render_lock_file(replace(lf, default=lock))
     old = lf.profile(profile)
     if old is None:
-        raise KeyError(profile)
+        raise MalformedLock(f"{source} no longer declares profile {profile!r}, whose pin was to be written.",
+                            hint=f"Declare it again with `imgquilt lock --profile {profile} --image REF`.")
     return render_lock_file(lf.with_profile(replace(old, lock=lock)))
 
 

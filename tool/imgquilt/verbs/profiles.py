@@ -99,6 +99,13 @@ def resolve(q: Queue, name: str | None, lf: LockFile | None = None) -> Resolved:
     return Resolved(p.name, q.selection(p.select), p.lock, p.select, p.env)
 
 
+def need_pin(chosen: Resolved, lf: LockFile, image: object) -> None:
+    """The default, asked to work on its pinned image, when targets.lock pins only profiles: say so."""
+    if chosen.name is None and chosen.lock is None and image is None and lf.profiles:
+        raise UsageError(f"targets.lock pins only profiles ({', '.join(lf.names)}), no default image.",
+                         hint="Name one with --profile NAME (or --profile all), or give --image REF.")
+
+
 def resolve_many(q: Queue, name: str | None, lf: LockFile | None = None) -> list[Resolved]:
     """`--profile NAME` as one, `--profile all` as every declared profile (by name), none as the default."""
     lf = lf if lf is not None else lock_file(q.root)
