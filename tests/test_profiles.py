@@ -371,6 +371,7 @@ def test_select_makes_push_follow_a_profile(queue, images) -> None:
 # --- bad input ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("args, says", [
     (("apply", "--profile", "nope"), "Unknown profile 'nope': targets.lock declares glm53, qwen, rocm."),
+    (("apply",), "targets.lock pins only profiles (glm53, qwen, rocm), no default image."),
     (("lock", "--profile", "x", "--image", "oci:nowhere:latest", "--select", "+g"), "starts with '+'"),
     (("lock", "--profile", "glm53", "--select", "a b"), "holds ' '"),
     (("lock", "--profile", "glm53", "--env", "1X=0"), "'1X' is not a valid variable name"),
