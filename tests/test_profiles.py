@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest

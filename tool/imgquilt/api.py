@@ -489,7 +489,7 @@ def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     `profile`: judge the patches that profile selects (and its environment defaults, in an image's
     config); without it, a queue with profiles judges the profile the filesystem is: the one whose
     selection its apply record names, else the one pinned to its digest (audit_profiles() judges every one)."""
-    from .audit import audit_source, judge_process, not_in_state
+    from .audit import judge_process, not_in_state
 
     if expect not in ("live", "pending"):
         raise UsageError(f"expect must be live or pending, not {expect!r}.")
@@ -767,6 +767,6 @@ def vendor_items(items: list[ImportItem], entries, profile: str) -> tuple[list[I
     if not fresh and not others:
         raise UsageError(f"The vendor series lists exactly the queue's patches: profile {profile} needs no guard.")
     if not fresh:
-        raise UsageError(f"The vendor series lists no patch the queue lacks; nothing to import.",
+        raise UsageError("The vendor series lists no patch the queue lacks; nothing to import.",
                          hint=f"Keep the queue's other patches out of {profile} with `imgquilt guard PATCH -{profile}`.")
     return fresh, others

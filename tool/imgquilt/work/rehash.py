@@ -94,7 +94,7 @@ def rehash(wt: WorkTree, names: list[str], *, python_check: bool = True) -> Reha
         if unknown:
             if unknown[0] in wt.series():
                 raise UsageError(f"Patch {unknown[0]} is guarded out of the work tree's selection.",
-                                 hint=f"Re-pin it in a profile that selects it: `imgquilt select NAME`, then rehash again.")
+                                 hint="Re-pin it in a profile that selects it: `imgquilt select NAME`, then rehash again.")
             raise UsageError(f"Patch {unknown[0]} is not in series.")
         named = sorted(dict.fromkeys(names), key=series.index)
         lift = applied[series.index(named[0]):]  # popped before the rewrite, pushed again after
