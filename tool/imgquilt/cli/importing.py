@@ -8,12 +8,6 @@ import typer
 from ..errors import UsageError
 from .common import G, ImageOpt, PlatformOpt, emit_json, files_json, header_fields, note, say, tree
 
-def items_from(files: list[str], patch: str | None, strip: int, series: str | None):
-    """What to import (see imgquilt.api.import_items)."""
-    from ..api import import_items
-
-    return import_items(files, name=patch, strip=strip, series=series)
-
 
 def import_cmd(
     files: List[str] = typer.Argument(None, metavar="FILE", help="Patch files: diff -u, git diff, git format-patch mails, quilt patches, TARGET/sha256 pinned diffs."),
@@ -32,6 +26,8 @@ def import_cmd(
     prefix: Optional[str] = typer.Option(None, "--prefix", metavar="DIR", help="The patch's paths are relative to DIR inside the image (as patch -d DIR)."),
     image: Optional[str] = ImageOpt,
     platform: Optional[str] = PlatformOpt,
+    guard: List[str] = typer.Option([], "--guard", metavar="+G|-G", help="Set this guard on every imported patch (repeatable; an MQ series' own guards come along)."),
+    profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME", help="With --series VENDOR.series (dpkg-source): import it as profile NAME: new patches get +NAME, the queue's patches it does not list -NAME."),
 ) -> None:
     """Import patches from elsewhere, written in the imgquilt format with real hashes.
 
@@ -49,6 +45,8 @@ def import_cmd(
     Examples:
       imgquilt import ~/fix.diff -P 0005-fix.patch
       imgquilt import --series ../upstream/patches/series
+      imgquilt import --series debian/patches/ubuntu.series --profile ubuntu
+      imgquilt import ~/rocm-fix.diff --guard +rocm
       git format-patch -1 --stdout > /tmp/x.mbox
       imgquilt import /tmp/x.mbox
     """
@@ -61,28 +59,41 @@ def import_cmd(
         from ..fs.paths import check_member_path
 
         prefix = check_member_path(prefix.strip("/"), what="--prefix") if prefix.strip("/") else ""
-    items = items_from(list(files or []), patch, strip, series)
+    from ..api import import_items, vendor_items
+
+    items = import_items(list(files or []), name=patch, strip=strip, series=series, guards=guard)
+    skipped = items.skipped  # cover letters left out of an mbox
     wt = tree(image, platform)
+    others: dict[str, tuple[str, ...]] = {}
+    if profile is not None:
+        if series is None:
+            raise UsageError("--profile imports a vendor series as that profile's selection: give --series VENDOR.series.")
+        items, others = vendor_items(items, wt.queue.entries(), profile)
     fields = header_fields(description, author, [], None, field)
     top = wt.top()
     placed: list = []
     done = wt.import_patches(items, fields=fields, replace=force, check_git_index=not ignore_git_index, fuzz=fuzz,
-                             prefix=prefix or "", after=after, before=before, through_links=through_links, placed=placed)
-    skipped = getattr(items, "skipped", [])
+                             prefix=prefix or "", after=after, before=before, through_links=through_links, placed=placed,
+                             guard_others=others)
     if G.json:
         emit_json({"imported": [
-            {"name": d.name, "kind": d.kind, "file": str(wt.patches_dir / d.name), "files": files_json(d.patch), "notes": list(d.notes)}
+            {"name": d.name, "kind": d.kind, "file": str(wt.patches_dir / d.name), "files": files_json(d.patch), "notes": list(d.notes),
+             **({"guards": list(g)} if (g := next((it.guards for it in items if it.name == d.name), ())) else {})}
             for d in done
         ], "top": wt.top(), "after": placed[0].after if placed else None,
             "rechained": list(placed[0].rechained) if placed else [],
-            "skipped": [{"source": src, "subject": subject, "why": "cover letter"} for src, subject in skipped]})
+            "skipped": [{"source": src, "subject": subject, "why": "cover letter"} for src, subject in skipped],
+            **({"guarded": {n: list(g) for n, g in others.items()}} if others else {})})
         return
     for src, subject in skipped:
         note(f"note: skipped {src}: a cover letter ({subject!r}), no diff; as `git am` does")
     for d in done:
         for n in d.notes:
             note(f"note: {d.name}: {n}")
-        say(f"Imported {d.name} ({len(d.patch.sections)} file(s)) as patches/{d.name}.")
+        guards = next((it.guards for it in items if it.name == d.name), ())
+        say(f"Imported {d.name} ({len(d.patch.sections)} file(s)) as patches/{d.name}" + (f", guarded {' '.join(guards)}." if guards else "."))
+    for name, g in others.items():
+        say(f"Guarded {name} {' '.join(g)}: the vendor series does not list it.")
     anchor = placed[0].after if placed else None
     if placed and placed[0].rechained:
         say(f"Re-chained onto them: {', '.join(placed[0].rechained)}.")

@@ -47,6 +47,7 @@ class ImportItem:
     strip: int = 1
     source: str = "<patch>"
     series: bool = False
+    guards: tuple[str, ...] = ()  # written on its series line (an MQ series' guards, import --guard)
 
 
 @dataclass(frozen=True)
@@ -79,17 +80,27 @@ def import_patches(
     before: str | None = None,
     through_links: bool = False,
     placed: list[Placement] | None = None,
+    guard_others: dict[str, tuple[str, ...]] | None = None,
 ) -> list[Imported]:
     """Turn foreign patches into imgquilt patches placed in series (see the module), bases read at that place.
 
-    `placed`, when given, receives the Placement."""
+    `placed`, when given, receives the Placement. `guard_others`: new guards for patches already in
+    series, written in the same transaction (`import --series VENDOR.series --profile NAME`)."""
     with wt.locked():
         applied = wt.consistent()
         names = wt.series()
         _check_names(wt, items, applied, names, replace)
-        at = _place(names, applied, after, before, {it.name for it in items})
+        _check_names(wt, items, applied, names, replace)
+        stacked = [n for n in (guard_others or {}) if n in applied]
+        if stacked:
+            raise UsageError(f"{', '.join(stacked)} would leave the profile, but the imported patches' bases are read on top of it "
+                             "(it is applied).", hint="Pop down to the last patch the vendor series lists, then import again.")
+        importing = {it.name for it in items}
+        at = _place(names, applied, after, before, importing)
+        selected = set(wt.selected())  # the patches the work tree walks (guards): the ones the bases go through
         view = _View(wt, applied)
-        between = [n for n in names[len(applied):at] if n not in {it.name for it in items}]
+        top = names.index(applied[-1]) + 1 if applied else 0
+        between = [n for n in names[top:at] if n in selected and n not in importing]
         # a series is what quilt applies with GNU patch: its names are read as GNU patch reads them
         parsed = [parse_foreign(it.data, it.source, gnu_names=it.series) for it in items]
         # every base the patches name, read in one go (a series names hundreds of files)
@@ -121,9 +132,20 @@ def import_patches(
             out.append(Imported(it.name, patch, fp.kind, tuple(notes)))
         fresh = [imp.name for imp in out if imp.name not in names]
         anchor = names[at - 1] if at > 0 else None
-        series = wt.queue.inserted(fresh, anchor) if fresh else wt.queue.series_bytes()
+        guards = {it.name: it.guards for it in items if it.guards}
+        series = wt.queue.inserted(fresh, anchor, guards) if fresh else wt.queue.series_bytes()
+        if guards or guard_others:
+            from ..queue.series import guarded
+
+            for name, g in {**{n: g for n, g in guards.items() if n in names}, **(guard_others or {})}.items():
+                series = guarded(series, name, g)
         order = names[:at] + fresh + names[at:]
-        rechained, stale = _rechain(wt, order, {imp.name: imp.patch for imp in out})
+        # re-chained over the work tree's selection: the imported patches it would push, and the ones after them
+        from ..queue.series import pushable
+
+        chosen = {it.name for it in items if pushable(it.guards, wt.guards())[0]}
+        new = {imp.name: imp.patch for imp in out if imp.name in chosen}
+        rechained, stale = _rechain(wt, [n for n in order if n in selected or n in new], new) if new else ({}, "")
         if stale:
             out[-1] = Imported(out[-1].name, out[-1].patch, out[-1].kind, out[-1].notes + (stale,))
         if placed is not None:
@@ -148,14 +170,15 @@ def _place(names: list[str], applied: list[str], after: str | None, before: str 
         at = names.index(after) + 1
     elif before is not None:
         at = names.index(before)
-    else:
-        at = len(applied) if applied else len(names)
-    if at < len(applied):
-        top = applied[-1]
+    else:  # after the top; after the last patch when none is applied
+        at = names.index(applied[-1]) + 1 if applied else len(names)
+    top = names.index(applied[-1]) + 1 if applied else 0
+    if at < top:
+        below = next(n for n in names[at:top] if n in applied)
         raise UsageError(
-            f"The imported patches would go below the applied patch {applied[at]}: the work tree holds what it leaves.",
+            f"The imported patches would go below the applied patch {below}: the work tree holds what it leaves.",
             hint=f"Pop down to there first (`imgquilt pop {names[at - 1]}`" + (")" if at else " or `imgquilt pop -a`)")
-                 + f", or import after the top ({top}).",
+                 + f", or import after the top ({applied[-1]}).",
         )
     return at
 

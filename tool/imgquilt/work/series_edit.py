@@ -106,14 +106,15 @@ def move(wt: WorkTree, name: str, *, after: str | None = None, before: str | Non
     before `before`, or (`top`) right after the top patch, pushed as the new top.
 
     The patches whose order changes against it are carried onto what is below them now, and the
-    patches after them re-chained, as `refresh --rehash` does (work.rehash); the series is verified
-    as `lock` does and targets.lock rewritten. Applied patches stay a prefix of series: the applied
-    stack after the move is series up to the old top (with the moved patch when it lands below it,
-    or with `top`); the work tree follows (popped and pushed in memory). One transaction: series,
-    the patch files, targets.lock and the work tree, all or nothing."""
+    patches after them re-chained, as `refresh --rehash` does (work.rehash), over the work tree's
+    selection (as rehash, with guards: its profile's patches); the series is verified as `lock` does
+    and the selection's pin in targets.lock rewritten. Applied patches stay a prefix of the selection:
+    the applied stack after the move is the selection up to the old top (with the moved patch when it
+    lands below it, or with `top`); the work tree follows (popped and pushed in memory). One
+    transaction: series, the patch files, targets.lock and the work tree, all or nothing."""
     from .rehash import follow_work, rechain, verified_lock
     from ..queue.interrupted import Change, QueueJournal
-    from ..queue.lock import render_lock
+    from ..queue.lock import lock_with
     from ..queue.queue import Queue
     from ..util.regular import read_regular_file
     from .refresh import unrefreshed
@@ -123,15 +124,19 @@ def move(wt: WorkTree, name: str, *, after: str | None = None, before: str | Non
                          hint="imgquilt move PATCH --before OTHER (see `imgquilt move --help`).")
     with wt.locked():
         applied = wt.consistent()
-        series = wt.series()
-        if name not in series:
+        full = wt.series()
+        series = wt.selected()  # the order the work tree walks: the chains move re-pins
+        if name not in full:
             raise UsageError(f"Patch {name} is not in series.", hint="`imgquilt series` lists the patches.")
+        if name not in series:
+            raise UsageError(f"Patch {name} is guarded out of the work tree's selection.",
+                             hint="Move it in a profile that selects it: `imgquilt select NAME`, then move it again.")
         for opt, other in (("--after", after), ("--before", before)):
-            if other is not None and other not in series:
+            if other is not None and other not in full:
                 raise UsageError(f"{opt} {other}: no such patch in series.", hint="`imgquilt series` lists the patches.")
             if other == name:
                 raise UsageError(f"{opt} names the patch being moved.", hint="Name another patch.")
-        rest = [n for n in series if n != name]
+        rest = [n for n in full if n != name]
         below = [n for n in applied if n != name]  # the old top, without the moved patch
         if top:
             anchor = below[-1] if below else None
@@ -141,8 +146,9 @@ def move(wt: WorkTree, name: str, *, after: str | None = None, before: str | Non
             k = rest.index(before)  # type: ignore[arg-type]
             anchor = rest[k - 1] if k else None
         at = rest.index(anchor) + 1 if anchor is not None else 0
-        order = rest[:at] + [name] + rest[at:]
-        if order == series and not (top and name not in applied):
+        new_full = rest[:at] + [name] + rest[at:]
+        order = [n for n in new_full if n in series]
+        if new_full == full and not (top and name not in applied):
             raise UsageError(f"Patch {name} is already there.", hint="Nothing to move.")
         keep = order.index(below[-1]) + 1 if below else 0
         new_applied = order[:keep] + ([name] if top and name not in order[:keep] else [])
@@ -161,18 +167,21 @@ def move(wt: WorkTree, name: str, *, after: str | None = None, before: str | Non
                     f"pops it. Nothing was changed.",
                     hint=f"`imgquilt refresh` (or `imgquilt pop -f` to discard them), then move {name} again.",
                 )
-        series_bytes = wt.queue.moved(name, order[order.index(name) - 1] if order.index(name) else None)
-        queue = Queue(wt.root, series_bytes, tuple(_entries(series_bytes)), tuple(new[n] for n in order))
+        i = new_full.index(name)
+        series_bytes = wt.queue.moved(name, new_full[i - 1] if i else None)
+        everything = {n: new[n] if n in new else wt.read_patch(n) for n in new_full}
+        queue = Queue(wt.root, series_bytes, tuple(_entries(series_bytes)), tuple(everything[n] for n in new_full)).selection(wt.guards())
         lock = verified_lock(wt, queue, named, python_check=python_check)
         written = [n for n in order if new[n].raw != wt.read_patch(n).raw]
         changes = follow_work(wt, applied[depth:], applied, new_applied[depth:], new)
         changes += [Change(f"patches/{n}", new[n].raw) for n in written]
         changes.append(Change("series", series_bytes))
-        wrote_lock = lock is not None and render_lock(lock) != read_regular_file(wt.root / "targets.lock")
+        current = read_regular_file(wt.root / "targets.lock")
+        wrote_lock = lock is not None and lock_with(current, lock, wt.profile()) != current
         if wrote_lock:
-            changes.append(Change("targets.lock", render_lock(lock)))  # last: it commits the move
+            changes.append(Change("targets.lock", lock_with(current, lock, wt.profile())))  # last: it commits the move
         QueueJournal(wt.root, "move").run(changes)
-        return Moved(name, order[new_i - 1] if new_i else None, tuple(new_applied), tuple(n for n in written if n != name),
+        return Moved(name, new_full[i - 1] if i else None, tuple(new_applied), tuple(n for n in written if n != name),
                      wrote_lock)
 
 
@@ -180,3 +189,64 @@ def _entries(series_bytes: bytes):
     from ..queue.series import parse_series
 
     return parse_series(series_bytes)
+
+
+def set_guards(wt: WorkTree, name: str | None, guards: list[str]) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """Replace the guards of a patch (the top by default) in series, as `hg qguard` does: (name, old
+    guards, new guards). The rest of its line and every other line are kept. Refused when the change
+    would take an applied patch out of the work tree's selection (pop it first)."""
+    from ..queue.series import check_guard, parse_series, selected_entries
+
+    for g in guards:
+        check_guard(g)
+    with wt.locked():
+        applied = wt.consistent()
+        name = name or wt.need_top()
+        entries = wt.queue.entries()
+        entry = next((e for e in entries if e.name == name), None)
+        if entry is None:
+            raise UsageError(f"Patch {name} is not in series.", hint="`imgquilt series` lists the patches.")
+        new_guards = tuple(dict.fromkeys(guards))
+        if new_guards == entry.guards:
+            return name, entry.guards, new_guards
+        data = wt.queue.guarded(name, list(new_guards))
+        after = [e.name for e in selected_entries(parse_series(data), wt.guards())]
+        if after[: len(applied)] != applied:
+            raise UsageError(f"Patch {name} is applied (or an applied patch follows it): these guards would change which "
+                             "patches the work tree's selection applies under it.",
+                             hint=f"`imgquilt pop {name}` and `imgquilt pop` first, then set the guards.")
+        wt.queue.write_series(data)
+        return name, entry.guards, new_guards
+
+
+def select_profile(wt: WorkTree, name: str | None, *, pop: bool = False) -> list[str]:
+    """Make the work tree follow profile `name` (None: the default): push and pop walk the patches its
+    guards select, and bases come from its pin. With patches applied it is refused (their bases may
+    be another image's), unless `pop`: then they are popped first (refused, as pop is, when the top
+    has changes not refreshed). Returns the patches popped."""
+    with wt.locked():
+        if name is not None:
+            _declared(wt, name)
+        applied = wt.consistent() if wt.applied() else []
+        if applied and name != wt.profile():
+            if not pop:
+                raise UsageError(f"{len(applied)} patch(es) are applied ({', '.join(applied)}); their bases are "
+                                 f"{'profile ' + wt.profile() if wt.profile() else 'the default pin'}'s.",
+                                 hint="`imgquilt pop -a` first (refresh what you want to keep), or `imgquilt select NAME --pop`.")
+        popped: list[str] = []
+        if name != wt.profile():
+            while applied:
+                popped.append(pop_one(wt, applied, False))
+                applied = applied[:-1]
+        wt.record.write_profile(name)
+        return popped
+
+
+def _declared(wt: WorkTree, name: str) -> None:
+    from ..queue.lock import read_lock_file
+
+    lf = read_lock_file(wt.root / "targets.lock")
+    if lf.profile(name) is None:
+        known = ", ".join(lf.names) or "none"
+        raise UsageError(f"Unknown profile {name!r}: targets.lock declares {known}.",
+                         hint=f"Declare it with `imgquilt lock --profile {name} --image REF [--select GUARD,...]`.")
