@@ -479,7 +479,8 @@ def test_import_brings_an_mq_series_guards_and_a_vendor_series_as_a_profile(imag
     doc = json.loads(imgquilt("--json", "import", str(tmp_path / "cfg.diff"), "--guard", "-rocm", "--image", image, cwd=q, env=env,
                               check=0).out)
     assert doc["imported"][0]["guards"] == ["-rocm"]
-    assert (q / "series").read_text() == "cfg.diff #-rocm\nshared.diff\nrocm.diff #+rocm #-cuda\n"
+    # nothing is applied: it goes after the last patch of series (docs/series.md)
+    assert (q / "series").read_text() == "shared.diff\nrocm.diff #+rocm #-cuda\ncfg.diff #-rocm\n"
     r = imgquilt("import", str(tmp_path / "cfg.diff"), "-P", "x.diff", "--guard", "rocm", "--image", image, cwd=q, env=env, check=2)
     assert "must be +NAME or -NAME" in r.err
     # a dpkg-source vendor series: what the queue has is shared, the rest +ubuntu, the queue's others -ubuntu
@@ -494,7 +495,7 @@ def test_import_brings_an_mq_series_guards_and_a_vendor_series_as_a_profile(imag
     assert doc["guarded"] == {"cfg.diff": ["-rocm", "-ubuntu"], "rocm.diff": ["+rocm", "-cuda", "-ubuntu"]}
     imgquilt("lock", "--profile", "ubuntu", "--image", image, cwd=q, env=env, check=0)
     sel = json.loads(imgquilt("--json", "select", "ubuntu", cwd=q, env=env, check=0).out)
-    assert sel["patches"] == ["extra.diff", "shared.diff"]  # what ubuntu.series lists (the new one inserted at the top)
+    assert sel["patches"] == ["shared.diff", "extra.diff"]  # what ubuntu.series lists (the new one after the last patch)
     imgquilt("check", cwd=q, env=env, check=0)
 
 

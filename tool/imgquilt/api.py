@@ -778,7 +778,8 @@ def vendor_items(items: list[ImportItem], entries, profile: str) -> tuple[list[I
     """A dpkg-source vendor series imported as profile `profile`: the patches the queue already has
     (by name) are shared and left as they are; the others are imported with `+profile`; the queue's
     patches the vendor series does not list get `-profile`. Selecting `profile` then applies what the
-    vendor series lists (the vendor-only patches stand together after the top patch)."""
+    vendor series lists (the vendor-only patches stand together where import puts them: after the top
+    patch, after the last patch of series when none is applied)."""
     from dataclasses import replace
 
     from .verbs.profiles import check_profile_name

@@ -46,8 +46,8 @@ class ImportItem:
     data: bytes
     strip: int = 1
     source: str = "<patch>"
-    series: bool = False
     guards: tuple[str, ...] = ()  # written on its series line (an MQ series' guards, import --guard)
+    series: bool = False
 
 
 @dataclass(frozen=True)
