@@ -186,3 +186,16 @@ def test_kill_at_the_changing_syscalls_of_a_move_leaves_old_or_new(tmp_path: Pat
     bad = [r for r in results if r not in ("old", "new")]
     assert not bad, "\n".join(bad[:10])
     assert results.count("old") > 0 and results.count("new") > 0
+
+
+def test_move_keeps_guards_and_rechains_the_selection(tmp_path: Path) -> None:
+    """A guarded line moves whole (its guards with it); the chains re-pinned are the work tree's selection's."""
+    image, q = _world(tmp_path)
+    (q / "series").write_text("a.diff\nb.diff #+other  # only for other\nc.diff\n")
+    imgquilt("move", "c.diff", "--before", "a.diff", cwd=q, check=0)
+    assert (q / "series").read_text() == "c.diff\na.diff\nb.diff #+other  # only for other\n"
+    r = imgquilt("move", "b.diff", "--top", cwd=q, check=2)
+    assert "guarded out of the work tree's selection" in r.err
+    c = parse_patch((q / "patches/c.diff").read_bytes()).sections[0]
+    a = parse_patch((q / "patches/a.diff").read_bytes()).sections[0]
+    assert c.base_sha256 == sha256_hex(TEXT) and a.base_sha256 == c.patched_sha256
