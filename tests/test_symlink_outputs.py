@@ -83,7 +83,8 @@ def test_the_imported_patch_holds_symlink_sections_both_tools_apply(world) -> No
 
 def test_layer_image_and_root_hold_real_symlinks(world) -> None:
     tmp, q, layout = world["tmp"], world["queue"], world["layout"]
-    imgquilt("apply", "--layer", str(tmp / "out.tar"), cwd=q, check=0)
+    doc = json.loads(imgquilt("--json", "apply", "--layer", str(tmp / "out.tar"), cwd=q, check=0).out)
+    assert {f["path"] for f in doc["files"] if f.get("kind") == "symlink"} == {"etc/app/current", "usr/bin/tool2"}
     with tarfile.open(tmp / "out.tar") as t:
         members = {m.name: m for m in t.getmembers()}
     assert members["etc/app/current"].issym() and members["etc/app/current"].linkname == "v2"

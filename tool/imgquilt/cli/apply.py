@@ -118,7 +118,8 @@ def result_json(result: ApplyResult, profile: str | None = None) -> dict:
         "patches": list(result.patches),
         "files": [
             {"path": f.target.path, "resolved": f.resolved, "base_sha256": sha256_hex(f.target.data),
-             "final_sha256": sha256_hex(f.final), "mode": f"{f.mode:04o}", "uid": f.uid, "gid": f.gid, "patches": list(f.patches)}
+             "final_sha256": sha256_hex(f.final), "mode": f"{f.mode:04o}", "uid": f.uid, "gid": f.gid, "patches": list(f.patches),
+             **({"kind": "symlink"} if f.link else {})}
             for f in result.files
         ],
         "notes": list(result.notes),
