@@ -189,6 +189,25 @@ class ImageSource:
             self._stop_prefetch()  # decided without the next layer: it is never used
         return self._finish(attempts)  # type: ignore[arg-type]
 
+    def read_first(self, paths: Sequence[str]) -> dict[str, TargetFile]:
+        """Like read_targets, but the read stops going down once one of `paths` is a file (or all are
+        decided); paths still undecided then are left out (fs.types.ReadsFirst)."""
+        named = {p: check_member_path(p, what="target path") for p in paths}
+        try:
+            while True:
+                attempts = {p: self._attempt(n) for p, n in named.items()}
+                open_ = [a for a in attempts.values() if isinstance(a, _Open)]
+                found = any(isinstance(a, _Decided) and a.source is not None for a in attempts.values())
+                if not open_ or found:
+                    break
+                wanted: set[str] = set()
+                for a in open_:
+                    wanted |= a.wanted
+                self._scan_next(wanted, ahead=True)
+        finally:
+            self._stop_prefetch()
+        return self._finish({p: a for p, a in attempts.items() if isinstance(a, _Decided)})
+
     def peek_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]:
         """Like read_targets, over the layers already scanned only: a path they leave undecided is
         left out. For the apply record, which must not make a read go deeper than the targets did."""

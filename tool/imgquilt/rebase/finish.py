@@ -53,7 +53,7 @@ def finish(root: Path, st: RebaseState, old: Queue, opener: Opener) -> RebaseRep
     series_bytes = _drop_series_lines(old.series_bytes, {e.line for e in old.entries if e.name in dropped})
     new_q = Queue(root, series_bytes, tuple(parse_series(series_bytes)), tuple(patches))
     source = opener(st.new_ref, st.platform)
-    lock = lock_queue(new_q, source, st.new_ref)  # verifies the whole rebased series on the new image
+    lock = lock_queue(new_q, source, st.new_ref, python_check=st.python_check)  # verifies the whole rebased series on the new image
     st.new_image = {"ref": st.new_ref, "digest": lock.image.digest}
     for p in patches:
         dest = root / "patches" / p.name
