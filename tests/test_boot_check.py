@@ -12,6 +12,7 @@ import pytest
 import boottools as bt
 from imagetools import run
 from qtools import imgquilt
+from test_schemas import validator
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +100,7 @@ def test_the_rebase_stops_on_the_findings_and_continue_takes_the_fix(session) ->
     for path, line, col, kind, words in bt.EXPECTED:
         assert f"{path}:{line}:{col}: {kind}: {words}" in r.err
     doc = json.loads(imgquilt("--json", "rebase", "--status", cwd=q, env=env, check=0).out)
+    validator("rebase", "result").validate(doc)
     first = doc["patches"][0]
     assert first["state"] == "conflict"
     kinds = sorted((f["path"].rsplit("/", 1)[1], f["line"], f["kind"]) for f in first["findings"])

@@ -381,6 +381,18 @@ def rebase(queue: str | os.PathLike[str] | None = None, *, image: str, from_ref:
     return start_rebase(root, opts, _opener(root, progress))
 
 
+def diff_upstream(queue: str | os.PathLike[str] | None = None, *, patch: str, image: str | None = None,
+                  from_ref: str | None = None, platform: str | None = None, progress: Progress | None = None):
+    """What upstream changed in the functions, classes and regions `patch` edits, between the old image
+    (`from_ref`, else the one targets.lock pins) and the new one (`image`, else a rebase's under way)."""
+    from .rebase.upstream import upstream_of
+    from .sources import ref_for_lock
+
+    root = queue_root(queue)
+    return upstream_of(root, patch, _opener(root, progress), image=ref_for_lock(image, root) if image else None,
+                       from_ref=ref_for_lock(from_ref, root) if from_ref else None, platform=platform)
+
+
 def rebase_continue(queue: str | os.PathLike[str] | None = None, *, progress: Progress | None = None,
                     python_check: bool = True) -> RebaseReport:
     """Take the resolved files of the stopped patch from .imgquilt/work/ and go on. `python_check=False`

@@ -3,8 +3,9 @@ the patch's old base and its new base.
 
 A region of a `.py` file is the innermost function or class (by Python AST) that holds the lines a
 hunk removes (or, for a hunk that only adds, the line it adds before); a hunk at module level, and
-every hunk of another file, has a region of lines: the lines it changes and its context, named by
-the heading git would give it (the last line above that starts with a letter, `_` or `$`).
+every hunk of another file, has a region of lines: the lines it changes and its context, named like
+git's hunk heading (the nearest line above the change that starts with a letter, `_`, `$` or `[`,
+`key = value` lines left out).
 
 Between the old and the new base a function or class region is looked up by its qualified name:
 - the same name in the new base: "changed" when its text differs, with the parameters it gained and
@@ -28,7 +29,8 @@ from .pyiface import Unreadable, parse, signature_of
 
 FUNCTION, CLASS, LINES = "function", "class", "lines"
 CHANGED, MOVED, REMOVED = "changed", "moved", "removed"
-_HEADING = re.compile(rb"^[A-Za-z_$]")
+_HEADING = re.compile(rb"^[A-Za-z_$\[]")
+_ASSIGNMENT = re.compile(rb"^[\w.$-]+\s*[:+-]?=")  # `key = value`: a line of a region, not its name
 DIFF_CAP = 400  # lines of upstream diff kept per region (the report says when it cut)
 
 
@@ -130,56 +132,59 @@ def _tree(data: bytes | None, path: str) -> ast.Module | None:
         return None
 
 
-def hunk_lines(section: FileSection) -> list[tuple[int, int, int, int]]:
-    """Per hunk: (first changed old line, last changed old line, first and last old line with context)."""
+def hunk_lines(section: FileSection) -> list[tuple[list[int], int, int]]:
+    """Per hunk: the old lines it changes (for a hunk that only adds, the line it adds before), and
+    the first and last old line it covers with its context."""
     out = []
     for h in section.hunks:
         line = h.old_start if h.old_len else h.old_start + 1
         changed: list[int] = []
-        insert_at: int | None = None
+        prev = " "
         for hl in h.lines:
             if hl.kind == "-":
                 changed.append(line)
                 line += 1
             elif hl.kind == " ":
                 line += 1
-            elif insert_at is None:
-                insert_at = line  # the old line the addition goes before
-        if not changed:
-            changed = [max(1, insert_at or line)]
-        first_ctx = h.old_start if h.old_len else max(1, h.old_start)
-        out.append((min(changed), max(changed), first_ctx, max(first_ctx, first_ctx + h.old_len - 1)))
+            elif prev == " ":
+                changed.append(line)  # lines only added: they go before this old line
+            prev = hl.kind
+        first = max(1, h.old_start)
+        out.append((sorted(set(changed)) or [first], first, max(first, first + h.old_len - 1)))
     return out
 
 
 def regions_of(section: FileSection, base: bytes | None) -> list[Region]:
-    """The regions the section's hunks sit in, in its base (one per region, in file order)."""
+    """The regions the section's hunks sit in, in its base (one per region, in file order): the
+    innermost function or class of each line a hunk changes; lines outside any, a region of lines."""
     if base is None or not section.hunks:
         return []
     tree = _tree(base, section.path)
     defs = _defs(tree) if tree is not None else []
     lines = split_lines(base)
     found: dict[tuple, Region] = {}
-    for lo, hi, ctx_lo, ctx_hi in hunk_lines(section):
-        holders = [d for d in defs if d.start <= lo and hi <= d.end]
-        if holders:
-            d = min(holders, key=lambda x: x.end - x.start)
-            found.setdefault((d.kind, d.name), Region(d.kind, d.name, d.start, d.end))
-            continue
-        # touching several definitions: each of them is a region
-        touched = [d for d in defs if d.start <= hi and lo <= d.end and not any(o is not d and o.start <= d.start and d.end <= o.end
-                                                                              and o.start <= hi and lo <= o.end for o in defs)]
-        for d in touched:
-            found.setdefault((d.kind, d.name), Region(d.kind, d.name, d.start, d.end))
-        if not touched:
-            found.setdefault((LINES, ctx_lo, ctx_hi), Region(LINES, _heading(lines, ctx_lo), ctx_lo, ctx_hi))
+    for changed, ctx_lo, ctx_hi in hunk_lines(section):
+        loose: list[int] = []
+        for ln in changed:
+            holders = [d for d in defs if d.start <= ln <= d.end]
+            if holders:
+                d = min(holders, key=lambda x: x.end - x.start)
+                found.setdefault((d.kind, d.name), Region(d.kind, d.name, d.start, d.end))
+            else:
+                loose.append(ln)
+        if loose:
+            lo, hi = max(ctx_lo, min(loose) - 3), min(ctx_hi, max(loose) + 3) if ctx_hi >= max(loose) else max(loose)
+            lo = min(lo, min(loose))
+            found.setdefault((LINES, lo, hi), Region(LINES, _heading(lines, min(loose)), lo, hi))
     return sorted(found.values(), key=lambda r: (r.start, r.end))
 
 
 def _heading(lines: list[bytes], line: int) -> str:
-    """The line git would put after a hunk's @@: the last one above `line` that starts with a letter, _ or $."""
-    for i in range(min(line, len(lines)) - 1, -1, -1):
-        if _HEADING.match(lines[i]):
+    """A region of lines' name, as git's hunk heading: the nearest line above `line` (the first one
+    changed) that starts with a letter, `_`, `$` or `[` and is no `key = value` line (a definition, an
+    ini/TOML section, a YAML key)."""
+    for i in range(min(line - 1, len(lines)) - 1, -1, -1):
+        if _HEADING.match(lines[i]) and not _ASSIGNMENT.match(lines[i]):
             return lines[i].decode("utf-8", "replace").rstrip("\r\n")[:80]
     return ""
 
