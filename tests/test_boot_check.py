@@ -137,3 +137,23 @@ def test_a_base_with_the_same_import_is_not_reported(tmp_path: Path, cli_env, im
     write_patch(q, "0001-x.patch", [(f"{bt.PKG}/plugins.py", bt.PLUGINS, worse)])
     r = imgquilt("apply", "--image", f"oci:{old}:latest", cwd=q, env=cli_env, check=3)
     assert "cannot import name 'also_gone' from 'tinylib.util'" in r.err and "long_gone" not in r.err
+
+
+def test_refresh_runs_the_check_against_the_work_trees_image(tmp_path: Path, cli_env, images) -> None:
+    _, new = images
+    q = tmp_path / "q"
+    q.mkdir()
+    path = f"{bt.SITE}/tinyboot.py"
+    imgquilt("init", cwd=q, env=cli_env, check=0)
+    imgquilt("new", "0001-boot.patch", cwd=q, env=cli_env, check=0)
+    imgquilt("add", "--new", "--image", f"oci:{new}:latest", path, cwd=q, env=cli_env, check=0)
+    work = q / ".imgquilt/work" / path
+    work.write_bytes(b"from tinylib.util import helper\nfrom tinylib.lazy import lazy_x\n")
+    r = imgquilt("refresh", cwd=q, env=cli_env, check=3)
+    assert f"{path}:1:1: ImportError: cannot import name 'helper' from 'tinylib.util'" in r.err
+    assert not (q / "patches/0001-boot.patch").read_bytes().count(b"+from tinylib.util")
+    work.write_bytes(b"from tinylib.helpers import helper\nfrom tinylib.lazy import lazy_x\n")
+    r = imgquilt("refresh", cwd=q, env=cli_env, check=0)
+    assert f"{path}:2:1: cannot tell: whether tinylib.lazy has 'lazy_x'" in r.err
+    work.write_bytes(b"from tinylib.util import helper\n")
+    imgquilt("refresh", "--no-python-check", cwd=q, env=cli_env, check=0)

@@ -146,6 +146,8 @@ def refresh_cmd(
     if G.json:
         emit_json({"patch": r.name, "changed": r.changed, "file": str(wt.patches_dir / r.name), "files": files_json(r.patch)})
         return
+    for n in r.notes:
+        note(f"note: {n}")
     if not r.patch.sections:
         say(f"Nothing changed in patch {r.name}.")
     elif r.changed:

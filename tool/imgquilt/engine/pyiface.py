@@ -86,15 +86,20 @@ def bind(sig: Signature, name: str, positional: int, keywords: list[str]) -> str
                 return f"{name}() got multiple values for argument '{k}'"
             bound.add(k)
         elif sig.kwarg is None:
-            if k in sig.posonly:
-                return f"{name}() got some positional-only arguments passed as keyword arguments: '{k}'"
+            posonly_kw = [p for p in sig.posonly if p in keywords]
+            if posonly_kw:
+                return f"{name}() got some positional-only arguments passed as keyword arguments: '{', '.join(posonly_kw)}'"
             return f"{name}() got an unexpected keyword argument '{k}'"
     if positional > len(params) and sig.vararg is None:
         lo = len(params) - sig.defaults
         takes = f"{len(params)}" if lo == len(params) else f"from {lo} to {len(params)}"
         plural = "s" if len(params) != 1 or lo != len(params) else ""
-        return (f"{name}() takes {takes} positional argument{plural} but {positional} "
-                f"{'was' if positional == 1 else 'were'} given")
+        kwonly_given = sum(1 for k in sig.kwonly if k in bound)
+        given = f"{positional}"
+        if kwonly_given:
+            given += (f" positional argument{'s' if positional != 1 else ''} (and {kwonly_given} keyword-only "
+                      f"argument{'s' if kwonly_given != 1 else ''})")
+        return f"{name}() takes {takes} positional argument{plural} but {given} {'was' if positional == 1 and not kwonly_given else 'were'} given"
     first_default = len(params) - sig.defaults
     missing = [p for i, p in enumerate(params) if i < first_default and p not in bound]
     if missing:
