@@ -86,10 +86,23 @@ def test_the_search_path_of_a_file() -> None:
     assert (deb.module, deb.version, deb.is_package) == ("vllm.model_executor.layer", "312", False)
     venv = place_of("opt/venv/lib/python3.11/site-packages/pkg/__init__.py", NoFiles(), settle=True)
     assert venv.entries == ("opt/venv/lib/python3.11/site-packages",) and (venv.module, venv.is_package) == ("pkg", True)
-    # no site directory: the package tree's top (here no __init__.py anywhere: the file's own directory)
-    app = place_of("srv/app/main.py", NoFiles(), settle=True)
-    assert app.entries == ("srv/app",) and app.module == "main"
+    # no site directory: absolute imports from the package tree's top (no __init__.py anywhere: the file's
+    # own directory), relative ones by directories from the root
+    app = place_of("srv/my-app/main.py", NoFiles(), settle=True)
+    assert app.entries == ("srv/my-app", "") and app.module == "srv.my-app.main"
     assert place_of("srv/app/not-a-module.py", NoFiles(), settle=True) is None
+
+
+def test_a_tree_of_namespace_packages_outside_site_packages(tmp_path: Path) -> None:
+    """No __init__.py anywhere (run as `python -m pkg.cli.main` from srv/app): relative imports go by
+    directories, and "beyond the top package" is never claimed where the top is not known."""
+    root = _root(tmp_path, {"srv/app/pkg/errors.py": "class Oops(Exception):\n    pass\n", "srv/app/pkg/cli/util.py": "def run():\n    pass\n"})
+    me = "srv/app/pkg/cli/main.py"
+    got = check(root, me, b"from ..errors import Oops, Missing\nfrom .util import run\nfrom ....... import far\nimport pkg.cli.util\nrun(1)\n")
+    assert got == [
+        f"{me}:1:1: ImportError: cannot import name 'Missing' from 'srv.app.pkg.errors' (srv/app/pkg/errors.py: binds no 'Missing' at module level)",
+        f"{me}:5:1: TypeError: run() takes 0 positional arguments but 1 was given (srv/app/pkg/cli/util.py: line 1: def run())",
+    ]
 
 
 def test_modules_as_cpython_finds_them(tmp_path: Path) -> None:

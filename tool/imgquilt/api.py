@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Applied", "Audit", "CheckResult", "Initialized", "Locked", "Progress", "RebaseAborted",
-    "apply", "audit", "check", "import_items", "import_patches", "init", "load_queue", "lock",
+    "apply", "audit", "check", "diff_upstream", "import_items", "import_patches", "init", "load_queue", "lock",
     "rebase", "rebase_abort", "rebase_continue", "rebase_skip", "rebase_status", "verify",
 ]
 

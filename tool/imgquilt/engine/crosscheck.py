@@ -108,22 +108,17 @@ class Finding:
 # --- what a file uses --------------------------------------------------------------------------
 def items_of(tree: ast.Module, place: Place) -> list[Item]:
     """Every use of another module in `tree`, a module at `place`."""
-    origins = _origins(tree)
     loaded: dict[str, set[str]] = {}  # top name -> the dotted modules `import a.b.c` loads
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if not a.asname:
-                    parts = a.name.split(".")
-                    loaded.setdefault(parts[0], set()).update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    origins = _origins(tree, loaded)
     out: list[Item] = []
     _Collect(place, origins, loaded, out).visit(tree)
     return out
 
 
-def _origins(tree: ast.Module) -> dict[str, set[tuple]]:
+def _origins(tree: ast.Module, loaded: dict[str, set[str]]) -> dict[str, set[tuple]]:
     """Every binding of every name in the file, any scope: ("module", dotted) for `import x.y [as n]`,
-    ("from", module, name, level) for `from m import n`, ("other",) for anything else."""
+    ("from", module, name, level) for `from m import n`, ("other",) for anything else; and into
+    `loaded`, the dotted modules each `import a.b.c` loads under its top name."""
     found: dict[str, set[tuple]] = {}
 
     def add(name: str, origin: tuple) -> None:
@@ -135,7 +130,9 @@ def _origins(tree: ast.Module) -> dict[str, set[tuple]]:
                 if a.asname:
                     add(a.asname, ("alias", a.name))
                 else:
-                    add(a.name.split(".")[0], ("module", a.name.split(".")[0]))
+                    parts = a.name.split(".")
+                    add(parts[0], ("module", parts[0]))
+                    loaded.setdefault(parts[0], set()).update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
         elif isinstance(node, ast.ImportFrom):
             for a in node.names:
                 if a.name != "*":
@@ -316,9 +313,10 @@ class _Res:
 class Resolver:
     """Answers items for one patched file, over one view of the image."""
 
-    def __init__(self, finder: Finder) -> None:
+    def __init__(self, finder: Finder, ifaces: dict | None = None, trees: Trees | None = None) -> None:
         self.finder = finder
-        self._ifaces: dict[str, Interface | str] = {}
+        self._ifaces: dict[str, Interface | str] = ifaces if ifaces is not None else {}  # shared by one check
+        self._trees = trees or Trees()
 
     def iface(self, spec: Spec) -> Interface | str:
         """The module's interface, or why there is none to read."""
@@ -330,13 +328,8 @@ class Resolver:
             return "larger than the check reads (8 MiB)"
         if spec.data is None:
             return "no source to read"
-        key = hashlib.sha256(spec.file.encode() + b"\0" + spec.data).hexdigest()
-        if key not in self._ifaces:
-            try:
-                self._ifaces[key] = interface_of(parse(spec.data, spec.file))
-            except Unreadable as exc:
-                self._ifaces[key] = f"does not parse with this Python ({exc})"
-        return self._ifaces[key]
+        face = self._trees.interface(spec.data, spec.file)
+        return face if face is not None else "does not parse with this Python"
 
     def name_in(self, spec: Spec, name: str, seen: frozenset = frozenset()) -> _Res:
         settled = spec.settled
@@ -443,8 +436,9 @@ class Resolver:
         f = self.finder
         if item.kind == MODULE_ITEM:
             if item.module.startswith("."):
-                return (self._finding(item, "ImportError", "attempted relative import beyond top-level package", item.module, "", ""),
-                        self.finder.place.site)
+                if not self.finder.place.site:
+                    return None, True  # outside site-packages the top package is not known: never said
+                return self._finding(item, "ImportError", "attempted relative import beyond top-level package", item.module, "", ""), True
             parts = item.module.split(".")
             for i in range(1, len(parts) + 1):
                 spec = f.find(".".join(parts[:i]))
@@ -739,9 +733,18 @@ class Trees:
 
     def __init__(self) -> None:
         self._trees: dict[tuple[str, bytes], ast.Module | None] = {}
+        self._faces: dict[tuple[str, bytes], Interface | None] = {}
+
+    def interface(self, data: bytes, name: str) -> Interface | None:
+        """The module's interface (pyiface), once per content; None: it does not parse."""
+        key = (name, hashlib.sha256(data).digest())
+        if key not in self._faces:
+            tree = self.get(data, name)
+            self._faces[key] = interface_of(tree) if tree is not None else None
+        return self._faces[key]
 
     def get(self, data: bytes, name: str) -> ast.Module | None:
-        key = (name, hashlib.sha256(data).digest())
+        key = (name, hashlib.sha256(data).digest())  # the name: a SyntaxError's text names the file
         if key not in self._trees:
             try:
                 self._trees[key] = parse(data, name)
@@ -786,17 +789,18 @@ def interfaces_differ(changed: Iterable[tuple[str, bytes | None, bytes | None]],
         if before is None or after is None:
             return True
         trees = trees or Trees()
-        old, new = trees.get(before, path), trees.get(after, path)
-        if old is None or new is None or interface_of(old).key() != interface_of(new).key():
+        old, new = trees.interface(before, path), trees.interface(after, path)
+        if old is None or new is None or old.key() != new.key():
             return True
     return False
 
 
 def check_files(files: list[FileCheck], final_view: ModuleFiles, base_view: ModuleFiles, *, views_differ: bool,
-                trees: Trees | None = None) -> list[FileFindings]:
+                trees: Trees | None = None, recheck: set[str] | None = None) -> list[FileFindings]:
     """The new findings of each file: of its final bytes against `final_view` that its base bytes
     against `base_view` did not have. Lazy lookups first; each finding confirmed settled."""
     trees = trees or Trees()
+    caches: tuple[dict, dict, Trees] = ({}, {}, trees)
     out: list[FileFindings] = []
     for fc in files:
         place = place_of(fc.resolved, final_view, settle=False)
@@ -809,13 +813,14 @@ def check_files(files: list[FileCheck], final_view: ModuleFiles, base_view: Modu
         base_items = _items(fc.base, fc.resolved, base_place, trees) or []
         base_keys = {i.key for i in base_items}
         new = [i for i in final_items if i.key not in base_keys]
-        shared = [i for i in final_items if i.key in base_keys] if views_differ else []
+        rejudge = views_differ and (recheck is None or fc.resolved in recheck)
+        shared = [i for i in final_items if i.key in base_keys] if rejudge else []
         if not new and not shared:
             continue
-        findings = _answer_all(new, place, final_view)
+        findings = _answer_all(new, place, final_view, caches)
         if shared:
-            now = _answer_all(shared, place, final_view)
-            before_keys = {(x.key, x.kind, x.message) for x in _answer_all(shared, base_place or place, base_view).values()} if now else set()
+            now = _answer_all(shared, place, final_view, caches)
+            before_keys = {(x.key, x.kind, x.message) for x in _answer_all(shared, base_place or place, base_view, caches).values()} if now else set()
             findings.update({k: v for k, v in now.items() if (v.key, v.kind, v.message) not in before_keys})
         problems = tuple(v for v in findings.values() if not v.cannot_tell)
         notes = tuple(v for v in findings.values() if v.cannot_tell)
@@ -824,10 +829,12 @@ def check_files(files: list[FileCheck], final_view: ModuleFiles, base_view: Modu
     return out
 
 
-def _answer_all(items: list[Item], place: Place, view: ModuleFiles) -> dict[tuple, Finding]:
+def _answer_all(items: list[Item], place: Place, view: ModuleFiles, caches: tuple[dict, dict, Trees]) -> dict[tuple, Finding]:
     """Each item shape's finding, with the places of every item of that shape; a finding that rests
-    on a lazy lookup is confirmed by answering again with every lookup settled."""
-    lazy = Resolver(Finder(view, place, settle=False))
+    on a lazy lookup is confirmed by answering again with every lookup settled. `caches`: what was
+    found and read, shared by every file of one check."""
+    specs, ifaces, trees = caches
+    lazy = Resolver(Finder(view, place, settle=False, cache=specs), ifaces, trees)
     settled_resolver: Resolver | None = None
     by_key: dict[tuple, list[Item]] = {}
     for i in items:
@@ -838,7 +845,7 @@ def _answer_all(items: list[Item], place: Place, view: ModuleFiles) -> dict[tupl
         if got is not None and not got.cannot_tell and not settled:
             if settled_resolver is None:
                 settled_place = place_of_settled(place, view)
-                settled_resolver = Resolver(Finder(view, settled_place, settle=True))
+                settled_resolver = Resolver(Finder(view, settled_place, settle=True, cache=specs), ifaces, trees)
             got, _ = settled_resolver.answer(group[0])
         if got is not None:
             places = tuple(sorted({(i.line, i.col) for i in group}))
@@ -850,16 +857,70 @@ def place_of_settled(place: Place, view: ModuleFiles) -> Place:
     """The same file's Place with every lookup settled (a package tree's top may be lower down)."""
     if place.site:
         return place
-    path = "/".join(x for x in (place.entries[0], place.module.replace(".", "/")) if x)
-    path += "/__init__.py" if place.is_package else ".py"
+    path = place.module.replace(".", "/") + ("/__init__.py" if place.is_package else ".py")
     return place_of(path, view, settle=True) or place
 
 
 def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, bytes | None]], final_view: ModuleFiles,
-                base_view: ModuleFiles) -> list[FileFindings]:
-    """check_files, after deciding whether the patched modules changed what they offer."""
+                base_view: ModuleFiles, changed_lines: dict[str, list[bytes]] | None = None) -> list[FileFindings]:
+    """check_files, after deciding whether the patched modules changed what they offer. With
+    `changed_lines` (resolved path -> the lines its patches add and remove), only the files whose
+    changes may matter are parsed (pyscreen.py)."""
     trees = Trees()
-    return check_files(files, final_view, base_view, views_differ=interfaces_differ(changed, trees), trees=trees)
+    if changed_lines is None:
+        return check_files(files, final_view, base_view, views_differ=interfaces_differ(changed, trees), trees=trees)
+    from .pyscreen import imported_names, may_add_items, names_in
+
+    names, everything = changed_names(changed, changed_lines, trees)
+    todo: list[FileCheck] = []
+    recheck: set[str] = set()
+    for fc in files:
+        again = everything or names_in(fc.final, names)
+        if again:
+            recheck.add(fc.resolved)
+        if again or fc.base is None or may_add_items(changed_lines.get(fc.resolved, ()), imported_names(fc.final, fc.base)):
+            todo.append(fc)
+    return check_files(todo, final_view, base_view, views_differ=bool(recheck), trees=trees, recheck=recheck)
+
+
+def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed_lines: dict[str, list[bytes]],
+                  trees: Trees) -> tuple[set[str], bool]:
+    """The names whose binding a patched module changed (a module it creates or deletes: its own
+    name and all its names), and whether anything may have changed (a __getattr__, a star import,
+    an extension module...)."""
+    from .pyscreen import may_change_interface
+
+    names: set[str] = set()
+    for path, before, after in changed:
+        if path.endswith((".so", ".pyc", ".pyd")):
+            return names, True
+        if not path.endswith(".py"):
+            continue
+        if before is not None and after is not None and not may_change_interface(changed_lines.get(path, ())):
+            continue
+        faces = []
+        for data in (before, after):
+            face = trees.interface(data, path) if data is not None else None
+            if data is not None and face is None:
+                return names, True
+            faces.append(face)
+        old, new = faces
+        stem = path.rsplit("/", 1)[-1][:-3]
+        if old is None or new is None:
+            names.add(path.rsplit("/", 2)[-2] if stem == "__init__" and "/" in path else stem)
+            names.update((old or new).names)  # type: ignore[union-attr]
+            continue
+        if (old.all_names, old.stars, old.getattr, old.dynamic, old.path_changed) != \
+                (new.all_names, new.stars, new.getattr, new.dynamic, new.path_changed):
+            return names, True
+        for n in set(old.names) | set(new.names) | set(old.deleted) | set(new.deleted):
+            if _bindings(old, n) != _bindings(new, n):
+                names.add(n)
+    return names, False
+
+
+def _bindings(face: Interface, name: str) -> tuple:
+    return tuple((b.kind, b.signature, b.decorated, b.cls, b.source) for b in face.names.get(name, ())), name in face.deleted
 
 
 def culprit(steps: list[tuple[str, bytes | None]], resolved: str, finding: Finding, place: Place,

@@ -198,7 +198,10 @@ def cross_module_problems(states: dict[str, _FileState], targets: dict[str, Targ
     overlay = {r: after for r, _, after in changed}
     named = {t.path: t.resolved for t in targets.values() if t.resolved in overlay}
     patched_by = {r: states[r].chain[-1][0] for r in overlay}
-    results = cross_check(files, changed, image.view(overlay, named), image.view({}, {}))
+    # the lines each file's patches add and remove: only files whose changes may matter are parsed
+    lines = {r: [hl.text for _n, _p, sec in states[r].chain for h in sec.hunks for hl in h.lines if hl.kind != " "]
+             for r, _b, _a in changed}
+    results = cross_check(files, changed, image.view(overlay, named), image.view({}, {}), lines)
     problems: list[Problem] = []
     notes: list[str] = []
     for ff in results:

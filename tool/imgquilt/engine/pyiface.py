@@ -319,36 +319,29 @@ def interface_of(tree: ast.Module) -> Interface:
                         all_static = False
                 if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "__path__":
                     path_changed = True
-            # walrus anywhere at this level binds at module scope
-            for n in ast.walk(st) if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else ():
-                if isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name):
-                    add(n.target.id, Binding(OTHER, line))
 
     walk(tree.body)
-    # a name a function declares `global` and assigns is bound at module level once it runs
+    # one pass over everything for what binds names no top-level statement shows: a name a function
+    # declares `global` (bound once it runs), an assignment expression (bound where it runs; taken
+    # as bound, the lenient side), a call that writes the module's namespace
+    dynamic: str | None = None
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            declared = {n for st in ast.walk(node) if isinstance(st, ast.Global) for n in st.names}
-            for n in declared:
+        if isinstance(node, ast.Global):
+            for n in node.names:
                 names.setdefault(n, []).append(Binding(OTHER, node.lineno))
+        elif isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name):
+            names.setdefault(node.target.id, []).append(Binding(OTHER, node.lineno))
+        elif dynamic is None and isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id in _DYNAMIC_CALLS and (f.id != "setattr" or _targets_module(node)):
+                dynamic = f"it calls {_DYNAMIC_CALLS[f.id]}"
+        elif dynamic is None and isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) \
+                and isinstance(node.value, ast.Attribute) and node.value.attr == "modules" \
+                and isinstance(node.value.value, ast.Name) and node.value.value.id == "sys":
+            dynamic = "it writes sys.modules"
     # deleted names that are bound again later stay judged as bound (lenient); a name only deleted is gone
     return Interface({k: tuple(v) for k, v in names.items()}, tuple(all_names) if all_names is not None and all_static else None,
-                     tuple(stars), getattr_, _dynamic(tree), path_changed, frozenset(deleted - set(names)))
-
-
-def _dynamic(tree: ast.Module) -> str | None:
-    """Why names may be bound that no statement names: a call that writes the module's namespace."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            f = node.func
-            if isinstance(f, ast.Name) and f.id in _DYNAMIC_CALLS:
-                if f.id == "setattr" and not _targets_module(node):
-                    continue
-                return f"it calls {_DYNAMIC_CALLS[f.id]}"
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "modules" \
-                and isinstance(node.value.value, ast.Name) and node.value.value.id == "sys" and isinstance(node.ctx, ast.Store):
-            return "it writes sys.modules"
-    return None
+                     tuple(stars), getattr_, dynamic, path_changed, frozenset(deleted - set(names)))
 
 
 def _targets_module(call: ast.Call) -> bool:

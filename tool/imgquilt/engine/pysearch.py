@@ -7,7 +7,9 @@ The search path (decided here, documented in docs/boot-checks.md):
   (`usr/local/lib/pythonX.Y/dist-packages`, `usr/lib/python3/dist-packages`,
   `usr/lib/pythonX.Y/dist-packages`) all three, in that order, as Debian's site.py puts them;
 - any other file belongs to the package tree it sits in: the first directory up from it without an
-  `__init__.py` is its search path (as `python -m pkg.mod` run there would have it);
+  `__init__.py` is where its absolute imports are looked for (as `python -m pkg.mod` run there would
+  have it); its relative imports go by directories (the root is searched too, so a tree of namespace
+  packages resolves), and none is ever said to climb above its top package;
 - the standard library is never searched: a module whose top-level name is one of the running
   Python's `sys.stdlib_module_names` is not checked (it changes with a Python upgrade, not a package
   one, and it lives in the image's lowest layer, which a check should not have to read).
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
 from ..errors import BadImage, BadInput, ImgquiltError, UnsafePath
-from ..fs.types import PeeksTargets, ReadsFirst, Source, TargetFile
+from ..fs.types import DirListing, HasRootDir, ListsDirs, PeeksTargets, ReadsFirst, Source, TargetFile
 
 FILE, ABSENT, UNKNOWN = "file", "absent", "unknown"
 MODULE_CAP = 8 << 20  # a module file larger than this is not parsed: "cannot tell"
@@ -83,6 +85,10 @@ class SourceModules:
         self._lazy: dict[str, TargetFile] = {}
         self.reads = 0  # paths asked of the source (tests and the bench count them)
         self._platform: tuple[str | None] | None = None
+        # a tree on this machine lists a directory exactly and cheaply: names it does not hold are
+        # absent without a lookup each (a module search tries dozens of names per directory)
+        self._lists = isinstance(source, HasRootDir) and isinstance(source, ListsDirs)
+        self._dirs: dict[str, DirListing | None] = {}
 
     def view(self, overlay: Mapping[str, bytes | None] | None = None, named: Mapping[str, str] | None = None) -> ModuleFiles:
         """A ModuleFiles over the source with `overlay` in front; `named`: named path -> resolved path
@@ -109,6 +115,8 @@ class SourceModules:
                 out[p] = self._lazy[p]
             else:
                 todo.append(p)
+        if todo and self._lists:
+            todo = self._unlisted(todo, out)
         if todo:
             self.reads += len(todo)
             got = self._read(todo, lazy)
@@ -120,6 +128,25 @@ class SourceModules:
                     self._settled[p] = None
                     out[p] = None
         return out
+
+    def _unlisted(self, paths: list[str], out: dict[str, TargetFile | None]) -> list[str]:
+        """Settle the paths whose directory does not hold their name (into `out`); the rest still to read."""
+        rest: list[str] = []
+        for p in paths:
+            parent, _, name = p.rpartition("/")
+            if parent not in self._dirs:
+                self._dirs[parent] = self.source.peek_dir(parent)  # type: ignore[attr-defined]
+            d = self._dirs[parent]
+            if d is not None and name in d.entries:
+                rest.append(p)
+                continue
+            if d is None:
+                t = TargetFile(p, p, None)  # no directory there: nothing below it either
+            else:
+                t = TargetFile(p, f"{d.resolved}/{name}" if d.resolved else name, None, parents=d.parents)
+            self._settled[p] = t
+            out[p] = t
+        return rest
 
     def _read(self, paths: list[str], lazy: bool) -> dict[str, TargetFile | None]:
         try:
@@ -237,7 +264,10 @@ def place_of(path: str, files: ModuleFiles, *, settle: bool) -> Place | None:
         rel = parts[idx + 1:]
         site = True
     else:
-        # the package tree: up from the file's directory while there is an __init__.py
+        # the package tree: up from the file's directory while there is an __init__.py; that top is
+        # where absolute imports are looked for. Relative imports go by directories (a tree of
+        # namespace packages has no __init__.py to say where it starts): the module is named by its
+        # whole path, and the root is searched too, so those names resolve.
         top = len(parts) - 1
         while top > 0:
             init = "/".join(parts[:top] + ["__init__.py"])
@@ -245,14 +275,14 @@ def place_of(path: str, files: ModuleFiles, *, settle: bool) -> Place | None:
             if got.kind != FILE:
                 break
             top -= 1
-        entries = ("/".join(parts[:top]),) if top > 0 else ("",)
-        rel = parts[top:]
+        entries = ("/".join(parts[:top]), "") if top > 0 else ("",)
+        rel = parts
         site = False
     names = rel[:-1] + [rel[-1][:-3]]
     is_package = names[-1] == "__init__"
     if is_package:
         names = names[:-1]
-    if not names or not all(n.isidentifier() for n in names):
+    if not names or not names[-1].isidentifier() or (site and not all(n.isidentifier() for n in names)) or any("." in n for n in names):
         return None
     return Place(entries, ".".join(names), is_package, version, site)
 
@@ -312,12 +342,14 @@ class Spec:
 class Finder:
     """Finds modules for one patched file's Place, caching what it found."""
 
-    def __init__(self, files: ModuleFiles, place: Place, *, settle: bool) -> None:
+    def __init__(self, files: ModuleFiles, place: Place, *, settle: bool, cache: dict | None = None) -> None:
         self.files = files
         self.place = place
         self.settle = settle
         self.suffixes = ext_suffixes(place.version, files.platform())
-        self._specs: dict[str, Spec | None] = {}
+        # what was found, shared by the Finders of one view, search path and version (`cache`)
+        shared = cache if cache is not None else {}
+        self._specs: dict[str, Spec | None] = shared.setdefault((id(files), place.entries, place.version, settle), {})
 
     def find(self, dotted: str) -> Spec | None:
         """The module `dotted` (absolute); None when imgquilt does not look for it (the standard
