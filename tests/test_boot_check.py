@@ -157,3 +157,12 @@ def test_refresh_runs_the_check_against_the_work_trees_image(tmp_path: Path, cli
     assert f"{path}:2:1: cannot tell: whether tinylib.lazy has 'lazy_x'" in r.err
     work.write_bytes(b"from tinylib.util import helper\n")
     imgquilt("refresh", "--no-python-check", cwd=q, env=cli_env, check=0)
+
+
+def test_rebase_no_python_check_carries_the_queue_as_it_is(session) -> None:
+    q, old, new, env = session
+    subprocess.run(["git", "init", "-q", str(q)], check=True)
+    r = imgquilt("rebase", "--image", f"oci:{new}:latest", "--no-python-check", cwd=q, env=env, check=0)
+    assert "Rebased 2 patch(es)" in r.out and "ImportError" not in r.out + r.err
+    # the queue lands as it was, and apply still refuses it on the new image
+    imgquilt("apply", "--image", f"oci:{new}:latest", cwd=q, env=env, check=3)

@@ -228,7 +228,46 @@ def test_reads_stop_at_the_layer_that_answers_unless_a_finding_needs_the_rest(im
     assert check(tmp_path, me, bt.BOOT, source=src) == [
         f"{me}:4:1: cannot tell: whether tinylib.lazy has 'lazy_anything' ({bt.PKG}/lazy.py: defines a module __getattr__)"]
     assert len(src.stats.layers_scanned) == 1  # the tinylib layer; the base layer below was never opened
+    assert src.stats.second_passes == []  # the package's modules were kept as the layer was read
     src = open_source(f"oci:{new}:latest")
     got = check(tmp_path, me, bt.BOOT, source=src)
     assert sum("ImportError" in g for g in got) == 2
     assert len(src.stats.layers_scanned) == 2  # confirming "not there" reads every layer
+
+
+class Memo:
+    def __init__(self) -> None:
+        self.saved: dict[str, list[str]] = {}
+
+    def get_many(self, keys):
+        return {k: self.saved[k] for k in keys if k in self.saved}
+
+    def put_many(self, entries) -> None:
+        self.saved.update(entries)
+
+
+def test_a_remembered_answer_is_used_only_while_what_it_read_is_unchanged(tmp_path: Path) -> None:
+    root = _root(tmp_path, {f"{SITE}/lib.py": "def call(a):\n    pass\n\ndef other():\n    pass\n"})
+    me = f"{SITE}/app.py"
+    final = b"from lib import call, other\ncall(1)\nother()\n"
+    memo = Memo()
+
+    def run() -> tuple[list[str], int]:
+        files = SourceModules(RootfsSource(root))
+        got = cross_check([FileCheck(me, me, None, final)], [(me, None, final)], files.view({me: final}), files.view(),
+                          {me: final.splitlines(keepends=True)}, memo)
+        return [x for ff in got for f in ff.findings for x in f.located(me)], len(files.seen)
+
+    assert run()[0] == [] and len(memo.saved) == 1
+    assert run()[0] == []  # from the memo (every path it looked up still holds what it held)
+    # the image changed under the same queue: the answer is not taken from the memo
+    (root / SITE / "lib.py").write_text("def call(a, b):\n    pass\n\ndef other():\n    pass\n")
+    got, _ = run()
+    assert got == [f"{me}:2:1: TypeError: call() missing 1 required positional argument: 'b' ({SITE}/lib.py: line 1: def call(a, b))"]
+    # and a module that appears where the check found none (a package shadowing lib.py) also counts
+    (root / SITE / "lib.py").write_text("def call(a):\n    pass\n\ndef other():\n    pass\n")
+    assert run()[0] == []
+    (root / SITE / "lib").mkdir()
+    (root / SITE / "lib" / "__init__.py").write_text("def call():\n    pass\n\ndef other():\n    pass\n")
+    got, _ = run()
+    assert got == [f"{me}:2:1: TypeError: call() takes 0 positional arguments but 1 was given ({SITE}/lib/__init__.py: line 1: def call())"]

@@ -187,3 +187,27 @@ def test_diff_upstream_shows_upstreams_change_of_the_regions_a_patch_touches(ses
     # a patch whose regions upstream left alone
     r = imgquilt("diff", "--upstream", "0003-spawn-workers.patch", "--image", f"rootfs:{new}", cwd=q, env=env, check=0)
     assert "upstream changed nothing" in r.out
+
+
+def test_the_report_names_the_file_a_function_moved_to(tmp_path: Path, cli_env) -> None:
+    site = "usr/local/lib/python3.11/site-packages/pkg"
+    v1 = {f"{site}/__init__.py": b"", f"{site}/core.py": MOD_V1}
+    v2 = {f"{site}/__init__.py": b"", f"{site}/core.py": MOD_V2, f"{site}/net.py": b"def connect(host, port, timeout=5):\n    return (host, port)\n"}
+    for name, files in (("old", v1), ("new", v2)):
+        for rel, data in files.items():
+            (tmp_path / name / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name / rel).write_bytes(data)
+    q = tmp_path / "q"
+    q.mkdir()
+    (q / "series").write_text("")
+    write_patch(q, "0001-port.patch", [(f"{site}/core.py", MOD_V1, MOD_V1.replace(b"    return (host, port)", b"    return (host, int(port))"))])
+    subprocess.run(["git", "init", "-q", str(q)], check=True)
+    imgquilt("lock", "--image", f"rootfs:{tmp_path / 'old'}", cwd=q, env=cli_env, check=0)
+    # upstream moved connect() out of core.py: the merge conflicts (the patch edits lines upstream removed)
+    r = imgquilt("--json", "rebase", "--image", f"rootfs:{tmp_path / 'new'}", cwd=q, env=cli_env, check=4)
+    doc = json.loads(r.out)
+    (change,) = doc["patches"][0]["upstream"]
+    assert (change["name"], change["change"], change["moved_to"], change["moved_path"]) == \
+        ("connect", "moved", "pkg.net", f"{site}/net.py")
+    r = imgquilt("rebase", "--status", cwd=q, env=cli_env, check=0)
+    assert f"{site}/core.py: function connect moved to {site}/net.py" in r.out

@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import builtins
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -352,14 +353,8 @@ class Resolver:
             return _Res("binding", spec, bs, settled=settled)
         if face.all_names is not None and name in face.all_names:
             return _Res("binding", spec, (), why="listed in __all__", settled=settled)
-        if spec.path:
-            sub = self.finder.find(f"{spec.name}.{name}")
-            if sub is not None and sub.kind != MISSING:
-                return _Res("module", sub, settled=settled and sub.settled)
-            if sub is not None:
-                settled = settled and sub.settled
-            if face.path_changed:
-                return _Res("cannot", spec, why="changes its __path__: submodules may be elsewhere")
+        # as CPython's `from M import N`: M's attributes first (its names, what it star-imports, its
+        # __getattr__), then a submodule M.N (looked for last: deciding that there is none reads deep)
         if face.getattr:
             return _Res("cannot", spec, why="defines a module __getattr__")
         for level, module in face.stars:
@@ -375,6 +370,14 @@ class Resolver:
             settled = settled and tspec.settled
         if face.dynamic:
             return _Res("cannot", spec, why=f"may bind names no statement names: {face.dynamic}")
+        if spec.path:
+            sub = self.finder.find(f"{spec.name}.{name}")
+            if sub is not None and sub.kind != MISSING:
+                return _Res("module", sub, settled=settled and sub.settled)
+            if sub is not None:
+                settled = settled and sub.settled
+            if face.path_changed:
+                return _Res("cannot", spec, why="changes its __path__: submodules may be elsewhere")
         return _Res("missing", spec, why=f"binds no '{name}' at module level", settled=settled)
 
     def _exports(self, spec: Spec, seen: frozenset) -> set[str] | str:
@@ -796,7 +799,8 @@ def interfaces_differ(changed: Iterable[tuple[str, bytes | None, bytes | None]],
 
 
 def check_files(files: list[FileCheck], final_view: ModuleFiles, base_view: ModuleFiles, *, views_differ: bool,
-                trees: Trees | None = None, recheck: set[str] | None = None) -> list[FileFindings]:
+                trees: Trees | None = None, recheck: set[str] | None = None,
+                names: set[str] | None = None) -> list[FileFindings]:
     """The new findings of each file: of its final bytes against `final_view` that its base bytes
     against `base_view` did not have. Lazy lookups first; each finding confirmed settled."""
     trees = trees or Trees()
@@ -814,7 +818,9 @@ def check_files(files: list[FileCheck], final_view: ModuleFiles, base_view: Modu
         base_keys = {i.key for i in base_items}
         new = [i for i in final_items if i.key not in base_keys]
         rejudge = views_differ and (recheck is None or fc.resolved in recheck)
-        shared = [i for i in final_items if i.key in base_keys] if rejudge else []
+        # shared shapes judged anew: those naming a name whose binding a patched module changed (all, when
+        # that is not known)
+        shared = [i for i in final_items if i.key in base_keys and (names is None or _names_one(i, names))] if rejudge else []
         if not new and not shared:
             continue
         findings = _answer_all(new, place, final_view, caches)
@@ -861,11 +867,78 @@ def place_of_settled(place: Place, view: ModuleFiles) -> Place:
     return place_of(path, view, settle=True) or place
 
 
+MEMO_VERSION = "imgquilt-crosscheck-1"
+
+
 def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, bytes | None]], final_view: ModuleFiles,
-                base_view: ModuleFiles, changed_lines: dict[str, list[bytes]] | None = None) -> list[FileFindings]:
+                base_view: ModuleFiles, changed_lines: dict[str, list[bytes]] | None = None, memo=None) -> list[FileFindings]:
     """check_files, after deciding whether the patched modules changed what they offer. With
     `changed_lines` (resolved path -> the lines its patches add and remove), only the files whose
-    changes may matter are parsed (pyscreen.py)."""
+    changes may matter are parsed (pyscreen.py). With `memo` (pycheck.Memo), an earlier answer for
+    the same files is taken when every file it looked up in the image still holds what it held."""
+    files_of = getattr(final_view, "files", None)  # the SourceModules behind the views, when they are those
+    key = _memo_key(files, changed, changed_lines, final_view) if memo is not None and files_of is not None else None
+    if key is not None:
+        kept = memo.get_many([key]).get(key)
+        doc = _memo_doc(kept)
+        if doc is not None and files_of.unchanged(doc["seen"]):
+            return _decoded(doc, files)
+    results = _cross_check(files, changed, final_view, base_view, changed_lines)
+    if key is not None:
+        memo.put_many({key: [json.dumps({"seen": files_of.seen, "files": _encoded(results)})]})
+    return results
+
+
+def _memo_key(files: list[FileCheck], changed, changed_lines, view) -> str:
+    h = hashlib.sha256(f"{MEMO_VERSION}\0{view.platform()}\0".encode())
+    sha = lambda d: b"-" if d is None else hashlib.sha256(d).digest()  # noqa: E731
+    for fc in sorted(files, key=lambda f: f.resolved):
+        h.update(fc.path.encode() + b"\0" + fc.resolved.encode() + b"\0" + sha(fc.base) + sha(fc.final))
+    for path, before, after in sorted(changed, key=lambda c: c[0]):
+        h.update(b"c" + path.encode() + b"\0" + sha(before) + sha(after))
+    for path in sorted(changed_lines or {}):
+        h.update(b"l" + path.encode() + b"\0" + hashlib.sha256(b"\n".join(changed_lines[path])).digest())
+    for named, resolved in sorted(getattr(view, "named", {}).items()):
+        h.update(b"n" + named.encode() + b"\0" + resolved.encode())
+    h.update(b"screen" if changed_lines is not None else b"all")
+    return h.hexdigest()
+
+
+def _memo_doc(kept: list[str] | None) -> dict | None:
+    try:
+        doc = json.loads(kept[0]) if kept else None
+        return doc if isinstance(doc, dict) and isinstance(doc.get("seen"), dict) and isinstance(doc.get("files"), list) else None
+    except (ValueError, TypeError):
+        return None
+
+
+def _encoded(results: list[FileFindings]) -> list[dict]:
+    def finding(f: Finding) -> list:
+        return [list(f.key), f.kind, f.message, f.module, f.module_path, f.why, [list(p) for p in f.places]]
+
+    return [{"resolved": ff.check.resolved, "place": [list(ff.place.entries), ff.place.module, ff.place.is_package,
+                                                      ff.place.version, ff.place.site],
+             "findings": [finding(f) for f in ff.findings], "notes": [finding(f) for f in ff.notes]} for ff in results]
+
+
+def _decoded(doc: dict, files: list[FileCheck]) -> list[FileFindings]:
+    by_resolved = {fc.resolved: fc for fc in files}
+
+    def finding(x: list) -> Finding:
+        k = x[0]
+        key = (k[0], k[1], k[2], k[3], k[4], tuple(k[5]), k[6])
+        return Finding(key, x[1], x[2], x[3], x[4], x[5], tuple((a, b) for a, b in x[6]))
+
+    out = []
+    for d in doc["files"]:
+        entries, module, is_package, version, site = d["place"]
+        out.append(FileFindings(by_resolved[d["resolved"]], Place(tuple(entries), module, is_package, version, site),
+                                tuple(finding(x) for x in d["findings"]), tuple(finding(x) for x in d["notes"])))
+    return out
+
+
+def _cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, bytes | None]], final_view: ModuleFiles,
+                 base_view: ModuleFiles, changed_lines: dict[str, list[bytes]] | None) -> list[FileFindings]:
     trees = Trees()
     if changed_lines is None:
         return check_files(files, final_view, base_view, views_differ=interfaces_differ(changed, trees), trees=trees)
@@ -880,7 +953,12 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
             recheck.add(fc.resolved)
         if again or fc.base is None or may_add_items(changed_lines.get(fc.resolved, ()), imported_names(fc.final, fc.base)):
             todo.append(fc)
-    return check_files(todo, final_view, base_view, views_differ=bool(recheck), trees=trees, recheck=recheck)
+    return check_files(todo, final_view, base_view, views_differ=bool(recheck), trees=trees, recheck=recheck,
+                       names=None if everything else names)
+
+
+def _names_one(item: Item, names: set[str]) -> bool:
+    return item.name in names or item.attr in names or item.module.rsplit(".", 1)[-1] in names
 
 
 def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed_lines: dict[str, list[bytes]],

@@ -117,14 +117,14 @@ def deleted_note(source: Source, t: TargetFile) -> str:
 
 def run_series(queue: Queue, targets: dict[str, TargetFile], *, source: Source | None = None, python_check: bool = True,
                python_memo: Memo | None = None, python_screen: Screen | None = None,
-               notes: list[str] | None = None) -> tuple[dict[str, _FileState], list[Problem]]:
+               notes: list[str] | None = None, modules: SourceModules | None = None) -> tuple[dict[str, _FileState], list[Problem]]:
     """Apply every section in series order to the targets' bytes; collect every problem. With a
     `source`, the Python check also looks across modules (its "cannot tell"s go to `notes`)."""
     states, problems = _apply_series(queue, targets, source)
     if python_check:
         problems += python_problems(states, python_memo, python_screen)
         if source is not None:
-            found, said = cross_module_problems(states, targets, SourceModules(source))
+            found, said = cross_module_problems(states, targets, modules or SourceModules(source), python_memo)
             problems += found
             if notes is not None:
                 notes += said
@@ -182,7 +182,7 @@ def python_problems(states: dict[str, _FileState], memo: Memo | None, screen: Sc
 
 
 def cross_module_problems(states: dict[str, _FileState], targets: dict[str, TargetFile],
-                          image: SourceModules) -> tuple[list[Problem], list[str]]:
+                          image: SourceModules, memo: Memo | None = None) -> tuple[list[Problem], list[str]]:
     """The cross-module check (crosscheck.py) of every patched .py file: its imports and calls
     against the image with every patched file's final bytes, new findings only (those its base,
     against the image as it is, did not have). Returns the problems, one per file and patch that
@@ -201,7 +201,7 @@ def cross_module_problems(states: dict[str, _FileState], targets: dict[str, Targ
     # the lines each file's patches add and remove: only files whose changes may matter are parsed
     lines = {r: [hl.text for _n, _p, sec in states[r].chain for h in sec.hunks for hl in h.lines if hl.kind != " "]
              for r, _b, _a in changed}
-    results = cross_check(files, changed, image.view(overlay, named), image.view({}, {}), lines)
+    results = cross_check(files, changed, image.view(overlay, named), image.view({}, {}), lines, memo)
     problems: list[Problem] = []
     notes: list[str] = []
     for ff in results:
@@ -334,6 +334,9 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     reads the modules the patched files import (default: `source`)."""
     check_lock_fresh(queue, lock, locked=locked)
     paths = queue.target_paths()
+    modules = SourceModules(module_source or source) if python_check else None
+    if modules is not None:
+        modules.expect(paths)  # the layers read for the targets keep their packages' modules
     targets = source.read_targets(paths)
     # an image whose scanned layers do not decide the record gets one at its plain path
     record_target = _own_record_path(read_record_target(source) or TargetFile(RECORD_PATH, RECORD_PATH, None))
@@ -351,7 +354,7 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
         states, problems = _apply_series(queue, targets, source)
         if python_check:
             pending = PythonCheck(states, python_memo, python_screen)
-            found, said = cross_module_problems(states, targets, SourceModules(module_source or source))
+            found, said = cross_module_problems(states, targets, modules or SourceModules(module_source or source), python_memo)
             problems += found
             notes += said
     if lock is not None:
@@ -413,10 +416,13 @@ def plan_lock(queue: Queue, source: Source, ref: str, *, python_check: bool = Tr
               python_screen: Screen | None = None) -> LockPlan:
     """Pin the image and every target: the whole series must verify on it."""
     paths = queue.target_paths()
+    modules = SourceModules(source) if python_check else None
+    if modules is not None:
+        modules.expect(paths)
     targets = source.read_targets(paths)
     notes: list[str] = []
     states, problems = run_series(queue, targets, source=source, python_check=python_check, python_memo=python_memo,
-                                  python_screen=python_screen, notes=notes)
+                                  python_screen=python_screen, notes=notes, modules=modules)
     if problems:
         raise refusal(problems, notes)
     info = source.info()

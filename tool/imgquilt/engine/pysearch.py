@@ -35,6 +35,7 @@ from ..fs.types import DirListing, HasRootDir, ListsDirs, PeeksTargets, ReadsFir
 
 FILE, ABSENT, UNKNOWN = "file", "absent", "unknown"
 MODULE_CAP = 8 << 20  # a module file larger than this is not parsed: "cannot tell"
+KEEP_BUDGET = 64 << 20  # bytes of .py files an image source keeps as it reads layers (modules looked up next)
 
 _ARCHES = {
     "amd64": ("x86_64-linux-gnu", "x86_64-linux-musl"),
@@ -89,6 +90,14 @@ class SourceModules:
         # absent without a lookup each (a module search tries dozens of names per directory)
         self._lists = isinstance(source, HasRootDir) and isinstance(source, ListsDirs)
         self._dirs: dict[str, DirListing | None] = {}
+        # an image reads a layer whole: have it keep the .py files of the packages looked up in it, so
+        # the next module of the package needs no second pass over the layer (bounded: KEEP_BUDGET)
+        self._packages: set[str] = set()
+        # every path looked up and what was seen there (crosscheck's memo checks them again)
+        self.seen: dict[str, tuple] = {}
+        keep = getattr(source, "keep_also", None)
+        if callable(keep):
+            keep(self._wanted_module, KEEP_BUDGET)
 
     def view(self, overlay: Mapping[str, bytes | None] | None = None, named: Mapping[str, str] | None = None) -> ModuleFiles:
         """A ModuleFiles over the source with `overlay` in front; `named`: named path -> resolved path
@@ -102,6 +111,26 @@ class SourceModules:
             except ImgquiltError:
                 self._platform = (None,)
         return self._platform[0]
+
+    def _wanted_module(self, path: str) -> bool:
+        if not path.endswith(".py"):
+            return False
+        parts = path.split("/")
+        return any("/".join(parts[:i]) in self._packages for i in range(1, len(parts)))
+
+    def expect(self, paths: Sequence[str]) -> None:
+        """The patched .py files, before the source reads them: the modules of their packages will
+        be looked up, so the layers read for the targets already keep them."""
+        self._note_packages([p for p in paths if p.endswith(".py")])
+
+    def _note_packages(self, paths: Sequence[str]) -> None:
+        """The top package directories of paths about to be read: their .py files are worth keeping."""
+        for p in paths:
+            parts = p.split("/")
+            idx = max((i for i, x in enumerate(parts[:-1]) if x in ("site-packages", "dist-packages")), default=-1)
+            top = idx + 2 if idx >= 0 else len(parts) - 1  # the top package's directory, else the file's own
+            if top < len(parts):
+                self._packages.add("/".join(parts[:top]))
 
     def raw(self, paths: Sequence[str], settle: bool) -> dict[str, TargetFile | None]:
         """Each path's TargetFile as the source has it; a path left out is not decided yet (lazy only)."""
@@ -119,6 +148,7 @@ class SourceModules:
             todo = self._unlisted(todo, out)
         if todo:
             self.reads += len(todo)
+            self._note_packages(todo)
             got = self._read(todo, lazy)
             for p in todo:
                 if p in got:
@@ -127,7 +157,24 @@ class SourceModules:
                 elif not lazy:
                     self._settled[p] = None
                     out[p] = None
+        for p in dict.fromkeys(paths):
+            state = _state(out[p]) if p in out else ("unknown",)
+            if state[0] != "unknown" or p not in self.seen:
+                self.seen[p] = state
         return out
+
+    def unchanged(self, seen: dict[str, tuple]) -> bool:
+        """Whether every path still holds what `seen` says it held (read settled; a path that was not
+        decided then must hold no file now)."""
+        now = self.raw(list(seen), True)
+        for p, state in seen.items():
+            got = _state(now.get(p))
+            if state[0] == "unknown":
+                if got[0] == "file":
+                    return False
+            elif got != tuple(tuple(x) if isinstance(x, list) else x for x in state):
+                return False
+        return True
 
     def _unlisted(self, paths: list[str], out: dict[str, TargetFile | None]) -> list[str]:
         """Settle the paths whose directory does not hold their name (into `out`); the rest still to read."""
@@ -229,6 +276,18 @@ class _View:
             extra = tuple(d for d in _ancestors(t.resolved) if d in self._overlay_dirs and d not in dirs)
             return Look(ABSENT, None, t.resolved, dirs + extra)
         return self._sized(t.data, t.resolved, dirs)
+
+
+def _state(t: TargetFile | None) -> tuple:
+    """What a lookup saw, comparable and JSON-able: ("file", sha256, resolved, parents) or ("absent", resolved, parents)."""
+    if t is None:
+        return ("absent", "", ())
+    parents = tuple(d.path for d in t.parents)
+    if t.data is None:
+        return ("absent", t.resolved, parents)
+    import hashlib
+
+    return ("file", hashlib.sha256(t.data).hexdigest(), t.resolved, parents)
 
 
 def _ancestors(path: str) -> list[str]:
@@ -357,7 +416,9 @@ class Finder:
         if dotted in self._specs:
             return self._specs[dotted]
         parts = dotted.split(".")
-        if len(parts) == 1:
+        if is_stdlib(parts[0]):
+            spec = None  # the standard library is not looked at (see the module docstring)
+        elif len(parts) == 1:
             spec = self._find_in(parts[0], dotted, self.place.entries)
             if spec is not None and spec.kind == MISSING:
                 spec = None  # not in the searched directories: cannot tell where else it may come from
