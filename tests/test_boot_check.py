@@ -166,3 +166,12 @@ def test_rebase_no_python_check_carries_the_queue_as_it_is(session) -> None:
     assert "Rebased 2 patch(es)" in r.out and "ImportError" not in r.out + r.err
     # the queue lands as it was, and apply still refuses it on the new image
     imgquilt("apply", "--image", f"oci:{new}:latest", cwd=q, env=env, check=3)
+
+
+def test_continue_no_python_check_takes_the_file_as_it_is(session) -> None:
+    q, old, new, env = session
+    subprocess.run(["git", "init", "-q", str(q)], check=True)
+    imgquilt("rebase", "--image", f"oci:{new}:latest", cwd=q, env=env, check=4)
+    imgquilt("rebase", "--skip", "--no-python-check", cwd=q, env=env, check=2)  # it goes with --continue only
+    r = imgquilt("rebase", "--continue", "--no-python-check", cwd=q, env=env, check=0)
+    assert "Rebased 2 patch(es)" in r.out

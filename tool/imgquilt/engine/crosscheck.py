@@ -36,7 +36,7 @@ from typing import Iterable
 
 from .pyiface import CLASS, DEF, IMPORT, Binding, Interface, Signature, Unreadable, bind, interface_of, parse
 from .pysearch import (
-    BYTECODE, LARGE, MISSING, NAMESPACE, NATIVE, PACKAGE, SOURCE, Finder, ModuleFiles, Place, Spec, is_stdlib, place_of,
+    BYTECODE, LARGE, MISSING, NAMESPACE, NATIVE, Finder, ModuleFiles, Place, Spec, is_stdlib, place_of,
 )
 
 MAX_FOLLOW = 12  # re-exports, star imports and base classes followed in a row

@@ -15,7 +15,7 @@ from ..queue.queue import Queue
 from .apply import HunkError, apply_section
 from .bytecode import Bytecode, find_bytecode, is_python_source
 from .pycheck import Memo, Screen, check_key, errors_of_many, located, start_errors_of_many
-from .pysearch import ModuleFiles, SourceModules
+from .pysearch import SourceModules
 from .record import read_record_target, record_bytes, recorded_ref
 from .result import RECORD_PATH, ApplyResult, FileResult
 
