@@ -34,15 +34,15 @@ from .state import (
 from .work_files import release_work
 
 
-def _fill_from_old(q: Queue, store: ObjectStore, ref: str, opener: Opener, platform: str | None) -> None:
+def _fill_from_old(q: Queue, store: ObjectStore, ref: str, opener: Opener, platform: str | None, *, what: str = "--from") -> None:
     """Read the old image's targets, check the series verifies on it, store every base and result."""
     source = opener(ref, platform)
     targets = source.read_targets(q.target_paths())
     states, problems = run_series(q, targets, source=source, python_check=False)
     if problems:
         raise BaseDrift(
-            f"--from {ref} is not the image this queue was made for:\n" + "\n".join(f"  - {p.render()}" for p in problems),
-            hint="Pass the image the queue applies to (the one targets.lock pins).",
+            f"{what} {ref} is not the image this queue was made for:\n" + "\n".join(f"  - {p.render()}" for p in problems),
+            hint="Pass the image the queue applies to with --from OLDREF (targets.lock's reference may name another image now).",
         )
     for data in [t.data for t in targets.values()] + [s.data for s in states.values()]:
         if data is not None:
@@ -78,17 +78,26 @@ def start_rebase(root: Path, opts: RebaseOptions, opener: Opener) -> RebaseRepor
     if needed and opts.from_ref:
         _fill_from_old(q, store, opts.from_ref, opener, opts.platform)
         needed = [p for p in needed if not store.has(firsts[p])]
-    elif needed and old_lock is not None:
+    unreachable = ""
+    if needed and not opts.from_ref and old_lock is not None:
         # the object store is a cache: the image targets.lock pins has the old bases, when it is reachable
         pinned_ref = _reachable(old_lock.image.ref, root)
-        if pinned_ref is not None:
-            _fill_from_old(q, store, pinned_ref, opener, opts.platform or old_lock.image.platform)
+        if pinned_ref is None:
+            unreachable = f" It could not be read from {old_lock.image.ref}: that path is not there."
+        else:
+            try:
+                _fill_from_old(q, store, pinned_ref, opener, opts.platform or old_lock.image.platform,
+                               what="The image targets.lock pins,")
+            except BaseDrift:
+                raise  # it is there, but not the image the queue was made for: say so
+            except ImgquiltError as exc:
+                unreachable = f" It could not be read from {old_lock.image.ref}: {exc.message}"
             needed = [p for p in needed if not store.has(firsts[p])]
     if needed:
         pinned = f" (targets.lock pins {old_lock.image.ref})" if old_lock else ""
         raise BadInput(
             "The object store has no copy of the old base of " + ", ".join(f"{p} ({firsts[p][:12]}…)" for p in needed)
-            + ", which a 3-way merge needs.",
+            + ", which a 3-way merge needs." + unreachable,
             hint=f"Pass --from OLDREF, the image the queue was made for{pinned}: `imgquilt rebase --image {opts.new_ref} --from OLDREF`.",
         )
 
