@@ -7,7 +7,7 @@ DIR holds the wheels from PyPI (`pip download vllm==0.10.1 torch==2.7.1 --no-dep
 pins torch 2.7.1). The image is built with bench/build_image.py (one gzip layer each, bottom first):
 this machine's Python standard library (`usr/lib/python3.11`), torch 2.7.1 unpacked into
 `usr/local/lib/python3.11/dist-packages` (the Debian layout vLLM's own images use), then vllm 0.10.1
-there: about 6 GB of tar, the CUDA libraries of a real image left out (they are no Python modules:
+there: about 2.9 GB of tar, the CUDA libraries of a real image left out (they are no Python modules:
 the check never reads them; a cold apply that reads the layers they are in pays their decompression).
 
 Two queues, each timed with `--no-python-check` and with the check, cold and warm, every run a
