@@ -7,7 +7,7 @@ import typer
 
 from ..errors import RebaseConflict, UsageError
 from .annotations import Format, annotate
-from .common import G, ImageOpt, PlatformOpt, emit_json, emit_outcome, note, progress, raw_say, say, table
+from .common import G, ImageOpt, PlatformOpt, ProfileOpt, emit_json, emit_outcome, note, progress, raw_say, say, table
 
 if TYPE_CHECKING:  # the rebase machinery (and gitpython) load only when rebase runs
     from ..rebase import RebaseReport
@@ -57,7 +57,8 @@ def _render(report: RebaseReport, verbose: bool = False, format: Format = Format
     counts = {k: v for k, v in report.summary().items() if v}
     summary = ", ".join(f"{v} {k}" for k, v in counts.items())
     if report.status == "done":
-        say(f"Rebased {len(report.patches)} patch(es) onto {report.new_image.get('ref')}: {summary}. targets.lock pins the new image.")
+        pin = "targets.lock pins the new image" if report.profile is None else f"targets.lock pins profile {report.profile} to the new image (other pins unchanged)"
+        say(f"Rebased {len(report.patches)} patch(es) onto {report.new_image.get('ref')}: {summary}. {pin}.")
 
 
 def _upstream(report: RebaseReport, verbose: bool) -> None:
@@ -115,6 +116,7 @@ def rebase_cmd(
     skip: bool = typer.Option(False, "--skip", help="Drop the conflicted patch from the rebased series and go on."),
     status: bool = typer.Option(False, "--status", help="Show the stopped rebase: each patch so far and the conflicted files."),
     platform: Optional[str] = PlatformOpt,
+    profile: Optional[str] = ProfileOpt,
     conflict_style: str = typer.Option("diff3", "--conflict-style", metavar="diff3|merge", help="Conflict markers with the old base's section too (diff3, as `git merge-file --diff3`), or the two sides only (merge)."),
     no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the Python checks after every step (in-file and cross-module, on the new image); with --continue, for the rest of the rebase."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show upstream's diff of every function, class or region it changed under a patch."),
@@ -126,6 +128,10 @@ def rebase_cmd(
     (a conflict of kind python) when a result has new Python findings on the new image. Without
     --from, the old bases come from the object store, else from the image targets.lock pins.
 
+    With --profile NAME, carry the patches that profile selects onto its new image and re-pin that
+    profile only; a patch other profiles select too is rewritten only where each of them still chains
+    (else nothing is written, exit 3, naming the profile to rebase as well).
+
     \b
     Examples:
       imgquilt rebase --image oci:vllm:0.10.2
@@ -136,12 +142,13 @@ def rebase_cmd(
       imgquilt rebase --continue
       imgquilt rebase --skip
       imgquilt rebase --abort
+      imgquilt rebase --profile qwen --image oci:images/vllm:0.11
     """
     from .. import api
 
     if sum((continue_, abort, status, skip)) > 1:
         raise UsageError("--continue, --skip, --abort and --status exclude each other.")
-    if (continue_ or abort or status or skip) and (image or from_ref or maps or keep_empty or conflict_style != "diff3"):
+    if (continue_ or abort or status or skip) and (image or from_ref or maps or keep_empty or profile or conflict_style != "diff3"):
         raise UsageError("--continue, --skip, --abort and --status take no other options: the rebase remembers them.")
     if no_python_check and (abort or status or skip):
         raise UsageError("--no-python-check goes with a new rebase or --continue.")
@@ -166,7 +173,7 @@ def rebase_cmd(
         report = api.rebase_skip(G.queue, progress=progress())
     else:
         report = api.rebase(G.queue, image=image or "", from_ref=from_ref, maps=maps or (), keep_empty=keep_empty,
-                            platform=platform, progress=progress(), conflict_style=conflict_style,
+                            platform=platform, progress=progress(), profile=profile, conflict_style=conflict_style,
                             python_check=not no_python_check)
     if report.status == "stopped" and G.json:
         emit_outcome(report.to_json(), _conflict_error(report))
