@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..engine.apply import apply_section
+from ..engine.apply import HunkError, apply_section
 from ..engine.crosscheck import Finding, FileCheck, absolute, cross_check
 from ..engine.pysearch import Finder, SourceModules, place_of
 from ..engine.regions import MOVED
@@ -76,11 +76,20 @@ def result_bytes(store: ObjectStore, patch: Patch, cs: CarriedSection) -> bytes 
     oc = cs.outcome
     if oc.new_patched is None or oc.new_patched == ABSENT:
         return None
-    data = store.get(oc.new_patched)
-    if data is None:  # carried unchanged: the result was never stored; the new base is
-        base = store.get(oc.new_base) if oc.new_base != ABSENT else None
-        data = apply_section(base, original_section(patch, cs.old_path))
+    found, data = store.get_or_absent(oc.new_patched)
+    if not found:  # carried unchanged and never stored: from its base, when the store has that
+        found, base = store.get_or_absent(oc.new_base)
+        if not found:
+            raise _Unknown(oc.path)
+        try:
+            data = apply_section(base, original_section(patch, cs.old_path))
+        except HunkError:
+            raise _Unknown(oc.path) from None
     return data
+
+
+class _Unknown(Exception):
+    """Bytes the store does not hold: that file is left out of the check (never taken as deleted)."""
 
 
 def step_findings(st: RebaseState, store: ObjectStore, patch: Patch, sections: list[CarriedSection],
@@ -94,7 +103,9 @@ def step_findings(st: RebaseState, store: ObjectStore, patch: Patch, sections: l
     resolved = image.resolved(sorted(set(new_paths.values())))
     before: dict[str, bytes | None] = {}
     for old, sha in st.new_chain.items():
-        before[resolved[new_paths[old]]] = None if sha == ABSENT else store.get(sha)
+        found, data = store.get_or_absent(sha)
+        if found:  # bytes the store lacks stay the image's, never taken as a deletion
+            before[resolved[new_paths[old]]] = data
     after = dict(before)
     files: list[FileCheck] = []
     index: dict[str, int] = {}
@@ -102,10 +113,13 @@ def step_findings(st: RebaseState, store: ObjectStore, patch: Patch, sections: l
         if cs.outcome.state == CONFLICT:
             continue
         rp = resolved[new_paths[cs.old_path]]
-        data = result_bytes(store, patch, cs)
+        try:
+            data = result_bytes(store, patch, cs)
+        except _Unknown:
+            continue
         after[rp] = data
-        if i in todo and data is not None and data != before.get(rp):
-            files.append(FileCheck(cs.outcome.path, rp, before.get(rp), data))
+        if i in todo and data is not None and rp in before and data != before[rp]:
+            files.append(FileCheck(cs.outcome.path, rp, before[rp], data))
             index[rp] = i
     if not files:
         return {}
@@ -128,7 +142,7 @@ def with_findings(root, st: RebaseState, store: ObjectStore, patch: Patch, secti
         cs = out[i]
         oc = replace(cs.outcome, findings=f.json())
         if f.problems:
-            data = result_bytes(store, patch, cs)
+            data = result_bytes(store, patch, cs)  # known: the check had it
             work = put_work(root, st, oc.path, data)
             detail = ("applies cleanly, but on the new image: " if oc.state in ("unchanged", "moved") else
                       "merged without conflict markers, but on the new image: ") + "; ".join(f.located())

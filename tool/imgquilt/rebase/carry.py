@@ -34,6 +34,20 @@ def stored_bytes(store: ObjectStore, sha: str, path: str, patch: str) -> bytes |
     return data
 
 
+def _keep_result(store: ObjectStore, s: FileSection, base_sha: str) -> None:
+    """A section carried as it is: its result goes to the store too (when its base is there), so the
+    checks after the step, and the next patch of the chain, have the bytes."""
+    if s.patched_sha256 == ABSENT or store.has(s.patched_sha256):
+        return
+    found, base = store.get_or_absent(base_sha)
+    if not found:
+        return
+    try:
+        store.put(apply_section(base, s))
+    except HunkError:
+        return  # the final verification names it
+
+
 def _labels(patch: str, st: RebaseState) -> dict[str, str]:
     return {"ours_label": f"{patch} (old image + patch)", "base_label": "old image", "theirs_label": f"{st.new_ref} (new image)"}
 
@@ -53,6 +67,7 @@ def rebase_section(root: Path, st: RebaseState, store: ObjectStore, patch: Patch
     if new_base == old_base:
         raw = s.raw if moved_from is None else retarget(s, new_path, patch.name)
         oc = replace(base, state=MOVED if moved_from else UNCHANGED, new_patched=s.patched_sha256)
+        _keep_result(store, s, new_base)
         return CarriedSection(oc, s.path, store.put(raw), mode=s.mode)
     ob = stored_bytes(store, old_base, s.path, patch.name)
     try:
