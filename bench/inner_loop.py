@@ -6,7 +6,8 @@ HEAD changes some Python files; each file's change becomes patches, one per grou
 groups as small as it takes to reach the wanted count), stopping at the end of a step once the
 count is reached. The rootfs is the tree of the first commit, so every file ends at a real
 commit's state (the Python check compares those with the first commit's files), while the patches
-in between hold the real, partial edits. Decision: the git history has ~50 steps over ~190 files,
+in between hold the real, partial edits; every other Python file of the first commit is there too (the
+cross-module Python check reads the modules the patched files import). Decision: the git history has ~50 steps over ~190 files,
 too few for 400 whole-file patches, and the pip cache holds no series of releases; splitting each
 step's change per hunk group keeps every line real.
 """
@@ -106,7 +107,10 @@ def build_history_queue(repo: Path, dest: Path, want: int = 400) -> HistoryQueue
                 state = nxt
             touched.add(path)
     (queue / "series").write_text("".join(n + "\n" for n in names))
-    for path in sorted(touched):
+    # every Python file of the first commit, not only those the queue touches: the cross-module
+    # check reads the modules the patched files import (a tree without them would be refused)
+    first = _git(repo, "ls-tree", "-r", "--name-only", commits[0]).decode().split("\n")
+    for path in sorted(touched | {p for p in first if p.endswith(".py")}):
         data = _show(repo, commits[0], path)
         if data is not None:
             (root / PREFIX / path).parent.mkdir(parents=True, exist_ok=True)

@@ -169,6 +169,7 @@ def test_map_option_and_table(session) -> None:
 def test_without_old_bases_the_user_is_told_to_pass_from(session) -> None:
     tmp, q, old, env = session
     shutil.rmtree(q / ".imgquilt/objects", ignore_errors=True)  # e.g. a fresh clone of the queue
+    old.rename(tmp / "old-elsewhere")  # and the image targets.lock pins is not there either
     new = make_root(tmp / "new", WEIGHTS_V2)
     r = imgquilt("rebase", "--image", f"rootfs:{new}", cwd=q, env=env, check=6)
     assert "--from OLDREF" in r.err and f"rootfs:{old}" in r.err

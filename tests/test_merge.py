@@ -38,24 +38,31 @@ def test_crlf_and_non_utf8_survive() -> None:
     assert m.clean and m.data == b"# \xfe\r\n" + ours
 
 
-def test_conflict_is_counted_and_labelled_with_plain_markers() -> None:
+def test_conflict_is_counted_and_labelled_with_diff3_markers() -> None:
     theirs = BASE.replace(b"line 10\n", b"line 10 (upstream)\n").replace(b"line 18\n", b"line eighteen\n")
     ours = _ours(BASE).replace(b"line 18\n", b"line 18 (ours)\n")
-    m = merge3(BASE, ours, theirs, ours_label="0001-fix.patch (old image + patch)", theirs_label="rootfs:new (new image)")
+    m = merge3(BASE, ours, theirs, ours_label="0001-fix.patch (old image + patch)", base_label="old image",
+               theirs_label="rootfs:new (new image)")
     assert m.conflicts == 2 and not m.clean
-    assert b"<<<<<<< 0001-fix.patch (old image + patch)\nline ten\n=======\nline 10 (upstream)\n>>>>>>> rootfs:new (new image)\n" in m.data
-    assert b"|||||||" not in m.data  # plain style, no base section
-    assert leftover_markers(m.data, ours, theirs) == [10, 12, 14, 22, 24, 26]
+    # as git merge-file --diff3: the old base's lines between ||||||| and =======
+    assert (b"<<<<<<< 0001-fix.patch (old image + patch)\nline ten\n||||||| old image\nline 10\n=======\n"
+            b"line 10 (upstream)\n>>>>>>> rootfs:new (new image)\n") in m.data
+    assert leftover_markers(m.data, ours, theirs, BASE) == [10, 12, 14, 16, 24, 26, 28, 30]
+    plain = merge3(BASE, ours, theirs, ours_label="ours", theirs_label="theirs", style="merge")
+    assert plain.conflicts == 2 and b"|||||||" not in plain.data
+    assert b"<<<<<<< ours\nline ten\n=======\nline 10 (upstream)\n>>>>>>> theirs\n" in plain.data
+    assert leftover_markers(plain.data, ours, theirs) == [10, 12, 14, 22, 24, 26]
 
 
 def test_user_git_config_does_not_change_the_marker_style(tmp_path: Path, monkeypatch) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    (home / ".gitconfig").write_text("[merge]\n\tconflictStyle = diff3\n")
-    monkeypatch.setenv("HOME", str(home))
     theirs = BASE.replace(b"line 10\n", b"line 10 (upstream)\n")
-    m = merge3(BASE, _ours(BASE), theirs)
-    assert m.conflicts == 1 and b"|||||||" not in m.data
+    for user, style, has_base in (("merge", "diff3", True), ("diff3", "merge", False), ("zdiff3", "merge", False)):
+        (home / ".gitconfig").write_text(f"[merge]\n\tconflictStyle = {user}\n")
+        monkeypatch.setenv("HOME", str(home))
+        m = merge3(BASE, _ours(BASE), theirs, style=style)
+        assert m.conflicts == 1 and (b"|||||||" in m.data) == has_base, (user, style)
 
 
 def test_trivial_and_upstream_merges() -> None:

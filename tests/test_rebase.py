@@ -270,7 +270,9 @@ def test_changed_patched_lines_conflict_then_continue_finishes(world) -> None:
     assert c.conflict == "markers" and c.work == f".imgquilt/work/{SITE311}/{WEIGHTS}"
     work = q / c.work
     text = work.read_bytes()
-    assert b"<<<<<<< 0001-log-shard-tensors.patch (old image + patch)\n        " + INFO_LINE + b"\n=======\n" in text
+    # diff3 markers (the default): the patch's side, the old image's, upstream's
+    assert (b"<<<<<<< 0001-log-shard-tensors.patch (old image + patch)\n        " + INFO_LINE + b"\n||||||| old image\n        "
+            + DEBUG_LINE + b"\n=======\n") in text
     assert b"        " + upstream_line + b"\n>>>>>>> rootfs:" in text
     assert snapshot(q) == before  # nothing in the queue changed yet
 
@@ -434,9 +436,13 @@ def test_missing_old_bases_need_from_and_a_filled_store_does_not(world) -> None:
     # `lock` already stored every base and result it read
     assert ObjectStore(q).has(sha256_hex(WEIGHTS_V1))
     shutil.rmtree(q / ".imgquilt" / "objects")
+    # the object store is a cache, the image targets.lock pins the source (test_rebase_upstream.py): gone too,
+    # the rebase asks for --from
+    old.rename(tmp / "old-elsewhere")
     with pytest.raises(BadInput, match="no copy of the old base") as exc:
         rebase(q, new)
     assert "--from OLDREF" in exc.value.hint and f"rootfs:{old}" in exc.value.hint
+    assert "could not be read from" in exc.value.message
     assert not (q / ".imgquilt/rebase").exists()
     # what lock/apply/audit remember is enough
     remember(q, [WEIGHTS_V1, ENVS_V1])

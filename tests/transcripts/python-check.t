@@ -10,7 +10,7 @@ Refreshed patch 0007-typo.patch.
 $ imgquilt lock
 imgquilt: Refused: 1 verification failure(s); nothing was written.
   - 0007-typo.patch: the patch adds Python errors: usr/local/lib/python3.11/site-packages/demosvc/moe.py:49:39: UndefinedName: undefined name 'chosn'.
-Fix the patch so the file compiles and names resolve.
+Fix the patch so the file compiles, its names resolve, and its imports and calls fit the image's modules.
 Or skip the Python check with `imgquilt lock --no-python-check`.
 [exit 3]
 

@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Applied", "Audit", "CheckResult", "Initialized", "Locked", "Progress", "RebaseAborted",
-    "apply", "apply_profiles", "audit", "audit_profiles", "check", "import_items", "import_patches", "init", "load_queue",
-    "lock", "lock_profiles", "profiles", "rebase", "rebase_abort", "rebase_continue", "rebase_skip", "rebase_status", "verify",
+    "apply", "apply_profiles", "audit", "audit_profiles", "check", "diff_upstream", "import_items", "import_patches", "init",
+    "load_queue", "lock", "lock_profiles", "profiles", "rebase", "rebase_abort", "rebase_continue", "rebase_skip", "rebase_status", "verify",
 ]
 
 Progress = Callable[[int, int, str], None]
@@ -599,12 +599,15 @@ def _opener(root: Path, progress: Progress | None):
 
 def rebase(queue: str | os.PathLike[str] | None = None, *, image: str, from_ref: str | None = None, maps: Sequence[str] = (),
            keep_empty: bool = False, platform: str | None = None, progress: Progress | None = None,
-           profile: str | None = None) -> RebaseReport:
+           profile: str | None = None, conflict_style: str = "diff3", python_check: bool = True) -> RebaseReport:
     """Carry the queue onto `image` with 3-way merges. status "done", or "stopped" on a conflict.
 
     `maps`: "OLD=NEW" target paths or directory prefixes that moved. Needs git on PATH (GitMissing, exit 6).
     `profile`: carry the patches that profile selects and re-pin it alone; a rewritten patch that
     another pin selects must still chain there (ProfileChainBroken, exit 3, nothing written).
+    `from_ref`: the old image, when the object store lacks the old bases and the image targets.lock
+    pins cannot be opened. `conflict_style`: "diff3" (markers with the old base's section) or "merge".
+    `python_check`: after every step, the Python checks (in-file and cross-module) on the new image.
     """
     from .rebase import RebaseOptions, parse_map, rebase_in_progress, start_rebase
 
@@ -616,6 +619,10 @@ def rebase(queue: str | os.PathLike[str] | None = None, *, image: str, from_ref:
         raise UsageError("Which image? Pass --image NEWREF.", hint="Example: imgquilt rebase --image oci:vllm:0.10.2")
     from .sources import ref_for_lock
 
+    from .engine.merge import STYLES
+
+    if conflict_style not in STYLES:
+        raise UsageError(f"--conflict-style {conflict_style!r}: expected one of {', '.join(STYLES)}.")
     select: tuple[str, ...] = ()
     if profile is not None:
         from .verbs.profiles import ALL, lock_file, unknown
@@ -628,16 +635,30 @@ def rebase(queue: str | os.PathLike[str] | None = None, *, image: str, from_ref:
             raise unknown(profile, lf)
         select = found.select
     opts = RebaseOptions(ref_for_lock(image, root), platform, ref_for_lock(from_ref, root) if from_ref else None, keep_empty,
-                         tuple(parse_map(m) for m in maps), profile, select)
+                         tuple(parse_map(m) for m in maps), profile, select, conflict_style, python_check)
     return start_rebase(root, opts, _opener(root, progress))
 
 
-def rebase_continue(queue: str | os.PathLike[str] | None = None, *, progress: Progress | None = None) -> RebaseReport:
-    """Take the resolved files of the stopped patch from .imgquilt/work/ and go on."""
+def diff_upstream(queue: str | os.PathLike[str] | None = None, *, patch: str, image: str | None = None,
+                  from_ref: str | None = None, platform: str | None = None, progress: Progress | None = None):
+    """What upstream changed in the functions, classes and regions `patch` edits, between the old image
+    (`from_ref`, else the one targets.lock pins) and the new one (`image`, else a rebase's under way)."""
+    from .rebase.upstream import upstream_of
+    from .sources import ref_for_lock
+
+    root = queue_root(queue)
+    return upstream_of(root, patch, _opener(root, progress), image=ref_for_lock(image, root) if image else None,
+                       from_ref=ref_for_lock(from_ref, root) if from_ref else None, platform=platform)
+
+
+def rebase_continue(queue: str | os.PathLike[str] | None = None, *, progress: Progress | None = None,
+                    python_check: bool = True) -> RebaseReport:
+    """Take the resolved files of the stopped patch from .imgquilt/work/ and go on. `python_check=False`
+    turns the Python checks off for the rest of the rebase (its final verification included)."""
     from .rebase import continue_rebase
 
     root = queue_root(queue)
-    return continue_rebase(root, _opener(root, progress))
+    return continue_rebase(root, _opener(root, progress), python_check=python_check)
 
 
 def rebase_skip(queue: str | os.PathLike[str] | None = None, *, progress: Progress | None = None) -> RebaseReport:

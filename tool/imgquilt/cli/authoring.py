@@ -146,6 +146,8 @@ def refresh_cmd(
     if G.json:
         emit_json({"patch": r.name, "changed": r.changed, "file": str(wt.patches_dir / r.name), "files": files_json(r.patch)})
         return
+    for n in r.notes:
+        note(f"note: {n}")
     if not r.patch.sections:
         say(f"Nothing changed in patch {r.name}.")
     elif r.changed:
@@ -194,14 +196,27 @@ def diff_cmd(
     patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="An applied patch (default: the top).",
                                         autocompletion=patch_names("applied")),
     unrefreshed: bool = typer.Option(False, "-z", help="Only the changes not refreshed yet (patch file's result -> work tree)."),
+    upstream: Optional[str] = typer.Option(None, "--upstream", metavar="PATCH", help="Instead: upstream's change, between the old image and --image NEWREF, of the functions, classes and regions PATCH edits.",
+                                           autocompletion=patch_names("series")),
+    image: Optional[str] = typer.Option(None, "--image", "-i", metavar="NEWREF", help="With --upstream: the new image (default: the one a rebase under way goes to)."),
+    from_ref: Optional[str] = typer.Option(None, "--from", metavar="OLDREF", help="With --upstream: the old image (default: the one targets.lock pins)."),
+    platform: Optional[str] = PlatformOpt,
 ) -> None:
-    """Show the diff of a patch's files, snapshot -> current work tree (what `refresh` would write).
+    """Show the diff of a patch's files, snapshot -> current work tree (what `refresh` would write);
+    with --upstream PATCH, what upstream changed under that patch between two images.
 
     \b
     Examples:
       imgquilt diff > /tmp/top.diff
       imgquilt diff -z
+      imgquilt diff --upstream 0003-moe-fix.patch --image oci:vllm:0.11.0
     """
+    if upstream is not None:
+        if patch is not None or unrefreshed:
+            raise UsageError("--upstream PATCH names its patch; give no -P or -z with it.")
+        return _diff_upstream(upstream, image, from_ref, platform)
+    if image or from_ref:
+        raise UsageError("--image and --from go with --upstream PATCH.")
     wt = tree(guard=False)
     p = wt.diff_unrefreshed(patch) if unrefreshed else wt.diff(patch)
     if G.json:
@@ -210,6 +225,24 @@ def diff_cmd(
         ]})
         return
     write_bytes(b"".join(s.raw for s in p.sections))
+
+
+def _diff_upstream(name: str, image: str | None, from_ref: str | None, platform: str | None) -> None:
+    from ..api import diff_upstream
+    from .common import progress, raw_say
+
+    got = diff_upstream(G.queue, patch=name, image=image, from_ref=from_ref, platform=platform, progress=progress())
+    if G.json:
+        emit_json(got.to_json())
+        return
+    if not got.changes:
+        say(f"Between {got.old['ref']} and {got.new['ref']}, upstream changed nothing in what {name} edits.")
+        return
+    say(f"Upstream's change, {got.old['ref']} -> {got.new['ref']}, of what {name} edits:")
+    for c in got.changes:
+        say(f"{c.path}: {c.summary()}")
+        if c.diff:
+            raw_say(c.diff.rstrip("\n"))
 
 
 def fold_cmd(

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from ..errors import RebaseConflict, UsageError
-from .common import G, ImageOpt, PlatformOpt, ProfileOpt, emit_json, emit_outcome, note, progress, say, table
+from .annotations import Format, annotate
+from .common import G, ImageOpt, PlatformOpt, ProfileOpt, emit_json, emit_outcome, note, progress, raw_say, say, table
 
 if TYPE_CHECKING:  # the rebase machinery (and gitpython) load only when rebase runs
     from ..rebase import RebaseReport
@@ -21,8 +22,11 @@ def _rows(report: RebaseReport) -> list[list]:
         for f in p.files:
             where = f.path if not f.moved_from else f"{f.path} (from {f.moved_from})"
             extra = ("merged; " if f.merged and f.state == "moved" else "") + ("resolved by hand" if f.by_hand else f.detail)
+            if f.upstream and f.state != "conflict":
+                extra = "; ".join(x for x in (extra, "upstream changed " + ", ".join(u.region.name or f"lines {u.region.start}-{u.region.end}"
+                                                                                 for u in f.upstream)) if x)
             name = p.name + (" (dropped)" if p.dropped and first else "")
-            rows.append([name if first else "", (p.state, _STYLE[p.state]) if first else "", where, (f.state, _STYLE[f.state]), extra])
+            rows.append([name if first else "", (p.headline(), _STYLE[p.state]) if first else "", where, (f.state, _STYLE[f.state]), extra])
             first = False
     return rows
 
@@ -37,21 +41,56 @@ def _conflict_error(report: RebaseReport) -> RebaseConflict:
     )
 
 
-def _render(report: RebaseReport) -> None:
+def _render(report: RebaseReport, verbose: bool = False, format: Format = Format.text) -> None:
     if G.json:
         emit_json(report.to_json())
         return
+    if format is Format.github:
+        _annotate(report)
     table(f"Rebase onto {report.new_image.get('ref')}", ["patch", "state", "file", "file state", "note"], _rows(report))
     for n in report.notes:
         say(f"note: {n}")
     for p in report.patches:
         for n in p.notes:
             say(f"note: {p.name}: {n}")
+    _upstream(report, verbose)
     counts = {k: v for k, v in report.summary().items() if v}
     summary = ", ".join(f"{v} {k}" for k, v in counts.items())
     if report.status == "done":
         pin = "targets.lock pins the new image" if report.profile is None else f"targets.lock pins profile {report.profile} to the new image (other pins unchanged)"
         say(f"Rebased {len(report.patches)} patch(es) onto {report.new_image.get('ref')}: {summary}. {pin}.")
+
+
+def _upstream(report: RebaseReport, verbose: bool) -> None:
+    """One line per patch that upstream changed under (or that has findings on the new image), then
+    each change; with -v, upstream's diff of those regions."""
+    for p in report.patches:
+        if not p.upstream and not p.findings:
+            continue
+        say(f"{p.name}: {p.headline()}:")
+        for u in p.upstream:
+            say(f"  {u.path}: {u.summary()}")
+            if verbose and u.diff:
+                raw_say(_indent(u.diff))
+        for f in p.findings:
+            head = "cannot tell" if f["kind"] == "cannot-tell" else f["kind"]
+            where = ": ".join(x for x in (f["module_path"], f["why"]) if x)
+            say(f"  {f['path']}:{f['line']}:{f['col']}: {head}: {f['message']}" + (f" ({where})" if where else ""))
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + ln for ln in text.rstrip("\n").split("\n"))
+
+
+def _annotate(report: RebaseReport) -> None:
+    """--format github: a warning per region upstream changed under a patch, an error per finding."""
+    for p in report.patches:
+        for u in p.upstream:
+            annotate("warning", f"patches/{p.name}", f"upstream changed {u.region.name or 'lines'}", f"{u.path}: {u.summary()}")
+        for f in p.findings:
+            level = "notice" if f["kind"] == "cannot-tell" else "error"
+            annotate(level, f"patches/{p.name}", f"{f['kind']} on the new image",
+                     f"{f['path']}:{f['line']}:{f['col']}: {f['message']} ({f['module_path']}: {f['why']})")
 
 
 def _status() -> None:
@@ -78,8 +117,16 @@ def rebase_cmd(
     status: bool = typer.Option(False, "--status", help="Show the stopped rebase: each patch so far and the conflicted files."),
     platform: Optional[str] = PlatformOpt,
     profile: Optional[str] = ProfileOpt,
+    conflict_style: str = typer.Option("diff3", "--conflict-style", metavar="diff3|merge", help="Conflict markers with the old base's section too (diff3, as `git merge-file --diff3`), or the two sides only (merge)."),
+    no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the Python checks after every step (in-file and cross-module, on the new image); with --continue, for the rest of the rebase."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show upstream's diff of every function, class or region it changed under a patch."),
+    format: Format = typer.Option(Format.text, "--format", metavar="text|github", help="text (default) or github: a warning annotation per region upstream changed under a patch, an error per new Python finding."),
 ) -> None:
     """Carry the queue onto a new image with 3-way merges; stop on a conflict (exit 4).
+
+    Says what upstream changed in the functions, classes and regions each patch edits, and stops
+    (a conflict of kind python) when a result has new Python findings on the new image. Without
+    --from, the old bases come from the object store, else from the image targets.lock pins.
 
     With --profile NAME, carry the patches that profile selects onto its new image and re-pin that
     profile only; a patch other profiles select too is rewritten only where each of them still chains
@@ -88,6 +135,7 @@ def rebase_cmd(
     \b
     Examples:
       imgquilt rebase --image oci:vllm:0.10.2
+      imgquilt rebase --image oci:vllm:0.10.2 -v             (with upstream's diff of what it changed)
       imgquilt rebase --image rootfs:new --from rootfs:old
       imgquilt rebase --image oci:img:2 --map usr/lib/python3.11=usr/lib/python3.12
       imgquilt rebase --status
@@ -100,8 +148,10 @@ def rebase_cmd(
 
     if sum((continue_, abort, status, skip)) > 1:
         raise UsageError("--continue, --skip, --abort and --status exclude each other.")
-    if (continue_ or abort or status or skip) and (image or from_ref or maps or keep_empty or profile):
+    if (continue_ or abort or status or skip) and (image or from_ref or maps or keep_empty or profile or conflict_style != "diff3"):
         raise UsageError("--continue, --skip, --abort and --status take no other options: the rebase remembers them.")
+    if no_python_check and (abort or status or skip):
+        raise UsageError("--no-python-check goes with a new rebase or --continue.")
     if status:
         _status()
         return
@@ -118,15 +168,16 @@ def rebase_cmd(
             say("Rebase aborted before it changed anything.")
         return
     if continue_:
-        report = api.rebase_continue(G.queue, progress=progress())
+        report = api.rebase_continue(G.queue, progress=progress(), python_check=not no_python_check)
     elif skip:
         report = api.rebase_skip(G.queue, progress=progress())
     else:
         report = api.rebase(G.queue, image=image or "", from_ref=from_ref, maps=maps or (), keep_empty=keep_empty,
-                            platform=platform, progress=progress(), profile=profile)
+                            platform=platform, progress=progress(), profile=profile, conflict_style=conflict_style,
+                            python_check=not no_python_check)
     if report.status == "stopped" and G.json:
         emit_outcome(report.to_json(), _conflict_error(report))
-    _render(report)
+    _render(report, verbose, format)
     if report.status == "stopped":
         raise _conflict_error(report)
     if not G.json:

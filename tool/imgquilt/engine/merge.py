@@ -2,8 +2,10 @@
 
 The three inputs go to a private temp directory; the result comes back on stdout as bytes
 (`-p`, never decoded), so CRLF, a missing final newline and non-UTF-8 bytes survive. The exit
-status is the number of conflicts. Conflicts use plain markers (`<<<<<<<`/`=======`/`>>>>>>>`)
-labelled with the patch and the new image, so a user sees whose side is whose.
+status is the number of conflicts. Conflicts are marked in diff3 style by default
+(`<<<<<<<` ours, `|||||||` the old base, `=======`, theirs `>>>>>>>`, as `git merge-file --diff3`),
+or with the two sides only (`merge`); each marker is labelled with the patch, the old image or the
+new image, so a user sees whose side is whose.
 
 git refuses files with NUL bytes; for those only the trivial merges are made, anything else is
 a conflict without markers.
@@ -19,7 +21,9 @@ from dataclasses import dataclass
 from ..errors import ImgquiltError
 from ..util.gitexe import require_git
 
-MARKER = re.compile(rb"^(<{7} |>{7} |={7}\r?\n?$)")
+# a conflict marker of either style (diff3's `|||||||` too), labelled or bare
+MARKER = re.compile(rb"^(?:(?:<{7}|>{7}|\|{7})(?: |\r?\n?$)|={7}\r?\n?$)")
+STYLES = ("diff3", "merge")  # --conflict-style; diff3 writes the base section too
 
 # merge-file reads merge.conflictStyle from the user's config; a fixed style keeps output stable
 _ISOLATED_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_COUNT": "0"}
@@ -51,8 +55,12 @@ def _trivial(base: bytes, ours: bytes, theirs: bytes) -> bytes | None:
     return None
 
 
-def merge3(base: bytes, ours: bytes, theirs: bytes, *, ours_label: str = "ours", base_label: str = "base", theirs_label: str = "theirs") -> MergeResult:
-    """Merge the change base→ours into theirs. Conflicts are marked in `data` (plain style)."""
+def merge3(base: bytes, ours: bytes, theirs: bytes, *, ours_label: str = "ours", base_label: str = "base", theirs_label: str = "theirs",
+           style: str = "diff3") -> MergeResult:
+    """Merge the change base→ours into theirs. Conflicts are marked in `data` (`style`: diff3 with
+    the base section, or merge with the two sides only)."""
+    if style not in STYLES:
+        raise ValueError(f"unknown conflict style {style!r}")
     easy = _trivial(base, ours, theirs)
     if easy is not None:
         return MergeResult(easy, 0)
@@ -64,7 +72,8 @@ def merge3(base: bytes, ours: bytes, theirs: bytes, *, ours_label: str = "ours",
             with open(os.path.join(tmp, name), "wb") as f:
                 f.write(data)
         cmd = [
-            require_git("A 3-way merge"), "-c", "merge.conflictStyle=merge", "merge-file", "-p",
+            require_git("A 3-way merge"), "-c", f"merge.conflictStyle={style}", "merge-file", "-p",
+            *(["--diff3"] if style == "diff3" else []),
             "-L", _label(ours_label), "-L", _label(base_label), "-L", _label(theirs_label),
             "ours", "base", "theirs",
         ]

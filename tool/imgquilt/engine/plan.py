@@ -15,6 +15,7 @@ from ..queue.queue import Queue
 from .apply import HunkError, apply_section
 from .bytecode import Bytecode, find_bytecode, is_python_source
 from .pycheck import Memo, Screen, check_key, errors_of_many, located, start_errors_of_many
+from .pysearch import SourceModules
 from .record import read_record_target, record_bytes, recorded_ref
 from .result import RECORD_PATH, ApplyResult, FileResult
 
@@ -73,13 +74,14 @@ NEXT_STEP = {
     "result": "A patch whose body was edited by hand no longer gives its Patched-SHA256: {rehash} re-pins it "
               "(and re-chains the patches after it).",
     "hunk": "A hunk does not fit the base its patch pins: fix its context and removed lines by hand, then {rehash}.",
-    "python": "Fix the patch so the file compiles and names resolve.",
+    "python": "Fix the patch so the file compiles, its names resolve, and its imports and calls fit the image's modules.",
     "lock": LOCK_HINT,
 }
 
 
-def refusal(problems: list[Problem]) -> ImgquiltError:
-    """One error naming every problem; bad input (6) wins over verification failures (3)."""
+def refusal(problems: list[Problem], notes: list[str] | tuple[str, ...] = ()) -> ImgquiltError:
+    """One error naming every problem (and, after them, the Python check's "cannot tell" notes);
+    bad input (6) wins over verification failures (3)."""
     kinds = {p.kind for p in problems}
     if kinds & {"missing", "hunk"}:
         cls = {frozenset({"missing"}): MissingTarget, frozenset({"hunk"}): MalformedPatch}.get(frozenset(kinds), BadInput)
@@ -88,7 +90,7 @@ def refusal(problems: list[Problem]) -> ImgquiltError:
         cls = by_kind[next(iter(kinds))] if len(kinds) == 1 else Refused
     msg = f"Refused: {len(problems)} verification failure(s); nothing was written.\n" + "\n".join(
         f"  - {p.render()}" for p in problems
-    )
+    ) + "".join(f"\n  note: {n}" for n in notes)
     hints = []
     for kind in sorted(kinds):
         names = list(dict.fromkeys(p.patch for p in problems if p.kind == kind))
@@ -118,11 +120,18 @@ def deleted_note(source: Source, t: TargetFile) -> str:
 
 
 def run_series(queue: Queue, targets: dict[str, TargetFile], *, source: Source | None = None, python_check: bool = True,
-               python_memo: Memo | None = None, python_screen: Screen | None = None) -> tuple[dict[str, _FileState], list[Problem]]:
-    """Apply every section in series order to the targets' bytes; collect every problem."""
+               python_memo: Memo | None = None, python_screen: Screen | None = None,
+               notes: list[str] | None = None, modules: SourceModules | None = None) -> tuple[dict[str, _FileState], list[Problem]]:
+    """Apply every section in series order to the targets' bytes; collect every problem. With a
+    `source`, the Python check also looks across modules (its "cannot tell"s go to `notes`)."""
     states, problems = _apply_series(queue, targets, source)
     if python_check:
         problems += python_problems(states, python_memo, python_screen)
+        if source is not None:
+            found, said = cross_module_problems(states, targets, modules or SourceModules(source), python_memo)
+            problems += found
+            if notes is not None:
+                notes += said
     return states, problems
 
 
@@ -232,6 +241,51 @@ def python_problems(states: dict[str, _FileState], memo: Memo | None, screen: Sc
     return PythonCheck(states, memo, screen).problems()
 
 
+def cross_module_problems(states: dict[str, _FileState], targets: dict[str, TargetFile],
+                          image: SourceModules, memo: Memo | None = None) -> tuple[list[Problem], list[str]]:
+    """The cross-module check (crosscheck.py) of every patched .py file: its imports and calls
+    against the image with every patched file's final bytes, new findings only (those its base,
+    against the image as it is, did not have). Returns the problems, one per file and patch that
+    brought findings, and the "cannot tell" notes."""
+    from .crosscheck import FileCheck, cross_check, culprit
+
+    # every patched file's bytes as far as the series got: a file another finding broke still holds them
+    changed = [(r, st.target.data, st.data) for r, st in states.items() if st.chain and st.data != st.target.data]
+    files = [FileCheck(st.target.path, r, st.target.data, st.data) for r, st in states.items()
+             if r.endswith(".py") and st.chain and not st.broken and st.data is not None and st.data != st.target.data]
+    if not files:
+        return [], []
+    overlay = {r: after for r, _, after in changed}
+    named = {t.path: t.resolved for t in targets.values() if t.resolved in overlay}
+    patched_by = {r: states[r].chain[-1][0] for r in overlay}
+    # the lines each file's patches add and remove: only files whose changes may matter are parsed
+    lines = {r: [hl.text for _n, _p, sec in states[r].chain for h in sec.hunks for hl in h.lines if hl.kind != " "]
+             for r, _b, _a in changed}
+    results = cross_check(files, changed, image.view(overlay, named), image.view({}, {}), lines, memo)
+    problems: list[Problem] = []
+    notes: list[str] = []
+    for ff in results:
+        st = states[ff.check.resolved]
+        for f in ff.notes:
+            notes += f.located(ff.check.path)
+        if not ff.findings:
+            continue
+        steps, data = [], st.target.data
+        for name, _path, sec in st.chain:
+            data = None if sec.is_delete else apply_section(data, sec)
+            steps.append((name, data))
+        by_patch: dict[str, list] = {}
+        for f in ff.findings:
+            by_patch.setdefault(culprit(steps, ff.check.resolved, f, ff.place, patched_by), []).append(f)
+        for name, found in by_patch.items():
+            sec = next(s for n, _p, s in st.chain if n == name) if any(n == name for n, _p, _s in st.chain) else st.chain[-1][2]
+            places = [x for f in found for x in f.located(ff.check.path)]
+            problems.append(Problem("python", name, ff.check.path, ff.check.resolved, sec.base_sha256, sec.patched_sha256,
+                                    "; ".join(f.text() for f in found), tuple(places)))
+        st.broken = True
+    return problems, notes
+
+
 class PythonCheck:
     """The Python check of a planned series, begun here and under way (see pycheck.PendingErrors):
     `problems()` waits for it; `close()` stops it without using the answer."""
@@ -299,11 +353,12 @@ def stale_bytecode(source: Source, states: dict[str, _FileState], targets: dict[
 
 def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False, python_check: bool = True,
                python_memo: Memo | None = None, python_screen: Screen | None = None,
-               bytecode_source: Source | None = None, env: tuple[tuple[str, str], ...] = ()) -> ApplyResult:
+               bytecode_source: Source | None = None, env: tuple[tuple[str, str], ...] = (),
+               module_source: Source | None = None) -> ApplyResult:
     """Read, apply and verify everything in memory. Raises a refusal naming every problem."""
     result, gate = plan_apply_gated(queue, source, lock, locked=locked, python_check=python_check,
                                     python_memo=python_memo, python_screen=python_screen,
-                                    bytecode_source=bytecode_source, env=env)
+                                    bytecode_source=bytecode_source, env=env, module_source=module_source)
     gate.check()
     return result
 
@@ -331,16 +386,21 @@ class Gate:
 
 def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False, python_check: bool = True,
                      python_memo: Memo | None = None, python_screen: Screen | None = None,
-                     bytecode_source: Source | None = None, env: tuple[tuple[str, str], ...] = ()) -> tuple[ApplyResult, Gate]:
+                     bytecode_source: Source | None = None, env: tuple[tuple[str, str], ...] = (),
+                     module_source: Source | None = None) -> tuple[ApplyResult, Gate]:
     """plan_apply, with the Python check left running: every other verification is done and refused
     here; the result may be staged but not made visible before `gate.check()` passed.
 
     `bytecode_source`: where to look for bytecode the change makes stale (default: `source`; an
     in-place apply looks in the root it writes). `env`: environment defaults for the image's config,
-    carried in the result and its record."""
+    carried in the result and its record. `module_source`: where the cross-module Python check reads
+    the modules the patched files import (default: `source`)."""
     check_lock_fresh(queue, lock, locked=locked)
     paths = queue.target_paths()
     check_link_parents(queue)
+    modules = SourceModules(module_source or source) if python_check else None
+    if modules is not None:
+        modules.expect(paths)  # the layers read for the targets keep their packages' modules
     targets = read_targets(source, paths, queue.link_paths())
     # an image whose scanned layers do not decide the record gets one at its plain path
     record_target = _own_record_path(read_record_target(source) or TargetFile(RECORD_PATH, RECORD_PATH, None))
@@ -359,6 +419,9 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
         states, problems = _apply_series(queue, targets, source)
         if python_check:
             pending = PythonCheck(states, python_memo, python_screen)
+            found, said = cross_module_problems(states, targets, modules or SourceModules(module_source or source), python_memo)
+            problems += found
+            notes += said
     if lock is not None:
         if not done:
             for lt in lock.targets:
@@ -371,7 +434,7 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     if problems:  # one refusal names everything, the Python check's findings included
         if pending is not None:
             problems += pending.problems()
-        raise refusal(problems)
+        raise refusal(problems, [n for n in notes if ": cannot tell: " in n])
     files = []
     for st in states.values():
         t = st.target
@@ -411,6 +474,7 @@ class LockPlan:
 
     lock: Lock
     contents: tuple[bytes | None, ...]
+    notes: tuple[str, ...] = ()  # the cross-module check's "cannot tell"s
 
 
 def plan_lock(queue: Queue, source: Source, ref: str, *, python_check: bool = True, python_memo: Memo | None = None,
@@ -418,11 +482,15 @@ def plan_lock(queue: Queue, source: Source, ref: str, *, python_check: bool = Tr
     """Pin the image and every target: the whole series must verify on it."""
     paths = queue.target_paths()
     check_link_parents(queue)
+    modules = SourceModules(source) if python_check else None
+    if modules is not None:
+        modules.expect(paths)
     targets = read_targets(source, paths, queue.link_paths())
+    notes: list[str] = []
     states, problems = run_series(queue, targets, source=source, python_check=python_check, python_memo=python_memo,
-                                  python_screen=python_screen)
+                                  python_screen=python_screen, notes=notes, modules=modules)
     if problems:
-        raise refusal(problems)
+        raise refusal(problems, notes)
     info = source.info()
     digest = info.digest or rootfs_digest([(t.resolved, sha256_hex(t.data)) for t in targets.values()])
     lock_targets = []
@@ -448,4 +516,4 @@ def plan_lock(queue: Queue, source: Source, ref: str, *, python_check: bool = Tr
 
     lock = Lock(queue.series_sha256, ImageInfo(ref, digest, info.platform, info.kind), tuple(lock_targets),
                 patch_sha256=patch_hashes(queue.names, [p.raw for p in queue.patches]))
-    return LockPlan(lock, tuple(t.data for t in targets.values()) + tuple(st.data for st in states.values()))
+    return LockPlan(lock, tuple(t.data for t in targets.values()) + tuple(st.data for st in states.values()), tuple(notes))

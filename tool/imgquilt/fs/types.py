@@ -111,6 +111,16 @@ class PeeksTargets(Protocol):
     def peek_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]: ...
 
 
+@runtime_checkable
+class ReadsFirst(Protocol):
+    """A layered source that can read only as deep as it takes to find one of several paths (the
+    Python check looks for a module among the files CPython would try, without deciding them all)."""
+
+    def read_first(self, paths: Sequence[str]) -> dict[str, TargetFile]:
+        """Read down until one of `paths` is a file, or every one is decided; return the decided ones."""
+        ...
+
+
 @dataclass(frozen=True)
 class DirListing:
     """A directory's entries, as a source knows them: its resolved path, itself and its parents

@@ -55,7 +55,7 @@ from .layers.blobio import FileRange, HashingRange, VerifiedBlobs, fingerprint
 from .layers.index_codec import dump_index, load_index
 from .layers.layer_index import DIR, FILE, HARDLINK, OTHER, SYMLINK, LayerIndex, Rec, scan_layer
 from .layers.merged_view import UNKNOWN, Absent, Deletion, Found, MergedView, _ancestors, hider
-from .layers.tarwalk import TarWalker
+from .layers.tarwalk import TarWalker, member_path
 from .layers.toc import TocRef, TocUnusable, file_bytes, read_toc, span, toc_index, toc_ref
 
 LAYER_READS_ENV = "IMGQUILT_LAYER_READS"
@@ -161,6 +161,9 @@ class ImageSource:
         if use_tocs:
             self._tocs = [self._toc_of(i) for i in range(len(self._layers))]
         self._keys: dict[int, str] = {}  # layer position -> the shared cache's key of its index
+        # keep_also(): more members whose bytes are kept when a layer is read (the Python check's modules)
+        self._also: Callable[[str], bool] | None = None
+        self._also_budget = 0
         # called with (layer position from the top, layer count, layer digest) before a layer is read;
         # it may return a callback that is given the count of tar bytes read as they pass (progress)
         self.on_layer: Callable[[int, int, str], Callable[[int], None] | None] | None = None
@@ -189,6 +192,41 @@ class ImageSource:
         finally:
             self._stop_prefetch()  # decided without the next layer: it is never used
         return self._finish(attempts)  # type: ignore[arg-type]
+
+    def read_first(self, paths: Sequence[str]) -> dict[str, TargetFile]:
+        """Like read_targets, but the read stops going down once one of `paths` is a file (or all are
+        decided); paths still undecided then are left out (fs.types.ReadsFirst)."""
+        named = {p: check_member_path(p, what="target path") for p in paths}
+        try:
+            while True:
+                attempts = {p: self._attempt(n) for p, n in named.items()}
+                open_ = [a for a in attempts.values() if isinstance(a, _Open)]
+                found = any(isinstance(a, _Decided) and a.source is not None for a in attempts.values())
+                if not open_ or found:
+                    break
+                wanted: set[str] = set()
+                for a in open_:
+                    wanted |= a.wanted
+                self._scan_next(wanted, ahead=True)
+        finally:
+            self._stop_prefetch()
+        return self._finish({p: a for p, a in attempts.items() if isinstance(a, _Decided)})
+
+    def keep_also(self, wanted: Callable[[str], bool], budget: int) -> None:
+        """From now on, whenever a layer is read (or read again for a file not kept), also keep the
+        bytes of the members `wanted` names, up to `budget` bytes in all (each at most
+        KEEP_LIKELY_MAX): the Python check reads module after module of one package, and every file
+        not kept would cost another pass over its layer."""
+        self._also, self._also_budget = wanted, budget
+
+    def _also_keep(self, path: str, size: int) -> bool:
+        if self._also is None or size > KEEP_LIKELY_MAX or not self._also(path):
+            return False
+        with self._kept_lock:
+            if size > self._also_budget:
+                return False
+            self._also_budget -= size
+            return True
 
     def peek_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]:
         """Like read_targets, over the layers already scanned only: a path they leave undecided is
@@ -412,6 +450,8 @@ class ImageSource:
         def keep(path: str, size: int) -> bool:
             if path in wanted:
                 return True
+            if self._also is not None and self._also_keep(path, size):
+                return True
             if size <= KEEP_LIKELY_MAX and likely(path):
                 with self._kept_lock:  # two scans may share the budget
                     if self._likely_kept + size <= KEEP_LIKELY_BUDGET:
@@ -624,12 +664,22 @@ class ImageSource:
         else:
             wanted = {rec.ordinal for rec in recs}
             last = max(wanted)
+            index = self._view.layers[position] if position < len(self._view.layers) else None
+            # keep_also(): a pass for one module keeps its package's other modules too, reading the layer
+            # to its end (one more pass instead of one per module)
+            also = self._also is not None and index is not None and self._also_budget > 0
             with layer.open_stream(trusted=trusted) as stream:
                 walker = TarWalker(stream, what=what)
                 for entry in walker:
                     if entry.ordinal in wanted:
                         found[entry.ordinal] = walker.read_data()
-                    if trusted and entry.ordinal >= last:
+                    elif also and entry.type in ("0", "\0") and not entry.sparse and index is not None:
+                        path = _member_path_or_none(entry.name)
+                        rec = index.entries.get(path) if path else None
+                        if rec is not None and rec.ordinal == entry.ordinal and rec.data is None and rec.kind == FILE \
+                                and self._also_keep(path, entry.size):
+                            rec.data = walker.read_data()
+                    if trusted and entry.ordinal >= last and not also:
                         break
                 if not trusted:
                     walker.finish()  # verify before using anything
@@ -647,6 +697,13 @@ class ImageSource:
         if self.kind != "image":
             return f"tar file {self._layers[position].location.path}"
         return f"layer {self.layer_digest(position)}"
+
+
+def _member_path_or_none(name: str) -> str | None:
+    try:
+        return member_path(name)
+    except BadInput:
+        return None
 
 
 class _Cancelled(Exception):

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..engine.apply import HunkError, apply_section
 from ..engine.merge import merge3
 from ..engine.pycheck import located, new_python_errors
+from ..engine.regions import regions_of, upstream_changes
 from ..errors import BadInput, MalformedPatch
 from ..queue.binarypatch import is_binary
 from ..queue.hunks import ABSENT, sha256_hex
@@ -33,6 +34,20 @@ def stored_bytes(store: ObjectStore, sha: str, path: str, patch: str) -> bytes |
     return data
 
 
+def _keep_result(store: ObjectStore, s: FileSection, base_sha: str) -> None:
+    """A section carried as it is: its result goes to the store too (when its base is there), so the
+    checks after the step, and the next patch of the chain, have the bytes."""
+    if s.patched_sha256 == ABSENT or store.has(s.patched_sha256):
+        return
+    found, base = store.get_or_absent(base_sha)
+    if not found:
+        return
+    try:
+        store.put(apply_section(base, s))
+    except HunkError:
+        return  # the final verification names it
+
+
 def _labels(patch: str, st: RebaseState) -> dict[str, str]:
     return {"ours_label": f"{patch} (old image + patch)", "base_label": "old image", "theirs_label": f"{st.new_ref} (new image)"}
 
@@ -52,6 +67,7 @@ def rebase_section(root: Path, st: RebaseState, store: ObjectStore, patch: Patch
     if new_base == old_base:
         raw = s.raw if moved_from is None else retarget(s, new_path, patch.name)
         oc = replace(base, state=MOVED if moved_from else UNCHANGED, new_patched=s.patched_sha256)
+        _keep_result(store, s, new_base)
         return CarriedSection(oc, s.path, store.put(raw), mode=s.mode)
     ob = stored_bytes(store, old_base, s.path, patch.name)
     try:
@@ -66,6 +82,9 @@ def rebase_section(root: Path, st: RebaseState, store: ObjectStore, patch: Patch
     if ours is not None:
         store.put(ours)
     nb = stored_bytes(store, new_base, new_path, patch.name)
+    if not (s.binary is not None or is_binary(ob) or is_binary(nb)):
+        # what upstream changed in the functions, classes or lines the patch edits
+        base = replace(base, upstream=tuple(upstream_changes(s.path, regions_of(s, ob), ob, nb, new_path=new_path)))
     if ours is None:
         if nb is None:
             return CarriedSection(replace(base, state=UPSTREAM, new_patched=ABSENT), s.path, mode=s.mode)
@@ -83,7 +102,7 @@ def rebase_section(root: Path, st: RebaseState, store: ObjectStore, patch: Patch
                   "binary file changed upstream: no markers; the work-tree file is the new image's version, make it the patched one")
         return CarriedSection(replace(base, state=CONFLICT, conflict="binary", work=work, detail=detail), s.path, mode=s.mode,
                               ours_sha=store.put(ours), theirs_sha=store.put(nb or b""))
-    m = merge3(ob or b"", ours, nb or b"", **_labels(patch.name, st))
+    m = merge3(ob or b"", ours, nb or b"", **_labels(patch.name, st), style=st.conflict_style)
     if m.clean:
         if m.data == (nb or b"") and (nb is not None or not m.data):
             return CarriedSection(replace(base, state=UPSTREAM, merged=True, new_patched=new_base), s.path, mode=s.mode)

@@ -63,7 +63,7 @@ def finish(root: Path, st: RebaseState, old: Queue, opener: Opener) -> RebaseRep
     new_whole = Queue(root, series_bytes, tuple(parse_series(series_bytes)), tuple(patches))
     new_q = new_whole.selection(st.select)
     source = opener(st.new_ref, st.platform)
-    lock = lock_queue(new_q, source, st.new_ref)  # verifies the whole rebased series on the new image
+    lock = lock_queue(new_q, source, st.new_ref, python_check=st.python_check)  # verifies the whole rebased series on the new image
     current = read_regular_file(root / "targets.lock")
     _refuse_broken_pins(current, new_whole, st, {n for n in kept if store.get(kept[n]) != old.patch(n).raw} | set(dropped))
     st.new_image = {"ref": st.new_ref, "digest": lock.image.digest}

@@ -8,6 +8,7 @@ redoes an interrupted finish.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -21,6 +22,7 @@ from ..store import ObjectStore
 from ..util.gitexe import require_git
 from ..work import WorkTree
 from .backup import backup, backup_queue, restore
+from .boot import NewImage, locate_moves, step_findings, with_findings
 from .carry import finish_patch, rebase_section
 from .finish import finish
 from .moves import plan_paths
@@ -33,15 +35,15 @@ from .state import (
 from .work_files import release_work
 
 
-def _fill_from_old(q: Queue, store: ObjectStore, ref: str, opener: Opener, platform: str | None) -> None:
+def _fill_from_old(q: Queue, store: ObjectStore, ref: str, opener: Opener, platform: str | None, *, what: str = "--from") -> None:
     """Read the old image's targets, check the series verifies on it, store every base and result."""
     source = opener(ref, platform)
     targets = read_targets(source, q.target_paths(), q.link_paths())
     states, problems = run_series(q, targets, source=source, python_check=False)
     if problems:
         raise BaseDrift(
-            f"--from {ref} is not the image this queue was made for:\n" + "\n".join(f"  - {p.render()}" for p in problems),
-            hint="Pass the image the queue applies to (the one targets.lock pins).",
+            f"{what} {ref} is not the image this queue was made for:\n" + "\n".join(f"  - {p.render()}" for p in problems),
+            hint="Pass the image the queue applies to with --from OLDREF (targets.lock's reference may name another image now).",
         )
     for data in [t.data for t in targets.values()] + [s.data for s in states.values()]:
         if data is not None:
@@ -78,13 +80,29 @@ def start_rebase(root: Path, opts: RebaseOptions, opener: Opener) -> RebaseRepor
     if needed and opts.from_ref:
         _fill_from_old(q, store, opts.from_ref, opener, opts.platform)
         needed = [p for p in needed if not store.has(firsts[p])]
+    unreachable = ""
+    if needed and not opts.from_ref and old_lock is not None:
+        # the object store is a cache: the image targets.lock pins has the old bases, when it is reachable
+        pinned_ref = _reachable(old_lock.image.ref, root)
+        if pinned_ref is None:
+            unreachable = f" It could not be read from {old_lock.image.ref}: that path is not there."
+        else:
+            try:
+                _fill_from_old(q, store, pinned_ref, opener, opts.platform or old_lock.image.platform,
+                               what="The image targets.lock pins,")
+            except BaseDrift:
+                raise  # it is there, but not the image the queue was made for: say so
+            except ImgquiltError as exc:
+                unreachable = f" It could not be read from {old_lock.image.ref}: {exc.message}"
+            needed = [p for p in needed if not store.has(firsts[p])]
     if needed:
         pinned = f" (targets.lock pins {old_lock.image.ref})" if old_lock else ""
         raise BadInput(
             "The object store has no copy of the old base of " + ", ".join(f"{p} ({firsts[p][:12]}…)" for p in needed)
-            + ", which a 3-way merge needs.",
+            + ", which a 3-way merge needs." + unreachable,
             hint=f"Pass --from OLDREF, the image the queue was made for{pinned}: `imgquilt rebase --image {opts.new_ref} --from OLDREF`.",
         )
+
     info = source.info()
     st = RebaseState(
         new_ref=opts.new_ref,
@@ -98,6 +116,8 @@ def start_rebase(root: Path, opts: RebaseOptions, opener: Opener) -> RebaseRepor
         notes=notes,
         profile=opts.profile,
         select=list(opts.select),
+        conflict_style=opts.conflict_style,
+        python_check=opts.python_check,
     )
     rebase_dir(root).ensure()
     backup(root, whole)
@@ -111,6 +131,17 @@ def start_rebase(root: Path, opts: RebaseOptions, opener: Opener) -> RebaseRepor
         more = "No rebase was started: series, patches/ and targets.lock are as they were."
         exc.hint = f"{exc.hint}\n{more}" if exc.hint else more
         raise
+
+
+def _reachable(ref: str, root: Path) -> str | None:
+    """The lock's reference as it opens from here (a path in it is the queue directory's), or None
+    when it names a local path that is not there."""
+    from ..sources import ref_in_queue
+
+    try:
+        return ref_in_queue(ref, root)
+    except ImgquiltError:
+        return None
 
 
 def _pin(root: Path, profile: str | None):
@@ -151,10 +182,13 @@ def _advance(root: Path, st: RebaseState, opener: Opener) -> RebaseReport:
     store = ObjectStore(root)
     whole = backup_queue(root)
     q = whole.selection(st.select)
+    image = NewImage(opener, st)
     while st.next < len(q.patches):
         patch = q.patches[st.next]
         strip = q.entries[st.next].strip
         sections = [rebase_section(root, st, store, patch, s, strip) for s in patch.sections]
+        sections = locate_moves(sections, image)
+        sections = with_findings(root, st, store, patch, sections, step_findings(st, store, patch, sections, image))
         if any(s.outcome.state == CONFLICT for s in sections):
             st.phase = "conflict"
             st.current = {"name": patch.name, "sections": [s.to_json() for s in sections]}
@@ -165,10 +199,14 @@ def _advance(root: Path, st: RebaseState, opener: Opener) -> RebaseReport:
     return finish(root, st, whole, opener)
 
 
-def continue_rebase(root: Path, opener: Opener) -> RebaseReport:
-    """Take the resolved work-tree files of the stopped patch, then go on."""
+def continue_rebase(root: Path, opener: Opener, *, python_check: bool = True) -> RebaseReport:
+    """Take the resolved work-tree files of the stopped patch, then go on (`python_check=False`: the
+    Python checks stay off for the rest of this rebase)."""
     require_git("rebase --continue")
     st = load_state(root)
+    if not python_check and st.python_check:
+        st.python_check = False
+        save_state(root, st)
     if st.phase != "conflict" or st.current is None:
         # an interrupted run or finish: redo from the journal
         return _guarded(_advance, root, st, opener)
@@ -182,12 +220,33 @@ def _resolve_and_go_on(root: Path, st: RebaseState, opener: Opener) -> RebaseRep
     strip = q.entries[st.next].strip
     sections = [CarriedSection.from_json(d) for d in st.current["sections"]]
     resolved = take_resolutions(root, store, patch, sections, strip)
+    resolved = _refuse_findings(st, store, patch, sections, resolved, NewImage(opener, st))
     finish_patch(st, store, patch, resolved, strip)
     st.phase = "running"
     save_state(root, st)  # journal the resolution before its files leave the work tree
     release_work(root, st, [s.outcome.path for s in sections if s.outcome.state == CONFLICT])
     save_state(root, st)
     return _advance(root, st, opener)
+
+
+def _refuse_findings(st: RebaseState, store: ObjectStore, patch, before: list[CarriedSection], resolved: list[CarriedSection],
+                     image: NewImage) -> list[CarriedSection]:
+    """A resolution must not leave a new cross-module finding on the new image either; the resolved
+    sections come back with their findings ("cannot tell"s) as they are now."""
+    redo = [i for i, s in enumerate(before) if s.outcome.state == CONFLICT]
+    found = step_findings(st, store, patch, resolved, image)
+    left = [f"{resolved[i].outcome.work or before[i].outcome.work}: on the new image: {'; '.join(found[i].located())}"
+            for i in redo if i in found and found[i].problems]
+    if left:
+        raise RebaseConflict(
+            f"{patch.name} is still conflicted:\n" + "\n".join(f"  - {x}" for x in left),
+            hint="Edit the file(s), then `imgquilt rebase --continue`; or `imgquilt rebase --skip`, or `imgquilt rebase --abort`.",
+        )
+    out = list(resolved)
+    for i in redo:
+        oc = out[i].outcome
+        out[i] = replace(out[i], outcome=replace(oc, findings=found[i].json() if i in found else ()))
+    return out
 
 
 def skip_rebase(root: Path, opener: Opener) -> RebaseReport:

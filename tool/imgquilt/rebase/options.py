@@ -20,6 +20,8 @@ class RebaseOptions:
     maps: tuple[tuple[str, str], ...] = ()  # --map OLD=NEW path prefixes
     profile: str | None = None  # the pin to re-pin (None: the default)
     select: tuple[str, ...] = ()  # the guards the rebased selection turns on (the profile's)
+    conflict_style: str = "diff3"  # diff3 (the base section too) | merge
+    python_check: bool = True  # the Python checks after every step (--no-python-check turns them off)
 
 
 def parse_map(value: str) -> tuple[str, str]:

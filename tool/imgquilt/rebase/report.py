@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..engine.regions import RegionChange
+
 # file and patch states of the report
 UNCHANGED, MERGED, CONFLICT, MOVED, UPSTREAM = "unchanged", "merged", "conflict", "moved", "merged-upstream"
 STATES = (UNCHANGED, MERGED, CONFLICT, MOVED, UPSTREAM)
@@ -25,13 +27,16 @@ class FileOutcome:
     conflict: str | None = None  # markers | binary | delete | python
     work: str | None = None  # the work-tree file to resolve, relative to the queue
     detail: str = ""
+    upstream: tuple[RegionChange, ...] = ()  # what upstream changed in the regions the section edits
+    findings: tuple[dict, ...] = ()  # the cross-module check's new findings on the new image (crosscheck.Finding.to_json)
 
     def to_json(self) -> dict:
         return {
             "path": self.path, "from": self.moved_from, "state": self.state, "merged": self.merged,
             "by_hand": self.by_hand, "old_base": self.old_base, "old_patched": self.old_patched,
             "new_base": self.new_base, "new_patched": self.new_patched, "conflict": self.conflict,
-            "work": self.work, "detail": self.detail,
+            "work": self.work, "detail": self.detail, "upstream": [u.to_json() for u in self.upstream],
+            "findings": [dict(f) for f in self.findings],
         }
 
     @classmethod
@@ -40,6 +45,8 @@ class FileOutcome:
             path=doc["path"], state=doc["state"], old_base=doc["old_base"], old_patched=doc["old_patched"],
             new_base=doc["new_base"], new_patched=doc["new_patched"], moved_from=doc["from"], merged=doc["merged"],
             by_hand=doc["by_hand"], conflict=doc["conflict"], work=doc["work"], detail=doc["detail"],
+            upstream=tuple(RegionChange.from_json(u) for u in doc.get("upstream", [])),
+            findings=tuple(dict(f) for f in doc.get("findings", [])),
         )
 
 
@@ -51,9 +58,34 @@ class PatchOutcome:
     dropped: bool = False
     notes: tuple[str, ...] = ()
 
+    @property
+    def upstream(self) -> list[RegionChange]:
+        return [u for f in self.files for u in f.upstream]
+
+    @property
+    def findings(self) -> list[dict]:
+        return [x for f in self.files for x in f.findings]
+
+    def headline(self) -> str:
+        """The patch's state in words, with what upstream changed under it: "merged, upstream changed
+        2 functions it edits"."""
+        words = self.state
+        changed = self.upstream
+        if changed:
+            kinds = {u.region.kind for u in changed}
+            noun = "functions" if kinds == {"function"} else "classes" if kinds == {"class"} else "regions"
+            if len(changed) == 1:
+                noun = {"functions": "function", "classes": "class", "regions": "region"}[noun]
+            words += f", upstream changed {len(changed)} {noun} it edits"
+        problems = [f for f in self.findings if f.get("kind") != "cannot-tell"]
+        if problems:
+            words += f", {len(problems)} new Python finding(s) on the new image"
+        return words
+
     def to_json(self) -> dict:
         return {"name": self.name, "state": self.state, "dropped": self.dropped, "notes": list(self.notes),
-                "files": [f.to_json() for f in self.files]}
+                "files": [f.to_json() for f in self.files], "upstream": [u.to_json() for u in self.upstream],
+                "findings": self.findings}
 
     @classmethod
     def from_json(cls, doc: dict) -> PatchOutcome:

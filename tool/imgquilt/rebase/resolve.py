@@ -28,7 +28,7 @@ def take_resolutions(root: Path, store: ObjectStore, patch: Patch, sections: lis
         oc = s.outcome
         data = work_read(root, oc.path)
         if oc.conflict == "markers" and data is not None:
-            sides = [store.get(x) or b"" for x in (s.ours_sha, s.theirs_sha) if x]
+            sides = [store.get(x) or b"" for x in (s.ours_sha, s.theirs_sha, oc.old_base) if x]
             left = leftover_markers(data, *sides)
             if left:
                 unresolved.append(f"{oc.work}: conflict markers remain at line(s) {', '.join(map(str, left[:10]))}")

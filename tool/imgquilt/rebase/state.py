@@ -59,6 +59,8 @@ class RebaseState:
     work_written: list[str] = field(default_factory=list)
     work_saved: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    conflict_style: str = "diff3"  # --conflict-style
+    python_check: bool = True  # --no-python-check turns it off
     version: int = STATE_VERSION
     profile: str | None = None  # the pin re-pinned at the end (None: the default)
     select: list[str] = field(default_factory=list)  # the guards its selection turns on

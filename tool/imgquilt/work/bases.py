@@ -104,6 +104,10 @@ class Bases:
         """The pinned image as a Source: targets read as `targets` reads them (lock and store first)."""
         return _PinnedImage(self)
 
+    def image(self) -> Source:
+        """The image itself (opened now if it was not): for reads beyond the queue's targets."""
+        return self._image()
+
     def _image(self) -> Source:
         if self._source is None:
             if self._open_image is None:

@@ -24,6 +24,7 @@ class Refreshed:
     name: str
     patch: Patch
     changed: bool
+    notes: tuple[str, ...] = ()  # the cross-module check's "cannot tell"s (or why it could not run)
 
 
 def after(wt: WorkTree, applied: list[str], index: int, t: Tracked) -> FileState:
@@ -106,12 +107,14 @@ def refresh(wt: WorkTree, name: str | None = None, *, python_check: bool = True)
     with wt.locked():
         name = name or wt.need_top()
         disk, now = compute(wt, name)
+        notes: list[str] = []
         if python_check:
             _python_check(wt, name, now)
+            notes = _cross_check(wt, name, now)
         if now.raw != disk.raw:
             wt.queue.write_patch(now)
         remember(wt.root, [wt.read_work(wt.location(s.path)).data for s in now.sections])
-        return Refreshed(name, now, now.raw != disk.raw)
+        return Refreshed(name, now, now.raw != disk.raw, tuple(notes))
 
 
 def diff(wt: WorkTree, name: str | None = None) -> Patch:
@@ -141,3 +144,88 @@ def _python_check(wt: WorkTree, name: str, patch: Patch) -> None:
             hint="Fix the file under .imgquilt/work/ and `imgquilt refresh` again, or keep it as it is with "
                  "`imgquilt refresh --no-python-check`.",
         )
+
+
+class _NoImage(Exception):
+    """The image the work tree's bases come from cannot be opened: the cross-module check is skipped."""
+
+
+class _LazyImage:
+    """The work tree's image as a Source for the cross-module check, opened only when a module must be read."""
+
+    def __init__(self, wt: WorkTree) -> None:
+        self._wt = wt
+        self._src = None
+
+    def _open(self):
+        from ..errors import ImgquiltError
+
+        if self._src is None:
+            try:
+                self._src = self._wt.bases.image()
+            except ImgquiltError as exc:
+                raise _NoImage(exc.message) from None
+        return self._src
+
+    def info(self):
+        return self._open().info()
+
+    def read_targets(self, paths, *, links=()):
+        from ..fs.types import read_targets
+
+        return read_targets(self._open(), paths, links)
+
+    def read_first(self, paths):
+        from ..fs.types import ReadsFirst
+
+        src = self._open()
+        return src.read_first(paths) if isinstance(src, ReadsFirst) else src.read_targets(paths)
+
+    def peek_targets(self, paths):
+        from ..fs.types import PeeksTargets
+
+        src = self._open()
+        return src.peek_targets(paths) if isinstance(src, PeeksTargets) else src.read_targets(paths)
+
+
+def _cross_check(wt: WorkTree, name: str, patch: Patch) -> list[str]:
+    """The cross-module check (engine/crosscheck.py) of the patch's .py files: their imports and calls
+    against the image with every applied patch up to this one in front of it, new findings only
+    (against the files as they were before the patch). Refuses (PythonCheckFailed) on a finding;
+    returns the "cannot tell" notes."""
+    from ..engine.crosscheck import FileCheck, cross_check
+    from ..engine.pysearch import SourceModules
+
+    applied = wt.consistent()
+    index = applied.index(name)
+    mine = {t.resolved: t for t in wt.snapshot(name)}
+    after_all: dict[str, bytes | None] = {}
+    named: dict[str, str] = {}
+    for p in applied[: index + 1]:
+        for t in wt.snapshot(p):
+            named[t.path] = t.resolved
+            if t.resolved not in after_all:
+                after_all[t.resolved] = after(wt, applied, index, t).data
+    before_all = dict(after_all)
+    for r, t in mine.items():
+        before_all[r] = wt.blob(t.sha256, what=f"{t.path} before {name}")
+    by_path = {t.path: t for t in mine.values()}
+    files = [FileCheck(s.path, by_path[s.path].resolved, before_all[by_path[s.path].resolved], after_all[by_path[s.path].resolved])
+             for s in patch.sections
+             if s.path.endswith(".py") and s.path in by_path and after_all.get(by_path[s.path].resolved) is not None]
+    if not files:
+        return []
+    changed = [(r, before_all[r], after_all[r]) for r in mine if before_all[r] != after_all[r]]
+    image = SourceModules(_LazyImage(wt))  # type: ignore[arg-type]
+    try:
+        results = cross_check(files, changed, image.view(after_all, named), image.view(before_all, named))
+    except _NoImage as exc:
+        return [f"The cross-module Python check did not run: {exc}"]
+    found = [x for ff in results for f in ff.findings for x in f.located(ff.check.path)]
+    if found:
+        raise PythonCheckFailed(
+            f"Refused: {name}: the patch adds Python errors: {'; '.join(found)}. Nothing was written.",
+            hint="Fix the file under .imgquilt/work/ and `imgquilt refresh` again, or keep it as it is with "
+                 "`imgquilt refresh --no-python-check`.",
+        )
+    return [x for ff in results for f in ff.notes for x in f.located(ff.check.path)]

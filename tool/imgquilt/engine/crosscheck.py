@@ -1,0 +1,1016 @@
+"""The cross-module Python check: a patched file's imports and calls against the modules of the
+patched image.
+
+For every `.py` file the series changes or creates, the check takes what the file uses from other
+modules ("items"):
+- `import a.b.c`: the module must exist (each package on the way too);
+- `from M import N` (absolute or relative): M must exist, and N must be bound at M's top level (any
+  binding, including inside `if`/`try`), be listed in a static `__all__`, or be a submodule of M;
+- `import a.b` followed by `a.b.N`, and `from P import m` followed by `m.N` when m is a module: N
+  must be in the module, as above;
+- a call of a function or class imported so: it must bind to the callee's signature (positional
+  count, required and unknown keywords, as CPython binds them; a class through its `__init__`).
+
+It answers "cannot tell" (a note, never a refusal) when the module defines `__getattr__`, does a
+`from X import *` that cannot be followed, writes its namespace dynamically, is a native extension
+or sourceless bytecode, is too large, or does not parse; and for decorated callees, calls that
+unpack `*args`/`**kwargs`, and classes whose construction it cannot follow (a metaclass, `__new__`,
+a decorator, several bases, a base outside the searched directories). Modules of the standard
+library, and top-level names found in no searched directory (they may come from PYTHONPATH or a
+.pth file), are not looked at. An import inside a `try` that catches ImportError, or under
+`if TYPE_CHECKING:`, is not reported.
+
+Only what is new counts: an item whose same shape (same module, name, call shape) the file's base
+also has gives the same answer, unless a patched module's interface changed, in which case such
+items are checked against both the base image and the patched one. The base file is judged against
+the image as it is, the final file against the image with every patched file's final bytes.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from .pyiface import CLASS, DEF, IMPORT, Binding, Interface, Signature, Unreadable, bind, interface_of, parse
+from .pysearch import (
+    BYTECODE, LARGE, MISSING, NAMESPACE, NATIVE, Finder, ModuleFiles, Place, Spec, is_stdlib, place_of,
+)
+
+MAX_FOLLOW = 12  # re-exports, star imports and base classes followed in a row
+
+# item kinds
+MODULE_ITEM, FROM_ITEM, ATTR_ITEM, CALL_ITEM = "import", "from", "attr", "call"
+
+_GUARDS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+_TRIVIAL_BASES = {("abc", "ABC"), ("typing", "Generic"), ("typing_extensions", "Generic"), ("typing", "Protocol"),
+                  ("typing_extensions", "Protocol")}
+_EXCEPTIONS = {n for n in dir(builtins) if isinstance(getattr(builtins, n), type) and issubclass(getattr(builtins, n), BaseException)}
+
+
+@dataclass(frozen=True)
+class Item:
+    """One use of another module, at one place."""
+
+    kind: str  # MODULE_ITEM | FROM_ITEM | ATTR_ITEM | CALL_ITEM
+    module: str  # absolute dotted name
+    name: str = ""  # FROM/ATTR/CALL: the name in `module`
+    attr: str = ""  # `from P import m; m.attr`: module P, name m, attr
+    positional: int = 0  # CALL
+    keywords: tuple[str, ...] = ()
+    unpacks: bool = False  # CALL: *args or **kwargs at the call
+    line: int = 0
+    col: int = 0
+
+    @property
+    def key(self) -> tuple:
+        """The shape: what the answer depends on (never the place)."""
+        return (self.kind, self.module, self.name, self.attr, self.positional, self.keywords, self.unpacks)
+
+    @property
+    def what(self) -> str:
+        ref = f"{self.module}.{self.name}" + (f".{self.attr}" if self.attr else "") if self.name else self.module
+        return ref
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A problem (or a "cannot tell") of one item shape, with every place the file has it."""
+
+    key: tuple
+    kind: str  # ModuleNotFoundError | ImportError | AttributeError | TypeError | cannot-tell
+    message: str
+    module: str  # the imported module's name
+    module_path: str  # its file in the image ("" when there is none)
+    why: str
+    places: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def cannot_tell(self) -> bool:
+        return self.kind == "cannot-tell"
+
+    def located(self, path: str) -> list[str]:
+        """`path:line:col: kind: message (module_path: why)` for each place."""
+        return [f"{path}:{line}:{col}: {self.text()}" for line, col in self.places]
+
+    def text(self) -> str:
+        """The finding without its place: `kind: message (module_path: why)`."""
+        where = ": ".join(x for x in (self.module_path, self.why) if x)
+        head = "cannot tell" if self.cannot_tell else self.kind
+        return f"{head}: {self.message}" + (f" ({where})" if where else "")
+
+    def to_json(self, path: str) -> list[dict]:
+        return [{"path": path, "line": line, "col": col, "kind": self.kind, "message": self.message, "module": self.module,
+                 "module_path": self.module_path, "why": self.why} for line, col in self.places]
+
+
+# --- what a file uses --------------------------------------------------------------------------
+def items_of(tree: ast.Module, place: Place) -> list[Item]:
+    """Every use of another module in `tree`, a module at `place`."""
+    loaded: dict[str, set[str]] = {}  # top name -> the dotted modules `import a.b.c` loads
+    origins = _origins(tree, loaded)
+    out: list[Item] = []
+    _Collect(place, origins, loaded, out).visit(tree)
+    return out
+
+
+def _origins(tree: ast.Module, loaded: dict[str, set[str]]) -> dict[str, set[tuple]]:
+    """Every binding of every name in the file, any scope: ("module", dotted) for `import x.y [as n]`,
+    ("from", module, name, level) for `from m import n`, ("other",) for anything else; and into
+    `loaded`, the dotted modules each `import a.b.c` loads under its top name."""
+    found: dict[str, set[tuple]] = {}
+
+    def add(name: str, origin: tuple) -> None:
+        found.setdefault(name, set()).add(origin)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    add(a.asname, ("alias", a.name))
+                else:
+                    parts = a.name.split(".")
+                    add(parts[0], ("module", parts[0]))
+                    loaded.setdefault(parts[0], set()).update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        elif isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                if a.name != "*":
+                    add(a.asname or a.name, ("from", node.level, node.module or "", a.name))
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            add(node.id, ("other",))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            add(node.name, ("other",))
+        elif isinstance(node, ast.arg):
+            add(node.arg, ("other",))
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            add(node.name, ("other",))
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            add(node.name, ("other",))
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            add(node.rest, ("other",))
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            for n in node.names:
+                add(n, ("other",))
+    return found
+
+
+def absolute(place: Place, level: int, module: str) -> str | None:
+    """The absolute name of a `from` import in the module at `place` (None: beyond the top package)."""
+    if level == 0:
+        return module
+    package = place.module.split(".") if place.is_package else place.module.split(".")[:-1]
+    if level - 1 >= len(package):
+        return None
+    base = package[: len(package) - (level - 1)]
+    return ".".join(base + ([module] if module else []))
+
+
+class _Collect(ast.NodeVisitor):
+    def __init__(self, place: Place, origins: dict[str, set[tuple]], loaded: dict[str, set[str]], out: list[Item]) -> None:
+        self.place, self.origins, self.loaded, self.out = place, origins, loaded, out
+        self.guarded = 0
+
+    # imports --------------------------------------------------------------------------------
+    def visit_Try(self, node: ast.Try) -> None:
+        catches = any(h.type is None or any(n in _GUARDS for n in _names_in(h.type)) for h in node.handlers)
+        if catches:
+            self.guarded += 1
+        for st in node.body:
+            self.visit(st)
+        if catches:
+            self.guarded -= 1
+        for h in node.handlers:
+            self.visit(h)
+        for st in node.orelse + node.finalbody:
+            self.visit(st)
+
+    visit_TryStar = visit_Try
+
+    def visit_If(self, node: ast.If) -> None:
+        test = node.test
+        if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"):
+            for st in node.orelse:
+                self.visit(st)
+            return
+        self.generic_visit(node)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        if self.guarded:
+            return
+        for a in node.names:
+            self.out.append(Item(MODULE_ITEM, a.name, line=node.lineno, col=node.col_offset + 1))
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if self.guarded:
+            return
+        mod = absolute(self.place, node.level, node.module or "")
+        if mod is None:
+            self.out.append(Item(MODULE_ITEM, "." * node.level + (node.module or ""), line=node.lineno, col=node.col_offset + 1))
+            return
+        for a in node.names:
+            if a.name != "*":
+                self.out.append(Item(FROM_ITEM, mod, a.name, line=node.lineno, col=node.col_offset + 1))
+
+    # annotations are not evaluated at run time under `from __future__ import annotations`, and
+    # are no calls: not looked at
+    def visit_arg(self, node: ast.arg) -> None:
+        return
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is not None:
+            self.visit(node.value)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        for d in node.decorator_list:
+            self.visit(d)
+        for d in node.args.defaults + [x for x in node.args.kw_defaults if x is not None]:
+            self.visit(d)
+        for st in node.body:
+            self.visit(st)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    # uses --------------------------------------------------------------------------------------
+    def _ref(self, node: ast.expr) -> tuple[str, str, str] | None:
+        """(module, name, attr) that an expression names through the file's imports, or None."""
+        chain: list[str] = []
+        cur = node
+        while isinstance(cur, ast.Attribute):
+            chain.append(cur.attr)
+            cur = cur.value
+        if not isinstance(cur, ast.Name):
+            return None
+        chain.reverse()
+        origins = self.origins.get(cur.id)
+        if not origins or len(origins) != 1:
+            return None  # bound otherwise too, or by different imports: which one runs is not known
+        (origin,) = origins
+        if origin[0] == "other" or not chain and origin[0] != "from":
+            return None
+        if origin[0] == "module":  # import a.b.c: a, with a.b and a.b.c loaded
+            loaded = self.loaded.get(cur.id, {cur.id})
+            mod = cur.id
+            i = 0
+            while i < len(chain) - 1 and f"{mod}.{chain[i]}" in loaded:
+                mod = f"{mod}.{chain[i]}"
+                i += 1
+            return (mod, chain[i], "") if not is_stdlib(cur.id) else None
+        if origin[0] == "alias":  # import a.b as m
+            return (origin[1], chain[0], "") if not is_stdlib(origin[1].split(".")[0]) else None
+        level, module, name = origin[1], origin[2], origin[3]
+        mod = absolute(self.place, level, module)
+        if mod is None or is_stdlib(mod.split(".")[0]):
+            return None
+        return (mod, name, chain[0] if chain else "")
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        ref = self._ref(node)
+        if ref is not None and isinstance(node.ctx, ast.Load):
+            mod, name, attr = ref
+            self.out.append(Item(ATTR_ITEM, mod, name, attr, line=node.lineno, col=node.col_offset + 1))
+            return  # the chain's inner attributes are the same reference, shorter
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        ref = self._ref(node.func)
+        if ref is not None:
+            mod, name, attr = ref
+            unpacks = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
+            kws = tuple(k.arg for k in node.keywords if k.arg is not None)
+            self.out.append(Item(CALL_ITEM, mod, name, attr, len([a for a in node.args if not isinstance(a, ast.Starred)]),
+                                 kws, unpacks, node.lineno, node.col_offset + 1))
+        if isinstance(node.func, ast.Attribute):
+            self.visit(node.func)
+        for a in node.args:
+            self.visit(a)
+        for k in node.keywords:
+            self.visit(k.value)
+
+
+def _names_in(e: ast.expr) -> list[str]:
+    if isinstance(e, ast.Tuple):
+        return [n for x in e.elts for n in _names_in(x)]
+    if isinstance(e, ast.Name):
+        return [e.id]
+    if isinstance(e, ast.Attribute):
+        return [e.attr]
+    return []
+
+
+# --- answering items against the image ------------------------------------------------------
+@dataclass(frozen=True)
+class _Res:
+    """What a name in a module is."""
+
+    kind: str  # "module" | "binding" | "missing" | "cannot" | "skip"
+    spec: Spec | None = None
+    bindings: tuple[Binding, ...] = ()
+    why: str = ""
+    settled: bool = True
+
+
+class Resolver:
+    """Answers items for one patched file, over one view of the image."""
+
+    def __init__(self, finder: Finder, ifaces: dict | None = None, trees: Trees | None = None) -> None:
+        self.finder = finder
+        self._ifaces: dict[str, Interface | str] = ifaces if ifaces is not None else {}  # shared by one check
+        self._trees = trees or Trees()
+
+    def iface(self, spec: Spec) -> Interface | str:
+        """The module's interface, or why there is none to read."""
+        if spec.kind == NATIVE:
+            return "a native extension: its names are not read"
+        if spec.kind == BYTECODE:
+            return "sourceless bytecode: its names are not read"
+        if spec.kind == LARGE:
+            return "larger than the check reads (8 MiB)"
+        if spec.data is None:
+            return "no source to read"
+        face = self._trees.interface(spec.data, spec.file)
+        return face if face is not None else "does not parse with this Python"
+
+    def name_in(self, spec: Spec, name: str, seen: frozenset = frozenset()) -> _Res:
+        settled = spec.settled
+        if (spec.name, name) in seen or len(seen) > MAX_FOLLOW:
+            return _Res("cannot", spec, why=f"{name} is re-exported in a cycle, or too deep to follow")
+        seen = seen | {(spec.name, name)}
+        if spec.kind == NAMESPACE:
+            sub = self.finder.find(f"{spec.name}.{name}")
+            if sub is not None and sub.kind != MISSING:
+                return _Res("module", sub, settled=settled and sub.settled)
+            return _Res("missing", spec, why=f"a namespace package ({', '.join(spec.path)}) with no submodule {name}",
+                        settled=settled and (sub is None or sub.settled))
+        face = self.iface(spec)
+        if isinstance(face, str):
+            return _Res("cannot", spec, why=face)
+        if name in face.names:
+            bs = face.names[name]
+            if len(bs) == 1 and bs[0].kind == IMPORT and bs[0].source is not None:
+                return self._follow_import(spec, bs[0], seen)
+            return _Res("binding", spec, bs, settled=settled)
+        if face.all_names is not None and name in face.all_names:
+            return _Res("binding", spec, (), why="listed in __all__", settled=settled)
+        # as CPython's `from M import N`: M's attributes first (its names, what it star-imports, its
+        # __getattr__), then a submodule M.N (looked for last: deciding that there is none reads deep)
+        if face.getattr:
+            return _Res("cannot", spec, why="defines a module __getattr__")
+        for level, module in face.stars:
+            target = self._absolute_in(spec, level, module)
+            tspec = self.finder.find(target) if target else None
+            if tspec is None or tspec.kind == MISSING:
+                return _Res("cannot", spec, why=f"does `from {'.' * level}{module} import *`, which cannot be followed")
+            exported = self._exports(tspec, seen)
+            if isinstance(exported, str):
+                return _Res("cannot", spec, why=exported)
+            if name in exported:
+                return self.name_in(tspec, name, seen)
+            settled = settled and tspec.settled
+        if face.dynamic:
+            return _Res("cannot", spec, why=f"may bind names no statement names: {face.dynamic}")
+        if spec.path:
+            sub = self.finder.find(f"{spec.name}.{name}")
+            if sub is not None and sub.kind != MISSING:
+                return _Res("module", sub, settled=settled and sub.settled)
+            if sub is not None:
+                settled = settled and sub.settled
+            if face.path_changed:
+                return _Res("cannot", spec, why="changes its __path__: submodules may be elsewhere")
+        return _Res("missing", spec, why=f"binds no '{name}' at module level", settled=settled)
+
+    def _exports(self, spec: Spec, seen: frozenset) -> set[str] | str:
+        """The names `from spec import *` binds, or why they cannot be known."""
+        face = self.iface(spec)
+        if isinstance(face, str):
+            return face
+        if face.all_names is not None:
+            return set(face.all_names)
+        if face.getattr or face.dynamic:
+            return f"its `import *` of {spec.name} cannot be followed"
+        names = {n for n in face.names if not n.startswith("_")}
+        for level, module in face.stars:
+            target = self._absolute_in(spec, level, module)
+            tspec = self.finder.find(target) if target else None
+            if tspec is None or tspec.kind == MISSING or len(seen) > MAX_FOLLOW:
+                return f"`from {'.' * level}{module} import *` in {spec.name} cannot be followed"
+            more = self._exports(tspec, seen | {(spec.name, "*")})
+            if isinstance(more, str):
+                return more
+            names |= {n for n in more if not n.startswith("_")}
+        return names
+
+    def _absolute_in(self, spec: Spec, level: int, module: str) -> str | None:
+        if level == 0:
+            return module
+        package = spec.name.split(".") if spec.path else spec.name.split(".")[:-1]
+        base = package[: len(package) - (level - 1)] if level - 1 <= len(package) else []
+        if not base:
+            return None
+        return ".".join(base + ([module] if module else []))
+
+    def _follow_import(self, spec: Spec, b: Binding, seen: frozenset) -> _Res:
+        level, module, name = b.source  # type: ignore[misc]
+        target = self._absolute_in(spec, level, module)
+        if target is None:
+            return _Res("cannot", spec, why="imports it from beyond its top package")
+        if not name:  # `import x` / `import x.y as n`
+            tspec = self.finder.find(target)
+            if tspec is None:
+                return _Res("skip", spec)
+            if tspec.kind == MISSING:
+                return _Res("cannot", spec, why=f"imports {target}, which is not found ({tspec.why})")
+            return _Res("module", tspec, settled=spec.settled and tspec.settled)
+        tspec = self.finder.find(target)
+        if tspec is None:
+            return _Res("skip", spec)  # from the standard library or outside the searched directories
+        if tspec.kind == MISSING:
+            return _Res("cannot", spec, why=f"imports it from {target}, which is not found ({tspec.why})")
+        got = self.name_in(tspec, name, seen)
+        if got.kind == "missing":
+            return _Res("cannot", spec, why=f"imports it from {target}, which does not bind it ({got.why})")
+        return got
+
+    # items ------------------------------------------------------------------------------------
+    def answer(self, item: Item) -> tuple[Finding | None, bool]:
+        """The finding for one item (None: fine, or not looked at) and whether every lookup behind it
+        was settled."""
+        f = self.finder
+        if item.kind == MODULE_ITEM:
+            if item.module.startswith("."):
+                if not self.finder.place.site:
+                    return None, True  # outside site-packages the top package is not known: never said
+                return self._finding(item, "ImportError", "attempted relative import beyond top-level package", item.module, "", ""), True
+            parts = item.module.split(".")
+            for i in range(1, len(parts) + 1):
+                spec = f.find(".".join(parts[:i]))
+                if spec is None:
+                    return None, True
+                if spec.kind == MISSING:
+                    return self._finding(item, "ModuleNotFoundError", f"No module named '{spec.name}'", spec.name, "", spec.why), spec.settled
+            return None, True
+        spec = f.find(item.module)
+        if spec is None:
+            return None, True
+        if spec.kind == MISSING:
+            if item.kind == FROM_ITEM:
+                return self._finding(item, "ModuleNotFoundError", f"No module named '{spec.name}'", spec.name, "", spec.why), spec.settled
+            return None, True  # its import item says it
+        res = self.name_in(spec, item.name)
+        if item.attr:  # `from P import m; m.attr`: only when m is a module
+            if res.kind != "module" or res.spec is None:
+                return None, True
+            spec, res = res.spec, self.name_in(res.spec, item.attr)
+            name, module = item.attr, spec.name
+        else:
+            name, module = item.name, item.module
+        if res.kind == "skip":
+            return None, True
+        if res.kind == "missing":
+            if item.kind == CALL_ITEM and not item.attr:
+                return None, True  # the import or attribute item says it
+            if item.kind == FROM_ITEM:
+                return self._finding(item, "ImportError", f"cannot import name '{name}' from '{module}'", module, spec.file, res.why), res.settled
+            return self._finding(item, "AttributeError", f"module '{module}' has no attribute '{name}'", module, spec.file, res.why), res.settled
+        if res.kind == "cannot":
+            if item.kind == CALL_ITEM:
+                return self._finding(item, "cannot-tell", f"whether the call of {module}.{name}() fits", module, spec.file, res.why), True
+            return self._finding(item, "cannot-tell", f"whether {module} has '{name}'", module, spec.file, res.why), True
+        if item.kind != CALL_ITEM:
+            return None, True
+        return self._call(item, name, res)
+
+    def _call(self, item: Item, name: str, res: _Res) -> tuple[Finding | None, bool]:
+        spec = res.spec
+        assert spec is not None
+        if res.kind == "module":
+            return self._finding(item, "TypeError", "'module' object is not callable", spec.name, spec.file, f"{name} is a module"), res.settled
+        if item.unpacks:
+            return self._finding(item, "cannot-tell", f"whether the call of {spec.name}.{name}() fits", spec.name, spec.file,
+                                 "the call unpacks *args or **kwargs"), True
+        if len(res.bindings) != 1:
+            if not res.bindings:
+                return None, True  # named in __all__ only: nothing to bind against
+            return self._finding(item, "cannot-tell", f"whether the call of {spec.name}.{name}() fits", spec.name, spec.file,
+                                 f"{name} is bound {len(res.bindings)} times at module level"), True
+        b = res.bindings[0]
+        if b.kind == DEF:
+            if b.decorated or b.signature is None:
+                return self._finding(item, "cannot-tell", f"whether the call of {spec.name}.{name}() fits", spec.name, spec.file,
+                                     f"{name} is decorated (line {b.line})"), True
+            problem = bind(b.signature, name, item.positional, list(item.keywords))
+            if problem is None:
+                return None, True
+            why = f"line {b.line}: def {name}{b.signature.text()}"
+            return self._finding(item, "TypeError", problem, spec.name, spec.file, why), res.settled
+        if b.kind == CLASS:
+            return self._class_call(item, name, spec, b, res.settled)
+        return None, True  # a value bound otherwise (an alias, a partial, an instance): not judged
+
+    def _class_call(self, item: Item, name: str, spec: Spec, b: Binding, settled: bool) -> tuple[Finding | None, bool]:
+        def cannot(why: str) -> tuple[Finding | None, bool]:
+            return self._finding(item, "cannot-tell", f"whether the call of {spec.name}.{name}() fits", spec.name, spec.file, why), True
+
+        got = self._init_of(spec, b, name)
+        if isinstance(got, str):
+            return cannot(got)
+        if got is None:
+            return None, True  # a builtin exception's: any arguments
+        init, owner, where, chain_settled = got
+        settled = settled and chain_settled
+        if init is None:
+            if item.positional or item.keywords:
+                return self._finding(item, "TypeError", f"{name}() takes no arguments", spec.name, spec.file,
+                                     f"no class from {name} to object defines __init__"), settled
+            return None, True
+        # CPython binds the instance too: its messages count it among the positional arguments
+        problem = bind(init, f"{owner}.__init__", item.positional + 1, list(item.keywords))
+        if problem is None:
+            return None, True
+        return self._finding(item, "TypeError", problem, spec.name, spec.file, f"{where}: __init__{init.text()}"), settled
+
+    def _init_of(self, spec: Spec, b: Binding, name: str):
+        """The __init__ a call of the class binds to: (signature with self or None for object's, the class
+        that has it, where, settled), None for a builtin exception's, or why it cannot be told."""
+        cur_spec, cur, cur_name = spec, b, name
+        settled = True
+        for _ in range(MAX_FOLLOW):
+            info = cur.cls
+            assert info is not None
+            at = f"class {cur_name} ({cur_spec.file}:{cur.line})"
+            if info.metaclass:
+                return f"{at} has a metaclass"
+            if info.has_new:
+                return f"{at} defines __new__"
+            if info.init_decorated:
+                return f"{at} has a decorated __init__"
+            if info.init is not None:
+                if cur.decorated and not self._dataclass(cur_spec, info):
+                    return f"{at} is decorated"
+                return self._checked_bases(cur_spec, cur, cur_name, info.init, settled, at)
+            if cur.decorated:
+                made = self._dataclass_init(cur_spec, cur, cur_name)
+                if isinstance(made, str):
+                    return f"{at} {made}"
+                if made is not None:
+                    return self._checked_bases(cur_spec, cur, cur_name, made, settled, at)
+                return f"{at} is decorated"
+            base = self._single_base(cur_spec, info)
+            if base is None:
+                return None, cur_name, at, settled  # object's __init__: no arguments
+            if base == "exception":
+                return None
+            if isinstance(base, str):
+                return base
+            cur_spec, cur, cur_name = base
+            settled = settled and cur_spec.settled
+        return "too many base classes to follow"
+
+    def _checked_bases(self, spec: Spec, b: Binding, name: str, init, settled: bool, at: str):
+        """The __init__ found on `b`: still, no base above may have a metaclass or __new__."""
+        cur_spec, cur = spec, b
+        for _ in range(MAX_FOLLOW):
+            info = cur.cls
+            assert info is not None
+            if info.metaclass or info.has_new:
+                return f"class at {cur_spec.file}:{cur.line} has a metaclass or __new__"
+            base = self._single_base(cur_spec, info)
+            if base is None or base == "exception":
+                return init, name, at, settled
+            if isinstance(base, str):
+                return base
+            cur_spec, cur, _ = base
+            settled = settled and cur_spec.settled
+        return "too many base classes to follow"
+
+    def _single_base(self, spec: Spec, info) -> tuple[Spec, Binding, str] | str | None:
+        """The one base class that matters (None: only object and the like; "exception": a builtin
+        exception), or why it cannot be followed."""
+        bases = [x for x in info.bases if not self._trivial_base(spec, x)]
+        if not bases:
+            return None
+        if len(bases) > 1:
+            return "it has several base classes"
+        got = self._base(spec, bases[0])
+        if isinstance(got, tuple):
+            return got[0], got[1], ast.unparse(bases[0]).split(".")[-1]
+        return got
+
+    def _dataclass(self, spec: Spec, info) -> bool:
+        """Whether every decorator of the class is dataclasses.dataclass (and nothing else)."""
+        if len(info.decorators) != 1:
+            return False
+        d = info.decorators[0]
+        f = d.func if isinstance(d, ast.Call) else d
+        face = self.iface(spec)
+        if isinstance(face, str):
+            return False
+        if isinstance(f, ast.Name):
+            bs = face.names.get(f.id, ())
+            return len(bs) == 1 and bs[0].kind == IMPORT and bs[0].source == (0, "dataclasses", "dataclass")
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.attr == "dataclass":
+            bs = face.names.get(f.value.id, ())
+            return len(bs) == 1 and bs[0].kind == IMPORT and bs[0].source == (0, "dataclasses", "")
+        return False
+
+    def _dataclass_init(self, spec: Spec, b: Binding, name: str) -> Signature | str | None:
+        """The __init__ @dataclass makes for the class (None: not a dataclass), or why it cannot be made."""
+        info = b.cls
+        assert info is not None
+        if not self._dataclass(spec, info):
+            return None
+        opts = _dataclass_options(info)
+        if isinstance(opts, str):
+            return opts
+        if not opts[0]:
+            return "is a dataclass with init=False"
+        fields = self._dataclass_fields(spec, b, 0)
+        if isinstance(fields, str):
+            return fields
+        positional: list[tuple[str, bool]] = []
+        kwonly: list[tuple[str, bool]] = []
+        for fname, has_default, in_init, kw_only in fields.values():
+            if in_init:
+                (kwonly if kw_only else positional).append((fname, has_default))
+        defaults = 0
+        for _, has_default in reversed(positional):
+            if not has_default:
+                break
+            defaults += 1
+        return Signature((), ("self",) + tuple(n for n, _ in positional), defaults, None, tuple(n for n, _ in kwonly),
+                         tuple(n for n, dflt in kwonly if not dflt), None)
+
+    def _dataclass_fields(self, spec: Spec, b: Binding, depth: int) -> dict[str, tuple] | str:
+        """The fields of a dataclass and of the dataclasses above it, in dataclasses' order, each
+        (name, has a default, in __init__, keyword-only)."""
+        info = b.cls
+        assert info is not None
+        opts = _dataclass_options(info)
+        if isinstance(opts, str):
+            return opts
+        if info.fields is None:
+            return "is a dataclass with a field imgquilt cannot read"
+        if depth > MAX_FOLLOW:
+            return "has too many base classes to follow"
+        out: dict[str, tuple] = {}
+        base = self._single_base(spec, info)
+        if isinstance(base, str) and base != "exception":
+            return base
+        if isinstance(base, tuple):
+            bspec, bb, _ = base
+            if bb.cls is not None and bb.decorated:
+                if not self._dataclass(bspec, bb.cls):
+                    return "has a decorated base class"
+                got = self._dataclass_fields(bspec, bb, depth + 1)
+                if isinstance(got, str):
+                    return got
+                out.update(got)
+            elif bb.cls is not None and (bb.cls.metaclass or bb.cls.has_new):
+                return "has a base class with a metaclass or __new__"
+        for fname, has_default, in_init, kw_only in info.fields:
+            out[fname] = (fname, has_default, in_init, opts[1] if kw_only is None else kw_only)
+        return out
+
+    def _trivial_base(self, spec: Spec, e: ast.expr) -> bool:
+        """object, and abc.ABC / typing.Generic[...] / typing.Protocol: they leave construction alone."""
+        if isinstance(e, ast.Subscript):
+            e = e.value
+        if isinstance(e, ast.Name):
+            if e.id == "object":
+                return True
+            face = self.iface(spec)
+            bs = face.names.get(e.id, ()) if not isinstance(face, str) else ()
+            return len(bs) == 1 and bs[0].kind == IMPORT and bs[0].source is not None and \
+                (bs[0].source[1], bs[0].source[2]) in _TRIVIAL_BASES
+        if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name):
+            return (e.value.id, e.attr) in _TRIVIAL_BASES
+        return False
+
+    def _base(self, spec: Spec, e: ast.expr) -> tuple[Spec, Binding] | str:
+        """The class a base expression names, "exception" for a builtin exception, or why it cannot be followed."""
+        text = ast.unparse(e)
+        if isinstance(e, ast.Name):
+            face = self.iface(spec)
+            if not isinstance(face, str) and e.id not in face.names and e.id in _EXCEPTIONS:
+                return "exception"
+            res = self.name_in(spec, e.id)
+        elif isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name):
+            head = self.name_in(spec, e.value.id)
+            if head.kind != "module" or head.spec is None:
+                return f"base class {text} is outside the modules imgquilt reads"
+            res = self.name_in(head.spec, e.attr)
+        else:
+            return f"base class {text} is an expression imgquilt does not follow"
+        if res.kind == "binding" and len(res.bindings) == 1 and res.bindings[0].kind == CLASS and res.spec is not None:
+            return res.spec, res.bindings[0]
+        return f"base class {text} is outside the modules imgquilt reads" if res.kind in ("skip", "cannot") else \
+            f"base class {text} is not a plain class statement"
+
+    def _finding(self, item: Item, kind: str, message: str, module: str, path: str, why: str) -> Finding:
+        return Finding(item.key, kind, message, module, path, why)
+
+
+# --- the check of a series ----------------------------------------------------------------------
+@dataclass
+class FileCheck:
+    """One patched .py file: its base and final bytes, its resolved path and the path patches name."""
+
+    path: str
+    resolved: str
+    base: bytes | None
+    final: bytes
+    steps: list[tuple[str, bytes | None]] = field(default_factory=list)  # (patch, bytes after it), in order
+
+
+@dataclass(frozen=True)
+class FileFindings:
+    check: FileCheck
+    place: Place
+    findings: tuple[Finding, ...]  # new problems
+    notes: tuple[Finding, ...]  # new "cannot tell"s
+
+
+class Trees:
+    """Parsed files of one check, each parsed once (None: it does not parse)."""
+
+    def __init__(self) -> None:
+        self._trees: dict[tuple[str, bytes], ast.Module | None] = {}
+        self._faces: dict[tuple[str, bytes], Interface | None] = {}
+
+    def interface(self, data: bytes, name: str) -> Interface | None:
+        """The module's interface (pyiface), once per content; None: it does not parse."""
+        key = (name, hashlib.sha256(data).digest())
+        if key not in self._faces:
+            tree = self.get(data, name)
+            self._faces[key] = interface_of(tree) if tree is not None else None
+        return self._faces[key]
+
+    def get(self, data: bytes, name: str) -> ast.Module | None:
+        key = (name, hashlib.sha256(data).digest())  # the name: a SyntaxError's text names the file
+        if key not in self._trees:
+            try:
+                self._trees[key] = parse(data, name)
+            except Unreadable:
+                self._trees[key] = None
+        return self._trees[key]
+
+
+def _dataclass_options(info) -> tuple[bool, bool] | str:
+    """(init, kw_only) of a class's @dataclass(...) decorator, or why they cannot be read."""
+    d = info.decorators[0] if info.decorators else None
+    init, kw_only = True, False
+    if isinstance(d, ast.Call):
+        if d.args or any(k.arg is None for k in d.keywords):
+            return "is a dataclass with options imgquilt does not read"
+        for k in d.keywords:
+            if k.arg in ("init", "kw_only"):
+                if not (isinstance(k.value, ast.Constant) and isinstance(k.value.value, bool)):
+                    return f"is a dataclass whose {k.arg}= is not a constant"
+                if k.arg == "init":
+                    init = k.value.value
+                else:
+                    kw_only = k.value.value
+    return init, kw_only
+
+
+def _items(data: bytes | None, name: str, place: Place | None, trees: Trees) -> list[Item] | None:
+    if data is None or place is None:
+        return [] if data is None else None
+    tree = trees.get(data, name)
+    return None if tree is None else items_of(tree, place)  # None: the syntax check names it
+
+
+def interfaces_differ(changed: Iterable[tuple[str, bytes | None, bytes | None]], trees: Trees | None = None) -> bool:
+    """Whether any patched module offers its importers something else than before (then items the
+    base shares must be judged against both images)."""
+    for path, before, after in changed:
+        if path.endswith((".so", ".pyc", ".pyd")):
+            return True
+        if not path.endswith(".py"):
+            continue
+        if before is None or after is None:
+            return True
+        trees = trees or Trees()
+        old, new = trees.interface(before, path), trees.interface(after, path)
+        if old is None or new is None or old.key() != new.key():
+            return True
+    return False
+
+
+def check_files(files: list[FileCheck], final_view: ModuleFiles, base_view: ModuleFiles, *, views_differ: bool,
+                trees: Trees | None = None, recheck: set[str] | None = None,
+                names: set[str] | None = None) -> list[FileFindings]:
+    """The new findings of each file: of its final bytes against `final_view` that its base bytes
+    against `base_view` did not have. Lazy lookups first; each finding confirmed settled."""
+    trees = trees or Trees()
+    caches: tuple[dict, dict, Trees] = ({}, {}, trees)
+    out: list[FileFindings] = []
+    for fc in files:
+        place = place_of(fc.resolved, final_view, settle=False)
+        if place is None:
+            continue
+        final_items = _items(fc.final, fc.resolved, place, trees)
+        if final_items is None:
+            continue
+        base_place = place_of(fc.resolved, base_view, settle=False) if fc.base is not None else None
+        base_items = _items(fc.base, fc.resolved, base_place, trees) or []
+        base_keys = {i.key for i in base_items}
+        new = [i for i in final_items if i.key not in base_keys]
+        rejudge = views_differ and (recheck is None or fc.resolved in recheck)
+        # shared shapes judged anew: those naming a name whose binding a patched module changed (all, when
+        # that is not known)
+        shared = [i for i in final_items if i.key in base_keys and (names is None or _names_one(i, names))] if rejudge else []
+        if not new and not shared:
+            continue
+        findings = _answer_all(new, place, final_view, caches)
+        if shared:
+            now = _answer_all(shared, place, final_view, caches)
+            before_keys = {(x.key, x.kind, x.message) for x in _answer_all(shared, base_place or place, base_view, caches).values()} if now else set()
+            findings.update({k: v for k, v in now.items() if (v.key, v.kind, v.message) not in before_keys})
+        problems = tuple(v for v in findings.values() if not v.cannot_tell)
+        notes = tuple(v for v in findings.values() if v.cannot_tell)
+        if problems or notes:
+            out.append(FileFindings(fc, place, problems, notes))
+    return out
+
+
+def _answer_all(items: list[Item], place: Place, view: ModuleFiles, caches: tuple[dict, dict, Trees]) -> dict[tuple, Finding]:
+    """Each item shape's finding, with the places of every item of that shape; a finding that rests
+    on a lazy lookup is confirmed by answering again with every lookup settled. `caches`: what was
+    found and read, shared by every file of one check."""
+    specs, ifaces, trees = caches
+    lazy = Resolver(Finder(view, place, settle=False, cache=specs), ifaces, trees)
+    settled_resolver: Resolver | None = None
+    by_key: dict[tuple, list[Item]] = {}
+    for i in items:
+        by_key.setdefault(i.key, []).append(i)
+    out: dict[tuple, Finding] = {}
+    for key, group in by_key.items():
+        got, settled = lazy.answer(group[0])
+        if got is not None and not got.cannot_tell and not settled:
+            if settled_resolver is None:
+                settled_place = place_of_settled(place, view)
+                settled_resolver = Resolver(Finder(view, settled_place, settle=True, cache=specs), ifaces, trees)
+            got, _ = settled_resolver.answer(group[0])
+        if got is not None:
+            places = tuple(sorted({(i.line, i.col) for i in group}))
+            out[key] = Finding(got.key, got.kind, got.message, got.module, got.module_path, got.why, places)
+    return out
+
+
+def place_of_settled(place: Place, view: ModuleFiles) -> Place:
+    """The same file's Place with every lookup settled (a package tree's top may be lower down)."""
+    if place.site:
+        return place
+    path = place.module.replace(".", "/") + ("/__init__.py" if place.is_package else ".py")
+    return place_of(path, view, settle=True) or place
+
+
+MEMO_VERSION = "imgquilt-crosscheck-1"
+
+
+def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, bytes | None]], final_view: ModuleFiles,
+                base_view: ModuleFiles, changed_lines: dict[str, list[bytes]] | None = None, memo=None) -> list[FileFindings]:
+    """check_files, after deciding whether the patched modules changed what they offer. With
+    `changed_lines` (resolved path -> the lines its patches add and remove), only the files whose
+    changes may matter are parsed (pyscreen.py). With `memo` (pycheck.Memo), an earlier answer for
+    the same files is taken when every file it looked up in the image still holds what it held."""
+    files_of = getattr(final_view, "files", None)  # the SourceModules behind the views, when they are those
+    key = _memo_key(files, changed, changed_lines, final_view) if memo is not None and files_of is not None else None
+    if key is not None:
+        kept = memo.get_many([key]).get(key)
+        doc = _memo_doc(kept)
+        if doc is not None and files_of.unchanged(doc["seen"]):
+            return _decoded(doc, files)
+    results = _cross_check(files, changed, final_view, base_view, changed_lines)
+    if key is not None:
+        memo.put_many({key: [json.dumps({"seen": files_of.seen, "files": _encoded(results)})]})
+    return results
+
+
+def _memo_key(files: list[FileCheck], changed, changed_lines, view) -> str:
+    h = hashlib.sha256(f"{MEMO_VERSION}\0{view.platform()}\0".encode())
+    sha = lambda d: b"-" if d is None else hashlib.sha256(d).digest()  # noqa: E731
+    for fc in sorted(files, key=lambda f: f.resolved):
+        h.update(fc.path.encode() + b"\0" + fc.resolved.encode() + b"\0" + sha(fc.base) + sha(fc.final))
+    for path, before, after in sorted(changed, key=lambda c: c[0]):
+        h.update(b"c" + path.encode() + b"\0" + sha(before) + sha(after))
+    for path in sorted(changed_lines or {}):
+        h.update(b"l" + path.encode() + b"\0" + hashlib.sha256(b"\n".join(changed_lines[path])).digest())
+    for named, resolved in sorted(getattr(view, "named", {}).items()):
+        h.update(b"n" + named.encode() + b"\0" + resolved.encode())
+    h.update(b"screen" if changed_lines is not None else b"all")
+    return h.hexdigest()
+
+
+def _memo_doc(kept: list[str] | None) -> dict | None:
+    try:
+        doc = json.loads(kept[0]) if kept else None
+        return doc if isinstance(doc, dict) and isinstance(doc.get("seen"), dict) and isinstance(doc.get("files"), list) else None
+    except (ValueError, TypeError):
+        return None
+
+
+def _encoded(results: list[FileFindings]) -> list[dict]:
+    def finding(f: Finding) -> list:
+        return [list(f.key), f.kind, f.message, f.module, f.module_path, f.why, [list(p) for p in f.places]]
+
+    return [{"resolved": ff.check.resolved, "place": [list(ff.place.entries), ff.place.module, ff.place.is_package,
+                                                      ff.place.version, ff.place.site],
+             "findings": [finding(f) for f in ff.findings], "notes": [finding(f) for f in ff.notes]} for ff in results]
+
+
+def _decoded(doc: dict, files: list[FileCheck]) -> list[FileFindings]:
+    by_resolved = {fc.resolved: fc for fc in files}
+
+    def finding(x: list) -> Finding:
+        k = x[0]
+        key = (k[0], k[1], k[2], k[3], k[4], tuple(k[5]), k[6])
+        return Finding(key, x[1], x[2], x[3], x[4], x[5], tuple((a, b) for a, b in x[6]))
+
+    out = []
+    for d in doc["files"]:
+        entries, module, is_package, version, site = d["place"]
+        out.append(FileFindings(by_resolved[d["resolved"]], Place(tuple(entries), module, is_package, version, site),
+                                tuple(finding(x) for x in d["findings"]), tuple(finding(x) for x in d["notes"])))
+    return out
+
+
+def _cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, bytes | None]], final_view: ModuleFiles,
+                 base_view: ModuleFiles, changed_lines: dict[str, list[bytes]] | None) -> list[FileFindings]:
+    trees = Trees()
+    if changed_lines is None:
+        return check_files(files, final_view, base_view, views_differ=interfaces_differ(changed, trees), trees=trees)
+    from .pyscreen import imported_names, may_add_items, names_in
+
+    names, everything = changed_names(changed, changed_lines, trees)
+    todo: list[FileCheck] = []
+    recheck: set[str] = set()
+    for fc in files:
+        again = everything or names_in(fc.final, names)
+        if again:
+            recheck.add(fc.resolved)
+        if again or fc.base is None or may_add_items(changed_lines.get(fc.resolved, ()), imported_names(fc.final, fc.base)):
+            todo.append(fc)
+    return check_files(todo, final_view, base_view, views_differ=bool(recheck), trees=trees, recheck=recheck,
+                       names=None if everything else names)
+
+
+def _names_one(item: Item, names: set[str]) -> bool:
+    return item.name in names or item.attr in names or item.module.rsplit(".", 1)[-1] in names
+
+
+def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed_lines: dict[str, list[bytes]],
+                  trees: Trees) -> tuple[set[str], bool]:
+    """The names whose binding a patched module changed (a module it creates or deletes: its own
+    name and all its names), and whether anything may have changed (a __getattr__, a star import,
+    an extension module...)."""
+    from .pyscreen import may_change_interface
+
+    names: set[str] = set()
+    for path, before, after in changed:
+        if path.endswith((".so", ".pyc", ".pyd")):
+            return names, True
+        if not path.endswith(".py"):
+            continue
+        if before is not None and after is not None and not may_change_interface(changed_lines.get(path, ())):
+            continue
+        faces = []
+        for data in (before, after):
+            face = trees.interface(data, path) if data is not None else None
+            if data is not None and face is None:
+                return names, True
+            faces.append(face)
+        old, new = faces
+        stem = path.rsplit("/", 1)[-1][:-3]
+        if old is None or new is None:
+            names.add(path.rsplit("/", 2)[-2] if stem == "__init__" and "/" in path else stem)
+            names.update((old or new).names)  # type: ignore[union-attr]
+            continue
+        if (old.all_names, old.stars, old.getattr, old.dynamic, old.path_changed) != \
+                (new.all_names, new.stars, new.getattr, new.dynamic, new.path_changed):
+            return names, True
+        for n in set(old.names) | set(new.names) | set(old.deleted) | set(new.deleted):
+            if _bindings(old, n) != _bindings(new, n):
+                names.add(n)
+    return names, False
+
+
+def _bindings(face: Interface, name: str) -> tuple:
+    return tuple((b.kind, b.signature, b.decorated, b.cls, b.source) for b in face.names.get(name, ())), name in face.deleted
+
+
+def culprit(steps: list[tuple[str, bytes | None]], resolved: str, finding: Finding, place: Place,
+            patched_modules: dict[str, str]) -> str:
+    """The patch that brought a finding: the first step of the file (patch, bytes after it) whose bytes
+    have an item of its shape; else (an item the base had, judged anew because a patched module
+    changed) the patch that last changed the module it names."""
+    trees = Trees()
+    for name, data in steps:
+        tree = trees.get(data, resolved) if data is not None else None
+        if tree is not None and finding.key in {i.key for i in items_of(tree, place)}:
+            return name
+    if finding.module_path in patched_modules:
+        return patched_modules[finding.module_path]
+    return steps[-1][0] if steps else "-"

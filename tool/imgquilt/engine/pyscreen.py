@@ -1,0 +1,88 @@
+"""Which patched files the cross-module check must parse at all, from the lines their patches change.
+
+Parsing is most of the check's cost, and a large queue changes hundreds of files. A file's new items
+(crosscheck.py) can only come from what its patches changed, so a file is parsed only when one of
+the lines they add or remove (the hunks' `+` and `-` lines):
+- names a name that one of the file's import statements names (a use, or a new binding of it),
+- holds `import`, `try`, `except`, `TYPE_CHECKING` (what guards an import), a triple quote (a
+  string that starts or ends there turns code into text or back) or a backslash,
+- may be part of a longer statement: brackets that do not balance on the line, or a line that
+  starts with a closing bracket, a dot or an operator, or ends with a comma, an opening bracket
+  or an operator (the call it belongs to may have changed shape).
+A patched module is parsed (before and after) to see whether what it offers its importers changed
+only when one of its changed lines is a top-level statement, or holds `def`, `class`, a decorator,
+an annotation (a dataclass field), or one of the words that change a module's names (`__all__`,
+`__getattr__`, `global`, `:=`, ...); then every file that names one of the names whose binding
+changed is parsed too. Decided here and documented in docs/boot-checks.md: a plain assignment
+inside a top-level `if` or `try` block, changed on its own, is not taken as a change of the
+module's names.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+_WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+_IMPORT_LINE = re.compile(rb"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+)?import[ \t]+([^\r\n#]*)", re.M)
+_ITEM_WORDS = (b"import", b"try", b"except", b"TYPE_CHECKING", b'"""', b"'''", b"\\")
+_STRINGS = re.compile(rb"""(?:[rRbBuUfF]{0,2})(?:"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*')""")
+_STARTS_MID = re.compile(rb"^(?:[-+*/%&|^<>=@)\]}.]|(?:and|or|in|is)\b)")  # a continued statement
+_STARTS_CLAUSE = re.compile(rb"^(?:if|else|for|async for)\b")  # a statement, or a comprehension's continued clause
+_ENDS_OPEN = re.compile(rb"(?:[-+*/%&|^<>=@,(\[{\\]|\b(?:and|or|not|in|is|if|else|lambda))$")
+_IFACE_WORDS = (b"def ", b"class ", b"import", b"__all__", b"__getattr__", b"__path__", b"global", b":=", b"globals", b"exec",
+                b"setattr", b"sys.modules", b"__init__", b"__new__", b"KW_ONLY", b"field(", b"ClassVar", b"metaclass", b'"""', b"'''")
+_ANNOTATION = re.compile(rb"^[ \t]+[A-Za-z_]\w*[ \t]*:(?!=)")
+
+
+def imported_names(*sources: bytes | None) -> set[bytes]:
+    """Every word of every import statement (continued lines in brackets too) of the sources."""
+    out: set[bytes] = set()
+    for src in sources:
+        if not src:
+            continue
+        for m in _IMPORT_LINE.finditer(src):
+            tail = m.group(1)
+            out.update(_WORD.findall(m.group(0)))
+            if b"(" in tail and b")" not in tail:
+                end = src.find(b")", m.end())
+                out.update(_WORD.findall(src[m.end(): end if end >= 0 else len(src)]))
+    return out - {b"import", b"from", b"as"}
+
+
+def may_add_items(changed: Iterable[bytes], names: set[bytes]) -> bool:
+    """Whether the changed lines may give the file an import or call it did not have (see above)."""
+    for raw in changed:
+        line = raw.strip()
+        if not line or line.startswith(b"#"):
+            continue
+        if any(w in line for w in _ITEM_WORDS):
+            return True
+        if names and any(w in names for w in _WORD.findall(line)):
+            return True
+        code = _STRINGS.sub(b"''", line.split(b"#", 1)[0]).strip()
+        if not code:
+            continue
+        depth = code.count(b"(") + code.count(b"[") + code.count(b"{") - code.count(b")") - code.count(b"]") - code.count(b"}")
+        if depth != 0 or _STARTS_MID.match(code) or _ENDS_OPEN.search(code) or (_STARTS_CLAUSE.match(code) and not code.endswith(b":")):
+            return True
+    return False
+
+
+def may_change_interface(changed: Iterable[bytes]) -> bool:
+    """Whether the changed lines may change what the module offers its importers (see above)."""
+    for raw in changed:
+        stripped = raw.strip()
+        if not stripped or stripped.startswith(b"#"):
+            continue
+        if raw[:1] not in (b" ", b"\t"):
+            return True  # a top-level statement
+        if stripped.startswith(b"@") or any(w in raw for w in _IFACE_WORDS) or _ANNOTATION.match(raw):
+            return True
+    return False
+
+
+def names_in(source: bytes, wanted: set[str]) -> bool:
+    """Whether the source names one of `wanted` as a word."""
+    if not wanted:
+        return False
+    return any(w.decode() in wanted for w in set(_WORD.findall(source)))
