@@ -218,14 +218,16 @@ def lock(queue: str | os.PathLike[str] | None = None, *, image: str | None = Non
 def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, layer: str | os.PathLike[str] | None = None,
           output_image: str | None = None, root: str | os.PathLike[str] | None = None, overlay: str | os.PathLike[str] | None = None,
           platform: str | None = None, locked: bool = False, python_check: bool = True, progress: Progress | None = None,
-          attest: str | os.PathLike[str] | None = None, compression: str | None = None) -> Applied:
+          attest: str | os.PathLike[str] | None = None, compression: str | None = None,
+          compression_level: int | None = None) -> Applied:
     """Verify every base, apply the series in memory, verify every result, then write the outputs asked for.
 
     The bases come from `image`, else from `root` (patched in place), else the image targets.lock pins.
     With no output, it only verifies. Nothing is written unless everything verifies. `attest`: a PEM
     private key (Ed25519 or ECDSA P-256) that signs an attestation of `output_image` (docs/provenance.md).
     `compression`: the new layer's in `output_image` (gzip, zstd, zstd:chunked, none; default gzip, none
-    for docker-archive).
+    for docker-archive). `compression_level`: the new layer's level, in `layer` and `output_image` (gzip
+    1-9, default 1; zstd 1-19, default 3; docs/performance.md).
     """
     from .outputs import Outputs, apply_queue
     from .sources import open_image
@@ -237,7 +239,8 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     ref = f"rootfs:{root_dir}" if image is None and root_dir is not None else pick_ref(image, pinned, q.root)
     source = open_ref(ref, platform, root=q.root, progress=progress)
     outputs = Outputs(layer=Path(layer) if layer is not None else None, image=output_image, root=root_dir,
-                      overlay=Path(overlay) if overlay is not None else None, compression=compression)  # type: ignore[arg-type]
+                      overlay=Path(overlay) if overlay is not None else None, compression=compression,  # type: ignore[arg-type]
+                      compression_level=compression_level)
 
     def open_base():
         # reuse the image the source already opened (a skopeo transport would be copied twice)

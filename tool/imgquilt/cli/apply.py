@@ -113,6 +113,7 @@ def apply_cmd(
     no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the check that patched .py files gain no errors."),
     attest: Optional[Path] = typer.Option(None, "--attest", metavar="KEY", help="Sign an in-toto attestation of what was applied (PEM private key: Ed25519 or ECDSA P-256; an encrypted one takes IMGQUILT_KEY_PASSWORD) and store it beside --output-image as an OCI referrer."),
     compression: Optional[str] = typer.Option(None, "--compression", metavar="FORMAT", help="The new layer's compression in --output-image: gzip (default; none for docker-archive), zstd, zstd:chunked (with a TOC, read lazily), none."),
+    compression_level: Optional[int] = typer.Option(None, "--compression-level", metavar="N", help="The new layer's compression level (--layer and --output-image): gzip 1-9 (default 1), zstd 1-19 (default 3); same inputs and level, same bytes."),
     verbose: bool = VerboseOpt,
 ) -> None:
     """Verify every base, apply the series in memory, verify every result, then write the outputs.
@@ -133,11 +134,12 @@ def apply_cmd(
         lock = q.lock()
         ref = pick_ref(image, lock)
         return _apply_all(q, ref, lock, output_image, locked=locked, python_check=not no_python_check, attest=signing_key(attest),
-                          compression=compression)
+                          compression=compression, compression_level=compression_level)
 
     with python_check_named("apply"):
         done = apply(G.queue, image=image, layer=layer, output_image=output_image, root=root, overlay=overlay, platform=platform,
-                     locked=locked, python_check=not no_python_check, progress=progress(), attest=attest, compression=compression)
+                     locked=locked, python_check=not no_python_check, progress=progress(), attest=attest, compression=compression,
+                     compression_level=compression_level)
     result, written = done.result, done.outputs
     if G.json:
         doc = result_json(result)
@@ -190,7 +192,7 @@ def python_check_named(command: str) -> Iterator[None]:
 
 
 def _apply_all(q, ref: str, lock, output_image: str | None, *, locked: bool, python_check: bool, attest=None,
-               compression: str | None = None) -> None:
+               compression: str | None = None, compression_level: int | None = None) -> None:
     """--platform all: every platform verified on its own bases, then one index written."""
     from ..errors import BadImage
     from ..sources import platforms_of
@@ -200,7 +202,8 @@ def _apply_all(q, ref: str, lock, output_image: str | None, *, locked: bool, pyt
     if not platforms:
         raise BadImage(f"{ref} names no platform (neither an index nor a config says one).")
     results, written = apply_platforms(q, platforms, lambda p: open_ref(ref, p), lock, output_image,
-                                       locked=locked, python_check=python_check, attest=attest, compression=compression)
+                                       locked=locked, python_check=python_check, attest=attest, compression=compression,
+                                       compression_level=compression_level)
     if G.json:
         docs = [{**result_json(r), "platform": p} for p, r in results]
         first = {k: v for k, v in docs[0].items() if k != "platform"}

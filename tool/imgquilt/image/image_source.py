@@ -45,6 +45,7 @@ from typing import Callable, Sequence
 
 from ..cache.layers import LayerCache
 from ..errors import BadImage, BadInput, UsageError
+from ..fs.content import Spooled, spool_at
 from ..fs.paths import check_member_path
 from ..fs.resolve import resolve
 from ..fs.types import DirListing, DirMeta, ImageInfo, Node, TargetFile
@@ -587,7 +588,7 @@ class ImageSource:
             if rec.data is None and rec.sha is None and rec.extent is not None and self._cache is not None:
                 rec.sha = rec.extent[0]  # the TOC names the bytes: any earlier run may have stored them
             if rec.data is None and rec.sha is not None and self._cache is not None:
-                rec.data = self._cache.files.get(rec.sha)  # checked against its sha256
+                rec.data = self._cache.files.get(rec.sha, spool=True)  # checked against its sha256
                 if rec.data is None:
                     rec.sha = None  # gone or damaged: read the layer, store it again
                 else:
@@ -608,10 +609,16 @@ class ImageSource:
         digest = layer.check_digest
         trusted = digest is None or self._verified.is_verified(digest, layer.location)
         self.stats.second_passes.append(self._label(position))
-        found: dict[int, bytes] = {}
+        found: dict[int, object] = {}
         if trusted and layer.compression == "none":
             with FileRange(layer.location, what=what) as f:
                 for rec in recs:
+                    if rec.size > spool_at():  # by reference to the verified, unchanged blob: never held
+                        if rec.offset + rec.size > layer.location.size:
+                            raise BadImage(f"The {what} is truncated.")
+                        found[rec.ordinal] = Spooled.of_file(os.dup(f.fileno()), shown=what,
+                                                             offset=layer.location.offset + rec.offset, size=rec.size)
+                        continue
                     data = f.pread(rec.size, rec.offset)
                     if len(data) != rec.size:
                         raise BadImage(f"The {what} is truncated.")
@@ -623,7 +630,7 @@ class ImageSource:
                 walker = TarWalker(stream, what=what)
                 for entry in walker:
                     if entry.ordinal in wanted:
-                        found[entry.ordinal] = walker.read_data()
+                        found[entry.ordinal] = walker.read_content()
                     if trusted and entry.ordinal >= last:
                         break
                 if not trusted:

@@ -7,7 +7,7 @@ from typing import Callable
 from ..util.regular import read_regular_file
 from ..errors import ImgquiltError
 from .lock import read_lock, stale_lock_advice
-from .patchfile import Patch, parse_patch, rehash_command
+from .patchfile import Patch, read_patch, rehash_command
 from .queue import series_sha256
 from .series import parse_series
 
@@ -62,16 +62,15 @@ def check_queue(root: Path, bodies: BodyCheck | None = None) -> tuple[list[str],
         if n not in names and n != "series":
             problems.append(f"patches/{n} is not listed in series.")
     patches: list[Patch] = []
-    raw: list[bytes] = []
+    raw: list = []
     for e in entries:
         f = pdir / e.name
         try:
-            data = read_regular_file(f)
-            if data is None:
+            patch = read_patch(f, e.name, strip=e.strip, raw_out=raw)
+            if patch is None:
                 problems.append(f"series line {e.line} lists {e.name!r}, but patches/{e.name} does not exist.")
                 continue
-            raw.append(data)
-            patches.append(parse_patch(data, e.name, strip=e.strip))
+            patches.append(patch)
         except ImgquiltError as exc:
             problems.append(f"{exc.message} {exc.hint}" if getattr(exc, "recount", False) else exc.message)
     problems += chain_breaks(patches)

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from ..fs.content import held_or_none
 from ..errors import UsageError
 from ..fs.types import ImageInfo, TargetFile
 from ..queue.hunks import ABSENT
@@ -37,7 +38,7 @@ class Bases:
 
     def read(self, paths: list[str], *, keep: bool = True) -> dict[str, FileState]:
         """Each path's base; `keep=False` skips storing image bytes (import: a store write costs more than the read)."""
-        return {p: FileState(t.data, None if t.data is None else t.mode & 0o777, t.resolved)
+        return {p: FileState(held_or_none(t.data, p), None if t.data is None else t.mode & 0o777, t.resolved)
                 for p, t in self.targets(paths, keep=keep).items()}
 
     def targets(self, paths: list[str], *, keep: bool = True) -> dict[str, TargetFile]:

@@ -147,6 +147,9 @@ class _OwnsFd:
     def closed(self) -> bool:
         return self._fd < 0
 
+    def fileno(self) -> int:
+        return self._fd
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)

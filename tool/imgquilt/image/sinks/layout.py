@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from ...errors import BadImage, LinkedState, UsageError
+from ...fs.content import Data, Spooled
 from ...util.atomic import atomic_file, atomic_write, publish
 from ...util.regular import read_regular_file
 from ..mediatypes import OCI_INDEX
@@ -26,7 +27,7 @@ from ..model import Layer
 from ..referrers import Referrer
 from .base_blobs import blob_location, check_file, open_checked, unique_layers
 from .mutate import ANNOTATION_REF_NAME, NewImage, index_entry, json_bytes, sha256
-from .output_file import output_dir, output_file
+from .output_file import output_dir, output_file, put_content
 
 COPY_CHUNK = 1 << 20
 LAYOUT_MARKER = {"imageLayoutVersion": "1.0.0"}
@@ -52,11 +53,14 @@ class _BlobDir:
         except FileNotFoundError:
             return False
 
-    def put_bytes(self, digest: str, data: bytes) -> None:
+    def put_bytes(self, digest: str, data: Data) -> None:
         if self.has(digest, len(data)):
             return
         dest = self.path(digest)
-        atomic_write(dest, data)
+        if isinstance(data, Spooled):
+            put_content(dest, data)
+        else:
+            atomic_write(dest, data)
         self.created.append(dest)
 
     def put_layer(self, layer: Layer) -> None:
