@@ -83,6 +83,11 @@ def _run(env: dict[str, str], tmp: Path, image: Path, queue: Path, root: Path) -
     out["apply"] = {k: v for k, v in doc.items() if k != "outputs"}
     out["outputs"] = {k: {x: y for x, y in v.items() if x not in ("path", "mounts", "ref")} for k, v in doc["outputs"].items()}
     out["layer"] = (tmp / "fix.tar.gz").read_bytes()
+    chunked = imgquilt("--json", "apply", "--output-image", f"oci:{tmp / 'chunked'}:fixed", "--compression", "zstd:chunked",
+                       cwd=q, env=env, check=0)
+    out["zstd:chunked"] = json.loads(chunked.out)["outputs"]["image"]["layer_digest"]
+    imgquilt("apply", "--layer", str(tmp / "fix.tar.zst"), "--compression-level", "7", cwd=q, env=env, check=0)
+    out["zstd-7"] = (tmp / "fix.tar.zst").read_bytes()
     out["blobs"] = sorted(p.name for p in (tmp / "out" / "blobs" / "sha256").iterdir())
     q2 = tmp / "q2"  # an overlay cannot delete a file: the patches that delete none
     shutil.copytree(queue, q2)

@@ -411,6 +411,10 @@ class SpoolWriter:
         if len(self._buf) > (CHUNK if self._fd >= 0 else self._at):
             self._flush()
 
+    def tell(self) -> int:
+        """Bytes written so far (a tar writer asks)."""
+        return self.size + len(self._buf)
+
     def write_content(self, data: Data) -> None:
         if isinstance(data, Spooled):
             for chunk in data.chunks():

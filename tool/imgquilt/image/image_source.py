@@ -150,6 +150,9 @@ class ImageSource:
         self._layers: list[BlobLayer] = list(reversed(image.layers))  # top first
         self._view = MergedView(len(self._layers), whiteouts=(kind == "image"))
         self._verified = verified if verified is not None else VerifiedBlobs(None)
+        for layer in self._layers:
+            if hasattr(layer, "verified_by"):
+                layer.verified_by = self._verified
         self._deletions: dict[str, Deletion] = {}
         self._likely_kept = 0
         self._cache = layer_cache
@@ -174,9 +177,13 @@ class ImageSource:
 
     def read_targets(self, paths: Sequence[str]) -> dict[str, TargetFile]:
         named = {p: check_member_path(p, what="target path") for p in paths}
+        attempts: dict[str, _Open | _Decided] = {}
         try:
             while True:
-                attempts = {p: self._attempt(n) for p, n in named.items()}
+                # a target decided by the layers read so far stays decided (what lies below cannot change
+                # it): only the open ones are resolved again after each layer
+                attempts.update({p: self._attempt(n) for p, n in named.items()
+                                 if not isinstance(attempts.get(p), _Decided)})
                 open_ = [a for a in attempts.values() if isinstance(a, _Open)]
                 if not open_:
                     break

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import BinaryIO, Literal, Sequence
 
 from ...errors import BadInput, UsageError
-from ...fs.content import Data, Spooled, SpoolWriter, chunks_of, held
+from ...fs.content import Data, Spooled, SpoolWriter, sha256_of
 from ...fs.paths import check_member_path
 from ...fs.types import FileChange
 from ..mediatypes import LAYER_MEDIA_TYPES, Compression, LayerFormat
@@ -339,11 +339,16 @@ def build_layer(changes: Sequence[FileChange], compression: LayerFormat = "gzip"
     if compression == "zstd:chunked":
         from .zstd_chunked import zstd_chunked
 
-        tar = layer_tar_bytes([_held_change(c) for c in changes], epoch=epoch)
-        diff_id = "sha256:" + hashlib.sha256(tar).hexdigest()
+        spool = SpoolWriter()
+        try:
+            write_tar(changes, spool, epoch=epoch)
+        except BaseException:
+            spool.abort()
+            raise
+        tar = spool.finish()
+        diff_id = "sha256:" + sha256_of(tar)
         blob, annotations = zstd_chunked(tar, level=ZSTD_LEVEL if level is None else level, mtime=resolve_epoch(epoch))
-        digest = "sha256:" + hashlib.sha256(blob).hexdigest()
-        return LayerBlob(blob, LAYER_MEDIA_TYPES["zstd"], digest, diff_id, "zstd", annotations)
+        return LayerBlob(blob, LAYER_MEDIA_TYPES["zstd"], "sha256:" + sha256_of(blob), diff_id, "zstd", annotations)
     out = SpoolWriter()
     try:
         digest, diff_id, _size = stream_layer(changes, out, compression, epoch=epoch, level=level)  # type: ignore[arg-type]
@@ -351,15 +356,6 @@ def build_layer(changes: Sequence[FileChange], compression: LayerFormat = "gzip"
         out.abort()
         raise
     return LayerBlob(out.finish(), LAYER_MEDIA_TYPES[compression], digest, diff_id, compression)  # type: ignore[index]
-
-
-def _held_change(c: FileChange) -> FileChange:
-    """zstd:chunked frames each file whole: its bytes are held (within IMGQUILT_IN_MEMORY_MAX)."""
-    if not isinstance(c.data, Spooled):
-        return c
-    from dataclasses import replace
-
-    return replace(c, data=held(c.data, f"{c.resolved} (zstd:chunked frames each file whole)"))
 
 
 # --- the file ---------------------------------------------------------------------------------

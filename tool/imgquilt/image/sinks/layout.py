@@ -25,7 +25,7 @@ from ...util.regular import read_regular_file
 from ..mediatypes import OCI_INDEX
 from ..model import Layer
 from ..referrers import Referrer
-from .base_blobs import blob_location, check_file, open_checked, unique_layers
+from .base_blobs import blob_location, check_file, open_checked, unique_layers, verified_fingerprint
 from .mutate import ANNOTATION_REF_NAME, NewImage, index_entry, json_bytes, sha256
 from .output_file import output_dir, output_file, put_content
 
@@ -78,10 +78,12 @@ class _BlobDir:
         self.created.append(dest)
 
     def _link(self, src: Path, layer: Layer) -> bool:
-        """Hard-link a base blob (same filesystem), then hash it: a bad blob is never kept."""
+        """Hard-link a base blob (same filesystem), then hash it, unless the source knows it verified that
+        very file (its fingerprint): a bad blob is never kept."""
         d = layer.descriptor
         dest = self.path(d.digest)
         tmp = dest.with_name(f".{dest.name}.link.{os.getpid()}")
+        trusted = verified_fingerprint(layer)
         try:
             if os.stat(src).st_size != d.size:
                 return False  # the blob is part of a larger file: copy it instead
@@ -89,7 +91,10 @@ class _BlobDir:
         except OSError:
             return False
         try:
-            check_file(tmp, layer)
+            loc = blob_location(layer)
+            # the link changed the file's ctime only: keep it known verified (device, inode, size, mtime unchanged)
+            if trusted is None or loc is None or not layer.verified_by.relinked(d.digest, loc, trusted):  # type: ignore[attr-defined]
+                check_file(tmp, layer)
             publish(tmp, dest)
         except BaseException:
             tmp.unlink(missing_ok=True)
