@@ -137,12 +137,17 @@ def main() -> int:
             os.sync()
             return run_child([sys.executable, "-c", FLOOR, *map(str, blobs)], env)
 
+        rounds = iter(range(1 << 30))
+
         def warm(*out: str):
+            # every output in a directory of its own, all removed at the end: removing a layout that
+            # hard-links the base blobs changes their ctime, and the next read would hash them again
             def go():
-                shutil.rmtree(work / "out", ignore_errors=True)
-                (work / "out").mkdir()
+                where = work / "out" / str(next(rounds))
+                where.mkdir(parents=True)
                 os.sync()
-                return run_child([sys.executable, "-m", "imgquilt", "apply", "--image", local_ref, *out], env, q)
+                args = [a.replace("{OUT}", str(where)) for a in out]
+                return run_child([sys.executable, "-m", "imgquilt", "apply", "--image", local_ref, *args], env, q)
             return go
 
         steps = [
@@ -150,8 +155,8 @@ def main() -> int:
             ("audit, cold, local oci:", cold(local_ref)),
             ("audit, cold, registry docker://", cold(reg_ref)),
             ("skopeo copy docker:// -> dir:", skopeo),
-            ("apply --layer, warm", warm("--layer", str(work / "out" / "fix.tar.gz"))),
-            ("apply --output-image oci:, warm", warm("--output-image", f"oci:{work / 'out' / 'image'}:patched")),
+            ("apply --layer, warm", warm("--layer", "{OUT}/fix.tar.gz")),
+            ("apply --output-image oci:, warm", warm("--output-image", "oci:{OUT}/image:patched")),
         ]
         if args.only:
             steps = [s for s in steps if any(w in s[0] for w in args.only.split(","))]
@@ -161,7 +166,7 @@ def main() -> int:
                     lock = run_child([sys.executable, "-m", "imgquilt", "lock", "--image", local_ref], env, q)
                     if lock.code:
                         raise SystemExit(lock.err.decode(errors="replace"))
-                    warm("--layer", str(work / "out" / "fix.tar.gz"))()  # the cache warm for both
+                    warm("--layer", "{OUT}/fix.tar.gz")()  # the cache warm for both
                 say(f"round {r + 1}/{args.repeat}: {label}")
                 got = fn()
                 if got.code != 0:

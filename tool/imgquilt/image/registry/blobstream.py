@@ -156,13 +156,6 @@ class RegistryBlobStream:
         while self.read(CHUNK):
             pass
 
-    def dup(self):
-        """A handle for the decompressing thread: it reads (received and hashed in the same call)
-        through this stream; closing the handle closes nothing."""
-        from ..layers.readahead import SharedHandle
-
-        return SharedHandle(self)
-
     def close(self) -> None:
         self._closed = True
         self._response.close()

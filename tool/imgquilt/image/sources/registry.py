@@ -152,9 +152,6 @@ class RegistryLayer:
         except BaseException:
             raw.close()
             raise
-        if kind != "none" and os.environ.get("IMGQUILT_FOLD_DOWNLOAD", "") == "1":
-            tar = Decompressed(raw, kind, what=self.what)
-            return TarStream(tar, raw, raw, seekable=False, fingerprint=_NO_FINGERPRINT)
         ahead = ReadAhead(raw)  # received and hashed by a thread of its own, decompressed by another
         tar = ahead if kind == "none" else Decompressed(ahead, kind, what=self.what)
         return TarStream(tar, ahead, ahead, seekable=False, fingerprint=_NO_FINGERPRINT)
