@@ -380,3 +380,26 @@ def test_kill_at_every_changing_syscall_of_a_streamed_in_place_apply(tmp_path: P
         if tree_hash(root) != new_hash:
             bad.append(f"{name}#{n}: a second apply did not reach new")
     assert not bad, bad
+
+
+def test_the_memory_limit_bounds_what_is_held_not_what_applies(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """With IMGQUILT_IN_MEMORY_MAX far below the patch (the 64 MiB cap scaled down), a text file and a
+    binary file are still added (streamed), byte-exact; the one step that needs a file whole (the Python
+    check of a .py) refuses it with exit 6 naming the setting, and --no-python-check goes through."""
+    env = {**cli_env, "IMGQUILT_IN_MEMORY_MAX": "16K"}
+    q = tmp_path / "q"
+    q.mkdir()
+    (q / "series").write_text("")
+    big_text = b"".join(b"row %d of a large text file\n" % i for i in range(20000))  # 500 KB
+    write_patch(q, "0001-big.patch", [("srv/big.txt", None, big_text), ("srv/big.bin", None, NEW_BIN * 20)])
+    assert (q / "patches/0001-big.patch").stat().st_size > 30 * 16384
+    root = tmp_path / "root"
+    root.mkdir()
+    imgquilt("apply", "--root", str(root), cwd=q, env=env, check=0)
+    assert (root / "srv/big.txt").read_bytes() == big_text and (root / "srv/big.bin").read_bytes() == NEW_BIN * 20
+    write_patch(q, "0002-module.patch", [("srv/mod.py", None, b"X = 1\n" * 5000)])
+    (tmp_path / "root2").mkdir()
+    r = imgquilt("apply", "--root", str(tmp_path / "root2"), cwd=q, env=env, check=6)
+    assert "IMGQUILT_IN_MEMORY_MAX" in r.err and "srv/mod.py" in r.err
+    imgquilt("apply", "--no-python-check", "--root", str(tmp_path / "root2"), cwd=q, env=env, check=0)
+    assert (tmp_path / "root2/srv/mod.py").read_bytes() == b"X = 1\n" * 5000

@@ -30,7 +30,7 @@ import threading
 from pathlib import Path
 from typing import Iterator, Union
 
-from ..errors import BadInput, UsageError
+from ..errors import BadInput, TooLargeToHold, UsageError
 
 CHUNK = 1 << 20
 SPOOL_AT_ENV = "IMGQUILT_SPOOL_AT"
@@ -65,10 +65,6 @@ def spool_at() -> int:
     """Contents larger than this are carried in a temp file, not in memory (IMGQUILT_SPOOL_AT, default
     8 MiB; never above in_memory_max()). The tests set it to a few bytes to run every streamed path."""
     return max(min(_env_size(SPOOL_AT_ENV, DEFAULT_SPOOL_AT), in_memory_max()), 0)
-
-
-class TooLargeToHold(BadInput):
-    """A content that would have to be held in memory whole is larger than IMGQUILT_IN_MEMORY_MAX."""
 
 
 # --- where spooled contents go ------------------------------------------------------------------
