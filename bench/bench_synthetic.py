@@ -113,7 +113,7 @@ def build(work: Path, gb: float, files: int, layers: int) -> tuple[str, dict]:
             for i in range(per_layer):
                 d = f"srv/layer{k}/d{i // 500:04d}"
                 if d not in made_dirs:
-                    for part in (f"srv", f"srv/layer{k}", d):
+                    for part in ("srv", f"srv/layer{k}", d):
                         if part not in made_dirs:
                             ti = tarfile.TarInfo(part)
                             ti.type, ti.mode = tarfile.DIRTYPE, 0o755

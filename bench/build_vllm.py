@@ -15,7 +15,6 @@ what is measured is reading and writing layers, not running vLLM.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys

@@ -13,7 +13,6 @@ no copy of it (it can be derived again from the image and the patches), and put(
 """
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable

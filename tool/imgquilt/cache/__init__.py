@@ -8,7 +8,6 @@ dropped and counts as missing.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from dataclasses import dataclass

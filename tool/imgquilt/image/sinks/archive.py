@@ -8,7 +8,6 @@ blob is verified as it is copied.
 """
 from __future__ import annotations
 
-import io
 import tarfile
 from contextlib import closing
 from pathlib import Path
