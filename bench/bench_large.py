@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Peak memory of a patch that adds a 1 GiB file (text and binary), issue 28: `check`, `lock`,
-`apply --layer`, `apply --output-image` and `apply --root`, each a process of its own (peak RSS from
-wait4), against the 200 MB goal, and the bytes each writes against GNU `patch -p1` (text) and
+`apply --layer`, `apply --output-image`, `audit` of that image and `apply --root`, each a process of
+its own (its peak RSS), against the 200 MB goal, and the bytes each writes against GNU `patch -p1` (text) and
 `git apply` (binary) on the same patch file. Not a test: run it by hand (bench/README.md).
 
     python3 bench/bench_large.py [--workdir /tmp/imgquilt-bench-large] [--size-mb 1024] [--reuse]
@@ -221,11 +221,13 @@ def steps(kind: str, queue: Path, image_ref: str, base_root: Path, out: Path, en
         ("apply --layer", ["apply", "--no-python-check", "--layer", str(layer)], lambda: member_sha(layer, rel) == want),
         ("apply --output-image", ["apply", "--no-python-check", "--output-image", f"oci:{image}:patched"],
          lambda: _image_layer_sha(image, rel) == want),
+        ("audit (of that image)", ["--json", "audit", "--image", f"oci:{image}:patched"], lambda: True),
         ("apply --root", ["apply", "--no-python-check", "--root", str(root)], lambda: file_sha(root / rel) == want),
     ]
     for label, args, check in plan:
-        shutil.rmtree(image, ignore_errors=True)
-        layer.unlink(missing_ok=True)
+        if not label.startswith("audit"):
+            shutil.rmtree(image, ignore_errors=True)
+            layer.unlink(missing_ok=True)
         if label == "apply --root":
             shutil.rmtree(root, ignore_errors=True)
             shutil.copytree(base_root, root, symlinks=True)
@@ -319,7 +321,7 @@ def main() -> int:
         f"{'yes' if all(r['output_ok'] for r in mine) else 'NO'}")
     if args.compare_with:
         for kind in args.kinds.split(","):
-            for step in ("check", "lock", "apply --layer", "apply --output-image", "apply --root"):
+            for step in ("check", "lock", "apply --layer", "apply --output-image", "audit (of that image)", "apply --root"):
                 a = [r for r in rows if r["kind"] == kind and r["step"] == step and r["size_mb"] == args.compare_size_mb]
                 if len(a) == 2:
                     say(f"  {kind:6} {step:22} {args.compare_size_mb} MiB: before {a[0]['peak_rss_mb']:7.1f} MB, "

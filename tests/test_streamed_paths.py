@@ -66,7 +66,7 @@ def setup(tmp_path: Path):
     return image, q, root
 
 
-def _run(env: dict[str, str], tmp: Path, image: Path, queue: Path, root: Path) -> dict:
+def _run(env: dict[str, str], tmp: Path, image: Path, queue: Path, root: Path, registry=None) -> dict:
     """Every verb over a copy of the queue, with what each wrote."""
     q = tmp / "q"
     shutil.copytree(queue, q)
@@ -88,6 +88,9 @@ def _run(env: dict[str, str], tmp: Path, image: Path, queue: Path, root: Path) -
     out["zstd:chunked"] = json.loads(chunked.out)["outputs"]["image"]["layer_digest"]
     imgquilt("apply", "--layer", str(tmp / "fix.tar.zst"), "--compression-level", "7", cwd=q, env=env, check=0)
     out["zstd-7"] = (tmp / "fix.tar.zst").read_bytes()
+    if registry is not None:  # the push streams the new layer up; the registry answers the manifest digest
+        pushed = imgquilt("--json", "apply", "--output-image", registry.ref(f"streamed:{tmp.name}"), cwd=q, env=env, check=0)
+        out["pushed"] = json.loads(pushed.out)["outputs"]["image"]["digest"]
     out["blobs"] = sorted(p.name for p in (tmp / "out" / "blobs" / "sha256").iterdir())
     q2 = tmp / "q2"  # an overlay cannot delete a file: the patches that delete none
     shutil.copytree(queue, q2)
@@ -108,10 +111,16 @@ def _run(env: dict[str, str], tmp: Path, image: Path, queue: Path, root: Path) -
 
 
 def test_streamed_paths_give_the_same_bytes_hashes_and_records(setup, tmp_path: Path, cli_env: dict[str, str]) -> None:
+    from registry_server import start_registry
+
     image, queue, root = setup
-    plain = _run(cli_env, tmp_path / "plain", image, queue, root)
-    streamed_env = {**cli_env, "IMGQUILT_SPOOL_AT": "1", "IMGQUILT_CACHE_DIR": str(tmp_path / "cache2")}
-    streamed = _run(streamed_env, tmp_path / "streamed", image, queue, root)
+    registry = start_registry(tmp_path / "registry")
+    try:
+        plain = _run(cli_env, tmp_path / "plain", image, queue, root, registry)
+        streamed_env = {**cli_env, "IMGQUILT_SPOOL_AT": "1", "IMGQUILT_CACHE_DIR": str(tmp_path / "cache2")}
+        streamed = _run(streamed_env, tmp_path / "streamed", image, queue, root, registry)
+    finally:
+        registry.stop()
     for key in plain:
         assert streamed[key] == plain[key], key
     # every base and result is kept, whichever way it was carried (the streamed ones by a link)

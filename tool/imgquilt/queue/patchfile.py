@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..errors import MalformedPatch, UnsafePath
 from ..fs.paths import check_member_path
+from ..fs.content import held, held_or_none
 from ..util.regular import read_capped
 from .difftext import diff_names, format_hunks, unified_diff
 from .hunkread import HunkTextError, is_file_start, read_hunks
@@ -511,6 +512,8 @@ def render_section(path: str, old: bytes | None, new: bytes | None, mode: int | 
     `hunks` (checked by the caller to turn `old` into `new`) are written as given instead of a
     fresh diff: import keeps a foreign patch's hunk text, renumbered to where it applies.
     """
+    # a diff is made of whole files (git, difflib): a large content is held, within IMGQUILT_IN_MEMORY_MAX
+    old, new = held_or_none(old, path), held_or_none(new, path)
     head = b"Index: " + quote_name(path) + f"\nBase-SHA256: {sha256_hex(old)}\nPatched-SHA256: {sha256_hex(new)}\n".encode()
     if mode is not None and old is None and new is not None:
         head += f"Mode: {mode:04o}\n".encode()
@@ -523,6 +526,7 @@ def render_section(path: str, old: bytes | None, new: bytes | None, mode: int | 
 
 def make_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None, hunks: tuple[Hunk, ...] | None = None) -> FileSection:
     """A parsed section turning `old` into `new` (with `hunks` as written, if given)."""
+    old, new = held_or_none(old, path), held_or_none(new, path)
     raw = render_section(path, old, new, mode, hunks)
     if hunks is not None and not (is_binary(old) or is_binary(new)):  # already values: the caller reads the whole patch back once
         return FileSection(path, sha256_hex(old), sha256_hex(new), hunks, raw, mode if old is None and new is not None else None)
@@ -531,7 +535,9 @@ def make_section(path: str, old: bytes | None, new: bytes | None, mode: int | No
 
 def build_patch(name: str, header: Header, sections: list[FileSection] | tuple[FileSection, ...]) -> Patch:
     """Assemble a patch from a header and sections (each keeps its own raw bytes)."""
-    raw = header.raw + b"".join(s.raw for s in sections)
+    # a section read from a large patch file is held here (within IMGQUILT_IN_MEMORY_MAX): assembling
+    # a patch is what the authoring commands do, on patches of a size they can render
+    raw = header.raw + b"".join(held(s.raw, f"section {s.path} of patch {name}") for s in sections)
     return Patch(name, header, tuple(sections), raw)
 
 

@@ -114,9 +114,16 @@ def atomic_file(dest: Path, mode: int = 0o644, *, durable: bool = True) -> Itera
         os.close(fd)
 
 
-def atomic_write(dest: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+def atomic_write(dest: Path, data, mode: int = 0o644, *, durable: bool = True) -> None:
+    """Replace `dest` with `data` (bytes, or a large file's Spooled: copied by the kernel) whole or not at all."""
+    from ..fs.content import Spooled
+
     with atomic_file(dest, mode, durable=durable) as f:
-        f.write(data)
+        if isinstance(data, Spooled):
+            f.flush()
+            data.copy_to_fd(f.fileno())
+        else:
+            f.write(data)
 
 
 def rename_at(dir_fd: int, src: str, dst: str) -> None:
