@@ -53,7 +53,7 @@ class ObjectStore:
         """Store `data` (once) and return its sha256. A Spooled is linked in where it can be; else it is
         copied (`copy`), or not stored at all (None: remember() for what can be derived again)."""
         sha = sha256_of(data)
-        if self.get(sha) is not None:  # checked: a damaged object is replaced
+        if self.get(sha, spool=True) is not None:  # checked: a damaged object is replaced
             return sha
         if isinstance(data, Spooled) and not copy:
             if not self._state.link_in(self._rel(sha), data, mode=0o444):
@@ -62,21 +62,23 @@ class ObjectStore:
         self._state.write(self._rel(sha), data, mode=0o444, durable=False)
         return sha
 
-    def get(self, sha: str) -> Data | None:
-        """The bytes named `sha` (a Spooled over the object when it is large), or None when they are not
-        stored (or were damaged)."""
+    def get(self, sha: str, *, spool: bool = False) -> Data | None:
+        """The bytes named `sha`, or None when they are not stored (or were damaged). `spool`: a large
+        object comes back as a Spooled over it (for a caller that streams: check's offline test of each
+        section), never held."""
         if not _HEX64.match(sha or ""):
             return None
-        data = self._state.read_content(self._rel(sha), cap=OBJECT_CAP)
+        rel = self._rel(sha)
+        data = self._state.read_content(rel, cap=OBJECT_CAP) if spool else self._state.read(rel, cap=OBJECT_CAP)
         if data is None:
             return None
         return data if sha256_of(data) == sha else None
 
-    def get_or_absent(self, sha: str) -> tuple[bool, Data | None]:
+    def get_or_absent(self, sha: str, *, spool: bool = False) -> tuple[bool, Data | None]:
         """(found, bytes): "absent" is always found, as None."""
         if sha == ABSENT:
             return True, None
-        data = self.get(sha)
+        data = self.get(sha, spool=spool)
         return data is not None, data
 
 

@@ -183,6 +183,10 @@ class Spooled:
         total = os.fstat(fd).st_size
         return cls(backing, offset, total - offset if size is None else size, sha256)
 
+    def with_sha256(self, sha256: str) -> "Spooled":
+        """The same content, its sha256 known (computed by a caller that read it anyway)."""
+        return Spooled(self._backing, self.offset, self.size, sha256)
+
     def slice(self, offset: int, size: int) -> "Spooled":
         """`size` bytes from `offset` of this content (sha256 computed when asked)."""
         if offset < 0 or size < 0 or offset + size > self.size:
@@ -516,20 +520,23 @@ def write_all(fd: int, data: Data) -> None:
         view = view[os.write(fd, view):]
 
 
-def read_fd_content(fd: int, *, shown: str, size: int | None = None) -> Data:
-    """The content of the regular file open at `fd` (taken: closed or kept by the result): bytes when
-    small, else a Spooled over the file itself (checked unchanged on every read)."""
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise BadInput(f"{shown} is not a regular file.")
-    if st.st_size > spool_at():
-        return Spooled.of_file(fd, shown=shown)
+def copy_to_spool(fd: int, *, shown: str, offset: int = 0, size: int | None = None) -> Data:
+    """A range of the open file `fd` (to its end by default) copied into a spooled content, its sha256
+    computed on the way; the file must not change meanwhile (size, mtime, ctime), else BadInput."""
+    before = _stamp(os.fstat(fd))
+    end = before[2] if size is None else offset + size
+    out = SpoolWriter()
     try:
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(st.st_size + 1)
-    finally:
-        os.close(fd)
-    if len(data) > spool_at():  # it grew while read: carry what is there now, by reference
-        raise BadInput(f"{shown} changed while imgquilt read it.", hint="Run again once nothing else writes to it.")
-    return data
+        pos = offset
+        while pos < end:
+            chunk = os.pread(fd, min(CHUNK, end - pos), pos)
+            if not chunk:
+                raise BadInput(f"{shown} shrank while imgquilt read it.", hint="Run again once nothing else writes to it.")
+            out.write(chunk)
+            pos += len(chunk)
+        if _stamp(os.fstat(fd)) != before:
+            raise BadInput(f"{shown} changed while imgquilt read it.", hint="Run again once nothing else writes to it.")
+    except BaseException:
+        out.abort()
+        raise
+    return out.finish()

@@ -45,7 +45,7 @@ from typing import Callable, Sequence
 
 from ..cache.layers import LayerCache
 from ..errors import BadImage, BadInput, UsageError
-from ..fs.content import Spooled, spool_at
+from ..fs.content import copy_to_spool, spool_at
 from ..fs.paths import check_member_path
 from ..fs.resolve import resolve
 from ..fs.types import DirListing, DirMeta, ImageInfo, Node, TargetFile
@@ -620,11 +620,11 @@ class ImageSource:
         if trusted and layer.compression == "none":
             with FileRange(layer.location, what=what) as f:
                 for rec in recs:
-                    if rec.size > spool_at():  # by reference to the verified, unchanged blob: never held
+                    if rec.size > spool_at():  # copied to a spooled temp file: never held
                         if rec.offset + rec.size > layer.location.size:
                             raise BadImage(f"The {what} is truncated.")
-                        found[rec.ordinal] = Spooled.of_file(os.dup(f.fileno()), shown=what,
-                                                             offset=layer.location.offset + rec.offset, size=rec.size)
+                        found[rec.ordinal] = copy_to_spool(f.fileno(), shown=what, offset=layer.location.offset + rec.offset,
+                                                           size=rec.size)
                         continue
                     data = f.pread(rec.size, rec.offset)
                     if len(data) != rec.size:

@@ -314,7 +314,7 @@ def read_patch(path: Path, name: str, *, strip: int | None = None, raw_out: list
         return parse_patch(data, name, strip=strip)
     content = Spooled.of_file(fd, shown=str(path))
     starts, sha = _section_starts(content)
-    content = Spooled(content._backing, 0, content.size, sha)  # noqa: SLF001 - the same file, its hash now known
+    content = content.with_sha256(sha)
     if raw_out is not None:
         raw_out.append(content)
     return _scan_patch(content, starts, name, strip)

@@ -137,11 +137,15 @@ class Lines:
     def run(self, kind: bytes, limit: int) -> tuple[bytes, int]:
         """Up to `limit` whole lines starting with `kind` (bytes as in the file, and their count); (b"", 0)
         when the next line is not one, or is longer than BUF."""
-        if limit <= 0:
-            return b"", 0
+        return self.bulk(_RUNS[kind], limit) if limit > 0 else (b"", 0)
+
+    def bulk(self, pattern: re.Pattern[bytes], limit: int = 1 << 62) -> tuple[bytes, int]:
+        """The whole lines `pattern` matches at the next line, as many as the buffer holds (up to
+        `limit`): their bytes and count, consumed; (b"", 0) when it does not match or the next line is
+        longer than BUF."""
         if self._line_end() < 0:
             return b"", 0
-        m = _RUNS[kind].match(self._buf, self._at)
+        m = pattern.match(self._buf, self._at)
         if m is None:
             return b"", 0
         text = m.group()
@@ -470,7 +474,7 @@ def read_binary_block(rd: Lines, cap: int):
                     rd.next_line()  # the empty line that ends the block
                 break
             if line[:1] == b"z" and len(line) == 67:
-                run, n = _full_run(rd)
+                run, n = rd.bulk(_FULL_LINES)  # full 52-byte lines in bulk, as many as the buffer holds
                 if n:
                     body = run[1:-1].replace(b"\nz", b"")
                     try:
@@ -509,20 +513,6 @@ def read_binary_block(rd: Lines, cap: int):
         out.abort()
         raise
     return m.group(1).decode(), out.finish()
-
-
-def _full_run(rd: Lines) -> tuple[bytes, int]:
-    """Full base85 lines (52 bytes each) in bulk, as many as the buffer holds."""
-    if rd._line_end() < 0:  # noqa: SLF001 - the reader's own buffer
-        return b"", 0
-    m = _FULL_LINES.match(rd._buf, rd._at)  # noqa: SLF001
-    if m is None:
-        return b"", 0
-    text = m.group()
-    n = text.count(b"\n")
-    rd._consume(len(text))  # noqa: SLF001
-    rd.lineno += n
-    return text, n
 
 
 def malformed(name: str, msg: str) -> MalformedPatch:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..fs.content import held
+from ..fs.content import held, held_or_none
 from ..engine.apply import HunkError, apply_section
 from ..engine.merge import merge3
 from ..engine.pycheck import located, new_python_errors
@@ -82,7 +82,9 @@ def rebase_section(root: Path, st: RebaseState, store: ObjectStore, patch: Patch
         detail = "binary file changed upstream: no markers; the work-tree file is the new image's version, make it the patched one"
         return CarriedSection(replace(base, state=CONFLICT, conflict="binary", work=work, detail=detail), s.path, mode=s.mode,
                               ours_sha=store.put(ours), theirs_sha=store.put(nb or b""))
-    m = merge3(held(ob or b"", s.path), held(ours, s.path), held(nb or b"", new_path), **_labels(patch.name, st))
+    # a text merge works on whole files: a large one is held here, within IMGQUILT_IN_MEMORY_MAX
+    ob, ours, nb = held_or_none(ob, s.path), held(ours, s.path), held_or_none(nb, new_path)
+    m = merge3(ob or b"", ours, nb or b"", **_labels(patch.name, st))
     if m.clean:
         if m.data == (nb or b"") and (nb is not None or not m.data):
             return CarriedSection(replace(base, state=UPSTREAM, merged=True, new_patched=new_base), s.path, mode=s.mode)

@@ -338,7 +338,7 @@ def stale_results(root: Path, patches: list[Patch]) -> list[str]:
     out: list[str] = []
     for p in patches:
         for s in p.sections:
-            found, base = store.get_or_absent(s.base_sha256)
+            found, base = store.get_or_absent(s.base_sha256, spool=True)
             if not found:
                 continue  # the base's bytes are not here: nothing to test offline
             try:
