@@ -24,7 +24,6 @@ import errno
 import hashlib
 import os
 import re
-import stat
 import tempfile
 import threading
 from pathlib import Path
