@@ -138,6 +138,7 @@ def main() -> int:
             return run_child([sys.executable, "-c", FLOOR, *map(str, blobs)], env)
 
         rounds = iter(range(1 << 30))
+        warm_env = dict(env, IMGQUILT_CACHE_DIR=str(work / "warm-cache"))  # the cold steps wipe theirs
 
         def warm(*out: str):
             # every output in a directory of its own, all removed at the end: removing a layout that
@@ -147,7 +148,7 @@ def main() -> int:
                 where.mkdir(parents=True)
                 os.sync()
                 args = [a.replace("{OUT}", str(where)) for a in out]
-                return run_child([sys.executable, "-m", "imgquilt", "apply", "--image", local_ref, *args], env, q)
+                return run_child([sys.executable, "-m", "imgquilt", "apply", "--image", local_ref, *args], warm_env, q)
             return go
 
         steps = [
@@ -163,7 +164,7 @@ def main() -> int:
         for r in range(args.repeat):
             for label, fn in steps:
                 if label.endswith("warm") and not (q / "targets.lock").is_file():
-                    lock = run_child([sys.executable, "-m", "imgquilt", "lock", "--image", local_ref], env, q)
+                    lock = run_child([sys.executable, "-m", "imgquilt", "lock", "--image", local_ref], warm_env, q)
                     if lock.code:
                         raise SystemExit(lock.err.decode(errors="replace"))
                     warm("--layer", "{OUT}/fix.tar.gz")()  # the cache warm for both
