@@ -412,3 +412,20 @@ def test_the_memory_limit_bounds_what_is_held_not_what_applies(tmp_path: Path, c
     assert "IMGQUILT_IN_MEMORY_MAX" in r.err and "srv/mod.py" in r.err
     imgquilt("apply", "--no-python-check", "--root", str(tmp_path / "root2"), cwd=q, env=env, check=0)
     assert (tmp_path / "root2/srv/mod.py").read_bytes() == b"X = 1\n" * 5000
+
+
+def test_a_patch_file_that_changes_while_it_streams_is_refused(tmp_path: Path, monkeypatch) -> None:
+    """A large patch file is read in place: one changed after it was checked is refused (exit 6),
+    never applied as other bytes."""
+    from imgquilt.errors import BadInput
+    from imgquilt.queue.patchfile import Header, build_patch, make_section
+
+    monkeypatch.setenv("IMGQUILT_SPOOL_AT", "1")
+    path = tmp_path / "p.patch"
+    path.write_bytes(build_patch("p", Header(b""), [make_section("a", None, NEW_TEXT)]).raw)
+    patch = read_patch(path, "p")
+    (section,) = patch.sections
+    with open(path, "ab") as f:
+        f.write(b"\n")
+    with pytest.raises(BadInput, match="changed while imgquilt read it"):
+        apply_section(None, section)
