@@ -26,6 +26,10 @@ test: venv tools
 bench: venv
 	$(BIN)/python bench/bench_apply.py
 	$(BIN)/python bench/bench_seekable.py
+	$(BIN)/python bench/bench_large.py --clean
+	$(BIN)/python bench/bench_patches.py
+	$(BIN)/python bench/bench_vllm.py
+	$(BIN)/python bench/bench_synthetic.py --clean
 
 clean:
 	rm -rf $(VENV) $(OUT)

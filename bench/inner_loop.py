@@ -39,17 +39,32 @@ class Run:
     err: bytes
 
 
+TIME = shutil.which("time") and "/usr/bin/time" if os.path.exists("/usr/bin/time") else None
+
+
 def run_child(cmd: list[str], env: dict[str, str], cwd: Path | None = None) -> Run:
-    """Run `cmd`, returning its wall time and its own peak RSS (wait4's rusage of that one child)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    """Run `cmd`, returning its wall time, CPU and its own peak RSS.
+
+    A child's ru_maxrss counts the memory of the process it was forked from (Linux keeps the high
+    water mark across exec), so the peak is taken by GNU time (a small process) where it is installed:
+    it forks the command and reports wait4's figure for it alone. Without it, wait4's own figure is
+    used, which is at least this (Python) process's size."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.NamedTemporaryFile() as rss:
+        wrapped = [TIME, "-q", "-f", "%M", "-o", rss.name, *cmd] if TIME else cmd
         t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=cwd)
+        p = subprocess.Popen(wrapped, stdout=out, stderr=err, env=env, cwd=cwd)
         _, status, usage = os.wait4(p.pid, 0)
         seconds = time.perf_counter() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return Run(seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, p.returncode, out.read(), err.read())
+        max_rss = usage.ru_maxrss
+        if TIME:
+            try:
+                max_rss = int(Path(rss.name).read_text().split()[-1])
+            except (ValueError, IndexError):
+                pass
+        return Run(seconds, usage.ru_utime + usage.ru_stime, max_rss, p.returncode, out.read(), err.read())
 
 
 def _git(repo: Path, *args: str) -> bytes:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from hostile import CONF, NEW_CONF, canary_dir, refused, run, small_root, unchanged
-from qtools import imgquilt, write_patch
+from qtools import TOOL, imgquilt, write_patch
 
 
 def _world(tmp: Path) -> tuple[Path, Path, Path]:
@@ -73,11 +75,23 @@ def test_fifo_or_directory_in_the_queue_is_refused_without_hanging(tmp_path: Pat
             refused(r, 6, "not a regular file")
 
 
-def test_oversized_patch_is_refused(tmp_path: Path, cli_env: dict[str, str]) -> None:
+def test_an_oversized_patch_file_streams_in_bounded_memory(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """A patch file far larger than memory allows (1 GiB, sparse: NULs after its hunks, which every
+    reader takes as trailing text) is read as it streams: applied under an address-space limit of
+    768 MiB, which holding it whole would break."""
+    import resource
+
     q, root, home = _world(tmp_path)
     with open(q / "patches/0001-conf.patch", "r+b") as f:
-        f.truncate(65 << 20)  # sparse: costs no disk
-    refused(run(q, "apply", "--root", str(root), env=cli_env), 6, "more than imgquilt reads")
+        f.truncate(1 << 30)  # sparse: costs no disk
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (768 << 20, 768 << 20))
+
+    env = {**cli_env, "PYTHONPATH": str(TOOL)}
+    p = subprocess.run([sys.executable, "-m", "imgquilt", "--queue", str(q), "apply", "--no-python-check", "--root", str(root)],
+                       cwd=q, env=env, capture_output=True, text=True, preexec_fn=limit)
+    assert p.returncode == 0, p.stderr[-2000:]
 
 
 @pytest.mark.parametrize("mode", ["77777777777777777777", "-1", "4755", "2755", "1777", "0o755", "7777", "100644", "", "0x1ff"])

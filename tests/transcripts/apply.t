@@ -62,7 +62,7 @@ var/lib/imgquilt/applied.json
 
 # the same layer on top of the demo image, as a new OCI image; audit finds every patch live in it
 $ imgquilt apply --output-image oci:$SANDBOX/out:patched | tail -1
-Wrote image: oci:$SANDBOX/out:patched sha256:6cc3725aefed241df9973be4dd1a8dd09ffae504433fe36dbb610b0489f9ed5e
+Wrote image: oci:$SANDBOX/out:patched sha256:371a98a9d754583e3f38adf6fbdd43b62319d0d51ee342de7384925e9dda6202
 
 $ imgquilt audit --image oci:$SANDBOX/out:patched
 Audit of oci:$SANDBOX/out:patched

@@ -343,7 +343,8 @@ def lock_profiles(queue: str | os.PathLike[str] | None = None, *, platform: str 
 def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, layer: str | os.PathLike[str] | None = None,
           output_image: str | None = None, root: str | os.PathLike[str] | None = None, overlay: str | os.PathLike[str] | None = None,
           platform: str | None = None, locked: bool = False, python_check: bool = True, progress: Progress | None = None,
-          attest: str | os.PathLike[str] | None = None, compression: str | None = None, profile: str | None = None) -> Applied:
+          attest: str | os.PathLike[str] | None = None, compression: str | None = None, profile: str | None = None,
+          compression_level: int | None = None) -> Applied:
     """Verify every base, apply the series in memory, verify every result, then write the outputs asked for.
 
     The bases come from `image`, else from `root` (patched in place), else the image targets.lock pins.
@@ -352,7 +353,8 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     `compression`: the new layer's in `output_image` (gzip, zstd, zstd:chunked, none; default gzip, none
     for docker-archive). `profile`: apply the patches that profile selects, on its pinned image (unless
     `image` or `root`), its environment defaults set in `output_image`'s config (docs/profiles.md);
-    every profile at once: apply_profiles().
+    every profile at once: apply_profiles(). `compression_level`: the new layer's level, in `layer` and
+    `output_image` (gzip 1-9, default 1; zstd 1-19, default 3; docs/performance.md).
     """
     from .outputs import Outputs, apply_queue
     from .sources import open_image
@@ -368,7 +370,8 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     ref = f"rootfs:{root_dir}" if image is None and root_dir is not None else pick_ref(image, pinned, q.root)
     source = open_ref(ref, platform, root=q.root, progress=progress)
     outputs = Outputs(layer=Path(layer) if layer is not None else None, image=output_image, root=root_dir,
-                      overlay=Path(overlay) if overlay is not None else None, compression=compression)  # type: ignore[arg-type]
+                      overlay=Path(overlay) if overlay is not None else None, compression=compression,  # type: ignore[arg-type]
+                      compression_level=compression_level)
 
     def open_base():
         # reuse the image the source already opened (a skopeo transport would be copied twice)
@@ -396,7 +399,8 @@ def _naming(profile: str | None) -> Iterator[None]:
 def apply_profiles(queue: str | os.PathLike[str] | None = None, *, profile: str = "all", layer: str | None = None,
                    output_image: str | None = None, overlay: str | None = None, platform: str | None = None,
                    locked: bool = False, python_check: bool = True, progress: Progress | None = None,
-                   attest: str | os.PathLike[str] | None = None, compression: str | None = None) -> tuple[Applied, ...]:
+                   attest: str | os.PathLike[str] | None = None, compression: str | None = None,
+                   compression_level: int | None = None) -> tuple[Applied, ...]:
     """`apply --profile all`: each profile applied on the image it pins. Every output path must hold
     `{profile}` (replaced by each profile's name) when there is more than one profile: UsageError
     before anything is read. Every profile is verified (destinations checked) before any output is
@@ -417,7 +421,8 @@ def apply_profiles(queue: str | os.PathLike[str] | None = None, *, profile: str 
         source = open_ref(ref, platform, root=q.root, progress=progress)
         layer_i, overlay_i = fill(layer, r.name), fill(overlay, r.name)
         outputs = Outputs(layer=Path(layer_i) if layer_i is not None else None, image=fill(output_image, r.name),
-                          overlay=Path(overlay_i) if overlay_i is not None else None, compression=compression)  # type: ignore[arg-type]
+                          overlay=Path(overlay_i) if overlay_i is not None else None, compression=compression,  # type: ignore[arg-type]
+                          compression_level=compression_level)
         try:
             with _naming(r.name):
                 check_destinations(outputs, source.info(), key)

@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, replace
 from typing import Collection, Sequence
 
+from .fs.content import Spooled, held, held_or_none, in_memory_max
+from .queue.streamed import StreamedHunks
 from .engine.apply import HunkError, apply_hunks, reverse_hunks
 from .engine.bytecode import STALE, UNCHECKED, Seen, Verdict, find_bytecode, is_python_source, judge
 from .engine.record import read_record_target
@@ -154,8 +156,12 @@ class _Record:
     files: dict[str, dict[str, str]]  # patch name -> named path -> recorded patched sha256
 
 
-def parse_record(data: bytes) -> _Record:
+def parse_record(data) -> _Record:
     """Read applied.json as record_bytes writes it. Raises ValueError on anything else."""
+    if isinstance(data, Spooled):
+        if data.size > in_memory_max():
+            raise ValueError("far larger than an apply record")
+        data = data.to_bytes()
     doc = json.loads(data.decode("utf-8"))
     if not isinstance(doc, dict) or not isinstance(doc.get("patches"), list):
         raise ValueError("not an imgquilt apply record (no `patches` list)")
@@ -236,6 +242,8 @@ def _drift_states(data: bytes, chain: list[FileSection]) -> list[str]:
             continue  # a binary section is a whole file: only its hashes tell
         if not s.hunks and not s.is_new:
             continue  # nothing to look for
+        if isinstance(s.hunks, StreamedHunks) and s.hunks.end - s.hunks.start > in_memory_max():
+            continue  # a section too large to hold: only its hashes tell
         undone = undo_change(cur, s.hunks)
         if s.is_new and (undone is not None or not s.hunks):
             states[i] = DRIFTED_LIVE
@@ -274,6 +282,10 @@ def chain_states(chain: list[FileSection], data: bytes | None, recorded: Sequenc
         return [LIVE] * k + [PENDING] * (len(chain) - k)
     if data is None:
         return [MISSING] * len(chain)
+    if isinstance(data, Spooled):
+        if data.size > in_memory_max():
+            return [DRIFTED] * len(chain)  # too large to look for each change in: its hash says drifted
+        data = data.to_bytes()
     return _drift_states(data, chain)
 
 
@@ -467,7 +479,7 @@ def judge_bytecode(report: AuditReport, source: Source, targets: dict[str, Targe
     by_resolved = {t.resolved: t for t in targets.values()}
     # one read for all (a layer holding several is passed over once); one CPython cannot read counts as none
     pycs, _ = _read(source, sorted({b.path for bs in found.values() for b in bs}))
-    seen = [Seen(b, pycs[b.path].data, by_resolved[r].data, by_resolved[r].mtime)  # type: ignore[arg-type]
+    seen = [Seen(b, held(pycs[b.path].data, b.path), held_or_none(by_resolved[r].data, r), by_resolved[r].mtime)  # type: ignore[arg-type]
             for r, bs in found.items() for b in bs if b.path in pycs and pycs[b.path].data is not None]
     verdicts: dict[str, list[Verdict]] = {}
     for v in judge(seen):

@@ -173,3 +173,8 @@ class RootWriteFailed(BadInput):
 
 class GitMissing(BadInput):
     """`git` is not on PATH, and rebase (merge-file) or audit --history needs it."""
+
+
+class TooLargeToHold(BadInput):
+    """A step needs a file whole in memory (the Python check, a merge, a diff) and it is larger than
+    IMGQUILT_IN_MEMORY_MAX (docs/performance.md)."""

@@ -49,6 +49,7 @@ class Outputs:
     root: Path | None = None
     overlay: Path | None = None
     compression: LayerFormat | None = None  # of the new layer in `image` (None: the destination's default)
+    compression_level: int | None = None  # of the new layer (--layer and --output-image); None: the default
 
     @property
     def any(self) -> bool:
@@ -85,12 +86,13 @@ def layer_tar_bytes(result: ApplyResult, *, epoch: int | None = None) -> bytes:
     return layer_sink.layer_tar_bytes(file_changes(result), epoch=epoch)
 
 
-def build_layer(result: ApplyResult, compression: LayerFormat = "gzip", *, epoch: int | None = None) -> LayerBlob:
-    return layer_sink.build_layer(file_changes(result), compression, epoch=epoch)
+def build_layer(result: ApplyResult, compression: LayerFormat = "gzip", *, epoch: int | None = None,
+                level: int | None = None) -> LayerBlob:
+    return layer_sink.build_layer(file_changes(result), compression, epoch=epoch, level=level)
 
 
-def write_layer(result: ApplyResult, dest: Path, *, epoch: int | None = None) -> LayerInfo:
-    return layer_sink.write_layer(file_changes(result), dest, epoch=epoch)
+def write_layer(result: ApplyResult, dest: Path, *, epoch: int | None = None, level: int | None = None) -> LayerInfo:
+    return layer_sink.write_layer(file_changes(result), dest, epoch=epoch, level=level)
 
 
 def check_overlay(result: ApplyResult) -> None:
@@ -114,13 +116,14 @@ def changes_image(result: ApplyResult) -> bool:
     return bool(changed) and not names_series(changed[0].target.data, result.series_sha256)
 
 
-def new_image(base: Image, result: ApplyResult, compression: LayerFormat, *, epoch: int | None = None) -> NewImage:
+def new_image(base: Image, result: ApplyResult, compression: LayerFormat, *, epoch: int | None = None,
+              level: int | None = None) -> NewImage:
     """The base image with the series' layer on top (nothing written); the base as it is when the
     series changes nothing in it (see changes_image)."""
     when = resolve_epoch(epoch)
     if not changes_image(result) and env_holds(base, result.env):
         return unchanged(base, when)
-    return append(base, addendum(result, build_layer(result, compression, epoch=when), when))
+    return append(base, addendum(result, build_layer(result, compression, epoch=when, level=level), when))
 
 
 def env_holds(base: Image, env: tuple[tuple[str, str], ...]) -> bool:
@@ -138,7 +141,8 @@ def env_report(base: Image, env: tuple[tuple[str, str], ...]) -> dict[str, Any]:
 
 
 def write_image(base: Image, result: ApplyResult, ref: str, *, epoch: int | None = None,
-                compression: LayerFormat | None = None, attest: Attester | None = None) -> WrittenImage:
+                compression: LayerFormat | None = None, attest: Attester | None = None,
+                level: int | None = None) -> WrittenImage:
     """Write `base` plus the layer of `result` to `ref`; whole or not at all. With `attest`, a signed
     attestation of the apply goes with it (verbs.attest).
 
@@ -146,7 +150,8 @@ def write_image(base: Image, result: ApplyResult, ref: str, *, epoch: int | None
     """
     out = check_image_destination(ref)
     check_compression(compression, out.transport)
-    img = new_image(base, result, compression or out.default_compression, epoch=epoch)
+    layer_sink.check_level(compression or out.default_compression, level)
+    img = new_image(base, result, compression or out.default_compression, epoch=epoch, level=level)
     referrers = [attest.referrer(result, img, ref)] if attest is not None else []
     return write_new_image(img, ref, referrers)
 
@@ -165,6 +170,23 @@ def check_compression(compression: str | None, transport: str | None) -> None:
                          hint="Write oci:, oci-archive: or docker:// for zstd:chunked, or use --compression zstd.")
 
 
+def check_compression_level(outputs: Outputs) -> None:
+    """`--compression-level`: for a layer that is compressed (by --layer's name, --compression or the
+    image destination's default), in that compression's range."""
+    level = outputs.compression_level
+    if level is None:
+        return
+    kinds = []
+    if outputs.layer is not None:
+        kinds.append(layer_sink.compression_for(outputs.layer))
+    if outputs.image is not None:
+        kinds.append(outputs.compression or check_image_destination(outputs.image).default_compression)
+    if not kinds:
+        raise UsageError("--compression-level sets the level of the new layer: give --layer or --output-image with it.")
+    for kind in kinds:
+        layer_sink.check_level(kind, level)
+
+
 # --- the verb ----------------------------------------------------------------------------------
 def check_destinations(outputs: Outputs, source: ImageInfo, attest: Attester | None = None) -> None:
     """Refuse bad destinations up front, so a later one cannot fail after an earlier one was written."""
@@ -175,6 +197,7 @@ def check_destinations(outputs: Outputs, source: ImageInfo, attest: Attester | N
     if outputs.layer is not None:
         layer_sink.check_layer_destination(outputs.layer)
     check_compression(outputs.compression, None if outputs.image is None else check_image_destination(outputs.image).transport)
+    check_compression_level(outputs)
     if outputs.image is not None:
         if source.kind != "image":
             raise UsageError(
@@ -193,9 +216,10 @@ def check_result(outputs: Outputs, result: ApplyResult) -> None:
 
 
 def write_image_output(ref: str, result: ApplyResult, open_base: Callable[[], Image],
-                       compression: LayerFormat | None = None, attest: Attester | None = None) -> dict[str, Any]:
+                       compression: LayerFormat | None = None, attest: Attester | None = None,
+                       level: int | None = None) -> dict[str, Any]:
     base = open_base()
-    img = write_image(base, result, ref, compression=compression, attest=attest)
+    img = write_image(base, result, ref, compression=compression, attest=attest, level=level)
     out = {"ref": ref, "digest": img.digest, "config_digest": img.config_digest,
            "layer_digest": img.layer_digest, "diff_id": img.diff_id, "unchanged": img.layer_digest is None}
     if result.env:
@@ -217,13 +241,15 @@ def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[],
         gate()
         gate = None
     if outputs.image is not None and outputs.image.startswith("docker://"):
-        written["image"] = write_image_output(outputs.image, result, open_base, outputs.compression, attest)  # the network fails most: first
+        written["image"] = write_image_output(outputs.image, result, open_base, outputs.compression, attest,
+                                              outputs.compression_level)  # the network fails most: first
     if outputs.layer is not None and changes:
-        info = write_layer(result, outputs.layer)
+        info = write_layer(result, outputs.layer, level=outputs.compression_level)
         written["layer"] = {"path": str(outputs.layer), "digest": info.digest, "diff_id": info.diff_id,
                             "media_type": info.media_type, "size": info.size}
     if outputs.image is not None and "image" not in written:
-        written["image"] = write_image_output(outputs.image, result, open_base, outputs.compression, attest)
+        written["image"] = write_image_output(outputs.image, result, open_base, outputs.compression, attest,
+                                              outputs.compression_level)
     if outputs.overlay is not None and changes:
         ov = write_overlay(result, outputs.overlay)
         written["overlay"] = {"path": str(outputs.overlay), "mounts": str(ov.mounts_file)}

@@ -3,15 +3,22 @@
 Rebase needs the exact bytes of the old bases to run a true 3-way merge; the patches only carry
 their hashes. Objects are named by the sha256 of their bytes (`objects/ab/ab12…`), written once,
 atomically, read-only; a read checks the hash again, so a damaged object reads as missing.
+
+Objects are written without fsync: an object is checked on every read, so a crash can lose one (it
+reads as missing, and `rebase --from OLDREF` reads it from the image again) but never make a wrong one
+pass; the transaction's own file (targets.lock, a patch) is what is made durable. A large content (a
+Spooled: a file too large to hold) is kept by reference: hard-linked from imgquilt's own temp file
+(the queue's .imgquilt/tmp, on this filesystem) or reflinked; where neither works, remember() keeps
+no copy of it (it can be derived again from the image and the patches), and put() copies it.
 """
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from .errors import LinkedState, StateWriteFailed, UnsafePath
+from .fs.content import Data, Spooled, sha256_of
 from .queue.hunks import ABSENT
 from .util.statedir import StateDir
 
@@ -42,46 +49,58 @@ class ObjectStore:
     def has(self, sha: str) -> bool:
         return sha == ABSENT or (_HEX64.match(sha) is not None and self._state.is_file(self._rel(sha)))
 
-    def put(self, data: bytes) -> str:
-        """Store `data` (once) and return its sha256."""
-        sha = hashlib.sha256(data).hexdigest()
-        if self.get(sha) is not None:
+    def put(self, data: Data, *, copy: bool = True) -> str | None:
+        """Store `data` (once) and return its sha256. A Spooled is linked in where it can be; else it is
+        copied (`copy`), or not stored at all (None: remember() for what can be derived again)."""
+        sha = sha256_of(data)
+        if self.get(sha, spool=True) is not None:  # checked: a damaged object is replaced
             return sha
-        self._state.write(self._rel(sha), data, mode=0o444)
+        if isinstance(data, Spooled) and not copy:
+            if not self._state.link_in(self._rel(sha), data, mode=0o444):
+                return None
+            return sha
+        self._state.write(self._rel(sha), data, mode=0o444, durable=False)
         return sha
 
-    def get(self, sha: str) -> bytes | None:
-        """The bytes named `sha`, or None when they are not stored (or were damaged)."""
+    def get(self, sha: str, *, spool: bool = False) -> Data | None:
+        """The bytes named `sha`, or None when they are not stored (or were damaged). `spool`: a large
+        object comes back as a Spooled over it (for a caller that streams: check's offline test of each
+        section), never held."""
         if not _HEX64.match(sha or ""):
             return None
-        data = self._state.read(self._rel(sha), cap=OBJECT_CAP)
+        rel = self._rel(sha)
+        data = self._state.read_content(rel, cap=OBJECT_CAP) if spool else self._state.read(rel, cap=OBJECT_CAP)
         if data is None:
             return None
-        return data if hashlib.sha256(data).hexdigest() == sha else None
+        return data if sha256_of(data) == sha else None
 
-    def get_or_absent(self, sha: str) -> tuple[bool, bytes | None]:
+    def get_or_absent(self, sha: str, *, spool: bool = False) -> tuple[bool, Data | None]:
         """(found, bytes): "absent" is always found, as None."""
         if sha == ABSENT:
             return True, None
-        data = self.get(sha)
+        data = self.get(sha, spool=spool)
         return data is not None, data
 
 
-def remember(queue_root: Path, datas: Iterable[bytes | None]) -> int:
+def remember(queue_root: Path, datas: Iterable[Data | None]) -> int:
     """Store every file content in `datas` (None: absent, skipped); returns how many were new.
 
     Best effort by design: a read-only queue (e.g. COPY'd into a Dockerfile build) must not make
-    `apply` or `audit` fail, so storage errors are swallowed here.
+    `apply` or `audit` fail, so storage errors are swallowed here. A large content is only linked in
+    (never copied a second time: it can be derived again).
     """
     store = ObjectStore(queue_root)
     new = 0
+    seen: set[str] = set()
     try:
         for data in datas:
             if data is None:
                 continue
-            sha = hashlib.sha256(data).hexdigest()
-            if not store.has(sha):
-                store.put(data)
+            sha = sha256_of(data)
+            if sha in seen:
+                continue
+            seen.add(sha)
+            if not store.has(sha) and store.put(data, copy=False) is not None:
                 new += 1
     except LinkedState:
         raise  # a planted link is an attack, not a read-only queue
@@ -96,4 +115,4 @@ def remember_named(queue: "Queue", datas: Iterable[bytes | None]) -> int:
     For audit, which reads whatever a filesystem holds: drifted files are of no use to a rebase.
     """
     known = {h for p in queue.patches for s in p.sections for h in (s.base_sha256, s.patched_sha256)}
-    return remember(queue.root, [d for d in datas if d is not None and hashlib.sha256(d).hexdigest() in known])
+    return remember(queue.root, [d for d in datas if d is not None and sha256_of(d) in known])

@@ -8,7 +8,6 @@ dropped and counts as missing.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -56,19 +55,27 @@ class DigestStore:
     def path(self, hexdigest: str) -> Path:
         return self.dir / self.rel(hexdigest)
 
-    def put(self, data: bytes) -> str:
-        """Store `data` (once) and return its sha256 hex; a cache that cannot be written is not an error."""
-        hexdigest = hashlib.sha256(data).hexdigest()
-        if self.get(hexdigest) is None:
-            self.part.write(self.rel(hexdigest), data)
+    def put(self, data) -> str:
+        """Store `data` (bytes, or a Spooled: linked in when it can be) once and return its sha256 hex; a
+        cache that cannot be written is not an error. No fsync: every read checks the hash, so a crash
+        can lose an entry, never make a wrong one pass."""
+        from ..fs.content import sha256_of
+
+        hexdigest = sha256_of(data)
+        if not self.part.exists(self.rel(hexdigest)):
+            self.part.write(self.rel(hexdigest), data, durable=False)
         return hexdigest
 
-    def get(self, hexdigest: str) -> bytes | None:
-        """The bytes named `hexdigest`, or None when absent; a damaged entry is removed and reads as absent."""
+    def get(self, hexdigest: str, *, spool: bool = False):
+        """The bytes named `hexdigest`, or None when absent; a damaged entry is removed and reads as absent.
+        `spool`: a large entry comes back as a Spooled over the file (file contents), never held."""
+        from ..fs.content import sha256_of
+
         if not _HEX64.match(hexdigest or ""):
             return None
-        data = self.part.read(self.rel(hexdigest), cap=ENTRY_CAP)
-        if data is not None and hashlib.sha256(data).hexdigest() != hexdigest:
-            self.part.unlink(self.rel(hexdigest))
+        rel = self.rel(hexdigest)
+        data = self.part.read_content(rel, cap=ENTRY_CAP) if spool else self.part.read(rel, cap=ENTRY_CAP)
+        if data is not None and sha256_of(data) != hexdigest:
+            self.part.unlink(rel)
             return None
         return data

@@ -131,6 +131,33 @@ class CacheDir:
                     os.utime(name, dir_fd=fd, follow_symlinks=False)
             return data
 
+    def read_content(self, rel: str, *, cap: int):
+        """Like read(), but a file larger than spool_at() comes back as a Spooled over the open file
+        (checked unchanged on every read), never held."""
+        from ..fs.content import Spooled, spool_at
+
+        parent, _, name = rel.rpartition("/")
+        with self._dir(parent, create=False) as fd:
+            if fd is None:
+                return None
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                return None
+            if not stat.S_ISREG(st.st_mode) or st.st_size <= spool_at():
+                return self.read(rel, cap=cap)
+            try:
+                ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+            except OSError:
+                return None
+            if not stat.S_ISREG(os.fstat(ffd).st_mode) or os.fstat(ffd).st_size > cap:
+                os.close(ffd)
+                _drop(fd, name)
+                return None
+            with suppress(OSError):
+                os.utime(name, dir_fd=fd, follow_symlinks=False)
+            return Spooled.of_file(ffd, shown=f"{self.path}/{rel}")
+
     def exists(self, rel: str) -> bool:
         parent, _, name = rel.rpartition("/")
         with self._dir(parent, create=False) as fd:
@@ -141,8 +168,9 @@ class CacheDir:
             except OSError:
                 return False
 
-    def write(self, rel: str, data: bytes, *, mode: int = 0o444) -> bool:
-        """Replace `rel` whole (directories made as needed); False when the cache cannot be written."""
+    def write(self, rel: str, data, *, mode: int = 0o444, durable: bool = True) -> bool:
+        """Replace `rel` whole (directories made as needed); False when the cache cannot be written.
+        `data`: bytes or a Spooled; `durable=False`: no fsync (util.atomic.write_atomic_at)."""
         parent, _, name = rel.rpartition("/")
         try:
             with self._dir(parent, create=True) as fd:
@@ -152,7 +180,7 @@ class CacheDir:
                     st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                     if not stat.S_ISREG(st.st_mode):
                         _drop(fd, name)
-                write_atomic_at(fd, name, data, mode)
+                write_atomic_at(fd, name, data, mode, durable=durable)
         except OSError:
             return False
         return True

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
+from ..fs.content import chunks_of, held
 from ..errors import UsageError
 
 from .common import (G, ImageOpt, PlatformOpt, editor, emit_json, files_json, header_fields, note, patch_names, run_editor, say,
@@ -221,10 +222,12 @@ def diff_cmd(
     p = wt.diff_unrefreshed(patch) if unrefreshed else wt.diff(patch)
     if G.json:
         emit_json({"patch": p.name, "files": [
-            {**f, "diff": s.raw.decode("utf-8", "replace")} for f, s in zip(files_json(p), p.sections)
+            {**f, "diff": held(s.raw, s.path).decode("utf-8", "replace")} for f, s in zip(files_json(p), p.sections)
         ]})
         return
-    write_bytes(b"".join(s.raw for s in p.sections))
+    for s in p.sections:  # a section of a large patch file streams out in chunks, never held
+        for chunk in chunks_of(s.raw):
+            write_bytes(chunk)
 
 
 def _diff_upstream(name: str, image: str | None, from_ref: str | None, platform: str | None) -> None:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..fs.content import CHUNK, Data, Spooled, SpoolWriter
 from ..queue.binarypatch import BinaryPatchError, apply_binary
 from ..queue.hunks import Hunk, HunkLine, show_line, split_lines
 from ..queue.patchfile import FileSection
+from ..queue.streamed import StreamedHunks, StreamError, hunk_events
 
 
 class HunkError(Exception):
@@ -58,14 +60,157 @@ def apply_hunks(old: bytes, hunks: tuple[Hunk, ...] | list[Hunk]) -> bytes:
     return b"".join(out)
 
 
-def apply_section(old: bytes | None, s: FileSection) -> bytes:
-    """A section's new bytes from its base: its hunks at their exact lines, or its binary patch."""
+def apply_section(old: Data | None, s: FileSection) -> Data:
+    """A section's new bytes from its base: its hunks at their exact lines, or its binary patch.
+
+    A large base (a Spooled) or a section too large to hold (StreamedHunks) is applied as it streams,
+    into a spooled result (apply_hunks_streaming): the same bytes, in bounded memory."""
     if s.binary is not None:
         try:
             return apply_binary(old, s.binary)
         except BinaryPatchError as exc:
             raise BinaryMismatch(exc.message) from None
+    if isinstance(s.hunks, StreamedHunks) or isinstance(old, Spooled):
+        return apply_hunks_streaming(old, s.hunks)
     return apply_hunks(old or b"", s.hunks)
+
+
+class _Base:
+    """The base a streamed apply reads in order: bytes, or a Spooled in chunks."""
+
+    def __init__(self, data: Data | None) -> None:
+        self.data = data if data is not None else b""
+        self._spooled = isinstance(self.data, Spooled)
+        self.buf = b"" if self._spooled else self.data
+        self.at = 0  # in buf
+        self._next = 0  # file position after buf
+
+    def _fill(self) -> bool:
+        if not self._spooled or self._next >= len(self.data):
+            return False
+        more = self.data.pread(CHUNK, self._next)  # type: ignore[union-attr]
+        self._next += len(more)
+        self.buf = self.buf[self.at :] + more
+        self.at = 0
+        return bool(more)
+
+    def at_eof(self) -> bool:
+        return self.at >= len(self.buf) and not self._fill()
+
+    def read(self, n: int) -> bytes:
+        """Up to `n` bytes (fewer only at the end)."""
+        while len(self.buf) - self.at < n and self._fill():
+            pass
+        out = self.buf[self.at : self.at + n]
+        self.at += len(out)
+        return out
+
+    def copy_lines(self, k: int, out: SpoolWriter) -> int:
+        """Copy the next `k` lines to `out`; the number copied (fewer only at the end)."""
+        done = 0
+        while done < k:
+            if self.at >= len(self.buf) and not self._fill():
+                break
+            buf, at = self.buf, self.at
+            whole = buf.count(b"\n", at)
+            if whole > k - done:  # the lines wanted end in this buffer
+                end = at
+                for _ in range(k - done):
+                    end = buf.find(b"\n", end) + 1
+                out.write(buf[at:end])
+                self.at = end
+                return k
+            end = buf.rfind(b"\n", at) + 1 if whole else len(buf)
+            out.write(buf[at:end])  # every whole line here (or a piece of one long line)
+            self.at = end
+            done += whole
+            if not whole and self.at >= len(buf) and not self._fill():
+                return done + 1  # the last line, without a newline
+        return done
+
+    def copy_rest(self, out: SpoolWriter) -> None:
+        if self.at < len(self.buf):
+            out.write(self.buf[self.at :])
+        self.at = len(self.buf)
+        if self._spooled:
+            for chunk in self.data.chunks(CHUNK, self._next):  # type: ignore[union-attr]
+                out.write(chunk)
+            self._next = len(self.data)
+
+    def rest_of_line(self, limit: int = 1024) -> bytes:
+        """The rest of the current line (up to `limit` bytes), for a message."""
+        while self.buf.find(b"\n", self.at, self.at + limit) < 0 and len(self.buf) - self.at < limit and self._fill():
+            pass
+        nl = self.buf.find(b"\n", self.at, self.at + limit)
+        return self.buf[self.at : (nl + 1 if nl >= 0 else self.at + limit)]
+
+
+def _count_lines(data: Data | None) -> int:
+    if not data:
+        return 0
+    n = 0
+    last = b""
+    chunks = data.chunks() if isinstance(data, Spooled) else [data]
+    for c in chunks:
+        n += c.count(b"\n")
+        last = c[-1:] or last
+    return n + (last != b"\n")
+
+
+def apply_hunks_streaming(old: Data | None, hunks) -> Data:
+    """apply_hunks for a large base or a section read from its file: runs of lines compared and copied
+    in bulk, into a SpoolWriter. Raises the HunkError apply_hunks would (same index, line, words)."""
+    base = _Base(old)
+    out = SpoolWriter()
+    pos = 0  # lines of the base consumed
+    index = 0
+    try:
+        for ev in hunk_events(hunks):
+            if ev[0] == "@":
+                _, index, old_start, old_len, _new_start, _new_len = ev
+                start = old_start if old_len == 0 else old_start - 1
+                if start < pos:
+                    raise HunkError(index, old_start, f"start is outside the file or overlaps the previous hunk ({_count_lines(old)} lines)")
+                copied = base.copy_lines(start - pos, out)
+                pos += copied
+                if pos < start:
+                    raise HunkError(index, old_start, f"start is outside the file or overlaps the previous hunk ({_count_lines(old)} lines)")
+                continue
+            kind, payload, lines = ev
+            if kind == "+":
+                out.write(payload)
+                continue
+            if base.at_eof():
+                raise HunkError(index, pos + 1, "the file ends before the hunk does")
+            got = base.read(len(payload))
+            if got != payload or (lines and not payload.endswith(b"\n") and not base.at_eof()):
+                raise _mismatch(index, pos, payload, got, base)
+            if kind == " ":
+                out.write(payload)
+            pos += lines
+        base.copy_rest(out)
+    except StreamError as exc:  # the patch file changed since it was checked
+        out.abort()
+        raise HunkError(index, exc.line, exc.message) from None
+    except BaseException:
+        out.abort()
+        raise
+    return out.finish()
+
+
+def _mismatch(index: int, pos: int, payload: bytes, got: bytes, base: _Base) -> HunkError:
+    """The HunkError apply_hunks gives at the first line of `payload` that the base does not hold."""
+    want = split_lines(payload)
+    have = split_lines(got)
+    for k, line in enumerate(want):
+        if k >= len(have):
+            return HunkError(index, pos + k + 1, "the file ends before the hunk does")
+        found = have[k]
+        if k == len(have) - 1 and not found.endswith(b"\n"):
+            found += base.rest_of_line()
+        if found != line:
+            return HunkError(index, pos + k + 1, f"expected {show_line(line)}, found {show_line(found)}")
+    return HunkError(index, pos + len(want), f"expected {show_line(want[-1] if want else b'')}, found {show_line(have[-1] + base.rest_of_line() if have else b'')}")
 
 
 def reverse_hunks(hunks: tuple[Hunk, ...]) -> tuple[Hunk, ...]:

@@ -20,6 +20,8 @@ import sys
 import warnings
 from typing import Callable, Iterable, Protocol
 
+from ..fs.content import Spooled, held
+
 PARALLEL_MIN = 8  # fewer unknown files than this are not worth starting worker processes for
 FORK_MIN_BYTES = 256 * 1024  # less source than this compiles faster than a fork
 
@@ -55,6 +57,8 @@ def checker_version(screen: Screen | None = None) -> str:
 def check_key(source: bytes, filename: str) -> str:
     """What the findings of a file depend on besides the checker: its bytes and its name (pyflakes
     defines `__path__` only in an `__init__.py`, and names the file in what it reports)."""
+    if isinstance(source, Spooled):  # a large .py file: its bytes are checked whole, within IMGQUILT_IN_MEMORY_MAX
+        source = held(source, filename)
     return hashlib.sha256(filename.encode("utf-8", "surrogateescape") + b"\0" + source).hexdigest()
 
 
@@ -107,6 +111,7 @@ def located(source: bytes, path: str, findings: Iterable[str]) -> list[str]:
     Findings are kept without positions (base and result compare, the cache is by content), so the
     places are looked up again here, for the few findings a refusal names.
     """
+    source = held(source, path)
     want = set(findings)
     places: list[tuple[int, int, str]] = []
     try:
@@ -195,6 +200,7 @@ def start_errors_of_many(contents: Iterable[tuple[bytes, str]], memo: Memo | Non
     """errors_of_many, begun: the memo is asked now, the rest runs until `result()`."""
     items: dict[str, tuple[bytes, str]] = {}
     for data, name in contents:
+        data = held(data, name)
         items.setdefault(check_key(data, name), (data, name))
     known = memo.get_many(items) if memo is not None and items else {}
     return PendingErrors(items, {key: set(errs) for key, errs in known.items()}, memo, screen)

@@ -11,6 +11,7 @@ from typing import Sequence
 
 from .. import __version__
 from ..errors import BadImage, BadInput
+from ..fs.content import held
 from ..fs.types import Source, TargetFile
 from ..queue.queue import Queue
 from .bytecode import Bytecode
@@ -50,11 +51,12 @@ def record_bytes(queue: Queue, image_digest: str | None, image_ref: str | None, 
     return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
 
 
-def names_series(record: bytes | None, series_sha256: str) -> bool:
-    """Does this record (a file's bytes) say that series was applied? A record that is not ours says no."""
+def names_series(record, series_sha256: str) -> bool:
+    """Does this record (a file's bytes) say that series was applied? A record that is not ours says no
+    (one too large to hold is not ours)."""
     try:
-        return record is not None and json.loads(record).get("series_sha256") == series_sha256
-    except (ValueError, AttributeError):
+        return record is not None and json.loads(held(record, RECORD_PATH)).get("series_sha256") == series_sha256
+    except (ValueError, AttributeError, BadInput):
         return False
 
 

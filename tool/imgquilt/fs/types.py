@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Literal, Protocol, Sequence, runtime_checkable
 
+from .content import Data
+
 NodeKind = Literal["file", "dir", "symlink", "other"]
 
 
@@ -36,7 +38,7 @@ class TargetFile:
 
     path: str  # as the patch names it
     resolved: str  # resolved inside the root, relative, no leading slash
-    data: bytes | None  # None: the file does not exist
+    data: Data | None  # None: the file does not exist; a large file is a Spooled (fs.content)
     mode: int = 0o644
     uid: int = 0
     gid: int = 0
@@ -59,7 +61,7 @@ class FileChange:
 
     path: str  # as the patch names it
     resolved: str  # resolved inside the root, relative, no leading slash
-    data: bytes | None  # None: the file is deleted
+    data: Data | None  # None: the file is deleted; a large file is a Spooled (fs.content)
     mode: int = 0o644
     uid: int = 0
     gid: int = 0

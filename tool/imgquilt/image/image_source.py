@@ -45,6 +45,7 @@ from typing import Callable, Collection, Sequence
 
 from ..cache.layers import LayerCache
 from ..errors import BadImage, BadInput, UsageError
+from ..fs.content import copy_to_spool, spool_at
 from ..fs.paths import check_member_path
 from ..fs.resolve import resolve
 from ..fs.types import DirListing, DirMeta, ImageInfo, Node, TargetFile
@@ -149,6 +150,9 @@ class ImageSource:
         self._layers: list[BlobLayer] = list(reversed(image.layers))  # top first
         self._view = MergedView(len(self._layers), whiteouts=(kind == "image"))
         self._verified = verified if verified is not None else VerifiedBlobs(None)
+        for layer in self._layers:
+            if hasattr(layer, "verified_by"):
+                layer.verified_by = self._verified
         self._deletions: dict[str, Deletion] = {}
         self._likely_kept = 0
         self._cache = layer_cache
@@ -177,9 +181,13 @@ class ImageSource:
     def read_targets(self, paths: Sequence[str], *, links: Collection[str] = ()) -> dict[str, TargetFile]:
         named = {p: check_member_path(p, what="target path") for p in paths}
         as_link = set(links)
+        attempts: dict[str, _Open | _Decided] = {}
         try:
             while True:
-                attempts = {p: self._attempt(n, p in as_link) for p, n in named.items()}
+                # a target decided by the layers read so far stays decided (what lies below cannot change
+                # it): only the open ones are resolved again after each layer
+                attempts.update({p: self._attempt(n, p in as_link) for p, n in named.items()
+                                 if not isinstance(attempts.get(p), _Decided)})
                 open_ = [a for a in attempts.values() if isinstance(a, _Open)]
                 if not open_:
                     break
@@ -632,7 +640,7 @@ class ImageSource:
             if rec.data is None and rec.sha is None and rec.extent is not None and self._cache is not None:
                 rec.sha = rec.extent[0]  # the TOC names the bytes: any earlier run may have stored them
             if rec.data is None and rec.sha is not None and self._cache is not None:
-                rec.data = self._cache.files.get(rec.sha)  # checked against its sha256
+                rec.data = self._cache.files.get(rec.sha, spool=True)  # checked against its sha256
                 if rec.data is None:
                     rec.sha = None  # gone or damaged: read the layer, store it again
                 else:
@@ -653,10 +661,16 @@ class ImageSource:
         digest = layer.check_digest
         trusted = digest is None or self._verified.is_verified(digest, layer.location)
         self.stats.second_passes.append(self._label(position))
-        found: dict[int, bytes] = {}
+        found: dict[int, object] = {}
         if trusted and layer.compression == "none":
             with FileRange(layer.location, what=what) as f:
                 for rec in recs:
+                    if rec.size > spool_at():  # copied to a spooled temp file: never held
+                        if rec.offset + rec.size > layer.location.size:
+                            raise BadImage(f"The {what} is truncated.")
+                        found[rec.ordinal] = copy_to_spool(f.fileno(), shown=what, offset=layer.location.offset + rec.offset,
+                                                           size=rec.size)
+                        continue
                     data = f.pread(rec.size, rec.offset)
                     if len(data) != rec.size:
                         raise BadImage(f"The {what} is truncated.")
@@ -672,13 +686,13 @@ class ImageSource:
                 walker = TarWalker(stream, what=what)
                 for entry in walker:
                     if entry.ordinal in wanted:
-                        found[entry.ordinal] = walker.read_data()
+                        found[entry.ordinal] = walker.read_content()
                     elif also and entry.type in ("0", "\0") and not entry.sparse and index is not None:
                         path = _member_path_or_none(entry.name)
                         rec = index.entries.get(path) if path else None
                         if rec is not None and rec.ordinal == entry.ordinal and rec.data is None and rec.kind == FILE \
                                 and self._also_keep(path, entry.size):
-                            rec.data = walker.read_data()
+                            rec.data = walker.read_data()  # a module kept for the Python check: small
                     if trusted and entry.ordinal >= last and not also:
                         break
                 if not trusted:

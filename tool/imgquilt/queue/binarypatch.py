@@ -20,6 +20,7 @@ import re
 import zlib
 from dataclasses import dataclass
 
+from ..fs.content import Data, Spooled, SpoolWriter
 from .hunks import show_line
 from .pathquote import quote_name
 
@@ -45,7 +46,7 @@ class DeltaBaseMismatch(BinaryPatchError):
 @dataclass(frozen=True)
 class BinaryBlock:
     kind: str  # "literal" or "delta"
-    data: bytes  # inflated: the new file, or the delta
+    data: Data  # inflated: the new file, or the delta (a Spooled when read from a large patch as it streams)
 
 
 @dataclass(frozen=True)
@@ -56,16 +57,24 @@ class BinaryPatch:
     reverse: BinaryBlock | None = None
 
 
-def is_binary(data: bytes | None) -> bool:
+def is_binary(data: Data | None) -> bool:
     """git's test: a NUL byte in the first 8000 bytes."""
-    return data is not None and b"\0" in data[:8000]
+    if data is None:
+        return False
+    return b"\0" in (data.head(8000) if isinstance(data, Spooled) else data[:8000])
 
 
-def git_blob_sha1(data: bytes | None) -> str:
+def git_blob_sha1(data: Data | None) -> str:
     """The git blob id of `data` (40 zeros: absent)."""
     if data is None:
         return "0" * 40
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    h = hashlib.sha1(b"blob %d\0" % len(data))
+    if isinstance(data, Spooled):
+        for chunk in data.chunks():
+            h.update(chunk)
+    else:
+        h.update(data)
+    return h.hexdigest()
 
 
 def _line_length(c: int) -> int:
@@ -199,12 +208,116 @@ def apply_delta(base: bytes, delta: bytes) -> bytes:
     return out.getvalue()
 
 
-def apply_binary(base: bytes | None, patch: BinaryPatch) -> bytes:
+def apply_binary(base: Data | None, patch: BinaryPatch) -> Data:
     """The new bytes (the base is checked by the caller's hash pin)."""
     block = patch.forward
     if block.kind == "literal":
         return block.data
+    if isinstance(base, Spooled) or isinstance(block.data, Spooled):
+        return apply_delta_streaming(base or b"", block.data)
     return apply_delta(base or b"", block.data)
+
+
+class _DeltaReader:
+    """The delta's bytes in order, a chunk at a time."""
+
+    def __init__(self, delta: Data) -> None:
+        self._d = delta
+        self._buf = b""
+        self._at = 0
+        self._next = 0
+        self.size = len(delta)
+
+    def _want(self, n: int) -> None:
+        if len(self._buf) - self._at >= n or self._next >= self.size:
+            return
+        d = self._d
+        more = d.pread(max(n, INFLATE_CHUNK), self._next) if isinstance(d, Spooled) else d[self._next : self._next + max(n, INFLATE_CHUNK)]
+        self._next += len(more)
+        self._buf = self._buf[self._at :] + more
+        self._at = 0
+
+    @property
+    def pos(self) -> int:
+        return self._next - (len(self._buf) - self._at)
+
+    def byte(self) -> int | None:
+        self._want(1)
+        if self._at >= len(self._buf):
+            return None
+        b = self._buf[self._at]
+        self._at += 1
+        return b
+
+    def take(self, n: int) -> bytes:
+        self._want(n)
+        out = self._buf[self._at : self._at + n]
+        self._at += len(out)
+        return out
+
+
+def _varint_stream(rd: _DeltaReader) -> int:
+    value = 0
+    for k in range(MAX_VARINT_BYTES):
+        b = rd.byte()
+        if b is None:
+            raise BinaryPatchError(0, "the binary delta ends inside its header.")
+        value |= (b & 0x7F) << (7 * k)
+        if not b & 0x80:
+            return value
+    raise BinaryPatchError(0, f"a size in the binary delta's header runs past {MAX_VARINT_BYTES} bytes.")
+
+
+def apply_delta_streaming(base: Data, delta: Data) -> Data:
+    """apply_delta for a large base or delta: the delta read in order, copies read from the base by
+    position, the result into a SpoolWriter; every check and message as apply_delta's."""
+    rd = _DeltaReader(delta)
+    src_size = _varint_stream(rd)
+    dst_size = _varint_stream(rd)
+    if src_size != len(base):
+        raise DeltaBaseMismatch(0, f"the binary delta was made for {src_size} bytes, the file has {len(base)}.")
+    if dst_size > BINARY_CAP:
+        raise BinaryPatchError(0, f"the binary delta says its result is {dst_size} bytes; imgquilt makes files "
+                                  f"of at most {BINARY_CAP} bytes from a binary patch.")
+    out = SpoolWriter()
+    written = 0
+    try:
+        while rd.pos < rd.size:
+            op = rd.byte()
+            assert op is not None
+            if op & 0x80:
+                fields = bin(op & 0x7F).count("1")
+                if rd.pos + fields > rd.size:
+                    raise BinaryPatchError(0, "the binary delta ends inside a copy instruction.")
+                offset = size = 0
+                for k in range(4):
+                    if op & (1 << k):
+                        offset |= rd.byte() << (8 * k)  # type: ignore[operator]
+                for k in range(3):
+                    if op & (0x10 << k):
+                        size |= rd.byte() << (8 * k)  # type: ignore[operator]
+                size = size or 0x10000
+                if offset + size > len(base):
+                    raise BinaryPatchError(0, "the binary delta copies past the end of the file.")
+                if written + size > dst_size:
+                    raise BinaryPatchError(0, f"the binary delta gives more than the {dst_size} bytes it says.")
+                chunk = base.pread(size, offset) if isinstance(base, Spooled) else base[offset : offset + size]
+            elif op:
+                if rd.pos + op > rd.size:
+                    raise BinaryPatchError(0, "the binary delta ends inside an insert instruction.")
+                chunk = rd.take(op)
+                if written + len(chunk) > dst_size:
+                    raise BinaryPatchError(0, f"the binary delta gives more than the {dst_size} bytes it says.")
+            else:
+                raise BinaryPatchError(0, "the binary delta holds a reserved instruction (0).")
+            out.write(chunk)
+            written += len(chunk)
+        if written != dst_size:
+            raise BinaryPatchError(0, f"the binary delta gives {written} bytes, it says {dst_size}.")
+    except BaseException:
+        out.abort()
+        raise
+    return out.finish()
 
 
 def _encode(kind: str, data: bytes) -> bytes:

@@ -8,7 +8,7 @@ from typing import Callable
 from ..util.regular import read_regular_file
 from ..errors import ImgquiltError
 from .lock import Lock, LockFile, read_lock_file, stale_lock_advice
-from .patchfile import Patch, parse_patch, rehash_command
+from .patchfile import Patch, read_patch, rehash_command
 from .queue import series_sha256
 from .series import SeriesEntry, has_guards, parse_series, selected_entries, selection_text
 
@@ -79,16 +79,15 @@ def lint_queue(root: Path, bodies: BodyCheck | None = None) -> Lint:
         if n not in names and n != "series":
             problems.append(f"patches/{n} is not listed in series.")
     patches: list[Patch] = []
-    raw: list[bytes] = []
+    raw: list = []
     for e in entries:
         f = pdir / e.name
         try:
-            data = read_regular_file(f)
-            if data is None:
+            patch = read_patch(f, e.name, strip=e.strip, raw_out=raw)
+            if patch is None:
                 problems.append(f"series line {e.line} lists {e.name!r}, but patches/{e.name} does not exist.")
                 continue
-            raw.append(data)
-            patches.append(parse_patch(data, e.name, strip=e.strip))
+            patches.append(patch)
         except ImgquiltError as exc:
             problems.append(f"{exc.message} {exc.hint}" if getattr(exc, "recount", False) else exc.message)
     guarded = has_guards(entries)

@@ -7,12 +7,16 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from ..fs.content import Data, Spooled
+
 ABSENT = "absent"
 
 
-def sha256_hex(data: bytes | None) -> str:
+def sha256_hex(data: Data | None) -> str:
     """The lowercase hex sha256 of `data`, or "absent" for a file that does not exist."""
-    return ABSENT if data is None else hashlib.sha256(data).hexdigest()
+    if data is None:
+        return ABSENT
+    return data.sha256 if isinstance(data, Spooled) else hashlib.sha256(data).hexdigest()
 
 
 def show_line(line: bytes, limit: int = 80) -> str:

@@ -10,7 +10,9 @@ from pathlib import Path
 
 
 from ..errors import MalformedLock
+from ..fs.content import Data
 from ..fs.types import ImageInfo
+from .hunks import sha256_hex
 from ..util.regular import read_regular_file
 
 LOCK_VERSION = 1
@@ -45,13 +47,13 @@ class Lock:
     def target(self, path: str) -> LockTarget | None:
         return next((t for t in self.targets if t.path == path), None)
 
-    def changed_patches(self, names: list[str], raws: list[bytes]) -> tuple[list[str], list[str], list[str]] | None:
+    def changed_patches(self, names: list[str], raws: list[Data]) -> tuple[list[str], list[str], list[str]] | None:
         """(patches whose file changed, patches new since, patches gone since) against what this lock was
         made from, in series order; None when the lock does not record its patches (an older imgquilt's)."""
         if not self.patch_sha256:
             return None
         known = dict(self.patch_sha256)
-        changed = [n for n, raw in zip(names, raws) if n in known and known[n] != hashlib.sha256(raw).hexdigest()]
+        changed = [n for n, raw in zip(names, raws) if n in known and known[n] != sha256_hex(raw)]
         return changed, [n for n in names if n not in known], [n for n in known if n not in names]
 
 
@@ -89,11 +91,11 @@ class LockFile:
         return replace(self, profiles=tuple(sorted((*others, profile), key=lambda p: p.name)))
 
 
-def patch_hashes(names: list[str], raws: list[bytes]) -> tuple[tuple[str, str], ...]:
-    return tuple((n, hashlib.sha256(raw).hexdigest()) for n, raw in zip(names, raws))
+def patch_hashes(names: list[str], raws: list[Data]) -> tuple[tuple[str, str], ...]:
+    return tuple((n, sha256_hex(raw)) for n, raw in zip(names, raws))
 
 
-def stale_lock_advice(lock: Lock, names: list[str], raws: list[bytes], scope: str = "series") -> tuple[str, str]:
+def stale_lock_advice(lock: Lock, names: list[str], raws: list[Data], scope: str = "series") -> tuple[str, str]:
     """(what changed since the lock was made, what to run), naming the patches when the lock knows them;
     `scope`: what the patches enter and leave (a guarded series' pin: "the selection")."""
     from .patchfile import rehash_command  # on use: reading a lock reads no patch

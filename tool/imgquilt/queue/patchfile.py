@@ -6,11 +6,15 @@ so the line bytes come back exactly.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from ..errors import MalformedPatch, UnsafePath
 from ..fs.paths import check_member_path
+from ..fs.content import held, held_or_none
+from ..util.regular import read_capped
 from .difftext import diff_hunks, diff_names, format_hunks
 from .hunkread import HunkTextError, is_file_start, read_hunks
 from .binarypatch import BinaryPatch, BinaryPatchError, git_blob_sha1, is_binary, read_binary, render_binary
@@ -218,8 +222,9 @@ def _same_file(name: str, path: str, side: str, diff_name: str, strip: int | Non
                      "(patch would change another file than imgquilt).")
 
 
-def _parse_section(name: str, raw: bytes, strip: int | None = None) -> FileSection:
-    lines = split_lines(raw)
+def _section_head(name: str, lines: list[bytes]) -> tuple[str, str, str, int | None, tuple[tuple[str, str], ...], int]:
+    """(path, Base-SHA256, Patched-SHA256, Mode, other fields, index of the diff's first line) of a
+    section's lines (they start at `Index:`; the first `---` or `diff --git` line ends the head)."""
     index = lines[0][len(b"Index: "):].rstrip(b"\r\n")
     if index.startswith(b'"'):  # a name holding a tab, a newline or a quote (pathquote)
         try:
@@ -249,16 +254,26 @@ def _parse_section(name: str, raw: bytes, strip: int | None = None) -> FileSecti
     base = _hash_field(name, path, "Base-SHA256", fields.get("Base-SHA256"))
     patched = _hash_field(name, path, "Patched-SHA256", fields.get("Patched-SHA256"))
     mode = _mode_field(name, path, fields.get("Mode"))
-    if lines[i].startswith(b"diff --git "):
-        return _parse_git(name, path, lines, i, base, patched, mode, raw, tuple(extra), strip)
-    src, dst, hunks = _parse_hunks(name, path, lines[i:])
+    return path, base, patched, mode, tuple(extra), i
+
+
+def _check_diff_names(name: str, path: str, src: str, dst: str, base: str, patched: str, strip: int | None) -> None:
     for side, diff_name in (("---", src), ("+++", dst)):
         _same_file(name, path, side, diff_name, strip)
     if (src == "/dev/null") != (base == ABSENT):
         raise _bad(name, f"section {path!r}: `---` is {src} but Base-SHA256 is {base}.")
     if (dst == "/dev/null") != (patched == ABSENT):
         raise _bad(name, f"section {path!r}: `+++` is {dst} but Patched-SHA256 is {patched}.")
-    return FileSection(path, base, patched, hunks, raw, mode, tuple(extra))
+
+
+def _parse_section(name: str, raw: bytes, strip: int | None = None) -> FileSection:
+    lines = split_lines(raw)
+    path, base, patched, mode, extra, i = _section_head(name, lines)
+    if lines[i].startswith(b"diff --git "):
+        return _parse_git(name, path, lines, i, base, patched, mode, raw, extra, strip)
+    src, dst, hunks = _parse_hunks(name, path, lines[i:])
+    _check_diff_names(name, path, src, dst, base, patched, strip)
+    return FileSection(path, base, patched, hunks, raw, mode, extra)
 
 
 _GIT_HEAD = (b"new file mode ", b"deleted file mode ", b"index ", b"old mode ", b"new mode ")
@@ -356,6 +371,169 @@ def _no_stray(name: str, path: str, rest: list[bytes]) -> None:
         raise _bad(name, f"section {path!r}: stray diff line {show_line(stray.rstrip(), 60)} after its diff.")
 
 
+def read_patch(path: Path, name: str, *, strip: int | None = None, raw_out: list | None = None) -> Patch | None:
+    """The patch file at `path`, parsed (None: it does not exist; not a regular file: exit 6).
+
+    A file of at most spool_at() bytes is read and parsed in memory; a larger one as it streams
+    (queue.streamed): its sections are checked by the same rules, and the large ones are kept by
+    reference to the file, never held. `raw_out` gets the file's content (bytes or Spooled) before
+    it is parsed, for a caller that hashes it even when it does not parse."""
+    from ..fs.content import Spooled, spool_at
+    from ..util.regular import open_regular_file
+
+    fd = open_regular_file(path)
+    if fd is None:
+        return None
+    size = os.fstat(fd).st_size
+    if size <= spool_at():
+        with os.fdopen(fd, "rb") as f:
+            data = read_capped(f, shown=str(path), cap=max(spool_at(), size))
+        if raw_out is not None:
+            raw_out.append(data)
+        return parse_patch(data, name, strip=strip)
+    content = Spooled.of_file(fd, shown=str(path))
+    starts, sha = _section_starts(content)
+    content = content.with_sha256(sha)
+    if raw_out is not None:
+        raw_out.append(content)
+    return _scan_patch(content, starts, name, strip)
+
+
+def _section_starts(content) -> tuple[list[int], str]:
+    """Offsets of the lines starting with `Index: ` and the file's sha256, in one pass of bounded reads."""
+    import hashlib
+
+    from ..fs.content import CHUNK
+
+    h = hashlib.sha256()
+    starts: list[int] = []
+    tail = b"\n"  # the file's start counts as a line start
+    pos = 0
+    for chunk in content.chunks(CHUNK):
+        h.update(chunk)
+        window = tail + chunk
+        at = window.find(b"\nIndex: ")
+        while at >= 0:
+            starts.append(pos - len(tail) + at + 1)
+            at = window.find(b"\nIndex: ", at + 1)
+        tail = window[-8:]
+        pos += len(chunk)
+    return sorted(set(starts)), h.hexdigest()
+
+
+def _scan_patch(content, starts: list[int], name: str, strip: int | None) -> Patch:
+    """parse_patch for a file too large to hold (see read_patch)."""
+    from ..fs.content import spool_at
+
+    if not starts:
+        raise _no_sections(name, content)
+    header = Header(content.slice(0, starts[0]).to_bytes(f"the header of patch {name}"))
+    bounds = starts + [content.size]
+    sections = []
+    for a, b in zip(bounds, bounds[1:]):
+        if b - a <= spool_at():
+            sections.append(_parse_section(name, content.pread(b - a, a), strip))
+        else:
+            sections.append(_stream_section(name, content, a, b, strip))
+    seen: set[str] = set()
+    for s in sections:
+        if s.path in seen:
+            raise _bad(name, f"file {s.path!r} has two sections; one section per file.")
+        seen.add(s.path)
+    return Patch(name, header, tuple(sections), content)
+
+
+def _no_sections(name: str, content) -> MalformedPatch:
+    from .streamed import Lines
+
+    rd = Lines(content)
+    while (line := rd.next_line()) is not None:
+        if len(line) >= (1 << 20) and not line.endswith(b"\n"):
+            rd.skip_rest_of_line()
+        if line.startswith((b"diff ", b"--- ", b"+++ ", b"@@ ")):
+            return _bad(name, "no `Index:` section (is it a plain diff? use `imgquilt import`).")
+    return MalformedPatch(f"Patch {name} has no file sections yet (made by `imgquilt new`).",
+                          hint="`imgquilt add` files, edit them and `imgquilt refresh`, or `imgquilt delete -r` it.")
+
+
+def _stream_section(name: str, content, a: int, b: int, strip: int | None) -> FileSection:
+    """One section larger than spool_at(), checked as it streams (queue.streamed)."""
+    from .streamed import HEAD_CAP, Lines, StreamError, StreamedHunks, check_trailer, _scan_hunks
+
+    rd = Lines(content, a, b)
+    head: list[bytes] = []
+    held = 0
+    while True:
+        line = rd.peek_line()
+        if line is None or (head and line.startswith((b"--- ", b"diff --git "))):
+            break
+        held += len(line)
+        if held > HEAD_CAP or not (line.endswith(b"\n") or rd.offset + len(line) >= b):
+            raise _bad(name, f"a section's lines before its diff run past {HEAD_CAP} bytes.")
+        head.append(rd.next_line() or b"")
+    diff_first = rd.peek_line()
+    path, base, patched, mode, extra, _ = _section_head(name, head + ([diff_first] if diff_first is not None else []))
+    raw = content.slice(a, b - a)
+    rd.lineno = 0  # line numbers count from the diff's first line, as the in-memory reader's
+    try:
+        if diff_first is not None and diff_first.startswith(b"diff --git "):
+            return _stream_binary(name, path, rd, base, patched, mode, raw, extra)
+        minus = rd.next_line() or b""
+        plus = rd.peek_line()
+        if plus is None or not plus.startswith(b"+++ "):
+            raise _bad(name, f"section {path!r} must hold exactly one ---/+++ file diff, found 0.")
+        rd.next_line()
+        src, dst = _diff_name(name, path, minus), _diff_name(name, path, plus)
+        start, first_line = rd.offset, rd.lineno + 1
+        count = sum(1 for ev in _scan_hunks(rd) if ev[0] == "@")
+        end = rd.offset
+        extra_files, stray = check_trailer(rd)
+    except StreamError as exc:
+        raise _bad(name, f"section {path!r}: {exc.message}") from None
+    if extra_files:
+        raise _bad(name, f"section {path!r} must hold exactly one ---/+++ file diff, found {1 + extra_files}.")
+    if stray is not None:
+        raise _bad(name, f"section {path!r}: stray diff line {show_line(stray.rstrip()[:4096], 60)} after its hunks.")
+    _check_diff_names(name, path, src, dst, base, patched, strip)
+    return FileSection(path, base, patched, StreamedHunks(content, start, end, count, first_line), raw, mode, extra)  # type: ignore[arg-type]
+
+
+def _stream_binary(name: str, path: str, rd, base: str, patched: str, mode: int | None, raw, extra) -> FileSection:
+    """_parse_binary for a section read as it streams: the blocks are decoded into spooled contents."""
+    from .binarypatch import BINARY_CAP, BinaryBlock
+    from .streamed import StreamError, _BLOCK, read_binary_block
+
+    first = rd.next_line() or b""
+    names = first.rstrip(b"\r\n")[len(b"diff --git "):]
+    if names not in (quote_name(f"a/{path}") + b" " + quote_name(f"b/{path}"), quote_name(path) + b" " + quote_name(path)):
+        raise _bad(name, f"section {path!r}: its `diff --git` names {names.decode('latin-1')!r} do not name its Index path.")
+    seen: set[bytes] = set()
+    while (line := rd.peek_line()) is not None and line.startswith(_GIT_HEAD):
+        seen.add(next(k for k in _GIT_HEAD if line.startswith(k)))
+        rd.next_line()
+    line = rd.next_line()
+    if line is None or line.rstrip(b"\r\n") != b"GIT binary patch":
+        raise _bad(name, f"section {path!r}: a `diff --git` section must hold a `GIT binary patch`.")
+    if (b"new file mode " in seen) != (base == ABSENT) or (b"deleted file mode " in seen) != (patched == ABSENT):
+        raise _bad(name, f"section {path!r}: its new/deleted file mode lines disagree with Base-SHA256 {base} / Patched-SHA256 {patched}.")
+    try:
+        kind, data = read_binary_block(rd, BINARY_CAP)
+        forward = BinaryBlock(kind, data)
+        reverse = None
+        nxt = rd.peek_line()
+        if nxt is not None and _BLOCK.match(nxt):
+            kind, data = read_binary_block(rd, BINARY_CAP)
+            reverse = BinaryBlock(kind, data)
+    except StreamError as exc:
+        raise _bad(name, f"section {path!r}: {exc.message}") from None
+    while (line := rd.next_line()) is not None:
+        if line.strip():
+            raise _bad(name, f"section {path!r}: unexpected text after its binary patch.")
+        if len(line) >= (1 << 20) and not line.endswith(b"\n"):
+            rd.skip_rest_of_line()
+    return FileSection(path, base, patched, (), raw, mode, extra, binary=BinaryPatch(forward, reverse))
+
+
 def rehash_command(names: list[str]) -> str:
     """The one command back from a hand edit of patch files, with its arguments (every error about one names it)."""
     return f"`imgquilt refresh --rehash {' '.join(names)}`"
@@ -433,6 +611,8 @@ def render_section(path: str, old: bytes | None, new: bytes | None, mode: int | 
     (`link`: the bytes are its target) and a mode change of an existing file are written with git's
     extended headers, which `git apply` and `patch -p1` both read.
     """
+    # a diff is made of whole files (git, difflib): a large content is held, within IMGQUILT_IN_MEMORY_MAX
+    old, new = held_or_none(old, path), held_or_none(new, path)
     head = b"Index: " + quote_name(path) + f"\nBase-SHA256: {sha256_hex(old)}\nPatched-SHA256: {sha256_hex(new)}\n".encode()
     if mode is not None and old is None and new is not None and not link:
         head += f"Mode: {mode:04o}\n".encode()
@@ -451,6 +631,7 @@ def render_section(path: str, old: bytes | None, new: bytes | None, mode: int | 
 def make_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None, hunks: tuple[Hunk, ...] | None = None,
                  *, link: bool = False, mode_change: tuple[int, int] | None = None) -> FileSection:
     """A parsed section turning `old` into `new` (with `hunks` as written, if given)."""
+    old, new = held_or_none(old, path), held_or_none(new, path)
     raw = render_section(path, old, new, mode, hunks, link=link, mode_change=mode_change)
     plain = not link and mode_change is None and not (is_binary(old) or is_binary(new))
     if hunks is not None and plain:  # already values: the caller reads the whole patch back once
@@ -492,6 +673,9 @@ def _git_safe(sections: list[FileSection] | tuple[FileSection, ...]) -> list[Fil
 
 def build_patch(name: str, header: Header, sections: list[FileSection] | tuple[FileSection, ...]) -> Patch:
     """Assemble a patch from a header and sections (each keeps its own raw bytes)."""
+    # a section read from a large patch file is held here (within IMGQUILT_IN_MEMORY_MAX): assembling
+    # a patch is what the authoring commands do, on patches of a size they can render
+    sections = [replace(s, raw=held(s.raw, f"section {s.path} of patch {name}")) for s in sections]
     sections = _git_safe(sections)
     raw = header.raw + b"".join(s.raw for s in sections)
     return Patch(name, header, tuple(sections), raw)

@@ -3,21 +3,24 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Iterable
 
+from ..fs.content import Data, chunks_of
 from ..util.regular import read_regular_file
 from ..errors import MalformedPatch
 from .lock import Lock, read_lock
-from .patchfile import Patch, parse_patch
+from .patchfile import Patch, read_patch
 from .series import SeriesEntry, has_guards, parse_series, selected_entries, selection_text
 
 
-def series_sha256(series_bytes: bytes, patch_bytes: list[bytes]) -> str:
+def series_sha256(series_bytes: bytes, patch_bytes: list[Data]) -> str:
     """sha256 over the series file followed by every patch file, in series order."""
     h = hashlib.sha256(series_bytes)
     for b in patch_bytes:
-        h.update(b)
+        for chunk in chunks_of(b):
+            h.update(chunk)
     return h.hexdigest()
 
 
@@ -42,7 +45,7 @@ class Queue:
     def state_dir(self) -> Path:
         return self.root / ".imgquilt"
 
-    @property
+    @cached_property
     def series_sha256(self) -> str:
         return series_sha256(self.series_bytes, [p.raw for p in self.patches])
 
@@ -103,20 +106,29 @@ class Queue:
 def load_queue(root: Path) -> Queue:
     """Read series and every patch it lists (strictly: a missing or malformed patch is an error),
     after cleaning up what an interrupted command left (an import or a rehash is undone or finished, dead temps go)."""
+    from ..fs.content import set_spool_home
+    from ..util.statedir import StateDir
     from .interrupted import recover
 
     recover(root)
+    # large contents spool beside the object store (linked into it, not copied), once the queue has its
+    # state directory (reading a queue that has none creates nothing)
+    if (root / ".imgquilt").is_dir():
+        spool = StateDir(root, "tmp")
+        set_spool_home(spool.path, spool.ensure)
+    else:
+        set_spool_home(None)
     series_file = root / "series"
     series_bytes = read_regular_file(series_file) or b""
     entries = parse_series(series_bytes, source=str(series_file))
     patches = []
     for e in entries:
         f = root / "patches" / e.name
-        data = read_regular_file(f)
-        if data is None:
+        patch = read_patch(f, e.name, strip=e.strip)
+        if patch is None:
             raise MalformedPatch(
                 f"series line {e.line} lists {e.name!r}, but {f} does not exist.",
                 hint="Restore the patch file or remove it from series (`imgquilt check` lists every problem).",
             )
-        patches.append(parse_patch(data, e.name, strip=e.strip))
+        patches.append(patch)
     return Queue(root, series_bytes, tuple(entries), tuple(patches))

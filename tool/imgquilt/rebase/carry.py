@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from ..fs.content import held, held_or_none
 from ..engine.apply import HunkError, apply_section
 from ..engine.merge import merge3
 from ..engine.pycheck import located, new_python_errors
@@ -102,6 +103,8 @@ def rebase_section(root: Path, st: RebaseState, store: ObjectStore, patch: Patch
                   "binary file changed upstream: no markers; the work-tree file is the new image's version, make it the patched one")
         return CarriedSection(replace(base, state=CONFLICT, conflict="binary", work=work, detail=detail), s.path, mode=s.mode,
                               ours_sha=store.put(ours), theirs_sha=store.put(nb or b""))
+    # a text merge works on whole files: a large one is held here, within IMGQUILT_IN_MEMORY_MAX
+    ob, ours, nb = held_or_none(ob, s.path), held(ours, s.path), held_or_none(nb, new_path)
     m = merge3(ob or b"", ours, nb or b"", **_labels(patch.name, st), style=st.conflict_style)
     if m.clean:
         if m.data == (nb or b"") and (nb is not None or not m.data):

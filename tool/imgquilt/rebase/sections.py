@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import re
 
+from ..fs.content import held
 from ..errors import MalformedPatch
 from ..queue.patchfile import FileSection, Patch, make_section, parse_patch
 
 
 def retarget(s: FileSection, new_path: str, patch: str) -> bytes:
     """The section's bytes with its path lines naming `new_path` (the diff itself is kept)."""
-    lines = s.raw.splitlines(keepends=True)
+    lines = held(s.raw, s.path).splitlines(keepends=True)
     out: list[bytes] = []
     old = re.escape(s.path.encode("utf-8", "surrogateescape"))
     new = new_path.encode("utf-8", "surrogateescape")

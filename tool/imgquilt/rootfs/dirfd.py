@@ -91,14 +91,25 @@ def readlink_at(root_fd: int, rel: str) -> str:
 
 
 def read_at(root_fd: int, rel: str, *, with_mtime: bool = False):
-    """The bytes of a regular file; with `with_mtime`, (bytes, mtime in whole seconds as CPython's
-    int(st_mtime)), both from the one file opened."""
+    """The bytes of a regular file (a file larger than spool_at(): copied into a spooled temp file, never
+    held; not read in place, since an in-place apply links a backup of it, which changes its ctime); with
+    `with_mtime`, (data, mtime in whole seconds as CPython's int(st_mtime)), both from the one file opened."""
+    from ..fs.content import copy_to_spool, spool_at
+
     with parent_dir(root_fd, rel) as (dfd, name):
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise BadInput(f"{rel!r} is not a regular file.")
+        os.set_blocking(fd, True)
+        if st.st_size > spool_at():
+            try:
+                data = copy_to_spool(fd, shown=rel)
+            finally:
+                os.close(fd)
+            return (data, int(st.st_mtime)) if with_mtime else data
         with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise BadInput(f"{rel!r} is not a regular file.")
             data = f.read()
             return (data, int(st.st_mtime)) if with_mtime else data
 

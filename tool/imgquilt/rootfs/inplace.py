@@ -30,6 +30,7 @@ from ..queue.hunks import sha256_hex
 from ..engine.record import names_series
 from ..engine.result import RECORD_PATH, ApplyResult, FileResult
 from ..errors import BaseDrift, RootWriteFailed, UnsafePath
+from ..fs.content import Data, write_all
 from ..fs.types import TargetFile
 from .dirfd import lstat_at, open_dir, open_root, parent_dir, split, unlink_quiet
 from .journal import Entry, Journal, clear_journal_temps, drop_journal, read_journal, write_journal
@@ -295,12 +296,10 @@ def _write_link(dfd: int, tmp: str, target: bytes, f: FileResult) -> None:
         os.chown(tmp, f.uid, f.gid, dir_fd=dfd, follow_symlinks=False)
 
 
-def _write_file(dfd: int, name: str, tmp: str, data: bytes, f: FileResult, has_old: bool) -> None:
+def _write_file(dfd: int, name: str, tmp: str, data: Data, f: FileResult, has_old: bool) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, data)  # a large result (Spooled) by copy_file_range: never held in memory
         if os.geteuid() == 0:
             os.fchown(fd, f.uid, f.gid)
         os.fchmod(fd, f.mode)  # after chown: chown clears setuid bits

@@ -43,25 +43,46 @@ def temp_prefix(name: str) -> str:
     return "." + raw.decode("utf-8", "ignore") + TEMP_MARK
 
 
-def write_atomic_at(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> None:
-    """Replace `name` in the directory `dir_fd` whole, never through a symlink: temp beside it, fsync, rename."""
+def write_atomic_at(dir_fd: int, name: str, data, mode: int = 0o644, *, durable: bool = True) -> None:
+    """Replace `name` in the directory `dir_fd` whole, never through a symlink: temp beside it, fsync, rename.
+
+    `data`: bytes, or a large file's Spooled (linked in when it is imgquilt's own temp on this
+    filesystem, else copied by the kernel). `durable=False` skips the fsyncs: for entries named by the
+    hash of their bytes and checked on every read, which a crash may lose but never makes wrong."""
+    from ..fs.content import Spooled, write_all
+
     tmp = temp_prefix(name) + "tmp"
     with suppress(FileNotFoundError):
         os.unlink(tmp, dir_fd=dir_fd)  # left by a crash
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
+        if isinstance(data, Spooled) and data.link_at(dir_fd, tmp):
+            _chmod_at(dir_fd, tmp, mode)
+        else:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+            try:
+                write_all(fd, data)
+                os.fchmod(fd, mode)
+                if durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=dir_fd)
         raise
-    with suppress(OSError):  # best effort, as fsync_dir
-        os.fsync(dir_fd)
+    if durable:
+        with suppress(OSError):  # best effort, as fsync_dir
+            os.fsync(dir_fd)
+
+
+def _chmod_at(dir_fd: int, name: str, mode: int) -> None:
+    """chmod a file just made in `dir_fd` (opened without following a link: fchmod on its fd)."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 @contextmanager
@@ -93,9 +114,16 @@ def atomic_file(dest: Path, mode: int = 0o644, *, durable: bool = True) -> Itera
         os.close(fd)
 
 
-def atomic_write(dest: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+def atomic_write(dest: Path, data, mode: int = 0o644, *, durable: bool = True) -> None:
+    """Replace `dest` with `data` (bytes, or a large file's Spooled: copied by the kernel) whole or not at all."""
+    from ..fs.content import Spooled
+
     with atomic_file(dest, mode, durable=durable) as f:
-        f.write(data)
+        if isinstance(data, Spooled):
+            f.flush()
+            data.copy_to_fd(f.fileno())
+        else:
+            f.write(data)
 
 
 def rename_at(dir_fd: int, src: str, dst: str) -> None:
@@ -111,12 +139,17 @@ def publish(tmp: Path, dest: Path) -> None:
     fsync_dir(Path(dest).parent)
 
 
-def write_new_file(path: Path, data: bytes) -> None:
-    """Create `path` (it must not exist) with `data`, flushed to disk: for a directory put in place later."""
-    with open(path, "xb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+def write_new_file(path: Path, data) -> None:
+    """Create `path` (it must not exist) with `data` (bytes, or a large file's Spooled: copied by the
+    kernel), flushed to disk: for a directory put in place later."""
+    from ..fs.content import write_all
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_new_at(dir_fd: int, name: str, data: bytes) -> None:

@@ -21,6 +21,28 @@ def read_regular_file(path: Path, *, cap: int = PATCH_FILE_CAP, follow: bool = T
     return _read(str(path), None, shown=str(path), cap=cap, follow=follow)
 
 
+def open_regular_file(path: Path, *, follow: bool = True) -> int | None:
+    """An fd (blocking, close-on-exec) of the regular file at `path`, None if it does not exist; a FIFO,
+    device or directory is exit 6, as read_regular_file. No size cap: the caller streams it."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    shown = str(path)
+    try:
+        fd = os.open(str(path), flags)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise LinkedState(f"{shown} is a symlink; imgquilt does not follow it.", hint=f"Replace {shown} with a regular file.") from None
+        raise BadInput(f"{shown} cannot be opened as a regular file ({os.strerror(exc.errno or 0)}).") from None
+    try:
+        _check_regular(fd, shown=shown, cap=1 << 62)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def read_regular_at(dir_fd: int, name: str, *, shown: str, cap: int) -> bytes | None:
     """The bytes of the regular file `name` in `dir_fd` (None if missing); anything else is exit 6.
 

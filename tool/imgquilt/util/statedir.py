@@ -153,13 +153,65 @@ class StateDir:
                 return None
             return read_regular_at(fd, name, shown=self.shown_path(rel), cap=cap)
 
-    def write(self, rel: str, data: bytes, mode: int = 0o644) -> None:
-        """Replace `rel` whole (directories made as needed); a link or non-regular file in the way is exit 6."""
+    def write(self, rel: str, data, mode: int = 0o644, *, durable: bool = True) -> None:
+        """Replace `rel` whole (directories made as needed); a link or non-regular file in the way is exit 6.
+        `data`: bytes or a Spooled (util.atomic.write_atomic_at; `durable` as there)."""
         parent, name = self._split(rel)
         with self.opened(parent, create=True) as fd:
             assert fd is not None
             refuse_non_regular_at(fd, name, shown=self.shown_path(rel))
-            write_atomic_at(fd, name, data, mode)
+            write_atomic_at(fd, name, data, mode, durable=durable)
+
+    def link_in(self, rel: str, data, mode: int = 0o644) -> bool:
+        """Put the Spooled `data` at `rel` by reference only (a hard link to imgquilt's own temp file, or
+        a reflink): False, and nothing made, where neither works (another filesystem, no reflinks)."""
+        parent, name = self._split(rel)
+        with self.opened(parent, create=True) as fd:
+            assert fd is not None
+            refuse_non_regular_at(fd, name, shown=self.shown_path(rel))
+            tmp = f".{name}.imgquilt-link.tmp"
+            with suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=fd)
+            if not data.link_at(fd, tmp):
+                return False
+            try:
+                lfd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                try:
+                    os.fchmod(lfd, mode)
+                finally:
+                    os.close(lfd)
+                os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+            except BaseException:
+                with suppress(FileNotFoundError):
+                    os.unlink(tmp, dir_fd=fd)
+                raise
+            return True
+
+    def read_content(self, rel: str, *, cap: int = STATE_FILE_CAP):
+        """Like read(), but a file larger than spool_at() comes back as a Spooled over the open file
+        (checked unchanged on every read), never held; None when missing."""
+        from ..fs.content import Spooled, spool_at
+
+        parent, name = self._split(rel)
+        with self.opened(parent) as fd:
+            if fd is None:
+                return None
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return None
+            if not stat.S_ISREG(st.st_mode) or st.st_size <= spool_at():
+                return read_regular_at(fd, name, shown=self.shown_path(rel), cap=cap)
+            if st.st_size > cap:
+                raise BadInput(f"{self.shown_path(rel)} is {st.st_size} bytes, more than imgquilt reads ({cap} bytes).")
+            try:
+                ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+            except FileNotFoundError:
+                return None
+            if not stat.S_ISREG(os.fstat(ffd).st_mode):
+                os.close(ffd)
+                return read_regular_at(fd, name, shown=self.shown_path(rel), cap=cap)
+            return Spooled.of_file(ffd, shown=self.shown_path(rel))
 
     def unlink(self, rel: str) -> None:
         """Remove `rel` if it is there (a link is removed, never followed)."""

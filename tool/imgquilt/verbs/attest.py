@@ -17,6 +17,7 @@ from typing import Any
 from ..audit import LIVE, AuditReport, FileAudit, PatchAudit, RecordCheck, TrustCheck, check_record, parse_record
 from ..engine.result import RECORD_PATH, ApplyResult
 from ..errors import NotAttested
+from ..fs.content import held
 from ..fs.types import ImageInfo
 from ..image.mediatypes import OCI_MANIFEST
 from ..image.model import Image
@@ -40,7 +41,7 @@ def applied_record(result: ApplyResult) -> dict[str, Any]:
     """The apply record as written into the image (the bytes at RECORD_PATH), as a JSON value."""
     for f in result.files:
         if f.target.path == RECORD_PATH and f.final is not None:
-            return json.loads(f.final)
+            return json.loads(held(f.final, RECORD_PATH))
     raise AssertionError("an apply result always holds its record")
 
 

@@ -48,8 +48,8 @@ def platforms_json(ref: str, audits: list[PlatformAudit], expect: str) -> dict:
 
 # --- apply ----------------------------------------------------------------------------------------
 def apply_platforms(queue, platforms: list[str], open_platform: Callable[[str], Source], lock, output_image: str | None,
-                    *, locked: bool = False, python_check: bool = True, attest=None, compression: str | None = None
-                    ) -> tuple[list[tuple[str, object]], dict]:
+                    *, locked: bool = False, python_check: bool = True, attest=None, compression: str | None = None,
+                    compression_level: int | None = None) -> tuple[list[tuple[str, object]], dict]:
     """Verify the series on every platform (a drifted one refused by name, before anything is written),
     then write one index with a patched manifest per platform to `output_image` (with `attest`, a
     verbs.attest.Attester: one signed attestation per platform manifest)."""
@@ -60,13 +60,19 @@ def apply_platforms(queue, platforms: list[str], open_platform: Callable[[str], 
     from ..sources import BackedByImage
     from ..store import remember
 
+    from ..errors import UsageError
+
     if output_image is not None:
         check_index_destination(output_image)
     elif attest is not None:
-        from ..errors import UsageError
-
         raise UsageError("--attest signs the image --output-image writes; give --output-image REF with it.")
     check_compression(compression, "oci" if output_image is not None else None)
+    if compression_level is not None:
+        from ..image.sinks.layer import check_level
+
+        if output_image is None:
+            raise UsageError("--compression-level sets the level of the new layer: give --output-image with it.")
+        check_level(compression or "gzip", compression_level)
     done = []
     screen, memo = python_checker() if python_check else (None, None)
     for p in platforms:
@@ -87,7 +93,7 @@ def apply_platforms(queue, platforms: list[str], open_platform: Callable[[str], 
         images = []
         for _, source, result in done:
             assert isinstance(source, BackedByImage)
-            images.append(new_image(source.image, result, compression or "gzip"))  # type: ignore[arg-type]
+            images.append(new_image(source.image, result, compression or "gzip", level=compression_level))  # type: ignore[arg-type]
         referrers = [attest.referrer(r, img, output_image, p) for (p, _, r), img in zip(done, images)] if attest else []
         digest, stored = write_new_index(images, output_image, referrers)
         written["image"] = {"ref": output_image, "digest": digest, "platforms": [

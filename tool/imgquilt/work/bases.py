@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Collection, Sequence
 
+from ..fs.content import held_or_none
 from ..errors import UsageError
 from ..fs.types import ImageInfo, TargetFile, read_targets
 from ..queue.hunks import ABSENT
@@ -40,7 +41,7 @@ class Bases:
     def read(self, paths: list[str], *, keep: bool = True, links: Collection[str] = ()) -> dict[str, FileState]:
         """Each path's base; `keep=False` skips storing image bytes (import: a store write costs more than the read).
         `links`: paths read as themselves (a symlink there is not followed: see fs.types.Source)."""
-        return {p: FileState(t.data, None if t.data is None else t.mode & 0o777, t.resolved, t.link)
+        return {p: FileState(held_or_none(t.data, p), None if t.data is None else t.mode & 0o777, t.resolved, t.link)
                 for p, t in self.targets(paths, keep=keep, links=links).items()}
 
     def targets(self, paths: list[str], *, keep: bool = True, links: Collection[str] = ()) -> dict[str, TargetFile]:

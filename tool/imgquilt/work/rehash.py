@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..fs.content import held
 from ..engine.apply import HunkError, PlaceError, apply_placed, apply_section, place_hunks, renumbered
 from ..errors import BaseDrift, ChainConflict, ImgquiltError, MalformedPatch, Refused, ResultMismatch, UsageError
 from ..queue.difftext import recount_hunks, renumber_headers
@@ -330,9 +331,10 @@ _PIN = {"Base-SHA256": rb"(?m)^(Base-SHA256:[ \t]?)(?:[0-9a-f]{64}|absent)", "Pa
 
 def _pins(s: FileSection, base: str | None, patched: str | None) -> bytes:
     """The section's bytes with only its hash lines changed (before its `---` line)."""
-    head, sep, diff = s.raw.partition(b"\n--- ")
+    raw = held(s.raw, s.path)
+    head, sep, diff = raw.partition(b"\n--- ")
     if not sep:
-        head, sep, diff = s.raw.partition(b"\ndiff --git ")
+        head, sep, diff = raw.partition(b"\ndiff --git ")
     for key, value in (("Base-SHA256", base), ("Patched-SHA256", patched)):
         if value is None:
             continue
@@ -365,7 +367,7 @@ def stale_results(root: Path, patches: list[Patch]) -> list[str]:
     out: list[str] = []
     for p in patches:
         for s in p.sections:
-            found, base = store.get_or_absent(s.base_sha256)
+            found, base = store.get_or_absent(s.base_sha256, spool=True)
             if not found:
                 continue  # the base's bytes are not here: nothing to test offline
             try:

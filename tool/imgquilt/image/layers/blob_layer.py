@@ -65,6 +65,9 @@ class BlobLayer:
         self.location = location
         self.verify = verify
         self.what = what
+        # the source that reads this layer's blob remembers whether it verified it (image_source sets
+        # it): a sink that links the blob into an output takes that instead of hashing it again
+        self.verified_by = None
 
     # --- model.Layer ---
     @property
@@ -121,7 +124,8 @@ class BlobLayer:
             raw = FileRange(self.location, what=self.what)
             checker = None  # set below, over the decompressed bytes
         else:
-            raw = CheckedRange(self.location, digest, what=self.what)
+            # a compressed blob is read in order by its decompressor, which hashes it on the way
+            raw = CheckedRange(self.location, digest, what=self.what, fold=kind != "none")
             checker = raw
         if kind == "none":
             return TarStream(raw, raw, checker, seekable=True, fingerprint=seen)

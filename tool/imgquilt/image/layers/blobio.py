@@ -98,6 +98,28 @@ class VerifiedBlobs:
             return True
         return False
 
+    def trusted_now(self, digest: str, loc: BlobLocation | None) -> Fingerprint | None:
+        """The file's fingerprint when `digest` is known verified for it (else None): for a sink that
+        links the blob and must not hash it again."""
+        if loc is None or not self.is_verified(digest, loc):
+            return None
+        try:
+            return fingerprint(loc.path)
+        except OSError:
+            return None
+
+    def relinked(self, digest: str, loc: BlobLocation, before: Fingerprint) -> bool:
+        """After a hard link to the verified blob (which changes its ctime, nothing else): remember it
+        as verified again, when device, inode, size and mtime are what they were. False: it changed."""
+        try:
+            now = fingerprint(loc.path)
+        except OSError:
+            return False
+        if now[:4] != before[:4]:
+            return False
+        self.mark(digest, loc, now)
+        return True
+
     def mark(self, digest: str, loc: BlobLocation | None, seen: Fingerprint) -> None:
         """Record that `digest` matched the blob at `loc` while its file had fingerprint `seen`."""
         if loc is None:
@@ -146,6 +168,9 @@ class _OwnsFd:
     @property
     def closed(self) -> bool:
         return self._fd < 0
+
+    def fileno(self) -> int:
+        return self._fd
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -278,26 +303,111 @@ class RangeDigest:
             self._fd = -1
 
 
+class _Fold:
+    """A range's digest computed by the one thread that reads it in order (the decompressor): the
+    compressed bytes are hashed in the read that feeds the inflater, not in a second pass."""
+
+    def __init__(self, digest: str, fd: int) -> None:
+        self.hasher = new_hasher(digest)
+        self.pos = 0  # bytes hashed, from the start of the range
+        self.lock = threading.Lock()
+        self.done = False  # verified (or being verified): no more reads
+        self.content = _content_stamp(fd)
+
+
+class FoldedRange(FileRange):
+    """A reader of a CheckedRange's bytes in order (its `dup()` in fold mode): every byte read goes
+    through the range's digest on the way."""
+
+    def __init__(self, loc: BlobLocation, fold: _Fold, *, fd: int) -> None:
+        super().__init__(loc, fd=fd)
+        self._fold = fold
+
+    def readinto(self, b) -> int:
+        with self._fold.lock:
+            if self._fold.done:
+                return 0
+            n = super().readinto(b)
+            if n:
+                self._fold.hasher.update(memoryview(b).cast("B")[:n])
+                self._fold.pos += n
+            return n
+
+    def read(self, n: int = -1) -> bytes:
+        with self._fold.lock:
+            if self._fold.done:
+                return b""
+            data = super().read(n)
+            if data:
+                self._fold.hasher.update(data)
+                self._fold.pos += len(data)
+            return data
+
+    def skip(self, n: int) -> int:
+        done = 0
+        while done < n:
+            part = self.read(min(CHUNK, n - done))
+            if not part:
+                break
+            done += len(part)
+        return done
+
+
 class CheckedRange(FileRange):
-    """A FileRange (skip seeks) whose digest is checked, by a second thread, before its end is seen.
+    """A FileRange (skip seeks) whose digest is checked before its end is seen.
 
     `read` returns b"" and `drain` returns only once the digest matched; `verified` is then True.
+    The digest is computed by a second thread over the stored bytes; with `fold` (a compressed blob,
+    which its decompressor reads through `dup()` from start to end), by that reader instead, in the
+    same read: one pass over the file, no thread of its own (the rest, if the decompressor stopped
+    short, is hashed when the range is drained).
     """
 
-    def __init__(self, loc: BlobLocation, digest: str, *, what: str = "blob") -> None:
+    def __init__(self, loc: BlobLocation, digest: str, *, what: str = "blob", fold: bool = False) -> None:
         super().__init__(loc, what=what)
+        self._fold: _Fold | None = None
+        self._digest: RangeDigest | None = None
         try:
-            self._digest = RangeDigest(loc, digest, what=what, fd=self._fd)
+            if fold:
+                self._fold = _Fold(digest, self._fd)
+            else:
+                self._digest = RangeDigest(loc, digest, what=what, fd=self._fd)
         except BaseException:
             super().close()
             raise
         self.digest = digest
+        self.what = what
         self.verified = False
 
+    def dup(self) -> FileRange:
+        if self._fold is not None:
+            return FoldedRange(self.loc, self._fold, fd=os.dup(self._fd))
+        return super().dup()
+
     def _verify(self) -> None:
-        if not self.verified:
+        if self.verified:
+            return
+        if self._fold is None:
+            assert self._digest is not None
             self._digest.check()
             self.verified = True
+            return
+        fold = self._fold
+        with fold.lock:
+            fold.done = True  # the decompressor's reader reads nothing more
+            pos, end = fold.pos, self.loc.size
+            while pos < end:
+                data = os.pread(self._fd, min(CHUNK, end - pos), self.loc.offset + pos)
+                if not data:
+                    raise BadImage(f"The {self.what} at {self.loc.describe()} is truncated (the file shrank while read).")
+                fold.hasher.update(data)
+                pos += len(data)
+            fold.pos = pos
+            verify_digest(self.digest, fold.hasher.hexdigest(), what=self.what, where=self.loc.describe())
+            if _content_stamp(self._fd) != fold.content:
+                raise BadImage(f"The {self.what} at {self.loc.describe()} changed while imgquilt read it.",
+                               hint="Run again once nothing else writes to the image.")
+        self.verified = True
 
     def read(self, n: int = -1) -> bytes:
         data = super().read(n)
@@ -311,7 +421,8 @@ class CheckedRange(FileRange):
         self._verify()
 
     def close(self) -> None:
-        self._digest.close()
+        if self._digest is not None:
+            self._digest.close()
         super().close()
 
 

@@ -40,7 +40,7 @@ class Rec:
         self.linkname = linkname  # symlinks: verbatim; hard links: normalized archive path
         self.ordinal = ordinal
         self.offset = offset
-        self.data: bytes | None = None
+        self.data = None  # bytes, or a Spooled (fs.content) for a large file
         self.sparse = sparse
         self.sha: str | None = None  # sha256 hex of the data, when the shared cache holds it
         self.mtime = mtime  # whole seconds, for judging a timestamp pyc against its source
@@ -175,7 +175,7 @@ def scan_layer(stream, *, position: int, whiteouts: bool, keep: Callable[[str, i
         for e in walker:
             rec = builder.add(e.name, e.type, e.mode, e.uid, e.gid, e.size, e.linkname, e.ordinal, e.offset, e.sparse, e.mtime)
             if rec is not None and rec.kind == FILE and keep(builder.last_path, e.size):
-                rec.data = walker.read_data()
+                rec.data = walker.read_content()
                 kept += e.size
         walker.finish()  # to the end of the blob: this is where its digest is checked
     except DigestMismatch:

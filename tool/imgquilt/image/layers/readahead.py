@@ -132,8 +132,10 @@ class ReadAhead(ChunkQueue):
         self._lock = threading.Lock()  # the decompressing thread reads through dup(), the walker may drain
 
     def _produce(self) -> None:
+        # a download hands over each piece as received (RegistryBlobStream.read_chunk): no copy in and out
+        read = getattr(self.raw, "read_chunk", None) or (lambda: self.raw.read(CHUNK))
         while True:
-            data = self.raw.read(CHUNK)
+            data = read()
             if not self._put(data) or not data:
                 return
 

@@ -264,6 +264,33 @@ class TarWalker:
         self._pending -= entry.size
         return data
 
+    def read_content(self):
+        """Like read_data, but a member larger than spool_at() goes to a spooled temp file as it is
+        read (fs.content): a 1 GiB file costs a chunk of memory, not 1 GiB."""
+        from ...fs.content import SpoolWriter, spool_at
+
+        entry = self._current
+        if entry is None or entry.size <= spool_at():
+            return self.read_data()
+        if self._data_taken:
+            raise RuntimeError("no member data to read")
+        self._data_taken = True
+        out = SpoolWriter()
+        try:
+            need = entry.size
+            while need:
+                if self._pos >= len(self._buf) and not self._next():
+                    raise self._truncated()
+                piece = self._buf[self._pos : self._pos + need]
+                self._pos += len(piece)
+                need -= len(piece)
+                out.write(piece)
+        except BaseException:
+            out.abort()
+            raise
+        self._pending -= entry.size
+        return out.finish()
+
     def __iter__(self) -> Iterator[TarEntry]:
         pax_global: dict[str, str] = {}
         pax: dict[str, str] | None = None

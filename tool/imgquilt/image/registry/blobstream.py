@@ -55,41 +55,48 @@ class RegistryBlobStream:
             on_end, self._on_end = self._on_end, None
             on_end(self.verified)
 
+    def _receive(self) -> bytes | None:
+        """The next chunk of the body as received (hashed, teed, counted, size-checked); None at its end."""
+        if self._closed:
+            raise BadImage(f"The download of the {self.what} {self.digest} was closed before its end.")
+        received = self.bytes_read + len(self._buffer)
+        try:
+            with self.deadline.active(received):
+                chunk = next(self._chunks, None)
+            if chunk and self.deadline.passed(received + len(chunk)):
+                raise httpx.ReadTimeout("the download ran past its deadline")
+        except httpx.HTTPError as exc:
+            self.close()
+            if self.deadline.passed(received):
+                policy = self.deadline.policy
+                raise BadImage(f"The download of the {self.what} {self.digest} was too slow: {received} bytes "
+                               f"after {policy.seconds:g} s plus one per {policy.min_rate} bytes. Nothing from it "
+                               "was used.", hint=f"The registry trickles or the network is congested; try again "
+                                                  f"(or allow more time with {DEADLINE_ENV}=SECONDS).") from None
+            raise BadImage(f"The {self.what} {self.digest} was cut off mid-download: "
+                           f"{exc.__class__.__name__}: {exc}. Nothing from it was used.",
+                           hint="The registry or the network failed mid-download; try again.") from None
+        if chunk is None:
+            self._eof = True
+            return None
+        if chunk:
+            self._hasher.update(chunk)
+            if self._tee is not None:
+                self._tee.write(chunk)
+            if self.on_bytes is not None:
+                self.on_bytes(len(chunk))
+            total = received + len(chunk)
+            if self.size is not None and total > self.size:
+                self.close()
+                self._verify(total)  # longer than its descriptor: a mismatch whatever the digest
+        return chunk
+
     def _fill(self, want: int) -> None:
         """Buffer at least `want` bytes (fewer only at the end of the body)."""
         while not self._eof and len(self._buffer) < want:
-            if self._closed:
-                raise BadImage(f"The download of the {self.what} {self.digest} was closed before its end.")
-            received = self.bytes_read + len(self._buffer)
-            try:
-                with self.deadline.active(received):
-                    chunk = next(self._chunks, None)
-                if chunk and self.deadline.passed(received + len(chunk)):
-                    raise httpx.ReadTimeout("the download ran past its deadline")
-            except httpx.HTTPError as exc:
-                self.close()
-                if self.deadline.passed(received):
-                    policy = self.deadline.policy
-                    raise BadImage(f"The download of the {self.what} {self.digest} was too slow: {received} bytes "
-                                   f"after {policy.seconds:g} s plus one per {policy.min_rate} bytes. Nothing from it "
-                                   "was used.", hint=f"The registry trickles or the network is congested; try again "
-                                                      f"(or allow more time with {DEADLINE_ENV}=SECONDS).") from None
-                raise BadImage(f"The {self.what} {self.digest} was cut off mid-download: "
-                               f"{exc.__class__.__name__}: {exc}. Nothing from it was used.",
-                               hint="The registry or the network failed mid-download; try again.") from None
-            if chunk is None:
-                self._eof = True
-            elif chunk:
-                self._hasher.update(chunk)
+            chunk = self._receive()
+            if chunk:
                 self._buffer += chunk
-                if self._tee is not None:
-                    self._tee.write(chunk)
-                if self.on_bytes is not None:
-                    self.on_bytes(len(chunk))
-                total = self.bytes_read + len(self._buffer)
-                if self.size is not None and total > self.size:
-                    self.close()
-                    self._verify(total)  # longer than its descriptor: a mismatch whatever the digest
 
     def _verify(self, received: int) -> None:
         hint = ("The registry holds a damaged blob or the download was cut; try again, or push the image "
@@ -131,6 +138,19 @@ class RegistryBlobStream:
         if n < 0:
             self._finish()  # the whole rest was asked for: check it before handing it out
         return data
+
+    def read_chunk(self) -> bytes:
+        """The next piece of the body as it was received (what is buffered, else the next chunk), handed
+        over without copying it into the buffer and out again; b"" at the end, after the digest matched.
+        For a reader that takes pieces of any size (layers.readahead)."""
+        with self._lock:
+            if not self._buffer:
+                while not self._eof:
+                    chunk = self._receive()
+                    if chunk:
+                        self.bytes_read += len(chunk)
+                        return chunk
+            return self._read(len(self._buffer) or 1)  # what is buffered; at the end b"", once verified
 
     def readinto(self, b) -> int:
         data = self.read(len(b))

@@ -8,12 +8,12 @@ blob is verified as it is copied.
 """
 from __future__ import annotations
 
-import io
 import tarfile
 from contextlib import closing
 from pathlib import Path
 from typing import BinaryIO, Sequence
 
+from ...fs.content import Data, open_reader
 from ..mediatypes import OCI_INDEX, Compression, compression_of
 from ..model import Layer
 from ..referrers import Referrer
@@ -29,7 +29,7 @@ class _Tar:
     """Streams members into a deterministic tar (PAX, sorted by the caller, one mtime)."""
 
     def __init__(self, fh: BinaryIO, mtime: int) -> None:
-        self.tar = tarfile.open(fileobj=fh, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8")
+        self.tar = tarfile.open(fileobj=fh, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8", copybufsize=1 << 20)
         self.mtime = mtime
 
     def _info(self, name: str, kind: bytes, size: int = 0) -> tarfile.TarInfo:
@@ -44,8 +44,8 @@ class _Tar:
     def add_dir(self, name: str) -> None:
         self.tar.addfile(self._info(name, tarfile.DIRTYPE))
 
-    def add_bytes(self, name: str, data: bytes) -> None:
-        self.tar.addfile(self._info(name, tarfile.REGTYPE, len(data)), io.BytesIO(data))
+    def add_bytes(self, name: str, data: Data) -> None:
+        self.tar.addfile(self._info(name, tarfile.REGTYPE, len(data)), open_reader(data))
 
     def add_layer(self, name: str, layer: Layer) -> None:
         with closing(open_checked(layer)) as src:

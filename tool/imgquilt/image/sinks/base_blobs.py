@@ -1,10 +1,11 @@
 """The base image's blobs as a sink copies them: found where they lie, verified on the way."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..digests import CopyCheck
-from ..layers.blobio import BlobLocation, HashingRange, HashingStream
+from ..layers.blobio import BlobLocation, FileRange, Fingerprint, HashingRange, HashingStream
 from ..model import BlobAtLocation, BlobInFile, Image, Layer
 
 WHAT = "base layer blob"
@@ -21,16 +22,29 @@ def blob_location(layer: Layer) -> BlobLocation | None:
     return None
 
 
-def open_checked(layer: Layer) -> HashingRange | HashingStream:
+def verified_fingerprint(layer: Layer) -> Fingerprint | None:
+    """The blob file's fingerprint when the source that read it knows it verified (this process, or its
+    marker for this very file: device, inode, size, mtime, ctime); None: it must be hashed."""
+    verifier = getattr(layer, "verified_by", None)
+    loc = blob_location(layer)
+    if verifier is None or loc is None:
+        return None
+    return verifier.trusted_now(layer.descriptor.digest, loc)
+
+
+def open_checked(layer: Layer) -> HashingRange | HashingStream | FileRange:
     """The blob's bytes, hashed as they are read: the end (and `drain()`) raise DigestMismatch on a bad blob.
 
     Read straight from the file when the reader says where the blob lies (one hash, not two), else
-    through the layer's own `open_blob()`. A caller reads to the end (`drain()`) before it keeps a copy.
+    through the layer's own `open_blob()`; a blob file known verified is read without hashing it
+    again. A caller reads to the end (`drain()`) before it keeps a copy.
     """
     d = layer.descriptor
     loc = blob_location(layer)
     check = CopyCheck(d.size, HINT)
     if loc is not None:
+        if verified_fingerprint(layer) is not None and os.stat(loc.path).st_size >= loc.offset + d.size:
+            return FileRange(loc, what=WHAT)
         return HashingRange(loc, d.digest, what=WHAT, copy=check)
     return HashingStream(layer.open_blob(), d.digest, what=WHAT, copy=check)
 

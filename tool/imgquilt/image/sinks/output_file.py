@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from ...errors import UsageError
+from ...fs.content import Data, Spooled
 from ...util.atomic import atomic_file, replace_dir
 
 
@@ -57,3 +58,30 @@ def output_dir(dest: Path, *, failure: str) -> Iterator[Path]:
         if isinstance(exc, OSError):
             raise UsageError(f"{failure}: {exc.strerror or exc}.") from None
         raise
+
+
+def put_content(dest: Path, data: Data) -> None:
+    """Put `data` at `dest` whole or not at all: a spooled content is linked there when it can be (its
+    own temp file, same filesystem; or a reflink), else copied by the kernel; bytes are written."""
+    dest = Path(dest)
+    if isinstance(data, Spooled):
+        tmp = f".{dest.name}.imgquilt-{os.getpid()}-{id(data)}.tmp"
+        dfd = os.open(dest.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+            if data.link_at(dfd, tmp):
+                os.chmod(tmp, 0o644, dir_fd=dfd)
+                os.replace(tmp, dest.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                os.fsync(dfd)
+                return
+        finally:
+            os.close(dfd)
+    with atomic_file(dest) as fh:
+        if isinstance(data, Spooled):
+            fh.flush()
+            data.copy_to_fd(fh.fileno())
+        else:
+            fh.write(data)

@@ -21,7 +21,8 @@ import struct
 from datetime import datetime, timezone
 
 from ...errors import UsageError
-from ..layers.tarwalk import BytesStream, TarWalker
+from ...fs.content import Data, Spooled, SpoolWriter
+from ..layers.tarwalk import TarWalker
 from ..layers.toc import SKIPPABLE_HEADER, ZSTD_CHECKSUM_KEYS, ZSTD_POSITION_KEYS
 
 SKIPPABLE_MAGIC = b"\x50\x2a\x4d\x18"
@@ -40,18 +41,68 @@ def _modtime(epoch: int) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def zstd_chunked(tar: bytes, *, level: int, mtime: int) -> tuple[bytes, dict[str, str]]:
-    """The uncompressed layer `tar` as a zstd:chunked blob, and the annotations its descriptor needs.
-    `mtime` is the one modification time every member has (layer.resolve_epoch)."""
+class _Tape:
+    """The blob as it is written (a SpoolWriter: bytes when small, a temp file when large) and its length."""
+
+    def __init__(self) -> None:
+        self.out = SpoolWriter()
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        self.out.write(data)
+        self.size += len(data)
+
+
+class _DataStream:
+    """A content (bytes or Spooled) as the stream TarWalker reads."""
+
+    seekable = False
+
+    def __init__(self, data: Data) -> None:
+        self._data = data
+        self._at = 0
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._data) if n < 0 else min(len(self._data), self._at + n)
+        out = self._data.pread(end - self._at, self._at) if isinstance(self._data, Spooled) else self._data[self._at:end]
+        self._at += len(out)
+        return out
+
+    def skip(self, n: int) -> int:
+        n = max(0, min(n, len(self._data) - self._at))
+        self._at += n
+        return n
+
+
+def _frame(cctx, data: Data, out: _Tape) -> str:
+    """One zstd frame of `data` (streamed for a large file, its size in the frame header as one-shot
+    compression writes it); returns the data's sha256."""
+    if not isinstance(data, Spooled):
+        out.write(cctx.compress(data))
+        return hashlib.sha256(data).hexdigest()
+    comp = cctx.compressobj(size=len(data))
+    for chunk in data.chunks():
+        out.write(comp.compress(chunk))
+    out.write(comp.flush())
+    return data.sha256
+
+
+def zstd_chunked(tar: Data, *, level: int, mtime: int) -> tuple[Data, dict[str, str]]:
+    """The uncompressed layer `tar` (bytes, or a Spooled when large) as a zstd:chunked blob (likewise),
+    and the annotations its descriptor needs. `mtime` is the one modification time every member has
+    (layer.resolve_epoch). A large file is compressed into its frame in chunks, never held."""
     import zstandard
 
+    def piece(a: int, b: int) -> bytes:
+        return tar.pread(b - a, a) if isinstance(tar, Spooled) else tar[a:b]
+
     cctx = zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=True)
-    out = bytearray()
+    out = _Tape()
     pending = bytearray()  # tar headers (and padding) not yet in a frame
     entries: list[dict] = []
     pos = 0
-    for e in TarWalker(BytesStream(tar), what="new layer"):
-        pending += tar[pos:e.offset]
+    for e in TarWalker(_DataStream(tar), what="new layer"):
+        pending += piece(pos, e.offset)
         kind = _TYPES.get(e.type)
         if kind is None:  # pragma: no cover - the layer writer makes dirs and regular files only
             raise UsageError(f"zstd:chunked cannot hold the tar member {e.name!r} of type {e.type!r}.")
@@ -69,25 +120,26 @@ def zstd_chunked(tar: bytes, *, level: int, mtime: int) -> tuple[bytes, dict[str
         entry["modtime"] = _modtime(mtime)
         if kind == "reg" and e.size:
             if pending:
-                out += cctx.compress(bytes(pending))
+                out.write(cctx.compress(bytes(pending)))
                 pending.clear()
-            data = tar[e.offset:e.offset + e.size]
-            start = len(out)
-            out += cctx.compress(data)
-            entry.update(digest="sha256:" + hashlib.sha256(data).hexdigest(), offset=start, endOffset=len(out))
+            data = tar.slice(e.offset, e.size) if isinstance(tar, Spooled) else tar[e.offset:e.offset + e.size]
+            start = out.size
+            sha = _frame(cctx, data, out)
+            entry.update(digest="sha256:" + sha, offset=start, endOffset=out.size)
         entries.append(entry)
         pos = e.offset + e.size  # header-only members have size 0
-    pending += tar[pos:]  # the last padding and the end-of-archive blocks
-    out += cctx.compress(bytes(pending))
+    pending += piece(pos, len(tar))  # the last padding and the end-of-archive blocks
+    out.write(cctx.compress(bytes(pending)))
     try:
         toc = json.dumps({"version": 1, "entries": entries}, separators=(",", ":"), ensure_ascii=False).encode()
     except UnicodeEncodeError:
+        out.out.abort()
         raise UsageError("A path in the layer is not UTF-8, which a zstd:chunked TOC (JSON) cannot name.",
                          hint="Use --compression zstd or gzip for this layer.") from None
     packed = cctx.compress(toc)
-    toc_offset = len(out) + SKIPPABLE_HEADER
-    out += _skippable(packed)
-    out += _skippable(struct.pack("<QQQQ", toc_offset, len(packed), len(toc), 1) + FOOTER_MAGIC)
+    toc_offset = out.size + SKIPPABLE_HEADER
+    out.write(_skippable(packed))
+    out.write(_skippable(struct.pack("<QQQQ", toc_offset, len(packed), len(toc), 1) + FOOTER_MAGIC))
     annotations = {CHECKSUM_KEY: "sha256:" + hashlib.sha256(packed).hexdigest(),
                    POSITION_KEY: f"{toc_offset}:{len(packed)}:{len(toc)}:1"}
-    return bytes(out), annotations
+    return out.out.finish(), annotations
