@@ -34,6 +34,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from ..fs.content import sha256_of
 from .pyiface import CLASS, DEF, IMPORT, Binding, Interface, Signature, Unreadable, bind, interface_of, parse
 from .pysearch import (
     BYTECODE, LARGE, MISSING, NAMESPACE, NATIVE, Finder, ModuleFiles, Place, Spec, is_stdlib, place_of,
@@ -891,7 +892,7 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
 
 def _memo_key(files: list[FileCheck], changed, changed_lines, view) -> str:
     h = hashlib.sha256(f"{MEMO_VERSION}\0{view.platform()}\0".encode())
-    sha = lambda d: b"-" if d is None else hashlib.sha256(d).digest()  # noqa: E731
+    sha = lambda d: b"-" if d is None else sha256_of(d).encode()  # noqa: E731  (a large file: spooled)
     for fc in sorted(files, key=lambda f: f.resolved):
         h.update(fc.path.encode() + b"\0" + fc.resolved.encode() + b"\0" + sha(fc.base) + sha(fc.final))
     for path, before, after in sorted(changed, key=lambda c: c[0]):

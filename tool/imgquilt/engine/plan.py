@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import BadInput, BaseDrift, ImgquiltError, MalformedPatch, MissingTarget, PythonCheckFailed, Refused, ResultMismatch, StaleLock, UnsafePath
+from ..fs.content import held_or_none
 from ..fs.types import Source, TargetFile, read_targets
 from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.lock import Lock, LockTarget, patch_hashes, rootfs_digest, stale_lock_advice
@@ -250,8 +251,12 @@ def cross_module_problems(states: dict[str, _FileState], targets: dict[str, Targ
     from .crosscheck import FileCheck, cross_check, culprit
 
     # every patched file's bytes as far as the series got: a file another finding broke still holds them
-    changed = [(r, st.target.data, st.data) for r, st in states.items() if st.chain and st.data != st.target.data]
-    files = [FileCheck(st.target.path, r, st.target.data, st.data) for r, st in states.items()
+    # a .py file is parsed whole (held, within IMGQUILT_IN_MEMORY_MAX); other files' bytes are only hashed
+    def py(r: str, data):
+        return held_or_none(data, r) if r.endswith(".py") else data
+
+    changed = [(r, py(r, st.target.data), py(r, st.data)) for r, st in states.items() if st.chain and st.data != st.target.data]
+    files = [FileCheck(st.target.path, r, py(r, st.target.data), py(r, st.data)) for r, st in states.items()
              if r.endswith(".py") and st.chain and not st.broken and st.data is not None and st.data != st.target.data]
     if not files:
         return [], []

@@ -295,13 +295,10 @@ def _git_mode(name: str, path: str, key: bytes, value: bytes) -> tuple[bool, int
     return m.group(1) == b"120", perms
 
 
-def _parse_git(
-    name: str, path: str, lines: list[bytes], i: int, base: str, patched: str, mode: int | None, raw: bytes,
-    extra: tuple[tuple[str, str], ...], strip: int | None,
-) -> FileSection:
-    """A section whose diff keeps git's extended headers: `diff --git`, then `new file mode`, `deleted
-    file mode`, `old mode`/`new mode`, `index` (with a mode), then a `GIT binary patch`, `---`/`+++` and
-    hunks, or nothing (a mode change; an empty file created or deleted). Mode 120000 makes it a symlink."""
+def _git_head(name: str, path: str, lines: list[bytes], i: int, base: str, patched: str,
+              mode: int | None) -> tuple[int, bool, int | None, tuple[int, int] | None]:
+    """The `diff --git` line at `i` and git's extended headers after it, checked: (index of the first
+    line after them, a symlink?, the new file's mode, a mode change)."""
     names = lines[i].rstrip(b"\r\n")[len(b"diff --git "):]
     if names not in (quote_name(f"a/{path}") + b" " + quote_name(f"b/{path}"), quote_name(path) + b" " + quote_name(path)):
         # one meaning for every tool: git apply would patch the file these names give
@@ -342,6 +339,17 @@ def _parse_git(
     mode_change = None
     if b"old mode " in heads and not link and perms[b"old mode "] != perms[b"new mode "]:
         mode_change = (perms[b"old mode "], perms[b"new mode "])
+    return i, link, mode, mode_change
+
+
+def _parse_git(
+    name: str, path: str, lines: list[bytes], i: int, base: str, patched: str, mode: int | None, raw: bytes,
+    extra: tuple[tuple[str, str], ...], strip: int | None,
+) -> FileSection:
+    """A section whose diff keeps git's extended headers: `diff --git`, then `new file mode`, `deleted
+    file mode`, `old mode`/`new mode`, `index` (with a mode), then a `GIT binary patch`, `---`/`+++` and
+    hunks, or nothing (a mode change; an empty file created or deleted). Mode 120000 makes it a symlink."""
+    i, link, mode, mode_change = _git_head(name, path, lines, i, base, patched, mode)
     if i < len(lines) and lines[i].rstrip(b"\r\n") == b"GIT binary patch":
         if link:
             raise _bad(name, f"section {path!r}: a symlink's target is text, not a `GIT binary patch`.")
@@ -365,8 +373,11 @@ def _parse_git(
     return FileSection(path, base, patched, hunks, raw, mode, extra, link=link, mode_change=mode_change)
 
 
+_STRAY = (b"@@", b"+++ ", b"--- ", b"*** ", b"diff ", b"GIT binary patch")
+
+
 def _no_stray(name: str, path: str, rest: list[bytes]) -> None:
-    stray = next((ln for ln in rest if ln.startswith((b"@@", b"+++ ", b"--- ", b"*** ", b"diff ", b"GIT binary patch"))), None)
+    stray = next((ln for ln in rest if ln.startswith(_STRAY)), None)
     if stray is not None:
         raise _bad(name, f"section {path!r}: stray diff line {show_line(stray.rstrip(), 60)} after its diff.")
 
@@ -477,7 +488,7 @@ def _stream_section(name: str, content, a: int, b: int, strip: int | None) -> Fi
     rd.lineno = 0  # line numbers count from the diff's first line, as the in-memory reader's
     try:
         if diff_first is not None and diff_first.startswith(b"diff --git "):
-            return _stream_binary(name, path, rd, base, patched, mode, raw, extra)
+            return _stream_binary(name, path, rd, base, patched, mode, raw, extra, strip)
         minus = rd.next_line() or b""
         plus = rd.peek_line()
         if plus is None or not plus.startswith(b"+++ "):
@@ -498,24 +509,22 @@ def _stream_section(name: str, content, a: int, b: int, strip: int | None) -> Fi
     return FileSection(path, base, patched, StreamedHunks(content, start, end, count, first_line), raw, mode, extra)  # type: ignore[arg-type]
 
 
-def _stream_binary(name: str, path: str, rd, base: str, patched: str, mode: int | None, raw, extra) -> FileSection:
-    """_parse_binary for a section read as it streams: the blocks are decoded into spooled contents."""
+def _stream_binary(name: str, path: str, rd, base: str, patched: str, mode: int | None, raw, extra,
+                   strip: int | None) -> FileSection:
+    """_parse_git for a section read as it streams: its git headers checked by the same rules; a
+    `GIT binary patch` decoded into spooled contents; any other diff under git headers (a symlink, a
+    mode change with a text diff) parsed held, within IMGQUILT_IN_MEMORY_MAX."""
     from .binarypatch import BINARY_CAP, BinaryBlock
     from .streamed import StreamError, _BLOCK, read_binary_block
 
-    first = rd.next_line() or b""
-    names = first.rstrip(b"\r\n")[len(b"diff --git "):]
-    if names not in (quote_name(f"a/{path}") + b" " + quote_name(f"b/{path}"), quote_name(path) + b" " + quote_name(path)):
-        raise _bad(name, f"section {path!r}: its `diff --git` names {names.decode('latin-1')!r} do not name its Index path.")
-    seen: set[bytes] = set()
-    while (line := rd.peek_line()) is not None and line.startswith(_GIT_HEAD):
-        seen.add(next(k for k in _GIT_HEAD if line.startswith(k)))
-        rd.next_line()
-    line = rd.next_line()
-    if line is None or line.rstrip(b"\r\n") != b"GIT binary patch":
-        raise _bad(name, f"section {path!r}: a `diff --git` section must hold a `GIT binary patch`.")
-    if (b"new file mode " in seen) != (base == ABSENT) or (b"deleted file mode " in seen) != (patched == ABSENT):
-        raise _bad(name, f"section {path!r}: its new/deleted file mode lines disagree with Base-SHA256 {base} / Patched-SHA256 {patched}.")
+    head = [rd.next_line() or b""]
+    while (line := rd.peek_line()) is not None and line.startswith(_GIT_HEAD) and len(head) <= len(_GIT_HEAD):
+        head.append(rd.next_line() or b"")
+    line = rd.peek_line()
+    _, link, mode, mode_change = _git_head(name, path, head + ([line] if line is not None else []), 0, base, patched, mode)
+    if line is None or line.rstrip(b"\r\n") != b"GIT binary patch" or link:
+        return _parse_section(name, held(raw, f"section {path} of patch {name}"), strip)
+    rd.next_line()
     try:
         kind, data = read_binary_block(rd, BINARY_CAP)
         forward = BinaryBlock(kind, data)
@@ -527,11 +536,11 @@ def _stream_binary(name: str, path: str, rd, base: str, patched: str, mode: int 
     except StreamError as exc:
         raise _bad(name, f"section {path!r}: {exc.message}") from None
     while (line := rd.next_line()) is not None:
-        if line.strip():
-            raise _bad(name, f"section {path!r}: unexpected text after its binary patch.")
+        if line.startswith(_STRAY):
+            raise _bad(name, f"section {path!r}: stray diff line {show_line(line.rstrip()[:4096], 60)} after its diff.")
         if len(line) >= (1 << 20) and not line.endswith(b"\n"):
             rd.skip_rest_of_line()
-    return FileSection(path, base, patched, (), raw, mode, extra, binary=BinaryPatch(forward, reverse))
+    return FileSection(path, base, patched, (), raw, mode, extra, binary=BinaryPatch(forward, reverse), mode_change=mode_change)
 
 
 def rehash_command(names: list[str]) -> str:

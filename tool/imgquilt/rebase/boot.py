@@ -16,7 +16,7 @@ from ..engine.crosscheck import Finding, FileCheck, absolute, cross_check
 from ..engine.pysearch import Finder, SourceModules, place_of
 from ..engine.regions import MOVED
 from ..errors import ImgquiltError
-from ..fs.types import Source
+from ..fs.types import Source, read_targets
 from ..queue.hunks import ABSENT
 from ..queue.patchfile import Patch
 from ..store import ObjectStore
@@ -28,9 +28,10 @@ from .state import CarriedSection, RebaseState
 class NewImage:
     """The new image, opened once per run of the rebase loop and only when a check needs it."""
 
-    def __init__(self, opener, st: RebaseState) -> None:
+    def __init__(self, opener, st: RebaseState, links: set[str] | frozenset[str] = frozenset()) -> None:
         self._opener = opener
         self._st = st
+        self._links = {st.paths.get(p, p) for p in links}  # symlink sections: read as the link, never followed
         self._source: Source | None = None
         self._modules: SourceModules | None = None
         self._resolved: dict[str, str] = {}
@@ -51,7 +52,7 @@ class NewImage:
         """Each new-image path of the queue, resolved in the new image."""
         todo = [p for p in paths if p not in self._resolved]
         if todo:
-            for p, t in self.source.read_targets(todo).items():
+            for p, t in read_targets(self.source, todo, self._links).items():
                 self._resolved[p] = t.resolved
         return {p: self._resolved[p] for p in paths}
 

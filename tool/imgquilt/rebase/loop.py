@@ -182,7 +182,7 @@ def _advance(root: Path, st: RebaseState, opener: Opener) -> RebaseReport:
     store = ObjectStore(root)
     whole = backup_queue(root)
     q = whole.selection(st.select)
-    image = NewImage(opener, st)
+    image = NewImage(opener, st, whole.link_paths())
     while st.next < len(q.patches):
         patch = q.patches[st.next]
         strip = q.entries[st.next].strip
@@ -215,12 +215,13 @@ def continue_rebase(root: Path, opener: Opener, *, python_check: bool = True) ->
 
 def _resolve_and_go_on(root: Path, st: RebaseState, opener: Opener) -> RebaseReport:
     store = ObjectStore(root)
-    q = backup_queue(root).selection(st.select)
+    whole = backup_queue(root)
+    q = whole.selection(st.select)
     patch = q.patches[st.next]
     strip = q.entries[st.next].strip
     sections = [CarriedSection.from_json(d) for d in st.current["sections"]]
     resolved = take_resolutions(root, store, patch, sections, strip)
-    resolved = _refuse_findings(st, store, patch, sections, resolved, NewImage(opener, st))
+    resolved = _refuse_findings(st, store, patch, sections, resolved, NewImage(opener, st, whole.link_paths()))
     finish_patch(st, store, patch, resolved, strip)
     st.phase = "running"
     save_state(root, st)  # journal the resolution before its files leave the work tree

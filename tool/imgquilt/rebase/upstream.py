@@ -15,6 +15,7 @@ import difflib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..fs.types import read_targets
 from ..engine.apply import apply_section
 from ..engine.regions import LINES, Region, RegionChange, regions_of, upstream_changes
 from ..errors import BadInput, BaseDrift, UsageError
@@ -80,14 +81,14 @@ def upstream_of(root: Path, name: str, opener: Opener, *, image: str | None, fro
             raise UsageError("Which image is the old one? Pass --from OLDREF (there is no targets.lock to take it from).")
         src = opener(old_ref, platform or (lock.image.platform if lock is not None and not from_ref else None))
         old_digest = src.info().digest
-        for p, t in src.read_targets(missing).items():
+        for p, t in read_targets(src, missing, q.link_paths()).items():
             if sha256_hex(t.data) != want[p]:
                 raise BaseDrift(f"{old_ref}: {p} is not the base the series starts from (expected sha256 {want[p]}, "
                                 f"found {sha256_hex(t.data)}).", hint="Pass --from the image the queue was made for.")
             old_bytes[p] = t.data
     new_src = opener(image, platform)
     new_paths = {p: paths_map.get(p, p) for p in want}
-    new_targets = new_src.read_targets(sorted(set(new_paths.values())))
+    new_targets = read_targets(new_src, sorted(set(new_paths.values())), {new_paths[p] for p in q.link_paths() if p in new_paths})
     changes: list[RegionChange] = []
     for s in patch.sections:
         base = _patch_base(q, store, name, s.path, old_bytes[s.path])
