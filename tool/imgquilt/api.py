@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
-from .errors import BadInput, ImgquiltError, QueueProblems, UsageError
+from .errors import BadInput, ImgquiltError, QueueProblems, UsageError, os_error
 from .verbs.init import InitResult as Initialized, init_queue
 
 if TYPE_CHECKING:
@@ -283,13 +283,14 @@ def verify(queue: str | os.PathLike[str] | None = None, *, image: str | None = N
 def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, root: str | os.PathLike[str] | None = None,
           platform: str | None = None, history: bool = False, expect: Literal["live", "pending"] = "live",
           progress: Progress | None = None, trust_attestation: str | os.PathLike[str] | None = None,
-          pid: int | None = None) -> Audit:
+          pid: int | None = None, strict: bool = False) -> Audit:
     """The state of each patch and file in an image (`image`, else the lock's) or a root filesystem (`root`,
     e.g. /proc/PID/root of a running container); with `history`, when each patch entered and left the series.
     `trust_attestation`: a public key; an attestation it verifies that matches the queue answers
     without reading a layer (`report.trust` says where the states came from).
     `pid`: audit the root of that running process, and count a file changed after it started as
-    restart-pending (the process still runs what it loaded)."""
+    restart-pending (the process still runs what it loaded).
+    `strict`: `error` also when imgquilt cannot tell which code CPython runs for a live file."""
     from .audit import audit_source, judge_process, not_in_state
 
     if expect not in ("live", "pending"):
@@ -325,7 +326,7 @@ def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     if report is not None and pid is not None and started is not None:
         report = judge_process(report, source.change_times, pid, started, str(root))  # type: ignore[union-attr]
     failing = tuple(p for p in report.patches if p.state != expect) if report is not None else ()
-    error = not_in_state(report, expect) if report is not None else None
+    error = not_in_state(report, expect, strict=strict) if report is not None else None
     return Audit(report, hist, expect, failing, error)
 
 
@@ -336,8 +337,11 @@ def _audit_source(qroot: Path, image: str | None, root: Path | None, platform: s
     if root is not None:
         from .rootfs.source import RootfsSource
 
-        if not root.is_dir():
-            raise UsageError(f"--root {root}: not a directory.")
+        try:
+            if not root.is_dir():
+                raise UsageError(f"--root {root}: not a directory.")
+        except OSError as exc:
+            raise os_error(exc, f"--root {str(root)!r}") from None
         return RootfsSource(root, ref=f"rootfs:{root}")
     if not image and pinned is None:
         return None
