@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import BadInput
+from ..errors import BadInput, os_error
 from ..queue.series import SeriesEntry, parse_series
 from ..util.atomic import atomic_write
 from ..util.regular import read_regular_file
@@ -94,8 +94,11 @@ class QueueFiles:
 
     def write_patch(self, patch: Patch) -> None:
         dest = self.patches_dir / patch.name
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(dest, patch.raw)
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(dest, patch.raw)
+        except OSError as exc:  # patches/ a link loop, a file, read-only: the queue's state, not a bug
+            raise os_error(exc, f"patches/{patch.name}", hint="Make patches/ a writable directory of the queue.") from None
 
     def write_series(self, data: bytes) -> None:
         atomic_write(self.series_path, data)
