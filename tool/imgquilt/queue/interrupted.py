@@ -4,8 +4,10 @@ Two kinds of leftovers:
 
 - temp files beside `series`, `targets.lock` and the patch files (`.NAME.imgquilt-XXXXXXXX.tmp`,
   from util.atomic; `.NAME.XXXXXXXX.tmp` from imgquilt before 0.2, for NAME a queue file). Their
-  writer holds an flock on them until they are renamed, so one that nobody holds, and that is
-  older than GRACE seconds, belongs to a dead command: sweep() removes it.
+  writer holds an flock on them until they are renamed (and, where the filesystem has O_TMPFILE,
+  names them only once locked), so one that nobody holds belongs to a dead command: `check` reports
+  it whatever its age, and sweep() removes it once it is older than GRACE seconds (on a filesystem
+  without O_TMPFILE a writer names its temp an instant before it locks it).
 - the journal of a command that writes several files as one transaction (QueueJournal):
   `import` (`.imgquilt/import/journal.json`: its patch files, then `series`) and `refresh --rehash`
   (`.imgquilt/rehash/journal.json`: the work copies and snapshots of the patches it pops and pushes
@@ -96,15 +98,18 @@ def _dirs_below(top: Path) -> list[Path]:
     return out
 
 
-def _dead(path: Path) -> bool:
-    """A regular temp file that no writer holds and that is older than GRACE."""
+def _dead(path: Path, *, grace: float = GRACE) -> bool:
+    """A regular temp file that no writer holds and that is older than `grace` seconds. (imgquilt's
+    writers make their temp nameless, lock it, then name it, where the filesystem allows: a temp
+    found unlocked is dead whatever its age; `grace` is for the other filesystems, NFS say, where a
+    writer names its temp just before it locks it.)"""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or time.time() - st.st_mtime < GRACE:
+        if not stat.S_ISREG(st.st_mode) or time.time() - st.st_mtime < grace:
             return False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -131,8 +136,9 @@ def sweep(root: Path) -> list[Path]:
 
 def leftovers(root: Path) -> list[str]:
     """For `check`: what an interrupted command left that could not be cleaned, one sentence each."""
-    out = [f"{p.relative_to(root)} is a temp file an interrupted imgquilt command left; remove it "
-           "(a command that can write the queue removes it)." for p in _temps(root) if _dead(p)]
+    out = [f"{p.relative_to(root)} is a temp file an interrupted imgquilt command left (no live process holds it); "
+           f"remove it (any command that can write the queue removes it once it is {GRACE:g} s old)."
+           for p in _temps(root) if _dead(p, grace=0)]
     for command, shown in COMMANDS.items():
         journal = StateDir(root, command)
         if journal.is_file(JOURNAL):
