@@ -291,8 +291,6 @@ def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     `pid`: audit the root of that running process, and count a file changed after it started as
     restart-pending (the process still runs what it loaded).
     `strict`: `error` also when imgquilt cannot tell which code CPython runs for a live file."""
-    from .audit import audit_source, judge_process, not_in_state
-
     if expect not in ("live", "pending"):
         raise UsageError(f"expect must be live or pending, not {expect!r}.")
     if pid is not None and (image or root is not None):
@@ -303,13 +301,29 @@ def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     pub = public_key(trust_attestation) if trust_attestation is not None else None
     q = load_queue(queue)
     pinned = q.lock()
-    started = None
+    process = None
     if pid is not None:
-        from .rootfs.process import process_root, process_started
+        from .rootfs.process import pin_process
 
-        root = process_root(pid)
-        started = process_started(pid)
-    source = _audit_source(q.root, image, Path(root) if root is not None else None, platform, pinned, progress)
+        process = pin_process(pid)  # every read below goes through its root fd, never /proc/PID/root again
+        root = process.root
+    try:
+        return _audit(q, image, root, platform, pinned, progress, history, pub, process, expect, strict)
+    finally:
+        if process is not None:
+            process.close()
+
+
+def _audit(q: Queue, image: str | None, root, platform: str | None, pinned: Lock | None, progress: Progress | None,
+           history: bool, pub, process, expect: str, strict: bool) -> Audit:
+    from .audit import audit_source, judge_process, not_in_state
+
+    if process is not None:
+        from .rootfs.source import RootfsSource
+
+        source: Source | None = RootfsSource(process.root, ref=f"rootfs:{process.shown}")
+    else:
+        source = _audit_source(q.root, image, Path(root) if root is not None else None, platform, pinned, progress)
     if source is None and not history:
         raise UsageError("No image given and no targets.lock to take one from.", hint="Pass --image REF or --root DIR.")
     hist = None
@@ -323,8 +337,9 @@ def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
         report = audit_trusting(q, source, pub)
     else:
         report = audit_source(q, source) if source is not None else None
-    if report is not None and pid is not None and started is not None:
-        report = judge_process(report, source.change_times, pid, started, str(root))  # type: ignore[union-attr]
+    if report is not None and process is not None:
+        report = judge_process(report, source.change_times, process.pid, process.started, process.shown)  # type: ignore[union-attr]
+        process.check()  # still the process pinned, after every read: else nothing is said about it
     failing = tuple(p for p in report.patches if p.state != expect) if report is not None else ()
     error = not_in_state(report, expect, strict=strict) if report is not None else None
     return Audit(report, hist, expect, failing, error)
