@@ -63,7 +63,8 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 ABSENT = "absent"
 FILE_CAP = 1 << 30  # a work copy is an image file; backups and reads are capped as WorkFiles caps them
 # the commands that write the queue as one transaction (their journal's directory), as the user types them
-COMMANDS = {"import": "imgquilt import", "rehash": "imgquilt refresh --rehash"}
+COMMANDS = {"import": "imgquilt import", "rehash": "imgquilt refresh --rehash", "rename": "imgquilt rename",
+            "delete": "imgquilt delete"}
 
 
 def _temps(root: Path) -> list[Path]:
@@ -366,7 +367,9 @@ def _check_rel(rel: str) -> list[str]:
 @contextmanager
 def _parent(root: Path, rel: str, *, create: bool) -> Iterator[tuple[int | None, str]]:
     """(fd of the directory `rel` is in or None, its name). Below .imgquilt/ no link is followed (as
-    util.statedir walks); series and patches/ are reached as every queue command reaches them."""
+    util.statedir walks); series and patches/ are reached as every queue command reaches them (a
+    queue may keep patches/ as a link of its own), but below patches/ no link is followed either:
+    a write or removal of patches/NAME stays in patches/."""
     parts = _check_rel(rel)
     if parts[0] == STATE_NAME:
         qfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -374,14 +377,22 @@ def _parent(root: Path, rel: str, *, create: bool) -> Iterator[tuple[int | None,
             fd = open_dir_below(qfd, parts[:-1], create=create, shown=str(root))
         finally:
             os.close(qfd)
+    elif len(parts) == 1:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     else:
-        where = root.joinpath(*parts[:-1])
-        if create and len(parts) > 1:
-            where.mkdir(parents=True, exist_ok=True)
+        top = root / parts[0]
+        if create:
+            top.mkdir(exist_ok=True)
         try:
-            fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            pfd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except (FileNotFoundError, NotADirectoryError):
-            fd = None
+            pfd = None
+        fd = None
+        if pfd is not None:
+            try:
+                fd = open_dir_below(pfd, parts[1:-1], create=create, shown=str(top))
+            finally:
+                os.close(pfd)
     try:
         yield fd, parts[-1]
     finally:

@@ -4,6 +4,8 @@ Series edits go line by line, so comments, blank lines and `-p0` options of othe
 """
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,19 +56,34 @@ class QueueFiles:
         lines[at:at] = [n + "\n" for n in names]
         return self._joined(lines)
 
-    def remove(self, name: str) -> None:
+    def without(self, name: str) -> bytes:
+        """The series bytes without `name`'s line; nothing written."""
         lines = self._lines()
         entry = next(e for e in self.entries() if e.name == name)
         del lines[entry.line - 1]
-        self._write_lines(lines)
+        return self._joined(lines)
 
-    def rename(self, old: str, new: str) -> None:
+    def renamed(self, old: str, new: str) -> bytes:
+        """The series bytes with `old` renamed `new` on its line (its options kept); nothing written."""
         lines = self._lines()
         entry = next(e for e in self.entries() if e.name == old)
         line = lines[entry.line - 1]
         k = line.index(old)
         lines[entry.line - 1] = line[:k] + new + line[k + len(old) :]
-        self._write_lines(lines)
+        return self._joined(lines)
+
+    def remove(self, name: str) -> None:
+        atomic_write(self.series_path, self.without(name))
+
+    def rename(self, old: str, new: str) -> None:
+        atomic_write(self.series_path, self.renamed(old, new))
+
+    def series_mode(self) -> int:
+        """The permission bits `series` has (0644 when it is not there)."""
+        return _mode(self.series_path)
+
+    def patch_mode(self, name: str) -> int:
+        return _mode(self.patches_dir / name)
 
     def _lines(self) -> list[str]:
         return self.series_bytes().decode("utf-8", "surrogateescape").splitlines(keepends=True)
@@ -105,3 +122,10 @@ class QueueFiles:
 
     def remove_patch(self, name: str, *, missing_ok: bool = False) -> None:
         (self.patches_dir / name).unlink(missing_ok=missing_ok)
+
+
+def _mode(path: Path) -> int:
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return 0o644
