@@ -154,6 +154,10 @@ class ForeignJournal(BadInput):
     """An in-place journal in a root (or an import or rehash journal in a queue) that imgquilt did not write there; never acted on."""
 
 
+class ForeignState(BadInput):
+    """A rebase journal or backup manifest (`.imgquilt/rebase/`) that imgquilt did not write and seal in this queue; never acted on."""
+
+
 class UnsafeStateKey(BadInput):
     """The key that seals imgquilt's journals (`~/.local/state/imgquilt/journal.key`) is not the user's own, or cannot be made."""
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from ..errors import BadInput, os_error
 from ..queue.series import SeriesEntry, parse_series
 from ..util.atomic import atomic_write
+from ..util.statedir import open_dir_below
 from ..util.regular import read_regular_file
 
 if TYPE_CHECKING:  # the patch format loads on use: listing the series reads no patch
@@ -121,7 +122,32 @@ class QueueFiles:
         atomic_write(self.series_path, data)
 
     def remove_patch(self, name: str, *, missing_ok: bool = False) -> None:
-        (self.patches_dir / name).unlink(missing_ok=missing_ok)
+        """Remove patches/NAME: a patch name, reached below patches/ without following a link (the link
+        itself goes, never what it names), so nothing outside patches/ is ever removed."""
+        from .patchtext import check_patch_name
+
+        parts = check_patch_name(name).split("/")
+        try:
+            top = os.open(self.patches_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            if missing_ok:
+                return
+            raise
+        try:
+            fd = open_dir_below(top, parts[:-1], create=False, shown="patches")
+        finally:
+            os.close(top)
+        if fd is None:
+            if missing_ok:
+                return
+            raise FileNotFoundError(2, "No such file or directory", str(self.patches_dir / name))
+        try:
+            os.unlink(parts[-1], dir_fd=fd)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+        finally:
+            os.close(fd)
 
 
 def _mode(path: Path) -> int:
