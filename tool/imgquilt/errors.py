@@ -116,6 +116,10 @@ class PathRefused(BadInput):
     """The system refused a path imgquilt was given or keeps (a name too long, too many symlinks, permission denied)."""
 
 
+class BadCacheKey(BadInput):
+    """IMGQUILT_CACHE_KEY is set but too short to be a secret (at least 32 characters)."""
+
+
 class UnsafeCache(BadInput):
     """The shared cache, or a part of it, is not the user's own (a link, another owner, writable by others); never used."""
 
