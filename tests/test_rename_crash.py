@@ -13,7 +13,6 @@ and the applied list, removes the old file, then series (the commit). `delete -r
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
