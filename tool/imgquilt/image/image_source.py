@@ -429,7 +429,7 @@ class ImageSource:
         ref = self._tocs[position]
         if ref is not None:
             try:
-                return self._toc_index(position, ref), False, None, self._index_key(position)
+                return self._toc_index(position, ref, cancel), False, None, self._index_key(position)
             except TocUnusable as exc:
                 self._unusable(position, str(exc))
         digest = layer.check_digest
@@ -468,13 +468,16 @@ class ImageSource:
             return digest
         return sha256_digest(f"imgquilt-toc-index\n{digest}\n{ref.kind}\n{ref.digest}".encode())
 
-    def _toc_index(self, position: int, ref: TocRef) -> LayerIndex:
-        """The layer's index from its tar stream, walked by range with its TOC's help (layers.toc_walk)."""
+    def _toc_index(self, position: int, ref: TocRef, cancel: threading.Event | None = None) -> LayerIndex:
+        """The layer's index from its tar stream, walked by range with its TOC's help (layers.toc_walk);
+        a walk ahead stops at its next range request once `cancel` is set."""
         layer = self._layers[position]
         size = layer.descriptor.size
         fetched = [0]
 
         def read_range(offset: int, length: int) -> bytes | None:
+            if cancel is not None and cancel.is_set():
+                raise _Cancelled()
             data = layer.read_range(offset, length)
             fetched[0] += len(data or b"")
             return data

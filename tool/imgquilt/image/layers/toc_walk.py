@@ -172,7 +172,7 @@ class _Pieces:
         self._read = read_range
         self._what = what
         self._todo = [(s + k, min(PIECE, e - s - k)) for s, e in ranges for k in range(0, e - s, PIECE)]
-        self._pool = ThreadPoolExecutor(max_workers=AHEAD, thread_name_prefix="imgquilt-toc-walk") if len(self._todo) > 1 else None
+        self._pool: ThreadPoolExecutor | None = None  # made when the walk starts, shut down when it ends
         self._futures: list = []
         self._next = 0
         self.fetched = 0
@@ -186,6 +186,8 @@ class _Pieces:
         return data
 
     def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        if len(self._todo) > 1:
+            self._pool = ThreadPoolExecutor(max_workers=AHEAD, thread_name_prefix="imgquilt-toc-walk")
         try:
             while self._next < len(self._todo):
                 if self._pool is None:
