@@ -57,3 +57,35 @@ def test_queue_paths_that_loop_are_exit_6(tmp_path: Path, cli_env) -> None:
     (q2 / "series").write_text(LONG + ".patch\n")
     for args in (("check",), ("push",), ("delete", "-r", LONG + ".patch")):
         run(q2, *args, env=cli_env)  # whatever it says, never exit 1 (the helper fails the test on it)
+
+
+DEEP = b"[" * 200_000 + b"]" * 200_000
+
+
+def test_json_nested_past_the_parser_is_bad_input_not_a_crash(tmp_path: Path, cli_env) -> None:
+    """A record in a root, or an image's own index, nested deeper than CPython's JSON parser goes."""
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/app.conf").write_bytes(b"workers = 2\n")
+    (root / "var/lib/imgquilt").mkdir(parents=True)
+    (root / "var/lib/imgquilt/applied.json").write_bytes(DEEP)
+    q = empty_queue(tmp_path / "q")
+    write_patch(q, "0001-conf.patch", [("etc/app.conf", b"workers = 2\n", b"workers = 8\n")])
+    r = run(q, "--json", "audit", "--root", str(root), env=cli_env)
+    assert r.code == 5 and json.loads(r.out)["record_problems"][0]["kind"] == "unreadable", r.out
+    layout = build_oci(tmp_path / "img", [[file("etc/app.conf", b"workers = 2\n")]])
+    (layout / "index.json").write_bytes(DEEP)
+    refused(run(q, "audit", "--image", f"oci:{layout}", env=cli_env), 6, "index.json")
+
+
+@pytest.mark.parametrize("exc", [PermissionError(13, "Permission denied", "/srv/q/series"),
+                                 OSError(40, "Too many levels of symbolic links", "/srv/q/patches"),
+                                 OSError(36, "File name too long", "/tmp/" + LONG)])
+def test_a_path_error_anywhere_is_exit_6(exc: OSError) -> None:
+    """The CLI's last line: a path the system refuses, wherever no nearer handler named it, is exit 6."""
+    from imgquilt.cli.main import _guarded
+
+    def fail() -> None:
+        raise exc
+
+    assert _guarded(fail) == 6

@@ -392,7 +392,7 @@ def audit_targets(queue: Queue, targets: dict[str, TargetFile], record_target: T
     if record_target is not None and record_target.data is not None:
         try:
             record = parse_record(record_target.data)
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as exc:
             unreadable = RecordProblem("unreadable", "-", RECORD_PATH, f"{RECORD_PATH} is not a readable apply record: {exc}.")
     patches = audit_files(queue, targets, record, details)
     check: RecordCheck | None = None

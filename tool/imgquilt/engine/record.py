@@ -51,7 +51,7 @@ def names_series(record: bytes | None, series_sha256: str) -> bool:
     """Does this record (a file's bytes) say that series was applied? A record that is not ours says no."""
     try:
         return record is not None and json.loads(record).get("series_sha256") == series_sha256
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return False
 
 
