@@ -71,10 +71,11 @@ def _entry(entries: list[dict], name: str, nth: int = 0) -> dict:
     return [e for e in entries if e.get("name") == name and e.get("type") == "reg"][nth]
 
 
-def point_a_at_b(entries):  # a.py's offsets and digest are b.py's (b.py holds the patched bytes)
+def point_a_at_b(entries):  # a.py's offsets and digest are b.py's (b.py holds the patched bytes), b.py "empty"
     a, b = _entry(entries, "app/a.py"), _entry(entries, "app/b.py")
     for k in ("offset", "endOffset", "digest"):
-        a[k] = b[k]
+        a[k] = b.pop(k)
+    b["size"] = 0
 
 
 def smaller(entries):  # a.py is said to be shorter than its member, with the digest of that prefix
