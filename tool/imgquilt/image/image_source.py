@@ -60,7 +60,7 @@ from .layers.layer_index import DIR, FILE, HARDLINK, OTHER, SYMLINK, LayerIndex,
 from .layers.merged_view import UNKNOWN, Absent, Deletion, Found, MergedView, _ancestors, hider
 from .layers.tarwalk import TarWalker
 from .layers.toc import TocRef, TocUnusable, read_toc, toc_ref
-from .layers.toc_walk import run_bytes, walk_index
+from .layers.toc_walk import HOLE_MIN, LOCAL_HOLE_MIN, LOCAL_MAX_HOLES, MAX_HOLES, run_bytes, walk_index
 
 LAYER_READS_ENV = "IMGQUILT_LAYER_READS"
 LAYER_READS = 3  # layers read at once: the one being decided and the next ones down, ahead
@@ -484,8 +484,10 @@ class ImageSource:
 
         try:
             toc = read_toc(ref, size, read_range, what=self._what(position))
+            local = getattr(layer, "location", None) is not None  # a positioned read, not a round trip
             walked = walk_index(toc, size, read_range, position=position, whiteouts=self._view.whiteouts,
-                                what=self._what(position))
+                                what=self._what(position), hole_min=LOCAL_HOLE_MIN if local else HOLE_MIN,
+                                max_holes=LOCAL_MAX_HOLES if local else MAX_HOLES)
         finally:
             with self._kept_lock:  # scans ahead walk in threads of their own
                 self.stats.range_bytes += fetched[0]

@@ -36,8 +36,13 @@ from .layer_index import FILE, IndexBuilder, LayerIndex
 from .tarwalk import TarWalker, member_path
 from .toc import EMPTY_SHA256, ESTARGZ_TOC_NAME, Toc, TocUnusable, _modtime
 
-HOLE_MIN = 32 << 10  # compressed bytes: a file's data run under this is fetched with the headers around it
-MAX_HOLES = 4096  # runs a layer's walk skips (the largest); each costs one more range request
+# which runs of a file's data a walk skips: each skipped run splits a range request in two, so where a
+# request costs a round trip (a registry) only the larger ones are, where it is a positioned read of a
+# local file nearly every one is
+HOLE_MIN = 64 << 10  # compressed bytes: a file's data run under this is fetched with the headers around it
+MAX_HOLES = 4096  # runs a layer's walk skips (the largest)
+LOCAL_HOLE_MIN = 4 << 10  # the same for a local blob (an OCI layout, an archive)
+LOCAL_MAX_HOLES = 1 << 20
 PIECE = 4 << 20  # compressed bytes per range request of the walk
 AHEAD = 4  # range requests in flight while the walk decompresses (memory: AHEAD x PIECE)
 _ZSTD_MAGIC = 0xFD2FB528
@@ -57,44 +62,43 @@ class Hole:
     length: int  # what it decompresses to, the TOC says
 
 
-@dataclass(frozen=True)
-class _Expected:
-    """What the TOC says of one member (chunks folded into their file)."""
-
-    name: str
-    typeflag: str
-    size: int
-    link: str
-    mode: int
-    uid: int
-    gid: int
-    mtime: int | None
-    digest: str  # sha256 hex of a regular file's data ("" for the others)
+# what the TOC says of one member, chunks folded into their file: (name, typeflag, size, link, mode,
+# uid, gid, mtime or None, sha256 hex of a regular file's data or "") -- a tuple: a TOC has 100,000s
+_Expected = tuple
+NAME, TYPEFLAG, SIZE, LINK, MODE, UID, GID, MTIME, DIGEST = range(9)
 
 
 # --- what the TOC says ------------------------------------------------------------------------------
 def _expected(entries: list) -> list[_Expected]:
     out: list[_Expected] = []
+    append = out.append
+    times: dict[str, int] = {}  # a layer's members share a few modtimes: parse each once
     for e in entries:
         if type(e) is not dict:
             raise TocUnusable("a TOC entry is not an object")
-        kind = e.get("type")
+        get = e.get
+        kind = get("type")
         if kind == "chunk":
             continue
         typeflag = _TYPEFLAG.get(kind)  # type: ignore[arg-type]
         if typeflag is None:
-            raise TocUnusable(f"TOC entry {e.get('name')!r} has type {kind!r}")
-        name, link = e.get("name"), e.get("linkName") or ""
-        mode, uid, gid = e.get("mode") or 0, e.get("uid") or 0, e.get("gid") or 0
-        size = (e.get("size") or 0) if kind == "reg" else 0
+            raise TocUnusable(f"TOC entry {get('name')!r} has type {kind!r}")
+        name, link = get("name"), get("linkName") or ""
+        mode, uid, gid = get("mode") or 0, get("uid") or 0, get("gid") or 0
+        size = (get("size") or 0) if kind == "reg" else 0
         if type(name) is not str or type(link) is not str or type(mode) is not int or type(uid) is not int \
                 or type(gid) is not int or type(size) is not int or min(mode, uid, gid, size) < 0:
             raise TocUnusable(f"TOC entry {name!r} has a bad name, link, mode, owner or size")
         digest = ""
         if kind == "reg":
             digest = EMPTY_SHA256 if size == 0 else _digest(e)
-        mtime = _modtime(e.get("modtime")) if type(e.get("modtime")) is str else None
-        out.append(_Expected(name, typeflag, size, link, mode & 0o7777, uid, gid, mtime, digest))
+        text = get("modtime")
+        mtime = None
+        if type(text) is str:
+            mtime = times.get(text)
+            if mtime is None:
+                mtime = times[text] = _modtime(text)
+        append((name, typeflag, size, link, mode & 0o7777, uid, gid, mtime, digest))
     return out
 
 
@@ -124,6 +128,12 @@ def plan_holes(entries: list, data_end: int, *, hole_min: int = HOLE_MIN, max_ho
             i += 1
         size = head.get("size")
         if type(size) is not int or size <= 0:
+            continue
+        if len(chunks) == 1:  # most files: one run, the file's frames (zstd:chunked gives where they end)
+            offset, end = head.get("offset"), head.get("endOffset")
+            if type(offset) is int and type(end) is int and end - offset >= hole_min and 0 < offset < end <= data_end \
+                    and not head.get("innerOffset") and head.get("chunkSize") in (None, 0, size):
+                candidates.append(Hole(offset, end, size))
             continue
         runs: list[Hole] = []
         at = 0
@@ -217,6 +227,7 @@ class _Frames:
 
     def __init__(self, compression: str, what: str) -> None:
         self.zstd = compression == "zstd"
+        self._dctx = None  # one zstd decompression context for the walk, each frame a decompressobj of it
         self.what = what
         self.cstart: list[int] = []
         self.cend: list[int] = []
@@ -274,30 +285,34 @@ class _Frames:
             return
         if magic != _ZSTD_MAGIC:
             raise TocUnusable(f"the layer holds no zstd frame at byte {src.pos - 4}")
-        d = zstandard.ZstdDecompressor().decompressobj()
+        if self._dctx is None:
+            self._dctx = zstandard.ZstdDecompressor()
+        d = self._dctx.decompressobj()
         fhd = src.take(1)
         desc = fhd[0]
         single = bool(desc & 0x20)
-        header = head + fhd + src.take((0 if single else 1) + (0, 1, 2, 4)[desc & 3]
-                                       + ((1 if single else 0), 2, 4, 8)[desc >> 6])
-        out = d.decompress(header)
-        if out:
-            yield out
-        while True:
+        pending = [head, fhd, src.take((0 if single else 1) + (0, 1, 2, 4)[desc & 3] + ((1 if single else 0), 2, 4, 8)[desc >> 6])]
+        blocks = 0
+        while True:  # the blocks, handed over 8 at a time: at most 1 MiB of output per call
             bh = src.take(3)
             value = bh[0] | bh[1] << 8 | bh[2] << 16
             last, kind, size = value & 1, (value >> 1) & 3, value >> 3
             if kind == 3 or size > _BLOCK_MAX:
                 raise TocUnusable(f"a zstd block of the layer at byte {src.pos - 3} is not one a frame may hold")
-            out = d.decompress(bh + src.take(1 if kind == 1 else size))
-            if out:
-                yield out
+            pending += (bh, src.take(1 if kind == 1 else size))
+            blocks += 1
             if last:
                 break
+            if blocks == 8:
+                out = d.decompress(b"".join(pending))
+                pending, blocks = [], 0
+                if out:
+                    yield out
         if desc & 4:
-            out = d.decompress(src.take(4))
-            if out:
-                yield out
+            pending.append(src.take(4))
+        out = d.decompress(b"".join(pending))
+        if out:
+            yield out
         if not d.eof:
             raise TocUnusable(f"a zstd frame of the layer does not end where its blocks say (byte {src.pos})")
 
@@ -340,6 +355,12 @@ class _Cursor:
         return False
 
     def take(self, n: int) -> bytes:
+        at = self._at
+        end = at + n
+        if end <= len(self._buf):  # the usual case: in the piece at hand
+            self._at = end
+            self.pos += n
+            return self._buf[at:end]
         while len(self._buf) - self._at < n:
             if not self._fill():
                 raise TocUnusable(f"the layer's compressed stream ends at byte {self.pos + len(self._buf) - self._at}, "
@@ -500,13 +521,13 @@ def walk_index(toc: Toc, blob_size: int, read_range: ReadRange, *, position: int
                 want = expected[k]
                 _compare(want, e)
             elif toc.own_member is not None and k == len(expected) and e.name == ESTARGZ_TOC_NAME:
-                want = _Expected(e.name, "0", e.size, "", e.mode, e.uid, e.gid, e.mtime, _sha(toc.own_member))
+                want = (e.name, "0", e.size, "", e.mode, e.uid, e.gid, e.mtime, _sha(toc.own_member))
             else:
                 raise TocUnusable(f"the layer's tar stream holds a member the TOC does not list ({e.name!r})")
             k += 1
             rec = builder.add(e.name, e.type, e.mode, e.uid, e.gid, e.size, e.linkname, e.ordinal, e.offset, e.sparse, e.mtime)
             if rec is not None and rec.kind == FILE:
-                files.append((rec, e.offset, e.size, want.digest))
+                files.append((rec, e.offset, e.size, want[DIGEST]))
         if not walker.ended and not _nothing_after(toc, blob_size, pieces):
             raise TocUnusable("the layer's tar stream does not reach its end-of-archive before the TOC, and "
                               "frames after it may hold more")
@@ -577,25 +598,29 @@ def _same_name(a: str, b: str) -> bool:
 
 def _compare(want: _Expected, got) -> None:
     """The TOC's entry and the tar header at the same place must say the same (TocUnusable)."""
-    typeflag = got.type if got.type != "7" else "0"
+    name, typeflag, size, link, mode, uid, gid, mtime, _ = want
+    got_type = got.type if got.type != "7" else "0"
+    if name == got.name and typeflag == got_type and (typeflag != "0" or size == got.size) \
+            and (typeflag not in "12" or link == got.linkname) and mode == got.mode and uid == got.uid \
+            and gid == got.gid and mtime == got.mtime:
+        return  # the usual case, at once
     why = None
-    if not _same_name(want.name, got.name):
+    if not _same_name(name, got.name):
         why = f"names {got.name!r}"
-    elif typeflag != want.typeflag:
-        why = f"is of type {typeflag!r}, not {want.typeflag!r}"
-    elif want.typeflag == "0" and got.size != want.size:
-        why = f"holds {got.size} bytes, not {want.size}"
-    elif want.typeflag in "12" and not (want.link == got.linkname or
-                                        (want.typeflag == "1" and _same_name(want.link, got.linkname))):
-        why = f"links to {got.linkname!r}, not {want.link!r}"
-    elif (got.mode, got.uid, got.gid) != (want.mode, want.uid, want.gid):
-        why = f"has mode {got.mode:o} and owner {got.uid}:{got.gid}, not {want.mode:o} {want.uid}:{want.gid}"
-    elif want.mtime is not None and want.mtime != got.mtime:
-        why = f"has mtime {got.mtime}, not {want.mtime}"
-    elif want.mtime is None and got.name.endswith(".py"):
+    elif got_type != typeflag:
+        why = f"is of type {got_type!r}, not {typeflag!r}"
+    elif typeflag == "0" and got.size != size:
+        why = f"holds {got.size} bytes, not {size}"
+    elif typeflag in "12" and not (link == got.linkname or (typeflag == "1" and _same_name(link, got.linkname))):
+        why = f"links to {got.linkname!r}, not {link!r}"
+    elif (got.mode, got.uid, got.gid) != (mode, uid, gid):
+        why = f"has mode {got.mode:o} and owner {got.uid}:{got.gid}, not {mode:o} {uid}:{gid}"
+    elif mtime is not None and mtime != got.mtime:
+        why = f"has mtime {got.mtime}, not {mtime}"
+    elif mtime is None and got.name.endswith(".py"):
         why = "has no mtime in the TOC (a Python source's mtime decides its bytecode)"
     if why is not None:
-        raise TocUnusable(f"the TOC's entry {want.name!r} does not describe the layer's tar stream: the member "
+        raise TocUnusable(f"the TOC's entry {name!r} does not describe the layer's tar stream: the member "
                           f"there {why}")
 
 
