@@ -164,11 +164,12 @@ RSS: dict[str, int] = {}  # label -> peak RSS (KB) of the imgquilt child, the hi
 CPU: dict[str, float] = {}  # label -> CPU seconds (user + system) of the imgquilt child, the least seen
 
 
-def cli_env(pycache: Path, cache: Path) -> dict[str, str]:
+def cli_env(pycache: Path, cache: Path, tool: Path = REPO / "tool") -> dict[str, str]:
     """The real CLI as installed: bytecode cached (an install compiles it; this environment may set
     PYTHONDONTWRITEBYTECODE, which would add the compile of every module to every run), and the
-    shared cache in the benchmark's own directory, never the user's."""
-    env = dict(os.environ, PYTHONPATH=str(REPO / "tool") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    shared cache in the benchmark's own directory, never the user's. `tool`: whose imgquilt package
+    (this checkout's, or --other-tool's)."""
+    env = dict(os.environ, PYTHONPATH=str(tool) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                PYTHONPYCACHEPREFIX=str(pycache), IMGQUILT_CACHE_DIR=str(cache))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.pop("IMGQUILT_NO_CACHE", None)
@@ -262,13 +263,15 @@ def report(built: BuiltImage, patches: list[str], rows: list[Timing], floor: flo
         f"warm audit                        {u_warm:>6.2f}s   goal < 0.5 s and >= 8x faster than cold ({u_cold / u_warm:.1f}x): "
         f"{_goal(u_warm < 0.5 and u_cold >= 8 * u_warm)}",
         f"warm and cold gave the same bytes (layer, audit JSON): {'yes' if same_bytes else 'NO'}",
-        f"Python check / --no-python-check  {h['check_cold_vs_no_check']:>6.2f}x no cached findings, "
-        f"{h['check_warm_vs_no_check']:.2f}x cached   goal <= 1.3x: {_goal(h['check_warm_vs_no_check'] <= 1.3)} (cached), "
-        f"{_goal(h['check_cold_vs_no_check'] <= 1.3)} (none cached)",
-        f"imgquilt top                      {by['imgquilt top (50-patch queue)']:>6.3f}s  goal < 0.12 s: "
-        f"{_goal(by['imgquilt top (50-patch queue)'] < 0.12)}",
-        f"1,000-patch series in memory      {by['1,000 patches over 1,000 files: verify in memory']:>6.3f}s  goal < 1 s: "
-        f"{_goal(by['1,000 patches over 1,000 files: verify in memory'] < 1)}",
+        *([] if not h else [
+            f"Python check / --no-python-check  {h['check_cold_vs_no_check']:>6.2f}x no cached findings, "
+            f"{h['check_warm_vs_no_check']:.2f}x cached   goal <= 1.3x: {_goal(h['check_warm_vs_no_check'] <= 1.3)} (cached), "
+            f"{_goal(h['check_cold_vs_no_check'] <= 1.3)} (none cached)",
+            f"imgquilt top                      {by['imgquilt top (50-patch queue)']:>6.3f}s  goal < 0.12 s: "
+            f"{_goal(by['imgquilt top (50-patch queue)'] < 0.12)}",
+            f"1,000-patch series in memory      {by['1,000 patches over 1,000 files: verify in memory']:>6.3f}s  goal < 1 s: "
+            f"{_goal(by['1,000 patches over 1,000 files: verify in memory'] < 1)}",
+        ]),
         "peak RSS (KB)                     " + ", ".join(f"{k}: {v:,}" for k, v in sorted(RSS.items()) if k.startswith("apply"))
         + f"   goal < 150 MB: {_goal(all(v < 150_000 for k, v in RSS.items() if k.startswith('apply')))}",
         "                                  " + ", ".join(f"{k}: {v:,}" for k, v in sorted(RSS.items()) if k.startswith("audit")),
@@ -293,6 +296,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-gzip", action="store_true", help="do not time gzip -dc (slow; for reference only)")
     ap.add_argument("--repeat", type=int, default=5, help="rounds of the floor and apply runs; the best is reported")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    ap.add_argument("--other-tool", type=Path, metavar="DIR",
+                    help="another checkout's tool/ directory: its warm apply and warm audit are timed too, taking "
+                         "turns with this checkout's (a before/after comparison on a shared machine)")
+    ap.add_argument("--skip-inner-loop", action="store_true", help="do not run the inner loop (bench/inner_loop.py)")
     args = ap.parse_args(argv)
 
     work = args.workdir
@@ -355,18 +362,41 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(cache, ignore_errors=True)
         shutil.rmtree(queue / ".imgquilt", ignore_errors=True)
 
+    other: list[tuple[str, object, object, str]] = []
+    if args.other_tool is not None:  # its own cache and queue copy, warmed once before the timing
+        other_env = cli_env(work / "pycache-other", work / "shared-cache-other", args.other_tool.resolve())
+        other_queue = work / "queue-other"
+        shutil.rmtree(other_queue, ignore_errors=True)
+        shutil.copytree(queue, other_queue)
+        shutil.rmtree(work / "shared-cache-other", ignore_errors=True)
+
+        def other_run(*more: str, ok: tuple[int, ...] = (0,), label: str = "") -> None:
+            imgquilt(other_env, "--queue", str(other_queue), "--json", *more, label=label, ok=ok)
+
+        other_run("lock", "--image", built.ref)
+        other_run("apply", "--image", built.ref, "--layer", str(work / "fix-other.tar.gz"))
+        other_run("audit", "--image", built.ref, ok=(0, 5))
+        other = [
+            (f"other tool ({args.other_tool}): apply --layer, warm",
+             lambda: other_run("apply", "--image", built.ref, "--layer", str(work / "fix-other.tar.gz"), label="apply other warm"),
+             None, ""),
+            (f"other tool ({args.other_tool}): audit, warm",
+             lambda: other_run("audit", "--image", built.ref, ok=(0, 5), label="audit other warm"), None, ""),
+        ]
+
     # the floor and imgquilt take turns, so that all are measured on the machine as it is then
-    c_reader, igzip_open, a_cold, a_warm, u_cold, u_warm = interleaved([
+    c_reader, igzip_open, a_cold, a_warm, u_cold, u_warm, *others = interleaved([
         ("decompress every layer, isal C gzip reader", lambda: decompress_isal(blobs), None, ""),
         ("decompress every layer, isal igzip.open", lambda: decompress_igzip(blobs), None, ""),
         ("imgquilt apply --layer, cold (empty cache)", apply("cold"), cold, ""),
         ("imgquilt apply --layer, warm", apply("warm"), None, ""),
         ("imgquilt audit, cold (empty cache)", audit("cold"), cold, ""),
         ("imgquilt audit, warm", audit("warm"), None, ""),
+        *other,
     ], args.repeat)
     floor = min(c_reader, igzip_open, key=lambda t: t.seconds)  # the faster isal way is the floor
     floor.note = "the floor; " + floor.note
-    rows = [c_reader, igzip_open, *rows, lock, a_cold, a_warm, u_cold, u_warm]
+    rows = [c_reader, igzip_open, *rows, lock, a_cold, a_warm, u_cold, u_warm, *others]
     same_bytes = outs["cold"].read_bytes() == outs["warm"].read_bytes() and audits["cold"] == audits["warm"]
 
     agree = True
@@ -389,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         agree = not check_same_result(bundle / "rootfs", results["cold"]["files"])
         shutil.rmtree(base, ignore_errors=True)
 
-    loop = inner_loop(work, env, args.repeat)
+    loop = ({"rows": [], "history": {}} if args.skip_inner_loop else inner_loop(work, env, args.repeat))
     text = report(built, patches, rows, floor.seconds, a_cold.seconds, a_warm.seconds, u_cold.seconds, u_warm.seconds,
                   baseline_s, agree, same_bytes, loop)
     print(text)

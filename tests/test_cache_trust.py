@@ -133,7 +133,7 @@ def _layer(layout: Path) -> str:
 def _relabel(cache: Path, layers_dir: Path, index_dir: Path, from_digest: str, to_digest: str) -> None:
     """What an attacker with write access does: A's index, re-dumped under B's digest, stored by its
     (unkeyed) sha256, and B's pointer aimed at it."""
-    pointer = (cache / "layers" / from_digest.replace(":", "-")).read_bytes().strip().decode()
+    pointer = (cache / "layers" / from_digest.replace(":", "-")).read_bytes().split()[0].decode()  # "HEX SEAL"
     payload = (cache / "layer-index" / pointer[:2] / pointer).read_bytes()
     fields = list(marshal.loads(payload))
     assert fields[1] == from_digest

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Sequence
 
-from .errors import BadInput, ImgquiltError, QueueProblems, UsageError
+from .errors import BadInput, ImgquiltError, QueueProblems, UsageError, os_error
 from .verbs.init import InitResult as Initialized, init_queue
 
 if TYPE_CHECKING:
@@ -484,18 +484,17 @@ def verify(queue: str | os.PathLike[str] | None = None, *, image: str | None = N
 def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, root: str | os.PathLike[str] | None = None,
           platform: str | None = None, history: bool = False, expect: Literal["live", "pending"] = "live",
           progress: Progress | None = None, trust_attestation: str | os.PathLike[str] | None = None,
-          pid: int | None = None, profile: str | None = None) -> Audit:
+          pid: int | None = None, profile: str | None = None, strict: bool = False) -> Audit:
     """The state of each patch and file in an image (`image`, else the lock's) or a root filesystem (`root`,
     e.g. /proc/PID/root of a running container); with `history`, when each patch entered and left the series.
     `trust_attestation`: a public key; an attestation it verifies that matches the queue answers
     without reading a layer (`report.trust` says where the states came from).
-    `pid`: audit the root of that running process, and count a file changed after it started as
-    restart-pending (the process still runs what it loaded).
+    `pid`: audit the root of that running process (pinned: a PID reused meanwhile is refused), and count
+    a file changed after it started as restart-pending (the process still runs what it loaded).
     `profile`: judge the patches that profile selects (and its environment defaults, in an image's
     config); without it, a queue with profiles judges the profile the filesystem is: the one whose
-    selection its apply record names, else the one pinned to its digest (audit_profiles() judges every one)."""
-    from .audit import judge_process, not_in_state
-
+    selection its apply record names, else the one pinned to its digest (audit_profiles() judges every one).
+    `strict`: `error` also when imgquilt cannot tell which code CPython runs for a live file."""
     if expect not in ("live", "pending"):
         raise UsageError(f"expect must be live or pending, not {expect!r}.")
     if pid is not None and (image or root is not None):
@@ -503,22 +502,39 @@ def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     if trust_attestation is not None and (root is not None or pid is not None):
         raise UsageError(f"--trust-attestation reads an image's attestations; a {'--root' if root is not None else '--pid'} has none.",
                          hint="Audit the image the root came from with --image REF --trust-attestation KEY.")
-    from .verbs.profiles import ALL, identify, lock_file, resolve
+    from .verbs.profiles import ALL
 
     if profile == ALL:
         raise UsageError("`audit --profile all` judges every profile: use audit_profiles().")
     pub = public_key(trust_attestation) if trust_attestation is not None else None
     q = load_queue(queue)
+    process = None
+    if pid is not None:
+        from .rootfs.process import pin_process
+
+        process = pin_process(pid)  # every read below goes through its root fd, never /proc/PID/root again
+        root = process.root
+    try:
+        return _audit(q, image, root, platform, progress, history, pub, process, expect, strict, profile)
+    finally:
+        if process is not None:
+            process.close()
+
+
+def _audit(q: Queue, image: str | None, root, platform: str | None, progress: Progress | None, history: bool, pub,
+           process, expect: str, strict: bool, profile: str | None) -> Audit:
+    from .audit import judge_process, not_in_state
+    from .verbs.profiles import identify, lock_file, resolve
+
     lf = lock_file(q.root)
     chosen = resolve(q, profile, lf) if profile is not None or not lf.profiles else None
-    started = None
-    if pid is not None:
-        from .rootfs.process import process_root, process_started
-
-        root = process_root(pid)
-        started = process_started(pid)
     pinned = chosen.lock if chosen is not None else (lf.default or lf.profiles[0].lock)
-    source = _audit_source(q.root, image, Path(root) if root is not None else None, platform, pinned, progress)
+    if process is not None:
+        from .rootfs.source import RootfsSource
+
+        source: Source | None = RootfsSource(process.root, ref=f"rootfs:{process.shown}")
+    else:
+        source = _audit_source(q.root, image, Path(root) if root is not None else None, platform, pinned, progress)
     if source is None and not history:
         raise UsageError("No image given and no targets.lock to take one from.", hint="Pass --image REF or --root DIR.")
     if chosen is None:
@@ -529,10 +545,11 @@ def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
 
         hist = queue_history(q.root, q.names)
     report = _audit_one(chosen, source, pub) if source is not None else None
-    if report is not None and pid is not None and started is not None:
-        report = judge_process(report, source.change_times, pid, started, str(root))  # type: ignore[union-attr]
+    if report is not None and process is not None:
+        report = judge_process(report, source.change_times, process.pid, process.started, process.shown)  # type: ignore[union-attr]
+        process.check()  # still the process pinned, after every read: else nothing is said about it
     failing = tuple(p for p in report.patches if p.state != expect) if report is not None else ()
-    error = not_in_state(report, expect) if report is not None else None
+    error = not_in_state(report, expect, strict=strict) if report is not None else None
     return Audit(report, hist, expect, failing, error, chosen.name)
 
 
@@ -552,10 +569,10 @@ def _audit_one(chosen, source: Source, pub) -> AuditReport:
 def audit_profiles(queue: str | os.PathLike[str] | None = None, *, image: str | None = None,
                    root: str | os.PathLike[str] | None = None, platform: str | None = None,
                    expect: Literal["live", "pending"] = "live", progress: Progress | None = None,
-                   trust_attestation: str | os.PathLike[str] | None = None) -> tuple[Audit, ...]:
+                   trust_attestation: str | os.PathLike[str] | None = None, strict: bool = False) -> tuple[Audit, ...]:
     """`audit --profile all`: every profile judged in `image` (or `root`); without either, each in the
     image it pins. `Audit.matches` says which profiles the filesystem is (a fleet audit's answer to
-    "which deployment is this container?")."""
+    "which deployment is this container?"). `strict` as audit()'s."""
     from .audit import not_in_state
     from .verbs.profiles import lock_file, resolve_many
 
@@ -575,7 +592,7 @@ def audit_profiles(queue: str | os.PathLike[str] | None = None, *, image: str | 
         source = shared or open_ref(pick_ref(None, r.lock, q.root), platform, root=q.root, progress=progress)
         report = _audit_one(r, source, pub)  # type: ignore[arg-type]
         failing = tuple(p for p in report.patches if p.state != expect)
-        out.append(Audit(report, None, expect, failing, not_in_state(report, expect), r.name))
+        out.append(Audit(report, None, expect, failing, not_in_state(report, expect, strict=strict), r.name))
     return tuple(out)
 
 
@@ -586,8 +603,11 @@ def _audit_source(qroot: Path, image: str | None, root: Path | None, platform: s
     if root is not None:
         from .rootfs.source import RootfsSource
 
-        if not root.is_dir():
-            raise UsageError(f"--root {root}: not a directory.")
+        try:
+            if not root.is_dir():
+                raise UsageError(f"--root {root}: not a directory.")
+        except OSError as exc:
+            raise os_error(exc, f"--root {str(root)!r}") from None
         return RootfsSource(root, ref=f"rootfs:{root}")
     if not image and pinned is None:
         return None

@@ -13,7 +13,7 @@ from typing import Collection, Sequence
 from .fs.content import Spooled, held, held_or_none, in_memory_max
 from .queue.streamed import StreamedHunks
 from .engine.apply import HunkError, apply_hunks, reverse_hunks
-from .engine.bytecode import STALE, UNCHECKED, Seen, Verdict, find_bytecode, is_python_source, judge
+from .engine.bytecode import CANNOT_TELL, STALE, Seen, Verdict, find_bytecode, is_python_source, judge
 from .engine.record import read_record_target
 from .engine.result import RECORD_PATH
 from .errors import BadImage, BadInput, NotLive
@@ -30,6 +30,7 @@ DRIFTED = "drifted"
 MISSING = "missing"
 SHADOWED = "shadowed"  # the bytes are the patch's result, but CPython would run bytecode of other bytes
 RESTART_PENDING = "restart-pending"  # live on disk, but changed after the audited process started
+CANNOT_TELL_DETAIL = "cannot tell which code CPython runs: "  # a live file's detail: a pyc it would load could not be judged
 UNREADABLE = "cannot be read: "  # a detail that starts so: the source refused the path (missing, whatever the chain)
 PARTIAL = "partial"
 STATES = (LIVE, PENDING, DRIFTED_LIVE, DRIFTED, MISSING, SHADOWED, RESTART_PENDING, PARTIAL)
@@ -427,7 +428,7 @@ def audit_targets(queue: Queue, targets: dict[str, TargetFile], record_target: T
     if record_target is not None and record_target.data is not None:
         try:
             record = parse_record(record_target.data)
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as exc:
             unreadable = RecordProblem("unreadable", "-", RECORD_PATH, f"{RECORD_PATH} is not a readable apply record: {exc}.")
     patches = audit_files(queue, targets, record, details)
     check: RecordCheck | None = None
@@ -491,14 +492,14 @@ def judge_bytecode(report: AuditReport, source: Source, targets: dict[str, Targe
             if f.state != LIVE or not vs:
                 continue
             stale = [v for v in vs if v.verdict == STALE]
-            unchecked = [v for v in vs if v.verdict == UNCHECKED]
+            unknown = [v for v in vs if v.verdict == CANNOT_TELL]
             if stale:
                 detail = "CPython would run other bytes: " + "; ".join(f"{v.bytecode.path}: {v.reason}" for v in stale)
                 change[(p.name, f.path)] = replace(f, state=SHADOWED, detail=detail, bytecode=tuple(vs))
             else:
                 detail = f.detail
-                if unchecked:
-                    detail = "bytecode not checked: " + "; ".join(f"{v.bytecode.path}: {v.reason}" for v in unchecked)
+                if unknown:
+                    detail = CANNOT_TELL_DETAIL + "; ".join(f"{v.bytecode.path}: {v.reason}" for v in unknown)
                 change[(p.name, f.path)] = replace(f, detail=detail, bytecode=tuple(vs))
     return _restate(report, change)
 
@@ -625,9 +626,15 @@ __all__ = [
 ]
 
 
-def not_in_state(report: AuditReport, want: str) -> NotLive | None:
+def cannot_tell(report: AuditReport) -> list[tuple[PatchAudit, FileAudit]]:
+    """Every live file with a pyc CPython would load whose code imgquilt could not judge."""
+    return [(p, f) for p in report.patches for f in p.files if any(v.verdict == CANNOT_TELL for v in f.bytecode)]
+
+
+def not_in_state(report: AuditReport, want: str, *, strict: bool = False) -> NotLive | None:
     """The exit-5 error when a patch of `report` is not in the `want`ed state, or (live) the image's
-    config lacks an environment default of the profile judged (None: all are as wanted)."""
+    config lacks an environment default of the profile judged (None: all are as wanted).
+    `strict` (audit --strict): a file whose running code imgquilt cannot tell fails too."""
     failing = [p for p in report.patches if p.state != want]
     unset = report.env.missing if report.env is not None and want == LIVE else []
     whose = f" of profile {report.profile}" if report.profile else ""
@@ -635,6 +642,13 @@ def not_in_state(report: AuditReport, want: str) -> NotLive | None:
         keys = "; ".join(f"{k}={v} (the image has {'no ' + k if got is None else k + '=' + got})" for k, v, got in unset)
         return NotLive(f"Every patch{whose} is live, but the image's Env lacks {len(unset)} of its default(s): {keys}.",
                        hint="Apply the profile again (`imgquilt apply --profile NAME --output-image REF`) to set them.")
+    if not failing and strict and cannot_tell(report):
+        unknown = cannot_tell(report)
+        names = "; ".join(f"{p.name}: {f.path}" for p, f in unknown)
+        return NotLive(f"--strict: for {len(unknown)} file(s) imgquilt cannot tell which code CPython runs ({names}): "
+                       "a pyc it would load could not be judged.",
+                       hint="The note under each file says why. Remove that bytecode (an `imgquilt apply` of the queue "
+                            "removes the bytecode of every source it changes), or audit without --strict.")
     if not failing:
         return None
     names = ", ".join(f"{p.name} ({p.state})" for p in failing)

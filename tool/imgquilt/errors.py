@@ -121,6 +121,14 @@ class StateWriteFailed(BadInput):
     """The filesystem refused imgquilt's own state in the queue's `.imgquilt/` (read-only, full, a name too long)."""
 
 
+class PathRefused(BadInput):
+    """The system refused a path imgquilt was given or keeps (a name too long, too many symlinks, permission denied)."""
+
+
+class BadCacheKey(BadInput):
+    """IMGQUILT_CACHE_KEY is set but too short to be a secret (at least 32 characters)."""
+
+
 class UnsafeCache(BadInput):
     """The shared cache, or a part of it, is not the user's own (a link, another owner, writable by others); never used."""
 
@@ -159,6 +167,10 @@ class ForeignJournal(BadInput):
     """An in-place journal in a root (or an import or rehash journal in a queue) that imgquilt did not write there; never acted on."""
 
 
+class ForeignState(BadInput):
+    """A rebase journal or backup manifest (`.imgquilt/rebase/`) that imgquilt did not write and seal in this queue; never acted on."""
+
+
 class UnsafeStateKey(BadInput):
     """The key that seals imgquilt's journals (`~/.local/state/imgquilt/journal.key`) is not the user's own, or cannot be made."""
 
@@ -178,3 +190,23 @@ class GitMissing(BadInput):
 class TooLargeToHold(BadInput):
     """A step needs a file whole in memory (the Python check, a merge, a diff) and it is larger than
     IMGQUILT_IN_MEMORY_MAX (docs/performance.md)."""
+
+
+_OS_WHY = {"ENAMETOOLONG": "a name in it is longer than the filesystem allows (255 bytes a component, 4096 a path)",
+           "ELOOP": "it goes through too many symbolic links (or a loop of them)",
+           "EACCES": "permission denied", "EPERM": "the operation is not permitted",
+           "ENOTDIR": "a component of it is not a directory", "ENOENT": "it does not exist",
+           "EISDIR": "it is a directory", "EROFS": "it is on a read-only filesystem",
+           "ENOSPC": "the filesystem is full", "EIO": "the disk reported an I/O error"}
+
+
+def os_error(exc: OSError, what: str, *, hint: str | None = None) -> PathRefused:
+    """An OSError on a path imgquilt was given (or keeps) as the error a user reads (exit 6), naming
+    `what` it was and why the system refused it."""
+    import errno
+
+    code = errno.errorcode.get(exc.errno or 0, "")
+    why = _OS_WHY.get(code) or (exc.strerror or str(exc))
+    where = f" ({exc.filename})" if exc.filename and str(exc.filename) not in what else ""
+    return PathRefused(f"Cannot use {what}{where}: {why}" + (f" ({code})." if code else "."),
+                       hint=hint or "Check the path (its length, its links, its permissions) and run again.")

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from .errors import BadImage, UsageError
+from .errors import BadImage, PathRefused, UsageError, os_error
 from .fs.types import Source
 from .image.image_source import ImageSource
 from .cache import cache_root
@@ -29,8 +29,20 @@ class BackedByImage(Protocol):
     image: Image
 
 
+def _refused(ref: str, exc: OSError) -> PathRefused:
+    return os_error(exc, f"image reference {ref!r}", hint="Check the reference's path: its length, its links, its permissions.")
+
+
 def open_source(ref: str, *, platform: str | None = None, cache_dir: Path | None = None) -> Source:
-    """Open `ref` for reading targets: a RootfsSource for a directory tree, else an ImageSource."""
+    """Open `ref` for reading targets: a RootfsSource for a directory tree, else an ImageSource. A path
+    the system refuses (too long, a loop of links, no permission) is PathRefused (exit 6)."""
+    try:
+        return _open_source(ref, platform=platform, cache_dir=cache_dir)
+    except OSError as exc:
+        raise _refused(ref, exc) from None
+
+
+def _open_source(ref: str, *, platform: str | None, cache_dir: Path | None) -> Source:
     parsed = resolve_ref(ref)
     if parsed.transport == "rootfs":
         root = Path(parsed.path)
@@ -49,11 +61,14 @@ def open_source(ref: str, *, platform: str | None = None, cache_dir: Path | None
 
 def open_image(ref: str, *, platform: str | None = None, cache_dir: Path | None = None) -> Image:
     """Open `ref` as an image to build on (manifest, config, layers); a root filesystem has no layers."""
-    parsed = resolve_ref(ref)
-    if parsed.transport == "rootfs":
-        raise BadImage(f"{ref!r} is a root filesystem, not an image: it has no layers to build on.",
-                       hint="Use --root DIR to patch it in place, or pass an image reference.")
-    return open_transport(parsed, platform=platform, cache_dir=cache_dir)
+    try:
+        parsed = resolve_ref(ref)
+        if parsed.transport == "rootfs":
+            raise BadImage(f"{ref!r} is a root filesystem, not an image: it has no layers to build on.",
+                           hint="Use --root DIR to patch it in place, or pass an image reference.")
+        return open_transport(parsed, platform=platform, cache_dir=cache_dir)
+    except OSError as exc:
+        raise _refused(ref, exc) from None
 
 
 def base_image(source: Source, ref: str, *, platform: str | None = None, cache_dir: Path | None = None) -> Image:

@@ -12,19 +12,24 @@ digest matched, and serves every later run on any image holding that blob, from 
 
 A pointer or entry that is damaged reads as absent (and the entry is removed): the layer is then read
 again and the index rebuilt. The sha256 checks catch damage; what keeps anyone else from writing an
-index is the cache's trust model (trust.py): the cache is used only when it is the user's alone.
+index that is believed is the pointer's seal (cache.seal): it names the index entry (by the sha256 of
+its bytes) for that layer key under the cache key, so an index restored from another machine's or
+job's cache, or planted, is not believed: the layer is read again and its index stored anew.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from pathlib import Path
 
 from . import DigestStore, cache_root
+from .seal import cache_key, entry_seal, entry_sealed
 from .trust import CacheDir
 
 _LAYER_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_HEX64 = re.compile(rb"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_KIND = "layer-index"
 
 
 def cache_disabled() -> bool:
@@ -36,6 +41,7 @@ class LayerCache:
     """Serialized layer indexes by layer digest, and the file bytes they point to."""
 
     def __init__(self, root: Path | None = None) -> None:
+        cache_key()  # a bad IMGQUILT_CACHE_KEY is refused here, before any read
         base = root or cache_root()
         self.indexes = DigestStore("layer-index", base)
         self.files = DigestStore("files", base)
@@ -52,8 +58,11 @@ class LayerCache:
         pointer = self._pointer(layer_digest)
         if pointer is None:
             return None
-        target = (self._pointers.read(pointer, cap=1 << 10) or b"").strip()
-        data = self.indexes.get(target.decode()) if _HEX64.match(target) else None
+        words = (self._pointers.read(pointer, cap=1 << 10) or b"").decode("ascii", "replace").split()
+        target = words[0] if len(words) == 2 and _HEX64.match(words[0]) else None
+        if target is None or not entry_sealed(words[1], _KIND, layer_digest, target):
+            return None  # not one this user (or team key) wrote: read the layer again, never an error
+        data = self.indexes.get(target)
         if data is None:
             self.forget(layer_digest)
         return data
@@ -68,8 +77,12 @@ class LayerCache:
         pointer = self._pointer(layer_digest)
         if pointer is None:
             return
-        hexdigest = self.indexes.put(payload)
-        self._pointers.write(pointer, hexdigest.encode() + b"\n", mode=0o644)
+        hexdigest = hashlib.sha256(payload).hexdigest()
+        seal = entry_seal(_KIND, layer_digest, hexdigest)
+        if seal is None:
+            return  # no cache key: nothing stored is ever believed, so nothing is stored
+        self.indexes.put(payload)
+        self._pointers.write(pointer, f"{hexdigest} {seal}\n".encode(), mode=0o644)
 
     def forget(self, layer_digest: str) -> None:
         pointer = self._pointer(layer_digest)

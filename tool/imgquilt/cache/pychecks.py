@@ -1,17 +1,15 @@
 """Findings of the Python check, in the shared cache: one SQLite file, `pycheck/findings.sqlite`.
 
 A row is keyed by (checker version, the engine's key: sha256 over the checked file's name and bytes,
-since pyflakes' verdict depends on the name too) and holds the findings with a checksum over key,
-version and findings; a row that does not match is deleted and the file checked again. The checksum
-catches damage only: a row is trusted because the cache is the user's alone (trust.py), as a file
-in $HOME would be. The version includes PYFLAKES_BUILTINS, which changes pyflakes' verdicts. A first run of a large queue stores hundreds of findings: one transaction, not hundreds of
+since pyflakes' verdict depends on the name too) and holds the findings with a seal over key,
+version and findings under the cache key (cache.seal); a row whose seal does not verify (damaged,
+restored from another cache, planted) is deleted and the file checked again. The version includes PYFLAKES_BUILTINS, which changes pyflakes' verdicts. A first run of a large queue stores hundreds of findings: one transaction, not hundreds of
 files (creating a file costs a millisecond on some disks, more than checking it). The file is a
 cache: it is written without fsync (a row a crash mangles fails its checksum), and a file that is
 not a database, or is a link or not a regular file, is removed and started afresh, never followed.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -20,14 +18,16 @@ from pathlib import Path
 from typing import Iterable
 
 from . import cache_root
+from .seal import entry_seal, entry_sealed
 from .trust import CacheDir
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _BATCH = 500  # keys per SELECT (SQLite's variable limit is 999 on old builds)
 
 
-def _sum(key: str, version: str, errors: list[str]) -> str:
-    return hashlib.sha256(json.dumps([key, version, errors]).encode()).hexdigest()
+def _sum(key: str, version: str, errors: list[str]) -> str | None:
+    """The row's seal (cache.seal): a row restored from another cache, or planted, is not believed."""
+    return entry_seal("pycheck", key, version, json.dumps(errors))
 
 
 class PyCheckResults:
@@ -90,7 +90,7 @@ class PyCheckResults:
                                   f"({','.join('?' * len(part))})", [self.version, *part]).fetchall()
                 for key, raw, total in rows:
                     errors = _decode(raw)
-                    if errors is not None and isinstance(total, str) and total == _sum(key, self.version, errors):
+                    if errors is not None and entry_sealed(total, "pycheck", key, self.version, json.dumps(errors)):
                         found[key] = errors
                     else:
                         bad.append(key)
@@ -105,6 +105,8 @@ class PyCheckResults:
         import sqlite3
 
         rows = [(self.version, k, json.dumps(e), _sum(k, self.version, e)) for k, e in entries.items() if _HEX64.match(k)]
+        if any(r[3] is None for r in rows):
+            return  # no cache key: nothing stored would be believed
         db = self._connect() if rows else None
         if db is None:
             return

@@ -1,10 +1,10 @@
-"""The shared cache as a trust boundary: trusted exactly like $HOME, and only when it is yours alone.
+"""The shared cache as a trust boundary: used only when it is yours alone, and even then read as data.
 
 The cache holds verdicts that are not self-evident from their names (a layer's index says what a
 blob holds; a pycheck row says a file is clean; a `verified/` marker says a local blob matched its
-digest), guarded by unkeyed checksums that catch damage, not forgery. So whoever can write the
-cache decides those verdicts, and imgquilt lets only the user (or root) be that: as ssh does with
-~/.ssh, a cache is used only when
+digest). Each such entry is sealed under the cache key (cache/seal.py) and believed only when its
+seal verifies, so a cache restored from another job or machine is recomputed, never believed. On top
+of that, as ssh does with ~/.ssh, a cache is used only when
 
 - its directory, and every directory above it, is owned by the user or root and writable by no one
   else (a directory writable by a group is allowed when that group is the user's own private

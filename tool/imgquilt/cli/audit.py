@@ -32,7 +32,7 @@ def _first(p: PatchAudit) -> str:
     return f"{where} ({d.state}" + (f"; {d.detail}" if d.detail else "") + ")"
 
 
-def _all_platforms(q, ref: str, want: str, format: Format, trust=None) -> None:
+def _all_platforms(q, ref: str, want: str, format: Format, trust=None, strict: bool = False) -> None:
     """--platform all: each platform audited on its own, one section each."""
     from ..errors import BadImage
     from ..sources import platforms_of
@@ -43,12 +43,12 @@ def _all_platforms(q, ref: str, want: str, format: Format, trust=None) -> None:
     if not platforms:
         raise BadImage(f"{ref} names no platform (neither an index nor a config says one).")
     audits = audit_platforms(q, platforms, lambda p: open_ref(ref, p), trust)
-    failing = [a for a in audits if not_in_state(a.report, want) is not None]
+    failing = [a for a in audits if not_in_state(a.report, want, strict=strict) is not None]
     failure = None
     if failing:
         failure = NotLive(f"{len(failing)} of {len(audits)} platform(s) have a patch that is not {want}: "
-                          + "; ".join(f"{a.platform}: {not_in_state(a.report, want).message}" for a in failing),  # type: ignore[union-attr]
-                          hint=not_in_state(failing[0].report, want).hint)  # type: ignore[union-attr]
+                          + "; ".join(f"{a.platform}: {not_in_state(a.report, want, strict=strict).message}" for a in failing),  # type: ignore[union-attr]
+                          hint=not_in_state(failing[0].report, want, strict=strict).hint)  # type: ignore[union-attr]
     if G.json:
         emit_outcome(platforms_json(ref, audits, want), failure)
         return
@@ -64,7 +64,7 @@ def _all_platforms(q, ref: str, want: str, format: Format, trust=None) -> None:
 
 def _say_runtime(report: AuditReport) -> None:
     """Each file whose bytes are right but whose running code is not (or not known to be)."""
-    from ..audit import RESTART_PENDING, SHADOWED, iso_time
+    from ..audit import CANNOT_TELL_DETAIL, RESTART_PENDING, SHADOWED, iso_time
 
     if report.process is not None:
         say(f"Process {report.process.pid} (root {report.process.root}) started {iso_time(report.process.started)}.")
@@ -72,8 +72,8 @@ def _say_runtime(report: AuditReport) -> None:
         for f in p.files:
             if f.state in (SHADOWED, RESTART_PENDING):
                 say(f"  {f.state}: {p.name}: {f.path}: {f.detail}")
-            elif f.detail.startswith("bytecode not checked"):
-                say(f"  note: {p.name}: {f.path}: {f.detail}")
+            elif f.detail.startswith(CANNOT_TELL_DETAIL):
+                say(f"  cannot tell: {p.name}: {f.path}: {f.detail[len(CANNOT_TELL_DETAIL):]}")
 
 
 def _say_env(report: AuditReport) -> None:
@@ -145,13 +145,15 @@ def audit_cmd(
     expect: Optional[Expect] = typer.Option(None, "--expect", metavar="live|pending", help="The state every patch must be in for exit 0 (pending: a base image is still clean). Default: live."),
     format: Format = typer.Option(Format.text, "--format", metavar="text|github", help=FormatOpt_help),
     trust_attestation: Optional[Path] = typer.Option(None, "--trust-attestation", metavar="PUB", help="Where an attestation of the image verifies with this PEM public key and matches the queue, take the states from it and read no layer; otherwise read the layers, and say why."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 5 also when imgquilt cannot tell which code CPython runs for a live file (a pyc it would load that could not be judged)."),
     profile: Optional[str] = ProfileOpt,
 ) -> None:
     """State of each patch and file in an image, a rootfs or a running container.
 
     States: live, pending, drifted-live, drifted, missing, shadowed (stale bytecode would run instead),
     restart-pending (--pid: changed after the process started), partial. Exit 0 when every patch is
-    in the --expect state (live by default), 5 otherwise.
+    in the --expect state (live by default), 5 otherwise (with --strict, also when a pyc CPython
+    would load for a live file could not be judged: "cannot tell").
 
     On a queue with profiles: --profile NAME judges that profile's patches (and its env defaults in
     the image's config); without it, the profile the image's apply record (else its digest) names;
@@ -191,12 +193,12 @@ def audit_cmd(
             raise UsageError("A fleet audit (several images) takes no --root, --pid, --history or --platform all.",
                              hint="Audit a multi-platform image's platforms on its own: --image REF --platform all.")
         return fleet_cli.fleet_cmd(refs, platform, want_state, format,
-                                   public_key(trust_attestation) if trust_attestation is not None else None)
+                                   public_key(trust_attestation) if trust_attestation is not None else None, strict=strict)
     image_ref = refs[0] if refs else None
     if profile == "all":
         if history or pid is not None or platform == "all":
             raise UsageError("`audit --profile all` judges one image (or root) per profile; it takes no --history, --pid or --platform all.")
-        return _all_profiles(image_ref, root, platform, want_state, format, trust_attestation)
+        return _all_profiles(image_ref, root, platform, want_state, format, trust_attestation, strict=strict)
     q = load()
     lock = q.lock()
     if platform == "all":
@@ -205,9 +207,9 @@ def audit_cmd(
         if root is not None or history or pid is not None:
             raise UsageError("--platform all audits an image's platforms; it takes no --root, --pid or --history.")
         return _all_platforms(q, pick_ref(image_ref, lock), want_state, format,
-                              public_key(trust_attestation) if trust_attestation is not None else None)
+                              public_key(trust_attestation) if trust_attestation is not None else None, strict=strict)
     done = audit(G.queue, image=image_ref, root=root, platform=platform, history=history, expect=want_state, progress=progress(),
-                 trust_attestation=trust_attestation, pid=pid, profile=profile)
+                 trust_attestation=trust_attestation, pid=pid, profile=profile, strict=strict)
     report, hist, want, failing, failure = done.report, done.history, done.expect, done.failing, done.error
     if G.json:
         doc = report_json(report) if report is not None else {"image": None, "patches": [], "summary": {s: 0 for s in STATES if s not in RUNTIME_STATES}}
@@ -229,13 +231,14 @@ def audit_cmd(
         raise failure
 
 
-def _all_profiles(image_ref: str | None, root: Path | None, platform: str | None, want: str, format: Format, trust) -> None:
+def _all_profiles(image_ref: str | None, root: Path | None, platform: str | None, want: str, format: Format, trust,
+                  strict: bool = False) -> None:
     """--profile all: every profile judged; the ones the filesystem matches named."""
     from ..api import audit_profiles
     from ..audit import report_json
 
     audits = audit_profiles(G.queue, image=image_ref, root=root, platform=platform, expect=want, progress=progress(),  # type: ignore[arg-type]
-                            trust_attestation=trust)
+                            trust_attestation=trust, strict=strict)
     matching = [a.profile for a in audits if a.matches]
     where = image_ref or (str(root) if root is not None else "the image each profile pins")
     failure = None

@@ -16,7 +16,7 @@ def image_refs(images: list[str], images_from: Path | None) -> list[str]:
     return unique([*images, *(read_image_list(images_from) if images_from is not None else [])])
 
 
-def fleet_cmd(refs: list[str], platform: str | None, expect: str, format: Format, trust=None) -> None:
+def fleet_cmd(refs: list[str], platform: str | None, expect: str, format: Format, trust=None, *, strict: bool = False) -> None:
     from ..audit import report_json
     from ..verbs.fleet import audit_fleet, fleet_document
 
@@ -31,7 +31,7 @@ def fleet_cmd(refs: list[str], platform: str | None, expect: str, format: Format
         else:
             images.append({"image": {"ref": e.ref, "digest": None, "platform": platform}, "patches": [],
                            "summary": {}, "expect": expect, "error": _error(e.error)})
-    _finish(fleet_document(images, expect), format)
+    _finish(fleet_document(images, expect, strict=strict), format)
 
 
 def merge_cmd(files: list[Path], expect: str | None, format: Format) -> None:
@@ -62,7 +62,7 @@ def _finish(doc: dict[str, Any], format: Format) -> None:
     from .audit import COLOR
 
     expect = doc["expect"]
-    failing = [d for d in doc["images"] if not_as_expected(d, expect)]
+    failing = [d for d in doc["images"] if not_as_expected(d, expect, strict=bool(doc.get("strict")))]
     broken = [d for d in doc["images"] if d.get("error") and not d.get("patches")]
     failure: ImgquiltError | None = None
     if broken:

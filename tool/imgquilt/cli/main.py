@@ -2,11 +2,12 @@
 typer app (app.py); errors to exit codes."""
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from typing import Any, Callable
 
-from ..errors import ImgquiltError, UsageError
+from ..errors import ImgquiltError, UsageError, os_error
 from .common import G, emit_json, error_doc, hoist_globals, note
 
 COMPLETE_VAR = "_IMGQUILT_COMPLETE"  # setup.COMPLETE_VAR, spelled here so completion loads no command module first
@@ -87,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = stdout
 
 
+# errors of a path, never of imgquilt's logic: what the user gave or keeps, reported with exit 6
+_PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR,
+                          errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EMLINK, errno.ETXTBSY})
+
+
 def _with_typer(args: list[str]) -> Callable[[], Any]:
     from .app import run_app
 
@@ -105,6 +111,16 @@ def _guarded(call: Callable[[], Any]) -> int:
     except BrokenPipeError:  # a write that bypassed sys.stdout: the reader stopped early, not a failure
         _to_devnull()
         return 0
+    except OSError as exc:
+        if exc.errno not in _PATH_ERRNOS:
+            return _bug(exc)
+        # a path the system refuses (a name too long, a loop of links, no permission, a full or
+        # read-only disk) wherever it came from: the user's input or environment, not a bug (exit 6)
+        if G.debug:
+            import traceback
+
+            traceback.print_exc()
+        return _fail(os_error(exc, repr(str(exc.filename)) if exc.filename else "a path"))
     except Exception as exc:  # typer's own exits and usage errors (when typer ran), else a bug
         typer = sys.modules.get("typer")
         if typer is not None and isinstance(exc, typer.Exit):
@@ -117,16 +133,21 @@ def _guarded(call: Callable[[], Any]) -> int:
         if typer is not None and isinstance(exc, typer.Abort):
             note("Aborted.")
             return 130
-        if G.json:
-            emit_json({"error": {"code": 1, "kind": "internal-error", "message": f"{exc.__class__.__name__}: {exc}",
-                                 "hint": "This is a bug; run with --debug for the traceback."}})
-        if G.debug:
-            import traceback
+        return _bug(exc)
 
-            traceback.print_exc()
-        else:
-            note(f"imgquilt: internal error: {exc.__class__.__name__}: {exc}. This is a bug; run with --debug for the traceback.")
-        return 1
+
+def _bug(exc: BaseException) -> int:
+    """Exit 1: an error imgquilt has no words for is a bug."""
+    if G.json:
+        emit_json({"error": {"code": 1, "kind": "internal-error", "message": f"{exc.__class__.__name__}: {exc}",
+                             "hint": "This is a bug; run with --debug for the traceback."}})
+    if G.debug:
+        import traceback
+
+        traceback.print_exc()
+    else:
+        note(f"imgquilt: internal error: {exc.__class__.__name__}: {exc}. This is a bug; run with --debug for the traceback.")
+    return 1
 
 
 def run() -> None:

@@ -12,13 +12,16 @@ there is no `NAME.py` at all. A pyc says how it is to be judged in its 16-byte h
 The source hash is SipHash, keyed with the pyc's own magic number: SipHash-2-4 in CPython 3.7-3.10,
 SipHash-1-3 from 3.11 on (`_Py_KeyedHash`; checked against every interpreter named in the tests).
 Nothing here reads a filesystem: bytes and names in, verdicts out. Comparing the code of a timestamp
-pyc means unmarshalling it, which is not safe on hostile bytes, so that runs in a child process with
-a memory cap, and only for pycs of this interpreter's own magic number.
+pyc means unmarshalling it, which is not safe on hostile bytes, so that runs only for pycs of this
+interpreter's own magic number, each in a child process of its own with its own bounds (address
+space, CPU time, wall time, and the size of what it unmarshals): one hostile pyc (a body that
+unmarshals in quadratic time, say) can only make its own verdict "cannot tell", never another's.
 """
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -34,7 +37,8 @@ HEADER = 16
 IGNORED = "ignored"  # CPython does not load it: the source's bytes run
 CURRENT = "current"  # CPython loads it, and it holds the code of the source's bytes
 STALE = "stale"  # CPython loads it instead of the source's bytes: other code runs
-UNCHECKED = "unchecked"  # CPython would load it; imgquilt cannot tell what code it holds
+CANNOT_TELL = "cannot-tell"  # CPython would load it; imgquilt cannot tell what code it holds
+UNCHECKED = CANNOT_TELL  # its name before 0.5
 
 # magic-number ranges (the 16-bit number before b"\r\n") of CPython releases, with the source-hash
 # function each keys with its magic; pre-releases included (Include/internal/pycore_magic_number.h)
@@ -51,8 +55,12 @@ _VERSIONS: tuple[tuple[int, int, str, int | None], ...] = (
     (3650, 3699, "3.15", 1),
 )
 _OWN_MAGIC = importlib.util.MAGIC_NUMBER
-_CODE_CHILD_MEMORY = 2 << 30  # the child that unmarshals untrusted bytecode: address-space cap
-_CODE_CHILD_TIMEOUT = 120
+# the bounds of the child that unmarshals one untrusted pyc and compiles its source
+CODE_CHILD_MEMORY = 2 << 30  # address space
+CODE_CHILD_CPU = 10  # seconds of CPU (RLIMIT_CPU: the kernel stops it); IMGQUILT_PYC_CPU_SECONDS overrides
+CODE_CPU_ENV = "IMGQUILT_PYC_CPU_SECONDS"
+CODE_MAX_BODY = 16 << 20  # bytes of marshalled code: CPython's own pycs of the largest modules are a few MB
+CODE_CHILDREN_ENV = "IMGQUILT_PYC_CHILDREN"
 
 
 @dataclass(frozen=True)
@@ -247,8 +255,9 @@ class Seen:
 
 def judge(items: Sequence[Seen]) -> list[Verdict]:
     """What CPython would run for each item: its source's bytes (IGNORED, CURRENT) or other code
-    (STALE); UNCHECKED where that cannot be known here. One child process compares the code of every
-    timestamp pyc of this interpreter's magic number whose mtime and size match its source."""
+    (STALE); CANNOT_TELL where that cannot be known here. The code of every timestamp pyc of this
+    interpreter's magic number whose mtime and size match its source is compared in a child process
+    of its own (see the module docstring)."""
     out: list[Verdict | None] = []
     compare: list[tuple[int, Seen]] = []
     for i, seen in enumerate(items):
@@ -283,7 +292,7 @@ def _judge_header(seen: Seen) -> Verdict | None:
         if expected is None:
             if checked:
                 return Verdict(b, IGNORED, f"a checked-hash pyc of magic number {h.magic}: recompiled unless its hash matches")
-            return Verdict(b, UNCHECKED, f"an unchecked-hash pyc of magic number {h.magic}, whose source hash imgquilt "
+            return Verdict(b, CANNOT_TELL, f"an unchecked-hash pyc of magic number {h.magic}, whose source hash imgquilt "
                                          "cannot compute: it is loaded whatever the source holds")
         if expected == h.source_hash:
             return Verdict(b, CURRENT, f"its source hash matches the file ({'checked' if checked else 'unchecked'}-hash pyc of {who})")
@@ -298,7 +307,7 @@ def _judge_header(seen: Seen) -> Verdict | None:
         why = "size" if not size_ok else "mtime"
         return Verdict(b, IGNORED, f"a timestamp pyc whose {why} does not match the source: {who} recompiles it")
     if seen.data[:4] != _OWN_MAGIC:
-        return Verdict(b, UNCHECKED, f"a timestamp pyc of {who} whose mtime ({h.mtime}) and size ({h.size}) match the "
+        return Verdict(b, CANNOT_TELL, f"a timestamp pyc of {who} whose mtime ({h.mtime}) and size ({h.size}) match the "
                                      f"source, so it is loaded; imgquilt runs on CPython {sys.version_info[0]}."
                                      f"{sys.version_info[1]} and cannot compare that interpreter's code")
     return None
@@ -315,56 +324,88 @@ def _code_verdict(seen: Seen, same: str) -> Verdict:
         return Verdict(b, STALE, f"{ts}, but its code was compiled from other bytes")
     if same == "bad":
         return Verdict(b, STALE, f"{ts}, but it does not hold a code object: the import fails")
-    return Verdict(b, UNCHECKED, f"{ts}; comparing its code failed ({same})")
+    return Verdict(b, CANNOT_TELL, f"{ts}; imgquilt cannot tell which code it holds: {same}")
 
 
 _CHILD = r"""
 import json, marshal, resource, struct, sys
-limit = int(sys.argv[1])
-resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+memory, cpu = int(sys.argv[1]), int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
 data = sys.stdin.buffer.read()
-out, at = [], 0
-while at < len(data):
-    opt, lp, ls, lb = struct.unpack_from("<BIII", data, at)
-    at += 13
-    path = data[at:at + lp].decode("utf-8", "surrogateescape"); at += lp
-    src = data[at:at + ls]; at += ls
-    body = data[at:at + lb]; at += lb
-    try:
-        code = marshal.loads(body)
-    except Exception:
-        out.append("bad"); continue
-    if not isinstance(code, type(compile("", "", "exec"))):
-        out.append("bad"); continue
+opt, lp, ls, lb = struct.unpack_from("<BIII", data, 0)
+at = 13
+path = data[at:at + lp].decode("utf-8", "surrogateescape"); at += lp
+src = data[at:at + ls]; at += ls
+body = data[at:at + lb]
+try:
+    code = marshal.loads(body)
+except Exception:
+    code = None
+if not isinstance(code, type(compile("", "", "exec"))):
+    out = "bad"
+else:
     try:
         fresh = compile(src, path, "exec", dont_inherit=True, optimize=opt)
     except Exception:
-        out.append("other"); continue
-    out.append("same" if code == fresh else "other")
+        out = "other"
+    else:
+        out = "same" if code == fresh else "other"
 sys.stdout.write(json.dumps(out))
 """
 
 
+def _cpu_seconds() -> int:
+    """CPU seconds one pyc's comparison may take (IMGQUILT_PYC_CPU_SECONDS, default CODE_CHILD_CPU)."""
+    raw = os.environ.get(CODE_CPU_ENV, "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else CODE_CHILD_CPU
+
+
+def _children() -> int:
+    """How many pycs are compared at once (IMGQUILT_PYC_CHILDREN; default: the cores, at most 4)."""
+    raw = os.environ.get(CODE_CHILDREN_ENV, "").strip()
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    return max(1, min(4, os.cpu_count() or 1))
+
+
 def _same_code(items: Sequence[Seen]) -> list[str]:
-    """Per item, "same" / "other" / "bad" (no code object), or why the comparison could not run."""
-    payload = bytearray()
-    for s in items:
-        path = ("/" + s.bytecode.source).encode("utf-8", "surrogateescape")
-        assert s.source is not None
-        body = s.data[HEADER:]
-        payload += struct.pack("<BIII", s.bytecode.optimize, len(path), len(s.source), len(body))
-        payload += path + s.source + body
+    """Per item, "same" / "other" / "bad" (no code object), or why the comparison could not tell.
+    Each item is compared by a child of its own, up to _children() at once; each has its own bounds."""
+    if len(items) <= 1:
+        return [_compare(s) for s in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(_children(), len(items)), thread_name_prefix="imgquilt-pyc") as pool:
+        return list(pool.map(_compare, items))
+
+
+def _compare(s: Seen) -> str:
+    """One pyc's comparison, in a child process bounded in memory, CPU and wall time."""
+    path = ("/" + s.bytecode.source).encode("utf-8", "surrogateescape")
+    assert s.source is not None
+    body = s.data[HEADER:]
+    if len(body) > CODE_MAX_BODY:
+        return f"its code is {len(body)} bytes, more than imgquilt unmarshals ({CODE_MAX_BODY >> 20} MiB)"
+    payload = struct.pack("<BIII", s.bytecode.optimize, len(path), len(s.source), len(body)) + path + s.source + body
+    cpu = _cpu_seconds()
+    wall = 3 * cpu + 5  # a child that waits rather than computes is stopped too
     try:
-        done = subprocess.run([sys.executable, "-I", "-S", "-c", _CHILD, str(_CODE_CHILD_MEMORY)], input=bytes(payload),
-                              capture_output=True, timeout=_CODE_CHILD_TIMEOUT)
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", _CHILD, str(CODE_CHILD_MEMORY), str(cpu)],
+                              input=payload, capture_output=True, timeout=wall)
     except subprocess.TimeoutExpired:
-        return ["the comparison timed out"] * len(items)
+        return f"comparing its code took more than {wall} s"
     except OSError as exc:
-        return [f"cannot start {sys.executable}: {exc.strerror or exc}"] * len(items)
-    try:
-        got = json.loads(done.stdout)
-        if done.returncode == 0 and isinstance(got, list) and len(got) == len(items):
-            return [str(x) for x in got]
-    except ValueError:
-        pass
-    return [f"the comparing process ended with status {done.returncode}"] * len(items)
+        return f"cannot start {sys.executable}: {exc.strerror or exc}"
+    if done.returncode == 0:
+        try:
+            answer = json.loads(done.stdout)
+        except ValueError:
+            answer = None
+        if answer in ("same", "other", "bad"):
+            return answer
+    if done.returncode in (-9, -24):  # SIGKILL, SIGXCPU: RLIMIT_CPU ran out
+        return f"comparing its code took more than {cpu} s of CPU"
+    if b"MemoryError" in done.stderr:
+        return f"comparing its code needs more than {CODE_CHILD_MEMORY >> 30} GiB of memory"
+    return f"the comparing process ended with status {done.returncode}"

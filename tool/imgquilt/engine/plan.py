@@ -342,7 +342,8 @@ def already_applied(queue: Queue, targets: dict[str, TargetFile]) -> bool:
 
 def stale_bytecode(source: Source, states: dict[str, _FileState], targets: dict[str, TargetFile]) -> tuple[Bytecode, ...]:
     """The bytecode `source` holds for every .py file the series changes (creates, edits, deletes):
-    CPython could load it instead of the new bytes, so an apply removes it."""
+    CPython could load it instead of the new bytes, so an apply removes it. A symlink in __pycache__
+    counts (CPython follows it): the link itself goes, never what it names."""
     names: dict[str, list[str]] = {}
     for path, t in targets.items():
         names.setdefault(t.resolved, []).append(path)
@@ -351,7 +352,7 @@ def stale_bytecode(source: Source, states: dict[str, _FileState], targets: dict[
         if st.broken or st.data == st.target.data or st.link or not is_python_source(resolved):
             continue
         for named in names.get(resolved, [st.target.path]):
-            for b in find_bytecode(source, named, resolved, source_gone=st.data is None):
+            for b in find_bytecode(source, named, resolved, source_gone=st.data is None, kinds=("file", "symlink")):
                 found.setdefault(b.path, b)
     return tuple(found[p] for p in sorted(found))
 

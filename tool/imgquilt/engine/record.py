@@ -56,7 +56,7 @@ def names_series(record, series_sha256: str) -> bool:
     (one too large to hold is not ours)."""
     try:
         return record is not None and json.loads(held(record, RECORD_PATH)).get("series_sha256") == series_sha256
-    except (ValueError, AttributeError, BadInput):
+    except (ValueError, AttributeError, BadInput, RecursionError):
         return False
 
 

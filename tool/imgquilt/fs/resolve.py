@@ -2,9 +2,11 @@
 
 The resolver works on any filesystem view through a `lookup` callable that returns the Node at a
 path whose parents are already resolved (no symlink in them), or None. Absolute symlinks are
-re-rooted at the image root, as in the container. A relative symlink that climbs above the root is
-refused: in a container the kernel would clamp it, but such a link in an image is almost always a
-sign of a hostile or broken archive, so imgquilt will not patch through it.
+re-rooted at the image root, and `..` at the root stays at the root, as the kernel resolves them in
+the container (its root is `/`): `__pycache__/m.pyc -> ../../../../x/m.pyc` is `x/m.pyc` of the
+root for the CPython that runs there, so it is what imgquilt reads and judges too. Nothing is ever
+looked up outside the root. (Below a directory that does not exist, `..` cannot be walked by the
+kernel at all: the rest of the path is then left as the caller's to judge, see Resolved.resolved.)
 """
 from __future__ import annotations
 
@@ -40,13 +42,9 @@ def resolve(named: str, lookup: Lookup, *, follow_final: bool = True) -> Resolve
     while pending:
         part = pending.pop(0)
         if part == "..":
-            # only reachable through a symlink's target: climbing above the root is refused
-            if not done:
-                raise UnsafePath(
-                    f"Unsafe path {named!r}: a symlink on its way points above the image root.",
-                    hint="Fix the symlink in the image, or name the file by its real path.",
-                )
-            done.pop()
+            # only reachable through a symlink's target; at the root it stays there, as the kernel does
+            if done:
+                done.pop()
             parents = parents[: len(done)]
             continue
         cur = "/".join(done + [part])

@@ -20,11 +20,13 @@ scanned by threads of their own with the same wanted paths, so every core decomp
 when the targets are all decided without them, those scans are cancelled and nothing of them is used
 (a file one did not keep costs a second pass, as above).
 
-Seekable layers (zstd:chunked, eStargz; layers.toc) are not scanned: their table of contents, fetched
-by range and checked against the checksum the manifest gives it, becomes the layer's index, and a file's
-bytes are fetched by range and checked against the TOC's sha256 when they are needed (_fill_data).
-Layers are read whole anyway, since a later
-member of a layer can replace an earlier one. A second pass over a layer verified earlier in this
+Seekable layers (zstd:chunked, eStargz; layers.toc, layers.toc_walk) are not read whole: their table of
+contents, fetched by range and checked against the checksum the manifest gives it, says where each
+file's compressed bytes lie; the layer's tar stream is then walked by range (every header and small
+file, decompressed; the largest files' data skipped) into the index a full read builds, which the TOC
+must match member for member (else the layer is read whole), and a file's bytes are fetched by range
+when they are needed (_fill_data), checked against the length the walk found and the TOC's sha256.
+Other layers are read whole, since a later member of a layer can replace an earlier one. A second pass over a layer verified earlier in this
 run (or, with a cache directory, in an earlier run) whose file is unchanged (same device, inode,
 size, mtime and ctime) does not hash again; it seeks straight to the member in an uncompressed
 blob, and stops after the member in a compressed one.
@@ -37,6 +39,7 @@ store; only a file the store lacks costs a second pass over its layer.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import threading
@@ -44,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Collection, Sequence
 
 from ..cache.layers import LayerCache
-from ..errors import BadImage, BadInput, UsageError
+from ..errors import BadImage, BadInput, DigestMismatch, UsageError
 from ..fs.content import copy_to_spool, spool_at
 from ..fs.paths import check_member_path
 from ..fs.resolve import resolve
@@ -57,7 +60,8 @@ from .layers.index_codec import dump_index, load_index
 from .layers.layer_index import DIR, FILE, HARDLINK, OTHER, SYMLINK, LayerIndex, Rec, scan_layer
 from .layers.merged_view import UNKNOWN, Absent, Deletion, Found, MergedView, _ancestors, hider
 from .layers.tarwalk import TarWalker, member_path
-from .layers.toc import TocRef, TocUnusable, file_bytes, read_toc, span, toc_index, toc_ref
+from .layers.toc import TocRef, TocUnusable, read_toc, toc_ref
+from .layers.toc_walk import HOLE_MIN, LOCAL_HOLE_MIN, LOCAL_MAX_HOLES, MAX_HOLES, run_bytes, walk_index
 
 LAYER_READS_ENV = "IMGQUILT_LAYER_READS"
 LAYER_READS = 3  # layers read at once: the one being decided and the next ones down, ahead
@@ -95,7 +99,8 @@ class ScanStats:
     layers_from_toc: list[str] = field(default_factory=list)  # seekable layers decided from their TOC
     toc_unusable: list[tuple[str, str]] = field(default_factory=list)  # (layer, why): read whole instead
     files_by_range: int = 0
-    range_bytes: int = 0  # compressed bytes fetched by range (TOCs and file frames)
+    range_bytes: int = 0  # compressed bytes fetched by range (TOCs, the walks of the tar streams, file frames)
+    runs_skipped: int = 0  # the largest files' data runs the walks skipped
 
 
 @dataclass(frozen=True)
@@ -477,7 +482,7 @@ class ImageSource:
         ref = self._tocs[position]
         if ref is not None:
             try:
-                return self._toc_index(position, ref), False, None, self._index_key(position)
+                return self._toc_index(position, ref, cancel), False, None, self._index_key(position)
             except TocUnusable as exc:
                 self._unusable(position, str(exc))
         digest = layer.check_digest
@@ -516,35 +521,49 @@ class ImageSource:
             return digest
         return sha256_digest(f"imgquilt-toc-index\n{digest}\n{ref.kind}\n{ref.digest}".encode())
 
-    def _toc_index(self, position: int, ref: TocRef) -> LayerIndex:
+    def _toc_index(self, position: int, ref: TocRef, cancel: threading.Event | None = None) -> LayerIndex:
+        """The layer's index from its tar stream, walked by range with its TOC's help (layers.toc_walk);
+        a walk ahead stops at its next range request once `cancel` is set."""
         layer = self._layers[position]
         size = layer.descriptor.size
         fetched = [0]
 
         def read_range(offset: int, length: int) -> bytes | None:
+            if cancel is not None and cancel.is_set():
+                raise _Cancelled()
             data = layer.read_range(offset, length)
             fetched[0] += len(data or b"")
             return data
 
-        toc = read_toc(ref, size, read_range, what=self._what(position))
-        index = toc_index(toc, size, position=position, whiteouts=self._view.whiteouts, what=self._what(position))
-        self.stats.range_bytes += fetched[0]
-        return index
+        try:
+            toc = read_toc(ref, size, read_range, what=self._what(position))
+            local = getattr(layer, "location", None) is not None  # a positioned read, not a round trip
+            walked = walk_index(toc, size, read_range, position=position, whiteouts=self._view.whiteouts,
+                                what=self._what(position), hole_min=LOCAL_HOLE_MIN if local else HOLE_MIN,
+                                max_holes=LOCAL_MAX_HOLES if local else MAX_HOLES)
+        finally:
+            with self._kept_lock:  # scans ahead walk in threads of their own
+                self.stats.range_bytes += fetched[0]
+        with self._kept_lock:
+            self.stats.runs_skipped += walked.holes
+        return walked.index
 
-    def _fetch_by_range(self, wanted: list[tuple[int, Rec]]) -> None:
-        """Fill the data of TOC-described files: each one's frames by one range read (up to
-        layer_reads() at once), checked against the TOC's sha256 (DigestMismatch: nothing of it is used)."""
-        def fetch(position: int, rec: Rec) -> tuple[Rec, bytes, int]:
+    def _fetch_by_range(self, wanted: list[tuple[int, Rec]]) -> dict[int, list[Rec]]:
+        """Fill the data of files of seekable layers: each one's run of frames by one range read (up to
+        layer_reads() at once), decompressed whole: it must give the length the walk of the layer
+        found (else the layer is not what the walk read: DigestMismatch, nothing of it is used). Bytes
+        that do not hash to the TOC's sha256 are not used either: those files are returned (by layer)
+        for a full read of their layer, which checks the blob's digest and says what the stream holds."""
+        def fetch(position: int, rec: Rec) -> tuple[Rec, bytes]:
             assert rec.extent is not None
-            where = span(rec.extent)
-            if where is None:
-                return rec, b"", 0
-            at, end = where
+            if not rec.extent[1]:
+                return rec, b""
+            at, end = rec.extent[1][0][:2]
             got = self._layers[position].read_range(at, end - at)
             if got is None or len(got) != end - at:
                 raise BadImage(f"Bytes {at}-{end - 1} of the {self._what(position)} could not be read: the blob is "
                                "truncated, or the registry stopped serving byte ranges.", hint="Run again.")
-            return rec, got, at
+            return rec, got
 
         if len(wanted) == 1:
             done = [fetch(*wanted[0])]
@@ -553,13 +572,26 @@ class ImageSource:
 
             with ThreadPoolExecutor(max_workers=layer_reads(), thread_name_prefix="imgquilt-range") as pool:
                 done = list(pool.map(lambda item: fetch(*item), wanted))
-        for (position, _), (rec, fetched, at) in zip(wanted, done):
+        whole: dict[int, list[Rec]] = {}
+        for (position, _), (rec, fetched) in zip(wanted, done):
             ref = self._tocs[position]
             assert ref is not None and rec.extent is not None
-            rec.data = file_bytes(rec.extent, fetched, at, ref.compression,
-                                  what=f"member {rec.ordinal} of the {self._what(position)} (fetched by range)")
             self.stats.range_bytes += len(fetched)
             self.stats.files_by_range += 1
+            data = run_bytes(rec.extent[1][0], fetched, ref.compression) if rec.extent[1] else b""
+            if data is None:
+                raise DigestMismatch(
+                    f"The bytes of member {rec.ordinal} of the {self._what(position)} (fetched by range) do not "
+                    "decompress to what the walk of its tar stream found. Nothing from it was used.",
+                    hint="The blob was altered, the registry served other bytes, or the layer's TOC says a run of "
+                         "its frames holds less than it does.")
+            if hashlib.sha256(data).hexdigest() != rec.extent[0]:
+                whole.setdefault(position, []).append(rec)  # the stream and the TOC disagree: the full read decides
+                self.stats.toc_unusable.append((self._label(position), f"member {rec.ordinal}'s bytes do not hash "
+                                                                       "to the TOC's sha256"))
+                continue
+            rec.data = data
+        return whole
 
     def _start_prefetch(self, position: int, wanted: set[str]) -> None:
         """Scan layer `position` ahead (a thread of its own) when it has no index in the shared cache, on
@@ -637,8 +669,6 @@ class ImageSource:
     def _fill_data(self, sources: list[tuple[int, Rec]]) -> None:
         missing: dict[int, list[Rec]] = {}
         for position, rec in sources:
-            if rec.data is None and rec.sha is None and rec.extent is not None and self._cache is not None:
-                rec.sha = rec.extent[0]  # the TOC names the bytes: any earlier run may have stored them
             if rec.data is None and rec.sha is not None and self._cache is not None:
                 rec.data = self._cache.files.get(rec.sha, spool=True)  # checked against its sha256
                 if rec.data is None:
@@ -648,10 +678,9 @@ class ImageSource:
             if rec.data is None and rec not in missing.get(position, []):
                 missing.setdefault(position, []).append(rec)
         by_range = [(position, r) for position, recs in sorted(missing.items()) for r in recs if r.extent is not None]
-        if by_range:
-            self._fetch_by_range(by_range)
+        whole = self._fetch_by_range(by_range) if by_range else {}
         for position, recs in sorted(missing.items()):
-            rest = [r for r in recs if r.extent is None]
+            rest = [r for r in recs if r.extent is None] + whole.get(position, [])
             if rest:
                 self._second_pass(position, rest)
 
@@ -684,8 +713,16 @@ class ImageSource:
             also = self._also is not None and index is not None and self._also_budget > 0
             with layer.open_stream(trusted=trusted) as stream:
                 walker = TarWalker(stream, what=what)
+                by_ordinal = {rec.ordinal: rec for rec in recs}
                 for entry in walker:
                     if entry.ordinal in wanted:
+                        rec = by_ordinal[entry.ordinal]
+                        if (entry.offset, entry.size) != (rec.offset, rec.size):
+                            # the index was not made from this stream (a seekable layer's walk skipped data that
+                            # held more than its TOC said): nothing from it is used
+                            raise DigestMismatch(f"Member {rec.ordinal} of the {what} is not where the walk of the "
+                                                 "layer by its TOC found it. Nothing from it was used.",
+                                                 hint="The layer's TOC says a run of its frames holds less than it does.")
                         found[entry.ordinal] = walker.read_content()
                     elif also and entry.type in ("0", "\0") and not entry.sparse and index is not None:
                         path = _member_path_or_none(entry.name)

@@ -11,15 +11,21 @@ a config carries) and one layer, its payload. Where one is stored and found:
 - an OCI layout (`oci:`) or an oci-archive: an entry of its `index.json` (a descriptor with the
   `artifactType`, no tag), the blobs beside the image's.
 
-Found referrers are read whole (they are small, capped) and every blob checked against its digest.
+Found referrers are read one at a time (a generator: only the candidate being checked is held),
+each listed digest once, every blob checked against its digest, within caps: MAX_MANIFEST and
+MAX_PAYLOAD bytes a candidate, MAX_REFERRERS candidates and MAX_BUDGET payload bytes a subject (a
+candidate past the budget is reported unread, not fetched). A listing or manifest of any other JSON
+shape or depth is reported as the candidate's problem, never an internal error.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterator
 
 from ..errors import BadImage
+from ..util.jsonin import loads_or_none
 from .digests import check_digest, sha256_digest
 from .mediatypes import OCI_INDEX, OCI_MANIFEST
 
@@ -29,6 +35,7 @@ EMPTY_DESCRIPTOR = {"mediaType": EMPTY_MEDIA_TYPE, "digest": sha256_digest(EMPTY
 MAX_PAYLOAD = 16 << 20
 MAX_MANIFEST = 4 << 20
 MAX_REFERRERS = 256  # read at most this many candidates of one subject
+MAX_BUDGET = 64 << 20  # payload bytes read across the candidates of one subject (each at most MAX_PAYLOAD)
 
 
 @dataclass(frozen=True)
@@ -118,48 +125,113 @@ class Found:
 
 
 def _parse(data: bytes, what: str) -> dict:
-    try:
-        doc = json.loads(data)
-    except ValueError:
-        doc = None
+    doc = loads_or_none(data)
     if not isinstance(doc, dict):
         raise BadImage(f"The {what} is not a JSON object.")
     return doc
 
 
+def _listing(doc: dict, what: str) -> list[dict]:
+    """The descriptors an index lists; BadImage when its `manifests` is not a list."""
+    manifests = doc.get("manifests")
+    if manifests is None:
+        return []
+    if not isinstance(manifests, list):
+        raise BadImage(f"The {what} is not an image index: its `manifests` is a {type(manifests).__name__}, not a list.")
+    return [m for m in manifests if isinstance(m, dict)]
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def _payload_descriptor(manifest: dict, media_types: frozenset[str]) -> dict | None:
-    for layer in manifest.get("layers") or []:
-        if isinstance(layer, dict) and layer.get("mediaType") in media_types:
+    layers = manifest.get("layers")
+    for layer in layers if isinstance(layers, list) else []:
+        if isinstance(layer, dict) and _str(layer.get("mediaType")) in media_types:
             return layer
     return None
 
 
 def _wanted(desc: dict, artifact_types: frozenset[str]) -> bool:
-    return isinstance(desc, dict) and desc.get("artifactType") in artifact_types
+    return isinstance(desc, dict) and _str(desc.get("artifactType")) in artifact_types
 
 
-def _found(digest: str, where: str, manifest_bytes: bytes, read_payload, media_types: frozenset[str]) -> Found:
-    """A referrer from its manifest bytes; the payload read with `read_payload(descriptor)`."""
+class _Budget:
+    """The payload bytes left for the candidates of one subject."""
+
+    def __init__(self, total: int = MAX_BUDGET) -> None:
+        self.left = total
+        self.total = total
+
+    def refusal(self, size: int) -> str | None:
+        if size > self.left:
+            return (f"not read: its payload of {size} bytes is past what imgquilt reads for one image's attestations "
+                    f"({self.total >> 20} MiB, spent on the candidates before it)")
+        return None
+
+    def spend(self, size: int) -> None:
+        self.left -= size
+
+
+def _found(digest: str, where: str, manifest_bytes: bytes, read_payload: Callable[[str, int], bytes],
+           media_types: frozenset[str], budget: _Budget) -> Found:
+    """A referrer from its manifest bytes; the payload read with `read_payload(digest, size)`."""
     try:
         manifest = _parse(manifest_bytes, f"referrer manifest {digest}")
-        subject = (manifest.get("subject") or {}).get("digest") if isinstance(manifest.get("subject"), dict) else None
-        annotations = manifest.get("annotations") if isinstance(manifest.get("annotations"), dict) else {}
-        artifact_type = manifest.get("artifactType")
+        subject_doc = manifest.get("subject")
+        subject = _str(subject_doc.get("digest")) if isinstance(subject_doc, dict) else None
+        annotations = manifest.get("annotations")
+        annotations = {k: v for k, v in annotations.items() if isinstance(v, str)} if isinstance(annotations, dict) else {}
+        artifact_type = _str(manifest.get("artifactType"))
         layer = _payload_descriptor(manifest, media_types)
         if layer is None:
             return Found(digest, where, artifact_type, annotations, subject, None,
                          "the referrer has no layer of type " + " or ".join(sorted(media_types)))
         size = layer.get("size")
-        if not isinstance(size, int) or not 0 <= size <= MAX_PAYLOAD:
+        if type(size) is not int or not 0 <= size <= MAX_PAYLOAD:
             return Found(digest, where, artifact_type, annotations, subject, None, f"its payload's size {size!r} is not accepted")
-        payload = read_payload(check_digest(layer.get("digest"), what=f"payload of referrer {digest}"), size)
+        refusal = budget.refusal(size)
+        if refusal is not None:
+            return Found(digest, where, artifact_type, annotations, subject, None, refusal)
+        budget.spend(size)
+        payload = read_payload(check_digest(_str(layer.get("digest")), what=f"payload of referrer {digest}"), size)
         return Found(digest, where, artifact_type, annotations, subject, payload)
     except BadImage as exc:
         return Found(digest, where, None, {}, None, None, exc.message)
 
 
+def _candidates(listed: list[dict], where: str, artifact_types: frozenset[str], media_types: frozenset[str],
+                read_manifest: Callable[[str, dict], bytes], read_payload: Callable[[str, int], bytes],
+                keep: Callable[[Found], bool] = lambda f: True) -> Iterator[Found]:
+    """Each wanted descriptor of `listed` once (by digest), read and yielded one at a time, within the caps."""
+    seen: set[str] = set()
+    budget = _Budget()
+    count = 0
+    for desc in listed:
+        if not _wanted(desc, artifact_types):
+            continue
+        raw = desc.get("digest")
+        key = raw if isinstance(raw, str) else repr(raw)
+        if key in seen:
+            continue  # listed again: the same manifest, read once
+        seen.add(key)
+        try:
+            digest = check_digest(_str(raw), what=f"referrer listed in {where}")
+            data = read_manifest(digest, desc)
+        except BadImage as exc:
+            found = Found(key, where, _str(desc.get("artifactType")), {}, None, None, exc.message)
+        else:
+            found = _found(digest, where, data, read_payload, media_types, budget)
+        if keep(found):
+            yield found
+            count += 1
+            if count >= MAX_REFERRERS:
+                return
+
+
 def registry_referrers(raw: str, subject: str, artifact_types: frozenset[str],
-                       media_types: frozenset[str]) -> list[Found]:
+                       media_types: frozenset[str]) -> Iterator[Found]:
     """The subject's referrers of those artifact types in the registry `raw` (docker://...) names:
     through the referrers API, else the fallback tag."""
     from .registry import parse_registry_ref
@@ -173,48 +245,40 @@ def registry_referrers(raw: str, subject: str, artifact_types: frozenset[str],
         tag = fallback_tag(subject)
         where = f"tag {tag}"
         index = client.find_manifest(ref.repository, tag)
-        listed = [] if index is None else (_parse(index.data, f"referrers index {tag}").get("manifests") or [])
-    out = []
-    for desc in [d for d in listed if _wanted(d, artifact_types)][:MAX_REFERRERS]:
         try:
-            digest = check_digest(desc.get("digest"), what=f"referrer listed in {where}")
-            data = client.get_manifest(ref.repository, digest).data
+            listed = [] if index is None else _listing(_parse(index.data, f"referrers index {tag}"), f"referrers index {tag}")
         except BadImage as exc:
-            out.append(Found(str(desc.get("digest")), where, desc.get("artifactType"), {}, None, None, exc.message))
-            continue
-        out.append(_found(digest, where, data, lambda d, size: client.read_blob(
-            ref.repository, d, size=size, what="referrer payload", limit=MAX_PAYLOAD), media_types))
-    return out
+            yield Found(tag, where, None, {}, None, None, exc.message)
+            return
+    yield from _candidates(
+        listed, where, artifact_types, media_types,
+        lambda digest, _desc: client.get_manifest(ref.repository, digest).data,
+        lambda d, size: client.read_blob(ref.repository, d, size=size, what="referrer payload", limit=MAX_PAYLOAD))
 
 
 def store_referrers(store, index_bytes: bytes, subject: str, artifact_types: frozenset[str],
-                    media_types: frozenset[str]) -> list[Found]:
+                    media_types: frozenset[str]) -> Iterator[Found]:
     """The subject's referrers listed in a layout's (or archive's) index.json, read from `store`."""
     from .model import Descriptor
     from .sources.oci_reader import read_blob
 
     where = f"index.json of {store.where}"
-    listed = _parse(index_bytes, where).get("manifests") or []
-    out = []
-    for desc in [d for d in listed if _wanted(d, artifact_types)]:
-        try:
-            digest = check_digest(desc.get("digest"), what=f"entry of {where}")
-            data = read_blob(store, Descriptor(OCI_MANIFEST, digest, int(desc.get("size") or 0)), "referrer manifest", MAX_MANIFEST)
-        except (BadImage, ValueError, TypeError) as exc:
-            out.append(Found(str(desc.get("digest")), where, desc.get("artifactType"), {}, None, None, getattr(exc, "message", str(exc))))
-            continue
-        found = _found(digest, where, data, lambda d, size: read_blob(store, Descriptor("", d, size), "referrer payload", MAX_PAYLOAD),
-                       media_types)
-        if found.subject == subject or (found.subject is None and found.problem):
-            out.append(found)
-        if len(out) >= MAX_REFERRERS:
-            break
-    return out
+    listed = _listing(_parse(index_bytes, where), where)
+
+    def manifest(digest: str, desc: dict) -> bytes:
+        size = desc.get("size")
+        return read_blob(store, Descriptor(OCI_MANIFEST, digest, size if type(size) is int and size >= 0 else 0),
+                         "referrer manifest", MAX_MANIFEST)
+
+    yield from _candidates(
+        listed, where, artifact_types, media_types, manifest,
+        lambda d, size: read_blob(store, Descriptor("", d, size), "referrer payload", MAX_PAYLOAD),
+        keep=lambda f: f.subject == subject or (f.subject is None and bool(f.problem)))
 
 
-def find_referrers(raw: str, subject: str, artifact_types: frozenset[str], media_types: frozenset[str]) -> list[Found]:
-    """The referrers of `subject` (a manifest digest) where the image reference `raw` lives:
-    a registry, an OCI layout, an oci-archive. Other transports hold none."""
+def find_referrers(raw: str, subject: str, artifact_types: frozenset[str], media_types: frozenset[str]) -> Iterator[Found]:
+    """The referrers of `subject` (a manifest digest) where the image reference `raw` lives (a
+    registry, an OCI layout, an oci-archive; other transports hold none), one at a time."""
     from .reference import resolve_ref
 
     parsed = resolve_ref(raw)
@@ -239,7 +303,7 @@ def find_referrers(raw: str, subject: str, artifact_types: frozenset[str], media
         if index_bytes is None:
             raise BadImage(f"OCI archive {path} has no index.json.")
         return store_referrers(ArchiveStore(index, f"OCI archive {path}"), index_bytes, subject, artifact_types, media_types)
-    return []
+    return iter(())
 
 
 def holds_referrers(raw: str) -> bool:

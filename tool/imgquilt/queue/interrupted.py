@@ -4,8 +4,10 @@ Two kinds of leftovers:
 
 - temp files beside `series`, `targets.lock` and the patch files (`.NAME.imgquilt-XXXXXXXX.tmp`,
   from util.atomic; `.NAME.XXXXXXXX.tmp` from imgquilt before 0.2, for NAME a queue file). Their
-  writer holds an flock on them until they are renamed, so one that nobody holds, and that is
-  older than GRACE seconds, belongs to a dead command: sweep() removes it.
+  writer holds an flock on them until they are renamed (and, where the filesystem has O_TMPFILE,
+  names them only once locked), so one that nobody holds belongs to a dead command: `check` reports
+  it whatever its age, and sweep() removes it once it is older than GRACE seconds (on a filesystem
+  without O_TMPFILE a writer names its temp an instant before it locks it).
 - the journal of a command that writes several files as one transaction (QueueJournal):
   `import` (`.imgquilt/import/journal.json`: its patch files, then `series`) and `refresh --rehash`
   (`.imgquilt/rehash/journal.json`: the work copies and snapshots of the patches it pops and pushes
@@ -62,7 +64,8 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 ABSENT = "absent"
 FILE_CAP = 1 << 30  # a work copy is an image file; backups and reads are capped as WorkFiles caps them
 # the commands that write the queue as one transaction (their journal's directory), as the user types them
-COMMANDS = {"import": "imgquilt import", "rehash": "imgquilt refresh --rehash", "move": "imgquilt move"}
+COMMANDS = {"import": "imgquilt import", "rehash": "imgquilt refresh --rehash", "move": "imgquilt move",
+            "rename": "imgquilt rename", "delete": "imgquilt delete"}
 
 
 def _temps(root: Path) -> list[Path]:
@@ -97,15 +100,18 @@ def _dirs_below(top: Path) -> list[Path]:
     return out
 
 
-def _dead(path: Path) -> bool:
-    """A regular temp file that no writer holds and that is older than GRACE."""
+def _dead(path: Path, *, grace: float = GRACE) -> bool:
+    """A regular temp file that no writer holds and that is older than `grace` seconds. (imgquilt's
+    writers make their temp nameless, lock it, then name it, where the filesystem allows: a temp
+    found unlocked is dead whatever its age; `grace` is for the other filesystems, NFS say, where a
+    writer names its temp just before it locks it.)"""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or time.time() - st.st_mtime < GRACE:
+        if not stat.S_ISREG(st.st_mode) or time.time() - st.st_mtime < grace:
             return False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -132,8 +138,9 @@ def sweep(root: Path) -> list[Path]:
 
 def leftovers(root: Path) -> list[str]:
     """For `check`: what an interrupted command left that could not be cleaned, one sentence each."""
-    out = [f"{p.relative_to(root)} is a temp file an interrupted imgquilt command left; remove it "
-           "(a command that can write the queue removes it)." for p in _temps(root) if _dead(p)]
+    out = [f"{p.relative_to(root)} is a temp file an interrupted imgquilt command left (no live process holds it); "
+           f"remove it (any command that can write the queue removes it once it is {GRACE:g} s old)."
+           for p in _temps(root) if _dead(p, grace=0)]
     for command, shown in COMMANDS.items():
         journal = StateDir(root, command)
         if journal.is_file(JOURNAL):
@@ -361,7 +368,9 @@ def _check_rel(rel: str) -> list[str]:
 @contextmanager
 def _parent(root: Path, rel: str, *, create: bool) -> Iterator[tuple[int | None, str]]:
     """(fd of the directory `rel` is in or None, its name). Below .imgquilt/ no link is followed (as
-    util.statedir walks); series and patches/ are reached as every queue command reaches them."""
+    util.statedir walks); series and patches/ are reached as every queue command reaches them (a
+    queue may keep patches/ as a link of its own), but below patches/ no link is followed either:
+    a write or removal of patches/NAME stays in patches/."""
     parts = _check_rel(rel)
     if parts[0] == STATE_NAME:
         qfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -369,14 +378,22 @@ def _parent(root: Path, rel: str, *, create: bool) -> Iterator[tuple[int | None,
             fd = open_dir_below(qfd, parts[:-1], create=create, shown=str(root))
         finally:
             os.close(qfd)
+    elif len(parts) == 1:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     else:
-        where = root.joinpath(*parts[:-1])
-        if create and len(parts) > 1:
-            where.mkdir(parents=True, exist_ok=True)
+        top = root / parts[0]
+        if create:
+            top.mkdir(exist_ok=True)
         try:
-            fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            pfd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except (FileNotFoundError, NotADirectoryError):
-            fd = None
+            pfd = None
+        fd = None
+        if pfd is not None:
+            try:
+                fd = open_dir_below(pfd, parts[1:-1], create=create, shown=str(top))
+            finally:
+                os.close(pfd)
     try:
         yield fd, parts[-1]
     finally:

@@ -17,6 +17,7 @@ from ..store import ObjectStore
 from ..util.atomic import atomic_write
 from ..util.regular import read_regular_file
 from ..verbs.lock import lock_queue
+from ..work.queuefiles import QueueFiles
 from .options import Opener
 from .report import RebaseReport
 from .state import RebaseState, remove_state, save_state
@@ -73,7 +74,7 @@ def finish(root: Path, st: RebaseState, old: Queue, opener: Opener) -> RebaseRep
             dest.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(dest, p.raw, mode=_mode_of(dest))
     for name in dropped:
-        (root / "patches" / name).unlink(missing_ok=True)
+        QueueFiles(root).remove_patch(name, missing_ok=True)  # a patch name (load_state checked), in patches/ only
     if not (root / "series").is_file() or (root / "series").read_bytes() != series_bytes:
         atomic_write(root / "series", series_bytes, mode=_mode_of(root / "series"))
     atomic_write(root / "targets.lock", lock_with(current, lock, st.profile), mode=_mode_of(root / "targets.lock"))

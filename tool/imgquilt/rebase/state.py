@@ -2,6 +2,12 @@
 
 Bytes live in the object store; the journal holds hashes, so it stays small and is rewritten
 whole (atomically) each time.
+
+imgquilt acts on it (--continue writes and removes patch files, --abort restores and releases work
+files), and a queue is cloned with whatever `.imgquilt/` its owner left, so the journal is sealed
+like the queue journals (util.sealing: an HMAC under the user's own key, kept outside every queue)
+and read back only when its seal verifies; every patch name in it must be a patch name and every
+path a path inside the root, or it is refused (ForeignState, exit 6) before anything is done.
 """
 from __future__ import annotations
 
@@ -11,12 +17,14 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import BadInput, UsageError
+from ..errors import BadInput, ForeignState, ImgquiltError, UsageError
+from ..fs.paths import check_member_path
 from ..util.atomic import rename_at
+from ..util.sealing import seal, sealed_here
 from ..util.statedir import StateDir
 from .report import FileOutcome, PatchOutcome, RebaseReport, patch_state
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: sealed (a version-1 journal is refused: `rebase --abort`, or remove .imgquilt/rebase)
 REBASE_DIR = Path(".imgquilt") / "rebase"
 
 
@@ -86,7 +94,15 @@ def rebase_dir(root: Path, *sub: str) -> StateDir:
 
 
 def save_state(root: Path, st: RebaseState) -> None:
-    rebase_dir(root).write("state.json", (json.dumps(asdict(st), indent=1, sort_keys=True) + "\n").encode())
+    doc = json.loads(json.dumps(asdict(st)))  # as it will read back (tuples as lists): what the seal covers
+    doc["seal"] = seal(doc)
+    rebase_dir(root).write("state.json", (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
+
+
+def _foreign(path: Path, what: str) -> ForeignState:
+    return ForeignState(f"{path} is {what}; imgquilt never acts on a rebase journal it did not write in this queue.",
+                        hint="Remove .imgquilt/rebase (imgquilt keeps nothing else there), and restore series, patches/ "
+                             "and targets.lock from git if a rebase of yours was in progress.")
 
 
 def load_state(root: Path) -> RebaseState:
@@ -95,16 +111,39 @@ def load_state(root: Path) -> RebaseState:
         data = rebase_dir(root).read("state.json")
         if data is None:
             raise FileNotFoundError(path)
-        doc = json.loads(data)
+        try:
+            doc = json.loads(data)
+        except RecursionError:
+            raise ValueError("nested too deep") from None
         if not isinstance(doc, dict) or doc.get("version") != STATE_VERSION:
-            raise ValueError(f"version {doc.get('version') if isinstance(doc, dict) else None!r}")
-        st = RebaseState(**doc)
+            raise _foreign(path, f"not a rebase journal of this imgquilt (version "
+                                 f"{doc.get('version') if isinstance(doc, dict) else None!r})")
+        if not sealed_here(doc):
+            raise _foreign(path, "not sealed with your imgquilt journal key (planted, copied from elsewhere, or "
+                                 "written by another user)")
+        st = RebaseState(**{k: v for k, v in doc.items() if k != "seal"})
         st.report("check")  # every recorded outcome must read back, or --continue fails halfway
+        _check_names(st)
         return st
     except FileNotFoundError:
         raise UsageError("No rebase in progress.", hint="Start one with `imgquilt rebase --image NEWREF`.") from None
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise BadInput(f"{path} cannot be read ({exc!r}).", hint="`imgquilt rebase --abort` restores the queue from the backup.") from None
+
+
+def _check_names(st: RebaseState) -> None:
+    """Every name the journal holds is a patch name, every path a path inside the root (ValueError)."""
+    from ..work.patchtext import check_patch_name
+
+    names = [d["name"] for d in st.done] + ([st.current["name"]] if st.current is not None else [])
+    paths = [*st.paths, *st.paths.values(), *st.old_chain, *st.new_chain, *st.work_written, *st.work_saved]
+    try:
+        for name in names:
+            check_patch_name(name)
+        for p in paths:
+            check_member_path(p, what="path in the rebase journal")
+    except ImgquiltError as exc:
+        raise ValueError(exc.message) from None
 
 
 def rebase_in_progress(root: Path) -> bool:

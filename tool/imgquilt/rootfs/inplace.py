@@ -223,7 +223,7 @@ def _bytecode_removals(root_fd: int, result: ApplyResult, changing: set[str]) ->
             st = lstat_at(root_fd, b.path)
         except UnsafePath:
             continue
-        if st is not None and stat.S_ISREG(st.st_mode):
+        if st is not None and (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):  # a link: itself, never its target
             out.append((FileResult(TargetFile(b.path, b.path, None), None, 0o644, 0, 0, ()), Entry(b.path, True, True)))
     return out
 
@@ -235,9 +235,11 @@ def _record_only_noop(changes: list[tuple[FileResult, Entry]], here: dict[str, T
     return names_series(here[RECORD_PATH].data, result.series_sha256)
 
 
-def _check_paths(root: Path, root_fd: int, entries: list[Entry], old_links: set[str] = frozenset()) -> tuple[str, ...]:  # type: ignore[assignment]
+def _check_paths(root: Path, root_fd: int, entries: list[Entry], old_links: set[str] = frozenset(),  # type: ignore[assignment]
+                 links: frozenset[str] = frozenset()) -> tuple[str, ...]:
     """Every refusal before the first write; returns the directories to create, in order.
-    `old_links`: paths whose old entry is a symlink (replaced or removed as itself, never followed)."""
+    `old_links`: paths whose old entry is a symlink (replaced or removed as itself, never followed).
+    `links`: the paths whose removal may find a symlink (bytecode in __pycache__: the link itself goes)."""
     dirs: list[str] = []
     for e in entries:
         parents, name = split(e.path)  # UnsafePath for `..`: e.g. a dangling link climbing out of the root
@@ -263,7 +265,8 @@ def _check_paths(root: Path, root_fd: int, entries: list[Entry], old_links: set[
             else:
                 st = _lstat(fd, name)
                 kind_ok = stat.S_ISLNK if e.path in old_links else stat.S_ISREG
-                if e.has_old and (st is None or not kind_ok(st.st_mode)):
+                linked = e.delete and e.path in links and st is not None and stat.S_ISLNK(st.st_mode)
+                if e.has_old and (st is None or not kind_ok(st.st_mode)) and not linked:
                     what = "a symlink" if e.path in old_links else "a regular file"
                     raise UnsafePath(f"Cannot write {e.path!r} in {root}: it is no longer {what}; nothing was written.", hint=_RACE)
                 if not e.has_old and st is not None:
@@ -401,12 +404,13 @@ def write_in_place(root: Path, result: ApplyResult, *, held: HeldRoot | None = N
     if not changes or _record_only_noop(changes, here, result):
         return []
     try:
-        changes += _bytecode_removals(held.fd, result, {e.path for _, e in changes})
+        removals = _bytecode_removals(held.fd, result, {e.path for _, e in changes})
     except OSError as exc:
         raise _failed(root, exc.filename or ".", exc) from None
+    changes += removals
     entries = [e for _, e in changes]
     try:
-        dirs = _check_paths(root, held.fd, entries, old_links)
+        dirs = _check_paths(root, held.fd, entries, old_links, frozenset(e.path for _, e in removals))
     except OSError as exc:
         raise _failed(root, exc.filename or ".", exc) from None
     w = _Writer(held, Journal(secrets.token_hex(16), "prepare", tuple(entries), dirs), [f for f, _ in changes], old_links)

@@ -85,6 +85,42 @@ def _chmod_at(dir_fd: int, name: str, mode: int) -> None:
         os.close(fd)
 
 
+def _locked_temp(dest: Path) -> tuple[int, str]:
+    """(fd, path) of a new temp file beside `dest`, flock'ed by this process until the fd closes.
+
+    Where the filesystem has O_TMPFILE the file is made nameless, locked, then linked under its temp
+    name: no one ever sees that name unlocked, so whoever finds it unlocked knows its writer is dead
+    (`check` says so at once, whatever the file's age). Elsewhere (NFS) mkstemp then flock."""
+    parent = str(dest.parent or ".")
+    prefix = temp_prefix(dest.name)
+    try:
+        fd = os.open(parent, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    except (OSError, AttributeError):
+        fd = -1
+    if fd >= 0:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            for _ in range(100):
+                tmp = os.path.join(parent, prefix + next(tempfile._get_candidate_names()) + ".tmp")  # noqa: SLF001 - mkstemp's names
+                try:
+                    os.link(f"/proc/self/fd/{fd}", tmp, follow_symlinks=True)
+                    return fd, tmp
+                except FileExistsError:
+                    continue
+        except OSError:
+            pass  # no /proc, or linking refused: the portable way below
+        os.close(fd)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=parent)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held until after the rename: a sweeper never takes a live temp
+    except BaseException:
+        os.close(fd)
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return fd, tmp
+
+
 @contextmanager
 def atomic_file(dest: Path, mode: int = 0o644, *, durable: bool = True) -> Iterator[BinaryIO]:
     """Yield a file to write; on success it replaces `dest`, on error it is removed.
@@ -92,9 +128,8 @@ def atomic_file(dest: Path, mode: int = 0o644, *, durable: bool = True) -> Itera
     `durable=False` skips the fsyncs: for cache entries that carry their own checksum, where a
     crash may lose an entry but never makes a wrong one pass."""
     dest = Path(dest)
-    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(dest.name), suffix=".tmp", dir=dest.parent or ".")
+    fd, tmp = _locked_temp(dest)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # held until after the rename: a sweeper never takes a live temp
         with os.fdopen(os.dup(fd), "wb") as f:
             yield f
             f.flush()

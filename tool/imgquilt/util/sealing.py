@@ -52,6 +52,13 @@ def seal(doc: dict) -> str:
     return hmac.new(_key(create=True), canonical(doc), hashlib.sha256).hexdigest()
 
 
+def user_key() -> bytes:
+    """The user's own key (created on first use): what the cache's seals are derived from too."""
+    key = _key(create=True)
+    assert key is not None
+    return key
+
+
 def sealed_here(doc: dict) -> bool:
     """True when `doc` carries a seal made with the user's key; False without a key or a seal."""
     tag = doc.get("seal")

@@ -11,7 +11,7 @@ docs/provenance.md.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..audit import LIVE, AuditReport, FileAudit, PatchAudit, RecordCheck, TrustCheck, check_record, parse_record
@@ -182,7 +182,7 @@ def check_candidate(found: Found, digest: str, key: PublicKey, queue: Queue, env
     record = predicate.get("record") if isinstance(predicate, dict) else None
     try:
         parse_record(json.dumps(record).encode())
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return no("malformed", "the predicate holds no readable apply record", ids)
     assert isinstance(record, dict) and isinstance(predicate, dict)
     if record.get("series_sha256") != queue.series_sha256:
@@ -205,14 +205,17 @@ def verify_image(queue: Queue, image: Image, ref: str, key: PublicKey, env: tupl
     digest = image.manifest_digest
     if not holds_referrers(ref):
         return Verification(ref, digest, image.platform, key, (), "")
-    found = find_referrers(ref, digest, ARTIFACT_TYPES, PAYLOAD_MEDIA_TYPES)
     if ref.startswith("docker://"):
         from ..image.referrers import fallback_tag
 
         looked = f"the referrers API, else the tag {fallback_tag(digest)}"
     else:
         looked = "index.json"
-    return Verification(ref, digest, image.platform, key, tuple(check_candidate(f, digest, key, queue, env) for f in found), looked)
+    candidates = []
+    for found in find_referrers(ref, digest, ARTIFACT_TYPES, PAYLOAD_MEDIA_TYPES):  # one candidate held at a time
+        c = check_candidate(found, digest, key, queue, env)
+        candidates.append(c if c.verified else replace(c, record=None, predicate=None))  # keep only why, not what
+    return Verification(ref, digest, image.platform, key, tuple(candidates), looked)
 
 
 def verification_json(v: Verification) -> dict[str, Any]:

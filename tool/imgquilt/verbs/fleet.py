@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..audit import STATES, AuditReport, audit_source
-from ..errors import BadInput, ImgquiltError, UsageError
+from ..errors import BadInput, ImgquiltError, UsageError, os_error
 from ..fs.types import Source
 from ..image.registry.blob_memo import shared_downloads
 from ..queue.queue import Queue
@@ -69,14 +69,17 @@ def audit_fleet(queue: Queue, refs: Sequence[str], open_source: Callable[[str], 
             return FleetEntry(ref, audit_trusting(queue, source, trust) if trust is not None else audit_source(queue, source))
         except ImgquiltError as exc:
             return FleetEntry(ref, None, exc)
+        except OSError as exc:  # a path the system refuses (too long, a loop, no permission): this image's error only
+            return FleetEntry(ref, None, os_error(exc, f"image {ref}"))
 
     with shared_downloads(), ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="imgquilt-audit") as pool:
         return list(pool.map(one, refs))
 
 
 # --- documents ----------------------------------------------------------------------------------
-def fleet_document(images: list[dict[str, Any]], expect: str) -> dict[str, Any]:
-    """The fleet document over single-image documents (each with `image` and `patches`, or `error`)."""
+def fleet_document(images: list[dict[str, Any]], expect: str, *, strict: bool = False) -> dict[str, Any]:
+    """The fleet document over single-image documents (each with `image` and `patches`, or `error`).
+    `strict` (audit --strict): an image with a file whose running code imgquilt cannot tell is not as expected."""
     names: list[str] = []
     for d in images:
         for p in d.get("patches") or []:
@@ -88,10 +91,11 @@ def fleet_document(images: list[dict[str, Any]], expect: str) -> dict[str, Any]:
         ref = image_ref(d)
         for p in d.get("patches") or []:
             matrix[p["name"]][ref] = p["state"]
-    failing = [image_ref(d) for d in images if not_as_expected(d, expect)]
+    failing = [image_ref(d) for d in images if not_as_expected(d, expect, strict=strict)]
     errors = [image_ref(d) for d in images if d.get("error") and not d.get("patches")]
     return {
         "expect": expect,
+        **({"strict": True} if strict else {}),
         "series_sha256": series[0] if len(series) == 1 else None,
         "patches": names,
         "images": images,
@@ -114,9 +118,13 @@ def image_ref(doc: dict[str, Any]) -> str:
     return str(image.get("ref") or doc.get("ref") or "?")
 
 
-def not_as_expected(doc: dict[str, Any], expect: str) -> bool:
-    """A readable image with a patch not in the expected state."""
-    return bool(doc.get("patches")) and any(p["state"] != expect for p in doc["patches"])
+def not_as_expected(doc: dict[str, Any], expect: str, *, strict: bool = False) -> bool:
+    """A readable image with a patch not in the expected state (`strict`: or a pyc imgquilt cannot tell)."""
+    patches = doc.get("patches") or []
+    if any(p["state"] != expect for p in patches):
+        return True
+    return strict and any(b.get("verdict") == "cannot-tell" for p in patches for f in p.get("files") or []
+                          for b in f.get("bytecode") or [])
 
 
 MAX_DEPTH = 64  # an audit document nests six levels; a shard nested deeper is not one

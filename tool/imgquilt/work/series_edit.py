@@ -2,6 +2,12 @@
 
 `new` (like import) inserts after the top patch, at the start of series when none is applied, as
 quilt does.
+
+`delete` and `rename` change several files (the patch files, other patches' Requires, the applied
+state, series), so each is one transaction (queue.interrupted.QueueJournal): every change computed
+first, in memory (a pop on a work tree whose writes are held: work.staged), then written with a
+journal, `series` last, whose new bytes commit it. A kill at any point leaves a queue the next
+command puts back exactly as it was, or, past the commit, exactly as the command left it.
 """
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import BadInput, Refused, UsageError
+from ..queue.interrupted import Change, QueueJournal
 from ..queue.patchfile import Header, Patch, renamed, with_header
 from .patchtext import check_header, check_patch_name
 from .pop import pop_one
@@ -37,24 +44,33 @@ def new(wt: WorkTree, name: str, header: Header) -> Patch:
 
 
 def delete(wt: WorkTree, name: str | None = None, *, remove: bool = False, force: bool = False) -> str:
-    """Remove a patch (the top by default) from series, popping it first when it is the applied top."""
+    """Remove a patch (the top by default) from series, popping it first when it is the applied top;
+    `remove`: its patch file too. One transaction (see the module docstring)."""
+    from .staged import Staged
+
     with wt.locked():
         applied = wt.consistent()
         name = name or wt.need_top()
         if name not in wt.series():
             raise UsageError(f"Patch {name} is not in series.", hint="`imgquilt series` lists the patches.")
+        staged = Staged(wt, {})
         if name in applied:
             if name != applied[-1]:
                 raise UsageError(f"Patch {name} is applied below the top.", hint=f"Pop to it first: `imgquilt pop {name}`, then `imgquilt pop`.")
-            pop_one(wt, applied, force)
-        wt.queue.remove(name)
+            pop_one(staged.tree, applied, force)
+        changes = staged.changes()
         if remove:
-            wt.queue.remove_patch(name, missing_ok=True)
+            changes.append(Change(f"patches/{check_patch_name(name)}", None))
+        changes.append(Change("series", wt.queue.without(name), wt.queue.series_mode()))  # last: it commits the delete
+        QueueJournal(wt.root, "delete").run(changes)
         return name
 
 
 def rename(wt: WorkTree, new: str, old: str | None = None) -> tuple[str, list[str]]:
-    """Rename a patch everywhere: patches/, series, the applied state and other patches' Requires."""
+    """Rename a patch everywhere: patches/, series, the applied state and other patches' Requires.
+    One transaction (see the module docstring)."""
+    from .staged import Staged
+
     check_patch_name(new)
     with wt.locked():
         applied = wt.consistent()
@@ -64,17 +80,11 @@ def rename(wt: WorkTree, new: str, old: str | None = None) -> tuple[str, list[st
             raise UsageError(f"Patch {old} is not in series.", hint="`imgquilt series` lists the patches.")
         if new in names or wt.queue.exists(new):
             raise UsageError(f"Patch {new} already exists.", hint="Pick another name.")
-        wt.queue.write_patch(renamed(wt.read_patch(old), new))
-        wt.queue.rename(old, new)
-        if old in applied:
-            wt.record.write_snapshot(new, wt.snapshot(old))
-            wt.record.drop_snapshot(old)
-            wt.record.write_applied([new if n == old else n for n in applied])
-        wt.queue.remove_patch(old)
+        changes = [Change(f"patches/{new}", renamed(wt.read_patch(old), new).raw, wt.queue.patch_mode(old))]
         touched = []
         token = re.compile(r"(?<![^\s,])" + re.escape(old) + r"(?![^\s,])")
-        for other in wt.series():
-            if other == new:
+        for other in names:
+            if other == old:
                 continue
             try:
                 p = wt.read_patch(other)
@@ -82,8 +92,18 @@ def rename(wt: WorkTree, new: str, old: str | None = None) -> tuple[str, list[st
                 continue
             if old in p.header.requires:
                 value = token.sub(new, p.header.get("Requires") or "")
-                wt.queue.write_patch(with_header(p, p.header.with_field("Requires", value)))
+                changes.append(Change(f"patches/{other}", with_header(p, p.header.with_field("Requires", value)).raw,
+                                      wt.queue.patch_mode(other)))
                 touched.append(other)
+        if old in applied:
+            staged = Staged(wt, {})
+            staged.tree.record.write_snapshot(new, wt.snapshot(old))
+            staged.tree.record.drop_snapshot(old)
+            staged.tree.record.write_applied([new if n == old else n for n in applied])
+            changes += staged.changes()
+        changes.append(Change(f"patches/{check_patch_name(old)}", None))
+        changes.append(Change("series", wt.queue.renamed(old, new), wt.queue.series_mode()))  # last: it commits the rename
+        QueueJournal(wt.root, "rename").run(changes)
         return old, touched
 
 

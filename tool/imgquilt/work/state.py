@@ -152,6 +152,6 @@ class WorkState:
                 Tracked(str(f["path"]), str(f["sha256"]), None if f["mode"] is None else int(f["mode"], 8), str(f.get("resolved") or f["path"]))
                 for f in doc["files"]
             ]
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise BadInput(f"Work-tree state of {name} cannot be read: {exc!r}.", hint="Remove .imgquilt/state and .imgquilt/work to start over.") from None
         return snap

@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...cache.seal import entry_seal, entry_sealed
 from ...errors import BadImage, BadInput
 from ...util.regular import read_regular_file
 from ..digests import CopyCheck, new_hasher, sha256_digest, split_digest, verify_digest
@@ -54,11 +55,15 @@ def fingerprint(path: Path) -> Fingerprint:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+_MARKER = "verified-blob"
+
+
 class VerifiedBlobs:
     """Blobs whose digest imgquilt has checked, keyed by location and the file's fingerprint.
 
     Kept in memory for the process and, with a cache directory, on disk: a later run may then skip
-    over (seek past) the data of an unchanged, already verified blob instead of hashing it again.
+    over (seek past) the data of an unchanged, already verified blob instead of hashing it again. A
+    marker on disk is believed only when sealed under the cache key (cache.seal).
     """
 
     def __init__(self, cache_dir: Path | None = None) -> None:
@@ -93,10 +98,12 @@ class VerifiedBlobs:
             saved = json.loads(read_regular_file(marker, cap=1 << 16, follow=False) or b"")
         except (OSError, ValueError, BadInput):
             return False
-        if tuple(saved.get("fingerprint", ())) == now and saved.get("key") == list(key):
-            self._mem[key] = now
-            return True
-        return False
+        if not isinstance(saved, dict) or tuple(saved.get("fingerprint") or ()) != now or saved.get("key") != list(key):
+            return False
+        if not entry_sealed(saved.get("seal"), _MARKER, json.dumps([list(key), list(now)])):
+            return False  # not one this user (or team key) wrote: hash the blob again, never an error
+        self._mem[key] = now
+        return True
 
     def trusted_now(self, digest: str, loc: BlobLocation | None) -> Fingerprint | None:
         """The file's fingerprint when `digest` is known verified for it (else None): for a sink that
@@ -134,11 +141,14 @@ class VerifiedBlobs:
         marker = self._marker(key)
         if marker is None:
             return
+        seal = entry_seal(_MARKER, json.dumps([list(key), list(seen)]))
+        if seal is None:
+            return  # no cache key: a marker would never be believed
         try:
             marker.parent.mkdir(parents=True, exist_ok=True)
             tmp = marker.with_name(marker.name + f".tmp{os.getpid()}")
             with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644), "w") as f:
-                f.write(json.dumps({"key": list(key), "fingerprint": list(seen)}))
+                f.write(json.dumps({"key": list(key), "fingerprint": list(seen), "seal": seal}))
             os.replace(tmp, marker)
         except OSError:
             pass  # the cache is an optimisation only

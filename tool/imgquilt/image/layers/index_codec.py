@@ -13,7 +13,7 @@ from typing import Iterator, Mapping
 
 from .layer_index import LayerIndex, Rec
 
-FORMAT = "imgquilt-layer-index-5"  # 4: seekable layers' extents; 5: members carry their mtime
+FORMAT = "imgquilt-layer-index-6"  # 4: seekable layers' extents; 5: members carry their mtime; 6: extents are runs walked from the tar stream
 _Raw = tuple  # (kind, mode, uid, gid, size, linkname, ordinal, offset, sparse, sha or "", extent or None, mtime)
 
 

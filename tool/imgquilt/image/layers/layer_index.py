@@ -44,9 +44,9 @@ class Rec:
         self.sparse = sparse
         self.sha: str | None = None  # sha256 hex of the data, when the shared cache holds it
         self.mtime = mtime  # whole seconds, for judging a timestamp pyc against its source
-        # a member of a seekable layer read from its table of contents: (sha256 hex of the data, the
-        # compressed runs holding it as (start, end, skip, size, zeros) tuples); its bytes are fetched by
-        # range and checked against that sha256 (layers.toc)
+        # a member of a seekable layer walked by range (layers.toc_walk): (the TOC's sha256 hex of the data,
+        # the run of frames holding it as a (start, end, skip, size, total) tuple, or none for an empty
+        # file); its bytes are fetched by range and checked against that total and that sha256
         self.extent: tuple[str, tuple[tuple[int, int, int, int, bool], ...]] | None = None
 
     def node(self, layer: str | None) -> Node:

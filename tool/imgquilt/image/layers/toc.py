@@ -10,21 +10,21 @@ contents (TOC, JSON) that names each tar member and where its compressed bytes l
      gzip member the 51-byte footer at the end of the blob points to;
 2. the TOC is fetched by range and checked against that checksum; the footer, which only says where to
    look, is never trusted for anything else;
-3. the TOC becomes a LayerIndex exactly as a tar walk of the layer would build it (layer_index's
-   IndexBuilder: whiteouts, opaque markers, implied directories, hard links, last member wins), every
-   regular file carrying its sha256 and compressed runs (Rec.extent);
-4. a file's bytes are fetched by range, decompressed and checked against the TOC's sha256 before use.
-A checksum that does not match (TOC or file) is DigestMismatch (exit 6): nothing from it is used. A TOC
-that cannot be used (absent, of an unknown version, over the size cap, a regular file without a
-digest, a registry that ignores Range) raises TocUnusable, and the layer is read whole as any other.
-The layer's own digest is not checked on this path (only the whole blob could be hashed): the TOC's
-checksum and the per-file digests are what vouch for every byte used.
+3. the TOC is not believed about the layer's members: layers.toc_walk walks the tar stream itself by
+   range (the TOC only says which runs of frames are the big files' data, to skip) into the index a
+   full read builds, and the TOC must match it member for member;
+4. a file's bytes are fetched by range, decompressed and checked against the length the walk found
+   and the TOC's sha256 before use.
+A TOC whose checksum does not match is DigestMismatch (exit 6): nothing from it is used. A TOC that
+cannot be used (absent, of an unknown version, over the size cap, a regular file without a digest, a
+registry that ignores Range, a TOC that does not describe the tar stream) raises TocUnusable, and the
+layer is read whole as any other. The layer's own digest is not checked on this path (only the whole
+blob could be hashed): the TOC's checksum and the per-file digests are what vouch for every byte used.
 """
 from __future__ import annotations
 
 import datetime
 import hashlib
-import io
 import json
 import re
 import zlib
@@ -33,8 +33,6 @@ from typing import Callable, Literal
 
 from ...errors import BadImage
 from ..digests import verify_digest
-from .index_codec import LazyRecs
-from .layer_index import DIR, FILE, OTHER, SYMLINK, IndexBuilder, LayerIndex, _implicit_dirs
 from .tarwalk import BytesStream, TarWalker
 
 ZSTD_CHECKSUM_KEYS = ("io.github.containers.zstd-chunked.manifest-checksum",
@@ -47,13 +45,10 @@ ESTARGZ_FOOTER = 51
 SKIPPABLE_HEADER = 8  # a zstd skippable frame's magic and length, before the TOC it holds
 MAX_TOC = 128 << 20  # compressed or not: a bigger TOC is not held in memory (the layer is read whole)
 _SHA256 = re.compile(r"^sha256:([0-9a-f]{64})$")
-_TYPEFLAGS = {"reg": "0", "hardlink": "1", "symlink": "2", "char": "3", "block": "4", "dir": "5", "fifo": "6"}
-_PLAIN = {"reg": FILE, "dir": DIR, "symlink": SYMLINK, "char": OTHER, "block": OTHER, "fifo": OTHER}  # no link to clean
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 ReadRange = Callable[[int, int], "bytes | None"]  # (offset, length) -> the bytes; None: ranges are not served
 Kind = Literal["zstd:chunked", "estargz"]
-Run = tuple[int, int, int, int, bool]  # compressed start, end; uncompressed bytes to drop, to take; zeros
 
 
 class TocUnusable(Exception):
@@ -125,6 +120,7 @@ class Toc:
     doc: dict
     data_end: int  # every file's compressed runs lie before this offset
     own_member: bytes | None = None  # eStargz: the TOC JSON, which the layer's tar holds as stargz.index.json
+    tail: bytes | None = None  # eStargz: the TOC's gzip member itself (compressed, at data_end): the tar stream's end
 
 
 def _fetch(read_range: ReadRange, offset: int, length: int, what: str) -> bytes:
@@ -162,7 +158,7 @@ def read_toc(ref: TocRef, blob_size: int, read_range: ReadRange, *, what: str) -
     verify_digest(ref.digest, hashlib.sha256(text).hexdigest(), what=f"table of contents of the {what}",
                   hint="The layer's TOC is not the one its manifest names: the blob was altered or the "
                        "registry served other bytes.")
-    return Toc(ref, _parse(text), toc_offset, own_member=text)
+    return Toc(ref, _parse(text), toc_offset, own_member=text, tail=member)
 
 
 def _estargz_footer(footer: bytes) -> int:
@@ -218,78 +214,6 @@ def _loads(text: bytes):
     return orjson.loads(text)
 
 
-# --- the TOC as a layer index -----------------------------------------------------------------
-def toc_index(toc: Toc, blob_size: int, *, position: int, whiteouts: bool, what: str) -> LayerIndex:
-    """The LayerIndex a tar walk of the layer would build, from its TOC; files carry their extents."""
-    entries = toc.doc["entries"]
-    if not all(type(e) is dict for e in entries):
-        raise TocUnusable("a TOC entry is not an object")
-    n = len(entries)
-    # each run of data ends where the next one starts (as the estargz reader computes it)
-    ends = [0] * n
-    following = toc.data_end
-    for i in range(n - 1, -1, -1):
-        e = entries[i]
-        if e.get("type") in ("reg", "chunk"):
-            ends[i] = following
-        offset = e.get("offset")
-        if offset and not e.get("innerOffset"):
-            if type(offset) is not int or offset < 0:
-                raise TocUnusable(f"TOC entry {e.get('name')!r} has a bad offset {offset!r}")
-            following = offset
-    builder = IndexBuilder(position=position, whiteouts=whiteouts, what=what)
-    member, store = builder.member, builder.store_raw
-    ordinal = 0
-    i = 0
-    while i < n:
-        e = entries[i]
-        get = e.get
-        kind = get("type")
-        typeflag = _TYPEFLAGS.get(kind)  # type: ignore[arg-type]
-        if typeflag is None:
-            raise TocUnusable(f"TOC entry {get('name')!r} has type {kind!r}")
-        start = i
-        i += 1
-        if kind == "reg":
-            while i < n and entries[i].get("type") == "chunk":
-                i += 1
-        name, link = get("name"), get("linkName") or ""
-        mode, uid, gid = get("mode") or 0, get("uid") or 0, get("gid") or 0
-        size = (get("size") or 0) if kind == "reg" else 0
-        if type(name) is not str or type(link) is not str or type(mode) is not int or type(uid) is not int \
-                or type(gid) is not int or type(size) is not int or min(mode, uid, gid, size) < 0:
-            raise TocUnusable(f"TOC entry {name!r} has a bad name, link, mode, owner or size")
-        if kind in _PLAIN and not name.startswith((".", "/")) and "/." not in name and "//" not in name \
-                and "\x00" not in name:
-            # a clean name (no `.` component, so no whiteout either) of a kind with no link to clean:
-            # what `member` would give, without its checks (the hot path: nearly every entry)
-            got: tuple[str, str, str] | None = (name.rstrip("/"), _PLAIN[kind], link)
-            if not got[0]:  # type: ignore[index]
-                got = None
-        else:
-            got = member(name, typeflag, link)
-        if got is not None:
-            path, rec_kind, rec_link = got
-            extent = mtime = None
-            if kind == "reg":
-                extent = _extent(entries, range(start, i), ends, size, toc.data_end)
-                # only a Python source's mtime is ever looked at (a timestamp pyc is judged against it)
-                mtime = _modtime(get("modtime")) if path.endswith(".py") else 0
-            store(path, (rec_kind, mode & 0o7777, uid, gid, size, rec_link, ordinal, -1, False, "", extent, mtime or 0))
-        ordinal += 1
-    own = toc.own_member
-    if own is not None:
-        got = member(ESTARGZ_TOC_NAME, "0", "")
-        assert got is not None
-        store(got[0], (got[1], 0, 0, 0, len(own), "", ordinal, -1, False, "", None, 0))
-        ordinal += 1
-    recs = LazyRecs.of_raw(builder.raw)
-    index = LayerIndex(position, recs, builder.wh, builder.opq, _implicit_dirs(recs, builder.wh, builder.opq), ordinal, 0)
-    if own is not None:
-        recs[ESTARGZ_TOC_NAME].data = own  # the TOC member itself: its bytes are at hand
-    return index
-
-
 def _modtime(text: object) -> int:
     """A TOC entry's `modtime` (RFC 3339, the tar header's mtime) in whole seconds; 0 when absent or bad
     (only a timestamp pyc's judgement looks at it)."""
@@ -299,106 +223,6 @@ def _modtime(text: object) -> int:
         return int(datetime.datetime.fromisoformat(text).timestamp())
     except (ValueError, OverflowError, OSError):
         return 0
-
-
-def _extent(entries: list[dict], chunks: range, ends: list[int], size: int, data_end: int
-            ) -> tuple[str, tuple[Run, ...]]:
-    """(sha256 hex, compressed runs) of a regular file from its TOC entry and chunk entries (written for
-    speed: a large layer's TOC has tens of thousands of files)."""
-    head = entries[chunks[0]]
-    if size == 0:
-        return EMPTY_SHA256, ()
-    get = head.get
-    digest = get("digest")
-    # sha256: and 64 lowercase hex digits (as _SHA256 says; this is the per-file hot path)
-    if type(digest) is not str or len(digest) != 71 or not digest.startswith("sha256:") \
-            or digest[7:].strip("0123456789abcdef"):
-        raise TocUnusable(f"TOC entry {get('name')!r} has no sha256 digest of its data")
-    if len(chunks) == 1:  # one chunk: most files
-        offset, start, skip = get("chunkOffset") or 0, get("offset") or 0, get("innerOffset") or 0
-        take = get("chunkSize") or size
-        end = ends[chunks[0]]
-        stop = get("endOffset")
-        if type(stop) is int and type(start) is int and start < stop < end:
-            end = stop
-        if type(offset) is not int or type(start) is not int or type(skip) is not int or type(take) is not int \
-                or offset != 0 or skip < 0:
-            raise TocUnusable(f"the chunks of TOC entry {get('name')!r} do not follow each other")
-        if take != size or not (0 < start < end <= data_end):
-            raise TocUnusable(f"TOC entry {get('name')!r} has a chunk outside its file or the blob")
-        return digest[7:], ((start, end, skip, take, get("chunkType") == "zeros"),)
-    runs: list[Run] = []
-    at = 0
-    last = chunks[-1]
-    for idx in chunks:
-        get = entries[idx].get
-        offset, start, skip = get("chunkOffset") or 0, get("offset") or 0, get("innerOffset") or 0
-        take = get("chunkSize") or size - at
-        if type(offset) is not int or type(start) is not int or type(skip) is not int or type(take) is not int \
-                or offset != at or skip < 0:
-            raise TocUnusable(f"the chunks of TOC entry {head.get('name')!r} do not follow each other")
-        end = ends[idx]
-        if idx == last:
-            stop = head.get("endOffset")
-            if type(stop) is int and start < stop < end:
-                end = stop  # zstd:chunked says where the file's last frame ends
-        if take <= 0 or at + take > size or not (0 < start < end <= data_end):
-            raise TocUnusable(f"TOC entry {head.get('name')!r} has a chunk outside its file or the blob")
-        runs.append((start, end, skip, take, get("chunkType") == "zeros"))
-        at += take
-    if at != size:
-        raise TocUnusable(f"the chunks of TOC entry {head.get('name')!r} do not add up to its size")
-    return digest[7:], tuple(runs)
-
-
-# --- file bytes by range ----------------------------------------------------------------------
-def span(extent: tuple[str, tuple[Run, ...]]) -> tuple[int, int] | None:
-    """The compressed byte range one fetch takes for the file (None: nothing to fetch)."""
-    runs = [r for r in extent[1] if not r[4]]
-    if not runs:
-        return None
-    return min(r[0] for r in runs), max(r[1] for r in runs)
-
-
-def file_bytes(extent: tuple[str, tuple[Run, ...]], fetched: bytes, at: int, compression: str, *, what: str) -> bytes:
-    """The file's bytes from the compressed range `fetched` (which starts at blob offset `at`), checked
-    against the TOC's sha256: DigestMismatch otherwise, and nothing of them is used."""
-    expected, runs = extent
-    out = bytearray()
-    try:
-        for start, end, skip, take, zeros in runs:
-            if zeros:
-                out += bytes(take)
-                continue
-            piece = fetched[start - at:end - at]
-            out += (_unzstd_range if compression == "zstd" else _gunzip_range)(piece, skip, take)
-    except Exception:  # noqa: BLE001 - undecodable bytes are bytes that do not match the TOC
-        out = bytearray(b"\0undecodable")
-    verify_digest("sha256:" + expected, hashlib.sha256(out).hexdigest(), what=what,
-                  hint="The bytes fetched by range are not the ones the layer's TOC names: the blob was "
-                       "altered or the registry served other bytes.")
-    return bytes(out)
-
-
-def _unzstd(data: bytes, cap: int, skip: int = 0) -> bytes:
-    """Up to `cap` bytes after the first `skip` of the zstd frames in `data`."""
-    import zstandard
-
-    reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
-    out = bytearray()
-    want = skip + cap
-    while len(out) < want:
-        part = reader.read(min(4 << 20, want - len(out)))
-        if not part:
-            break
-        out += part
-    if len(out) > skip + cap:  # pragma: no cover - read() never returns more than asked
-        raise ValueError("too long")
-    return bytes(out[skip:])
-
-
-def _unzstd_range(data: bytes, skip: int, take: int) -> bytes:
-    return _unzstd(data, take, skip)
 
 
 def _gunzip(data: bytes, skip: int, cap: int) -> bytes:
@@ -416,7 +240,4 @@ def _gunzip(data: bytes, skip: int, cap: int) -> bytes:
         rest = d.unused_data
     return bytes(out[skip:])
 
-
-def _gunzip_range(data: bytes, skip: int, take: int) -> bytes:
-    return _gunzip(data, skip, take)
 

@@ -145,7 +145,7 @@ class Authenticator:
             lifetime = float(answer.get("expires_in") or 60)
             if not 0 <= lifetime < 1e9:
                 lifetime = 60.0
-        except (ValueError, AttributeError, TypeError):
+        except (ValueError, AttributeError, TypeError, RecursionError):
             token = None
         if not isinstance(token, str) or not token or not token.isprintable() or not token.isascii():
             raise BadImage(f"The token service of {self.registry} ({realm}) gave no token.",

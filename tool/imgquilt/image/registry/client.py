@@ -140,7 +140,7 @@ def _late(what: str, deadline: Deadline) -> BadImage:
 def _declared_media_type(data: bytes) -> str | None:
     try:
         declared = json.loads(data).get("mediaType")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return None
     return declared if isinstance(declared, str) else None
 
@@ -585,7 +585,7 @@ class RegistryClient:
                 data = self._read_limited(response, what)
             try:
                 manifests = json.loads(data).get("manifests")
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 manifests = None
             if not isinstance(manifests, list):
                 raise BadImage(f"The registry {self.domain} answered the {what} with something that is not an image index.")

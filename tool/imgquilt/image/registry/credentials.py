@@ -105,7 +105,7 @@ def run_credential_helper(name: str, domain: str) -> Credentials | None:
     try:
         answer = json.loads(done.stdout)
         return Credentials(str(answer["Username"]), str(answer["Secret"]), program)
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise BadInput(f"The credential helper {program} gave an answer that is not "
                        "{\"Username\": ..., \"Secret\": ...} JSON.") from None
 
@@ -115,7 +115,7 @@ def _read_config(path: Path) -> dict | None:
         doc = json.loads(path.read_bytes())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise BadInput(f"Cannot read the credentials file {path}: {exc}.",
                        hint="Fix or remove it (REGISTRY_AUTH_FILE, containers/auth.json or docker config.json).") \
             from None

@@ -14,7 +14,7 @@ def registry_messages(response: httpx.Response) -> str:
     try:
         body = response.read()
         errors = json.loads(body).get("errors") if body else None
-    except (ValueError, AttributeError, httpx.HTTPError):
+    except (ValueError, AttributeError, RecursionError, httpx.HTTPError):
         errors = None
     if not isinstance(errors, list):
         return ""

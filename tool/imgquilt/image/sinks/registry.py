@@ -16,6 +16,7 @@ from ...errors import BadImage, UsageError
 from ...fs.content import Spooled, open_reader
 from ..mediatypes import OCI_INDEX, OCI_MANIFEST
 from ..registry import RegistryRef, parse_registry_ref
+from ...util.jsonin import loads_or_none
 from ..referrers import Referrer, add_to_index, fallback_tag
 from .base_blobs import open_checked, unique_layers
 from .mutate import NewImage
@@ -116,8 +117,6 @@ def push_referrer(ref: str, referrer: Referrer) -> str:
     "referrers API" (the registry answered OCI-Subject), else "tag sha256-<hex>", the fallback tag's
     index, read, added to and written back, then read again to make sure a racing writer did not drop
     it (each writer checks its own entry, so two racing writers both end up listed)."""
-    import json
-
     from ..sources.registry import registries
 
     dest = parse_push_ref(ref)
@@ -134,7 +133,7 @@ def push_referrer(ref: str, referrer: Referrer) -> str:
         found = client.find_manifest(repo, tag)
         if found is None:
             return None
-        index = json.loads(found.data)
+        index = loads_or_none(found.data)  # not JSON, or nested past what the parser takes: not an index
         if not isinstance(index, dict) or not isinstance(index.get("manifests"), list):
             raise BadImage(f"The tag {tag} in {dest.domain}/{repo} is not an image index of referrers; imgquilt does "
                            "not replace it.", hint="Remove or repair that tag, then attest again.")

@@ -59,7 +59,7 @@ def _legacy_entries(index: ArchiveIndex, where: str) -> list[dict[str, Any]] | N
         return None
     try:
         entries = json.loads(data)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise BadImage(f"manifest.json of {where} is not valid JSON ({exc}).") from None
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise BadImage(f"manifest.json of {where} is not a list of image entries.")
@@ -189,6 +189,6 @@ def _manifest_config(store: ArchiveStore, entry: IndexEntry) -> str | None:
     try:
         manifest = json.loads(read_verified(loc, entry.digest, what="manifest", limit=4 << 20))
         digest = manifest.get("config", {}).get("digest")
-    except (ValueError, AttributeError, BadImage):
+    except (ValueError, AttributeError, RecursionError, BadImage):
         return None
     return digest if isinstance(digest, str) else None

@@ -28,7 +28,7 @@ def check_layout_marker(data: bytes | None, where: str) -> None:
         raise BadImage(f"{where} is not an OCI image layout: it has no oci-layout file.")
     try:
         version = json.loads(data).get("imageLayoutVersion")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         version = None
     if not isinstance(version, str):
         raise BadImage(f"{where} has an unreadable oci-layout file.")

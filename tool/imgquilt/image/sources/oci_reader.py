@@ -41,7 +41,7 @@ class BlobStore(Protocol):
 def parse_json(data: bytes, what: str) -> dict[str, Any]:
     try:
         obj = json.loads(data)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise BadImage(f"The {what} is not valid JSON ({exc}).") from None
     if not isinstance(obj, dict):
         raise BadImage(f"The {what} is not a JSON object.")

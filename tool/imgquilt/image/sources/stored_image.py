@@ -35,6 +35,6 @@ def _json_object(data: bytes) -> dict[str, Any]:
     """A JSON object, or {} for anything else (the bytes were verified, not necessarily well-formed)."""
     try:
         obj = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return obj if isinstance(obj, dict) else {}

@@ -1,0 +1,132 @@
+"""kill -9 inside `rename` and `delete -r`: the next command leaves the queue and the work tree exactly as
+they were or exactly renamed (deleted), with no journal behind, and the command run again succeeds.
+Same method as test_rehash_crash.py (one traced run lists the calls, then one run per chosen call under
+`strace -e inject=SYSCALL:signal=SIGKILL:when=N`), on a sample of the calls to keep CI cheap: every call
+that touches the journal and the two after it, the last 4 (the commit), and evenly spaced others, about
+16 a command (IMGQUILT_CRASH_FULL=1 kills at every call of the transaction).
+
+The queue: test_rehash.py's three-patch chain on one file, all three applied, the third one Requires:
+the second. `rename` of the second writes the renamed patch file, the third's Requires, the snapshots
+and the applied list, removes the old file, then series (the commit). `delete -r` of the top pops it
+(the work copy and the state change), removes its file, then series.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from qtools import empty_queue, imgquilt, tree_hash, write_patch
+from test_import_crash import _env, _fresh, queue_hash
+from test_inplace_crash import CHANGING, STRACE, _kill_points
+from test_rehash import BASE, MOD, NAMES, P1, P2, P3
+
+COMMANDS = {
+    "rename": ["rename", "-P", NAMES[1], "02-renamed.patch"],
+    "delete": ["delete", "-r", NAMES[2]],
+}
+BUDGET = 16
+
+
+def _world(tmp: Path) -> Path:
+    image = tmp / "image"
+    (image / "usr/lib/app").mkdir(parents=True)
+    (image / MOD).write_bytes(BASE)
+    q = empty_queue(tmp / "old")
+    for name, old, new in zip(NAMES, (BASE, P1, P2), (P1, P2, P3)):
+        write_patch(q, name, [(MOD, old, new)], fields={"Requires": NAMES[1]} if name == NAMES[2] else None)
+    env = _cli(q)
+    imgquilt("lock", "--image", f"rootfs:{image}", cwd=q, env=env, check=0)
+    imgquilt("push", "-a", cwd=q, env=env, check=0)
+    return q
+
+
+def _cli(q: Path) -> dict[str, str]:
+    return {**_env(), "HOME": str(q.parent / f"{q.name}-home"), "IMGQUILT_CACHE_DIR": str(q.parent / f"{q.name}-cache")}
+
+
+def _state(q: Path) -> tuple[str, str]:
+    return queue_hash(q), tree_hash(q / ".imgquilt/work") + tree_hash(q / ".imgquilt/state")
+
+
+def _run(q: Path, args: list[str], inject: str | None = None, log: Path | None = None) -> subprocess.CompletedProcess:
+    cmd = [STRACE, "-f", "-qq"]
+    if log is not None:
+        cmd += ["-o", str(log), "-e", "trace=" + ",".join(CHANGING)]
+    else:
+        cmd += ["-o", "/dev/null", "-e", f"trace={inject.split(':')[0]}", "-e", f"inject={inject}"]
+    return subprocess.run(cmd + [sys.executable, "-m", "imgquilt", *args], cwd=q, env=_cli(q), capture_output=True, text=True)
+
+
+def _choose(points: list[tuple[str, int, str]], start: int) -> list[tuple[str, int, str]]:
+    tail = points[start:]
+    if os.environ.get("IMGQUILT_CRASH_FULL") == "1" or len(tail) <= BUDGET:
+        return tail
+    keep = {len(tail) - k for k in range(1, 5)}
+    for i, (_, _, args) in enumerate(tail):
+        if "journal" in args:
+            keep.update(range(i, min(i + 3, len(tail))))
+    rest = [i for i in range(len(tail)) if i not in keep]
+    room = max(BUDGET - len(keep), 0)
+    if rest and room:
+        keep.update(rest[int(k * len(rest) / room)] for k in range(room))
+    return [tail[i] for i in sorted(keep)]
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_kill_inside_a_rename_or_delete_leaves_old_or_new(tmp_path: Path, command: str) -> None:
+    assert os.access(STRACE, os.X_OK), f"strace is needed for the crash test (not found at {STRACE})"
+    args = COMMANDS[command]
+    old = _world(tmp_path)
+    work = [tmp_path / f"w{k}" for k in range(2)]
+    _fresh(old, work[0])
+    done = _run(work[0], args, log=tmp_path / "trace.log")
+    assert done.returncode == 0, done.stderr
+    states = {"old": _state(old), "new": _state(work[0])}
+    assert states["old"][0] != states["new"][0] and states["old"][1] != states["new"][1]
+    # what check says of each, run on copies (the lock still names a deleted patch: that is the lock's business)
+    checks = {}
+    for k, src in (("old", old), ("new", work[0])):
+        _fresh(src, tmp_path / "probe" / k)
+        checks[k] = imgquilt("check", cwd=tmp_path / "probe" / k, env=_cli(tmp_path / "probe" / k)).code
+    points = _kill_points(tmp_path / "trace.log")
+    start = next(i for i, p in enumerate(points) if f'"{command}"' in p[2])  # .imgquilt/COMMAND/: the journal's
+    chosen = _choose(points, start)
+
+    def one(k: int, q: Path) -> str:
+        name, n, _ = chosen[k]
+        _fresh(old, q)
+        p = _run(q, args, inject=f"{name}:signal=SIGKILL:when={n}")
+        if p.returncode == 0:
+            return "new" if _state(q) == states["new"] else f"{name}#{n}: finished, but not new"
+        if p.returncode != -9:
+            return f"{name}#{n}: not killed (exit {p.returncode}): {p.stderr[-300:]}"
+        for dirpath, _dirs, files in os.walk(q):  # the dead command's temp files: older than the sweep's grace
+            for f in files:
+                os.utime(os.path.join(dirpath, f), (time.time() - 60, time.time() - 60), follow_symlinks=False)
+        r = imgquilt("check", cwd=q, env=_cli(q))
+        got = next((k for k, v in states.items() if v == _state(q)), None)
+        if got is None:
+            return f"{name}#{n}: neither old nor new after the next command; check said {r.code}: {r.err[-300:]}"
+        if (q / ".imgquilt" / command).exists():
+            return f"{name}#{n}: the journal is still there"
+        if r.code != checks[got]:
+            return f"{name}#{n}: recovered {got}, but check says {r.code} (not {checks[got]}): {r.err[-300:]}"
+        if got == "old":
+            again = imgquilt(*args, cwd=q, env=_cli(q))
+            if again.code != 0 or _state(q) != states["new"]:
+                return f"{name}#{n}: recovered old, but the command again gave exit {again.code}: {again.err[-300:]}"
+        return got
+
+    with ThreadPoolExecutor(len(work)) as pool:
+        shares = pool.map(lambda w: [one(k, work[w]) for k in range(w, len(chosen), len(work))], range(len(work)))
+        results = [r for share in shares for r in share]
+    bad = [r for r in results if r not in ("old", "new")]
+    print(f"kill points: {len(chosen)} of {len(points) - start} in the transaction; old: {results.count('old')}, new: {results.count('new')}")
+    assert not bad, f"{len(bad)} bad kill points:\n" + "\n".join(bad[:20])
+    assert results.count("old") > 0 and results.count("new") > 0
