@@ -11,7 +11,7 @@ import typer
 from ..errors import UsageError
 
 from .common import (G, ImageOpt, PlatformOpt, editor, emit_json, files_json, header_fields, note, patch_names, run_editor, say,
-                     tree, write_bytes)
+                     lock_json, say_lock, tree, write_bytes)
 
 if TYPE_CHECKING:
     from ..work import WorkTree
@@ -46,10 +46,12 @@ def new_cmd(
         header = header.with_field(key, value)
     patch = wt.new(name, header)
     if G.json:
-        emit_json({"patch": name, "file": str(wt.patches_dir / name), "top": name, "header": patch.header.raw.decode("utf-8", "replace")})
+        emit_json({"patch": name, "file": str(wt.patches_dir / name), "top": name, "header": patch.header.raw.decode("utf-8", "replace"),
+                   "lock": lock_json(wt)})
         return
     say(f"Patch {name} is now on top (patches/{name}).")
     say("Next: `imgquilt add PATH` (or `edit PATH`), change the files under .imgquilt/work/, then `imgquilt refresh`.")
+    say_lock(wt.lock_update)
 
 
 def _add(paths: list[str], image: str | None, platform: str | None, new: bool) -> tuple[WorkTree, str, list[str], list[str]]:
@@ -144,14 +146,16 @@ def refresh_cmd(
     wt = tree()
     r = wt.refresh(names[0] if names else None, python_check=not no_python_check)
     if G.json:
-        emit_json({"patch": r.name, "changed": r.changed, "file": str(wt.patches_dir / r.name), "files": files_json(r.patch)})
+        emit_json({"patch": r.name, "changed": r.changed, "file": str(wt.patches_dir / r.name), "files": files_json(r.patch),
+                   "lock": r.lock.to_json() if r.lock else None})
         return
-    if not r.patch.sections:
+    if not r.patch.sections and not r.changed:
         say(f"Nothing changed in patch {r.name}.")
     elif r.changed:
         say(f"Refreshed patch {r.name}.")
     else:
         say(f"Patch {r.name} is up to date.")
+    say_lock(r.lock)
 
 
 def _rehash(names: list[str], *, python_check: bool) -> None:

@@ -160,6 +160,18 @@ def write_bytes(data: bytes) -> None:
     sys.stdout.buffer.flush()
 
 
+def say_lock(update: Any) -> None:
+    """What a command that changed the queue did about targets.lock (work.relock.LockUpdate), one line."""
+    line = update.line() if update is not None else None
+    if line:
+        say(line)
+
+
+def lock_json(wt: WorkTree) -> dict | None:
+    """--json of what a command that changed the queue did about targets.lock (null: the queue has none)."""
+    return wt.lock_update.to_json() if wt.lock_update is not None else None
+
+
 def emit_json(doc: Any) -> None:
     """The document, indented; `##[` inside a string is written `#\\u0023[` (the same JSON value, but
     no runner command: see defuse). A line of it never starts with `::` (strings are quoted)."""

@@ -6,7 +6,7 @@ from typing import List, Optional
 import typer
 
 from ..queue.pathquote import quote_name
-from .common import G, emit_json, patch_names, say, shown, tree
+from .common import G, emit_json, lock_json, patch_names, say, say_lock, shown, tree
 
 
 def files_cmd(patch: Optional[str] = typer.Argument(None, metavar="PATCH", help="A patch in series (default: the top).",
@@ -42,9 +42,12 @@ def remove_cmd(paths: List[str] = typer.Argument(..., metavar="FILE", help="Imag
     Example:
       imgquilt remove etc/svc.conf
     """
-    top, dropped = tree().remove(paths)
-    _each(paths, top, dropped, {"removed": list(dict.fromkeys(paths)), "sections_dropped": dropped},
+    wt = tree()
+    top, dropped = wt.remove(paths)
+    _each(paths, top, dropped, {"removed": list(dict.fromkeys(paths)), "sections_dropped": dropped, "lock": lock_json(wt)},
           "File {path} removed from patch {top} (its section left the patch file).", "File {path} removed from patch {top}.")
+    if not G.json:
+        say_lock(wt.lock_update)
 
 
 def revert_cmd(paths: List[str] = typer.Argument(..., metavar="FILE", help="Image paths the top patch tracks.")) -> None:

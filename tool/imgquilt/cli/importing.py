@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from ..errors import UsageError
-from .common import G, ImageOpt, PlatformOpt, emit_json, files_json, header_fields, note, say, tree
+from .common import G, ImageOpt, PlatformOpt, emit_json, files_json, header_fields, lock_json, note, say, say_lock, tree
 
 if TYPE_CHECKING:  # the importer (and the email package) load only when import runs
     from ..work import ImportItem
@@ -66,7 +66,7 @@ def import_cmd(
         emit_json({"imported": [
             {"name": d.name, "kind": d.kind, "file": str(wt.patches_dir / d.name), "files": files_json(d.patch), "notes": list(d.notes)}
             for d in done
-        ], "top": wt.top()})
+        ], "top": wt.top(), "lock": lock_json(wt)})
         return
     for d in done:
         for n in d.notes:
@@ -74,6 +74,7 @@ def import_cmd(
         say(f"Imported {d.name} ({len(d.patch.sections)} file(s)) as patches/{d.name}.")
     where = f"after the top patch {top}" if top else "at the start of series (no patch is applied)"
     say(f"They stand {where}, with bases read there; `imgquilt push` applies them to the work tree.")
+    say_lock(wt.lock_update)
 
 
 COMMANDS = {"import": import_cmd}

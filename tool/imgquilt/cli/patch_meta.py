@@ -10,7 +10,7 @@ import typer
 
 from ..errors import UsageError
 from . import listing
-from .common import G, editor, emit_json, field_pairs, patch_names, run_editor, say, tree
+from .common import G, editor, emit_json, field_pairs, lock_json, patch_names, run_editor, say, say_lock, tree
 
 
 def header_cmd(
@@ -47,7 +47,9 @@ def header_cmd(
             header = wt.set_header(name, Header(Path(tmp).read_bytes())).header
         finally:
             os.unlink(tmp)
-    listing.render_header(name, header, header.raw != before, asked=bool(set_ or unset or edit))
+    listing.render_header(name, header, header.raw != before, asked=bool(set_ or unset or edit), lock=lock_json(wt))
+    if not G.json:
+        say_lock(wt.lock_update)
 
 
 def delete_cmd(
@@ -65,9 +67,10 @@ def delete_cmd(
     wt = tree()
     gone = wt.delete(name, remove=remove, force=force)
     if G.json:
-        emit_json({"deleted": gone, "removed_file": remove, "top": wt.top()})
+        emit_json({"deleted": gone, "removed_file": remove, "top": wt.top(), "lock": lock_json(wt)})
         return
     say(f"Removed patch {gone} from series" + (" and deleted its file." if remove else f" (patches/{gone} is kept; -r removes it)."))
+    say_lock(wt.lock_update)
 
 
 def rename_cmd(
@@ -84,11 +87,12 @@ def rename_cmd(
     wt = tree()
     old, touched = wt.rename(new_name, patch)
     if G.json:
-        emit_json({"renamed": old, "to": new_name, "requires_updated": touched})
+        emit_json({"renamed": old, "to": new_name, "requires_updated": touched, "lock": lock_json(wt)})
         return
     say(f"Patch {old} renamed to {new_name}.")
     for t in touched:
         say(f"  updated Requires: in {t}")
+    say_lock(wt.lock_update)
 
 
 COMMANDS = {"header": header_cmd, "delete": delete_cmd, "rename": rename_cmd}

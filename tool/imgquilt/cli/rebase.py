@@ -55,8 +55,15 @@ def _render(report: RebaseReport) -> None:
 
 def _status() -> None:
     """Re-list where a stopped rebase stands (top says "No patches applied" then)."""
-    from ..api import rebase_status
+    from ..api import queue_root, rebase_status
+    from ..rebase.state import rebase_in_progress
 
+    if not rebase_in_progress(queue_root(G.queue)):  # a question with an answer: exit 0
+        if G.json:
+            emit_json({"status": "none"})
+        else:
+            say("No rebase in progress.")
+        return
     report = rebase_status(G.queue)
     _render(report)  # exit 0: the status was shown; the conflict is in the document
     if not G.json:

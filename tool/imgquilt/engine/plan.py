@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from ..errors import BadInput, BaseDrift, ImgquiltError, MalformedPatch, MissingTarget, PythonCheckFailed, Refused, ResultMismatch, StaleLock, UnsafePath
 from ..fs.types import Source, TargetFile
 from ..queue.hunks import ABSENT, sha256_hex
-from ..queue.lock import Lock, LockTarget, patch_hashes, rootfs_digest, stale_lock_advice
+from ..queue.lock import Lock, LockTarget, patch_hashes, read_note, rootfs_digest, stale_lock_advice
 from ..queue.patchfile import rehash_command
 from ..queue.queue import Queue
 from .apply import HunkError, apply_section
@@ -100,7 +100,8 @@ def check_lock_fresh(queue: Queue, lock: Lock | None, *, locked: bool) -> None:
             raise StaleLock(f"--locked given, but {queue.lock_path} does not exist.", hint=NO_LOCK_HINT)
         return
     if lock.series_sha256 != queue.series_sha256:
-        what, todo = stale_lock_advice(lock, queue.names, [p.raw for p in queue.patches])
+        what, todo = stale_lock_advice(lock, queue.names, [p.raw for p in queue.patches], series_sha256=queue.series_sha256,
+                                       note=read_note(queue.root))
         raise StaleLock(
             f"targets.lock is stale ({what}): it pins series sha256 {lock.series_sha256}, but the queue is now {queue.series_sha256}.",
             hint=todo[0].upper() + todo[1:],

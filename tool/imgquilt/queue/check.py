@@ -1,12 +1,13 @@
 """Lint a queue: series vs patches/, hash chains, Requires order, lock freshness."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from ..util.regular import read_regular_file
 from ..errors import ImgquiltError
-from .lock import read_lock, stale_lock_advice
+from .lock import read_lock, read_note, stale_lock_advice
 from .patchfile import Patch, parse_patch, rehash_command
 from .queue import series_sha256
 from .series import parse_series
@@ -26,8 +27,16 @@ def chain_breaks(patches: list[Patch] | tuple[Patch, ...]) -> list[str]:
     return out
 
 
-# a verb's test of each section's body against its base bytes (stale Patched-SHA256 lines)
-BodyCheck = Callable[[Path, list[Patch]], list[str]]
+@dataclass(frozen=True)
+class Bodies:
+    """A verb's test of each section's body against its base bytes (stale Patched-SHA256 lines): the
+    problems found (patch, sentence), and the patches with a section whose base was not at hand."""
+
+    problems: tuple[tuple[str, str], ...] = ()
+    unchecked: frozenset[str] = frozenset()
+
+
+BodyCheck = Callable[[Path, list[Patch]], Bodies]
 
 
 def check_queue(root: Path, bodies: BodyCheck | None = None) -> tuple[list[str], list[Patch]]:
@@ -63,6 +72,7 @@ def check_queue(root: Path, bodies: BodyCheck | None = None) -> tuple[list[str],
             problems.append(f"patches/{n} is not listed in series.")
     patches: list[Patch] = []
     raw: list[bytes] = []
+    unreadable: set[str] = set()  # patch files that do not parse: edited by hand, surely
     for e in entries:
         f = pdir / e.name
         try:
@@ -73,11 +83,13 @@ def check_queue(root: Path, bodies: BodyCheck | None = None) -> tuple[list[str],
             raw.append(data)
             patches.append(parse_patch(data, e.name, strip=e.strip))
         except ImgquiltError as exc:
+            unreadable.add(e.name)
             problems.append(f"{exc.message} {exc.hint}" if getattr(exc, "recount", False) else exc.message)
     problems += chain_breaks(patches)
     last = {s.path: (p.name, s.patched_sha256) for p in patches for s in p.sections}
-    if bodies is not None:
-        problems += bodies(root, patches)
+    body = bodies(root, patches) if bodies is not None else None
+    if body is not None:
+        problems += [text for _, text in body.problems]
     order = {n: i for i, n in enumerate(names)}
     for p in patches:
         for req in p.header.requires:
@@ -92,7 +104,10 @@ def check_queue(root: Path, bodies: BodyCheck | None = None) -> tuple[list[str],
         lock = None
     if lock is not None and len(raw) == len(entries):
         if lock.series_sha256 != series_sha256(series_bytes, raw):
-            what, todo = stale_lock_advice(lock, names, raw)
+            what, todo = stale_lock_advice(
+                lock, names, raw, series_sha256=series_sha256(series_bytes, raw), note=read_note(root),
+                hand_edited=None if body is None else {n for n, _ in body.problems} | unreadable,
+                unchecked=None if body is None else set(body.unchecked))
             problems.append(f"targets.lock is stale ({what}); {todo}")
         else:
             firsts: dict[str, str] = {}

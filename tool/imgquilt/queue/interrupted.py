@@ -7,9 +7,11 @@ Two kinds of leftovers:
   writer holds an flock on them until they are renamed, so one that nobody holds, and that is
   older than GRACE seconds, belongs to a dead command: sweep() removes it.
 - the journal of a command that writes several files as one transaction (QueueJournal):
-  `import` (`.imgquilt/import/journal.json`: its patch files, then `series`) and `refresh --rehash`
-  (`.imgquilt/rehash/journal.json`: the work copies and snapshots of the patches it pops and pushes
-  again, its patch files, then `targets.lock`). The journal lists every file the command will write,
+  `import` (`.imgquilt/import/journal.json`: its patch files, then `series`, then `targets.lock`),
+  `refresh --rehash` (`.imgquilt/rehash/journal.json`: the work copies and snapshots of the patches it
+  pops and pushes again, its patch files, then `targets.lock`), and `refresh`, `new`, `delete`,
+  `rename`, `header`, `remove` (`.imgquilt/<command>/journal.json`: the files each changes, then the
+  `targets.lock` that follows them, work.relock). The journal lists every file the command will write,
   in the order it writes them, each with the sha256 of its new bytes (or "absent" for a removal) and
   its mode before (a backup of each file it replaces is kept beside the journal). It is written,
   flock'ed and put in place (one link) before the first of those files changes, and removed after the
@@ -61,7 +63,8 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 ABSENT = "absent"
 FILE_CAP = 1 << 30  # a work copy is an image file; backups and reads are capped as WorkFiles caps them
 # the commands that write the queue as one transaction (their journal's directory), as the user types them
-COMMANDS = {"import": "imgquilt import", "rehash": "imgquilt refresh --rehash"}
+COMMANDS = {"import": "imgquilt import", "rehash": "imgquilt refresh --rehash", "refresh": "imgquilt refresh", "new": "imgquilt new",
+            "delete": "imgquilt delete", "rename": "imgquilt rename", "header": "imgquilt header", "remove": "imgquilt remove"}
 
 
 def _temps(root: Path) -> list[Path]:

@@ -4,7 +4,8 @@ Bases are read at that point of the stack: the work tree, else the image. Severa
 each one's bases are the results of the ones before it. Nothing is written until all converted;
 then the import is one transaction (queue.interrupted.QueueJournal): a journal (with a backup of
 each patch file it replaces), the patch files, and one rename of `series` that commits it all (the
-last patch file, when series does not change: a -f of patches already listed). A kill at any point
+last patch file, when series does not change: a -f of patches already listed), or of targets.lock
+when the lock follows the import (work.relock). A kill at any point
 leaves a queue that the next command puts back exactly as it was (or, past the commit, exactly
 imported).
 """
@@ -15,9 +16,10 @@ from typing import TYPE_CHECKING
 
 from ..errors import BadInput, ImgquiltError, UsageError
 from ..importer import ForeignPatch, apply_foreign, file_paths, parse_foreign
-from ..queue.interrupted import Change, QueueJournal
+from ..queue.interrupted import Change
 from ..queue.patchfile import Header, Patch, build_patch, make_section, parse_patch
 from .patchtext import check_patch_name
+from .relock import commit
 
 if TYPE_CHECKING:
     from .tree import WorkTree
@@ -85,8 +87,9 @@ def import_patches(
             out.append(Imported(it.name, patch, fp.kind, tuple(conv.notes)))
         fresh = [imp.name for imp in out if imp.name not in names]
         series = wt.queue.inserted(fresh, applied[-1] if applied else None) if fresh else wt.queue.series_bytes()
-        # series last: its rename commits the import
-        QueueJournal(wt.root, "import").run([Change(f"patches/{imp.name}", imp.patch.raw) for imp in out] + [Change("series", series)])
+        # series last, then the lock that follows: the last rename commits the import
+        commit(wt, "import", [Change(f"patches/{imp.name}", imp.patch.raw) for imp in out] + [Change("series", series)],
+               series=series, patches={imp.name: imp.patch for imp in out})
         return out
 
 

@@ -33,14 +33,6 @@ class QueueFiles:
     def names(self) -> list[str]:
         return [e.name for e in self.entries()]
 
-    def ensure_series(self) -> None:
-        if not self.series_path.exists():
-            atomic_write(self.series_path, b"")
-
-    def insert(self, names: list[str], after: str | None) -> None:
-        """Insert names after `after` (None: before the first patch)."""
-        atomic_write(self.series_path, self.inserted(names, after))
-
     def inserted(self, names: list[str], after: str | None) -> bytes:
         """The series bytes with `names` inserted after `after` (None: before the first patch); nothing written."""
         lines = self._lines()
@@ -54,25 +46,24 @@ class QueueFiles:
         lines[at:at] = [n + "\n" for n in names]
         return self._joined(lines)
 
-    def remove(self, name: str) -> None:
+    def removed(self, name: str) -> bytes:
+        """The series bytes without `name`'s line; nothing written."""
         lines = self._lines()
         entry = next(e for e in self.entries() if e.name == name)
         del lines[entry.line - 1]
-        self._write_lines(lines)
+        return self._joined(lines)
 
-    def rename(self, old: str, new: str) -> None:
+    def renamed(self, old: str, new: str) -> bytes:
+        """The series bytes with `old` named `new` (its options and comment kept); nothing written."""
         lines = self._lines()
         entry = next(e for e in self.entries() if e.name == old)
         line = lines[entry.line - 1]
         k = line.index(old)
         lines[entry.line - 1] = line[:k] + new + line[k + len(old) :]
-        self._write_lines(lines)
+        return self._joined(lines)
 
     def _lines(self) -> list[str]:
         return self.series_bytes().decode("utf-8", "surrogateescape").splitlines(keepends=True)
-
-    def _write_lines(self, lines: list[str]) -> None:
-        atomic_write(self.series_path, self._joined(lines))
 
     @staticmethod
     def _joined(lines: list[str]) -> bytes:
@@ -97,8 +88,3 @@ class QueueFiles:
         dest.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(dest, patch.raw)
 
-    def write_series(self, data: bytes) -> None:
-        atomic_write(self.series_path, data)
-
-    def remove_patch(self, name: str, *, missing_ok: bool = False) -> None:
-        (self.patches_dir / name).unlink(missing_ok=missing_ok)
