@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Applied", "Audit", "CheckResult", "Initialized", "Locked", "Progress", "RebaseAborted",
     "apply", "audit", "check", "import_items", "import_patches", "init", "load_queue", "lock",
-    "rebase", "rebase_abort", "rebase_continue", "rebase_skip", "rebase_status", "verify",
+    "overlay_args", "rebase", "rebase_abort", "rebase_continue", "rebase_in_progress", "rebase_skip", "rebase_status", "verify",
 ]
 
 Progress = Callable[[int, int, str], None]
@@ -395,6 +395,24 @@ def rebase_abort(queue: str | os.PathLike[str] | None = None) -> RebaseAborted:
 
     report, restored = abort_rebase(queue_root(queue))
     return RebaseAborted(report, tuple(restored))
+
+
+def rebase_in_progress(queue: str | os.PathLike[str] | None = None) -> bool:
+    """Is a rebase stopped (or interrupted) in this queue?"""
+    from .rebase.state import rebase_in_progress as in_progress
+
+    return in_progress(queue_root(queue))
+
+
+def overlay_args(overlay: str | os.PathLike[str], format: str = "podman") -> list[str] | dict[str, list[dict]]:
+    """An overlay's mounts.tsv as `podman` (-v HOST:CTR:ro) or `docker` (--mount ...) arguments, or as
+    a Kubernetes pod's `volumes` and container's `volumeMounts` (`k8s`). Reads no queue."""
+    from .image.sinks.overlay import MOUNT_FORMATS, k8s_volumes, mount_args, read_mounts
+
+    if format not in MOUNT_FORMATS:
+        raise UsageError(f"Unknown format {format!r}: use one of {', '.join(MOUNT_FORMATS)}.")
+    mounts = read_mounts(Path(overlay))
+    return k8s_volumes(mounts) if format == "k8s" else mount_args(mounts, format)
 
 
 def rebase_status(queue: str | os.PathLike[str] | None = None) -> RebaseReport:

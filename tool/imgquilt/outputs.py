@@ -22,7 +22,7 @@ from .image.sinks import layer as layer_sink
 from .image.sinks import overlay as overlay_sink
 from .image.sinks.image import WrittenImage, check_image_destination, check_referrer_destination, write_new_image
 from .image.sinks.layer import LayerBlob, LayerEntry, LayerInfo, resolve_epoch
-from .image.sinks.mutate import Addendum, History, NewImage, append, unchanged
+from .image.sinks.mutate import Addendum, History, NewImage, append, created_of, unchanged
 from .image.sinks.overlay import OverlayInfo
 from .queue.lock import Lock
 from .queue.queue import Queue
@@ -70,10 +70,10 @@ def file_changes(result: ApplyResult) -> tuple[FileChange, ...]:
     return patched_files(result) + tuple(FileChange(b.path, b.path, None, parents=b.parents) for b in result.bytecode)
 
 
-def addendum(result: ApplyResult, layer: LayerBlob, created: int) -> Addendum:
+def addendum(result: ApplyResult, layer: LayerBlob, created: int, created_text: str | None = None) -> Addendum:
     """The layer plus the history entry and labels that say which series made it."""
     history = History(created, f"imgquilt apply {result.series_sha256}",
-                      "imgquilt: " + (", ".join(result.patches) or "no patches"))
+                      "imgquilt: " + (", ".join(result.patches) or "no patches"), created_text)
     return Addendum(layer, history, {LABEL_SERIES: result.series_sha256, LABEL_PATCHES: ",".join(result.patches)})
 
 
@@ -120,7 +120,18 @@ def new_image(base: Image, result: ApplyResult, compression: LayerFormat, *, epo
     when = resolve_epoch(epoch)
     if not changes_image(result):
         return unchanged(base, when)
-    return append(base, addendum(result, build_layer(result, compression, epoch=when), when))
+    return append(base, addendum(result, build_layer(result, compression, epoch=when), when, created_date(base, epoch)))
+
+
+def created_date(base: Image, epoch: int | None = None) -> str | None:
+    """The new image's `created` (and its history entry's): SOURCE_DATE_EPOCH (or `epoch`) when set,
+    else the base's own, so a patched image is dated as the image it patches, not 1970 nor the moment
+    it was written (which would make every run a new image). None: the layer's epoch (the base has no date)."""
+    import os
+
+    if epoch is not None or os.environ.get("SOURCE_DATE_EPOCH", "").strip():
+        return None
+    return created_of(base.config_bytes)
 
 
 def write_image(base: Image, result: ApplyResult, ref: str, *, epoch: int | None = None,

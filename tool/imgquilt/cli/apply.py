@@ -105,7 +105,7 @@ def _say_bytecode(result: ApplyResult, written: dict, verbose: bool) -> None:
 def apply_cmd(
     image: Optional[str] = ImageOpt,
     layer: Optional[Path] = typer.Option(None, "--layer", metavar="FILE", help="Write an OCI layer tar (.tar, .tar.gz, .tar.zst)."),
-    output_image: Optional[str] = typer.Option(None, "--output-image", metavar="REF", help="Write the base image plus the layer (oci:, oci-archive:, docker-archive:, or push to docker://HOST/REPO:TAG)."),
+    output_image: Optional[str] = typer.Option(None, "--output-image", metavar="REF", help="Write the base image plus the layer: oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, containers-storage:NAME (podman's store), dir:DIR, or push to docker://HOST/REPO:TAG."),
     root: Optional[Path] = typer.Option(None, "--root", metavar="DIR", help="Patch this extracted rootfs in place (bases read from it unless --image)."),
     overlay: Optional[Path] = typer.Option(None, "--overlay", metavar="DIR", help="Write patched files plus mounts.tsv for bind mounts."),
     locked: bool = typer.Option(False, "--locked", help="Fail when there is no targets.lock."),

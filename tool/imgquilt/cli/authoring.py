@@ -11,7 +11,7 @@ import typer
 from ..errors import UsageError
 
 from .common import (G, ImageOpt, PlatformOpt, editor, emit_json, files_json, header_fields, note, patch_names, run_editor, say,
-                     lock_json, say_lock, tree, write_bytes)
+                     lock_json, one_patch, say_lock, tree, write_bytes)
 
 if TYPE_CHECKING:
     from ..work import WorkTree
@@ -118,6 +118,8 @@ def edit_cmd(
 def refresh_cmd(
     names: Optional[List[str]] = typer.Argument(None, metavar="[PATCH]...", help="An applied patch (default: the top); with --rehash, the patches to re-pin.",
                                                 autocompletion=patch_names("series")),
+    patch_opt: Optional[List[str]] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="The same as the PATCH argument (repeatable with --rehash).",
+                                                  autocompletion=patch_names("series")),
     rehash: bool = typer.Option(False, "--rehash", help="Re-pin patches whose files were edited by hand (applied or not) and re-chain the patches after them; targets.lock follows."),
     no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the check that patched .py files gain no errors."),
 ) -> None:
@@ -138,8 +140,9 @@ def refresh_cmd(
       imgquilt refresh
       imgquilt refresh --rehash 0003-fix.patch
     """
+    names = list(names or []) + [n for n in patch_opt or [] if n not in (names or [])]
     if rehash:
-        _rehash(names or [], python_check=not no_python_check)
+        _rehash(names, python_check=not no_python_check)
         return
     if names and len(names) > 1:
         raise UsageError("refresh takes one PATCH (several only with --rehash).")
@@ -195,7 +198,9 @@ def _rehash(names: list[str], *, python_check: bool) -> None:
 
 
 def diff_cmd(
-    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="An applied patch (default: the top).",
+    name: Optional[str] = typer.Argument(None, metavar="PATCH", help="An applied patch (default: the top).",
+                                         autocompletion=patch_names("applied")),
+    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="The same as the PATCH argument.",
                                         autocompletion=patch_names("applied")),
     unrefreshed: bool = typer.Option(False, "-z", help="Only the changes not refreshed yet (patch file's result -> work tree)."),
 ) -> None:
@@ -206,6 +211,7 @@ def diff_cmd(
       imgquilt diff > /tmp/top.diff
       imgquilt diff -z
     """
+    patch = one_patch(name, patch)
     wt = tree(guard=False)
     p = wt.diff_unrefreshed(patch) if unrefreshed else wt.diff(patch)
     if G.json:

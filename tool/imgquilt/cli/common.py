@@ -75,10 +75,18 @@ def __getattr__(name: str) -> Any:
 
     class Command(typer.core.TyperCommand):
         """Help without typer's `<str>` label after each argument name: the metavar already says what to
-        pass. The label is blanked, not cut, so the help column stays aligned."""
+        pass. The label is blanked, not cut, so the help column stays aligned. In shell completion, the
+        global options are offered after the command too (hoist_globals takes them from anywhere)."""
 
         def get_help(self, ctx) -> str:  # type: ignore[no-untyped-def]
             return _TYPE_LABEL.sub(lambda m: m.group(1) + " " * (len(m.group(2)) + 1), super().get_help(ctx))
+
+        def get_params(self, ctx):  # type: ignore[no-untyped-def]
+            params = super().get_params(ctx)
+            if os.environ.get("_IMGQUILT_COMPLETE") and ctx.parent is not None:  # never while parsing a command
+                top = ctx.find_root()
+                params = params + [p for p in top.command.params if p.name in ("queue", "json", "debug", "tls_verify")]
+            return params
 
     made = {
         "ImageOpt": typer.Option(None, "--image", "-i", metavar="REF", help="Image reference (oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, rootfs:DIR, tar:FILE, a path, docker://HOST/REPO[:TAG|@DIGEST] read in the registry (--tls-verify=false for one without valid HTTPS), or any other skopeo transport)."),
@@ -297,6 +305,13 @@ def absolute_ref(ref: str) -> str:
         if ref.startswith(prefix) and Path(ref[len(prefix):]).exists():
             return prefix + str(Path(ref[len(prefix):]).resolve())
     return ref
+
+
+def one_patch(positional: str | None, option: str | None, *, what: str = "PATCH") -> str | None:
+    """A patch named as the argument or with -P (an alias: every command takes both); both must agree."""
+    if positional is not None and option is not None and positional != option:
+        raise UsageError(f"Two patches named: {positional!r} and -P {option!r}.", hint=f"Name the {what} once (`-P` is the same argument).")
+    return positional if positional is not None else option
 
 
 def patch_names(which: str) -> Callable[[str], list[str]]:

@@ -6,11 +6,13 @@ from typing import List, Optional
 import typer
 
 from ..queue.pathquote import quote_name
-from .common import G, emit_json, lock_json, patch_names, say, say_lock, shown, tree
+from .common import G, emit_json, lock_json, one_patch, patch_names, say, say_lock, shown, tree
 
 
-def files_cmd(patch: Optional[str] = typer.Argument(None, metavar="PATCH", help="A patch in series (default: the top).",
-                                                   autocompletion=patch_names("series"))) -> None:
+def files_cmd(name: Optional[str] = typer.Argument(None, metavar="PATCH", help="A patch in series (default: the top).",
+                                                  autocompletion=patch_names("series")),
+              patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="The same as the PATCH argument.",
+                                                  autocompletion=patch_names("series"))) -> None:
     """List the files a patch touches (while applied: every file it tracks).
 
     \b
@@ -18,7 +20,7 @@ def files_cmd(patch: Optional[str] = typer.Argument(None, metavar="PATCH", help=
       imgquilt files
       imgquilt files 0003-app-config-longer-timeouts.patch
     """
-    name, paths = tree(guard=False).files_of(patch)
+    name, paths = tree(guard=False).files_of(one_patch(name, patch))
     if G.json:
         emit_json({"patch": name, "files": paths})
         return

@@ -55,10 +55,9 @@ def _render(report: RebaseReport) -> None:
 
 def _status() -> None:
     """Re-list where a stopped rebase stands (top says "No patches applied" then)."""
-    from ..api import queue_root, rebase_status
-    from ..rebase.state import rebase_in_progress
+    from ..api import rebase_in_progress, rebase_status
 
-    if not rebase_in_progress(queue_root(G.queue)):  # a question with an answer: exit 0
+    if not rebase_in_progress(G.queue):  # a question with an answer: exit 0
         if G.json:
             emit_json({"status": "none"})
         else:
