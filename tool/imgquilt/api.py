@@ -33,12 +33,13 @@ if TYPE_CHECKING:
     from .queue.queue import Queue
     from .rebase import RebaseReport
     from .verbs.attest import Verification
+    from .verbs.restore import Restored
     from .work import ImportItem, Imported
 
 __all__ = [
     "Applied", "Audit", "CheckResult", "Initialized", "Locked", "Progress", "RebaseAborted",
     "apply", "audit", "check", "import_items", "import_patches", "init", "load_queue", "lock",
-    "overlay_args", "rebase", "rebase_abort", "rebase_continue", "rebase_in_progress", "rebase_skip", "rebase_status", "verify",
+    "overlay_args", "rebase", "restore", "reverse", "rebase_abort", "rebase_continue", "rebase_in_progress", "rebase_skip", "rebase_status", "verify",
 ]
 
 Progress = Callable[[int, int, str], None]
@@ -188,7 +189,9 @@ def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
 
         q = load_queue(root)
         try:
-            plan_apply(q, open_ref(image, platform, root=root, progress=progress), q.lock())
+            from .store import ObjectStore
+
+            plan_apply(q, open_ref(image, platform, root=root, progress=progress), q.lock(), image_bytes=ObjectStore(root).get_or_absent)
         except ImgquiltError as exc:  # the refusal apply would meet, with its exit code
             failure = exc
             found = getattr(exc, "problems", None)
@@ -245,6 +248,36 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
 
     result, written = apply_queue(q, source, pinned, outputs, open_base, locked=locked, python_check=python_check, attest=key)
     return Applied(result, written)
+
+
+def restore(queue: str | os.PathLike[str] | None = None, *, root: str | os.PathLike[str], paths: Sequence[str],
+            image: str | None = None, platform: str | None = None, progress: Progress | None = None) -> Restored:
+    """Put files of a root back as the image has them (`image`, else the lock's pins from the object
+    store, else the lock's image), journaled as an in-place apply."""
+    from .verbs.restore import restore as restore_root
+
+    q = load_queue(queue)
+    src = open_ref(image, platform, root=q.root, progress=progress) if image else None
+    return restore_root(q, Path(root), paths, src, _pinned_image(q, platform, progress))
+
+
+def reverse(queue: str | os.PathLike[str] | None = None, *, root: str | os.PathLike[str], image: str | None = None,
+            platform: str | None = None, progress: Progress | None = None) -> Restored:
+    """`apply --reverse --root ROOT`: take off what imgquilt applied to the root (its record says what),
+    leaving it as the image has it; journaled as an in-place apply."""
+    from .verbs.restore import reverse as reverse_root
+
+    q = load_queue(queue)
+    src = open_ref(image, platform, root=q.root, progress=progress) if image else None
+    return reverse_root(q, Path(root), src, _pinned_image(q, platform, progress))
+
+
+def _pinned_image(q: Queue, platform: str | None, progress: Progress | None) -> Callable[[], Source] | None:
+    """Opens the image targets.lock pins (None: no lock, or the lock pins a rootfs)."""
+    lock = q.lock()
+    if lock is None or lock.image.kind == "rootfs":
+        return None
+    return lambda: open_ref(pick_ref(None, lock, q.root), platform or lock.image.platform, root=q.root, progress=progress)
 
 
 def signing_key(path: str | os.PathLike[str] | None):

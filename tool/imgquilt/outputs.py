@@ -26,7 +26,7 @@ from .image.sinks.mutate import Addendum, History, NewImage, append, created_of,
 from .image.sinks.overlay import OverlayInfo
 from .queue.lock import Lock
 from .queue.queue import Queue
-from .store import remember
+from .store import ObjectStore, remember
 
 
 class Attester(Protocol):
@@ -259,7 +259,8 @@ def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Output
         # in place, the bytecode to remove is the root's own (it may differ from an --image's)
         bytecode_source = RootfsSource(outputs.root) if outputs.root is not None else None
         result, gate = plan_apply_gated(queue, source, lock, locked=locked, python_check=python_check,
-                                        python_memo=memo, python_screen=screen, bytecode_source=bytecode_source)
+                                        python_memo=memo, python_screen=screen, bytecode_source=bytecode_source,
+                                        image_bytes=ObjectStore(queue.root).get_or_absent)
         try:
             check_result(outputs, result)
             root = outputs.root

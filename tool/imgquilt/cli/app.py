@@ -65,7 +65,7 @@ COMMAND_MODULES: dict[str, str] = {
     "previous": "stack",
     "header": "patch_meta", "delete": "patch_meta", "rename": "patch_meta",
     "import": "importing",
-    "lock": "apply", "apply": "apply", "check": "apply", "overlay-args": "overlay",
+    "lock": "apply", "apply": "apply", "restore": "apply", "check": "apply", "overlay-args": "overlay",
     "audit": "audit",
     "verify": "verify",
     "rebase": "rebase",

@@ -7,15 +7,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import BadInput, BaseDrift, ImgquiltError, MalformedPatch, MissingTarget, PythonCheckFailed, Refused, ResultMismatch, StaleLock, UnsafePath
-from ..fs.types import Source, TargetFile
+from ..fs.types import ImageInfo, Source, TargetFile
 from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.lock import Lock, LockTarget, patch_hashes, read_note, rootfs_digest, stale_lock_advice
 from ..queue.patchfile import rehash_command
 from ..queue.queue import Queue
 from .apply import HunkError, apply_section
 from .bytecode import Bytecode, find_bytecode, is_python_source
+from .drift import ImageBytes, diagnose, older_versions
 from .pycheck import Memo, Screen, check_key, errors_of_many, located, start_errors_of_many
-from .record import read_record_target, record_bytes, recorded_ref
+from .record import parse_record, read_record_target, record_bytes, recorded_ref
 from .result import RECORD_PATH, ApplyResult, FileResult
 
 LOCK_HINT = "Run `imgquilt lock` to pin the queue to the image again."
@@ -34,6 +35,7 @@ class Problem:
     actual: str
     detail: str = ""
     locations: tuple[str, ...] = ()  # "python": each finding as path:line:col
+    cause: str = ""  # "drift"/"missing": why (engine.drift): "image", "hand", "later", "older"
 
     def render(self) -> str:
         where = self.path if self.path == self.resolved else f"{self.path} (resolved: {self.resolved})"
@@ -74,8 +76,44 @@ NEXT_STEP = {
 }
 
 
-def refusal(problems: list[Problem]) -> ImgquiltError:
-    """One error naming every problem; bad input (6) wins over verification failures (3)."""
+# the way on for a drifted or missing file, by its cause (engine.drift); {root}: the root's path
+WAY_ON = {
+    "hand": "Put back what the image has: `imgquilt restore {paths} --root {root}` (journaled, as apply is); or keep the "
+            "edit in the queue: `imgquilt new NAME.patch`, `imgquilt add PATH`, copy the file from the root into "
+            ".imgquilt/work/PATH, `imgquilt refresh`.",
+    "unsure": "If the root was edited by hand, `imgquilt restore {paths} --root {root}` puts back what the image has; "
+              "if it is another image (a new version), `imgquilt rebase --image REF` carries the queue onto it.",
+    "later": "`imgquilt apply --reverse --root {root}` takes off what imgquilt applied there; then apply again.",
+    "later-image": "Apply to the image the queue is pinned to, not to one already patched (`imgquilt audit --image REF` "
+                   "shows what of the queue is live in it).",
+    "older": "The root runs an older version of this queue: {older}. Not a rebase: `imgquilt apply --reverse --root {root}` "
+             "takes that version off (its bases from .imgquilt/objects, or --image REF), then `imgquilt apply --root {root}` "
+             "puts this one on.",
+    "older-image": "The image runs an older version of this queue: {older}. Not a rebase: apply to the image that version "
+                   "was applied to{digest}, not to the patched one (`imgquilt audit --image REF` shows what of this queue "
+                   "is live in it).",
+}
+
+
+def way_on(problems: list[Problem], info: ImageInfo | None, older: tuple[str, str | None] | None = None) -> list[str]:
+    """The hints of the drifted files whose cause is not the image: one per cause, naming the root."""
+    rootfs = info is not None and info.kind == "rootfs"
+    root = info.ref.removeprefix("rootfs:") if info is not None else "ROOT"
+    hints = []
+    for cause in ("hand", "unsure", "later", "older"):
+        mine = [p for p in problems if p.cause == cause]
+        if not mine:
+            continue
+        key = cause if rootfs or cause in ("hand", "unsure") else f"{cause}-image"
+        summary, digest = older or ("", None)
+        hints.append(WAY_ON[key].format(paths=" ".join(dict.fromkeys(p.path for p in mine)), root=root, older=summary,
+                                        digest=f" ({digest})" if digest else ""))
+    return hints
+
+
+def refusal(problems: list[Problem], info: ImageInfo | None = None, older: tuple[str, str | None] | None = None) -> ImgquiltError:
+    """One error naming every problem; bad input (6) wins over verification failures (3). `older`: the
+    version of the queue a target's record names, and the image it went on (engine.drift)."""
     kinds = {p.kind for p in problems}
     if kinds & {"missing", "hunk"}:
         cls = {frozenset({"missing"}): MissingTarget, frozenset({"hunk"}): MalformedPatch}.get(frozenset(kinds), BadInput)
@@ -85,10 +123,11 @@ def refusal(problems: list[Problem]) -> ImgquiltError:
     msg = f"Refused: {len(problems)} verification failure(s); nothing was written.\n" + "\n".join(
         f"  - {p.render()}" for p in problems
     )
-    hints = []
+    hints = way_on(problems, info, older)
     for kind in sorted(kinds):
-        names = list(dict.fromkeys(p.patch for p in problems if p.kind == kind))
-        hints.append(NEXT_STEP[kind].format(rehash=rehash_command(names)))
+        names = list(dict.fromkeys(p.patch for p in problems if p.kind == kind and p.cause in ("", "image")))
+        if names:
+            hints.append(NEXT_STEP[kind].format(rehash=rehash_command(names)))
     err = cls(msg, hint="\n".join(hints))
     err.problems = problems  # type: ignore[attr-defined]
     return err
@@ -240,11 +279,11 @@ def stale_bytecode(source: Source, states: dict[str, _FileState], targets: dict[
 
 def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False, python_check: bool = True,
                python_memo: Memo | None = None, python_screen: Screen | None = None,
-               bytecode_source: Source | None = None) -> ApplyResult:
+               bytecode_source: Source | None = None, image_bytes: ImageBytes | None = None) -> ApplyResult:
     """Read, apply and verify everything in memory. Raises a refusal naming every problem."""
     result, gate = plan_apply_gated(queue, source, lock, locked=locked, python_check=python_check,
                                     python_memo=python_memo, python_screen=python_screen,
-                                    bytecode_source=bytecode_source)
+                                    bytecode_source=bytecode_source, image_bytes=image_bytes)
     gate.check()
     return result
 
@@ -272,12 +311,13 @@ class Gate:
 
 def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False, python_check: bool = True,
                      python_memo: Memo | None = None, python_screen: Screen | None = None,
-                     bytecode_source: Source | None = None) -> tuple[ApplyResult, Gate]:
+                     bytecode_source: Source | None = None, image_bytes: ImageBytes | None = None) -> tuple[ApplyResult, Gate]:
     """plan_apply, with the Python check left running: every other verification is done and refused
     here; the result may be staged but not made visible before `gate.check()` passed.
 
     `bytecode_source`: where to look for bytecode the change makes stale (default: `source`; an
-    in-place apply looks in the root it writes)."""
+    in-place apply looks in the root it writes). `image_bytes`: the image's bytes by sha256 (the
+    object store), to show a hand edit of a root as a diff."""
     check_lock_fresh(queue, lock, locked=locked)
     paths = queue.target_paths()
     targets = source.read_targets(paths)
@@ -309,7 +349,9 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     if problems:  # one refusal names everything, the Python check's findings included
         if pending is not None:
             problems += pending.problems()
-        raise refusal(problems)
+        record = parse_record(record_target.data)
+        problems = diagnose(problems, queue, targets, info, lock, record, image_bytes)
+        raise refusal(problems, info, (older_versions(queue, record), record.image_digest) if record is not None else None)
     files = []
     for st in states.values():
         t = st.target
