@@ -190,8 +190,10 @@ def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
         q = load_queue(root)
         try:
             from .store import ObjectStore
+            from .verbs.restore import ImageBytes
 
-            plan_apply(q, open_ref(image, platform, root=root, progress=progress), q.lock(), image_bytes=ObjectStore(root).get_or_absent)
+            plan_apply(q, open_ref(image, platform, root=root, progress=progress), q.lock(),
+                       image_bytes=ImageBytes(ObjectStore(root), fallback=_pinned_image(q, platform, progress)))
         except ImgquiltError as exc:  # the refusal apply would meet, with its exit code
             failure = exc
             found = getattr(exc, "problems", None)
@@ -246,7 +248,12 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
         # reuse the image the source already opened (a skopeo transport would be copied twice)
         return getattr(source, "image", None) or open_image(ref, platform=platform, cache_dir=cache_dir(q.root))
 
-    result, written = apply_queue(q, source, pinned, outputs, open_base, locked=locked, python_check=python_check, attest=key)
+    from .store import ObjectStore
+    from .verbs.restore import ImageBytes
+
+    image_bytes = ImageBytes(ObjectStore(q.root), fallback=_pinned_image(q, platform, progress))  # for the diff of a hand edit
+    result, written = apply_queue(q, source, pinned, outputs, open_base, locked=locked, python_check=python_check, attest=key,
+                                  image_bytes=image_bytes)
     return Applied(result, written)
 
 

@@ -244,10 +244,11 @@ def python_checker():
 
 
 def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Outputs, open_base: Callable[[], Image], *,
-                locked: bool = False, python_check: bool = True,
-                attest: Attester | None = None) -> tuple[ApplyResult, dict[str, dict[str, Any]]]:
+                locked: bool = False, python_check: bool = True, attest: Attester | None = None,
+                image_bytes: Callable[[str, str], tuple[bool, bytes | None]] | None = None) -> tuple[ApplyResult, dict[str, dict[str, Any]]]:
     """The whole apply: check destinations, verify in memory, keep the bytes for rebase, write (and
-    sign, with `attest`)."""
+    sign, with `attest`). `image_bytes`: the pinned image's bytes of a path by sha256, for the diff
+    of a file edited by hand in a root (default: the object store's)."""
     from .rootfs.inplace import hold_root
     from .rootfs.source import RootfsSource
 
@@ -260,7 +261,7 @@ def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Output
         bytecode_source = RootfsSource(outputs.root) if outputs.root is not None else None
         result, gate = plan_apply_gated(queue, source, lock, locked=locked, python_check=python_check,
                                         python_memo=memo, python_screen=screen, bytecode_source=bytecode_source,
-                                        image_bytes=ObjectStore(queue.root).get_or_absent)
+                                        image_bytes=image_bytes or (lambda _path, sha: ObjectStore(queue.root).get_or_absent(sha)))
         try:
             check_result(outputs, result)
             root = outputs.root

@@ -28,7 +28,7 @@ from ..queue.lock import Lock
 from ..queue.queue import Queue
 from .record import Record
 
-ImageBytes = Callable[[str], "tuple[bool, bytes | None]"]  # sha256 -> (found, bytes): the image's bytes by hash
+ImageBytes = Callable[[str, str], "tuple[bool, bytes | None]"]  # (path, sha256) -> (found, bytes): the image's bytes
 DIFF_LINES = 40  # a diff in a refusal is cut after this many lines
 
 
@@ -87,17 +87,36 @@ def _cause(p, t: TargetFile | None, queue: Queue, results, info: ImageInfo, lock
                          f"{'the queue' if own else 'a later patch'} was applied here already.")
     if info.kind == "rootfs" and lock is not None and t is not None:
         pinned = lock.target(p.path)
+        if pinned is not None and record is not None and record.series_sha256 == queue.series_sha256:
+            return "hand", _edited_after(queue, t, pinned.base_sha256, image_bytes)
         if pinned is not None:
             return ("hand", _hand("The root was edited by hand", t, pinned.base_sha256, image_bytes)) if same_image else \
                 ("unsure", _hand("Edited in this root, or the root is another image", t, pinned.base_sha256, image_bytes))
     return "image", ""
 
 
+def _edited_after(queue: Queue, t: TargetFile, image_sha: str, image_bytes: ImageBytes | None) -> str:
+    """A file of a root this queue was applied to, edited since: the diff against what the queue left there."""
+    from .apply import HunkError, apply_section
+
+    found, data = image_bytes(t.path, image_sha) if image_bytes is not None else (False, None)
+    sections = [s for p in queue.patches for s in p.sections if s.path == t.path]
+    if not found or not sections:
+        return _hand("The root was edited by hand after imgquilt applied the queue", t, image_sha, image_bytes)
+    try:
+        for s in sections:
+            data = None if s.is_delete else apply_section(data, s)
+    except HunkError:
+        return _hand("The root was edited by hand after imgquilt applied the queue", t, image_sha, image_bytes)
+    return (f"The root was edited by hand after imgquilt applied the queue, which left sha256 {sections[-1].patched_sha256} "
+            "there:\n" + show_diff(t.path, data, t.data))
+
+
 def _hand(head: str, t: TargetFile, image_sha: str, image_bytes: ImageBytes | None) -> str:
     head = f"{head}: the image the lock pins has sha256 {image_sha} there."
-    found, before = image_bytes(image_sha) if image_bytes is not None else (False, None)
+    found, before = image_bytes(t.path, image_sha) if image_bytes is not None else (False, None)
     if not found:
-        return head + " (Its bytes are not in .imgquilt/objects to show the difference.)"
+        return head + " (Its bytes are not at hand to show the difference: not in .imgquilt/objects, nor readable from that image.)"
     return head + "\n" + show_diff(t.path, before, t.data)
 
 

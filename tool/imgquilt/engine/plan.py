@@ -84,6 +84,9 @@ WAY_ON = {
     "unsure": "If the root was edited by hand, `imgquilt restore {paths} --root {root}` puts back what the image has; "
               "if it is another image (a new version), `imgquilt rebase --image REF` carries the queue onto it.",
     "later": "`imgquilt apply --reverse --root {root}` takes off what imgquilt applied there; then apply again.",
+    "later-unrecorded": "No apply record says imgquilt put it there: a change applied by hand goes back with "
+                        "`imgquilt restore {paths} --root {root}`; a change upstream has made already is dropped by "
+                        "`imgquilt rebase --image REF` (it finds the patches already in the image).",
     "later-image": "Apply to the image the queue is pinned to, not to one already patched (`imgquilt audit --image REF` "
                    "shows what of the queue is live in it).",
     "older": "The root runs an older version of this queue: {older}. Not a rebase: `imgquilt apply --reverse --root {root}` "
@@ -96,7 +99,9 @@ WAY_ON = {
 
 
 def way_on(problems: list[Problem], info: ImageInfo | None, older: tuple[str, str | None] | None = None) -> list[str]:
-    """The hints of the drifted files whose cause is not the image: one per cause, naming the root."""
+    """The hints of the drifted files whose cause is not the image: one per cause, naming the root.
+    `older`: (how the version the target's apply record names differs, the image it went on); None
+    when the target has no record."""
     rootfs = info is not None and info.kind == "rootfs"
     root = info.ref.removeprefix("rootfs:") if info is not None else "ROOT"
     hints = []
@@ -105,6 +110,8 @@ def way_on(problems: list[Problem], info: ImageInfo | None, older: tuple[str, st
         if not mine:
             continue
         key = cause if rootfs or cause in ("hand", "unsure") else f"{cause}-image"
+        if key == "later" and older is None:
+            key = "later-unrecorded"
         summary, digest = older or ("", None)
         hints.append(WAY_ON[key].format(paths=" ".join(dict.fromkeys(p.path for p in mine)), root=root, older=summary,
                                         digest=f" ({digest})" if digest else ""))

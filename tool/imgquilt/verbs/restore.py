@@ -40,27 +40,32 @@ class Restored:
 Opener = Callable[[], Source]
 
 
-class _ImageBytes:
-    """The image's bytes by sha256: from the image given (`source`), else the object store, else the
-    image the lock pins (`fallback`, opened only when a file is not stored)."""
+class ImageBytes:
+    """The image's bytes of a path, by the sha256 they must have: from the image given (`source`, every
+    path read at once), else the object store, else the image the lock pins (`fallback`: opened only
+    when a file is not stored, and never an error: not found is the answer then)."""
 
-    def __init__(self, store: ObjectStore, source: Source | None, fallback: Opener | None, paths: Sequence[str]) -> None:
+    def __init__(self, store: ObjectStore, source: Source | None = None, fallback: Opener | None = None,
+                 paths: Sequence[str] = ()) -> None:
         self.store = store
-        self.read = source.read_targets(list(paths)) if source is not None else {}
-        self.fallback, self.paths, self.opened = fallback, list(paths), False
+        self.read = dict(source.read_targets(list(paths))) if source is not None and paths else {}
+        self.fallback: Opener | None = fallback
+        self.opened: Source | None = None
 
     def __call__(self, path: str, sha: str) -> tuple[bool, bytes | None]:
         t = self.read.get(path)
         if t is not None and sha256_hex(t.data) == sha:
             return True, t.data
         found = self.store.get_or_absent(sha)
-        if found[0] or self.fallback is None or self.opened:
+        if found[0] or self.fallback is None or path in self.read:
             return found
-        self.opened = True  # once: the pinned image is read for every path at once
         try:
-            self.read = self.fallback().read_targets(self.paths)
+            if self.opened is None:
+                self.opened = self.fallback()
+            self.read.update(self.opened.read_targets([path]))
         except ImgquiltError:
-            return found  # not readable here: the refusal names --image
+            self.fallback = None  # not readable here: the refusal names --image
+            return found
         return self(path, sha)
 
 
@@ -79,14 +84,14 @@ def restore(queue: Queue, root: Path, paths: Sequence[str], image: Source | None
         lock = queue.lock()
         firsts = {named: base for named, base, _ in record.first_and_last().values()} if record is not None else {}
         for p in paths:
-            pinned = lock.target(p) if lock is not None else None
+            lt = lock.target(p) if lock is not None else None
             if p in known:
                 continue
-            if pinned is not None:
-                known[p] = ImageFile(pinned.base_sha256, pinned.mode, pinned.uid, pinned.gid)
+            if lt is not None:
+                known[p] = ImageFile(lt.base_sha256, lt.mode, lt.uid, lt.gid)
             elif p in firsts:
                 known[p] = ImageFile(firsts[p])
-        bytes_of = _ImageBytes(ObjectStore(queue.root), image, pinned if image is None else None, paths)
+        bytes_of = ImageBytes(ObjectStore(queue.root), image, pinned if image is None else None, paths)
         plan = plan_restore(src.info(), paths, current, known, bytes_of)
         written = write_in_place(root, plan, held=held)
         gone = {f.resolved for f in plan.files if f.final is None}
@@ -107,7 +112,7 @@ def reverse(queue: Queue, root: Path, image: Source | None = None, pinned: Opene
                            hint="`imgquilt restore PATH... --root ROOT` puts single files back as the image has them.")
         named = [n for n, _base, _last in record.first_and_last().values()]
         current = src.read_targets(named)
-        bytes_of = _ImageBytes(ObjectStore(queue.root), image, pinned if image is None else None, named)
+        bytes_of = ImageBytes(ObjectStore(queue.root), image, pinned if image is None else None, named)
         plan, already = plan_reverse(src.info(), record, record_file, current, bytes_of, queue)
         written = write_in_place(root, plan, held=held, remove_dirs=record.created_dirs)
         gone = {f.resolved for f in plan.files if f.final is None}
