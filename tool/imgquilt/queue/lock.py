@@ -115,22 +115,22 @@ def stale_lock_advice(lock: Lock, names: list[str], raws: list[bytes], *, series
         return "series or a patch changed since", "run `imgquilt lock`."
     changed, new, gone = found
     moved = not changed and not new and not gone
-    what = [f"{', '.join(which)} {how}" for which, how in ((changed, "changed"), (new, "new"), (gone, "left series")) if which]
+    what = [f"{', '.join(which)} {how}" for which, how in ((new, "new"), (gone, "left series")) if which]
     if moved:
-        return "series edited by hand since it was made (its order or options changed)", "run `imgquilt lock`."
+        return "series edited by hand since it was made: its order or options changed", "run `imgquilt lock`."
     if not changed:
         return "series edited by hand since it was made: " + "; ".join(what), "run `imgquilt lock`."
-    text = "; ".join(what) + " since it was made"
+    others = "".join(f"; {', '.join(which)} {how}" for which, how in ((new, "new"), (gone, "left series")) if which)
     if hand_edited is not None:
         bad = [n for n in changed if n in hand_edited]
         unknown = [n for n in changed if n in (unchecked or set()) and n not in hand_edited]
         if bad:
-            return (f"{text}: {', '.join(bad)} edited by hand, its body no longer gives its Patched-SHA256",
+            return (f"{', '.join(bad)} edited by hand since it was made: its body no longer gives its Patched-SHA256{others}",
                     f"{rehash_command(bad)} re-pins a hand edit (and the patches after it) and writes the lock.")
         if not unknown:
-            return (f"{text}: edited by hand, its hunks and hashes still agree",
+            return (f"{', '.join(changed)} edited by hand since it was made: its hunks and hashes still agree{others}",
                     "run `imgquilt lock` (it verifies the series on the pinned image and writes the lock).")
-    return (f"{text}: edited by hand",
+    return (f"{', '.join(changed)} edited by hand since it was made{others}",
             f"{rehash_command(changed)} re-pins a hand edit (and the patches after it) and writes the lock; or run `imgquilt lock`.")
 
 
