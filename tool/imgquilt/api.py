@@ -158,6 +158,9 @@ def open_ref(ref: str, platform: str | None = None, *, root: Path | None = None,
     source = open_source(ref, platform=platform, cache_dir=cache_dir(root))
     if progress is not None and hasattr(source, "on_layer"):
         source.on_layer = progress
+        sized = getattr(progress, "sized", None)  # the CLI's bars: totals from the manifest
+        if sized is not None and hasattr(source, "on_layer_sized"):
+            source.on_layer_sized = sized
     return source
 
 

@@ -299,4 +299,4 @@ def check_cmd(
     listing.check(image, platform, format)
 
 
-COMMANDS = {"lock": lock_cmd, "apply": apply_cmd, "check": check_cmd, "restore": restore_cmd}
+COMMANDS = {"lock": lock_cmd, "apply": apply_cmd, "restore": restore_cmd, "check": check_cmd}

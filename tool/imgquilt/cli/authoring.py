@@ -47,7 +47,7 @@ def new_cmd(
     patch = wt.new(name, header)
     if G.json:
         emit_json({"patch": name, "file": str(wt.patches_dir / name), "top": name, "header": patch.header.raw.decode("utf-8", "replace"),
-                   "lock": lock_json(wt)})
+                   "targets_lock": lock_json(wt)})
         return
     say(f"Patch {name} is now on top (patches/{name}).")
     say("Next: `imgquilt add PATH` (or `edit PATH`), change the files under .imgquilt/work/, then `imgquilt refresh`.")
@@ -150,7 +150,7 @@ def refresh_cmd(
     r = wt.refresh(names[0] if names else None, python_check=not no_python_check)
     if G.json:
         emit_json({"patch": r.name, "changed": r.changed, "file": str(wt.patches_dir / r.name), "files": files_json(r.patch),
-                   "lock": r.lock.to_json() if r.lock else None})
+                   "targets_lock": r.lock.to_json() if r.lock else None})
         return
     if not r.patch.sections and not r.changed:
         say(f"Nothing changed in patch {r.name}.")

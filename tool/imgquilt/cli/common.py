@@ -35,6 +35,7 @@ class Globals:
     queue: str | None = None
     json: bool = False
     debug: bool = False
+    progress: str | None = None  # never, auto, plain (None: IMGQUILT_PROGRESS, else auto)
 
 
 G = Globals()
@@ -42,7 +43,7 @@ GLOBAL_FLAGS = {"--json": "json", "--debug": "debug"}
 
 
 def hoist_globals(argv: list[str]) -> list[str]:
-    """Take --queue/--json/--debug (and --tls-verify=BOOL) out of argv wherever they stand (DESIGN: before or after the command)."""
+    """Take --queue/--json/--debug/--progress/--quiet (and --tls-verify=BOOL) out of argv wherever they stand (DESIGN: before or after the command)."""
     rest: list[str] = []
     i = 0
     while i < len(argv):
@@ -57,6 +58,13 @@ def hoist_globals(argv: list[str]) -> list[str]:
             i += 1
         elif a.startswith("--queue="):
             G.queue = a.split("=", 1)[1]
+        elif a == "--progress" and i + 1 < len(argv):
+            G.progress = argv[i + 1]
+            i += 1
+        elif a.startswith("--progress="):
+            G.progress = a.split("=", 1)[1]
+        elif a == "--quiet":
+            G.progress = "never"
         elif a.startswith("--tls-verify="):  # registries: as skopeo and podman spell it
             os.environ["IMGQUILT_TLS_VERIFY"] = a.split("=", 1)[1]
         else:
@@ -85,7 +93,7 @@ def __getattr__(name: str) -> Any:
             params = super().get_params(ctx)
             if os.environ.get("_IMGQUILT_COMPLETE") and ctx.parent is not None:  # never while parsing a command
                 top = ctx.find_root()
-                params = params + [p for p in top.command.params if p.name in ("queue", "json", "debug", "tls_verify")]
+                params = params + [p for p in top.command.params if p.name in ("queue", "json", "debug", "tls_verify", "progress", "quiet")]
             return params
 
     made = {
@@ -98,7 +106,7 @@ def __getattr__(name: str) -> Any:
     return made[name]
 
 
-_TYPE_LABEL = re.compile(r"(?m)^(  [^\s<-]\S*) (<[^>\s]+>)")
+_TYPE_LABEL = re.compile(r"(?m)^(  [^\s<-][^<\n]*?) (<[^>\s]+>)")
 
 
 # --- output -----------------------------------------------------------------------------------
@@ -256,16 +264,18 @@ def refuse_during_rebase(root: Path) -> None:
 
 
 # --- images -----------------------------------------------------------------------------------
-def progress(label: str = "") -> Callable[[int, int, str], Callable[[int], None]] | None:
-    """Byte bars for people only (registry downloads and layer reads), on stderr; never into JSON or a pipe."""
+def progress(label: str = "") -> Any:
+    """Progress of layer reads and registry downloads on stderr (cli/progress.py: bars on a terminal,
+    plain lines off one, as --progress says); None when nothing is to be shown."""
     from . import progress as bars
 
-    if not bars.wanted(G.json):
+    style = bars.mode(G.progress, G.json)
+    if style == "none":
         return None
     from ..image.sources import registry
 
-    registry.on_download = bars.download
-    return bars.layer_reads(label)
+    registry.on_download = bars.download(style)
+    return bars.LayerProgress(style, label)
 
 
 def open_ref(ref: str, platform: str | None) -> Source:

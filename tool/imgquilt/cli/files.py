@@ -46,7 +46,7 @@ def remove_cmd(paths: List[str] = typer.Argument(..., metavar="FILE", help="Imag
     """
     wt = tree()
     top, dropped = wt.remove(paths)
-    _each(paths, top, dropped, {"removed": list(dict.fromkeys(paths)), "sections_dropped": dropped, "lock": lock_json(wt)},
+    _each(paths, top, dropped, {"removed": list(dict.fromkeys(paths)), "sections_dropped": dropped, "targets_lock": lock_json(wt)},
           "File {path} removed from patch {top} (its section left the patch file).", "File {path} removed from patch {top}.")
     if not G.json:
         say_lock(wt.lock_update)

@@ -66,7 +66,7 @@ def import_cmd(
         emit_json({"imported": [
             {"name": d.name, "kind": d.kind, "file": str(wt.patches_dir / d.name), "files": files_json(d.patch), "notes": list(d.notes)}
             for d in done
-        ], "top": wt.top(), "lock": lock_json(wt)})
+        ], "top": wt.top(), "targets_lock": lock_json(wt)})
         return
     for d in done:
         for n in d.notes:

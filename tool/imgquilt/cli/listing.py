@@ -111,7 +111,7 @@ def render_header(name: str, header: Header, changed: bool, *, asked: bool = Fal
     """The header printed; after --set/--unset/--edit, whether it changed (nothing is written when not)."""
     if G.json:
         emit_json({"patch": name, "header": header.raw.decode("utf-8", "replace"), "fields": [[k, v] for k, v in header.fields], "changed": changed,
-                   **({"lock": lock} if asked else {})})
+                   **({"targets_lock": lock} if asked else {})})
         return
     if asked:
         say(f"Header of {name} updated." if changed else f"Header of {name} unchanged.")

@@ -71,7 +71,7 @@ def delete_cmd(
     wt = tree()
     gone = wt.delete(one_patch(name, patch), remove=remove, force=force)
     if G.json:
-        emit_json({"deleted": gone, "removed_file": remove, "top": wt.top(), "lock": lock_json(wt)})
+        emit_json({"deleted": gone, "removed_file": remove, "top": wt.top(), "targets_lock": lock_json(wt)})
         return
     say(f"Removed patch {gone} from series" + (" and deleted its file." if remove else f" (patches/{gone} is kept; -r removes it)."))
     say_lock(wt.lock_update)
@@ -99,7 +99,7 @@ def rename_cmd(
     wt = tree()
     old, touched = wt.rename(new_name, patch)
     if G.json:
-        emit_json({"renamed": old, "to": new_name, "requires_updated": touched, "lock": lock_json(wt)})
+        emit_json({"renamed": old, "to": new_name, "requires_updated": touched, "targets_lock": lock_json(wt)})
         return
     say(f"Patch {old} renamed to {new_name}.")
     for t in touched:
