@@ -51,4 +51,5 @@ No rebase in progress.
 $ COMP_WORDS="imgquilt apply --js" COMP_CWORD=2 _IMGQUILT_COMPLETE=complete_bash imgquilt && COMP_WORDS="imgquilt refresh --q" COMP_CWORD=2 _IMGQUILT_COMPLETE=complete_bash imgquilt && COMP_WORDS="imgquilt push --d" COMP_CWORD=2 _IMGQUILT_COMPLETE=complete_bash imgquilt
 --json
 --queue
+--quiet
 --debug

@@ -44,7 +44,7 @@ def _globals(
     json: bool = typer.Option(False, "--json", help="One JSON document on stdout (an {\"error\": ...} document on failure)."),
     debug: bool = typer.Option(False, "--debug", help="Tracebacks for internal errors."),
     tls_verify: Optional[str] = typer.Option(None, "--tls-verify", metavar="BOOL", help="Registries (docker://): false reaches one over HTTP or without a valid certificate, as skopeo's --tls-verify=false (or IMGQUILT_TLS_VERIFY=false)."),
-    progress: Optional[str] = typer.Option(None, "--progress", metavar="never|auto|plain", help="Progress of image reads on stderr: bars on a terminal, plain lines off one (auto, the default; IMGQUILT_PROGRESS sets another), plain lines always, or never."),
+    progress: Optional[str] = typer.Option(None, "--progress", metavar="MODE", help="Progress of image reads on stderr: auto (the default; IMGQUILT_PROGRESS sets another): bars on a terminal, plain lines off one; plain: plain lines always; never."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress (--progress=never)."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
