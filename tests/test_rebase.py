@@ -319,10 +319,10 @@ class PowerCut(BaseException):
 def _cut_power_while_writing_the_lock(monkeypatch) -> None:
     import imgquilt.rebase.finish as engine
 
-    def boom(lock):
+    def boom(*args, **kwargs):
         raise PowerCut()
 
-    monkeypatch.setattr(engine, "render_lock", boom)
+    monkeypatch.setattr(engine, "lock_with", boom)  # what the finish renders targets.lock with
 
 
 def test_abort_after_a_crash_in_the_middle_of_the_finish(world, monkeypatch) -> None:

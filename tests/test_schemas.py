@@ -132,6 +132,16 @@ def successes(tmp_path_factory, env) -> list[tuple[str, tuple[str, ...], Run]]:
     run("refresh", "--rehash", "0005-config-shared-expert-knob.patch")
     run("rebase", "--status")
     run("rebase", "--image", f"rootfs:{new}", "--from", DEMO)
+    # profiles (docs/profiles.md): one declared on the rebased image
+    run("lock", "--profile", "p1", "--image", f"rootfs:{new}", "--env", "P1_MODE=on")
+    run("guard", "--list")
+    run("guard", "0001-which-skip-empty-path-elements.patch")
+    run("select", "p1")
+    run("select", "--none")
+    run("check", "--profile", "all")
+    run("apply", "--profile", "all", "--layer", f"{tmp}/{{profile}}.tar")
+    run("audit", "--profile", "all", "--root", str(new), "--expect", "pending")
+    run("audit", "--profile", "p1", "--root", str(new), "--expect", "pending")
     run("cache")
     run("cache", "prune")
     return runs
@@ -246,6 +256,9 @@ def failure_runs(tmp: Path, env: dict[str, str]) -> list[tuple[str, tuple[str, .
     run(2, "revert", CONFIG)
     run(6, "restore", CONFIG, "--root", str(tmp / "port.diff"))  # not a directory
     run(6, "overlay-args", str(tmp))  # no mounts.tsv
+    run(2, "guard", "0001-which-skip-empty-path-elements.patch", "+bad guard")
+    run(2, "select", "no-such-profile")
+    run(2, "apply", "--profile", "no-such-profile")
     for command in ("top", "applied", "unapplied", "series", "files", "next", "previous"):
         run(2, command, cwd=nowhere)
     # last: a stale hash in a patch file breaks the chain and the lock

@@ -17,9 +17,10 @@ A stopped rebase is a result, not an error: `rebase()` returns a report whose `s
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Sequence
 
 from .errors import BadInput, ImgquiltError, QueueProblems, UsageError
 from .verbs.init import InitResult as Initialized, init_queue
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from .engine.result import ApplyResult
     from .fs.types import Source
     from .history import History
-    from .queue.lock import Lock
+    from .queue.lock import Lock, Profile
     from .queue.queue import Queue
     from .rebase import RebaseReport
     from .verbs.attest import Verification
@@ -38,8 +39,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Applied", "Audit", "CheckResult", "Initialized", "Locked", "Progress", "RebaseAborted",
-    "apply", "audit", "check", "import_items", "import_patches", "init", "load_queue", "lock",
-    "overlay_args", "rebase", "restore", "reverse", "rebase_abort", "rebase_continue", "rebase_in_progress", "rebase_skip", "rebase_status", "verify",
+    "apply", "apply_profiles", "audit", "audit_profiles", "check", "import_items", "import_patches", "init", "load_queue",
+    "lock", "lock_profiles", "overlay_args", "profiles", "rebase", "rebase_abort", "rebase_continue", "rebase_in_progress",
+    "rebase_skip", "rebase_status", "restore", "reverse", "verify",
 ]
 
 Progress = Callable[[int, int, str], None]
@@ -57,6 +59,7 @@ class CheckResult:
     problems: tuple[str, ...]
     patches: tuple[str, ...]
     error: ImgquiltError | None = None
+    profiles: tuple[str, ...] = ()  # the profiles verified on their images (--profile)
 
     @property
     def ok(self) -> bool:
@@ -74,6 +77,9 @@ class Locked:
     series_sha256: str
     targets: int
     patches: int
+    profile: str | None = None  # the profile pinned (None: the default pin)
+    select: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,7 @@ class Applied:
 
     result: ApplyResult
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    profile: str | None = None  # the profile applied (None: the default)
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,15 @@ class Audit:
     expect: str
     failing: tuple[PatchAudit, ...] = ()
     error: ImgquiltError | None = None
+    profile: str | None = None  # the profile judged (None: the default)
+
+    @property
+    def matches(self) -> bool:
+        """Is the filesystem this profile, in the expected state: every patch in it, every environment
+        default set (live), and an apply record, if any, that agrees?"""
+        from .audit import matches
+
+        return self.report is not None and matches(self.report, self.expect)
 
 
 @dataclass(frozen=True)
@@ -119,6 +135,14 @@ def load_queue(queue: str | os.PathLike[str] | None = None) -> Queue:
     from .queue.queue import load_queue as _load
 
     return _load(queue_root(queue))
+
+
+def profiles(queue: str | os.PathLike[str] | None = None) -> tuple[Profile, ...]:
+    """The profiles targets.lock declares, by name: each with its `select`ed guards, its `env`
+    defaults and its pin (`lock`: image, targets, series_sha256 over its selection)."""
+    from .verbs.profiles import lock_file
+
+    return lock_file(queue_root(queue)).profiles
 
 
 def init(path: str | os.PathLike[str] = ".") -> Initialized:
@@ -179,68 +203,173 @@ def pick_ref(image: str | None, lock: Lock | None, root: Path, remembered: str |
 
 # --- verbs --------------------------------------------------------------------------------------
 def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, platform: str | None = None,
-          progress: Progress | None = None) -> CheckResult:
-    """Lint the queue; with `image`, also verify the whole series on it (drift is exit 3, as in apply)."""
-    from .queue.check import check_queue
+          progress: Progress | None = None, profile: str | None = None) -> CheckResult:
+    """Lint the queue (every profile's chain too); with `image`, also verify the whole series on it
+    (drift is exit 3, as in apply). `profile`: NAME or "all": also verify that selection on its own
+    pinned image (`image` instead, for one profile). A profile whose patches do not chain is
+    ProfileChainBroken (exit 3), other problems QueueProblems (6)."""
+    from .queue.check import lint_queue
     from .work.rehash import stale_results
 
     root = queue_root(queue)
-    problems, patches = check_queue(root, stale_results)
-    failure: ImgquiltError | None = QueueProblems(problems) if problems else None
-    if image and not problems:
+    lint = lint_queue(root, stale_results)
+    problems = [*lint.problems, *lint.selections]
+    failure: ImgquiltError | None = None
+    if lint.selections:
+        from .errors import ProfileChainBroken
+
+        failure = ProfileChainBroken(
+            f"The queue has {len(problems)} problem(s):\n" + "\n".join(f"  - {p}" for p in problems),
+            hint="A profile's patch depends on a patch that profile does not select: select that patch in the profile "
+                 "too (`imgquilt guard PATCH ...`), or give the profile its own patch built on its own chain.",
+            problems=problems)
+    elif problems:
+        failure = QueueProblems(problems)
+    names = [p.name for p in lint.patches]
+    if (image or profile) and not problems:
         from .engine.plan import plan_apply
+        from .verbs.profiles import resolve_many
 
         q = load_queue(root)
-        try:
-            from .store import ObjectStore
-            from .verbs.restore import ImageBytes
-
-            plan_apply(q, open_ref(image, platform, root=root, progress=progress), q.lock(),
-                       image_bytes=ImageBytes(ObjectStore(root), fallback=_pinned_image(q, platform, progress)))
-        except ImgquiltError as exc:  # the refusal apply would meet, with its exit code
-            failure = exc
+        chosen = resolve_many(q, profile)
+        if image and len(chosen) > 1:
+            raise UsageError("--profile all verifies each profile on the image it pins; give no --image with it.")
+        failed: list[tuple[str | None, ImgquiltError]] = []
+        for r in chosen:
+            try:
+                plan_apply(r.queue, open_ref(pick_ref(image, r.lock, root), platform, root=root, progress=progress), r.lock,
+                           image_bytes=_image_bytes(root, r.lock, platform, progress))
+            except ImgquiltError as exc:  # the refusal apply would meet, with its exit code
+                failed.append((r.name, exc))
+        for name, exc in failed:
             found = getattr(exc, "problems", None)
-            problems = [p.render() for p in found] if found else [exc.message]
-    return CheckResult(tuple(problems), tuple(p.name for p in patches), failure)
+            lines = [p.render() for p in found] if found else [exc.message]
+            problems += [f"profile {name}: {x}" if name else x for x in lines]
+        if failed:
+            failure = failed[0][1]
+            if profile is not None:
+                failure.message = "\n".join(f"Profile {n}: {e.message}" for n, e in failed)
+        return CheckResult(tuple(problems), tuple(names), failure, tuple(r.name for r in chosen if r.name))
+    return CheckResult(tuple(problems), tuple(names), failure)
 
 
 def lock(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, platform: str | None = None,
-         python_check: bool = True, progress: Progress | None = None) -> Locked:
+         python_check: bool = True, progress: Progress | None = None, profile: str | None = None,
+         select: Sequence[str] | None = None, env: Sequence[str] = (), unset_env: Sequence[str] = ()) -> Locked:
     """Verify the series on the image (`image`, else the one targets.lock pins) and write targets.lock.
 
-    A local path in the reference is kept relative to the queue directory (docs/targets-lock.md)."""
-    from .queue.lock import render_lock
+    `profile`: declare or re-pin that profile instead of the default pin: the patches its guards
+    `select` (default: what it selected, a new one its own name) verified on `image` (default: its
+    pinned image), with `env` (KEY=VALUE) set and `unset_env` keys removed from its defaults. Every
+    other section of targets.lock is kept. A local path in the reference is kept relative to the
+    queue directory (docs/targets-lock.md)."""
+    from .queue.lock import Profile, lock_with, render_lock_file
     from .sources import ref_for_lock
     from .util.atomic import atomic_write
+    from .util.regular import read_regular_file
     from .verbs.lock import lock_queue
+    from .verbs.profiles import ALL, check_profile_name, lock_file, parse_env, parse_select
 
     q = load_queue(queue)
     refuse_during_rebase(q.root)
-    ref = pick_ref(image, q.lock(), q.root)
+    if profile is None:
+        if select is not None or env or unset_env:
+            raise UsageError("--select, --env and --unset-env set a profile's selection and defaults; give --profile NAME.")
+        lf = lock_file(q.root)
+        if image is None and lf.default is None and lf.profiles:
+            raise UsageError(f"targets.lock pins only profiles ({', '.join(lf.names)}), no default image to re-pin.",
+                             hint="Re-pin one with --profile NAME (or all), or pin a default with --image REF.")
+        ref = pick_ref(image, lf.default, q.root)
+        stored = ref_for_lock(ref, q.root)
+        new = lock_queue(q.selection(()), open_ref(ref, platform, root=q.root, progress=progress), stored, python_check=python_check)
+        atomic_write(q.lock_path, lock_with(read_regular_file(q.lock_path), new))
+        return Locked(q.lock_path, stored, new.image.digest, new.image.platform, new.series_sha256, len(new.targets),
+                      len(q.selection(()).patches))
+    if profile == ALL:
+        raise UsageError("`lock --profile all` re-pins every profile: use lock_profiles().")
+    check_profile_name(profile)
+    lf = lock_file(q.root)
+    old = lf.profile(profile)
+    if old is None and not image:
+        raise UsageError(f"Profile {profile!r} is new: give the image it is pinned to with --image REF.",
+                         hint=f"Example: imgquilt lock --profile {profile} --image oci:images/{profile}:latest")
+    guards = parse_select(select) if select is not None else (old.select if old is not None else (profile,))
+    defaults = dict(old.env) if old is not None else {}
+    for key in unset_env:
+        if key not in defaults:
+            raise UsageError(f"--unset-env {key}: profile {profile} sets no {key}.")
+        defaults.pop(key)
+    defaults.update(parse_env(env))
+    ref = pick_ref(image, old.lock if old is not None else None, q.root)
     stored = ref_for_lock(ref, q.root)
-    new = lock_queue(q, open_ref(ref, platform, root=q.root, progress=progress), stored, python_check=python_check)
-    atomic_write(q.lock_path, render_lock(new))
-    return Locked(q.lock_path, stored, new.image.digest, new.image.platform, new.series_sha256, len(new.targets), len(q.patches))
+    chosen = q.selection(guards)
+    with _naming(profile):
+        new = lock_queue(chosen, open_ref(ref, platform, root=q.root, progress=progress), stored, python_check=python_check)
+    prof = Profile(profile, guards, tuple(sorted(defaults.items())), new)
+    atomic_write(q.lock_path, render_lock_file(lf.with_profile(prof)))
+    return Locked(q.lock_path, stored, new.image.digest, new.image.platform, new.series_sha256, len(new.targets),
+                  len(chosen.patches), profile, prof.select, prof.env)
+
+
+def lock_profiles(queue: str | os.PathLike[str] | None = None, *, platform: str | None = None, python_check: bool = True,
+                  progress: Progress | None = None) -> tuple[Locked, ...]:
+    """`lock --profile all`: re-pin every profile on the image it is pinned to; targets.lock is written
+    once, when every profile verified (nothing is written otherwise)."""
+    from dataclasses import replace
+
+    from .queue.lock import render_lock_file
+    from .sources import ref_for_lock
+    from .util.atomic import atomic_write
+    from .verbs.lock import lock_queue
+    from .verbs.profiles import resolve_many
+
+    q = load_queue(queue)
+    refuse_during_rebase(q.root)
+    from .verbs.profiles import lock_file
+
+    lf = lock_file(q.root)
+    done = []
+    for r in resolve_many(q, "all", lf):
+        ref = pick_ref(None, r.lock, q.root)
+        stored = ref_for_lock(ref, q.root)
+        try:
+            new = lock_queue(r.queue, open_ref(ref, platform, root=q.root, progress=progress), stored, python_check=python_check)
+        except ImgquiltError as exc:
+            exc.message = f"Profile {r.name}: {exc.message}"
+            exc.hint = "\n".join(x for x in (exc.hint, "targets.lock was not written (no profile was re-pinned).") if x)
+            raise
+        prof = lf.profile(r.name)  # type: ignore[arg-type]
+        lf = lf.with_profile(replace(prof, lock=new))  # type: ignore[arg-type]
+        done.append(Locked(q.lock_path, stored, new.image.digest, new.image.platform, new.series_sha256, len(new.targets),
+                           len(r.queue.patches), r.name, r.select, r.env))
+    atomic_write(q.lock_path, render_lock_file(lf))
+    return tuple(done)
 
 
 def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, layer: str | os.PathLike[str] | None = None,
           output_image: str | None = None, root: str | os.PathLike[str] | None = None, overlay: str | os.PathLike[str] | None = None,
           platform: str | None = None, locked: bool = False, python_check: bool = True, progress: Progress | None = None,
-          attest: str | os.PathLike[str] | None = None, compression: str | None = None) -> Applied:
+          attest: str | os.PathLike[str] | None = None, compression: str | None = None, profile: str | None = None) -> Applied:
     """Verify every base, apply the series in memory, verify every result, then write the outputs asked for.
 
     The bases come from `image`, else from `root` (patched in place), else the image targets.lock pins.
     With no output, it only verifies. Nothing is written unless everything verifies. `attest`: a PEM
     private key (Ed25519 or ECDSA P-256) that signs an attestation of `output_image` (docs/provenance.md).
     `compression`: the new layer's in `output_image` (gzip, zstd, zstd:chunked, none; default gzip, none
-    for docker-archive).
+    for docker-archive). `profile`: apply the patches that profile selects, on its pinned image (unless
+    `image` or `root`), its environment defaults set in `output_image`'s config (docs/profiles.md);
+    every profile at once: apply_profiles().
     """
     from .outputs import Outputs, apply_queue
     from .sources import open_image
+    from .verbs.profiles import lock_file, need_pin, resolve
 
     key = signing_key(attest)
     q = load_queue(queue)
-    pinned = q.lock()
+    lf = lock_file(q.root)
+    chosen = resolve(q, profile, lf)
+    need_pin(chosen, lf, image if root is None else root)
+    pinned = chosen.lock
     root_dir = Path(root) if root is not None else None
     ref = f"rootfs:{root_dir}" if image is None and root_dir is not None else pick_ref(image, pinned, q.root)
     source = open_ref(ref, platform, root=q.root, progress=progress)
@@ -251,13 +380,68 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
         # reuse the image the source already opened (a skopeo transport would be copied twice)
         return getattr(source, "image", None) or open_image(ref, platform=platform, cache_dir=cache_dir(q.root))
 
-    from .store import ObjectStore
-    from .verbs.restore import ImageBytes
+    with _naming(chosen.name):
+        result, written = apply_queue(chosen.queue, source, pinned, outputs, open_base, locked=locked, python_check=python_check,
+                                      attest=key, env=chosen.env, image_bytes=_image_bytes(q.root, pinned, platform, progress))
+    return Applied(result, written, chosen.name)
 
-    image_bytes = ImageBytes(ObjectStore(q.root), fallback=_pinned_image(q, platform, progress))  # for the diff of a hand edit
-    result, written = apply_queue(q, source, pinned, outputs, open_base, locked=locked, python_check=python_check, attest=key,
-                                  image_bytes=image_bytes)
-    return Applied(result, written)
+
+@contextmanager
+def _naming(profile: str | None) -> Iterator[None]:
+    """A refusal while working on a profile names it, and the command that re-pins it."""
+    try:
+        yield
+    except ImgquiltError as exc:
+        if profile is not None:
+            exc.message = f"Profile {profile}: {exc.message}"
+            if exc.hint:
+                exc.hint = exc.hint.replace("`imgquilt lock`", f"`imgquilt lock --profile {profile}`")
+        raise
+
+
+def apply_profiles(queue: str | os.PathLike[str] | None = None, *, profile: str = "all", layer: str | None = None,
+                   output_image: str | None = None, overlay: str | None = None, platform: str | None = None,
+                   locked: bool = False, python_check: bool = True, progress: Progress | None = None,
+                   attest: str | os.PathLike[str] | None = None, compression: str | None = None) -> tuple[Applied, ...]:
+    """`apply --profile all`: each profile applied on the image it pins. Every output path must hold
+    `{profile}` (replaced by each profile's name) when there is more than one profile: UsageError
+    before anything is read. Every profile is verified (destinations checked) before any output is
+    written; then each profile's outputs are written in turn."""
+    from .engine.plan import plan_apply
+    from .outputs import Outputs, apply_queue, check_destinations, python_checker
+    from .sources import open_image
+    from .verbs.profiles import check_placeholders, fill, resolve_many
+
+    q = load_queue(queue)
+    chosen = resolve_many(q, profile)
+    check_placeholders(len(chosen), output_image=output_image, layer=layer, overlay=overlay)
+    key = signing_key(attest)
+    planned = []
+    screen, memo = python_checker() if python_check else (None, None)
+    for r in chosen:
+        ref = pick_ref(None, r.lock, q.root)
+        source = open_ref(ref, platform, root=q.root, progress=progress)
+        layer_i, overlay_i = fill(layer, r.name), fill(overlay, r.name)
+        outputs = Outputs(layer=Path(layer_i) if layer_i is not None else None, image=fill(output_image, r.name),
+                          overlay=Path(overlay_i) if overlay_i is not None else None, compression=compression)  # type: ignore[arg-type]
+        try:
+            with _naming(r.name):
+                check_destinations(outputs, source.info(), key)
+                plan_apply(r.queue, source, r.lock, locked=locked, python_check=python_check, python_memo=memo,
+                           python_screen=screen, env=r.env)
+        except ImgquiltError as exc:
+            exc.hint = "\n".join(x for x in (exc.hint, "Nothing was written for any profile.") if x)
+            raise
+        planned.append((r, ref, source, outputs))
+    done = []
+    for r, ref, source, outputs in planned:
+        def open_base(source=source, ref=ref):
+            return getattr(source, "image", None) or open_image(ref, platform=platform, cache_dir=cache_dir(q.root))
+
+        result, written = apply_queue(r.queue, source, r.lock, outputs, open_base, locked=locked, python_check=python_check,
+                                      attest=key, env=r.env)
+        done.append(Applied(result, written, r.name))
+    return tuple(done)
 
 
 def restore(queue: str | os.PathLike[str] | None = None, *, root: str | os.PathLike[str], paths: Sequence[str],
@@ -284,10 +468,23 @@ def reverse(queue: str | os.PathLike[str] | None = None, *, root: str | os.PathL
 
 def _pinned_image(q: Queue, platform: str | None, progress: Progress | None) -> Callable[[], Source] | None:
     """Opens the image targets.lock pins (None: no lock, or the lock pins a rootfs)."""
-    lock = q.lock()
+    return _pin_opener(q.root, q.lock(), platform, progress)
+
+
+def _pin_opener(root: Path, lock: Lock | None, platform: str | None, progress: Progress | None) -> Callable[[], Source] | None:
+    """Opens the image `lock` pins (None: no lock, or it pins a rootfs, whose files may have changed since)."""
     if lock is None or lock.image.kind == "rootfs":
         return None
-    return lambda: open_ref(pick_ref(None, lock, q.root), platform or lock.image.platform, root=q.root, progress=progress)
+    return lambda: open_ref(pick_ref(None, lock, root), platform or lock.image.platform, root=root, progress=progress)
+
+
+def _image_bytes(root: Path, lock: Lock | None, platform: str | None, progress: Progress | None):  # noqa: ANN202
+    """The image's bytes of a path by sha256, to show a hand edit of a root as a diff: the object store,
+    else the image `lock` pins (read only on a refusal)."""
+    from .store import ObjectStore
+    from .verbs.restore import ImageBytes
+
+    return ImageBytes(ObjectStore(root), fallback=_pin_opener(root, lock, platform, progress))
 
 
 def signing_key(path: str | os.PathLike[str] | None):
@@ -307,33 +504,41 @@ def public_key(path: str | os.PathLike[str]):
 
 
 def verify(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, key: str | os.PathLike[str],
-           platform: str | None = None) -> tuple[Verification, ...]:
+           platform: str | None = None, profile: str | None = None) -> tuple[Verification, ...]:
     """Find the attestations of the image (`image`, else the lock's) and check each with the public `key`:
     the signature, the subject digest, and that the attested record matches the queue. One Verification
     per platform (`platform="all"`: every platform of the index). The CLI exits 3 (NotAttested,
-    `v.failure()`) when one has no `verified` candidate."""
+    `v.failure()`) when one has no `verified` candidate. `profile`: the record must match the patches
+    that profile selects (and carry its environment defaults); the image defaults to its pin."""
     from .sources import open_image, platforms_of
     from .verbs.attest import verify_image
+    from .verbs.profiles import lock_file, need_pin, resolve
 
     pub = public_key(key)
     q = load_queue(queue)
-    pinned = q.lock()
-    ref = pick_ref(image, pinned, q.root)
+    lf = lock_file(q.root)
+    chosen = resolve(q, profile, lf)
+    need_pin(chosen, lf, image)
+    ref = pick_ref(image, chosen.lock, q.root)
     platforms = platforms_of(ref, cache_dir=cache_dir(q.root)) if platform == "all" else [platform]
-    return tuple(verify_image(q, open_image(ref, platform=p, cache_dir=cache_dir(q.root)), ref, pub) for p in platforms)
+    return tuple(verify_image(chosen.queue, open_image(ref, platform=p, cache_dir=cache_dir(q.root)), ref, pub, env=chosen.env)
+                 for p in platforms)
 
 
 def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, root: str | os.PathLike[str] | None = None,
           platform: str | None = None, history: bool = False, expect: Literal["live", "pending"] = "live",
           progress: Progress | None = None, trust_attestation: str | os.PathLike[str] | None = None,
-          pid: int | None = None) -> Audit:
+          pid: int | None = None, profile: str | None = None) -> Audit:
     """The state of each patch and file in an image (`image`, else the lock's) or a root filesystem (`root`,
     e.g. /proc/PID/root of a running container); with `history`, when each patch entered and left the series.
     `trust_attestation`: a public key; an attestation it verifies that matches the queue answers
     without reading a layer (`report.trust` says where the states came from).
     `pid`: audit the root of that running process, and count a file changed after it started as
-    restart-pending (the process still runs what it loaded)."""
-    from .audit import audit_source, judge_process, not_in_state
+    restart-pending (the process still runs what it loaded).
+    `profile`: judge the patches that profile selects (and its environment defaults, in an image's
+    config); without it, a queue with profiles judges the profile the filesystem is: the one whose
+    selection its apply record names, else the one pinned to its digest (audit_profiles() judges every one)."""
+    from .audit import judge_process, not_in_state
 
     if expect not in ("live", "pending"):
         raise UsageError(f"expect must be live or pending, not {expect!r}.")
@@ -342,34 +547,80 @@ def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     if trust_attestation is not None and (root is not None or pid is not None):
         raise UsageError(f"--trust-attestation reads an image's attestations; a {'--root' if root is not None else '--pid'} has none.",
                          hint="Audit the image the root came from with --image REF --trust-attestation KEY.")
+    from .verbs.profiles import ALL, identify, lock_file, resolve
+
+    if profile == ALL:
+        raise UsageError("`audit --profile all` judges every profile: use audit_profiles().")
     pub = public_key(trust_attestation) if trust_attestation is not None else None
     q = load_queue(queue)
-    pinned = q.lock()
+    lf = lock_file(q.root)
+    chosen = resolve(q, profile, lf) if profile is not None or not lf.profiles else None
     started = None
     if pid is not None:
         from .rootfs.process import process_root, process_started
 
         root = process_root(pid)
         started = process_started(pid)
+    pinned = chosen.lock if chosen is not None else (lf.default or lf.profiles[0].lock)
     source = _audit_source(q.root, image, Path(root) if root is not None else None, platform, pinned, progress)
     if source is None and not history:
         raise UsageError("No image given and no targets.lock to take one from.", hint="Pass --image REF or --root DIR.")
+    if chosen is None:
+        chosen = identify(q, lf, source) if source is not None else resolve(q, None, lf)
     hist = None
     if history:
         from .history import queue_history
 
         hist = queue_history(q.root, q.names)
-    if source is not None and pub is not None:
-        from .verbs.attest import audit_trusting
-
-        report = audit_trusting(q, source, pub)
-    else:
-        report = audit_source(q, source) if source is not None else None
+    report = _audit_one(chosen, source, pub) if source is not None else None
     if report is not None and pid is not None and started is not None:
         report = judge_process(report, source.change_times, pid, started, str(root))  # type: ignore[union-attr]
     failing = tuple(p for p in report.patches if p.state != expect) if report is not None else ()
     error = not_in_state(report, expect) if report is not None else None
-    return Audit(report, hist, expect, failing, error)
+    return Audit(report, hist, expect, failing, error, chosen.name)
+
+
+def _audit_one(chosen, source: Source, pub) -> AuditReport:
+    """One selection audited in `source`: its patches, and with a profile its environment defaults."""
+    from .audit import audit_source, with_env
+
+    if pub is not None:
+        from .verbs.attest import audit_trusting
+
+        report = audit_trusting(chosen.queue, source, pub)
+    else:
+        report = audit_source(chosen.queue, source)
+    return with_env(report, source, chosen.env, chosen.name)
+
+
+def audit_profiles(queue: str | os.PathLike[str] | None = None, *, image: str | None = None,
+                   root: str | os.PathLike[str] | None = None, platform: str | None = None,
+                   expect: Literal["live", "pending"] = "live", progress: Progress | None = None,
+                   trust_attestation: str | os.PathLike[str] | None = None) -> tuple[Audit, ...]:
+    """`audit --profile all`: every profile judged in `image` (or `root`); without either, each in the
+    image it pins. `Audit.matches` says which profiles the filesystem is (a fleet audit's answer to
+    "which deployment is this container?")."""
+    from .audit import not_in_state
+    from .verbs.profiles import lock_file, resolve_many
+
+    if expect not in ("live", "pending"):
+        raise UsageError(f"expect must be live or pending, not {expect!r}.")
+    if trust_attestation is not None and root is not None:
+        raise UsageError("--trust-attestation reads an image's attestations; a --root has none.")
+    pub = public_key(trust_attestation) if trust_attestation is not None else None
+    q = load_queue(queue)
+    lf = lock_file(q.root)
+    chosen = resolve_many(q, "all", lf)
+    shared = None
+    if image or root is not None:
+        shared = _audit_source(q.root, image, Path(root) if root is not None else None, platform, None, progress)
+    out = []
+    for r in chosen:
+        source = shared or open_ref(pick_ref(None, r.lock, q.root), platform, root=q.root, progress=progress)
+        report = _audit_one(r, source, pub)  # type: ignore[arg-type]
+        failing = tuple(p for p in report.patches if p.state != expect)
+        out.append(Audit(report, None, expect, failing, not_in_state(report, expect), r.name))
+    return tuple(out)
 
 
 def _audit_source(qroot: Path, image: str | None, root: Path | None, platform: str | None, pinned: Lock | None,
@@ -396,10 +647,13 @@ def _opener(root: Path, progress: Progress | None):
 
 
 def rebase(queue: str | os.PathLike[str] | None = None, *, image: str, from_ref: str | None = None, maps: Sequence[str] = (),
-           keep_empty: bool = False, platform: str | None = None, progress: Progress | None = None) -> RebaseReport:
+           keep_empty: bool = False, platform: str | None = None, progress: Progress | None = None,
+           profile: str | None = None) -> RebaseReport:
     """Carry the queue onto `image` with 3-way merges. status "done", or "stopped" on a conflict.
 
     `maps`: "OLD=NEW" target paths or directory prefixes that moved. Needs git on PATH (GitMissing, exit 6).
+    `profile`: carry the patches that profile selects and re-pin it alone; a rewritten patch that
+    another pin selects must still chain there (ProfileChainBroken, exit 3, nothing written).
     """
     from .rebase import RebaseOptions, parse_map, rebase_in_progress, start_rebase
 
@@ -411,8 +665,19 @@ def rebase(queue: str | os.PathLike[str] | None = None, *, image: str, from_ref:
         raise UsageError("Which image? Pass --image NEWREF.", hint="Example: imgquilt rebase --image oci:vllm:0.10.2")
     from .sources import ref_for_lock
 
+    select: tuple[str, ...] = ()
+    if profile is not None:
+        from .verbs.profiles import ALL, lock_file, unknown
+
+        if profile == ALL:
+            raise UsageError("A rebase carries one profile onto one new image: name it with --profile NAME.")
+        lf = lock_file(root)
+        found = lf.profile(profile)
+        if found is None:
+            raise unknown(profile, lf)
+        select = found.select
     opts = RebaseOptions(ref_for_lock(image, root), platform, ref_for_lock(from_ref, root) if from_ref else None, keep_empty,
-                         tuple(parse_map(m) for m in maps))
+                         tuple(parse_map(m) for m in maps), profile, select)
     return start_rebase(root, opts, _opener(root, progress))
 
 
@@ -467,15 +732,19 @@ def rebase_status(queue: str | os.PathLike[str] | None = None) -> RebaseReport:
 
 
 def import_items(files: Sequence[str | os.PathLike[str]], *, name: str | None = None, strip: int = 1,
-                 series: str | os.PathLike[str] | None = None) -> list[ImportItem]:
+                 series: str | os.PathLike[str] | None = None, guards: Sequence[str] = ()) -> list[ImportItem]:
     """What to import: each file (a multi-mail `git format-patch --stdout` file gives one patch per mail),
-    or every patch a quilt `series` file lists, with its -pN."""
+    or every patch a quilt `series` file lists, with its -pN and (an MQ series) its guards. `guards`
+    (+G/-G) are set on every item, after a series' own."""
+    from dataclasses import replace
+
     from .importer import mail_subject_name, split_mbox
-    from .queue.series import parse_series
+    from .queue.series import check_guard, parse_series
     from .work import ImportItem
 
     if strip < 0:
         raise UsageError("-p wants a number >= 0.")
+    extra = tuple(dict.fromkeys(check_guard(g) for g in guards))
     items: list[ImportItem] = []
     if series is not None:
         if files or name:
@@ -485,7 +754,7 @@ def import_items(files: Sequence[str | os.PathLike[str]], *, name: str | None = 
             sfile = sfile / "series"
         for e in parse_series(_read(sfile), source=str(sfile)):
             f = sfile.parent / e.name
-            items.append(ImportItem(e.name, _read(f), e.strip, str(f)))
+            items.append(ImportItem(e.name, _read(f), e.strip, str(f), tuple(dict.fromkeys(e.guards + extra))))
         if not items:
             raise UsageError(f"{sfile} lists no patch.")
         return items
@@ -502,7 +771,7 @@ def import_items(files: Sequence[str | os.PathLike[str]], *, name: str | None = 
             items += [ImportItem(mail_subject_name(m, k), m, strip, f"{f} (mail {k})") for k, m in enumerate(mails, 1)]
             continue
         items.append(ImportItem(name or Path(f).name, data, strip, f))
-    return items
+    return [replace(it, guards=extra) for it in items] if extra else items
 
 
 def _read(path: Path) -> bytes:
@@ -521,19 +790,50 @@ def _read(path: Path) -> bytes:
 def import_patches(files: Sequence[str | os.PathLike[str]] = (), *, queue: str | os.PathLike[str] | None = None,
                    name: str | None = None, strip: int = 1, series: str | os.PathLike[str] | None = None,
                    fields: Sequence[tuple[str, str | None]] = (), replace: bool = False, check_git_index: bool = True,
-                   image: str | None = None, platform: str | None = None) -> tuple[Imported, ...]:
+                   image: str | None = None, platform: str | None = None, guards: Sequence[str] = (),
+                   profile: str | None = None) -> tuple[Imported, ...]:
     """Import patches (diff -u, git diff, format-patch mails, a quilt series) after the top patch, in the
-    imgquilt format with real hashes. All or nothing. Bases: the work tree, else `image`, else the lock's."""
-    from .queue.lock import read_lock
+    imgquilt format with real hashes. All or nothing. Bases: the work tree, else `image`, else the lock's.
+    An MQ series' guards come along; `guards` (+G/-G) go on every imported patch. `profile` (with
+    `series`, a dpkg-source vendor series such as debian/patches/ubuntu.series): import it as that
+    profile's selection (see vendor_items)."""
     from .work import WorkTree
 
-    items = import_items(files, name=name, strip=strip, series=series)
+    items = import_items(files, name=name, strip=strip, series=series, guards=guards)
     root = queue_root(queue)
     refuse_during_rebase(root)
 
     def opener():
-        pinned = read_lock(root / "targets.lock")
+        pinned = wt.bases.lock() if image is None else None  # the pin of the profile the work tree follows
         return open_ref(pick_ref(image, pinned, root, wt.remembered_image()), platform, root=root)
 
     wt = WorkTree(root, open_image=opener, image_explicit=image is not None)
-    return tuple(wt.import_patches(items, fields=list(fields), replace=replace, check_git_index=check_git_index))
+    others: dict[str, tuple[str, ...]] = {}
+    if profile is not None:
+        if series is None:
+            raise UsageError("--profile imports a vendor series as that profile's selection: give --series VENDOR.series.")
+        items, others = vendor_items(items, wt.queue.entries(), profile)
+    return tuple(wt.import_patches(items, fields=list(fields), replace=replace, check_git_index=check_git_index,
+                                   guard_others=others))
+
+
+def vendor_items(items: list[ImportItem], entries, profile: str) -> tuple[list[ImportItem], dict[str, tuple[str, ...]]]:
+    """A dpkg-source vendor series imported as profile `profile`: the patches the queue already has
+    (by name) are shared and left as they are; the others are imported with `+profile`; the queue's
+    patches the vendor series does not list get `-profile`. Selecting `profile` then applies what the
+    vendor series lists (the vendor-only patches stand together after the top patch)."""
+    from dataclasses import replace
+
+    from .verbs.profiles import check_profile_name
+
+    check_profile_name(profile)
+    have = {e.name: e for e in entries}
+    listed = {it.name for it in items}
+    fresh = [replace(it, guards=tuple(dict.fromkeys(it.guards + (f"+{profile}",)))) for it in items if it.name not in have]
+    others = {e.name: tuple(g for g in e.guards if g[1:] != profile) + (f"-{profile}",) for e in entries if e.name not in listed}
+    if not fresh and not others:
+        raise UsageError(f"The vendor series lists exactly the queue's patches: profile {profile} needs no guard.")
+    if not fresh:
+        raise UsageError("The vendor series lists no patch the queue lacks; nothing to import.",
+                         hint=f"Keep the queue's other patches out of {profile} with `imgquilt guard PATCH -{profile}`.")
+    return fresh, others

@@ -107,6 +107,21 @@ class TrustCheck:
 
 
 @dataclass(frozen=True)
+class EnvCheck:
+    """A profile's environment defaults against the image's config `Env` (docs/profiles.md)."""
+
+    expected: tuple[tuple[str, str], ...]
+    found: dict[str, str] | None  # the config's Env; None: the filesystem has no config (a root)
+
+    @property
+    def missing(self) -> list[tuple[str, str, str | None]]:
+        """(key, the profile's value, the image's value or None) of each default the config does not set."""
+        if self.found is None:
+            return []
+        return [(k, v, self.found.get(k)) for k, v in self.expected if self.found.get(k) != v]
+
+
+@dataclass(frozen=True)
 class AuditReport:
     info: ImageInfo
     series_sha256: str
@@ -114,6 +129,8 @@ class AuditReport:
     record: RecordCheck | None
     process: ProcessCheck | None = None
     trust: TrustCheck | None = None  # only with --trust-attestation
+    profile: str | None = None  # the profile judged (None: the default, or no profiles)
+    env: EnvCheck | None = None  # with a profile that has environment defaults
 
     @property
     def summary(self) -> dict[str, int]:
@@ -498,12 +515,41 @@ def iso_time(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
+def with_env(report: AuditReport, source: Source, env: tuple[tuple[str, str], ...], profile: str | None) -> AuditReport:
+    """`report` naming the profile judged and, when it has environment defaults, how the image's
+    config Env holds them (a root has no config: not checked)."""
+    if profile is None and not env:
+        return report
+    check = None
+    if env:
+        from .image.sinks.mutate import config_env
+
+        image = getattr(source, "image", None)
+        found = (config_env(image.config_bytes) or {}) if image is not None else None
+        check = EnvCheck(tuple(env), found)
+    return replace(report, profile=profile, env=check)
+
+
+def matches(report: AuditReport, want: str) -> bool:
+    """Is the filesystem this report's selection in the `want`ed state: every patch in it; for live,
+    every environment default set and the apply record (if any) agreeing with the bytes and the queue?"""
+    if not_in_state(report, want) is not None:
+        return False
+    return want != LIVE or report.record is None or not report.record.problems
+
+
 def report_json(report: AuditReport) -> dict:
     """The document of docs/json.md (docs/schemas/audit.schema.json): image, patches, summary, and the record check."""
     info = report.info
     rec = report.record
     trust = report.trust
     return {
+        **({} if report.profile is None else {"profile": report.profile}),
+        **({} if report.env is None else {"env": {
+            "expected": dict(report.env.expected),
+            "checked": report.env.found is not None,
+            "missing": [{"key": k, "value": v, "found": got} for k, v, got in report.env.missing],
+        }}),
         "image": {"ref": info.ref, "digest": info.digest, "platform": info.platform, "kind": info.kind},
         **({} if trust is None else {
             "answered_from": trust.answered_from,
@@ -554,15 +600,22 @@ def report_json(report: AuditReport) -> dict:
 
 
 __all__ = [
-    "ABSENT", "AuditReport", "FileAudit", "PatchAudit", "RecordCheck", "RecordProblem", "STATES", "TrustCheck",
+    "ABSENT", "AuditReport", "EnvCheck", "matches", "with_env", "FileAudit", "PatchAudit", "RecordCheck", "RecordProblem", "STATES", "TrustCheck",
     "audit_files", "audit_source", "audit_targets", "chain_states", "check_record", "parse_record",
     "patch_state", "report_json", "undo_change",
 ]
 
 
 def not_in_state(report: AuditReport, want: str) -> NotLive | None:
-    """The exit-5 error when a patch of `report` is not in the `want`ed state (None: all are)."""
+    """The exit-5 error when a patch of `report` is not in the `want`ed state, or (live) the image's
+    config lacks an environment default of the profile judged (None: all are as wanted)."""
     failing = [p for p in report.patches if p.state != want]
+    unset = report.env.missing if report.env is not None and want == LIVE else []
+    whose = f" of profile {report.profile}" if report.profile else ""
+    if unset and not failing:
+        keys = "; ".join(f"{k}={v} (the image has {'no ' + k if got is None else k + '=' + got})" for k, v, got in unset)
+        return NotLive(f"Every patch{whose} is live, but the image's Env lacks {len(unset)} of its default(s): {keys}.",
+                       hint="Apply the profile again (`imgquilt apply --profile NAME --output-image REF`) to set them.")
     if not failing:
         return None
     names = ", ".join(f"{p.name} ({p.state})" for p in failing)
@@ -574,4 +627,6 @@ def not_in_state(report: AuditReport, want: str) -> NotLive | None:
                  "of every source it changes).")
     if want == LIVE and RESTART_PENDING in states and report.process is not None:
         hint += f"\nRestart process {report.process.pid} to run the patched files."
-    return NotLive(f"{len(failing)} of {len(report.patches)} patch(es) are not {want}: {names}.", hint=hint)
+    if unset:
+        names += "; the image's Env lacks " + ", ".join(f"{k}={v}" for k, v, _ in unset)
+    return NotLive(f"{len(failing)} of {len(report.patches)} patch(es){whose} are not {want}: {names}.", hint=hint)

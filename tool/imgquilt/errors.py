@@ -59,6 +59,15 @@ class PythonCheckFailed(Refused):
     """The patched Python source has an error its base did not have."""
 
 
+class ProfileChainBroken(Refused):
+    """A profile's selected patches do not chain: a Base that only a patch outside the profile produces, a Requires it
+    leaves out (`check`), or a shared patch a rebase would rewrite under another profile (`rebase --profile`)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, problems: list[str] | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.problems = problems or []
+
+
 class NotAttested(Refused):
     """No attestation of the image verifies with the key and matches the queue (each candidate's reason is listed)."""
 

@@ -22,7 +22,7 @@ from .image.sinks import layer as layer_sink
 from .image.sinks import overlay as overlay_sink
 from .image.sinks.image import WrittenImage, check_image_destination, check_referrer_destination, write_new_image
 from .image.sinks.layer import LayerBlob, LayerEntry, LayerInfo, resolve_epoch
-from .image.sinks.mutate import Addendum, History, NewImage, append, created_of, unchanged
+from .image.sinks.mutate import Addendum, History, NewImage, append, config_env, created_of, unchanged
 from .image.sinks.overlay import OverlayInfo
 from .queue.lock import Lock
 from .queue.queue import Queue
@@ -74,7 +74,7 @@ def addendum(result: ApplyResult, layer: LayerBlob, created: int, created_text: 
     """The layer plus the history entry and labels that say which series made it."""
     history = History(created, f"imgquilt apply {result.series_sha256}",
                       "imgquilt: " + (", ".join(result.patches) or "no patches"), created_text)
-    return Addendum(layer, history, {LABEL_SERIES: result.series_sha256, LABEL_PATCHES: ",".join(result.patches)})
+    return Addendum(layer, history, {LABEL_SERIES: result.series_sha256, LABEL_PATCHES: ",".join(result.patches)}, result.env)
 
 
 def layer_entries(result: ApplyResult) -> list[LayerEntry]:
@@ -118,7 +118,7 @@ def new_image(base: Image, result: ApplyResult, compression: LayerFormat, *, epo
     """The base image with the series' layer on top (nothing written); the base as it is when the
     series changes nothing in it (see changes_image)."""
     when = resolve_epoch(epoch)
-    if not changes_image(result):
+    if not changes_image(result) and env_holds(base, result.env):
         return unchanged(base, when)
     return append(base, addendum(result, build_layer(result, compression, epoch=when), when, created_date(base, epoch)))
 
@@ -132,6 +132,20 @@ def created_date(base: Image, epoch: int | None = None) -> str | None:
     if epoch is not None or os.environ.get("SOURCE_DATE_EPOCH", "").strip():
         return None
     return created_of(base.config_bytes)
+
+
+def env_holds(base: Image, env: tuple[tuple[str, str], ...]) -> bool:
+    """Does the base's config already set every environment default the apply declares?"""
+    if not env:
+        return True
+    have = config_env(base.config_bytes) or {}
+    return all(have.get(k) == v for k, v in env)
+
+
+def env_report(base: Image, env: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """`outputs.image.env`: the defaults set, and each key the base set to another value (replaced)."""
+    cfg = config_env(base.config_bytes) or {}
+    return {"set": dict(env), "replaced": {k: cfg[k] for k, v in env if k in cfg and cfg[k] != v}}
 
 
 def write_image(base: Image, result: ApplyResult, ref: str, *, epoch: int | None = None,
@@ -191,9 +205,12 @@ def check_result(outputs: Outputs, result: ApplyResult) -> None:
 
 def write_image_output(ref: str, result: ApplyResult, open_base: Callable[[], Image],
                        compression: LayerFormat | None = None, attest: Attester | None = None) -> dict[str, Any]:
-    img = write_image(open_base(), result, ref, compression=compression, attest=attest)
+    base = open_base()
+    img = write_image(base, result, ref, compression=compression, attest=attest)
     out = {"ref": ref, "digest": img.digest, "config_digest": img.config_digest,
            "layer_digest": img.layer_digest, "diff_id": img.diff_id, "unchanged": img.layer_digest is None}
+    if result.env:
+        out["env"] = env_report(base, result.env)
     if attest is not None:
         out["attestations"] = attest.stored_json(img.referrers)
     return out
@@ -245,10 +262,12 @@ def python_checker():
 
 def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Outputs, open_base: Callable[[], Image], *,
                 locked: bool = False, python_check: bool = True, attest: Attester | None = None,
+                env: tuple[tuple[str, str], ...] = (),
                 image_bytes: Callable[[str, str], tuple[bool, bytes | None]] | None = None) -> tuple[ApplyResult, dict[str, dict[str, Any]]]:
     """The whole apply: check destinations, verify in memory, keep the bytes for rebase, write (and
-    sign, with `attest`). `image_bytes`: the pinned image's bytes of a path by sha256, for the diff
-    of a file edited by hand in a root (default: the object store's)."""
+    sign, with `attest`). `env`: environment defaults for the config of `outputs.image` (recorded).
+    `image_bytes`: the pinned image's bytes of a path by sha256, for the diff of a file edited by hand
+    in a root (default: the object store's)."""
     from .rootfs.inplace import hold_root
     from .rootfs.source import RootfsSource
 
@@ -260,7 +279,7 @@ def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Output
         # in place, the bytecode to remove is the root's own (it may differ from an --image's)
         bytecode_source = RootfsSource(outputs.root) if outputs.root is not None else None
         result, gate = plan_apply_gated(queue, source, lock, locked=locked, python_check=python_check,
-                                        python_memo=memo, python_screen=screen, bytecode_source=bytecode_source,
+                                        python_memo=memo, python_screen=screen, bytecode_source=bytecode_source, env=env,
                                         image_bytes=image_bytes or (lambda _path, sha: ObjectStore(queue.root).get_or_absent(sha)))
         try:
             check_result(outputs, result)

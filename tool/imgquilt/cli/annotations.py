@@ -19,7 +19,10 @@ _PATCH = re.compile(r"^(?:patches/)?([^\s:/]+\.(?:patch|diff))\b")
 
 def problem_file(problem: str) -> str:
     """The queue file a problem is about: series or targets.lock when it starts with them, else the
-    patch it names first, else series."""
+    patch it names first, else series. A profile's problem (`profile NAME: ...`) is about what follows."""
+    for lead in ("profile ", "the default selection (no --profile): "):
+        if problem.startswith(lead) and ": " in problem:
+            problem = problem.split(": ", 1)[1]
     if problem.startswith(("series", "targets.lock")):
         return problem.split()[0].rstrip(":")
     m = _PATCH.match(problem) or re.search(r"patches/([^\s:,']+)", problem)

@@ -67,7 +67,7 @@ COMMAND_MODULES: dict[str, str] = {
     "files": "files", "remove": "files", "revert": "files",
     "push": "stack", "pop": "stack", "top": "stack", "applied": "stack", "unapplied": "stack", "series": "stack", "next": "stack",
     "previous": "stack",
-    "header": "patch_meta", "delete": "patch_meta", "rename": "patch_meta",
+    "header": "patch_meta", "delete": "patch_meta", "rename": "patch_meta", "guard": "guards", "select": "guards",
     "import": "importing",
     "lock": "apply", "apply": "apply", "restore": "apply", "check": "apply", "overlay-args": "overlay",
     "audit": "audit",
@@ -121,6 +121,10 @@ def run_app(args: list[str]) -> Any:
     from .fastparams import install
 
     install()  # plain options without pydantic: start-up time
+    if args[:1] == ["guard"]:
+        from .guards import guard_argv
+
+        args = guard_argv(args)
     register_for(args)
     return _app(args=args, prog_name="imgquilt", standalone_mode=False)
 

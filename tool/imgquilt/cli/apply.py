@@ -10,8 +10,8 @@ import typer
 from ..errors import PythonCheckFailed, Refused, UsageError
 from . import listing
 from .annotations import Format, FormatOpt_help
-from .common import (G, ImageOpt, PlatformOpt, VerboseOpt, cache_dir, emit_json, load, note, open_ref, pick_ref, progress,
-                     say, table)
+from .common import (G, ImageOpt, PlatformOpt, ProfileOpt, VerboseOpt, cache_dir, emit_json, load, note, open_ref, pick_ref,
+                     progress, say, table)
 
 if TYPE_CHECKING:
     from ..engine.result import ApplyResult
@@ -21,26 +21,65 @@ def lock_cmd(
     image: Optional[str] = ImageOpt,
     platform: Optional[str] = PlatformOpt,
     no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the check that patched .py files gain no errors."),
+    profile: Optional[str] = ProfileOpt,
+    select: Optional[list[str]] = typer.Option(None, "--select", metavar="GUARD,...", help="With --profile: the guards the profile selects (default: its own name). Repeatable."),
+    env: Optional[list[str]] = typer.Option(None, "--env", metavar="KEY=VALUE", help="With --profile: an environment default its images get (set in --output-image's config). Repeatable."),
+    unset_env: Optional[list[str]] = typer.Option(None, "--unset-env", metavar="KEY", help="With --profile: drop an environment default. Repeatable."),
 ) -> None:
-    """Pin the image and every target file (writes targets.lock).
+    """Pin the image and every target (writes targets.lock).
 
     A local path in REF is kept relative to the queue directory, so every directory, --queue and the
-    Python API reach the same image.
+    Python API reach the same image. With --profile NAME, declare or re-pin that profile's own
+    section (the patches its guards select, on its own image); --profile all re-pins every profile
+    on the image it is pinned to.
 
     \b
-    Example:
+    Examples:
       imgquilt lock --image oci:examples/demo-image:latest
+      imgquilt lock --profile glm53 --image oci:images/vllm:0.10 --env VLLM_GLM53_PREP_FUSED=0
+      imgquilt lock --profile rocm --image oci:images/vllm-rocm:0.10 --select rocm,glm53
+      imgquilt lock --profile all
     """
-    from ..api import lock
+    from ..api import lock, lock_profiles
 
-    with python_check_named("lock"):
-        done = lock(G.queue, image=image, platform=platform, python_check=not no_python_check, progress=progress())
-    if G.json:
-        emit_json({"lock": str(done.path), "image": {"ref": done.ref, "digest": done.digest, "platform": done.platform},
-                   "series_sha256": done.series_sha256, "targets": done.targets})
+    if profile == "all":
+        if image or select or env or unset_env:
+            raise UsageError("`lock --profile all` re-pins every profile on its own image; give it no --image, --select or --env.",
+                             hint="Change one profile with --profile NAME.")
+        with python_check_named("lock"):
+            done = lock_profiles(G.queue, platform=platform, python_check=not no_python_check, progress=progress())
+        if G.json:
+            emit_json({"lock": str(done[0].path), "profiles": [_locked_json(d) for d in done]})
+            return
+        for d in done:
+            _say_locked(d)
+        say(f"Wrote {done[0].path}.")
         return
-    say(f"Pinned {done.targets} target(s) of {done.patches} patch(es) to {done.ref} ({done.digest}).")
-    say(f"Wrote {done.path}.")
+    with python_check_named("lock"):
+        done1 = lock(G.queue, image=image, platform=platform, python_check=not no_python_check, progress=progress(),
+                     profile=profile, select=select, env=env or (), unset_env=unset_env or ())
+    if G.json:
+        emit_json(_locked_json(done1))
+        return
+    _say_locked(done1)
+    say(f"Wrote {done1.path}.")
+
+
+def _locked_json(done) -> dict:
+    doc = {"lock": str(done.path), "image": {"ref": done.ref, "digest": done.digest, "platform": done.platform},
+           "series_sha256": done.series_sha256, "targets": done.targets}
+    if done.profile is not None:
+        doc.update(profile=done.profile, select=list(done.select), env=dict(done.env), patches=done.patches)
+    return doc
+
+
+def _say_locked(done) -> None:
+    if done.profile is None:
+        say(f"Pinned {done.targets} target(s) of {done.patches} patch(es) to {done.ref} ({done.digest}).")
+        return
+    env = (", env " + " ".join(f"{k}={v}" for k, v in done.env)) if done.env else ""
+    say(f"Profile {done.profile} (selects {', '.join(done.select) or 'no guard'}{env}): pinned {done.targets} target(s) "
+        f"of {done.patches} patch(es) to {done.ref} ({done.digest}).")
 
 
 def _short(sha: str) -> str:
@@ -67,11 +106,12 @@ def _files_per_patch(result: ApplyResult) -> dict[str, int]:
     return counts
 
 
-def result_json(result: ApplyResult) -> dict:
+def result_json(result: ApplyResult, profile: str | None = None) -> dict:
     from ..outputs import changes_image
     from ..queue.hunks import sha256_hex
 
     return {
+        **({} if profile is None else {"profile": profile, "env": dict(result.env)}),
         "image": {"ref": result.info.ref, "digest": result.info.digest, "platform": result.info.platform},
         "pinned": result.pinned,
         "series_sha256": result.series_sha256,
@@ -115,22 +155,34 @@ def apply_cmd(
     compression: Optional[str] = typer.Option(None, "--compression", metavar="FORMAT", help="The new layer's compression in --output-image: gzip (default; none for docker-archive), zstd, zstd:chunked (with a TOC, read lazily), none."),
     reverse: bool = typer.Option(False, "--reverse", "-R", help="With --root: take off what imgquilt applied there (its record says what), leaving the root as the image has it; journaled as apply is."),
     verbose: bool = VerboseOpt,
+    profile: Optional[str] = ProfileOpt,
 ) -> None:
     """Verify every base, apply the series in memory, verify every result, then write the outputs.
+
+    With --profile NAME, the patches that profile selects on its pinned image, its env defaults set
+    in --output-image's config. With --profile all, every profile on its own image: each output
+    path needs the {profile} placeholder.
 
     \b
     Examples:
       imgquilt apply --root /                      (as a RUN step of a Dockerfile)
       imgquilt apply --image oci:img:1.0 --layer fix.tar.gz --output-image oci:out:1.0-fixed
       imgquilt apply --output-image docker://reg/app:1.0-fixed --attest key.pem
+      imgquilt apply --profile all --output-image oci:out:{profile} --layer build/{profile}.tar.gz
       imgquilt apply --reverse --root /srv/rootfs    (take the queue off again)
     """
     from ..api import apply, signing_key
 
     if reverse:
         return _reverse(root, image, platform, layer=layer, output_image=output_image, overlay=overlay, attest=attest,
-                        compression=compression, locked=locked)
-
+                        compression=compression, locked=locked, profile=profile)
+    if profile == "all":
+        if platform == "all" or image is not None or root is not None:
+            raise UsageError("`apply --profile all` applies each profile on the image it pins; give it no --image, --root "
+                             "or --platform all.", hint="Apply one profile with --profile NAME.")
+        return _apply_profiles(layer, output_image, overlay, platform, locked, not no_python_check, attest, compression)
+    if platform == "all" and profile is not None:
+        raise UsageError("--platform all takes the default selection; give one of --platform all and --profile.")
     if platform == "all":
         if layer is not None or root is not None or overlay is not None:
             raise UsageError("--platform all writes an image index (--output-image) or only verifies; "
@@ -143,13 +195,21 @@ def apply_cmd(
 
     with python_check_named("apply"):
         done = apply(G.queue, image=image, layer=layer, output_image=output_image, root=root, overlay=overlay, platform=platform,
-                     locked=locked, python_check=not no_python_check, progress=progress(), attest=attest, compression=compression)
+                     locked=locked, python_check=not no_python_check, progress=progress(), attest=attest, compression=compression,
+                     profile=profile)
     result, written = done.result, done.outputs
     if G.json:
-        doc = result_json(result)
+        doc = result_json(result, done.profile)
         doc["outputs"] = written
         emit_json(doc)
         return
+    _say_applied(done, verbose, {"layer": layer, "overlay": overlay})
+
+
+def _say_applied(done, verbose: bool, asked: dict) -> None:
+    result, written = done.result, done.outputs
+    if done.profile is not None:
+        say(f"Profile {done.profile}:")
     for n in result.notes:
         note(f"note: {n}")
     rows = _rows(result)  # none when the target already holds the series' result: no empty table
@@ -160,7 +220,6 @@ def apply_cmd(
             say(f"ok  {name}  ({count} file{'s' if count != 1 else ''})")
     say(f"Verified {len(result.patches)} patch(es) on {result.info.ref}" + (" (pinned by targets.lock)." if result.pinned else " (not pinned: no targets.lock)."))
     _say_bytecode(result, written, verbose)
-    asked = {"layer": layer, "overlay": overlay}
     if not written and not any(asked.values()):
         say("Nothing written: give --layer, --output-image, --root or --overlay.")
     for kind, path in asked.items():
@@ -177,6 +236,29 @@ def apply_cmd(
             extra += " (the base as it is: it already holds the series' result, so no layer was added)"
         say(f"Wrote {kind}: {w.get('path') or w.get('ref')}{extra}")
         _say_attestations(w)
+        env = w.get("env")
+        if env:
+            said = ", ".join(f"{k}={v}" + (f" (replaced the base's {k}={env['replaced'][k]})" if k in env["replaced"] else "")
+                             for k, v in env["set"].items())
+            say(f"  Env: {said}")
+
+
+def _apply_profiles(layer, output_image, overlay, platform, locked, python_check, attest, compression) -> None:
+    """--profile all: every profile verified on its own image, then each one's outputs written."""
+    from ..api import apply_profiles
+
+    with python_check_named("apply"):
+        done = apply_profiles(G.queue, layer=None if layer is None else str(layer), output_image=output_image,
+                              overlay=None if overlay is None else str(overlay), platform=platform, locked=locked,
+                              python_check=python_check, progress=progress(), attest=attest, compression=compression)
+    if G.json:
+        docs = [{**result_json(d.result, d.profile), "outputs": d.outputs} for d in done]
+        emit_json({**docs[0], "profiles": docs})
+        return
+    from ..verbs.profiles import fill
+
+    for d in done:
+        _say_applied(d, False, {"layer": fill(layer, d.profile), "overlay": fill(overlay, d.profile)})
 
 
 def _reverse(root: Path | None, image: str | None, platform: str | None, **others) -> None:
@@ -285,18 +367,22 @@ def check_cmd(
     image: Optional[str] = ImageOpt,
     platform: Optional[str] = PlatformOpt,
     format: Format = typer.Option(Format.text, "--format", metavar="text|github", help=FormatOpt_help),
+    profile: Optional[str] = ProfileOpt,
 ) -> None:
-    """Lint the queue: series vs patches/, hash chains, Requires order, lock freshness.
+    """Lint the queue: series vs patches/, hash chains (each profile's), Requires order, lock freshness.
 
-    With --image, also verify the whole series on that image (drift is exit 3, as in apply).
+    With --image, also verify the whole series on that image (drift is exit 3, as in apply). With
+    --profile NAME|all, also verify each such profile's patches on the image it pins. A profile
+    whose patches do not chain (a Base only a patch it does not select produces) is exit 3.
 
     \b
     Examples:
       imgquilt check
       imgquilt check --image oci:examples/demo-image:latest
+      imgquilt check --profile all
       imgquilt check --format github
     """
-    listing.check(image, platform, format)
+    listing.check(image, platform, format, profile)
 
 
 COMMANDS = {"lock": lock_cmd, "apply": apply_cmd, "restore": restore_cmd, "check": check_cmd}

@@ -10,7 +10,7 @@ import typer
 from . import audit_fleet as fleet_cli
 from .annotations import Format, FormatOpt_help, annotate
 from ..errors import NotLive, UsageError
-from .common import G, ImageOpt, PlatformOpt, cache_dir, emit_outcome, load, open_ref, pick_ref, progress, say, table
+from .common import G, ImageOpt, PlatformOpt, ProfileOpt, cache_dir, emit_outcome, load, open_ref, pick_ref, progress, say, table
 
 if TYPE_CHECKING:
     from ..audit import AuditReport, PatchAudit
@@ -76,6 +76,18 @@ def _say_runtime(report: AuditReport) -> None:
                 say(f"  note: {p.name}: {f.path}: {f.detail}")
 
 
+def _say_env(report: AuditReport) -> None:
+    env = report.env
+    if env is None:
+        return
+    if env.found is None:
+        say(f"Env defaults of profile {report.profile} not checked: a root filesystem has no image config.")
+    elif not env.missing:
+        say(f"Env: every default of profile {report.profile} is set ({', '.join(f'{k}={v}' for k, v in env.expected)}).")
+    for k, v, got in env.missing:
+        say(f"  env not set: {k}={v} (the image has {'no ' + k if got is None else k + '=' + got})")
+
+
 def _render(report: AuditReport | None, history, platform: str | None = None) -> None:
     if report is not None:
         from ..audit import LIVE
@@ -86,8 +98,11 @@ def _render(report: AuditReport | None, history, platform: str | None = None) ->
             files = str(len(p.files)) if live in (0, len(p.files)) else f"{live}/{len(p.files)} live"
             rows.append([p.name, (p.state, COLOR.get(p.state, "white")), files, _first(p)])
         title = f"Audit of {report.info.ref}" + (f" for {platform} ({report.info.digest})" if platform else "")
+        if report.profile is not None:
+            title += f" as profile {report.profile}"
         table(title, ["patch", "state", "files", "first divergent file"], rows)
         _say_runtime(report)
+        _say_env(report)
         if report.trust is not None:
             say(f"{report.trust.note}.")
             for digest, why in report.trust.rejected:
@@ -130,12 +145,17 @@ def audit_cmd(
     expect: Optional[Expect] = typer.Option(None, "--expect", metavar="live|pending", help="The state every patch must be in for exit 0 (pending: a base image is still clean). Default: live."),
     format: Format = typer.Option(Format.text, "--format", metavar="text|github", help=FormatOpt_help),
     trust_attestation: Optional[Path] = typer.Option(None, "--trust-attestation", metavar="PUB", help="Where an attestation of the image verifies with this PEM public key and matches the queue, take the states from it and read no layer; otherwise read the layers, and say why."),
+    profile: Optional[str] = ProfileOpt,
 ) -> None:
     """State of each patch and file in an image, a rootfs or a running container.
 
     States: live, pending, drifted-live, drifted, missing, shadowed (stale bytecode would run instead),
     restart-pending (--pid: changed after the process started), partial. Exit 0 when every patch is
     in the --expect state (live by default), 5 otherwise.
+
+    On a queue with profiles: --profile NAME judges that profile's patches (and its env defaults in
+    the image's config); without it, the profile the image's apply record (else its digest) names;
+    --profile all judges every one and says which the image matches (exit 0 when one does).
 
     \b
     Examples:
@@ -149,6 +169,7 @@ def audit_cmd(
       imgquilt audit --images-from fleet.txt --json > shard-0.json
       imgquilt audit --merge shard-*.json
       imgquilt audit --image docker://reg/app:1.0-fixed --trust-attestation key.pub
+      imgquilt audit --profile all --image oci:out:glm53
     """
     from ..api import audit, public_key
     from ..audit import RUNTIME_STATES, STATES, report_json
@@ -163,21 +184,30 @@ def audit_cmd(
     want_state = (expect or Expect.live).value
     refs = fleet_cli.image_refs(image or [], images_from)
     if len(refs) > 1 or images_from is not None:
+        if profile is not None:
+            raise UsageError("A fleet audit judges the default selection; --profile takes one image.",
+                             hint="Audit each image with --profile all: it names the profile the image matches.")
         if root or history or platform == "all" or pid is not None:
             raise UsageError("A fleet audit (several images) takes no --root, --pid, --history or --platform all.",
                              hint="Audit a multi-platform image's platforms on its own: --image REF --platform all.")
         return fleet_cli.fleet_cmd(refs, platform, want_state, format,
                                    public_key(trust_attestation) if trust_attestation is not None else None)
     image_ref = refs[0] if refs else None
+    if profile == "all":
+        if history or pid is not None or platform == "all":
+            raise UsageError("`audit --profile all` judges one image (or root) per profile; it takes no --history, --pid or --platform all.")
+        return _all_profiles(image_ref, root, platform, want_state, format, trust_attestation)
     q = load()
     lock = q.lock()
     if platform == "all":
+        if profile is not None:
+            raise UsageError("--platform all judges the default selection; give one of --platform all and --profile.")
         if root is not None or history or pid is not None:
             raise UsageError("--platform all audits an image's platforms; it takes no --root, --pid or --history.")
         return _all_platforms(q, pick_ref(image_ref, lock), want_state, format,
                               public_key(trust_attestation) if trust_attestation is not None else None)
     done = audit(G.queue, image=image_ref, root=root, platform=platform, history=history, expect=want_state, progress=progress(),
-                 trust_attestation=trust_attestation, pid=pid)
+                 trust_attestation=trust_attestation, pid=pid, profile=profile)
     report, hist, want, failing, failure = done.report, done.history, done.expect, done.failing, done.error
     if G.json:
         doc = report_json(report) if report is not None else {"image": None, "patches": [], "summary": {s: 0 for s in STATES if s not in RUNTIME_STATES}}
@@ -189,9 +219,43 @@ def audit_cmd(
         emit_outcome(doc, failure)
         return
     if format is Format.github:
+        whose = f" (profile {done.profile})" if done.profile else ""
         for p in failing:
-            annotate("error", f"patches/{p.name}", "imgquilt audit", f"{p.name} is {p.state}, not {want}" + (f": {_first(p)}" if _first(p) else "") + ".")
+            annotate("error", f"patches/{p.name}", "imgquilt audit", f"{p.name} is {p.state}, not {want}{whose}" + (f": {_first(p)}" if _first(p) else "") + ".")
+        if failure is not None and not failing:
+            annotate("error", "targets.lock", "imgquilt audit", failure.message)
     _render(report, hist)
+    if failure is not None:
+        raise failure
+
+
+def _all_profiles(image_ref: str | None, root: Path | None, platform: str | None, want: str, format: Format, trust) -> None:
+    """--profile all: every profile judged; the ones the filesystem matches named."""
+    from ..api import audit_profiles
+    from ..audit import report_json
+
+    audits = audit_profiles(G.queue, image=image_ref, root=root, platform=platform, expect=want, progress=progress(),  # type: ignore[arg-type]
+                            trust_attestation=trust)
+    matching = [a.profile for a in audits if a.matches]
+    where = image_ref or (str(root) if root is not None else "the image each profile pins")
+    failure = None
+    if not matching:
+        failure = NotLive(f"{where} matches no profile ({want}): "
+                          + "; ".join(f"{a.profile}: {a.error.message if a.error else 'the apply record disagrees'}" for a in audits),
+                          hint="Apply the profile it should be (`imgquilt apply --profile NAME --output-image REF`).")
+    if G.json:
+        docs = [{**report_json(a.report), "expect": want, "matches": a.matches} for a in audits if a.report is not None]
+        first = docs[0]
+        emit_outcome({"image": first["image"] if (image_ref or root) else None, "patches": [], "summary": {}, "expect": want,
+                      "profiles": docs, "matching": matching}, failure)
+        return
+    for a in audits:
+        if format is Format.github and not a.matches:
+            for p in a.failing:
+                annotate("error", f"patches/{p.name}", "imgquilt audit", f"{p.name} is {p.state}, not {want} (profile {a.profile}).")
+        _render(a.report, None)
+        say(f"Profile {a.profile}: " + ("matches." if a.matches else "does not match."))
+    say(f"{where} matches profile(s): {', '.join(matching)}." if matching else f"{where} matches no profile.")
     if failure is not None:
         raise failure
 

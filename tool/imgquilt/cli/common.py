@@ -76,7 +76,7 @@ def hoist_globals(argv: list[str]) -> list[str]:
 def __getattr__(name: str) -> Any:
     """The typer parts (the shared options, the Command class) are built on first use: the quick
     commands (cli/quick.py) run without importing typer at all."""
-    if name not in ("ImageOpt", "PlatformOpt", "VerboseOpt", "Command"):  # e.g. the import system's __path__
+    if name not in ("ImageOpt", "PlatformOpt", "VerboseOpt", "ProfileOpt", "Command"):  # e.g. the import system's __path__
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import typer
     import typer.core
@@ -100,6 +100,7 @@ def __getattr__(name: str) -> Any:
         "ImageOpt": typer.Option(None, "--image", "-i", metavar="REF", help="Image reference (oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, rootfs:DIR, tar:FILE, a path, docker://HOST/REPO[:TAG|@DIGEST] read in the registry (--tls-verify=false for one without valid HTTPS), or any other skopeo transport)."),
         "PlatformOpt": typer.Option(None, "--platform", metavar="OS/ARCH", help="os/arch[/variant] to pick from a multi-platform image; for apply and audit, `all`: every platform of the index."),
         "VerboseOpt": typer.Option(False, "--verbose", "-v", help="One row per patch and file instead of one line per patch."),
+        "ProfileOpt": typer.Option(None, "--profile", metavar="NAME|all", help="A profile declared in targets.lock: the patches its guards select, its pinned image and its env defaults; `all`: every profile, each on its own image (docs/profiles.md)."),
         "Command": Command,
     }
     globals().update(made)  # once: every module shares the same option objects, as before
@@ -361,9 +362,7 @@ def tree(image: str | None = None, platform: str | None = None, *, guard: bool =
     wt: WorkTree
 
     def opener() -> Source:
-        from ..queue.lock import read_lock
-
-        lock = read_lock(root / "targets.lock")
+        lock = wt.bases.lock() if image is None else None  # the pin of the profile the work tree follows
         source = open_ref(pick_ref(image, lock, wt.remembered_image()), platform)
         if image is not None:
             wt.remember_image(absolute_ref(image))

@@ -1,22 +1,12 @@
 """`import`: bring patches from elsewhere into the queue in the imgquilt format (see imgquilt.importer)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional
+from typing import List, Optional
 
 import typer
 
 from ..errors import UsageError
 from .common import G, ImageOpt, PlatformOpt, emit_json, files_json, header_fields, lock_json, note, say, say_lock, tree
-
-if TYPE_CHECKING:  # the importer (and the email package) load only when import runs
-    from ..work import ImportItem
-
-
-def items_from(files: list[str], patch: str | None, strip: int, series: str | None) -> list[ImportItem]:
-    """What to import (see imgquilt.api.import_items)."""
-    from ..api import import_items
-
-    return import_items(files, name=patch, strip=strip, series=series)
 
 
 def import_cmd(
@@ -33,6 +23,8 @@ def import_cmd(
     prefix: Optional[str] = typer.Option(None, "--prefix", metavar="DIR", help="The patch's paths are relative to DIR inside the image (as patch -d DIR)."),
     image: Optional[str] = ImageOpt,
     platform: Optional[str] = PlatformOpt,
+    guard: List[str] = typer.Option([], "--guard", metavar="+G|-G", help="Set this guard on every imported patch (repeatable; an MQ series' own guards come along)."),
+    profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME", help="With --series VENDOR.series (dpkg-source): import it as profile NAME: new patches get +NAME, the queue's patches it does not list -NAME."),
 ) -> None:
     """Import patches from elsewhere, written in the imgquilt format with real hashes, after the top patch.
 
@@ -46,6 +38,8 @@ def import_cmd(
     Examples:
       imgquilt import ~/fix.diff -P 0005-fix.patch
       imgquilt import --series ../upstream/patches/series
+      imgquilt import --series debian/patches/ubuntu.series --profile ubuntu
+      imgquilt import ~/rocm-fix.diff --guard +rocm
       git format-patch -1 --stdout > /tmp/x.mbox
       imgquilt import /tmp/x.mbox
     """
@@ -57,21 +51,34 @@ def import_cmd(
         from ..fs.paths import check_member_path
 
         prefix = check_member_path(prefix.strip("/"), what="--prefix") if prefix.strip("/") else ""
-    items = items_from(list(files or []), patch, strip, series)
+    from ..api import import_items, vendor_items
+
+    items = import_items(list(files or []), name=patch, strip=strip, series=series, guards=guard)
     wt = tree(image, platform)
+    others: dict[str, tuple[str, ...]] = {}
+    if profile is not None:
+        if series is None:
+            raise UsageError("--profile imports a vendor series as that profile's selection: give --series VENDOR.series.")
+        items, others = vendor_items(items, wt.queue.entries(), profile)
     fields = header_fields(description, author, [], None, field)
     top = wt.top()
-    done = wt.import_patches(items, fields=fields, replace=force, check_git_index=not ignore_git_index, fuzz=fuzz, prefix=prefix or "")
+    done = wt.import_patches(items, fields=fields, replace=force, check_git_index=not ignore_git_index, fuzz=fuzz, prefix=prefix or "",
+                             guard_others=others)
     if G.json:
         emit_json({"imported": [
-            {"name": d.name, "kind": d.kind, "file": str(wt.patches_dir / d.name), "files": files_json(d.patch), "notes": list(d.notes)}
+            {"name": d.name, "kind": d.kind, "file": str(wt.patches_dir / d.name), "files": files_json(d.patch), "notes": list(d.notes),
+             **({"guards": list(g)} if (g := next((it.guards for it in items if it.name == d.name), ())) else {})}
             for d in done
-        ], "top": wt.top(), "targets_lock": lock_json(wt)})
+        ], "top": wt.top(), **({"guarded": {n: list(g) for n, g in others.items()}} if others else {}),
+           "targets_lock": lock_json(wt)})
         return
     for d in done:
         for n in d.notes:
             note(f"note: {d.name}: {n}")
-        say(f"Imported {d.name} ({len(d.patch.sections)} file(s)) as patches/{d.name}.")
+        guards = next((it.guards for it in items if it.name == d.name), ())
+        say(f"Imported {d.name} ({len(d.patch.sections)} file(s)) as patches/{d.name}" + (f", guarded {' '.join(guards)}." if guards else "."))
+    for name, g in others.items():
+        say(f"Guarded {name} {' '.join(g)}: the vendor series does not list it.")
     where = f"after the top patch {top}" if top else "at the start of series (no patch is applied)"
     say(f"They stand {where}, with bases read there; `imgquilt push` applies them to the work tree.")
     say_lock(wt.lock_update)

@@ -90,14 +90,16 @@ def series(verbose: bool) -> None:
     """The body of `imgquilt series` (its options and help are in stack.py)."""
     wt = tree(guard=False)
     names, applied = wt.series(), wt.applied()
+    chosen = wt.selected()  # every name unless series holds guards
+    out = [n for n in names if n not in chosen]
     if G.json:
-        emit_json({"series": names, "applied": applied, "top": applied[-1] if applied else None})
+        emit_json({"series": names, "applied": applied, "top": applied[-1] if applied else None, **({"guarded": out} if out else {})})
         return
     for n in names:
         if not verbose:
             say(n)
             continue
-        mark = "=" if applied and n == applied[-1] else ("+" if n in applied else " ")
+        mark = "=" if applied and n == applied[-1] else ("+" if n in applied else ("G" if n in out else " "))
         say(f"{mark} {n}")
 
 
@@ -119,14 +121,17 @@ def render_header(name: str, header: Header, changed: bool, *, asked: bool = Fal
     write_bytes(header.raw)
 
 
-def check(image: str | None, platform: str | None, format: Format) -> None:
+def check(image: str | None, platform: str | None, format: Format, profile: str | None = None) -> None:
     """The body of `imgquilt check` (its options and help are in apply.py)."""
     from ..api import check
 
-    checked = check(G.queue, image=image, platform=platform, progress=progress())
+    checked = check(G.queue, image=image, platform=platform, progress=progress(), profile=profile)
     problems, failure = list(checked.problems), checked.error
     if G.json:
-        emit_outcome({"ok": checked.ok, "problems": problems, "patches": list(checked.patches)}, failure)
+        doc = {"ok": checked.ok, "problems": problems, "patches": list(checked.patches)}
+        if profile is not None:
+            doc["profiles"] = list(checked.profiles)
+        emit_outcome(doc, failure)
         return
     if format is Format.github:
         for p in problems:
@@ -136,3 +141,5 @@ def check(image: str | None, platform: str | None, format: Format) -> None:
     if failure is not None:
         raise failure
     say(f"The queue is sound: {len(checked.patches)} patch(es), chains and Requires in order.")
+    for name in checked.profiles:
+        say(f"Profile {name}: verified on the image it pins.")

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from ..errors import RebaseConflict, UsageError
-from .common import G, ImageOpt, PlatformOpt, emit_json, emit_outcome, note, progress, say, table
+from .common import G, ImageOpt, PlatformOpt, ProfileOpt, emit_json, emit_outcome, note, progress, say, table
 
 if TYPE_CHECKING:  # the rebase machinery (and gitpython) load only when rebase runs
     from ..rebase import RebaseReport
@@ -50,7 +50,8 @@ def _render(report: RebaseReport) -> None:
     counts = {k: v for k, v in report.summary().items() if v}
     summary = ", ".join(f"{v} {k}" for k, v in counts.items())
     if report.status == "done":
-        say(f"Rebased {len(report.patches)} patch(es) onto {report.new_image.get('ref')}: {summary}. targets.lock pins the new image.")
+        pin = "targets.lock pins the new image" if report.profile is None else f"targets.lock pins profile {report.profile} to the new image (other pins unchanged)"
+        say(f"Rebased {len(report.patches)} patch(es) onto {report.new_image.get('ref')}: {summary}. {pin}.")
 
 
 def _status() -> None:
@@ -82,8 +83,13 @@ def rebase_cmd(
     skip: bool = typer.Option(False, "--skip", help="Drop the conflicted patch from the rebased series and go on."),
     status: bool = typer.Option(False, "--status", help="Show the stopped rebase: each patch so far and the conflicted files."),
     platform: Optional[str] = PlatformOpt,
+    profile: Optional[str] = ProfileOpt,
 ) -> None:
     """Carry the queue onto a new image with 3-way merges; stop on a conflict (exit 4).
+
+    With --profile NAME, carry the patches that profile selects onto its new image and re-pin that
+    profile only; a patch other profiles select too is rewritten only where each of them still chains
+    (else nothing is written, exit 3, naming the profile to rebase as well).
 
     \b
     Examples:
@@ -94,12 +100,13 @@ def rebase_cmd(
       imgquilt rebase --continue
       imgquilt rebase --skip
       imgquilt rebase --abort
+      imgquilt rebase --profile qwen --image oci:images/vllm:0.11
     """
     from .. import api
 
     if sum((continue_, abort, status, skip)) > 1:
         raise UsageError("--continue, --skip, --abort and --status exclude each other.")
-    if (continue_ or abort or status or skip) and (image or from_ref or maps or keep_empty):
+    if (continue_ or abort or status or skip) and (image or from_ref or maps or keep_empty or profile):
         raise UsageError("--continue, --skip, --abort and --status take no other options: the rebase remembers them.")
     if status:
         _status()
@@ -122,7 +129,7 @@ def rebase_cmd(
         report = api.rebase_skip(G.queue, progress=progress())
     else:
         report = api.rebase(G.queue, image=image or "", from_ref=from_ref, maps=maps or (), keep_empty=keep_empty,
-                            platform=platform, progress=progress())
+                            platform=platform, progress=progress(), profile=profile)
     if report.status == "stopped" and G.json:
         emit_outcome(report.to_json(), _conflict_error(report))
     _render(report)

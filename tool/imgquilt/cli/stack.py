@@ -92,7 +92,7 @@ def pop_cmd(
     say(f"Now at patch {top}" if top else "No patches applied")
 
 
-def series_cmd(verbose: bool = typer.Option(False, "--verbose", "-v", help="Mark applied patches (+) and the top (=).")) -> None:
+def series_cmd(verbose: bool = typer.Option(False, "--verbose", "-v", help="Mark applied patches (+), the top (=) and the patches guards keep out of the selection (G).")) -> None:
     """List the series.
 
     \b

@@ -6,19 +6,22 @@ from typing import Optional
 
 import typer
 
-from .common import G, ImageOpt, PlatformOpt, emit_outcome, say
+from .common import G, ImageOpt, PlatformOpt, ProfileOpt, emit_outcome, say
 
 
 def verify_cmd(
     image: Optional[str] = ImageOpt,
     key: Path = typer.Option(..., "--key", metavar="PUB", help="The PEM public key (Ed25519 or ECDSA P-256) the attestation must be signed with."),
     platform: Optional[str] = PlatformOpt,
+    profile: Optional[str] = ProfileOpt,
 ) -> None:
     """Find the image's attestations (OCI referrers) and check each: signature, subject digest, and that
     the attested apply record matches the queue (series sha256 and every file hash).
 
     Exit 0 when one verifies (for every platform, with --platform all); 3 when none does, naming why
-    for each candidate (wrong key, bad signature, other subject, stale series, ...).
+    for each candidate (wrong key, bad signature, other subject, stale series, ...). With --profile
+    NAME, the record must match that profile's patches and env defaults (--profile all: each
+    profile's pinned image... is not an output: name the output with --image and one profile).
 
     \b
     Examples:
@@ -28,7 +31,12 @@ def verify_cmd(
     from ..api import verify
     from ..verbs.attest import verification_json
 
-    found = verify(G.queue, image=image, key=key, platform=platform)
+    if profile == "all":
+        from ..errors import UsageError
+
+        raise UsageError("verify checks the attestation of one image: name the profile it was applied for (--profile NAME).",
+                         hint="`imgquilt audit --profile all --image REF` says which profile an image is.")
+    found = verify(G.queue, image=image, key=key, platform=platform, profile=profile)
     failing = [v for v in found if v.verified is None]
     failure = failing[0].failure() if failing else None
     if len(failing) > 1:
@@ -45,7 +53,7 @@ def verify_cmd(
         if ok is None:
             continue
         series = (ok.record or {}).get("series_sha256")
-        say(f"Verified {v.ref} ({v.digest}, {v.platform}): attestation {ok.digest} ({ok.where}), signed by key "
+        say((f"Profile {profile}: " if profile else "") + f"Verified {v.ref} ({v.digest}, {v.platform}): attestation {ok.digest} ({ok.where}), signed by key "
             f"{v.key.key_id} ({v.key.algorithm}); series {series}: {len((ok.record or {}).get('patches') or [])} patch(es) "
             "match the queue.")
         for c in v.candidates:

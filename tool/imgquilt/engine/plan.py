@@ -286,11 +286,12 @@ def stale_bytecode(source: Source, states: dict[str, _FileState], targets: dict[
 
 def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False, python_check: bool = True,
                python_memo: Memo | None = None, python_screen: Screen | None = None,
-               bytecode_source: Source | None = None, image_bytes: ImageBytes | None = None) -> ApplyResult:
+               bytecode_source: Source | None = None, env: tuple[tuple[str, str], ...] = (),
+               image_bytes: ImageBytes | None = None) -> ApplyResult:
     """Read, apply and verify everything in memory. Raises a refusal naming every problem."""
     result, gate = plan_apply_gated(queue, source, lock, locked=locked, python_check=python_check,
                                     python_memo=python_memo, python_screen=python_screen,
-                                    bytecode_source=bytecode_source, image_bytes=image_bytes)
+                                    bytecode_source=bytecode_source, env=env, image_bytes=image_bytes)
     gate.check()
     return result
 
@@ -318,12 +319,14 @@ class Gate:
 
 def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False, python_check: bool = True,
                      python_memo: Memo | None = None, python_screen: Screen | None = None,
-                     bytecode_source: Source | None = None, image_bytes: ImageBytes | None = None) -> tuple[ApplyResult, Gate]:
+                     bytecode_source: Source | None = None, env: tuple[tuple[str, str], ...] = (),
+                     image_bytes: ImageBytes | None = None) -> tuple[ApplyResult, Gate]:
     """plan_apply, with the Python check left running: every other verification is done and refused
     here; the result may be staged but not made visible before `gate.check()` passed.
 
     `bytecode_source`: where to look for bytecode the change makes stale (default: `source`; an
-    in-place apply looks in the root it writes). `image_bytes`: the image's bytes by sha256 (the
+    in-place apply looks in the root it writes). `env`: environment defaults for the image's config,
+    carried in the result and its record. `image_bytes`: the image's bytes of a path by sha256 (the
     object store), to show a hand edit of a root as a diff."""
     check_lock_fresh(queue, lock, locked=locked)
     paths = queue.target_paths()
@@ -368,10 +371,11 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     # an index has its own), else (a rootfs) the lock's pin, else a digest over the targets
     image_digest = info.digest or (lock.image.digest if lock else rootfs_digest([(t.resolved, sha256_hex(t.data)) for t in targets.values()]))
     bytecode = () if done else stale_bytecode(bytecode_source or source, states, targets)
-    record = record_bytes(queue, image_digest, recorded_ref(info.ref), targets, bytecode)
+    record = record_bytes(queue, image_digest, recorded_ref(info.ref), targets, bytecode, env)
     files.append(FileResult(record_target, record, record_target.mode if record_target.data is not None else 0o644, record_target.uid, record_target.gid, ()))
     files.sort(key=lambda f: f.resolved)
-    result = ApplyResult(info, queue.series_sha256, tuple(queue.names), tuple(files), lock is not None, tuple(notes), bytecode)
+    result = ApplyResult(info, queue.series_sha256, tuple(queue.names), tuple(files), lock is not None, tuple(notes), bytecode,
+                         tuple(env))
     return result, Gate(pending)
 
 

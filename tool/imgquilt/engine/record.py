@@ -25,9 +25,10 @@ def recorded_ref(ref: str) -> str | None:
 
 
 def record_bytes(queue: Queue, image_digest: str | None, image_ref: str | None, targets: dict[str, TargetFile],
-                 bytecode: Sequence[Bytecode] = ()) -> bytes:
+                 bytecode: Sequence[Bytecode] = (), env: Sequence[tuple[str, str]] = ()) -> bytes:
     """What was applied, reproducible (no timestamps); `bytecode`: the stale bytecode the apply
-    removes (listed only when there is some, so a record without bytecode is as it always was)."""
+    removes, `env`: the environment defaults it sets in the image's config (each listed only when
+    there is some, so a record without them is as it always was)."""
     doc = {
         "imgquilt_version": __version__,
         "series_sha256": queue.series_sha256,
@@ -43,6 +44,8 @@ def record_bytes(queue: Queue, image_digest: str | None, image_ref: str | None, 
             for p in queue.patches
         ],
     }
+    if env:
+        doc["env"] = dict(env)
     if bytecode:
         doc["bytecode"] = [{"path": b.path, "source": b.source, "action": "removed"} for b in bytecode]
     return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()

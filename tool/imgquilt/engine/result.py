@@ -43,3 +43,5 @@ class ApplyResult:
     # bytecode CPython could load instead of a source the series changes: removed with the change
     # (a whiteout in a layer, an unlink in place, hidden in an overlay)
     bytecode: tuple[Bytecode, ...] = ()
+    # environment defaults the apply declares for the image's config (KEY, VALUE), sorted; recorded
+    env: tuple[tuple[str, str], ...] = ()

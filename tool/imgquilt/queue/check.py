@@ -7,10 +7,10 @@ from typing import Callable
 
 from ..util.regular import read_regular_file
 from ..errors import ImgquiltError
-from .lock import read_lock, read_note, stale_lock_advice
+from .lock import Lock, LockFile, LockNote, read_lock_file, read_note, stale_lock_advice
 from .patchfile import Patch, parse_patch, rehash_command
 from .queue import series_sha256
-from .series import parse_series
+from .series import SeriesEntry, has_guards, parse_series, selected_entries, selection_text
 
 
 def chain_breaks(patches: list[Patch] | tuple[Patch, ...]) -> list[str]:
@@ -39,8 +39,24 @@ class Bodies:
 BodyCheck = Callable[[Path, list[Patch]], Bodies]
 
 
+@dataclass(frozen=True)
+class Lint:
+    """What `check` found: problems of the queue itself, and problems of a selection (a profile, or
+    the default selection of a guarded series) whose patches do not chain or miss a Requires."""
+
+    problems: tuple[str, ...]
+    selections: tuple[str, ...]
+    patches: tuple[Patch, ...]
+
+
 def check_queue(root: Path, bodies: BodyCheck | None = None) -> tuple[list[str], list[Patch]]:
-    """Every problem found (empty: the queue is sound) and the patches that parsed, in order.
+    """Every problem found (empty: the queue is sound) and the patches that parsed, in order."""
+    lint = lint_queue(root, bodies)
+    return [*lint.problems, *lint.selections], list(lint.patches)
+
+
+def lint_queue(root: Path, bodies: BodyCheck | None = None) -> Lint:
+    """Lint the queue (see check_queue); selection problems kept apart (they are exit 3, not 6).
 
     First what an interrupted command left is cleaned up where the queue can be written (see
     queue.interrupted); what is left of it is a problem."""
@@ -59,7 +75,7 @@ def check_queue(root: Path, bodies: BodyCheck | None = None) -> tuple[list[str],
         series_bytes = read_regular_file(series_file) or b""
         entries = parse_series(series_bytes)
     except ImgquiltError as exc:
-        return [exc.message], []
+        return Lint((exc.message,), (), ())
     names = [e.name for e in entries]
     for n in sorted({n for n in names if names.count(n) > 1}):
         problems.append(f"series lists {n!r} {names.count(n)} times.")
@@ -85,11 +101,14 @@ def check_queue(root: Path, bodies: BodyCheck | None = None) -> tuple[list[str],
         except ImgquiltError as exc:
             unreadable.add(e.name)
             problems.append(f"{exc.message} {exc.hint}" if getattr(exc, "recount", False) else exc.message)
-    problems += chain_breaks(patches)
-    last = {s.path: (p.name, s.patched_sha256) for p in patches for s in p.sections}
+    guarded = has_guards(entries)
+    if not guarded:
+        problems += chain_breaks(patches)
     body = bodies(root, patches) if bodies is not None else None
     if body is not None:
         problems += [text for _, text in body.problems]
+    hand = Hand(read_note(root), None if body is None else {n for n, _ in body.problems} | unreadable,
+                None if body is None else set(body.unchecked))
     order = {n: i for i, n in enumerate(names)}
     for p in patches:
         for req in p.header.requires:
@@ -98,28 +117,115 @@ def check_queue(root: Path, bodies: BodyCheck | None = None) -> tuple[list[str],
             elif order[req] >= order[p.name]:
                 problems.append(f"{p.name}: Requires {req!r}, which comes after it in series.")
     try:
-        lock = read_lock(root / "targets.lock")
+        lf = read_lock_file(root / "targets.lock")
     except ImgquiltError as exc:
         problems.append(exc.message)
-        lock = None
-    if lock is not None and len(raw) == len(entries):
-        if lock.series_sha256 != series_sha256(series_bytes, raw):
-            what, todo = stale_lock_advice(
-                lock, names, raw, series_sha256=series_sha256(series_bytes, raw), note=read_note(root),
-                hand_edited=None if body is None else {n for n, _ in body.problems} | unreadable,
-                unchecked=None if body is None else set(body.unchecked))
-            problems.append(f"targets.lock is stale ({what}); {todo}")
-        else:
-            firsts: dict[str, str] = {}
-            for p in patches:
-                for s in p.sections:
-                    firsts.setdefault(s.path, s.base_sha256)
-            locked = {t.path: t for t in lock.targets}
-            for path in sorted(set(firsts) ^ set(locked)):
-                problems.append(f"targets.lock and the patches disagree on target {path!r}; run `imgquilt lock`.")
-            for path, base in firsts.items():
-                if path in locked and locked[path].base_sha256 != base:
-                    problems.append(f"targets.lock pins {path!r} at {locked[path].base_sha256}, the series starts from {base}.")
-                if path in last and path in locked and locked[path].final_sha256 != last[path][1]:
-                    problems.append(f"targets.lock says {path!r} ends at {locked[path].final_sha256}, the series ends at {last[path][1]}.")
-    return problems, patches
+        lf = LockFile(None)
+    whole = len(raw) == len(entries)
+    pins: list[tuple[str | None, tuple[str, ...], Lock | None]] = []
+    if lf.default is not None or not lf.profiles:
+        pins.append((None, (), lf.default))
+    pins += [(p.name, p.select, p.lock) for p in lf.profiles]
+    selections: list[str] = []
+    by_name = {p.name: p for p in patches}
+    for profile, select, lock in pins:
+        keep = selected_entries(entries, select) if guarded else list(entries)
+        chosen = [by_name[e.name] for e in keep if e.name in by_name]
+        if guarded:
+            label = f"profile {profile}" if profile is not None else "the default selection (no --profile)"
+            selections += selection_breaks(label, entries, patches, {e.name for e in keep}, lock)
+        if lock is not None and whole:
+            text = selection_text(keep) if guarded else series_bytes
+            raws = [raw[i] for i, e in enumerate(entries) if e in keep]
+            problems += lock_problems(profile, text, [e.name for e in keep], raws, chosen, lock,
+                                      "the selection" if guarded else "series", hand)
+    return Lint(tuple(problems), tuple(selections), tuple(patches))
+
+
+@dataclass(frozen=True)
+class Hand:
+    """What tells a stale lock's causes apart (queue.lock.stale_lock_advice): the note of a command that
+    left it stale, the patches whose bodies no longer give their pins, those not testable here."""
+
+    note: LockNote | None = None
+    edited: set[str] | None = None
+    unchecked: set[str] | None = None
+
+
+def lock_problems(profile: str | None, series_text: bytes, names: list[str], raws: list[bytes], patches: list[Patch],
+                  lock: Lock, scope: str = "series", hand: Hand = Hand()) -> list[str]:
+    """Is one pin of targets.lock fresh for the patches it selects (docs/targets-lock.md)?"""
+    where = "targets.lock" if profile is None else f"targets.lock [profile.{profile}]"
+    relock = "`imgquilt lock`" if profile is None else f"`imgquilt lock --profile {profile}`"
+    problems: list[str] = []
+    if lock.series_sha256 != series_sha256(series_text, raws):
+        what, todo = stale_lock_advice(lock, names, raws, scope, series_sha256=series_sha256(series_text, raws),
+                                       note=hand.note, hand_edited=hand.edited, unchecked=hand.unchecked)
+        return [f"{where} is stale ({what}); {todo.replace('`imgquilt lock`', relock)}"]
+    firsts: dict[str, str] = {}
+    last: dict[str, str] = {}
+    for p in patches:
+        for s in p.sections:
+            firsts.setdefault(s.path, s.base_sha256)
+            last[s.path] = s.patched_sha256
+    locked = {t.path: t for t in lock.targets}
+    for path in sorted(set(firsts) ^ set(locked)):
+        problems.append(f"{where} and the patches disagree on target {path!r}; run {relock}.")
+    for path, base in firsts.items():
+        if path in locked and locked[path].base_sha256 != base:
+            problems.append(f"{where} pins {path!r} at {locked[path].base_sha256}, the series starts from {base}.")
+        if path in last and path in locked and locked[path].final_sha256 != last[path]:
+            problems.append(f"{where} says {path!r} ends at {locked[path].final_sha256}, the series ends at {last[path]}.")
+    return problems
+
+
+def selection_breaks(label: str, entries: list[SeriesEntry], patches: list[Patch], selected: set[str],
+                     lock: Lock | None) -> list[str]:
+    """Where the patches a selection applies do not chain: per file, each selected patch's Base must
+    be the previous selected patch's result, else the file in the image the selection pins (else
+    the base the whole series starts from). A Base that only a patch outside the selection produces
+    is named with that patch; so is a Requires on a patch the selection leaves out."""
+    guards = {e.name: e.guards for e in entries}
+    pinned = {t.path: t.base_sha256 for t in lock.targets} if lock is not None else {}
+    first: dict[str, str] = {}
+    for p in patches:
+        for s in p.sections:
+            first.setdefault(s.path, s.base_sha256)
+    out: list[str] = []
+    last: dict[str, tuple[str, str]] = {}
+    outside: dict[str, list[tuple[str, str]]] = {}  # path -> (patch, result) of earlier patches the selection leaves out
+    for p in patches:
+        if p.name not in selected:
+            for s in p.sections:
+                outside.setdefault(s.path, []).append((p.name, s.patched_sha256))
+            continue
+        for s in p.sections:
+            if s.path in last:
+                prev, expected = last[s.path]
+                there = f"{prev} leaves it at {expected}"
+            elif s.path in pinned:
+                expected = pinned[s.path]
+                there = f"the image it pins holds {expected}"
+            else:
+                expected = first[s.path]
+                there = f"the series starts it from {expected}"
+            last[s.path] = (p.name, s.patched_sha256)
+            if s.base_sha256 == expected:
+                continue
+            culprit = next((n for n, h in reversed(outside.get(s.path, [])) if h == s.base_sha256), None)
+            if culprit is not None:
+                tag = " ".join(f"#{g}" for g in guards.get(culprit, ())) or "no guard"
+                out.append(f"{label}: {p.name}: {s.path}: Base-SHA256 {s.base_sha256} is what {culprit} leaves, and "
+                           f"{label} does not select {culprit} ({tag}): {p.name} silently depends on it; in {label} "
+                           f"{there}.")
+            else:
+                out.append(f"{label}: {p.name}: {s.path}: Base-SHA256 {s.base_sha256} does not continue the chain: "
+                           f"in {label} {there}.")
+    for p in patches:
+        if p.name not in selected:
+            continue
+        for req in p.header.requires:
+            if req in guards and req not in selected:
+                tag = " ".join(f"#{g}" for g in guards[req]) or "no guard"
+                out.append(f"{label}: {p.name}: Requires {req!r}, which {label} does not select ({tag}).")
+    return out

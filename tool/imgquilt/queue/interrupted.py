@@ -64,7 +64,8 @@ ABSENT = "absent"
 FILE_CAP = 1 << 30  # a work copy is an image file; backups and reads are capped as WorkFiles caps them
 # the commands that write the queue as one transaction (their journal's directory), as the user types them
 COMMANDS = {"import": "imgquilt import", "rehash": "imgquilt refresh --rehash", "refresh": "imgquilt refresh", "new": "imgquilt new",
-            "delete": "imgquilt delete", "rename": "imgquilt rename", "header": "imgquilt header", "remove": "imgquilt remove"}
+            "delete": "imgquilt delete", "rename": "imgquilt rename", "header": "imgquilt header", "remove": "imgquilt remove",
+            "guard": "imgquilt guard"}
 
 
 def _temps(root: Path) -> list[Path]:

@@ -1,10 +1,12 @@
-"""targets.lock: the pinned image and the pinned state of every target file (TOML, sorted, stable)."""
+"""targets.lock: the pinned image and the pinned state of every target file (TOML, sorted, stable),
+and one `[profile.NAME]` section per profile: the same keys for the patches that profile selects,
+its guard selection and its environment defaults (docs/targets-lock.md)."""
 from __future__ import annotations
 
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -53,6 +55,40 @@ class Lock:
         return changed, [n for n in names if n not in known], [n for n in known if n not in names]
 
 
+PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One deployment in targets.lock (`[profile.NAME]`): the guards it selects, the environment
+    defaults its images get, and its own pin of the patches it selects."""
+
+    name: str
+    select: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    lock: Lock
+
+
+@dataclass(frozen=True)
+class LockFile:
+    """The whole targets.lock: the default pin (None: the file pins only profiles) and the profiles."""
+
+    default: Lock | None
+    profiles: tuple[Profile, ...] = ()
+
+    def profile(self, name: str) -> Profile | None:
+        return next((p for p in self.profiles if p.name == name), None)
+
+    @property
+    def names(self) -> list[str]:
+        return [p.name for p in self.profiles]
+
+    def with_profile(self, profile: Profile) -> LockFile:
+        others = tuple(p for p in self.profiles if p.name != profile.name)
+        return replace(self, profiles=tuple(sorted((*others, profile), key=lambda p: p.name)))
+
+
 def patch_hashes(names: list[str], raws: list[bytes]) -> tuple[tuple[str, str], ...]:
     return tuple((n, hashlib.sha256(raw).hexdigest()) for n, raw in zip(names, raws))
 
@@ -95,7 +131,7 @@ def read_note(root: Path) -> LockNote | None:
         return None
 
 
-def stale_lock_advice(lock: Lock, names: list[str], raws: list[bytes], *, series_sha256: str = "",
+def stale_lock_advice(lock: Lock, names: list[str], raws: list[bytes], scope: str = "series", *, series_sha256: str = "",
                       note: LockNote | None = None, hand_edited: set[str] | None = None,
                       unchecked: set[str] | None = None) -> tuple[str, str]:
     """(what changed since the lock was made, and by whom, what to run): the real cause first.
@@ -105,7 +141,8 @@ def stale_lock_advice(lock: Lock, names: list[str], raws: list[bytes], *, series
       on the bases the object store holds) is re-pinned by `refresh --rehash`; a hand edit whose hashes
       still agree with its body needs only `imgquilt lock`; where no base was at hand to tell
       (`unchecked`, or no check at all) both ways are named;
-    - series edited by hand (patches new, gone or moved): `imgquilt lock`."""
+    - series edited by hand (patches new, gone or moved): `imgquilt lock`.
+    `scope`: what the patches enter and leave (a guarded series' pin: "the selection")."""
     from .patchfile import rehash_command  # on use: reading a lock reads no patch
 
     if note is not None and series_sha256 and note.series_sha256 == series_sha256:
@@ -115,12 +152,12 @@ def stale_lock_advice(lock: Lock, names: list[str], raws: list[bytes], *, series
         return "series or a patch changed since", "run `imgquilt lock`."
     changed, new, gone = found
     moved = not changed and not new and not gone
-    what = [f"{', '.join(which)} {how}" for which, how in ((new, "new"), (gone, "left series")) if which]
+    what = [f"{', '.join(which)} {how}" for which, how in ((new, "new"), (gone, f"left {scope}")) if which]
     if moved:
-        return "series edited by hand since it was made: its order or options changed", "run `imgquilt lock`."
+        return f"{scope} edited by hand since it was made: its order or options changed", "run `imgquilt lock`."
     if not changed:
-        return "series edited by hand since it was made: " + "; ".join(what), "run `imgquilt lock`."
-    others = "".join(f"; {', '.join(which)} {how}" for which, how in ((new, "new"), (gone, "left series")) if which)
+        return f"{scope} edited by hand since it was made: " + "; ".join(what), "run `imgquilt lock`."
+    others = "".join(f"; {', '.join(which)} {how}" for which, how in ((new, "new"), (gone, f"left {scope}")) if which)
     if hand_edited is not None:
         bad = [n for n in changed if n in hand_edited]
         unknown = [n for n in changed if n in (unchecked or set()) and n not in hand_edited]
@@ -142,8 +179,8 @@ def rootfs_digest(pairs: list[tuple[str, str]]) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def render_lock(lock: Lock) -> bytes:
-    """TOML with sorted keys and targets sorted by path: one line changes per changed fact."""
+def _lock_doc(lock: Lock) -> dict:
+    """The keys of one pin (top level or a profile's), sorted as written."""
     image = {"ref": lock.image.ref, "digest": lock.image.digest or ""}
     if lock.image.platform:
         image["platform"] = lock.image.platform
@@ -162,14 +199,55 @@ def render_lock(lock: Lock) -> bytes:
         if t.layer:
             entry["layer"] = t.layer
         targets.append(dict(sorted(entry.items())))
-    doc: dict = {"version": lock.version, "series_sha256": lock.series_sha256, "image": dict(sorted(image.items()))}
+    doc: dict = {"series_sha256": lock.series_sha256, "image": dict(sorted(image.items()))}
     if lock.patch_sha256:
         doc["patch_sha256"] = dict(sorted(lock.patch_sha256))
     if targets:
         doc["target"] = targets
+    return doc
+
+
+def render_lock(lock: Lock) -> bytes:
+    """TOML with sorted keys and targets sorted by path: one line changes per changed fact."""
     import tomli_w  # writing a lock only: `check` and `top` read one at most
 
-    return tomli_w.dumps(doc).encode()
+    return tomli_w.dumps({"version": lock.version, **_lock_doc(lock)}).encode()
+
+
+def render_lock_file(lf: LockFile) -> bytes:
+    """The whole targets.lock: the default pin as render_lock writes it (a file without profiles is
+    byte for byte what it always was), then one `[profile.NAME]` section per profile, by name."""
+    import tomli_w
+
+    out = render_lock(lf.default) if lf.default is not None else tomli_w.dumps({"version": LOCK_VERSION}).encode()
+    for p in sorted(lf.profiles, key=lambda p: p.name):
+        doc = _lock_doc(p.lock)
+        targets = doc.pop("target", [])
+        head: dict = {"select": list(p.select), "series_sha256": doc["series_sha256"]}
+        if p.env:
+            head["env"] = dict(p.env)
+        head["image"] = doc["image"]
+        if "patch_sha256" in doc:
+            head["patch_sha256"] = doc["patch_sha256"]
+        text = tomli_w.dumps({"profile": {p.name: head}})
+        if targets:  # as [[profile.NAME.target]] tables, like the top level's, not inline
+            text += "\n" + tomli_w.dumps({"target": targets}).replace("[[target]]", f"[[profile.{p.name}.target]]")
+        out += b"\n" + text.encode()
+    return out
+
+
+def lock_with(current: bytes | None, lock: Lock, profile: str | None = None, *, source: str = "targets.lock") -> bytes:
+    """The bytes of targets.lock after writing `lock` as the default pin (`profile` None) or as that
+    profile's pin (its selection and env kept): every other section is kept as it is. Every command
+    that writes a pin goes through here, so a pin never drops the others."""
+    lf = parse_lock_file(current, source=source) if current else LockFile(None)
+    if profile is None:
+        return render_lock_file(replace(lf, default=lock))
+    old = lf.profile(profile)
+    if old is None:
+        raise MalformedLock(f"{source} no longer declares profile {profile!r}, whose pin was to be written.",
+                            hint=f"Declare it again with `imgquilt lock --profile {profile} --image REF`.")
+    return render_lock_file(lf.with_profile(replace(old, lock=lock)))
 
 
 def _id(value: object, key: str) -> int:
@@ -204,36 +282,61 @@ def _tables(value: object) -> list[dict]:
     return value
 
 
-def parse_lock(data: bytes, *, source: str = "targets.lock") -> Lock:
-    """Read targets.lock; any missing or mistyped key is MalformedLock."""
+def _parse_pin(doc: dict) -> Lock:
+    img = doc["image"]
+    if not isinstance(img, dict):
+        raise ValueError("[image] must be a table")
+    info = ImageInfo(
+        ref=str(img["ref"]),
+        digest=str(img.get("digest") or "") or None,
+        platform=img.get("platform"),
+        kind="rootfs" if str(img["ref"]).startswith("rootfs:") else "image",
+    )
+    targets = tuple(
+        LockTarget(
+            path=str(t["path"]),
+            resolved=str(t["resolved"]),
+            base_sha256=str(t["base_sha256"]),
+            final_sha256=str(t["final_sha256"]),
+            mode=_lock_mode(t["mode"]),
+            uid=_id(t["uid"], "uid"),
+            gid=_id(t["gid"], "gid"),
+            layer=_opt_str(t.get("layer"), "layer"),
+            patches=tuple(str(p) for p in t["patches"]),
+        )
+        for t in _tables(doc.get("target", []))
+    )
+    return Lock(str(doc["series_sha256"]), info, targets, patch_sha256=_patch_hashes(doc.get("patch_sha256", {})))
+
+
+def _parse_profile(name: str, doc: object) -> Profile:
+    if not isinstance(doc, dict):
+        raise ValueError(f"[profile.{name}] must be a table")
+    if not PROFILE_NAME.fullmatch(name) or name == "all":
+        raise ValueError(f"{name!r} is not a profile name (letters, digits, `_` and `-`; not `all`)")
+    select = doc.get("select", [name])
+    if not isinstance(select, list) or not all(isinstance(g, str) and g and g[0] not in "+-" and not any(c.isspace() or c == "#" for c in g) for g in select):
+        raise ValueError(f"[profile.{name}] select must be a list of guard names (no +/-, no blank, no #)")
+    env = doc.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(k, str) and ENV_KEY.fullmatch(k) and isinstance(v, str) and "\0" not in v
+                                            for k, v in env.items()):
+        raise ValueError(f"[profile.{name}.env] must map variable names to strings")
+    return Profile(name, tuple(select), tuple(sorted(env.items())), _parse_pin(doc))
+
+
+def parse_lock_file(data: bytes, *, source: str = "targets.lock") -> LockFile:
+    """Read targets.lock, profiles included; any missing or mistyped key is MalformedLock."""
     import tomllib  # on use: a queue without a lock never parses TOML
 
     try:
         doc = tomllib.loads(data.decode("utf-8"))
         if doc.get("version") != LOCK_VERSION:
             raise MalformedLock(f"{source}: unsupported version {doc.get('version')!r} (this imgquilt reads {LOCK_VERSION}).")
-        img = doc["image"]
-        info = ImageInfo(
-            ref=str(img["ref"]),
-            digest=str(img.get("digest") or "") or None,
-            platform=img.get("platform"),
-            kind="rootfs" if str(img["ref"]).startswith("rootfs:") else "image",
-        )
-        targets = tuple(
-            LockTarget(
-                path=str(t["path"]),
-                resolved=str(t["resolved"]),
-                base_sha256=str(t["base_sha256"]),
-                final_sha256=str(t["final_sha256"]),
-                mode=_lock_mode(t["mode"]),
-                uid=_id(t["uid"], "uid"),
-                gid=_id(t["gid"], "gid"),
-                layer=_opt_str(t.get("layer"), "layer"),
-                patches=tuple(str(p) for p in t["patches"]),
-            )
-            for t in _tables(doc.get("target", []))
-        )
-        return Lock(str(doc["series_sha256"]), info, targets, patch_sha256=_patch_hashes(doc.get("patch_sha256", {})))
+        profiles = doc.get("profile", {})
+        if not isinstance(profiles, dict):
+            raise ValueError("[profile] must hold one table per profile")
+        default = _parse_pin(doc) if ("image" in doc or not profiles) else None
+        return LockFile(default, tuple(_parse_profile(str(n), p) for n, p in sorted(profiles.items())))
     except MalformedLock:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -243,9 +346,23 @@ def parse_lock(data: bytes, *, source: str = "targets.lock") -> Lock:
         ) from None
 
 
+def parse_lock(data: bytes, *, source: str = "targets.lock") -> Lock:
+    """Read targets.lock's default pin; any missing or mistyped key is MalformedLock."""
+    lf = parse_lock_file(data, source=source)
+    if lf.default is None:
+        raise MalformedLock(f"{source} pins only profiles ({', '.join(lf.names)}), no default image.",
+                            hint="Name one with --profile NAME, or pin a default with `imgquilt lock --image REF`.")
+    return lf.default
+
+
 def read_lock(path: Path) -> Lock | None:
-    """The lock at `path`, or None when there is none."""
+    """The default pin of the lock at `path`, or None when there is none (no file, or only profiles)."""
+    return read_lock_file(path).default
+
+
+def read_lock_file(path: Path) -> LockFile:
+    """The whole lock at `path` (no file: no pin, no profile)."""
     data = read_regular_file(path)
     if data is None:
-        return None
-    return parse_lock(data, source=str(path))
+        return LockFile(None)
+    return parse_lock_file(data, source=str(path))

@@ -4,12 +4,13 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from ..util.regular import read_regular_file
 from ..errors import MalformedPatch
 from .lock import Lock, read_lock
 from .patchfile import Patch, parse_patch
-from .series import SeriesEntry, parse_series
+from .series import SeriesEntry, has_guards, parse_series, selected_entries, selection_text
 
 
 def series_sha256(series_bytes: bytes, patch_bytes: list[bytes]) -> str:
@@ -51,6 +52,22 @@ class Queue:
 
     def lock(self) -> Lock | None:
         return read_lock(self.lock_path)
+
+    @property
+    def guarded(self) -> bool:
+        """Does series set a guard on some patch?"""
+        return has_guards(self.entries)
+
+    def selection(self, guards: Iterable[str] = ()) -> Queue:
+        """The queue that selecting `guards` applies (MQ's pushable, queue.series), as every verb
+        takes a queue. A series without guards is its own selection, byte for byte. With guards, the
+        selection's `series_bytes` are its selection_text, so its series_sha256 covers the selected
+        patches only (docs/targets-lock.md)."""
+        if not self.guarded:
+            return self
+        keep = selected_entries(self.entries, guards)
+        names = {e.name for e in keep}
+        return Queue(self.root, selection_text(keep), tuple(keep), tuple(p for p in self.patches if p.name in names))
 
     def patch(self, name: str) -> Patch:
         for p in self.patches:

@@ -9,12 +9,13 @@ import stat
 from pathlib import Path
 
 from ..errors import BadInput
-from ..queue.lock import render_lock
+from ..queue.lock import lock_with
 from ..queue.patchfile import Patch, parse_patch
 from ..queue.queue import Queue
 from ..queue.series import parse_series
 from ..store import ObjectStore
 from ..util.atomic import atomic_write
+from ..util.regular import read_regular_file
 from ..verbs.lock import lock_queue
 from .options import Opener
 from .report import RebaseReport
@@ -37,23 +38,34 @@ def _drop_series_lines(series: bytes, lines: set[int]) -> bytes:
 
 
 def finish(root: Path, st: RebaseState, old: Queue, opener: Opener) -> RebaseReport:
-    """Verify the rebased queue on the new image, then write patches, series and targets.lock."""
+    """Verify the rebased queue on the new image, then write patches, series and targets.lock.
+
+    `old` is the whole queue as backed up; the rebase carried the patches its pin selects
+    (`st.select`), the others are kept as they are. Before anything is written, every other pin of
+    targets.lock (the default, the other profiles) that selects a rewritten or dropped patch must
+    still chain over its own image (ProfileChainBroken otherwise); only the rebased pin is
+    re-pinned."""
     store = ObjectStore(root)
     st.phase = "finishing"
     save_state(root, st)
     kept = {d["name"]: d["raw_sha"] for d in st.done if not d["dropped"]}
     dropped = [d["name"] for d in st.done if d["dropped"]]
     patches: list[Patch] = []
-    for e in old.entries:
+    for e, p in zip(old.entries, old.patches):
         if e.name in kept:
             data = store.get(kept[e.name])
             if data is None:
                 raise BadInput(f"The object store lost the rebased {e.name}.", hint="`imgquilt rebase --abort` and start again.")
             patches.append(parse_patch(data, e.name))
+        elif e.name not in dropped:
+            patches.append(p)  # outside the rebased selection: as it is
     series_bytes = _drop_series_lines(old.series_bytes, {e.line for e in old.entries if e.name in dropped})
-    new_q = Queue(root, series_bytes, tuple(parse_series(series_bytes)), tuple(patches))
+    new_whole = Queue(root, series_bytes, tuple(parse_series(series_bytes)), tuple(patches))
+    new_q = new_whole.selection(st.select)
     source = opener(st.new_ref, st.platform)
     lock = lock_queue(new_q, source, st.new_ref)  # verifies the whole rebased series on the new image
+    current = read_regular_file(root / "targets.lock")
+    _refuse_broken_pins(current, new_whole, st, {n for n in kept if store.get(kept[n]) != old.patch(n).raw} | set(dropped))
     st.new_image = {"ref": st.new_ref, "digest": lock.image.digest}
     for p in patches:
         dest = root / "patches" / p.name
@@ -64,8 +76,44 @@ def finish(root: Path, st: RebaseState, old: Queue, opener: Opener) -> RebaseRep
         (root / "patches" / name).unlink(missing_ok=True)
     if not (root / "series").is_file() or (root / "series").read_bytes() != series_bytes:
         atomic_write(root / "series", series_bytes, mode=_mode_of(root / "series"))
-    atomic_write(root / "targets.lock", render_lock(lock), mode=_mode_of(root / "targets.lock"))
+    atomic_write(root / "targets.lock", lock_with(current, lock, st.profile), mode=_mode_of(root / "targets.lock"))
     report = st.report("done")
     release_work(root, st, list(st.work_written))
     remove_state(root)
     return report
+
+
+def _refuse_broken_pins(current: bytes | None, new: Queue, st: RebaseState, changed: set[str]) -> None:
+    """Every other pin that selects a patch the rebase rewrote or dropped must still chain on its
+    own image with the rebased patches; otherwise name each break and the profile to rebase too."""
+    if not current or not changed:
+        return
+    from ..errors import ProfileChainBroken
+    from ..queue.check import selection_breaks
+    from ..queue.lock import parse_lock_file
+    from ..queue.series import selected_entries
+
+    lf = parse_lock_file(current)
+    pins = ([(None, (), lf.default)] if lf.default is not None else []) + [(p.name, p.select, p.lock) for p in lf.profiles]
+    problems: list[str] = []
+    others: list[str] = []
+    for name, select, lock in pins:
+        if name == st.profile:
+            continue
+        chosen = {e.name for e in (selected_entries(new.entries, select) if new.guarded else new.entries)}
+        if not chosen & changed:
+            continue
+        label = f"profile {name}" if name is not None else "the default pin"
+        found = selection_breaks(label, list(new.entries), list(new.patches), chosen, lock)
+        if found:
+            problems += found
+            others.append(f"--profile {name}" if name is not None else "(no --profile)")
+    if problems:
+        which = ", ".join(sorted(changed))
+        raise ProfileChainBroken(
+            f"Refused: the rebase rewrites {which}, which other pins select too, and there the rebased patch no longer "
+            f"chains on their image; nothing was written:\n" + "\n".join(f"  - {p}" for p in problems),
+            hint="Rebase those pins onto the new image too (`imgquilt rebase " + "` / `imgquilt rebase ".join(
+                f"{o} --image {st.new_ref}" for o in others) + "`), or give this profile its own copy of the shared patch "
+            "(import it under another name, `imgquilt guard` the two), then rebase again.",
+            problems=problems)

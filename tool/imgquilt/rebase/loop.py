@@ -57,13 +57,14 @@ def start_rebase(root: Path, opts: RebaseOptions, opener: Opener) -> RebaseRepor
         )
     _refuse_applied_work(root)
     clear_leftovers(root)
-    q = load_queue(root)
+    whole = load_queue(root)
+    q = whole.selection(opts.select)  # the patches this pin applies (the whole queue when series has no guards)
     breaks = chain_breaks(q.patches)
     if breaks:
         raise BadInput("Rebase needs a sound queue; no rebase was started:\n" + "\n".join(f"  - {b}" for b in breaks),
                        hint="Fix what is named above (`imgquilt check` lists every problem), then rebase again.")
     store = ObjectStore(root)
-    old_lock = q.lock()
+    old_lock = _pin(root, opts.profile)
     source = opener(opts.new_ref, opts.platform)
     paths, new_data, notes = plan_paths(q, source, opts.maps)
     firsts = q.first_bases()
@@ -94,9 +95,11 @@ def start_rebase(root: Path, opts: RebaseOptions, opener: Opener) -> RebaseRepor
         old_image={"ref": old_lock.image.ref, "digest": old_lock.image.digest} if old_lock else {"ref": None, "digest": None},
         new_image={"ref": opts.new_ref, "digest": info.digest},
         notes=notes,
+        profile=opts.profile,
+        select=list(opts.select),
     )
     rebase_dir(root).ensure()
-    backup(root, q)
+    backup(root, whole)
     save_state(root, st)  # from here on, --abort restores the backup
     try:
         return _advance(root, st, opener)
@@ -107,6 +110,17 @@ def start_rebase(root: Path, opts: RebaseOptions, opener: Opener) -> RebaseRepor
         more = "No rebase was started: series, patches/ and targets.lock are as they were."
         exc.hint = f"{exc.hint}\n{more}" if exc.hint else more
         raise
+
+
+def _pin(root: Path, profile: str | None):
+    """The pin a rebase starts from: the profile's, else the default."""
+    from ..queue.lock import read_lock_file
+
+    lf = read_lock_file(root / "targets.lock")
+    if profile is None:
+        return lf.default
+    found = lf.profile(profile)
+    return found.lock if found is not None else None
 
 
 def _refuse_applied_work(root: Path) -> None:
@@ -134,7 +148,8 @@ def _guarded(step: Callable[..., RebaseReport], *args: object) -> RebaseReport:
 def _advance(root: Path, st: RebaseState, opener: Opener) -> RebaseReport:
     """Run patches from `st.next` until the end (then finish) or a conflict."""
     store = ObjectStore(root)
-    q = backup_queue(root)
+    whole = backup_queue(root)
+    q = whole.selection(st.select)
     while st.next < len(q.patches):
         patch = q.patches[st.next]
         strip = q.entries[st.next].strip
@@ -146,7 +161,7 @@ def _advance(root: Path, st: RebaseState, opener: Opener) -> RebaseReport:
             return st.report("stopped")
         finish_patch(st, store, patch, sections, strip)
         save_state(root, st)
-    return finish(root, st, q, opener)
+    return finish(root, st, whole, opener)
 
 
 def continue_rebase(root: Path, opener: Opener) -> RebaseReport:
@@ -161,7 +176,7 @@ def continue_rebase(root: Path, opener: Opener) -> RebaseReport:
 
 def _resolve_and_go_on(root: Path, st: RebaseState, opener: Opener) -> RebaseReport:
     store = ObjectStore(root)
-    q = backup_queue(root)
+    q = backup_queue(root).selection(st.select)
     patch = q.patches[st.next]
     strip = q.entries[st.next].strip
     sections = [CarriedSection.from_json(d) for d in st.current["sections"]]

@@ -18,6 +18,8 @@ class RebaseOptions:
     from_ref: str | None = None
     keep_empty: bool = False
     maps: tuple[tuple[str, str], ...] = ()  # --map OLD=NEW path prefixes
+    profile: str | None = None  # the pin to re-pin (None: the default)
+    select: tuple[str, ...] = ()  # the guards the rebased selection turns on (the profile's)
 
 
 def parse_map(value: str) -> tuple[str, str]:

@@ -70,6 +70,7 @@ class RebaseReport:
     patches: tuple[PatchOutcome, ...]
     notes: tuple[str, ...] = ()
     conflict_patch: str | None = None
+    profile: str | None = None  # the profile rebased (None: the default pin)
 
     @property
     def conflicts(self) -> list[FileOutcome]:
@@ -90,6 +91,8 @@ class RebaseReport:
             "summary": self.summary(),
             "notes": list(self.notes),
         }
+        if self.profile is not None:
+            doc["profile"] = self.profile
         if self.status == "stopped":
             doc["conflict"] = {
                 "patch": self.conflict_patch,

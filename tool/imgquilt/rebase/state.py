@@ -60,6 +60,8 @@ class RebaseState:
     work_saved: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     version: int = STATE_VERSION
+    profile: str | None = None  # the pin re-pinned at the end (None: the default)
+    select: list[str] = field(default_factory=list)  # the guards its selection turns on
 
     def report(self, status: str) -> RebaseReport:
         patches = [PatchOutcome.from_json(d) for d in self.done]
@@ -69,7 +71,7 @@ class RebaseState:
             outs = tuple(s.outcome for s in secs)
             patches.append(PatchOutcome(self.current["name"], patch_state(outs), outs))
             conflict_patch = self.current["name"]
-        return RebaseReport(status, self.old_image, self.new_image, tuple(patches), tuple(self.notes), conflict_patch)
+        return RebaseReport(status, self.old_image, self.new_image, tuple(patches), tuple(self.notes), conflict_patch, self.profile)
 
 
 def state_dir(root: Path) -> Path:

@@ -99,7 +99,7 @@ class Candidate:
     where: str
     verified: bool
     kind: str  # "verified", or why not: "unreadable", "malformed", "wrong-key", "bad-signature", "other-predicate",
-    #            "other-subject", "stale-series", "file-hashes"
+    #            "other-subject", "stale-series", "file-hashes", "env" (a profile's defaults not attested)
     reason: str
     key_ids: tuple[str, ...] = ()
     record: dict[str, Any] | None = None  # the attested apply record (a verified signature only)
@@ -152,7 +152,7 @@ def _queue_mismatches(queue: Queue, record: dict[str, Any]) -> list[str]:
     return out
 
 
-def check_candidate(found: Found, digest: str, key: PublicKey, queue: Queue) -> Candidate:
+def check_candidate(found: Found, digest: str, key: PublicKey, queue: Queue, env: tuple[tuple[str, str], ...] = ()) -> Candidate:
     """Signature, statement, subject, then the record against the queue: the first failure is the reason."""
     def no(kind: str, reason: str, ids: tuple[str, ...] = (), **more: Any) -> Candidate:
         return Candidate(found.digest, found.where, False, kind, reason, ids, **more)
@@ -191,11 +191,16 @@ def check_candidate(found: Found, digest: str, key: PublicKey, queue: Queue) -> 
     if mismatches:
         return no("file-hashes", "the attested file hashes differ from the queue: " + "; ".join(mismatches[:5]), ids,
                   record=record, predicate=predicate)
+    attested_env = record.get("env") or {}
+    if env and attested_env != dict(env):
+        return no("env", f"the attested environment defaults are {attested_env}, the profile's are {dict(env)}", ids,
+                  record=record, predicate=predicate)
     return Candidate(found.digest, found.where, True, "verified", "", ids, record, predicate)
 
 
-def verify_image(queue: Queue, image: Image, ref: str, key: PublicKey) -> Verification:
-    """Every attestation of `image`'s manifest (where `ref` lives), each checked."""
+def verify_image(queue: Queue, image: Image, ref: str, key: PublicKey, env: tuple[tuple[str, str], ...] = ()) -> Verification:
+    """Every attestation of `image`'s manifest (where `ref` lives), each checked (`env`: a profile's
+    environment defaults, which the attested record must hold)."""
     digest = image.manifest_digest
     if not holds_referrers(ref):
         return Verification(ref, digest, image.platform, key, (), "")
@@ -206,7 +211,7 @@ def verify_image(queue: Queue, image: Image, ref: str, key: PublicKey) -> Verifi
         looked = f"the referrers API, else the tag {fallback_tag(digest)}"
     else:
         looked = "index.json"
-    return Verification(ref, digest, image.platform, key, tuple(check_candidate(f, digest, key, queue) for f in found), looked)
+    return Verification(ref, digest, image.platform, key, tuple(check_candidate(f, digest, key, queue, env) for f in found), looked)
 
 
 def verification_json(v: Verification) -> dict[str, Any]:

@@ -36,8 +36,10 @@ SourceOpener = Callable[[], "Source"]
 class Bases:
     """Reads bases for one queue; the image is opened at most once, and only when needed."""
 
-    def __init__(self, root: Path, store: ObjectStore, open_image: SourceOpener | None, *, image_explicit: bool) -> None:
+    def __init__(self, root: Path, store: ObjectStore, open_image: SourceOpener | None, *, image_explicit: bool,
+                 pin: Callable[[], str | None] | None = None) -> None:
         self.root = Path(root)
+        self._pin = pin  # the profile whose pin the bases come from (None: the default pin)
         self.store = store
         self._open_image = open_image
         self._image_explicit = image_explicit
@@ -73,10 +75,18 @@ class Bases:
         return out
 
     def lock(self) -> Lock | None:
-        """The lock bases are taken from (none with an explicit --image, which wins over it)."""
-        from ..queue.lock import read_lock
+        """The lock bases are taken from (none with an explicit --image, which wins over it): the pin
+        of the profile the work tree follows, else the default pin."""
+        from ..queue.lock import read_lock_file
 
-        return None if self._image_explicit else read_lock(self.root / "targets.lock")
+        if self._image_explicit:
+            return None
+        lf = read_lock_file(self.root / "targets.lock")
+        name = self._pin() if self._pin is not None else None
+        if name is None:
+            return lf.default
+        found = lf.profile(name)
+        return found.lock if found is not None else None
 
     def info(self) -> ImageInfo:
         """What the bases are the bases of: the image the lock pins, else the image."""

@@ -33,6 +33,7 @@ class ImportItem:
     data: bytes
     strip: int = 1
     source: str = "<patch>"
+    guards: tuple[str, ...] = ()  # written on its series line (an MQ series' guards, import --guard)
 
 
 @dataclass(frozen=True)
@@ -52,12 +53,19 @@ def import_patches(
     check_git_index: bool = True,
     fuzz: int = 0,
     prefix: str = "",
+    guard_others: dict[str, tuple[str, ...]] | None = None,
 ) -> list[Imported]:
-    """Turn foreign patches into imgquilt patches inserted after the top patch, bases from the work tree or image."""
+    """Turn foreign patches into imgquilt patches inserted after the top patch, bases from the work tree or image.
+    `guard_others`: new guards for patches already in series, written in the same transaction
+    (`import --series VENDOR.series --profile NAME`)."""
     with wt.locked():
         applied = wt.consistent()
         names = wt.series()
         _check_names(wt, items, applied, names, replace)
+        stacked = [n for n in (guard_others or {}) if n in applied]
+        if stacked:
+            raise UsageError(f"{', '.join(stacked)} would leave the profile, but the imported patches' bases are read on top of it "
+                             "(it is applied).", hint="Pop down to the last patch the vendor series lists, then import again.")
         overlay: dict[str, bytes | None] = {}
 
         def read(path: str, _want: str | None) -> bytes | None:
@@ -86,7 +94,13 @@ def import_patches(
                 overlay[c.path] = c.result
             out.append(Imported(it.name, patch, fp.kind, tuple(conv.notes)))
         fresh = [imp.name for imp in out if imp.name not in names]
-        series = wt.queue.inserted(fresh, applied[-1] if applied else None) if fresh else wt.queue.series_bytes()
+        guards = {it.name: it.guards for it in items if it.guards}
+        series = wt.queue.inserted(fresh, applied[-1] if applied else None, guards) if fresh else wt.queue.series_bytes()
+        if guards or guard_others:
+            from ..queue.series import guarded
+
+            for name, g in {**{n: g for n, g in guards.items() if n in names}, **(guard_others or {})}.items():
+                series = guarded(series, name, g)
         # series last, then the lock that follows: the last rename commits the import
         commit(wt, "import", [Change(f"patches/{imp.name}", imp.patch.raw) for imp in out] + [Change("series", series)],
                series=series, patches={imp.name: imp.patch for imp in out})

@@ -29,8 +29,17 @@ def push(wt: WorkTree, target: str | None = None, *, all: bool = False, count: i
     """Apply the next patch (or up to and including `target`, `count` patches, or all)."""
     with wt.locked():
         applied = wt.consistent()
-        rest = wt.series()[len(applied) :]
+        rest = wt.selected()[len(applied) :]
+        if target is not None and target not in rest and target not in applied and target in wt.series():
+            prof = wt.profile()
+            raise UsageError(f"Patch {target} is guarded out of {'profile ' + prof if prof else 'the default selection'}.",
+                             hint="`imgquilt guard --list` shows the guards; `imgquilt select NAME` follows another profile.")
         if not rest:
+            if not applied and wt.series():
+                prof = wt.profile()
+                raise UsageError(f"{'Profile ' + prof if prof else 'The default selection (no guard selected)'} selects none of "
+                                 f"the {len(wt.series())} patch(es) of series: each is guarded out.",
+                                 hint="`imgquilt guard --list` shows the guards; `imgquilt select NAME` follows another profile.")
             raise UsageError(
                 "The series is fully applied" + (f", ending at {applied[-1]}." if applied else " (it is empty)."),
                 hint="Nothing to push.",

@@ -1,6 +1,7 @@
 """The queue's `series` and `patches/` as the work commands edit them.
 
-Series edits go line by line, so comments, blank lines and `-p0` options of other lines are kept.
+Series edits go line by line (queue.series), so comments, blank lines, `-p0` options and guards of
+other lines are kept.
 """
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import BadInput
+from ..queue import series as series_text
 from ..queue.series import SeriesEntry, parse_series
 from ..util.atomic import atomic_write
 from ..util.regular import read_regular_file
@@ -33,43 +35,37 @@ class QueueFiles:
     def names(self) -> list[str]:
         return [e.name for e in self.entries()]
 
-    def inserted(self, names: list[str], after: str | None) -> bytes:
-        """The series bytes with `names` inserted after `after` (None: before the first patch); nothing written."""
-        lines = self._lines()
-        entries = self.entries()
-        if after is not None:
-            at = next(e.line for e in entries if e.name == after)
-        else:
-            at = entries[0].line - 1 if entries else len(lines)
-        if at > 0 and not lines[at - 1].endswith(("\n", "\r")):
-            lines[at - 1] += "\n"
-        lines[at:at] = [n + "\n" for n in names]
-        return self._joined(lines)
+    def ensure_series(self) -> None:
+        if not self.series_path.exists():
+            atomic_write(self.series_path, b"")
+
+    def insert(self, names: list[str], after: str | None, guards: dict[str, tuple[str, ...]] | None = None) -> None:
+        """Insert names after `after` (None: before the first patch)."""
+        atomic_write(self.series_path, self.inserted(names, after, guards))
+
+    def inserted(self, names: list[str], after: str | None, guards: dict[str, tuple[str, ...]] | None = None) -> bytes:
+        """The series bytes with `names` inserted after `after` (None: before the first patch), each
+        with its `guards` (by name); nothing written."""
+        entries = [SeriesEntry(n, guards=(guards or {}).get(n, ())) for n in names]
+        return series_text.inserted(self.series_bytes(), entries, after)
+
+    def remove(self, name: str) -> None:
+        atomic_write(self.series_path, series_text.removed(self.series_bytes(), name))
+
+    def rename(self, old: str, new: str) -> None:
+        atomic_write(self.series_path, series_text.renamed(self.series_bytes(), old, new))
+
+    def guarded(self, name: str, guards: list[str]) -> bytes:
+        """The series bytes with the guards of `name` replaced; nothing written."""
+        return series_text.guarded(self.series_bytes(), name, guards)
 
     def removed(self, name: str) -> bytes:
         """The series bytes without `name`'s line; nothing written."""
-        lines = self._lines()
-        entry = next(e for e in self.entries() if e.name == name)
-        del lines[entry.line - 1]
-        return self._joined(lines)
+        return series_text.removed(self.series_bytes(), name)
 
     def renamed(self, old: str, new: str) -> bytes:
-        """The series bytes with `old` named `new` (its options and comment kept); nothing written."""
-        lines = self._lines()
-        entry = next(e for e in self.entries() if e.name == old)
-        line = lines[entry.line - 1]
-        k = line.index(old)
-        lines[entry.line - 1] = line[:k] + new + line[k + len(old) :]
-        return self._joined(lines)
-
-    def _lines(self) -> list[str]:
-        return self.series_bytes().decode("utf-8", "surrogateescape").splitlines(keepends=True)
-
-    @staticmethod
-    def _joined(lines: list[str]) -> bytes:
-        if lines and not lines[-1].endswith(("\n", "\r")):
-            lines[-1] += "\n"
-        return "".join(lines).encode("utf-8", "surrogateescape")
+        """The series bytes with `old` named `new` (its options, guards and comment kept); nothing written."""
+        return series_text.renamed(self.series_bytes(), old, new)
 
     # --- patches/ -----------------------------------------------------------------------
     def exists(self, name: str) -> bool:

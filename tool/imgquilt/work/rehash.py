@@ -31,8 +31,8 @@ from ..errors import BaseDrift, ChainConflict, ImgquiltError, MalformedPatch, Re
 from ..queue.difftext import recount_hunks, renumber_headers
 from ..queue.hunks import ABSENT, sha256_hex, split_lines
 from ..queue.interrupted import Change, QueueJournal
-from ..queue.lock import render_lock
 from ..queue.check import Bodies
+from ..queue.lock import lock_with
 from ..queue.patchfile import FileSection, Patch, build_patch, make_section, parse_patch, rehash_command
 from ..queue.queue import Queue
 from ..store import ObjectStore
@@ -90,9 +90,12 @@ def rehash(wt: WorkTree, names: list[str], *, python_check: bool = True) -> Reha
     """Re-pin the named patches to what their bodies give and re-chain the patches after them."""
     with wt.locked():
         applied = wt.consistent()
-        series = wt.series()
+        series = wt.selected()
         unknown = [n for n in names if n not in series]
         if unknown:
+            if unknown[0] in wt.series():
+                raise UsageError(f"Patch {unknown[0]} is guarded out of the work tree's selection.",
+                                 hint="Re-pin it in a profile that selects it: `imgquilt select NAME`, then rehash again.")
             raise UsageError(f"Patch {unknown[0]} is not in series.")
         named = sorted(dict.fromkeys(names), key=series.index)
         lift = applied[series.index(named[0]):]  # popped before the rewrite, pushed again after
@@ -107,15 +110,16 @@ def rehash(wt: WorkTree, names: list[str], *, python_check: bool = True) -> Reha
         chain = _Chain(wt, series, patches, named)
         new = chain.run()
         notes += chain.notes
-        queue = Queue(wt.root, wt.queue.series_bytes(), tuple(wt.queue.entries()), tuple(new[n] for n in series))
+        queue = wt.selected_queue(new)
         lock = _verify(wt, queue, named, python_check=python_check)
         written = [n for n in series if new[n].raw != _on_disk(wt, n)]
         changes = _follow(wt, lift, applied, new) if lift and written else []
         changes += [Change(f"patches/{n}", new[n].raw) for n in written]
         lock_path = None
-        if lock is not None and render_lock(lock) != read_regular_file(wt.root / "targets.lock"):
+        current = read_regular_file(wt.root / "targets.lock")
+        if lock is not None and lock_with(current, lock, wt.profile()) != current:
             lock_path = wt.root / "targets.lock"
-            changes.append(Change("targets.lock", render_lock(lock)))  # last: it commits the rehash
+            changes.append(Change("targets.lock", lock_with(current, lock, wt.profile())))  # last: it commits the rehash
         QueueJournal(wt.root, "rehash").run(changes)
         return Rehashed(tuple(named), tuple(new[n] for n in named), tuple(chain.repinned), tuple(chain.rechained),
                         tuple(written), lock_path, tuple(notes))

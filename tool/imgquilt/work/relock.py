@@ -21,7 +21,7 @@ from ..errors import ImgquiltError
 from ..fs.types import ImageInfo, TargetFile
 from ..queue.hunks import ABSENT
 from ..queue.interrupted import Change, QueueJournal
-from ..queue.lock import NOTE_FILE, Lock, LockNote, read_lock, read_note, render_lock, render_note
+from ..queue.lock import NOTE_FILE, Lock, LockNote, read_note, render_note
 from ..queue.queue import Queue
 from ..queue.series import parse_series
 from ..util.regular import read_regular_file
@@ -107,22 +107,24 @@ def queue_with(wt: WorkTree, *, series: bytes | None = None, patches: Mapping[st
 
 @dataclass(frozen=True)
 class LockUpdate:
-    """What a command did about targets.lock."""
+    """What a command did about targets.lock (each of its pins: the default's and every profile's)."""
 
     pinned: bool  # the queue has a lock at all
     written: bool = False  # targets.lock follows the change (rewritten in the same transaction)
     path: Path | None = None
-    why: str | None = None  # why it could not (the lock is stale now)
+    why: str | None = None  # why a pin could not follow (it is stale now); several: `; `-joined, each named
     todo: str | None = None  # and the way on
 
     def line(self) -> str | None:
-        """One line for the command's output (None: no lock, nothing to say)."""
+        """The command's output about the lock (None: no lock, nothing to say)."""
+        lines = []
         if self.written:
-            return "Updated targets.lock (no image read)."
+            lines.append("Updated targets.lock (no image read).")
         if self.why:
             todo = self.todo or ""
-            return f"targets.lock is stale now: {self.why}; {todo[:1].lower() + todo[1:]}"
-        return None
+            what = "targets.lock is stale now" if not self.written else "and part of it is stale now"
+            lines.append(f"{what}: {self.why}; {todo[:1].lower() + todo[1:]}")
+        return "\n".join(lines) or None
 
     def to_json(self) -> dict | None:
         if not self.pinned:
@@ -132,35 +134,70 @@ class LockUpdate:
 
 def lock_changes(wt: WorkTree, queue: Queue, command: str, *, python_check: bool = True) -> tuple[list[Change], LockUpdate]:
     """The Changes that keep targets.lock fresh after a change leaving `queue` (its last: targets.lock,
-    which then commits the transaction), and what to say. Nothing is written here."""
-    try:
-        lock = read_lock(wt.root / "targets.lock")
-    except ImgquiltError:
-        return [], LockUpdate(False)  # a lock that cannot be read: `check` says so, not every edit
-    if lock is None:
-        return [], LockUpdate(False)
+    which then commits the transaction), and what to say. Every pin follows: the default one (the
+    patches no guard selects, queue.selection()) and each profile's (the patches its guards select),
+    each on the bases of the image it pins. Nothing is written here."""
+    from dataclasses import replace
+
+    from ..queue.lock import read_lock_file, render_lock_file
     from ..verbs.lock import relock
 
+    try:
+        lf = read_lock_file(wt.root / "targets.lock")
+    except ImgquiltError:
+        return [], LockUpdate(False)  # a lock that cannot be read: `check` says so, not every edit
+    if lf.default is None and not lf.profiles:
+        return [], LockUpdate(False)
     try:
         before: Queue | None = queue_with(wt)  # the queue on disk, which the lock may have been made for
     except ImgquiltError:
         before = None
+    pins = ([(None, (), lf.default)] if lf.default is not None else []) + [(p.name, p.select, p.lock) for p in lf.profiles]
+    new_lf, whys, todos, followed = lf, [], [], 0
+    for name, select, lock in pins:
+        assert lock is not None
+        relock_cmd = "`imgquilt lock`" if name is None else f"`imgquilt lock --profile {name}`"
+        try:
+            new = relock(queue.selection(select), lock, StoredBases(wt, lock),
+                         before=before.selection(select) if before is not None else None, python_check=python_check)
+        except _NeedsImage as exc:
+            why, todo = f"{exc}", f"run {relock_cmd} (it reads it from the image)."
+        except ImgquiltError as exc:
+            found = getattr(exc, "problems", None)
+            what = "; ".join(p.render() for p in found) if found else exc.message
+            why = f"the series no longer verifies on the pinned image ({what.rstrip('.')})"
+            todo = (exc.hint or "").replace("\n", " ").replace("`imgquilt lock`", relock_cmd) or f"fix the queue, then run {relock_cmd}."
+        else:
+            followed += 1
+            profile = lf.profile(name) if name is not None else None
+            new_lf = replace(new_lf, default=new) if profile is None else new_lf.with_profile(replace(profile, lock=new))
+            continue
+        whys.append(why if name is None else f"[profile.{name}] {why}")
+        todos.append(todo)
+    changes: list[Change] = []
+    if whys:
+        note = LockNote(queue.series_sha256, f"imgquilt {command}", "; ".join(whys), " ".join(dict.fromkeys(todos)))
+        changes.append(Change(NOTE_PATH, render_note(note)))
+    elif read_note(wt.root) is not None:
+        changes.append(Change(NOTE_PATH, None))
+    if followed:
+        changes.append(Change("targets.lock", render_lock_file(new_lf)))  # last: it commits the transaction
+    return changes, LockUpdate(True, bool(followed), wt.root / "targets.lock" if followed else None,
+                               "; ".join(whys) or None, " ".join(dict.fromkeys(todos)) or None)
+
+
+def _unreadable(wt: WorkTree, command: str, exc: ImgquiltError) -> tuple[list[Change], LockUpdate]:
+    from ..queue.lock import read_lock_file
+
     try:
-        new = relock(queue, lock, StoredBases(wt, lock), before=before, python_check=python_check)
-    except _NeedsImage as exc:
-        why, todo = f"{exc}", "run `imgquilt lock` (it reads it from the image)."
-    except ImgquiltError as exc:
-        found = getattr(exc, "problems", None)
-        what = "; ".join(p.render() for p in found) if found else exc.message
-        why = f"the series no longer verifies on the pinned image ({what.rstrip('.')})"
-        todo = (exc.hint or "").replace("\n", " ") or "fix the queue, then run `imgquilt lock`."
-    else:
-        changes = [Change("targets.lock", render_lock(new))]
-        if read_note(wt.root) is not None:
-            changes.insert(0, Change(NOTE_PATH, None))
-        return changes, LockUpdate(True, True, wt.root / "targets.lock")
-    note = LockNote(queue.series_sha256, f"imgquilt {command}", why, todo)
-    return [Change(NOTE_PATH, render_note(note))], LockUpdate(True, False, None, why, todo)
+        lf = read_lock_file(wt.root / "targets.lock")
+        pinned = lf.default is not None or bool(lf.profiles)
+    except ImgquiltError:
+        pinned = False
+    if not pinned:
+        return [], LockUpdate(False)
+    why = f"the queue cannot be read as a whole ({exc.message.rstrip('.')})"
+    return [], LockUpdate(True, False, None, why, "fix that, then run `imgquilt lock`.")
 
 
 def commit(wt: WorkTree, command: str, changes: list[Change], *, series: bytes | None = None,
@@ -184,15 +221,6 @@ def commit(wt: WorkTree, command: str, changes: list[Change], *, series: bytes |
     return update
 
 
-def _unreadable(wt: WorkTree, command: str, exc: ImgquiltError) -> tuple[list[Change], LockUpdate]:
-    try:
-        pinned = read_lock(wt.root / "targets.lock") is not None
-    except ImgquiltError:
-        pinned = False
-    if not pinned:
-        return [], LockUpdate(False)
-    why = f"the queue cannot be read as a whole ({exc.message.rstrip('.')})"
-    return [], LockUpdate(True, False, None, why, "fix that, then run `imgquilt lock`.")
 
 
 def _differs(root: Path, c: Change) -> bool:

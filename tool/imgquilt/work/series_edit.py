@@ -97,3 +97,64 @@ def rename(wt: WorkTree, new: str, old: str | None = None) -> tuple[str, list[st
                    *staged.changes(), Change("series", series)]
         commit(wt, "rename", changes, series=series, patches=rewritten)
         return old, touched
+
+
+def set_guards(wt: WorkTree, name: str | None, guards: list[str]) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """Replace the guards of a patch (the top by default) in series, as `hg qguard` does: (name, old
+    guards, new guards). The rest of its line and every other line are kept. Refused when the change
+    would take an applied patch out of the work tree's selection (pop it first)."""
+    from ..queue.series import check_guard, parse_series, selected_entries
+
+    for g in guards:
+        check_guard(g)
+    with wt.locked():
+        applied = wt.consistent()
+        name = name or wt.need_top()
+        entries = wt.queue.entries()
+        entry = next((e for e in entries if e.name == name), None)
+        if entry is None:
+            raise UsageError(f"Patch {name} is not in series.", hint="`imgquilt series` lists the patches.")
+        new_guards = tuple(dict.fromkeys(guards))
+        if new_guards == entry.guards:
+            return name, entry.guards, new_guards
+        data = wt.queue.guarded(name, list(new_guards))
+        after = [e.name for e in selected_entries(parse_series(data), wt.guards())]
+        if after[: len(applied)] != applied:
+            raise UsageError(f"Patch {name} is applied (or an applied patch follows it): these guards would change which "
+                             "patches the work tree's selection applies under it.",
+                             hint=f"`imgquilt pop {name}` and `imgquilt pop` first, then set the guards.")
+        commit(wt, "guard", [Change("series", data)], series=data)  # series and the pins that follow, as one
+        return name, entry.guards, new_guards
+
+
+def select_profile(wt: WorkTree, name: str | None, *, pop: bool = False) -> list[str]:
+    """Make the work tree follow profile `name` (None: the default): push and pop walk the patches its
+    guards select, and bases come from its pin. With patches applied it is refused (their bases may
+    be another image's), unless `pop`: then they are popped first (refused, as pop is, when the top
+    has changes not refreshed). Returns the patches popped."""
+    with wt.locked():
+        if name is not None:
+            _declared(wt, name)
+        applied = wt.consistent() if wt.applied() else []
+        if applied and name != wt.profile():
+            if not pop:
+                raise UsageError(f"{len(applied)} patch(es) are applied ({', '.join(applied)}); their bases are "
+                                 f"{'profile ' + wt.profile() if wt.profile() else 'the default pin'}'s.",
+                                 hint="`imgquilt pop -a` first (refresh what you want to keep), or `imgquilt select NAME --pop`.")
+        popped: list[str] = []
+        if name != wt.profile():
+            while applied:
+                popped.append(pop_one(wt, applied, False))
+                applied = applied[:-1]
+        wt.record.write_profile(name)
+        return popped
+
+
+def _declared(wt: WorkTree, name: str) -> None:
+    from ..queue.lock import read_lock_file
+
+    lf = read_lock_file(wt.root / "targets.lock")
+    if lf.profile(name) is None:
+        known = ", ".join(lf.names) or "none"
+        raise UsageError(f"Unknown profile {name!r}: targets.lock declares {known}.",
+                         hint=f"Declare it with `imgquilt lock --profile {name} --image REF [--select GUARD,...]`.")

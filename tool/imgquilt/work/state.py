@@ -4,6 +4,7 @@
     pc/<name>.json        per applied patch: every file it tracks, with the sha256 and mode the file had
                           before the patch (quilt's .pc/<patch>/ backups); <name> is %-quoted
     image                 the last --image bases were read from (used when there is no targets.lock)
+    profile               the profile the work tree follows (`imgquilt select NAME`; none: the default)
     lock                  flock'ed while a command changes the work tree
 """
 from __future__ import annotations
@@ -89,6 +90,18 @@ class WorkState:
         """The last --image the work tree was seeded from (used when there is no targets.lock)."""
         data = self._state.read("image")
         return (data.decode("utf-8", "surrogateescape").strip() or None) if data is not None else None
+
+    def profile(self) -> str | None:
+        """The profile the work tree follows (`imgquilt select`), None for the default."""
+        data = self._state.read("profile")
+        return (data.decode("utf-8", "surrogateescape").strip() or None) if data is not None else None
+
+    def write_profile(self, name: str | None) -> None:
+        self._ensure()
+        if name is None:
+            self._state.unlink("profile")
+        else:
+            self._state.write("profile", (name + "\n").encode())
 
     def remember_image(self, ref: str) -> None:
         self._ensure()

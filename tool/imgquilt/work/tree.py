@@ -45,7 +45,7 @@ class WorkTree:
         self.queue = QueueFiles(self.root)
         self.record = WorkState(self.root)
         self.files = WorkFiles(self.root)
-        self.bases = Bases(self.root, self.store, open_image, image_explicit=image_explicit)
+        self.bases = Bases(self.root, self.store, open_image, image_explicit=image_explicit, pin=self.record.profile)
         self.lock_update: LockUpdate | None = None  # what the last command did about targets.lock (work.relock)
 
     @property
@@ -70,7 +70,46 @@ class WorkTree:
 
     # --- series and the applied stack ---------------------------------------------------
     def series(self) -> list[str]:
+        """Every patch series lists, guarded or not."""
         return self.queue.names()
+
+    def profile(self) -> str | None:
+        """The profile the work tree follows (`imgquilt select`); None: the default."""
+        return self.record.profile()
+
+    def guards(self) -> tuple[str, ...]:
+        """The guards the work tree's selection turns on: its profile's (none for the default)."""
+        name = self.profile()
+        if name is None:
+            return ()
+        return self._profile_entry(name).select
+
+    def _profile_entry(self, name: str):
+        from ..queue.lock import read_lock_file
+
+        found = read_lock_file(self.root / "targets.lock").profile(name)
+        if found is None:
+            raise UsageError(f"The work tree follows profile {name!r}, which targets.lock no longer declares.",
+                             hint="`imgquilt select NAME` another profile, or `imgquilt select --none` for the default.")
+        return found
+
+    def selected(self) -> list[str]:
+        """The patches push and pop walk: series in order, less the patches the selection's guards
+        leave out (queue.series.pushable); every patch when series has no guards."""
+        from ..queue.series import has_guards, selected_entries
+
+        entries = self.queue.entries()
+        if not has_guards(entries):
+            return [e.name for e in entries]
+        return [e.name for e in selected_entries(entries, self.guards())]
+
+    def selected_queue(self, patches: dict[str, Patch]):
+        """The queue of the selection (as the verbs take it), with `patches` by name."""
+        from ..queue.queue import Queue
+
+        whole = Queue(self.root, self.queue.series_bytes(), tuple(self.queue.entries()),
+                      tuple(patches[n] for n in self.series() if n in patches))
+        return whole.selection(self.guards())
 
     def applied(self) -> list[str]:
         return self.record.applied()
@@ -80,7 +119,7 @@ class WorkTree:
         return applied[-1] if applied else None
 
     def unapplied(self) -> list[str]:
-        return self.series()[len(self.applied()) :]
+        return self.selected()[len(self.applied()) :]
 
     def snapshot(self, name: str) -> list[Tracked]:
         """The files patch `name` tracks, as they were before it (only for applied patches)."""
@@ -111,7 +150,12 @@ class WorkTree:
     def consistent(self) -> list[str]:
         """The applied list, checked to be the head of series."""
         applied = self.applied()
-        if self.series()[: len(applied)] != applied:
+        if self.selected()[: len(applied)] != applied:
+            if self.series()[: len(applied)] == applied or set(applied) <= set(self.series()):
+                why = "a guard changed while they were applied" if self.queue.entries() and any(e.guards for e in self.queue.entries()) else None
+                if why:
+                    raise UsageError(f"The applied patches are no longer the first patches of the work tree's selection ({why}).",
+                                     hint=f"Applied: {', '.join(applied)}. Restore the guards, or `imgquilt pop -a` before changing them.")
             raise UsageError(
                 "The applied patches are no longer the first patches of series (series was edited while they were applied).",
                 hint=f"Applied: {', '.join(applied)}. Restore series, or remove .imgquilt/state and .imgquilt/work to start over.",
@@ -193,6 +237,12 @@ class WorkTree:
         return _refresh.unrefreshed(self, name)
 
     # --- commands -----------------------------------------------------------------------
+    def select_profile(self, name: str | None, *, pop: bool = False) -> list[str]:
+        return _series_edit.select_profile(self, name, pop=pop)
+
+    def set_guards(self, name: str | None, guards: list[str]) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+        return _series_edit.set_guards(self, name, guards)
+
     def new(self, name: str, header: Header) -> Patch:
         return _series_edit.new(self, name, header)
 
@@ -258,5 +308,7 @@ class WorkTree:
         check_git_index: bool = True,
         fuzz: int = 0,
         prefix: str = "",
+        guard_others: dict[str, tuple[str, ...]] | None = None,
     ) -> list[_importing.Imported]:
-        return _importing.import_patches(self, items, fields=fields, replace=replace, check_git_index=check_git_index, fuzz=fuzz, prefix=prefix)
+        return _importing.import_patches(self, items, fields=fields, replace=replace, check_git_index=check_git_index, fuzz=fuzz,
+                                         prefix=prefix, guard_others=guard_others)

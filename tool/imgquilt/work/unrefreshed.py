@@ -131,7 +131,7 @@ def files(wt: WorkTree, name: str | None = None) -> tuple[str, list[str]]:
 
 def neighbour(wt: WorkTree, step: int) -> str | None:
     """The patch after the top (step 1: the next to push) or below it (step -1); None at either end."""
-    applied, names = wt.applied(), wt.series()
+    applied, names = wt.applied(), wt.selected()
     i = len(applied) - 1 + step
     if step < 0:
         return applied[i] if 0 <= i < len(applied) else None

@@ -41,6 +41,7 @@ class Addendum:
     layer: LayerBlob
     history: History
     labels: dict[str, str] = field(default_factory=dict, hash=False)
+    env: tuple[tuple[str, str], ...] = ()  # KEY, VALUE set in the config's Env (merged over the base's)
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,6 +99,8 @@ def new_config(base_config: bytes, add: Addendum) -> bytes:
     labels = dict(run.get("Labels") or {})
     labels.update(add.labels)
     run["Labels"] = labels
+    if add.env:
+        run["Env"] = merge_env(run.get("Env"), add.env)[0]
     cfg["config"] = run
     return json_bytes(cfg)
 
@@ -116,6 +119,37 @@ def created_of(config: bytes) -> str | None:
     except ValueError:
         return None
     return value
+
+
+def merge_env(base: object, env: tuple[tuple[str, str], ...]) -> tuple[list[str], tuple[tuple[str, str], ...]]:
+    """The Env list with each KEY=VALUE of `env` set: a key the base sets is replaced in its place,
+    a new one appended (in `env`'s order); and (KEY, the base's value) of each replaced key whose
+    value differs."""
+    out = [e for e in (base if isinstance(base, list) else []) if isinstance(e, str)]
+    replaced: list[tuple[str, str]] = []
+    for key, value in env:
+        at = next((i for i, e in enumerate(out) if e.partition("=")[0] == key), None)
+        if at is None:
+            out.append(f"{key}={value}")
+            continue
+        old = out[at].partition("=")[2]
+        if old != value:
+            replaced.append((key, old))
+        out[at] = f"{key}={value}"
+        out = out[: at + 1] + [e for e in out[at + 1:] if e.partition("=")[0] != key]  # a key listed twice: once
+    return out, tuple(replaced)
+
+
+def config_env(config: bytes) -> dict[str, str] | None:
+    """The Env a config sets (KEY -> VALUE; the last of a key listed twice), None when it is not JSON."""
+    try:
+        cfg = json.loads(config)
+        env = (cfg.get("config") or {}).get("Env") or []
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(env, list):
+        return {}
+    return dict(e.partition("=")[::2] for e in env if isinstance(e, str))
 
 
 def _descriptor_json(d: Descriptor, media_type: str | None = None) -> dict:

@@ -1,0 +1,180 @@
+"""Profiles: one queue, several deployments. A profile resolves here, at the edge, into what every
+verb already takes: the queue of the patches it selects (Queue.selection) and its pin of
+targets.lock, plus its environment defaults. Nothing below the verbs knows the word.
+
+    name      `[profile.NAME]` in targets.lock; `all` names every one
+    select    the guards it turns on (default: its own name); MQ's pushable decides (queue.series)
+    lock      its own pin: image, digest, platform, targets, series_sha256 over its selection
+    env       KEY=VALUE defaults written into the Env of every image applied for it
+
+No --profile is the default: the top-level pin of targets.lock, no guard selected.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import UsageError
+from ..fs.types import Source
+from ..queue.lock import ENV_KEY, PROFILE_NAME, Lock, LockFile, read_lock_file
+from ..queue.queue import Queue
+from ..queue.series import check_guard_name
+
+ALL = "all"
+PLACEHOLDER = "{profile}"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A profile (or the default) as the verbs take it."""
+
+    name: str | None  # None: the default (no --profile)
+    queue: Queue  # the patches it selects
+    lock: Lock | None  # its pin (None: not pinned; only the default can be)
+    select: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"profile {self.name}" if self.name is not None else "the default (no --profile)"
+
+
+def check_profile_name(name: str) -> str:
+    """A name a profile can be declared under (exit 2 otherwise)."""
+    if name == ALL:
+        raise UsageError("`all` names every profile; it cannot be a profile's own name.")
+    if not PROFILE_NAME.fullmatch(name):
+        raise UsageError(f"{name!r} is not a profile name.",
+                         hint="Use letters, digits, `_` and `-` (at most 64, starting with a letter or digit), e.g. glm53.")
+    return name
+
+
+def parse_env(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """`--env KEY=VALUE` values: KEY a valid variable name ([A-Za-z_][A-Za-z0-9_]*), each once."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise UsageError(f"--env wants KEY=VALUE, not {item!r}.", hint="Example: --env VLLM_GLM53_PREP_FUSED=0")
+        if not ENV_KEY.fullmatch(key):
+            raise UsageError(f"--env {item!r}: {key!r} is not a valid variable name.",
+                             hint="A name is letters, digits and `_`, not starting with a digit (as a shell takes it).")
+        if "\0" in value:
+            raise UsageError(f"--env {key}: a value cannot hold a NUL byte.")
+        if key in out and out[key] != value:
+            raise UsageError(f"--env sets {key} twice ({out[key]!r} and {value!r}).")
+        out[key] = value
+    return tuple(sorted(out.items()))
+
+
+def parse_select(items: Sequence[str]) -> tuple[str, ...]:
+    """`--select G,...` (repeatable): guard names, checked by MQ's rules, each once, in order."""
+    names = [g for item in items for g in item.split(",")]
+    for g in names:
+        check_guard_name(g)
+    return tuple(dict.fromkeys(names))
+
+
+def lock_file(root: Path) -> LockFile:
+    return read_lock_file(root / "targets.lock")
+
+
+def unknown(name: str, lf: LockFile) -> UsageError:
+    known = ", ".join(lf.names) or "none"
+    return UsageError(f"Unknown profile {name!r}: targets.lock declares {known}.",
+                      hint=f"Declare it with `imgquilt lock --profile {name} --image REF [--select GUARD,...] [--env KEY=VALUE]`.")
+
+
+def resolve(q: Queue, name: str | None, lf: LockFile | None = None) -> Resolved:
+    """One profile (None: the default) as a selection of `q` and its pin."""
+    lf = lf if lf is not None else lock_file(q.root)
+    if name is None:
+        return Resolved(None, q.selection(()), lf.default)
+    if name == ALL:
+        raise UsageError("`--profile all` runs every profile; this takes one.", hint="Name one: --profile NAME.")
+    p = lf.profile(name)
+    if p is None:
+        raise unknown(name, lf)
+    return Resolved(p.name, q.selection(p.select), p.lock, p.select, p.env)
+
+
+def need_pin(chosen: Resolved, lf: LockFile, image: object) -> None:
+    """The default, asked to work on its pinned image, when targets.lock pins only profiles: say so."""
+    if chosen.name is None and chosen.lock is None and image is None and lf.profiles:
+        raise UsageError(f"targets.lock pins only profiles ({', '.join(lf.names)}), no default image.",
+                         hint="Name one with --profile NAME (or --profile all), or give --image REF.")
+
+
+def resolve_many(q: Queue, name: str | None, lf: LockFile | None = None) -> list[Resolved]:
+    """`--profile NAME` as one, `--profile all` as every declared profile (by name), none as the default."""
+    lf = lf if lf is not None else lock_file(q.root)
+    if name != ALL:
+        return [resolve(q, name, lf)]
+    if not lf.profiles:
+        raise UsageError("`--profile all`: targets.lock declares no profile.",
+                         hint="Declare one with `imgquilt lock --profile NAME --image REF`.")
+    return [resolve(q, p.name, lf) for p in lf.profiles]
+
+
+def check_placeholders(count: int, **outputs: object) -> None:
+    """With several profiles, every output path must hold {profile}, so no profile's output lands
+    on another's (checked before any work)."""
+    if count <= 1:
+        return
+    for option, value in outputs.items():
+        if value is not None and PLACEHOLDER not in str(value):
+            flag = "--" + option.replace("_", "-")
+            raise UsageError(f"{flag} {value} would be written once per profile ({count} profiles): it needs the "
+                             f"{PLACEHOLDER} placeholder, or each profile would overwrite the one before.",
+                             hint=f"Example: {flag} {_example(option)}. Nothing was read or written.")
+
+
+def _example(option: str) -> str:
+    return {"output_image": "oci:out:{profile}", "layer": "build/{profile}.tar.gz", "overlay": "build/{profile}-overlay",
+            "attest": "key.pem"}.get(option, "out-{profile}")
+
+
+def fill(value: object, name: str | None) -> str | None:
+    """An output with {profile} replaced by the profile's name (no profile: as given)."""
+    if value is None:
+        return None
+    return str(value) if name is None else str(value).replace(PLACEHOLDER, name)
+
+
+def identify(q: Queue, lf: LockFile, source: Source) -> Resolved:
+    """Which pin a filesystem is, for `audit` without --profile on a queue with profiles: the one
+    whose selection its apply record names (by series_sha256), else the only one pinned to its
+    digest (or to the digest its record names as the base), else the default pin."""
+    import json
+
+    from ..engine.record import read_record_target
+    from ..errors import ImgquiltError
+
+    candidates = ([resolve(q, None, lf)] if lf.default is not None else []) + [resolve(q, p.name, lf) for p in lf.profiles]
+    paths = list(dict.fromkeys(p for r in candidates for p in r.queue.target_paths()))
+    try:
+        source.read_targets(paths)  # first, so the record below is read no deeper than the targets are
+    except ImgquiltError:
+        pass  # audit reports what cannot be read
+    digests = {source.info().digest}
+    record = read_record_target(source)
+    if record is not None and record.data is not None:
+        try:
+            doc = json.loads(record.data)
+            series, base = doc.get("series_sha256"), (doc.get("image") or {}).get("digest")
+        except (ValueError, AttributeError):
+            series, base = None, None
+        hits = [r for r in candidates if r.queue.series_sha256 == series]
+        if len(hits) == 1:
+            return hits[0]
+        digests.add(base)
+    hits = [r for r in candidates if r.lock is not None and r.lock.image.digest in digests - {None}]
+    if len(hits) == 1:
+        return hits[0]
+    if lf.default is not None:
+        return candidates[0]
+    which = ", ".join(r.name or "" for r in hits) if hits else "none of them"
+    raise UsageError(f"Which profile is {source.info().ref}? targets.lock declares {', '.join(lf.names)}; its apply record names "
+                     f"none of their selections, and its digest is pinned by {which}.",
+                     hint="Judge one with --profile NAME, or every one with --profile all (it says which the image matches).")
