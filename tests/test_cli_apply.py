@@ -62,7 +62,7 @@ def test_drift_is_refused_with_every_fact_and_nothing_written(session) -> None:
     (root / "usr/lib/svc/server.py").write_bytes(SERVER + b"# local change\n")
     before = tree_hash(root)
     r = imgquilt("apply", "--root", str(root), cwd=q, check=3)
-    for fact in ("0001-port.patch", "lib/svc/server.py", "usr/lib/svc/server.py", "expected sha256", "found", "rebase", "nothing was written"):
+    for fact in ("0001-port.patch", "lib/svc/server.py", "usr/lib/svc/server.py", "expected sha256", "found", "edited by hand", "imgquilt restore lib/svc/server.py --root", "nothing was written"):
         assert fact in r.err, fact
     assert tree_hash(root) == before
 

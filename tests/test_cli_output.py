@@ -14,7 +14,7 @@ import pytest
 from qtools import CONF, SERVER, TOOL, copy_demo_queue, imgquilt, write_patch
 
 COMMANDS = ["init", "completion", "new", "add", "edit", "refresh", "diff", "fold", "push", "pop", "top", "applied", "unapplied",
-            "series", "header", "delete", "rename", "import", "lock", "apply", "check", "audit", "rebase"]
+            "series", "header", "delete", "rename", "import", "lock", "apply", "restore", "check", "overlay-args", "audit", "rebase"]
 
 
 def test_dash_h_and_readable_help_for_every_command(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ def test_completion_scripts_and_the_completion_protocol(tmp_path: Path, cli_env)
     # what the bash script asks at a TAB: the commands (and options) that fit
     env = {**cli_env, "_IMGQUILT_COMPLETE": "complete_bash", "COMP_WORDS": "imgquilt re", "COMP_CWORD": "1"}
     r = imgquilt(cwd=tmp_path, env=env, check=0)
-    assert r.out.split() == ["refresh", "remove", "revert", "rename", "rebase"]
+    assert r.out.split() == ["refresh", "remove", "revert", "rename", "restore", "rebase"]
     env.update(COMP_WORDS="imgquilt apply --ro", COMP_CWORD="2")
     assert imgquilt(cwd=tmp_path, env=env, check=0).out.split() == ["--root"]
 

@@ -64,7 +64,14 @@ def test_readme_keeps_its_first_commands_and_points_at_docs() -> None:
     first = FENCE.search(text).group(0).splitlines()
     assert first[1].startswith("make demo") and first[2].startswith("make test")
     assert "docs/index.md" in links(REPO / "README.md")
-    assert "## Decisions where the design is silent" in text and "## Benchmark" in text
+    # the README is the two commands and one screen; the decisions and the figures have pages of their own
+    assert {"docs/decisions.md", "docs/performance.md"} <= set(links(REPO / "README.md"))
+    assert (DOCS / "decisions.md").read_text().startswith("# Decisions where the design is silent")
+    assert "## Benchmark" in (DOCS / "performance.md").read_text()
+    assert len(text.splitlines()) < 100
+    for what in ("15-30 min", "apt-get install", "deb-src", "containerd", "stargz-snapshotter", "docker-registry", "strace",
+                 "apache2-utils"):
+        assert what in text, what  # what `make test` takes and installs
 
 
 def test_every_schema_is_listed_in_json_md() -> None:
@@ -98,6 +105,8 @@ def test_tutorial_runs_as_written(tmp_path: Path) -> None:
     assert "2 merged" in r.stdout
     assert "request_timeout_s = 120" in r.stdout and "count = 4" in r.stdout
     assert "2 patch(es): 2 live." in r.stdout
+    # the lock names the image relative to the queue: a clone of the queue (CI's) opens the same image
+    assert re.findall(r'^ref = "(.*)"$', r.stdout, re.M) == ["oci:images/demo:latest"]
 
 
 # --- the integration recipes ----------------------------------------------------------------

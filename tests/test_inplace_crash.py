@@ -128,11 +128,12 @@ def _kill_points(log: Path) -> list[tuple[str, int, str]]:
     return points
 
 
-def _sample(points: list[tuple[str, int, str]], budget: int) -> list[tuple[str, int, str]]:
-    """All points unless IMGQUILT_CRASH_SAMPLE=1 and they exceed the budget; then every phase boundary (each
-    journal call and the 4 calls after it), the first and last 4 of every syscall, and evenly spaced
-    points in between, so that every phase and every kind of call is killed at."""
-    if os.environ.get("IMGQUILT_CRASH_SAMPLE") != "1" or len(points) <= budget:
+def _sample(points: list[tuple[str, int, str]], budget: int, *, sampled: bool = False, edge: int = 4) -> list[tuple[str, int, str]]:
+    """All points unless sampling (`sampled`, or IMGQUILT_CRASH_SAMPLE=1) and they exceed the budget; then
+    every phase boundary (each journal call and the 4 calls after it), the first and last 4 of every
+    syscall, and evenly spaced points in between, so that every phase and every kind of call is killed at."""
+    sampled = (sampled or os.environ.get("IMGQUILT_CRASH_SAMPLE") == "1") and os.environ.get("IMGQUILT_CRASH_SAMPLE") != "0"
+    if not sampled or len(points) <= budget:
         return points
     keep: set[int] = set()
     for i, (_, _, args) in enumerate(points):
@@ -142,7 +143,7 @@ def _sample(points: list[tuple[str, int, str]], budget: int) -> list[tuple[str, 
     for i, (name, _, _) in enumerate(points):
         by_name.setdefault(name, []).append(i)
     for idx in by_name.values():
-        keep.update(idx[:4] + idx[-4:])
+        keep.update(idx[:edge] + idx[-edge:])
     rest = [i for i in range(len(points)) if i not in keep]
     room = max(budget - len(keep), 0)
     if rest and room:
@@ -211,3 +212,83 @@ def test_kill_at_every_changing_syscall_recovers_old_or_new(tmp_path: Path, cli_
     assert _run(q, root, inject="renameat:signal=SIGKILL:when=3").returncode == -9
     imgquilt("--queue", str(q), "apply", "--root", str(root), "--no-python-check", cwd=tmp_path, env=cli_env, check=0)
     assert tree_hash(root) == new_hash[root]
+
+
+REVERSE_DRIVER = """
+import sys
+from pathlib import Path
+from imgquilt.queue.queue import load_queue
+from imgquilt.verbs.restore import reverse
+reverse(load_queue(Path(sys.argv[1])), Path(sys.argv[2]))  # apply --reverse --root: lock, recover, plan, write
+"""
+
+
+def _run_reverse(q: Path, root: Path, inject: str | None = None, log: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(TOOL), PYTHONDONTWRITEBYTECODE="1")
+    cmd = [STRACE, "-f", "-qq"]
+    if log is not None:
+        cmd += ["-o", str(log), "-e", "trace=" + ",".join(CHANGING)]
+    elif inject is not None:
+        cmd += ["-o", "/dev/null", "-e", f"trace={inject.split(':')[0]}", "-e", f"inject={inject}"]
+    else:
+        cmd = []  # a plain run
+    return subprocess.run(cmd + [sys.executable, "-c", REVERSE_DRIVER, str(q), str(root)], env=env, capture_output=True, text=True)
+
+
+def test_kill_during_apply_reverse_recovers_patched_or_taken_off(tmp_path: Path) -> None:
+    """`apply --reverse` is the same journaled write (with the directories apply made removed past the
+    commit): killed at a sample of its ~400 changing calls (every phase boundary, the first and last
+    of each syscall, evenly spaced others: ~40; the full sweep with IMGQUILT_CRASH_SAMPLE=0), a root ends
+    exactly patched or exactly taken off, which is the old root but for the stale bytecode apply removed."""
+    assert os.access(STRACE, os.X_OK), f"strace is needed for the crash test (not found at {STRACE}); install it (.ci/install-tools)"
+    old, q = _build(tmp_path)
+    patched = tmp_path / "patched"
+    _fresh(old, patched)
+    assert _run(q, patched, log=tmp_path / "apply.log").returncode == 0
+    record = (patched / "var/lib/imgquilt/applied.json").read_text()
+    assert '"created_dirs"' in record and '"var/lib/imgquilt"' in record  # the old root has no var/ at all
+    patched_hash = tree_hash(patched)
+    # taken off: exactly the old root, less the bytecode apply removed (it is not brought back)
+    expect = tmp_path / "expect"
+    _fresh(old, expect)
+    for pyc in list(expect.rglob("*.pyc")):
+        pyc.unlink()
+    roots = [tmp_path / f"r{k}" / "root" for k in range(2)]
+    log = tmp_path / "reverse.log"
+    _fresh(patched, roots[0])
+    done = _run_reverse(q, roots[0], log=log)
+    assert done.returncode == 0, done.stderr
+    off_hash = tree_hash(roots[0])
+    assert off_hash == tree_hash(expect), "taken off, the root is the image's again (bar the removed bytecode)"
+    points = _kill_points(log)
+    kinds = Counter(name for name, _, _ in points)
+    assert kinds["renameat"] > 0 and kinds["unlinkat"] > 0, kinds
+    assert any(name == "unlinkat" and "AT_REMOVEDIR" in args for name, _, args in points), "the directories apply made are removed"
+    chosen = _sample(points, budget=40, sampled=True, edge=1)  # the apply sweep above covers the machinery whole
+
+    def one(point: tuple[str, int, str], root: Path) -> str:
+        name, n, _ = point
+        _fresh(patched, root)
+        p = _run_reverse(q, root, inject=f"{name}:signal=SIGKILL:when={n}")
+        if p.returncode != -9:
+            return f"{name}#{n}: not killed (exit {p.returncode}): {p.stderr[-300:]}"
+        recover(root)
+        h = tree_hash(root)
+        state = "patched" if h == patched_hash else "off" if h == off_hash else None
+        if state is None:
+            left = sorted(str(x.relative_to(root)) for x in root.rglob("*") if "imgquilt" in x.name)
+            return f"{name}#{n}: neither patched nor taken off after recovery (imgquilt files: {left[:5]})"
+        if state == "patched":
+            again = _run_reverse(q, root)
+            if again.returncode != 0 or tree_hash(root) != off_hash:
+                return f"{name}#{n}: recovered patched, but a second reverse did not take it off"
+        return state
+
+    with ThreadPoolExecutor(len(roots)) as pool:
+        shares = pool.map(lambda k: [one(pt, roots[k]) for pt in chosen[k::len(roots)]], range(len(roots)))
+        results = [r for share in shares for r in share]
+    outcomes = Counter(r for r in results if r in ("patched", "off"))
+    bad = [r for r in results if r not in ("patched", "off")]
+    print(f"reverse kill points: {len(chosen)} of {len(points)} {dict(kinds)}; patched: {outcomes['patched']}, off: {outcomes['off']}")
+    assert not bad, f"{len(bad)} bad kill points:\n" + "\n".join(bad[:20])
+    assert outcomes["patched"] > 0 and outcomes["off"] > 0

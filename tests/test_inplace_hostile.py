@@ -53,7 +53,7 @@ def _forged_journal(root: Path, journal_ino: int) -> bytes:
     """A journal right in every field a reader could check (its inodes too: inode numbers can be guessed),
     sealed with a key of the forger's own, not the user's."""
     doc = {"format": jmod.FORMAT, "run": "0" * 32, "root_ino": root.stat().st_ino, "journal_ino": journal_ino,
-           "phase": "commit", "dirs": [], "entries": [{"path": "etc/passwd", "has_old": False, "delete": False}]}
+           "phase": "commit", "dirs": [], "gone": [], "entries": [{"path": "etc/passwd", "has_old": False, "delete": False}]}
     return json.dumps({**doc, "seal": forger_seal(doc)}, sort_keys=True).encode()
 
 

@@ -71,9 +71,35 @@ def test_hook_fails_on_a_stale_hash(setup) -> None:
     assert "Failed" in r.stdout
     assert "targets.lock is stale" in r.stdout  # the lock pins the hashes the patch had
     # and names the patch, with the one command back from a hand edit
-    assert "0003-app-config-longer-timeouts.patch changed since it was made" in r.stdout
+    assert "0003-app-config-longer-timeouts.patch edited by hand since it was made" in r.stdout
     assert "`imgquilt refresh --rehash 0003-app-config-longer-timeouts.patch`" in r.stdout
     patch.write_bytes(data)
+    commit_all(queue, env)
+
+
+def test_hook_passes_after_a_refresh_with_no_lock_in_between(setup) -> None:
+    """Issue 29, point 1: the quilt workflow keeps targets.lock fresh by itself, so the commit after
+    `imgquilt refresh` passes the hook with no `imgquilt lock` run."""
+    hooks, queue, env = setup
+    before = {p: (queue / p).read_bytes() for p in ("targets.lock", "patches/0003-app-config-longer-timeouts.patch")}
+    env = {**env, "PYTHONPATH": str(REPO / "tool")}
+
+    def iq(*args: str) -> str:
+        r = subprocess.run([sys.executable, "-m", "imgquilt", *args], cwd=queue, env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    iq("push", "3")
+    work = queue / ".imgquilt/work/home/app/config.toml"
+    work.write_text(work.read_text().replace("count = 2", "count = 6"))
+    assert "Updated targets.lock" in iq("refresh")
+    iq("pop", "-a")
+    assert (queue / "targets.lock").read_bytes() != before["targets.lock"]
+    commit_all(queue, env)
+    r = try_repo(hooks, queue, env)
+    assert r.returncode == 0 and "Passed" in r.stdout, r.stdout + r.stderr
+    for p, data in before.items():
+        (queue / p).write_bytes(data)
     commit_all(queue, env)
 
 

@@ -253,13 +253,18 @@ def test_check_refuses_a_shared_patch_whose_base_only_one_profile_makes(queue) -
         assert (f"profile {profile}: 0007-shared-late.patch: app/shared.py: Base-SHA256 {hashlib.sha256(SHARED[2]).hexdigest()} "
                 f"is what 0006-glm-prep.patch leaves, and profile {profile} does not select 0006-glm-prep.patch (#+glm53)") in r.err
     assert "profile glm53: 0007" not in r.err
-    assert "targets.lock [profile.rocm] is stale (0007-shared-late.patch new since it was made)" in r.err
+    assert "targets.lock [profile.rocm] is stale (the selection edited by hand since it was made: 0007-shared-late.patch new)" in r.err
     doc = json.loads(imgquilt("--json", "check", cwd=q, env=env, check=3).out)
     assert doc["error"]["kind"] == "profile-chain-broken" and any("0006-glm-prep.patch" in p for p in doc["problems"])
     # the fix: the patch it depends on becomes shared; every profile re-pinned, check accepts
-    imgquilt("guard", "--none", "0006-glm-prep.patch", cwd=q, env=env, check=0)
-    imgquilt("check", cwd=q, env=env, check=6)  # still stale locks: exit 6, no chain problem
+    r = imgquilt("guard", "--none", "0006-glm-prep.patch", cwd=q, env=env, check=0)
+    # series changed: every pin follows in the same transaction (issue 29), verified on the bases the
+    # store holds, so check accepts with no `lock` in between; `lock --profile all` writes the same
+    assert "Updated targets.lock (no image read)." in r.out
+    assert "sound" in imgquilt("check", cwd=q, env=env, check=0).out
+    followed = (q / "targets.lock").read_bytes()
     imgquilt("lock", "--profile", "all", cwd=q, env=env, check=0)
+    assert (q / "targets.lock").read_bytes() == followed
     assert "sound" in imgquilt("check", cwd=q, env=env, check=0).out
     imgquilt("check", "--profile", "all", cwd=q, env=env, check=0)  # each verified on its own image
 
@@ -434,7 +439,7 @@ def test_profiles_lock_round_trips_and_keeps_other_sections(queue) -> None:
     # a guard that changes one selection stales that pin alone
     imgquilt("guard", "0003-rocm-kernel.patch", "+rocm", "+qwen", cwd=q, env=env, check=0)
     r = imgquilt("check", cwd=q, env=env, check=6)
-    assert "targets.lock [profile.qwen] is stale (0003-rocm-kernel.patch new since it was made)" in r.err
+    assert "targets.lock [profile.qwen] is stale (the selection edited by hand since it was made: 0003-rocm-kernel.patch new)" in r.err
     assert "[profile.glm53]" not in r.err and "[profile.rocm]" not in r.err and "targets.lock is stale" not in r.err
 
 
@@ -525,6 +530,6 @@ def test_series_marks_what_the_selection_leaves_out_and_apply_names_a_stale_prof
     p = q / "patches" / "0003-rocm-kernel.patch"
     p.write_bytes(p.read_bytes().replace(b"Description:", b"Status: wip\nDescription:", 1))
     r = imgquilt("apply", "--profile", "rocm", cwd=q, env=env, check=6)
-    assert r.err.startswith("imgquilt: Profile rocm: targets.lock is stale (0003-rocm-kernel.patch changed")
+    assert r.err.startswith("imgquilt: Profile rocm: targets.lock is stale (0003-rocm-kernel.patch edited by hand since it was made")
     assert "`imgquilt lock --profile rocm`" in r.err
     imgquilt("apply", "--profile", "glm53", cwd=q, env=env, check=0)  # glm53 does not select it: fresh

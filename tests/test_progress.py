@@ -1,28 +1,68 @@
-"""Byte progress bars: on a terminal (stderr a pty) while a registry image downloads and its layers are
-read; nothing in a pipe, and nothing with --json even on a terminal."""
+"""Progress of image reads (issue 29, point 4): on a terminal (tmux, a real one) one line per layer being
+read, the layers read at once together, totals from the manifest, redrawn steadily, never wider than the
+terminal; off a terminal (a pipe, a CI log) plain lines for reads that take a while (every one with
+--progress=plain), nothing with --quiet or --progress=never; --json draws no bars.
+
+The registry serves the image through a proxy that trickles the blobs, so a read takes seconds."""
 from __future__ import annotations
 
+import io
 import os
-import shlex
+import re
+import shutil
 import subprocess
 import sys
+import time
+import uuid
 
 import pytest
 
 from imagetools import build_oci, file
 from qtools import TOOL, write_patch
-from registry_server import seed
-from registry_server import registry  # noqa: F401 (fixture)
+from registry_server import fault_proxy, registry, seed  # noqa: F401 (fixtures)
+
+from imgquilt.cli.progress import Board, mode
 
 SVC = b"def port():\n    return 8000\n"
+CHUNK, PAUSE = 128 << 10, 0.12  # the proxy's trickle: ~1 MB/s
 
 
 @pytest.fixture(scope="module")
 def image(registry, tmp_path_factory):
     layout = tmp_path_factory.mktemp("progress") / "img"
-    build_oci(layout, [[file("srv/app/svc.py", SVC.decode()), file("usr/share/a.bin", os.urandom(2 << 20))]], tag="v1")
+    # the target in the bottom layer: the reader goes down through the middle one, the bottom one read
+    # ahead meanwhile (two layers read at once)
+    build_oci(layout, [[file("srv/app/svc.py", SVC.decode()), file("usr/share/a.bin", os.urandom(2 << 20))],
+                       [file("usr/share/b.bin", os.urandom(2 << 20))], [file("etc/motd", "hi\n")]], tag="v1")
     seed(registry, f"oci:{layout}:v1", "progress:v1")
-    return registry.ref("progress:v1")
+    return "progress:v1"
+
+
+@pytest.fixture
+def slow(fault_proxy, image):
+    """The image behind a proxy that sends each blob in 128 kB pieces, 0.12 s apart."""
+
+    def fault(method: str, path: str):
+        if method != "GET" or "/blobs/sha256:" not in path:
+            return None
+        upstream = fault_proxy.upstream
+
+        def trickle(handler) -> None:
+            import urllib.request
+
+            data = urllib.request.urlopen(f"http://{upstream.host}{path}").read()
+            handler.send_response(200)
+            handler.send_header("Content-Length", str(len(data)))
+            handler.send_header("Content-Type", "application/octet-stream")
+            handler.end_headers()
+            for at in range(0, len(data), CHUNK):
+                handler.wfile.write(data[at:at + CHUNK])
+                handler.wfile.flush()
+                time.sleep(PAUSE)
+        return ("raw", trickle)
+
+    fault_proxy.fault = fault
+    return fault_proxy.ref(image)
 
 
 @pytest.fixture
@@ -33,36 +73,112 @@ def queue(tmp_path):
     return q
 
 
-def under_pty(args: list[str], cwd, env) -> str:
-    """Run under script(1): stdout and stderr are a terminal; returns what the terminal saw."""
-    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "imgquilt", *args])
-    done = subprocess.run(["script", "-qec", cmd, "/dev/null"], cwd=cwd, env=env, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL)
-    return done.stdout
-
-
 @pytest.fixture
 def env(cli_env, tmp_path):
     cli_env["PYTHONPATH"] = str(TOOL)
     cli_env["TERM"] = "xterm-256color"
     cli_env["IMGQUILT_CACHE_DIR"] = str(tmp_path / "cache")
+    cli_env["IMGQUILT_TLS_VERIFY"] = "false"
+    cli_env.pop("IMGQUILT_PROGRESS", None)
     return cli_env
 
 
-def test_a_terminal_sees_byte_bars_for_the_download_and_the_layer_read(image, queue, env):
-    seen = under_pty(["audit", "--image", image, "--expect", "pending"], queue, env)
-    assert "download layer sha256:" in seen
-    assert "layer 1/1 sha256:" in seen
-    assert "MB" in seen or "kB" in seen  # a byte count
-    assert "━" in seen  # a bar
-    assert "0001-port.patch" in seen  # and the report after it
+def piped(args: list[str], cwd, env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "imgquilt", *args], cwd=cwd, env=env, capture_output=True, text=True)
 
 
-def test_nothing_in_a_pipe_or_with_json(image, queue, env):
-    piped = subprocess.run([sys.executable, "-m", "imgquilt", "audit", "--image", image, "--expect", "pending"],
-                           cwd=queue, env=env, capture_output=True, text=True)
-    assert piped.returncode == 0
-    assert "download" not in piped.stderr + piped.stdout and "━" not in piped.stderr + piped.stdout and "\x1b[" not in piped.stderr
-    seen = under_pty(["audit", "--image", image, "--expect", "pending", "--json"], queue, env)
-    assert "download" not in seen and "━" not in seen and "layer 1/1" not in seen
-    assert '"state": "pending"' in seen
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux (Debian package, .ci/install-tools)")
+def test_a_terminal_shows_every_layer_being_read_with_its_total_on_lines_that_never_wrap(slow, queue, env, tmp_path) -> None:
+    """tmux: a real terminal 72 columns wide, its screen captured five times a second while audit reads."""
+    session = f"iq{uuid.uuid4().hex[:8]}"
+    done = tmp_path / "done"
+    cmd = " ".join([sys.executable, "-m", "imgquilt", "audit", "--image", slow, "--expect", "pending", ";", "touch", str(done), ";", "sleep", "60"])
+    tmux_env = [a for k in ("PYTHONPATH", "IMGQUILT_CACHE_DIR", "IMGQUILT_TLS_VERIFY", "IMGQUILT_STATE_DIR", "HOME") if k in env
+                for a in ("-e", f"{k}={env[k]}")]
+    client_env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}  # as in a shell: the terminal says
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "72", "-y", "30", "-c", str(queue), *tmux_env, cmd], check=True,
+                   env={**client_env, "TMUX": ""})
+    frames: list[list[str]] = []
+    try:
+        deadline = time.monotonic() + 90
+        while not done.exists() and time.monotonic() < deadline:
+            shown = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+            joined = subprocess.run(["tmux", "capture-pane", "-p", "-J", "-t", session], capture_output=True, text=True).stdout
+            assert shown == joined, f"a line wrapped:\n{shown}"  # -J joins wrapped lines: none may be
+            frames.append(shown.splitlines())
+            time.sleep(0.2)
+        final = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    assert done.exists(), "audit did not finish"
+    bars = [[ln for ln in f if re.search(r"layer \d/3 sha256:", ln)] for f in frames]
+    assert any(len(b) >= 2 for b in bars), "two layers read at once are shown at once"
+    assert all(len(ln) <= 71 for b in bars for ln in b)
+    totals = [re.search(r" ([\d.]+) (kB|MB)/([\d.]+) MB ", ln) for b in bars for ln in b]
+    assert any(t and t.group(3) == "2.1" for t in totals), "the total is the layer's size from the manifest"
+    # steady: the count of one layer grows frame by frame, not in one jump at the end
+    seen = sorted({float(t.group(1)) * (1000 if t.group(2) == "MB" else 1) for t in totals if t and t.group(3) == "2.1"})
+    assert len(seen) >= 5, seen
+    assert "0001-port.patch" in final and not re.search(r"layer \d/3 sha256:", final)  # the bars went before the report
+
+
+def test_off_a_terminal_a_long_read_says_so_in_plain_lines_and_a_quick_one_says_nothing(slow, image, registry, queue, env) -> None:
+    r = piped(["audit", "--image", slow, "--expect", "pending"], queue, env)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if "layer" in ln]
+    assert any(re.fullmatch(r"imgquilt: reading layer 1/3 sha256:[0-9a-f]{12} of [\d.]+ kB|imgquilt: reading layer [23]/3 sha256:[0-9a-f]{12} of 2\.1 MB", ln)
+               for ln in lines), lines
+    assert any(re.fullmatch(r"imgquilt: read layer [23]/3 sha256:[0-9a-f]{12}: 2\.1 MB in [\d.]+ s", ln) for ln in lines), lines
+    assert "\x1b[" not in r.stderr and "━" not in r.stderr
+    # the same image read fast (no proxy, a fresh cache): under a second, no line at all
+    fast = piped(["audit", "--image", registry.ref(image), "--expect", "pending"], queue, {**env, "IMGQUILT_CACHE_DIR": env["IMGQUILT_CACHE_DIR"] + "2"})
+    assert fast.returncode == 0 and "layer" not in fast.stderr, fast.stderr
+    # --progress=plain: every layer, however quick; --quiet and --progress=never: nothing
+    plain = piped(["--progress=plain", "audit", "--image", registry.ref(image), "--expect", "pending"], queue,
+                  {**env, "IMGQUILT_CACHE_DIR": env["IMGQUILT_CACHE_DIR"] + "3"})
+    assert plain.returncode == 0
+    assert len([ln for ln in plain.stderr.splitlines() if ln.startswith("imgquilt: read layer ")]) >= 1
+    for quiet in (["--quiet"], ["--progress", "never"]):
+        r = piped([*quiet, "audit", "--image", slow, "--expect", "pending"], queue,
+                  {**env, "IMGQUILT_CACHE_DIR": env["IMGQUILT_CACHE_DIR"] + quiet[-1]})
+        assert r.returncode == 0 and "layer" not in r.stderr, r.stderr
+    r = piped(["--progress=sometimes", "audit", "--image", slow], queue, env)
+    assert r.returncode == 2 and "never, auto or plain" in r.stderr
+
+
+def test_the_lines_of_a_long_read_come_every_five_seconds_and_fit_any_width() -> None:
+    now = [0.0]
+    out = io.StringIO()
+    b = Board("delayed", out=out, clock=lambda: now[0], width=lambda: 80)
+    t = b.start("sha256:aa", "layer 1/1 sha256:aaaaaaaaaaaa", 10 << 20)
+    b.tick()
+    assert out.getvalue() == ""  # not yet a second
+    for second in range(1, 13):
+        now[0] = float(second)
+        b.advance(t, 1 << 20)
+        b.tick()
+    b.finish(t)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "imgquilt: reading layer 1/1 sha256:aaaaaaaaaaaa of 10.5 MB"
+    assert [ln.split(": ", 2)[2] for ln in lines[1:-1]] == ["6.3 MB of 10.5 MB (60%), 6 s", "11.5 MB of 10.5 MB (110%), 11 s"]
+    assert lines[-1] == "imgquilt: read layer 1/1 sha256:aaaaaaaaaaaa: 12.6 MB in 12.0 s"
+    # on a terminal: whatever the width (80 when it is not known), a line stays inside it
+    bars = Board("bars", out=io.StringIO(), clock=lambda: now[0])
+    long = bars.start("k", "a very long label " * 8, 5 << 30)
+    bars.advance(long, 1 << 30)
+    for width in (20, 30, 45, 72, 80, 200):
+        assert len(bars.render(long, width)) <= width - 1, width
+    assert " 1.1 GB/5.4 GB " in bars.render(long, 80)
+
+
+def test_mode_follows_the_option_the_environment_and_the_terminal(monkeypatch) -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("IMGQUILT_PROGRESS", raising=False)
+    assert mode(None, False, Tty()) == "bars" and mode(None, True, Tty()) == "none"
+    assert mode(None, False, io.StringIO()) == "delayed" and mode("plain", False, Tty()) == "lines"
+    assert mode("never", False, Tty()) == "none"
+    monkeypatch.setenv("IMGQUILT_PROGRESS", "plain")
+    assert mode(None, False, io.StringIO()) == "lines" and mode("auto", False, io.StringIO()) == "delayed"

@@ -90,6 +90,11 @@ def successes(tmp_path_factory, env) -> list[tuple[str, tuple[str, ...], Run]]:
     run("verify", "--image", f"oci:{tmp}/out:patched", "--key", str(tmp / "key.pub"))
     run("apply", "--image", f"oci:{tmp}/out:patched", "--output-image", f"oci:{tmp}/out:again", "--layer", str(tmp / "none.tar"))
     run("apply", "--root", str(root))
+    run("apply", "--reverse", "--root", str(root))
+    run("restore", CONFIG, "--root", str(root))
+    run("apply", "--overlay", str(tmp / "overlay"))
+    run("overlay-args", str(tmp / "overlay"))
+    run("overlay-args", str(tmp / "overlay"), "--format", "k8s")
     run("audit", "--image", f"oci:{tmp}/out:patched")
     run("audit", "--root", str(old), "--expect", "pending", "--history")
     run("series")
@@ -125,6 +130,7 @@ def successes(tmp_path_factory, env) -> list[tuple[str, tuple[str, ...], Run]]:
     run("delete", "-r", "0000-port.patch")
     edit_bytes(q / "patches/0005-config-shared-expert-knob.patch", b'("1", "true", "yes", "on")', b'("1", "true", "yes", "y", "on")')
     run("refresh", "--rehash", "0005-config-shared-expert-knob.patch")
+    run("rebase", "--status")
     run("rebase", "--image", f"rootfs:{new}", "--from", DEMO)
     # profiles (docs/profiles.md): one declared on the rebased image
     run("lock", "--profile", "p1", "--image", f"rootfs:{new}", "--env", "P1_MODE=on")
@@ -181,12 +187,19 @@ def test_success_documents_say_what_happened(successes) -> None:
     audits = [d for a, d in by.items() if a[0] == "audit"]
     assert {p["state"] for p in audits[0]["patches"]} == {"live"}
     assert {p["state"] for p in audits[1]["patches"]} == {"pending"} and audits[1]["history"]["commits"] == 1
-    rebase = next(d for a, d in by.items() if a[0] == "rebase")
+    rebase = next(d for a, d in by.items() if a[:2] == ("rebase", "--image"))
     assert rebase["status"] == "done" and rebase["summary"]["merged"] == 1
     assert by[("diff", "-z")]["files"][0]["path"] == CONFIG and "+port = 9091" in by[("diff", "-z")]["files"][0]["diff"]
     assert by[("revert", CONFIG)]["reverted"] == [CONFIG] and CONFIG in by[("files",)]["files"]
     assert by[("next",)] == {"next": None} and by[("previous",)] == {"previous": "0006-moe-shared-expert.patch"}
-    assert by[("remove", CONFIG)] == {"patch": "0007-serve-on-9090.patch", "removed": [CONFIG], "sections_dropped": [CONFIG]}
+    assert by[("remove", CONFIG)] == {"patch": "0007-serve-on-9090.patch", "removed": [CONFIG], "sections_dropped": [CONFIG],
+                                      "targets_lock": {"updated": True, "path": by[("remove", CONFIG)]["targets_lock"]["path"],
+                                                       "stale": None, "todo": None}}
+    assert by[("refresh",)]["targets_lock"]["updated"] is True and by[("rebase", "--status")] == {"status": "none"}
+    reversed_ = by[("apply", "--reverse", "--root", next(a for a in by if a[:2] == ("apply", "--reverse"))[3])]
+    assert len(reversed_["written"]) == 8 and reversed_["removed"] == ["usr/local/bin/demosvc-healthcheck"]
+    k8s = next(d for a, d in by.items() if a[0] == "overlay-args" and "k8s" in a)
+    assert len(k8s["volumes"]) == len(k8s["volumeMounts"]) == 9
     again = next(d for a, d in by.items() if a[:2] == ("apply", "--image"))
     assert again["changes"] is False and set(again["outputs"]) == {"image"} and again["outputs"]["image"]["unchanged"] is True
     rehashed = by[("refresh", "--rehash", "0005-config-shared-expert-knob.patch")]
@@ -243,6 +256,8 @@ def failure_runs(tmp: Path, env: dict[str, str]) -> list[tuple[str, tuple[str, .
     run(6, "init", "--queue", str(tmp / "port.diff" / "queue"))  # a file stands where a directory must be
     run(2, "remove", CONFIG)
     run(2, "revert", CONFIG)
+    run(6, "restore", CONFIG, "--root", str(tmp / "port.diff"))  # not a directory
+    run(6, "overlay-args", str(tmp))  # no mounts.tsv
     run(2, "guard", "0001-which-skip-empty-path-elements.patch", "+bad guard")
     run(2, "select", "no-such-profile")
     run(2, "apply", "--profile", "no-such-profile")

@@ -12,4 +12,5 @@ Check the path (the one inside the image, as the patches name it); to create a n
 $ imgquilt add --new usr/local/bin/probe && printf '#!/bin/sh\necho ok\n' > .imgquilt/work/usr/local/bin/probe && chmod +x .imgquilt/work/usr/local/bin/probe && imgquilt refresh && head -3 patches/0007-probe.patch | tail -1
 File usr/local/bin/probe added to patch 0007-probe.patch ($TMP/queue/.imgquilt/work/usr/local/bin/probe).
 Refreshed patch 0007-probe.patch.
+Updated targets.lock (no image read).
 Index: usr/local/bin/probe

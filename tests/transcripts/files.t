@@ -68,6 +68,7 @@ imgquilt: Patch 0003-app-config-longer-timeouts.patch does not track etc/hostnam
 # remove: the file leaves the top patch (its section too); no applied patch tracks it now, so its work copy goes
 $ imgquilt remove home/app/config.toml
 File home/app/config.toml removed from patch 0003-app-config-longer-timeouts.patch (its section left the patch file).
+Updated targets.lock (no image read).
 
 $ imgquilt files
 

@@ -1,7 +1,7 @@
 # Issue 18, point 2: on a fresh clone (no .imgquilt/) with a hand-edited patch, every command names the way back.
 $ sed -i 's/request_timeout_s = 120/request_timeout_s = 90/' patches/0003-app-config-longer-timeouts.patch && imgquilt check
 imgquilt: The queue has 1 problem(s):
-  - targets.lock is stale (0003-app-config-longer-timeouts.patch changed since it was made); `imgquilt refresh --rehash 0003-app-config-longer-timeouts.patch` re-pins a hand edit (and the patches after it) and writes the lock; or run `imgquilt lock`.
+  - targets.lock is stale (0003-app-config-longer-timeouts.patch edited by hand since it was made); `imgquilt refresh --rehash 0003-app-config-longer-timeouts.patch` re-pins a hand edit (and the patches after it) and writes the lock; or run `imgquilt lock`.
 [exit 6]
 
 $ imgquilt check --json 2> /dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["problems"][0][:60])'
@@ -14,7 +14,7 @@ A patch whose body was edited by hand no longer gives its Patched-SHA256: `imgqu
 [exit 3]
 
 $ imgquilt apply --layer $SANDBOX/fix.tar
-imgquilt: targets.lock is stale (0003-app-config-longer-timeouts.patch changed since it was made): it pins series sha256 f3124751edbe85709e95864f6688790b41fd4d182e223d729e0d264183a69c23, but the queue is now ef683d71bce6c24006f8da8b37c5a9ce169d936b5db2220012065fea1d95a0a6.
+imgquilt: targets.lock is stale (0003-app-config-longer-timeouts.patch edited by hand since it was made): it pins series sha256 f3124751edbe85709e95864f6688790b41fd4d182e223d729e0d264183a69c23, but the queue is now ef683d71bce6c24006f8da8b37c5a9ce169d936b5db2220012065fea1d95a0a6.
 `imgquilt refresh --rehash 0003-app-config-longer-timeouts.patch` re-pins a hand edit (and the patches after it) and writes the lock; or run `imgquilt lock`.
 [exit 6]
 

@@ -2,9 +2,11 @@
 # longer timeouts (0003) and sets a kill switch; `edge` leaves the healthcheck (0004) out.
 $ imgquilt guard 0003-app-config-longer-timeouts.patch +slow
 0003-app-config-longer-timeouts.patch: +slow
+Updated targets.lock (no image read).
 
 $ imgquilt guard 0004-demosvc-healthcheck.patch -edge
 0004-demosvc-healthcheck.patch: -edge
+Updated targets.lock (no image read).
 
 $ imgquilt guard --list
 0001-which-skip-empty-path-elements.patch: unguarded
@@ -23,11 +25,9 @@ $ cat series
 0005-config-shared-expert-knob.patch
 0006-moe-shared-expert.patch
 
-# the default selects no guard: 0003 (+slow) left it, so the default pin is stale
+# the default selects no guard: 0003 (+slow) left it, and `guard` re-pinned the default in the same step
 $ imgquilt check
-imgquilt: The queue has 1 problem(s):
-  - targets.lock is stale (0003-app-config-longer-timeouts.patch left the selection since it was made); run `imgquilt lock`.
-[exit 6]
+The queue is sound: 6 patch(es), chains and Requires in order.
 
 $ imgquilt lock | tail -1
 Wrote $TMP/queue/targets.lock.

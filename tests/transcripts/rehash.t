@@ -2,6 +2,7 @@
 # First a third patch on demosvc/config.py after 0005 and 0006, made with the quilt workflow, and locked:
 $ imgquilt push -a > /dev/null && imgquilt new 0007-config-two-workers.patch -d "config: two workers" > /dev/null && imgquilt add usr/local/lib/python3.11/site-packages/demosvc/config.py > /dev/null && sed -i 's/^    workers: int = 1$/    workers: int = 2/' .imgquilt/work/usr/local/lib/python3.11/site-packages/demosvc/config.py && imgquilt refresh && imgquilt pop -a > /dev/null && imgquilt lock
 Refreshed patch 0007-config-two-workers.patch.
+Updated targets.lock (no image read).
 Pinned 8 target(s) of 7 patch(es) to oci:examples/demo-image:latest (sha256:6bb1322e12565ffb0282c7a19388ae882ec84b3450af838ace17f722de1daab8).
 Wrote $TMP/queue/targets.lock.
 
@@ -12,11 +13,11 @@ The queue is sound: 7 patch(es), chains and Requires in order.
 # the hand edit: the first patch of the chain also takes "y" for yes
 $ sed -i 's/("1", "true", "yes", "on")/("1", "true", "yes", "y", "on")/' patches/0005-config-shared-expert-knob.patch && imgquilt check
 imgquilt: The queue has 1 problem(s):
-  - targets.lock is stale (0005-config-shared-expert-knob.patch changed since it was made); `imgquilt refresh --rehash 0005-config-shared-expert-knob.patch` re-pins a hand edit (and the patches after it) and writes the lock; or run `imgquilt lock`.
+  - targets.lock is stale (0005-config-shared-expert-knob.patch edited by hand since it was made); `imgquilt refresh --rehash 0005-config-shared-expert-knob.patch` re-pins a hand edit (and the patches after it) and writes the lock; or run `imgquilt lock`.
 [exit 6]
 
 $ imgquilt apply
-imgquilt: targets.lock is stale (0005-config-shared-expert-knob.patch changed since it was made): it pins series sha256 febdee93e4aef4cae9d9f56df07fa43412a4505ee39b871f5b0a4646957f4a6e, but the queue is now cb6992dab1a18ee2a72291adea14edddbed92c0028ecee830551ddb79ea22277.
+imgquilt: targets.lock is stale (0005-config-shared-expert-knob.patch edited by hand since it was made): it pins series sha256 febdee93e4aef4cae9d9f56df07fa43412a4505ee39b871f5b0a4646957f4a6e, but the queue is now cb6992dab1a18ee2a72291adea14edddbed92c0028ecee830551ddb79ea22277.
 `imgquilt refresh --rehash 0005-config-shared-expert-knob.patch` re-pins a hand edit (and the patches after it) and writes the lock; or run `imgquilt lock`.
 [exit 6]
 
@@ -72,7 +73,7 @@ $ grep -c '"yes", "y", "on"' $SANDBOX/root/usr/local/lib/python3.11/site-package
 $ imgquilt push 0005-config-shared-expert-knob.patch > /dev/null && sed -i 's/^+        if kind is bool:$/+        # the usual spellings of true\n&/' patches/0005-config-shared-expert-knob.patch && imgquilt check
 imgquilt: The queue has 2 problem(s):
   - Malformed patch 0005-config-shared-expert-knob.patch: section 'usr/local/lib/python3.11/site-packages/demosvc/config.py': the hunk at line 11 has more lines than its @@ header says. A hand edit changed a hunk's line count: `imgquilt refresh --rehash 0005-config-shared-expert-knob.patch` recounts its @@ headers and re-pins it.
-  - targets.lock is stale (0005-config-shared-expert-knob.patch changed since it was made); `imgquilt refresh --rehash 0005-config-shared-expert-knob.patch` re-pins a hand edit (and the patches after it) and writes the lock; or run `imgquilt lock`.
+  - targets.lock is stale (0005-config-shared-expert-knob.patch edited by hand since it was made: its body no longer gives its Patched-SHA256); `imgquilt refresh --rehash 0005-config-shared-expert-knob.patch` re-pins a hand edit (and the patches after it) and writes the lock.
 [exit 6]
 
 $ imgquilt refresh --rehash 0005-config-shared-expert-knob.patch

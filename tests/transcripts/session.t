@@ -44,6 +44,7 @@ Now at patch 0006-moe-shared-expert.patch
 $ imgquilt new 0007-app-more-workers.patch -d "app: four workers"
 Patch 0007-app-more-workers.patch is now on top (patches/0007-app-more-workers.patch).
 Next: `imgquilt add PATH` (or `edit PATH`), change the files under .imgquilt/work/, then `imgquilt refresh`.
+Updated targets.lock (no image read).
 
 $ imgquilt add home/app/config.toml
 File home/app/config.toml added to patch 0007-app-more-workers.patch ($TMP/queue/.imgquilt/work/home/app/config.toml).
@@ -69,6 +70,7 @@ Patched-SHA256: a9db0f98597ff403dff90d970e7c2b1e699111beece24f6509255de81bf7d5c1
 
 $ imgquilt refresh
 Refreshed patch 0007-app-more-workers.patch.
+Updated targets.lock (no image read).
 
 $ imgquilt refresh
 Patch 0007-app-more-workers.patch is up to date.
@@ -117,8 +119,6 @@ $ imgquilt top
 imgquilt: No patches applied.
 [exit 2]
 
-# the lock no longer covers the series
+# every command that changed the queue kept targets.lock in step: no `imgquilt lock` needed
 $ imgquilt check
-imgquilt: The queue has 1 problem(s):
-  - targets.lock is stale (0007-app-more-workers.patch new since it was made); run `imgquilt lock`.
-[exit 6]
+The queue is sound: 7 patch(es), chains and Requires in order.

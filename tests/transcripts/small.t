@@ -22,6 +22,7 @@ Header of 0001-which-skip-empty-path-elements.patch unchanged.
 
 $ IMGQUILT_EDITOR="sed -i s/^Status:.*/Status:\ merged/" imgquilt header -e 0005-config-shared-expert-knob.patch && imgquilt header 0005-config-shared-expert-knob.patch | grep Status
 Header of 0005-config-shared-expert-knob.patch updated.
+Updated targets.lock (no image read).
 Status: merged
 
 # bash completion offers patch names for push, pop, diff and header

@@ -34,12 +34,14 @@ if TYPE_CHECKING:
     from .queue.queue import Queue
     from .rebase import RebaseReport
     from .verbs.attest import Verification
+    from .verbs.restore import Restored
     from .work import ImportItem, Imported
 
 __all__ = [
     "Applied", "Audit", "CheckResult", "Initialized", "Locked", "Progress", "RebaseAborted",
     "apply", "apply_profiles", "audit", "audit_profiles", "check", "diff_upstream", "import_items", "import_patches", "init",
-    "load_queue", "lock", "lock_profiles", "profiles", "rebase", "rebase_abort", "rebase_continue", "rebase_skip", "rebase_status", "verify",
+    "load_queue", "lock", "lock_profiles", "overlay_args", "profiles", "rebase", "rebase_abort", "rebase_continue",
+    "rebase_in_progress", "rebase_skip", "rebase_status", "restore", "reverse", "verify",
 ]
 
 Progress = Callable[[int, int, str], None]
@@ -180,6 +182,9 @@ def open_ref(ref: str, platform: str | None = None, *, root: Path | None = None,
     source = open_source(ref, platform=platform, cache_dir=cache_dir(root))
     if progress is not None and hasattr(source, "on_layer"):
         source.on_layer = progress
+        sized = getattr(progress, "sized", None)  # the CLI's bars: totals from the manifest
+        if sized is not None and hasattr(source, "on_layer_sized"):
+            source.on_layer_sized = sized
     return source
 
 
@@ -232,7 +237,8 @@ def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
         failed: list[tuple[str | None, ImgquiltError]] = []
         for r in chosen:
             try:
-                plan_apply(r.queue, open_ref(pick_ref(image, r.lock, root), platform, root=root, progress=progress), r.lock)
+                plan_apply(r.queue, open_ref(pick_ref(image, r.lock, root), platform, root=root, progress=progress), r.lock,
+                           image_bytes=_image_bytes(root, r.lock, platform, progress))
             except ImgquiltError as exc:  # the refusal apply would meet, with its exit code
                 failed.append((r.name, exc))
         for name, exc in failed:
@@ -379,7 +385,7 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
 
     with _naming(chosen.name):
         result, written = apply_queue(chosen.queue, source, pinned, outputs, open_base, locked=locked, python_check=python_check,
-                                      attest=key, env=chosen.env)
+                                      attest=key, env=chosen.env, image_bytes=_image_bytes(q.root, pinned, platform, progress))
     return Applied(result, written, chosen.name)
 
 
@@ -441,6 +447,49 @@ def apply_profiles(queue: str | os.PathLike[str] | None = None, *, profile: str 
                                       attest=key, env=r.env)
         done.append(Applied(result, written, r.name))
     return tuple(done)
+
+
+def restore(queue: str | os.PathLike[str] | None = None, *, root: str | os.PathLike[str], paths: Sequence[str],
+            image: str | None = None, platform: str | None = None, progress: Progress | None = None) -> Restored:
+    """Put files of a root back as the image has them (`image`, else the lock's pins from the object
+    store, else the lock's image), journaled as an in-place apply."""
+    from .verbs.restore import restore as restore_root
+
+    q = load_queue(queue)
+    src = open_ref(image, platform, root=q.root, progress=progress) if image else None
+    return restore_root(q, Path(root), paths, src, _pinned_image(q, platform, progress))
+
+
+def reverse(queue: str | os.PathLike[str] | None = None, *, root: str | os.PathLike[str], image: str | None = None,
+            platform: str | None = None, progress: Progress | None = None) -> Restored:
+    """`apply --reverse --root ROOT`: take off what imgquilt applied to the root (its record says what),
+    leaving it as the image has it; journaled as an in-place apply."""
+    from .verbs.restore import reverse as reverse_root
+
+    q = load_queue(queue)
+    src = open_ref(image, platform, root=q.root, progress=progress) if image else None
+    return reverse_root(q, Path(root), src, _pinned_image(q, platform, progress))
+
+
+def _pinned_image(q: Queue, platform: str | None, progress: Progress | None) -> Callable[[], Source] | None:
+    """Opens the image targets.lock pins (None: no lock, or the lock pins a rootfs)."""
+    return _pin_opener(q.root, q.lock(), platform, progress)
+
+
+def _pin_opener(root: Path, lock: Lock | None, platform: str | None, progress: Progress | None) -> Callable[[], Source] | None:
+    """Opens the image `lock` pins (None: no lock, or it pins a rootfs, whose files may have changed since)."""
+    if lock is None or lock.image.kind == "rootfs":
+        return None
+    return lambda: open_ref(pick_ref(None, lock, root), platform or lock.image.platform, root=root, progress=progress)
+
+
+def _image_bytes(root: Path, lock: Lock | None, platform: str | None, progress: Progress | None):  # noqa: ANN202
+    """The image's bytes of a path by sha256, to show a hand edit of a root as a diff: the object store,
+    else the image `lock` pins (read only on a refusal)."""
+    from .store import ObjectStore
+    from .verbs.restore import ImageBytes
+
+    return ImageBytes(ObjectStore(root), fallback=_pin_opener(root, lock, platform, progress))
 
 
 def signing_key(path: str | os.PathLike[str] | None):
@@ -700,6 +749,24 @@ def rebase_abort(queue: str | os.PathLike[str] | None = None) -> RebaseAborted:
 
     report, restored = abort_rebase(queue_root(queue))
     return RebaseAborted(report, tuple(restored))
+
+
+def rebase_in_progress(queue: str | os.PathLike[str] | None = None) -> bool:
+    """Is a rebase stopped (or interrupted) in this queue?"""
+    from .rebase.state import rebase_in_progress as in_progress
+
+    return in_progress(queue_root(queue))
+
+
+def overlay_args(overlay: str | os.PathLike[str], format: str = "podman") -> list[str] | dict[str, list[dict]]:
+    """An overlay's mounts.tsv as `podman` (-v HOST:CTR:ro) or `docker` (--mount ...) arguments, or as
+    a Kubernetes pod's `volumes` and container's `volumeMounts` (`k8s`). Reads no queue."""
+    from .image.sinks.overlay import MOUNT_FORMATS, k8s_volumes, mount_args, read_mounts
+
+    if format not in MOUNT_FORMATS:
+        raise UsageError(f"Unknown format {format!r}: use one of {', '.join(MOUNT_FORMATS)}.")
+    mounts = read_mounts(Path(overlay))
+    return k8s_volumes(mounts) if format == "k8s" else mount_args(mounts, format)
 
 
 def rebase_status(queue: str | os.PathLike[str] | None = None) -> RebaseReport:

@@ -22,11 +22,11 @@ from .image.sinks import layer as layer_sink
 from .image.sinks import overlay as overlay_sink
 from .image.sinks.image import WrittenImage, check_image_destination, check_referrer_destination, write_new_image
 from .image.sinks.layer import LayerBlob, LayerEntry, LayerInfo, resolve_epoch
-from .image.sinks.mutate import Addendum, History, NewImage, append, config_env, unchanged
+from .image.sinks.mutate import Addendum, History, NewImage, append, config_env, created_of, unchanged
 from .image.sinks.overlay import OverlayInfo
 from .queue.lock import Lock
 from .queue.queue import Queue
-from .store import remember
+from .store import ObjectStore, remember
 
 
 class Attester(Protocol):
@@ -71,10 +71,10 @@ def file_changes(result: ApplyResult) -> tuple[FileChange, ...]:
     return patched_files(result) + tuple(FileChange(b.path, b.path, None, parents=b.parents) for b in result.bytecode)
 
 
-def addendum(result: ApplyResult, layer: LayerBlob, created: int) -> Addendum:
+def addendum(result: ApplyResult, layer: LayerBlob, created: int, created_text: str | None = None) -> Addendum:
     """The layer plus the history entry and labels that say which series made it."""
     history = History(created, f"imgquilt apply {result.series_sha256}",
-                      "imgquilt: " + (", ".join(result.patches) or "no patches"))
+                      "imgquilt: " + (", ".join(result.patches) or "no patches"), created_text)
     return Addendum(layer, history, {LABEL_SERIES: result.series_sha256, LABEL_PATCHES: ",".join(result.patches)}, result.env)
 
 
@@ -123,7 +123,18 @@ def new_image(base: Image, result: ApplyResult, compression: LayerFormat, *, epo
     when = resolve_epoch(epoch)
     if not changes_image(result) and env_holds(base, result.env):
         return unchanged(base, when)
-    return append(base, addendum(result, build_layer(result, compression, epoch=when, level=level), when))
+    return append(base, addendum(result, build_layer(result, compression, epoch=when, level=level), when, created_date(base, epoch)))
+
+
+def created_date(base: Image, epoch: int | None = None) -> str | None:
+    """The new image's `created` (and its history entry's): SOURCE_DATE_EPOCH (or `epoch`) when set,
+    else the base's own, so a patched image is dated as the image it patches, not 1970 nor the moment
+    it was written (which would make every run a new image). None: the layer's epoch (the base has no date)."""
+    import os
+
+    if epoch is not None or os.environ.get("SOURCE_DATE_EPOCH", "").strip():
+        return None
+    return created_of(base.config_bytes)
 
 
 def env_holds(base: Image, env: tuple[tuple[str, str], ...]) -> bool:
@@ -277,9 +288,12 @@ def python_checker():
 
 def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Outputs, open_base: Callable[[], Image], *,
                 locked: bool = False, python_check: bool = True, attest: Attester | None = None,
-                env: tuple[tuple[str, str], ...] = ()) -> tuple[ApplyResult, dict[str, dict[str, Any]]]:
+                env: tuple[tuple[str, str], ...] = (),
+                image_bytes: Callable[[str, str], tuple[bool, bytes | None]] | None = None) -> tuple[ApplyResult, dict[str, dict[str, Any]]]:
     """The whole apply: check destinations, verify in memory, keep the bytes for rebase, write (and
-    sign, with `attest`). `env`: environment defaults for the config of `outputs.image` (recorded)."""
+    sign, with `attest`). `env`: environment defaults for the config of `outputs.image` (recorded).
+    `image_bytes`: the pinned image's bytes of a path by sha256, for the diff of a file edited by hand
+    in a root (default: the object store's)."""
     from .rootfs.inplace import hold_root
     from .rootfs.source import RootfsSource
 
@@ -291,7 +305,8 @@ def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Output
         # in place, the bytecode to remove is the root's own (it may differ from an --image's)
         bytecode_source = RootfsSource(outputs.root) if outputs.root is not None else None
         result, gate = plan_apply_gated(queue, source, lock, locked=locked, python_check=python_check,
-                                        python_memo=memo, python_screen=screen, bytecode_source=bytecode_source, env=env)
+                                        python_memo=memo, python_screen=screen, bytecode_source=bytecode_source, env=env,
+                                        image_bytes=image_bytes or (lambda _path, sha: ObjectStore(queue.root).get_or_absent(sha)))
         try:
             check_result(outputs, result)
             root = outputs.root

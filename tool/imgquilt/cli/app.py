@@ -19,7 +19,8 @@ _app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     help=(
         "A quilt-style patch queue for container images.\n\n"
-        "Global options --queue DIR, --json, --debug and --tls-verify=BOOL may stand before or after the command.\n\n"
+        "Global options --queue DIR, --json, --debug, --tls-verify=BOOL, --progress=never|auto|plain and --quiet may stand "
+        "before or after the command.\n\n"
         "\b\nExamples:\n"
         "  imgquilt init\n"
         "  imgquilt check\n"
@@ -43,12 +44,15 @@ def _globals(
     json: bool = typer.Option(False, "--json", help="One JSON document on stdout (an {\"error\": ...} document on failure)."),
     debug: bool = typer.Option(False, "--debug", help="Tracebacks for internal errors."),
     tls_verify: Optional[str] = typer.Option(None, "--tls-verify", metavar="BOOL", help="Registries (docker://): false reaches one over HTTP or without a valid certificate, as skopeo's --tls-verify=false (or IMGQUILT_TLS_VERIFY=false)."),
+    progress: Optional[str] = typer.Option(None, "--progress", metavar="MODE", help="Progress of image reads on stderr: auto (the default; IMGQUILT_PROGRESS sets another): bars on a terminal, plain lines off one; plain: plain lines always; never."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress (--progress=never)."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     # hoist_globals already took these out of argv; accepting them here keeps --help honest
     G.queue = queue or G.queue
     G.json = json or G.json
     G.debug = debug or G.debug
+    G.progress = "never" if quiet else (progress or G.progress)
     if tls_verify is not None:  # hoist_globals takes --tls-verify=BOOL; this is the spelling it leaves to typer
         import os
 
@@ -65,7 +69,7 @@ COMMAND_MODULES: dict[str, str] = {
     "previous": "stack",
     "header": "patch_meta", "delete": "patch_meta", "rename": "patch_meta", "move": "patch_meta", "guard": "guards", "select": "guards",
     "import": "importing",
-    "lock": "apply", "apply": "apply", "check": "apply",
+    "lock": "apply", "apply": "apply", "restore": "apply", "check": "apply", "overlay-args": "overlay",
     "audit": "audit",
     "verify": "verify",
     "rebase": "rebase",

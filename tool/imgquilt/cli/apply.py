@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, List, Optional
 
 import typer
 
@@ -145,7 +145,7 @@ def _say_bytecode(result: ApplyResult, written: dict, verbose: bool) -> None:
 def apply_cmd(
     image: Optional[str] = ImageOpt,
     layer: Optional[Path] = typer.Option(None, "--layer", metavar="FILE", help="Write an OCI layer tar (.tar, .tar.gz, .tar.zst)."),
-    output_image: Optional[str] = typer.Option(None, "--output-image", metavar="REF", help="Write the base image plus the layer (oci:, oci-archive:, docker-archive:, or push to docker://HOST/REPO:TAG)."),
+    output_image: Optional[str] = typer.Option(None, "--output-image", metavar="REF", help="Write the base image plus the layer: oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, containers-storage:NAME (podman's store), dir:DIR, or push to docker://HOST/REPO:TAG."),
     root: Optional[Path] = typer.Option(None, "--root", metavar="DIR", help="Patch this extracted rootfs in place (bases read from it unless --image)."),
     overlay: Optional[Path] = typer.Option(None, "--overlay", metavar="DIR", help="Write patched files plus mounts.tsv for bind mounts."),
     locked: bool = typer.Option(False, "--locked", help="Fail when there is no targets.lock."),
@@ -154,6 +154,7 @@ def apply_cmd(
     attest: Optional[Path] = typer.Option(None, "--attest", metavar="KEY", help="Sign an in-toto attestation of what was applied (PEM private key: Ed25519 or ECDSA P-256; an encrypted one takes IMGQUILT_KEY_PASSWORD) and store it beside --output-image as an OCI referrer."),
     compression: Optional[str] = typer.Option(None, "--compression", metavar="FORMAT", help="The new layer's compression in --output-image: gzip (default; none for docker-archive), zstd, zstd:chunked (with a TOC, read lazily), none."),
     compression_level: Optional[int] = typer.Option(None, "--compression-level", metavar="N", help="The new layer's compression level (--layer and --output-image): gzip 1-9 (default 1), zstd 1-19 (default 3); same inputs and level, same bytes."),
+    reverse: bool = typer.Option(False, "--reverse", "-R", help="With --root: take off what imgquilt applied there (its record says what), leaving the root as the image has it; journaled as apply is."),
     verbose: bool = VerboseOpt,
     profile: Optional[str] = ProfileOpt,
 ) -> None:
@@ -169,9 +170,13 @@ def apply_cmd(
       imgquilt apply --image oci:img:1.0 --layer fix.tar.gz --output-image oci:out:1.0-fixed
       imgquilt apply --output-image docker://reg/app:1.0-fixed --attest key.pem
       imgquilt apply --profile all --output-image oci:out:{profile} --layer build/{profile}.tar.gz
+      imgquilt apply --reverse --root /srv/rootfs    (take the queue off again)
     """
     from ..api import apply, signing_key
 
+    if reverse:
+        return _reverse(root, image, platform, layer=layer, output_image=output_image, overlay=overlay, attest=attest,
+                        compression=compression, compression_level=compression_level, locked=locked, profile=profile)
     if profile == "all":
         if platform == "all" or image is not None or root is not None:
             raise UsageError("`apply --profile all` applies each profile on the image it pins; give it no --image, --root "
@@ -260,6 +265,60 @@ def _apply_profiles(layer, output_image, overlay, platform, locked, python_check
         _say_applied(d, False, {"layer": fill(layer, d.profile), "overlay": fill(overlay, d.profile)})
 
 
+def _reverse(root: Path | None, image: str | None, platform: str | None, **others) -> None:
+    from ..api import reverse
+
+    if root is None:
+        raise UsageError("--reverse takes a queue off a root filesystem: give --root DIR.",
+                         hint="A layer or an image is taken off by using the image without it (the base image).")
+    given = [f"--{k.replace('_', '-')}" for k, v in others.items() if v not in (None, False)]
+    if given:
+        raise UsageError(f"--reverse writes only the root; {', '.join(given)} cannot go with it.")
+    done = reverse(G.queue, root=root, image=image, platform=platform, progress=progress())
+    _say_restored(done, "reverse")
+
+
+def _say_restored(done, verb: str) -> None:
+    if G.json:
+        emit_json({"root": str(done.root), "written": list(done.written), "removed": list(done.removed), "already": list(done.already),
+                   **({"series_sha256": done.series_sha256, "bytecode_not_restored": list(done.bytecode)} if verb == "reverse" else {})})
+        return
+    for p in done.written:
+        say(f"removed {p}" if p in done.removed else f"restored {p}")
+    if verb == "reverse":
+        say(f"Took the queue (series {done.series_sha256[:12]}) off {done.root}: {len(done.written)} file(s) as the image "
+            "has them, the apply record and the directories that apply made removed.")
+        if done.bytecode:
+            note(f"note: the {len(done.bytecode)} stale bytecode file(s) that apply removed are not brought back "
+                 "(CPython compiles the restored sources again).")
+        return
+    if done.already:
+        say(f"Already as the image has them: {', '.join(done.already)}.")
+    say(f"Restored {len(done.written)} file(s) in {done.root} as the image has them.")
+
+
+def restore_cmd(
+    paths: List[str] = typer.Argument(..., metavar="PATH...", help="Paths in the root, as the patches name them (e.g. etc/svc.conf)."),
+    root: Path = typer.Option(..., "--root", metavar="DIR", help="The root filesystem to repair."),
+    image: Optional[str] = ImageOpt,
+    platform: Optional[str] = PlatformOpt,
+) -> None:
+    """Put files of a root back as the image has them (a hand edit undone), journaled as apply is.
+
+    The image's bytes: from --image (the image the root was extracted from), else the object store by
+    the sha256 targets.lock pins (or the root's apply record names), else the image the lock pins.
+    The root's apply record is left as it is: `apply --reverse` takes the whole queue off.
+
+    \b
+    Example:
+      imgquilt restore home/app/config.toml --root /srv/rootfs
+    """
+    from ..api import restore
+
+    done = restore(G.queue, root=root, paths=paths, image=image, platform=platform, progress=progress())
+    _say_restored(done, "restore")
+
+
 def _say_attestations(w: dict, indent: str = "") -> None:
     for a in w.get("attestations") or []:
         say(f"{indent}Wrote attestation: {a['digest']} ({a['where']}), signed by key {a['key_id']}")
@@ -331,4 +390,4 @@ def check_cmd(
     listing.check(image, platform, format, profile)
 
 
-COMMANDS = {"lock": lock_cmd, "apply": apply_cmd, "check": check_cmd}
+COMMANDS = {"lock": lock_cmd, "apply": apply_cmd, "restore": restore_cmd, "check": check_cmd}

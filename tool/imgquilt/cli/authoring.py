@@ -12,7 +12,7 @@ from ..fs.content import chunks_of, held
 from ..errors import UsageError
 
 from .common import (G, ImageOpt, PlatformOpt, editor, emit_json, files_json, header_fields, note, patch_names, run_editor, say,
-                     tree, write_bytes)
+                     lock_json, one_patch, say_lock, tree, write_bytes)
 
 if TYPE_CHECKING:
     from ..work import WorkTree
@@ -47,10 +47,12 @@ def new_cmd(
         header = header.with_field(key, value)
     patch = wt.new(name, header)
     if G.json:
-        emit_json({"patch": name, "file": str(wt.patches_dir / name), "top": name, "header": patch.header.raw.decode("utf-8", "replace")})
+        emit_json({"patch": name, "file": str(wt.patches_dir / name), "top": name, "header": patch.header.raw.decode("utf-8", "replace"),
+                   "targets_lock": lock_json(wt)})
         return
     say(f"Patch {name} is now on top (patches/{name}).")
     say("Next: `imgquilt add PATH` (or `edit PATH`), change the files under .imgquilt/work/, then `imgquilt refresh`.")
+    say_lock(wt.lock_update)
 
 
 def _add(paths: list[str], image: str | None, platform: str | None, new: bool) -> tuple[WorkTree, str, list[str], list[str]]:
@@ -117,6 +119,8 @@ def edit_cmd(
 def refresh_cmd(
     names: Optional[List[str]] = typer.Argument(None, metavar="[PATCH]...", help="An applied patch (default: the top); with --rehash, the patches to re-pin.",
                                                 autocompletion=patch_names("series")),
+    patch_opt: Optional[List[str]] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="The same as the PATCH argument (repeatable with --rehash).",
+                                                  autocompletion=patch_names("series")),
     rehash: bool = typer.Option(False, "--rehash", help="Re-pin patches whose files were edited by hand (applied or not) and re-chain the patches after them; targets.lock follows."),
     no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the check that patched .py files gain no errors."),
 ) -> None:
@@ -137,24 +141,27 @@ def refresh_cmd(
       imgquilt refresh
       imgquilt refresh --rehash 0003-fix.patch
     """
+    names = list(names or []) + [n for n in patch_opt or [] if n not in (names or [])]
     if rehash:
-        _rehash(names or [], python_check=not no_python_check)
+        _rehash(names, python_check=not no_python_check)
         return
     if names and len(names) > 1:
         raise UsageError("refresh takes one PATCH (several only with --rehash).")
     wt = tree()
     r = wt.refresh(names[0] if names else None, python_check=not no_python_check)
     if G.json:
-        emit_json({"patch": r.name, "changed": r.changed, "file": str(wt.patches_dir / r.name), "files": files_json(r.patch)})
+        emit_json({"patch": r.name, "changed": r.changed, "file": str(wt.patches_dir / r.name), "files": files_json(r.patch),
+                   "targets_lock": r.lock.to_json() if r.lock else None})
         return
     for n in r.notes:
         note(f"note: {n}")
-    if not r.patch.sections:
+    if not r.patch.sections and not r.changed:
         say(f"Nothing changed in patch {r.name}.")
     elif r.changed:
         say(f"Refreshed patch {r.name}.")
     else:
         say(f"Patch {r.name} is up to date.")
+    say_lock(r.lock)
 
 
 def _rehash(names: list[str], *, python_check: bool) -> None:
@@ -194,7 +201,9 @@ def _rehash(names: list[str], *, python_check: bool) -> None:
 
 
 def diff_cmd(
-    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="An applied patch (default: the top).",
+    name: Optional[str] = typer.Argument(None, metavar="PATCH", help="An applied patch (default: the top).",
+                                         autocompletion=patch_names("applied")),
+    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="The same as the PATCH argument.",
                                         autocompletion=patch_names("applied")),
     unrefreshed: bool = typer.Option(False, "-z", help="Only the changes not refreshed yet (patch file's result -> work tree)."),
     upstream: Optional[str] = typer.Option(None, "--upstream", metavar="PATCH", help="Instead: upstream's change, between the old image and --image NEWREF, of the functions, classes and regions PATCH edits.",
@@ -213,11 +222,12 @@ def diff_cmd(
       imgquilt diff --upstream 0003-moe-fix.patch --image oci:vllm:0.11.0
     """
     if upstream is not None:
-        if patch is not None or unrefreshed:
-            raise UsageError("--upstream PATCH names its patch; give no -P or -z with it.")
+        if patch is not None or name is not None or unrefreshed:
+            raise UsageError("--upstream PATCH names its patch; give no other PATCH, -P or -z with it.")
         return _diff_upstream(upstream, image, from_ref, platform)
     if image or from_ref:
         raise UsageError("--image and --from go with --upstream PATCH.")
+    patch = one_patch(name, patch)
     wt = tree(guard=False)
     p = wt.diff_unrefreshed(patch) if unrefreshed else wt.diff(patch)
     if G.json:

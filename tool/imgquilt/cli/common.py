@@ -35,6 +35,7 @@ class Globals:
     queue: str | None = None
     json: bool = False
     debug: bool = False
+    progress: str | None = None  # never, auto, plain (None: IMGQUILT_PROGRESS, else auto)
 
 
 G = Globals()
@@ -42,7 +43,7 @@ GLOBAL_FLAGS = {"--json": "json", "--debug": "debug"}
 
 
 def hoist_globals(argv: list[str]) -> list[str]:
-    """Take --queue/--json/--debug (and --tls-verify=BOOL) out of argv wherever they stand (DESIGN: before or after the command)."""
+    """Take --queue/--json/--debug/--progress/--quiet (and --tls-verify=BOOL) out of argv wherever they stand (DESIGN: before or after the command)."""
     rest: list[str] = []
     i = 0
     while i < len(argv):
@@ -57,6 +58,13 @@ def hoist_globals(argv: list[str]) -> list[str]:
             i += 1
         elif a.startswith("--queue="):
             G.queue = a.split("=", 1)[1]
+        elif a == "--progress" and i + 1 < len(argv):
+            G.progress = argv[i + 1]
+            i += 1
+        elif a.startswith("--progress="):
+            G.progress = a.split("=", 1)[1]
+        elif a == "--quiet":
+            G.progress = "never"
         elif a.startswith("--tls-verify="):  # registries: as skopeo and podman spell it
             os.environ["IMGQUILT_TLS_VERIFY"] = a.split("=", 1)[1]
         else:
@@ -75,10 +83,18 @@ def __getattr__(name: str) -> Any:
 
     class Command(typer.core.TyperCommand):
         """Help without typer's `<str>` label after each argument name: the metavar already says what to
-        pass. The label is blanked, not cut, so the help column stays aligned."""
+        pass. The label is blanked, not cut, so the help column stays aligned. In shell completion, the
+        global options are offered after the command too (hoist_globals takes them from anywhere)."""
 
         def get_help(self, ctx) -> str:  # type: ignore[no-untyped-def]
             return _TYPE_LABEL.sub(lambda m: m.group(1) + " " * (len(m.group(2)) + 1), super().get_help(ctx))
+
+        def get_params(self, ctx):  # type: ignore[no-untyped-def]
+            params = super().get_params(ctx)
+            if os.environ.get("_IMGQUILT_COMPLETE") and ctx.parent is not None:  # never while parsing a command
+                top = ctx.find_root()
+                params = params + [p for p in top.command.params if p.name in ("queue", "json", "debug", "tls_verify", "progress", "quiet")]
+            return params
 
     made = {
         "ImageOpt": typer.Option(None, "--image", "-i", metavar="REF", help="Image reference (oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE, rootfs:DIR, tar:FILE, a path, docker://HOST/REPO[:TAG|@DIGEST] read in the registry (--tls-verify=false for one without valid HTTPS), or any other skopeo transport)."),
@@ -91,7 +107,7 @@ def __getattr__(name: str) -> Any:
     return made[name]
 
 
-_TYPE_LABEL = re.compile(r"(?m)^(  [^\s<-]\S*) (<[^>\s]+>)")
+_TYPE_LABEL = re.compile(r"(?m)^(  [^\s<-][^<\n]*?) (<[^>\s]+>)")
 
 
 # --- output -----------------------------------------------------------------------------------
@@ -159,6 +175,18 @@ def write_bytes(data: bytes) -> None:
     sys.stdout.flush()
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
+
+
+def say_lock(update: Any) -> None:
+    """What a command that changed the queue did about targets.lock (work.relock.LockUpdate), one line."""
+    line = update.line() if update is not None else None
+    if line:
+        say(line)
+
+
+def lock_json(wt: WorkTree) -> dict | None:
+    """--json of what a command that changed the queue did about targets.lock (null: the queue has none)."""
+    return wt.lock_update.to_json() if wt.lock_update is not None else None
 
 
 def emit_json(doc: Any) -> None:
@@ -237,16 +265,18 @@ def refuse_during_rebase(root: Path) -> None:
 
 
 # --- images -----------------------------------------------------------------------------------
-def progress(label: str = "") -> Callable[[int, int, str], Callable[[int], None]] | None:
-    """Byte bars for people only (registry downloads and layer reads), on stderr; never into JSON or a pipe."""
+def progress(label: str = "") -> Any:
+    """Progress of layer reads and registry downloads on stderr (cli/progress.py: bars on a terminal,
+    plain lines off one, as --progress says); None when nothing is to be shown."""
     from . import progress as bars
 
-    if not bars.wanted(G.json):
+    style = bars.mode(G.progress, G.json)
+    if style == "none":
         return None
     from ..image.sources import registry
 
-    registry.on_download = bars.download
-    return bars.layer_reads(label)
+    registry.on_download = bars.download(style)
+    return bars.LayerProgress(style, label)
 
 
 def open_ref(ref: str, platform: str | None) -> Source:
@@ -286,6 +316,13 @@ def absolute_ref(ref: str) -> str:
         if ref.startswith(prefix) and Path(ref[len(prefix):]).exists():
             return prefix + str(Path(ref[len(prefix):]).resolve())
     return ref
+
+
+def one_patch(positional: str | None, option: str | None, *, what: str = "PATCH") -> str | None:
+    """A patch named as the argument or with -P (an alias: every command takes both); both must agree."""
+    if positional is not None and option is not None and positional != option:
+        raise UsageError(f"Two patches named: {positional!r} and -P {option!r}.", hint=f"Name the {what} once (`-P` is the same argument).")
+    return positional if positional is not None else option
 
 
 def patch_names(which: str) -> Callable[[str], list[str]]:

@@ -6,11 +6,13 @@ from typing import List, Optional
 import typer
 
 from ..queue.pathquote import quote_name
-from .common import G, emit_json, patch_names, say, shown, tree
+from .common import G, emit_json, lock_json, one_patch, patch_names, say, say_lock, shown, tree
 
 
-def files_cmd(patch: Optional[str] = typer.Argument(None, metavar="PATCH", help="A patch in series (default: the top).",
-                                                   autocompletion=patch_names("series"))) -> None:
+def files_cmd(name: Optional[str] = typer.Argument(None, metavar="PATCH", help="A patch in series (default: the top).",
+                                                  autocompletion=patch_names("series")),
+              patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="The same as the PATCH argument.",
+                                                  autocompletion=patch_names("series"))) -> None:
     """List the files a patch touches (while applied: every file it tracks).
 
     \b
@@ -18,7 +20,7 @@ def files_cmd(patch: Optional[str] = typer.Argument(None, metavar="PATCH", help=
       imgquilt files
       imgquilt files 0003-app-config-longer-timeouts.patch
     """
-    name, paths = tree(guard=False).files_of(patch)
+    name, paths = tree(guard=False).files_of(one_patch(name, patch))
     if G.json:
         emit_json({"patch": name, "files": paths})
         return
@@ -42,9 +44,12 @@ def remove_cmd(paths: List[str] = typer.Argument(..., metavar="FILE", help="Imag
     Example:
       imgquilt remove etc/svc.conf
     """
-    top, dropped = tree().remove(paths)
-    _each(paths, top, dropped, {"removed": list(dict.fromkeys(paths)), "sections_dropped": dropped},
+    wt = tree()
+    top, dropped = wt.remove(paths)
+    _each(paths, top, dropped, {"removed": list(dict.fromkeys(paths)), "sections_dropped": dropped, "targets_lock": lock_json(wt)},
           "File {path} removed from patch {top} (its section left the patch file).", "File {path} removed from patch {top}.")
+    if not G.json:
+        say_lock(wt.lock_update)
 
 
 def revert_cmd(paths: List[str] = typer.Argument(..., metavar="FILE", help="Image paths the top patch tracks.")) -> None:

@@ -7,7 +7,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import UsageError
-from .common import G, emit_json, patch_names, say, tree
+from .common import G, emit_json, lock_json, patch_names, say, say_lock, tree
 
 
 def _shown(guards: tuple[str, ...] | list[str]) -> str:
@@ -60,9 +60,10 @@ def guard_cmd(
         return
     name, old, new = wt.set_guards(name, args)
     if G.json:
-        emit_json({"patch": name, "guards": list(new), "changed": old != new})
+        emit_json({"patch": name, "guards": list(new), "changed": old != new, "targets_lock": lock_json(wt)})
         return
     say(f"{name}: {_shown(new)}" + ("" if old != new else " (unchanged)"))
+    say_lock(wt.lock_update)
 
 
 def select_cmd(

@@ -6,7 +6,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import UsageError
-from .common import G, ImageOpt, PlatformOpt, emit_json, files_json, header_fields, note, say, tree
+from .common import G, ImageOpt, PlatformOpt, emit_json, files_json, header_fields, lock_json, note, say, say_lock, tree
 
 
 def import_cmd(
@@ -83,7 +83,8 @@ def import_cmd(
         ], "top": wt.top(), "after": placed[0].after if placed else None,
             "rechained": list(placed[0].rechained) if placed else [],
             "skipped": [{"source": src, "subject": subject, "why": "cover letter"} for src, subject in skipped],
-            **({"guarded": {n: list(g) for n, g in others.items()}} if others else {})})
+            **({"guarded": {n: list(g) for n, g in others.items()}} if others else {}),
+            "targets_lock": lock_json(wt)})
         return
     for src, subject in skipped:
         note(f"note: skipped {src}: a cover letter ({subject!r}), no diff; as `git am` does")
@@ -104,6 +105,7 @@ def import_cmd(
     else:
         where = f"after {anchor}" + ("" if top else " (no patch is applied)")
     say(f"They stand {where}, with bases read there; `imgquilt push` applies them to the work tree.")
+    say_lock(wt.lock_update)
 
 
 COMMANDS = {"import": import_cmd}

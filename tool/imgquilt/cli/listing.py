@@ -109,10 +109,11 @@ def show_header(name: str | None) -> None:
     render_header(name, header, False)
 
 
-def render_header(name: str, header: Header, changed: bool, *, asked: bool = False) -> None:
+def render_header(name: str, header: Header, changed: bool, *, asked: bool = False, lock: dict | None = None) -> None:
     """The header printed; after --set/--unset/--edit, whether it changed (nothing is written when not)."""
     if G.json:
-        emit_json({"patch": name, "header": header.raw.decode("utf-8", "replace"), "fields": [[k, v] for k, v in header.fields], "changed": changed})
+        emit_json({"patch": name, "header": header.raw.decode("utf-8", "replace"), "fields": [[k, v] for k, v in header.fields], "changed": changed,
+                   **({"targets_lock": lock} if asked else {})})
         return
     if asked:
         say(f"Header of {name} updated." if changed else f"Header of {name} unchanged.")

@@ -10,12 +10,14 @@ import typer
 
 from ..errors import UsageError
 from . import listing
-from .common import G, editor, emit_json, field_pairs, patch_names, run_editor, say, tree
+from .common import G, editor, emit_json, field_pairs, lock_json, one_patch, patch_names, run_editor, say, say_lock, tree
 
 
 def header_cmd(
     name: Optional[str] = typer.Argument(None, metavar="PATCH", help="A patch in series (default: the top).",
                                          autocompletion=patch_names("series")),
+    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="The same as the PATCH argument.",
+                                        autocompletion=patch_names("series")),
     edit: bool = typer.Option(False, "--edit", "-e", help="Edit the header in $EDITOR (or $IMGQUILT_EDITOR)."),
     set_: List[str] = typer.Option([], "--set", metavar="FIELD=VALUE", help="Set one field (repeatable); other fields are kept."),
     unset: List[str] = typer.Option([], "--unset", metavar="FIELD", help="Remove one field (repeatable)."),
@@ -31,7 +33,7 @@ def header_cmd(
     from ..queue.patchfile import Header
 
     wt = tree()
-    name, header = wt.header(name)
+    name, header = wt.header(one_patch(name, patch))
     before = header.raw
     if set_ or unset:
         header = wt.set_fields(name, field_pairs(set_, unset)).header
@@ -47,12 +49,16 @@ def header_cmd(
             header = wt.set_header(name, Header(Path(tmp).read_bytes())).header
         finally:
             os.unlink(tmp)
-    listing.render_header(name, header, header.raw != before, asked=bool(set_ or unset or edit))
+    listing.render_header(name, header, header.raw != before, asked=bool(set_ or unset or edit), lock=lock_json(wt))
+    if not G.json:
+        say_lock(wt.lock_update)
 
 
 def delete_cmd(
     name: Optional[str] = typer.Argument(None, metavar="PATCH", help="The patch (default: the top; an applied top patch is popped first).",
                                          autocompletion=patch_names("series")),
+    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="The same as the PATCH argument.",
+                                        autocompletion=patch_names("series")),
     remove: bool = typer.Option(False, "--remove", "-r", help="Also remove patches/NAME."),
     force: bool = typer.Option(False, "--force", "-f", help="Pop even with changes not refreshed."),
 ) -> None:
@@ -63,32 +69,42 @@ def delete_cmd(
       imgquilt delete -r 0004-experiment.patch
     """
     wt = tree()
-    gone = wt.delete(name, remove=remove, force=force)
+    gone = wt.delete(one_patch(name, patch), remove=remove, force=force)
     if G.json:
-        emit_json({"deleted": gone, "removed_file": remove, "top": wt.top()})
+        emit_json({"deleted": gone, "removed_file": remove, "top": wt.top(), "targets_lock": lock_json(wt)})
         return
     say(f"Removed patch {gone} from series" + (" and deleted its file." if remove else f" (patches/{gone} is kept; -r removes it)."))
+    say_lock(wt.lock_update)
 
 
 def rename_cmd(
-    new_name: str = typer.Argument(..., metavar="NEW_NAME", help="The new patch name."),
-    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="The patch to rename (default: the top).",
+    names: List[str] = typer.Argument(..., metavar="[PATCH] NEW_NAME", help="The patch to rename (default: the top) and its new name.",
+                                      autocompletion=patch_names("series")),
+    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="The same as the PATCH argument.",
                                         autocompletion=patch_names("series")),
 ) -> None:
     """Rename a patch: its file, its series line, its work-tree state and Requires: in other patches.
 
+    targets.lock follows in the same transaction.
+
     \b
-    Example:
-      imgquilt rename -P 0003-x.patch 0003-fix-port.patch
+    Examples:
+      imgquilt rename 0003-x.patch 0003-fix-port.patch
+      imgquilt rename 0003-fix-port.patch            (the top patch)
     """
+    if len(names) > 2:
+        raise UsageError(f"rename takes PATCH and NEW_NAME, not {len(names)} names.", hint="imgquilt rename OLD.patch NEW.patch")
+    new_name = names[-1]
+    patch = one_patch(names[0] if len(names) == 2 else None, patch)
     wt = tree()
     old, touched = wt.rename(new_name, patch)
     if G.json:
-        emit_json({"renamed": old, "to": new_name, "requires_updated": touched})
+        emit_json({"renamed": old, "to": new_name, "requires_updated": touched, "targets_lock": lock_json(wt)})
         return
     say(f"Patch {old} renamed to {new_name}.")
     for t in touched:
         say(f"  updated Requires: in {t}")
+    say_lock(wt.lock_update)
 
 
 def move_cmd(

@@ -95,8 +95,14 @@ def _annotate(report: RebaseReport) -> None:
 
 def _status() -> None:
     """Re-list where a stopped rebase stands (top says "No patches applied" then)."""
-    from ..api import rebase_status
+    from ..api import rebase_in_progress, rebase_status
 
+    if not rebase_in_progress(G.queue):  # a question with an answer: exit 0
+        if G.json:
+            emit_json({"status": "none"})
+        else:
+            say("No rebase in progress.")
+        return
     report = rebase_status(G.queue)
     _render(report)  # exit 0: the status was shown; the conflict is in the document
     if not G.json:

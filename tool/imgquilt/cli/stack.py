@@ -7,7 +7,7 @@ import typer
 
 from ..errors import ImgquiltError
 from . import listing
-from .common import G, ImageOpt, PlatformOpt, emit_json, emit_outcome, note, patch_names, say, shown, tree
+from .common import G, ImageOpt, PlatformOpt, emit_json, emit_outcome, note, one_patch, patch_names, say, shown, tree
 
 if TYPE_CHECKING:
     from ..work import WorkTree
@@ -24,6 +24,8 @@ def _target(arg: str | None, wt: WorkTree) -> tuple[str | None, int | None]:
 def push_cmd(
     target: Optional[str] = typer.Argument(None, metavar="PATCH|N", help="Push up to and including this patch, or this many patches.",
                                            autocompletion=patch_names("unapplied")),
+    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="The same as the PATCH argument.",
+                                        autocompletion=patch_names("unapplied")),
     all: bool = typer.Option(False, "--all", "-a", help="Push every patch."),
     image: Optional[str] = ImageOpt,
     platform: Optional[str] = PlatformOpt,
@@ -40,7 +42,7 @@ def push_cmd(
       imgquilt push 2
     """
     wt = tree(image, platform)
-    name, count = _target(target, wt)
+    name, count = _target(one_patch(target, patch), wt)
     try:
         done = wt.push(name, all=all, count=count)
     except ImgquiltError as exc:
@@ -63,6 +65,8 @@ def push_cmd(
 def pop_cmd(
     target: Optional[str] = typer.Argument(None, metavar="PATCH|N", help="Pop until this patch is the top, or this many patches.",
                                            autocompletion=patch_names("applied")),
+    patch: Optional[str] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="The same as the PATCH argument.",
+                                        autocompletion=patch_names("applied")),
     all: bool = typer.Option(False, "--all", "-a", help="Pop every patch."),
     force: bool = typer.Option(False, "--force", "-f", help="Discard changes not refreshed into the top patch."),
 ) -> None:
@@ -77,7 +81,7 @@ def pop_cmd(
       imgquilt pop 0001-port.patch
     """
     wt = tree()
-    name, count = _target(target, wt)
+    name, count = _target(one_patch(target, patch), wt)
     popped = wt.pop(name, all=all, count=count, force=force)
     top = wt.top()
     if G.json:

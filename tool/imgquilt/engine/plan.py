@@ -8,16 +8,17 @@ from dataclasses import dataclass, field
 
 from ..errors import BadInput, BaseDrift, ImgquiltError, MalformedPatch, MissingTarget, PythonCheckFailed, Refused, ResultMismatch, StaleLock, UnsafePath
 from ..fs.content import held_or_none
-from ..fs.types import Source, TargetFile, read_targets
+from ..fs.types import ImageInfo, Source, TargetFile, read_targets
 from ..queue.hunks import ABSENT, sha256_hex
-from ..queue.lock import Lock, LockTarget, patch_hashes, rootfs_digest, stale_lock_advice
+from ..queue.lock import Lock, LockTarget, patch_hashes, read_note, rootfs_digest, stale_lock_advice
 from ..queue.patchfile import rehash_command
 from ..queue.queue import Queue
 from .apply import HunkError, apply_section
 from .bytecode import Bytecode, find_bytecode, is_python_source
+from .drift import ImageBytes, diagnose, older_versions
 from .pycheck import Memo, Screen, check_key, errors_of_many, located, start_errors_of_many
 from .pysearch import SourceModules
-from .record import read_record_target, record_bytes, recorded_ref
+from .record import parse_record, read_record_target, record_bytes, recorded_ref
 from .result import RECORD_PATH, ApplyResult, FileResult
 
 LOCK_HINT = "Run `imgquilt lock` to pin the queue to the image again."
@@ -36,6 +37,7 @@ class Problem:
     actual: str
     detail: str = ""
     locations: tuple[str, ...] = ()  # "python": each finding as path:line:col
+    cause: str = ""  # "drift"/"missing": why (engine.drift): "image", "hand", "later", "older"
 
     def render(self) -> str:
         where = self.path if self.path == self.resolved else f"{self.path} (resolved: {self.resolved})"
@@ -80,9 +82,53 @@ NEXT_STEP = {
 }
 
 
-def refusal(problems: list[Problem], notes: list[str] | tuple[str, ...] = ()) -> ImgquiltError:
+# the way on for a drifted or missing file, by its cause (engine.drift); {root}: the root's path
+WAY_ON = {
+    "hand": "Put back what the image has: `imgquilt restore {paths} --root {root}` (journaled, as apply is); or keep the "
+            "edit in the queue: `imgquilt new NAME.patch`, `imgquilt add PATH`, copy the file from the root into "
+            ".imgquilt/work/PATH, `imgquilt refresh`.",
+    "unsure": "If the root was edited by hand, `imgquilt restore {paths} --root {root}` puts back what the image has; "
+              "if it is another image (a new version), `imgquilt rebase --image REF` carries the queue onto it.",
+    "later": "`imgquilt apply --reverse --root {root}` takes off what imgquilt applied there; then apply again.",
+    "later-unrecorded": "No apply record says imgquilt put it there: a change applied by hand goes back with "
+                        "`imgquilt restore {paths} --root {root}`; a change upstream has made already is dropped by "
+                        "`imgquilt rebase --image REF` (it finds the patches already in the image).",
+    "later-image": "Apply to the image the queue is pinned to, not to one already patched (`imgquilt audit --image REF` "
+                   "shows what of the queue is live in it).",
+    "older": "The root runs an older version of this queue: {older}. Not a rebase: `imgquilt apply --reverse --root {root}` "
+             "takes that version off (its bases from .imgquilt/objects, or --image REF), then `imgquilt apply --root {root}` "
+             "puts this one on.",
+    "older-image": "The image runs an older version of this queue: {older}. Not a rebase: apply to the image that version "
+                   "was applied to{digest}, not to the patched one (`imgquilt audit --image REF` shows what of this queue "
+                   "is live in it).",
+}
+
+
+def way_on(problems: list[Problem], info: ImageInfo | None, older: tuple[str, str | None] | None = None) -> list[str]:
+    """The hints of the drifted files whose cause is not the image: one per cause, naming the root.
+    `older`: (how the version the target's apply record names differs, the image it went on); None
+    when the target has no record."""
+    rootfs = info is not None and info.kind == "rootfs"
+    root = info.ref.removeprefix("rootfs:") if info is not None else "ROOT"
+    hints = []
+    for cause in ("hand", "unsure", "later", "older"):
+        mine = [p for p in problems if p.cause == cause]
+        if not mine:
+            continue
+        key = cause if rootfs or cause in ("hand", "unsure") else f"{cause}-image"
+        if key == "later" and older is None:
+            key = "later-unrecorded"
+        summary, digest = older or ("", None)
+        hints.append(WAY_ON[key].format(paths=" ".join(dict.fromkeys(p.path for p in mine)), root=root, older=summary,
+                                        digest=f" ({digest})" if digest else ""))
+    return hints
+
+
+def refusal(problems: list[Problem], info: ImageInfo | None = None, older: tuple[str, str | None] | None = None,
+            notes: list[str] | tuple[str, ...] = ()) -> ImgquiltError:
     """One error naming every problem (and, after them, the Python check's "cannot tell" notes);
-    bad input (6) wins over verification failures (3)."""
+    bad input (6) wins over verification failures (3). `older`: the version of the queue a target's
+    record names, and the image it went on (engine.drift)."""
     kinds = {p.kind for p in problems}
     if kinds & {"missing", "hunk"}:
         cls = {frozenset({"missing"}): MissingTarget, frozenset({"hunk"}): MalformedPatch}.get(frozenset(kinds), BadInput)
@@ -92,10 +138,11 @@ def refusal(problems: list[Problem], notes: list[str] | tuple[str, ...] = ()) ->
     msg = f"Refused: {len(problems)} verification failure(s); nothing was written.\n" + "\n".join(
         f"  - {p.render()}" for p in problems
     ) + "".join(f"\n  note: {n}" for n in notes)
-    hints = []
+    hints = way_on(problems, info, older)
     for kind in sorted(kinds):
-        names = list(dict.fromkeys(p.patch for p in problems if p.kind == kind))
-        hints.append(NEXT_STEP[kind].format(rehash=rehash_command(names)))
+        names = list(dict.fromkeys(p.patch for p in problems if p.kind == kind and p.cause in ("", "image")))
+        if names:
+            hints.append(NEXT_STEP[kind].format(rehash=rehash_command(names)))
     err = cls(msg, hint="\n".join(hints))
     err.problems = problems  # type: ignore[attr-defined]
     return err
@@ -107,7 +154,8 @@ def check_lock_fresh(queue: Queue, lock: Lock | None, *, locked: bool) -> None:
             raise StaleLock(f"--locked given, but {queue.lock_path} does not exist.", hint=NO_LOCK_HINT)
         return
     if lock.series_sha256 != queue.series_sha256:
-        what, todo = stale_lock_advice(lock, queue.names, [p.raw for p in queue.patches])
+        what, todo = stale_lock_advice(lock, queue.names, [p.raw for p in queue.patches], series_sha256=queue.series_sha256,
+                                       note=read_note(queue.root))
         raise StaleLock(
             f"targets.lock is stale ({what}): it pins series sha256 {lock.series_sha256}, but the queue is now {queue.series_sha256}.",
             hint=todo[0].upper() + todo[1:],
@@ -360,11 +408,12 @@ def stale_bytecode(source: Source, states: dict[str, _FileState], targets: dict[
 def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False, python_check: bool = True,
                python_memo: Memo | None = None, python_screen: Screen | None = None,
                bytecode_source: Source | None = None, env: tuple[tuple[str, str], ...] = (),
-               module_source: Source | None = None) -> ApplyResult:
+               module_source: Source | None = None, image_bytes: ImageBytes | None = None) -> ApplyResult:
     """Read, apply and verify everything in memory. Raises a refusal naming every problem."""
     result, gate = plan_apply_gated(queue, source, lock, locked=locked, python_check=python_check,
                                     python_memo=python_memo, python_screen=python_screen,
-                                    bytecode_source=bytecode_source, env=env, module_source=module_source)
+                                    bytecode_source=bytecode_source, env=env, module_source=module_source,
+                                    image_bytes=image_bytes)
     gate.check()
     return result
 
@@ -393,14 +442,15 @@ class Gate:
 def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False, python_check: bool = True,
                      python_memo: Memo | None = None, python_screen: Screen | None = None,
                      bytecode_source: Source | None = None, env: tuple[tuple[str, str], ...] = (),
-                     module_source: Source | None = None) -> tuple[ApplyResult, Gate]:
+                     module_source: Source | None = None, image_bytes: ImageBytes | None = None) -> tuple[ApplyResult, Gate]:
     """plan_apply, with the Python check left running: every other verification is done and refused
     here; the result may be staged but not made visible before `gate.check()` passed.
 
     `bytecode_source`: where to look for bytecode the change makes stale (default: `source`; an
     in-place apply looks in the root it writes). `env`: environment defaults for the image's config,
     carried in the result and its record. `module_source`: where the cross-module Python check reads
-    the modules the patched files import (default: `source`)."""
+    the modules the patched files import (default: `source`). `image_bytes`: the image's bytes of a
+    path by sha256 (the object store), to show a hand edit of a root as a diff."""
     check_lock_fresh(queue, lock, locked=locked)
     paths = queue.target_paths()
     check_link_parents(queue)
@@ -440,7 +490,10 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     if problems:  # one refusal names everything, the Python check's findings included
         if pending is not None:
             problems += pending.problems()
-        raise refusal(problems, [n for n in notes if ": cannot tell: " in n])
+        record = parse_record(record_target.data)
+        problems = diagnose(problems, queue, targets, info, lock, record, image_bytes)
+        raise refusal(problems, info, (older_versions(queue, record), record.image_digest) if record is not None else None,
+                      notes=[n for n in notes if ": cannot tell: " in n])
     files = []
     for st in states.values():
         t = st.target
@@ -496,7 +549,7 @@ def plan_lock(queue: Queue, source: Source, ref: str, *, python_check: bool = Tr
     states, problems = run_series(queue, targets, source=source, python_check=python_check, python_memo=python_memo,
                                   python_screen=python_screen, notes=notes, modules=modules)
     if problems:
-        raise refusal(problems, notes)
+        raise refusal(problems, notes=notes)
     info = source.info()
     digest = info.digest or rootfs_digest([(t.resolved, sha256_hex(t.data)) for t in targets.values()])
     lock_targets = []

@@ -7,6 +7,7 @@ already scanned, and a record those layers do not decide counts as not there.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Sequence
 
 from .. import __version__
@@ -74,3 +75,71 @@ def read_record_target(source: Source) -> TargetFile | None:
     except BadInput:
         return None
     return found.get(RECORD_PATH)
+
+
+@dataclass(frozen=True)
+class RecordFile:
+    """One file of one patch as a record lists it."""
+
+    path: str
+    resolved: str
+    base_sha256: str
+    patched_sha256: str
+
+
+@dataclass(frozen=True)
+class Record:
+    """An apply record as read back from a root or an image: what imgquilt applied there. It is input
+    like any file of a root: used to explain and to undo (every byte written is checked against it and
+    the object store), never trusted to name a place outside the root."""
+
+    series_sha256: str
+    image_digest: str | None
+    imgquilt_version: str
+    patches: tuple[tuple[str, tuple[RecordFile, ...]], ...]
+    created_dirs: tuple[str, ...] = ()  # in place only: the directories that apply created, in the order made
+    bytecode: tuple[str, ...] = ()  # the stale bytecode files that apply removed
+
+    @property
+    def names(self) -> list[str]:
+        return [n for n, _ in self.patches]
+
+    def first_and_last(self) -> dict[str, tuple[str, str, str]]:
+        """Per resolved file: (a named path, the base the image had, the result the series left)."""
+        out: dict[str, tuple[str, str, str]] = {}
+        for _, files in self.patches:
+            for f in files:
+                named, base, _ = out.get(f.resolved, (f.path, f.base_sha256, ""))
+                out[f.resolved] = (named, base, f.patched_sha256)
+        return out
+
+
+def parse_record(data: bytes | None) -> Record | None:
+    """The record in `data`; None when it is not one imgquilt writes (absent, damaged, foreign)."""
+    if data is None:
+        return None
+    try:
+        doc = json.loads(data)
+        image = doc.get("image") or {}
+        patches = tuple(
+            (str(p["name"]), tuple(RecordFile(str(f["path"]), str(f["resolved"]), str(f["base_sha256"]), str(f["patched_sha256"]))
+                                   for f in p["files"]))
+            for p in doc["patches"])
+        dirs = doc.get("created_dirs") or []
+        if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+            return None
+        bytecode = tuple(str(b["path"]) for b in doc.get("bytecode") or [])
+        return Record(str(doc["series_sha256"]), image.get("digest") if isinstance(image.get("digest"), str) else None,
+                      str(doc.get("imgquilt_version", "")), patches, tuple(dirs), bytecode)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def with_created_dirs(record: bytes, dirs: Sequence[str]) -> bytes:
+    """The record of an in-place apply that created `dirs` (so that `apply --reverse` removes exactly
+    them); the record as it is when it created none (then every output writes the same bytes)."""
+    if not dirs:
+        return record
+    doc = json.loads(record)
+    doc["created_dirs"] = list(dirs)
+    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()

@@ -176,6 +176,10 @@ class ImageSource:
         # called with (layer position from the top, layer count, layer digest) before a layer is read;
         # it may return a callback that is given the count of tar bytes read as they pass (progress)
         self.on_layer: Callable[[int, int, str], Callable[[int], None] | None] | None = None
+        # the CLI's progress: called as a layer starts to be read (a scan ahead included, so layers read
+        # at once show at once) with (position, count, digest, stored size: the manifest's); it may
+        # return a callback given the stored bytes read as they pass, with a close() called at the end
+        self.on_layer_sized: Callable[[int, int, str, int | None], Callable[[int], None] | None] | None = None
 
     # --- Source protocol ---
     def info(self) -> ImageInfo:
@@ -425,9 +429,11 @@ class ImageSource:
                 if below not in self._ahead:
                     self._start_prefetch(below, wanted)
         if pre is not None:
-            if self.on_layer is not None:
+            if self.on_layer is not None and self.on_layer_sized is None:
                 pre.counter.attach(self.on_layer(position, len(self._layers), self._label(position)))
             index, verified, seen, key = pre.result()
+        elif self.on_layer_sized is not None:
+            index, verified, seen, key = self._scan_layer(position, self._keeper(wanted), self._sized_bar(position), None, stored=True)
         else:
             on_bytes = self.on_layer(position, len(self._layers), self._label(position)) if self.on_layer else None
             index, verified, seen, key = self._scan_layer(position, self._keeper(wanted), on_bytes, None)
@@ -474,10 +480,27 @@ class ImageSource:
 
         return keep
 
+    def _sized_bar(self, position: int) -> Callable[[int], None] | None:
+        assert self.on_layer_sized is not None
+        layer = self._layers[position]
+        size = layer.location.size if layer.location is not None else getattr(layer.descriptor, "size", None)
+        return self.on_layer_sized(position, len(self._layers), self._label(position), size)
+
     def _scan_layer(self, position: int, keep: Callable[[str, int], bool], on_bytes: Callable[[int], None] | None,
-                    cancel: threading.Event | None):
+                    cancel: threading.Event | None, *, stored: bool = False):
         """(index, verified, fingerprint, cache key) of one layer: from its TOC when it is a seekable
-        layer whose TOC can be used, else read whole; safe to run in another thread."""
+        layer whose TOC can be used, else read whole; safe to run in another thread. `stored`: `on_bytes`
+        counts the blob's stored bytes (a progress bar whose total is the manifest's size), and is closed
+        at the end."""
+        try:
+            return self._scan(position, keep, on_bytes, cancel, stored)
+        finally:
+            close = getattr(on_bytes, "close", None) if stored else None
+            if close is not None:
+                close()
+
+    def _scan(self, position: int, keep: Callable[[str, int], bool], on_bytes: Callable[[int], None] | None,
+              cancel: threading.Event | None, stored: bool):
         layer = self._layers[position]
         ref = self._tocs[position]
         if ref is not None:
@@ -488,7 +511,7 @@ class ImageSource:
         digest = layer.check_digest
         trusted = digest is None or self._verified.is_verified(digest, layer.location)
         with layer.open_stream(trusted=trusted) as stream:
-            tar = stream if on_bytes is None else _Counted(stream, on_bytes)
+            tar = stream if on_bytes is None else _Counted(stream, on_bytes, stored=stored)
             if cancel is not None:
                 tar = _Cancellable(tar, cancel)
             index = scan_layer(tar, position=position, whiteouts=self._view.whiteouts, keep=keep,
@@ -603,6 +626,11 @@ class ImageSource:
             return
         keep = self._keeper(set(wanted))
         counter = _LateCounter()
+        if self.on_layer_sized is not None:  # shown from now on, beside the layer read at the same time
+            bar = self._sized_bar(position)
+            self._ahead[position] = _Prefetch(position, lambda cancel: self._scan_layer(position, keep, bar, cancel, stored=True),
+                                              counter)
+            return
         self._ahead[position] = _Prefetch(position, lambda cancel: self._scan_layer(position, keep, counter, cancel),
                                           counter)
 
@@ -841,20 +869,33 @@ class _Prefetch:
 
 
 class _Counted:
-    """A layer's tar stream that reports the bytes read or skipped through it (for a progress bar)."""
+    """A layer's tar stream that reports the bytes read or skipped through it (for a progress bar):
+    the tar's, or (`stored`) the stored blob's, read by the decompressor so far, in the manifest's unit
+    (a download reports its own: registry.on_download)."""
 
-    def __init__(self, stream, on_bytes: Callable[[int], None]) -> None:
+    def __init__(self, stream, on_bytes: Callable[[int], None], *, stored: bool = False) -> None:
         self._stream = stream
         self._on_bytes = on_bytes
+        self._stored = stored
+        self._last = 0
+
+    def _report(self, n: int) -> None:
+        if not self._stored:
+            self._on_bytes(n)
+            return
+        now = getattr(self._stream, "stored_read", None)
+        if isinstance(now, int) and now > self._last:
+            self._on_bytes(now - self._last)
+            self._last = now
 
     def read(self, n: int = -1) -> bytes:
         data = self._stream.read(n)
-        self._on_bytes(len(data))
+        self._report(len(data))
         return data
 
     def skip(self, n: int) -> int:
         done = self._stream.skip(n)
-        self._on_bytes(done)
+        self._report(done)
         return done
 
     def __getattr__(self, name: str):

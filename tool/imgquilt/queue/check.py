@@ -7,7 +7,7 @@ from typing import Callable
 
 from ..util.regular import read_regular_file
 from ..errors import ImgquiltError
-from .lock import Lock, LockFile, read_lock_file, stale_lock_advice
+from .lock import Lock, LockFile, LockNote, read_lock_file, read_note, stale_lock_advice
 from .patchfile import Patch, read_patch, rehash_command
 from .queue import series_sha256
 from .series import SeriesEntry, has_guards, parse_series, selected_entries, selection_text
@@ -27,8 +27,16 @@ def chain_breaks(patches: list[Patch] | tuple[Patch, ...]) -> list[str]:
     return out
 
 
-# a verb's test of each section's body against its base bytes (stale Patched-SHA256 lines)
-BodyCheck = Callable[[Path, list[Patch]], list[str]]
+@dataclass(frozen=True)
+class Bodies:
+    """A verb's test of each section's body against its base bytes (stale Patched-SHA256 lines): the
+    problems found (patch, sentence), and the patches with a section whose base was not at hand."""
+
+    problems: tuple[tuple[str, str], ...] = ()
+    unchecked: frozenset[str] = frozenset()
+
+
+BodyCheck = Callable[[Path, list[Patch]], Bodies]
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,7 @@ def lint_queue(root: Path, bodies: BodyCheck | None = None) -> Lint:
             problems.append(f"patches/{n} is not listed in series.")
     patches: list[Patch] = []
     raw: list = []
+    unreadable: set[str] = set()  # patch files that do not parse: edited by hand, surely
     for e in entries:
         f = pdir / e.name
         try:
@@ -89,12 +98,16 @@ def lint_queue(root: Path, bodies: BodyCheck | None = None) -> Lint:
                 continue
             patches.append(patch)
         except ImgquiltError as exc:
+            unreadable.add(e.name)
             problems.append(f"{exc.message} {exc.hint}" if getattr(exc, "recount", False) else exc.message)
     guarded = has_guards(entries)
     if not guarded:
         problems += chain_breaks(patches)
-    if bodies is not None:
-        problems += bodies(root, patches)
+    body = bodies(root, patches) if bodies is not None else None
+    if body is not None:
+        problems += [text for _, text in body.problems]
+    hand = Hand(read_note(root), None if body is None else {n for n, _ in body.problems} | unreadable,
+                None if body is None else set(body.unchecked))
     order = {n: i for i, n in enumerate(names)}
     for p in patches:
         for req in p.header.requires:
@@ -124,18 +137,29 @@ def lint_queue(root: Path, bodies: BodyCheck | None = None) -> Lint:
             text = selection_text(keep) if guarded else series_bytes
             raws = [raw[i] for i, e in enumerate(entries) if e in keep]
             problems += lock_problems(profile, text, [e.name for e in keep], raws, chosen, lock,
-                                      "the selection" if guarded else "series")
+                                      "the selection" if guarded else "series", hand)
     return Lint(tuple(problems), tuple(selections), tuple(patches))
 
 
+@dataclass(frozen=True)
+class Hand:
+    """What tells a stale lock's causes apart (queue.lock.stale_lock_advice): the note of a command that
+    left it stale, the patches whose bodies no longer give their pins, those not testable here."""
+
+    note: LockNote | None = None
+    edited: set[str] | None = None
+    unchecked: set[str] | None = None
+
+
 def lock_problems(profile: str | None, series_text: bytes, names: list[str], raws: list[bytes], patches: list[Patch],
-                  lock: Lock, scope: str = "series") -> list[str]:
+                  lock: Lock, scope: str = "series", hand: Hand = Hand()) -> list[str]:
     """Is one pin of targets.lock fresh for the patches it selects (docs/targets-lock.md)?"""
     where = "targets.lock" if profile is None else f"targets.lock [profile.{profile}]"
     relock = "`imgquilt lock`" if profile is None else f"`imgquilt lock --profile {profile}`"
     problems: list[str] = []
     if lock.series_sha256 != series_sha256(series_text, raws):
-        what, todo = stale_lock_advice(lock, names, raws, scope)
+        what, todo = stale_lock_advice(lock, names, raws, scope, series_sha256=series_sha256(series_text, raws),
+                                       note=hand.note, hand_edited=hand.edited, unchecked=hand.unchecked)
         return [f"{where} is stale ({what}); {todo.replace('`imgquilt lock`', relock)}"]
     firsts: dict[str, str] = {}
     last: dict[str, str] = {}

@@ -9,10 +9,13 @@ Two kinds of leftovers:
   it whatever its age, and sweep() removes it once it is older than GRACE seconds (on a filesystem
   without O_TMPFILE a writer names its temp an instant before it locks it).
 - the journal of a command that writes several files as one transaction (QueueJournal):
-  `import` (`.imgquilt/import/journal.json`: its patch files, then `series`) and `refresh --rehash`
-  (`.imgquilt/rehash/journal.json`: the work copies and snapshots of the patches it pops and pushes
-  again, its patch files, then `targets.lock`) and `move` (`.imgquilt/move/journal.json`: the work copies
-  and snapshots it pops and pushes, the patch files it re-chains, `series`, then `targets.lock`). The journal lists every file the command will write,
+  `import` (`.imgquilt/import/journal.json`: its patch files, then `series`, then `targets.lock`),
+  `refresh --rehash` (`.imgquilt/rehash/journal.json`: the work copies and snapshots of the patches it
+  pops and pushes again, its patch files, then `targets.lock`), `move` (`.imgquilt/move/journal.json`:
+  the work copies and snapshots it pops and pushes, the patch files it re-chains, `series`, then
+  `targets.lock`), and `refresh`, `new`, `delete`, `rename`, `header`, `remove`, `guard`
+  (`.imgquilt/<command>/journal.json`: the files each changes, then the `targets.lock` that follows
+  them, work.relock). The journal lists every file the command will write,
   in the order it writes them, each with the sha256 of its new bytes (or "absent" for a removal) and
   its mode before (a backup of each file it replaces is kept beside the journal). It is written,
   flock'ed and put in place (one link) before the first of those files changes, and removed after the
@@ -65,7 +68,8 @@ ABSENT = "absent"
 FILE_CAP = 1 << 30  # a work copy is an image file; backups and reads are capped as WorkFiles caps them
 # the commands that write the queue as one transaction (their journal's directory), as the user types them
 COMMANDS = {"import": "imgquilt import", "rehash": "imgquilt refresh --rehash", "move": "imgquilt move",
-            "rename": "imgquilt rename", "delete": "imgquilt delete"}
+            "refresh": "imgquilt refresh", "new": "imgquilt new", "delete": "imgquilt delete", "rename": "imgquilt rename",
+            "header": "imgquilt header", "remove": "imgquilt remove", "guard": "imgquilt guard"}
 
 
 def _temps(root: Path) -> list[Path]:

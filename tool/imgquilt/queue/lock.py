@@ -4,12 +4,13 @@ its guard selection and its environment defaults (docs/targets-lock.md)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 
-from ..errors import MalformedLock
+from ..errors import ImgquiltError, MalformedLock
 from ..fs.content import Data
 from ..fs.types import ImageInfo
 from .hunks import sha256_hex
@@ -95,21 +96,81 @@ def patch_hashes(names: list[str], raws: list[Data]) -> tuple[tuple[str, str], .
     return tuple((n, sha256_hex(raw)) for n, raw in zip(names, raws))
 
 
-def stale_lock_advice(lock: Lock, names: list[str], raws: list[Data], scope: str = "series") -> tuple[str, str]:
-    """(what changed since the lock was made, what to run), naming the patches when the lock knows them;
+@dataclass(frozen=True)
+class LockNote:
+    """Why a command that changed the queue left targets.lock stale (it could not write it in the same
+    transaction): kept in `.imgquilt/state/lock-note.json`, sealed with the user's key, and believed only
+    while the queue is still what that command left (`series_sha256`)."""
+
+    series_sha256: str
+    command: str  # as the user typed it: "imgquilt refresh"
+    why: str  # one sentence: what it could not do
+    todo: str  # the way on
+
+
+NOTE_FILE = "lock-note.json"
+
+
+def render_note(note: LockNote) -> bytes:
+    from ..util.sealing import seal
+
+    doc = {"version": 1, "series_sha256": note.series_sha256, "command": note.command, "why": note.why, "todo": note.todo}
+    doc["seal"] = seal(doc)
+    return (json.dumps(doc, sort_keys=True) + "\n").encode()
+
+
+def read_note(root: Path) -> LockNote | None:
+    """The note a command left in this queue's local state; None when there is none or it is not ours."""
+    from ..util.sealing import sealed_here
+    from ..util.statedir import StateDir
+
+    try:
+        raw = StateDir(root, "state").read(NOTE_FILE)
+        doc = json.loads(raw) if raw is not None else None
+        if not isinstance(doc, dict) or doc.get("version") != 1 or not sealed_here(doc):
+            return None
+        return LockNote(str(doc["series_sha256"]), str(doc["command"]), str(doc["why"]), str(doc["todo"]))
+    except (ImgquiltError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def stale_lock_advice(lock: Lock, names: list[str], raws: list[Data], scope: str = "series", *, series_sha256: str = "",
+                      note: LockNote | None = None, hand_edited: set[str] | None = None,
+                      unchecked: set[str] | None = None) -> tuple[str, str]:
+    """(what changed since the lock was made, and by whom, what to run): the real cause first.
+
+    - a command left it stale (its `note`, for this very queue): what it could not do, and the way on;
+    - patch files edited by hand: whose body no longer gives its Patched-SHA256 (`hand_edited`, found
+      on the bases the object store holds) is re-pinned by `refresh --rehash`; a hand edit whose hashes
+      still agree with its body needs only `imgquilt lock`; where no base was at hand to tell
+      (`unchecked`, or no check at all) both ways are named;
+    - series edited by hand (patches new, gone or moved): `imgquilt lock`.
     `scope`: what the patches enter and leave (a guarded series' pin: "the selection")."""
     from .patchfile import rehash_command  # on use: reading a lock reads no patch
 
+    if note is not None and series_sha256 and note.series_sha256 == series_sha256:
+        return f"`{note.command}` changed the queue and could not update it: {note.why}", note.todo
     found = lock.changed_patches(names, raws)
     if found is None:
         return "series or a patch changed since", "run `imgquilt lock`."
     changed, new, gone = found
-    what = [f"{', '.join(which)} {how}" for which, how in ((changed, "changed"), (new, "new"), (gone, f"left {scope}")) if which]
-    if not what:
-        return f"{scope} changed since it was made", "run `imgquilt lock`."
+    moved = not changed and not new and not gone
+    what = [f"{', '.join(which)} {how}" for which, how in ((new, "new"), (gone, f"left {scope}")) if which]
+    if moved:
+        return f"{scope} edited by hand since it was made: its order or options changed", "run `imgquilt lock`."
     if not changed:
-        return "; ".join(what) + " since it was made", "run `imgquilt lock`."
-    return ("; ".join(what) + " since it was made",
+        return f"{scope} edited by hand since it was made: " + "; ".join(what), "run `imgquilt lock`."
+    others = "".join(f"; {', '.join(which)} {how}" for which, how in ((new, "new"), (gone, f"left {scope}")) if which)
+    if hand_edited is not None:
+        bad = [n for n in changed if n in hand_edited]
+        unknown = [n for n in changed if n in (unchecked or set()) and n not in hand_edited]
+        if bad:
+            return (f"{', '.join(bad)} edited by hand since it was made: its body no longer gives its Patched-SHA256{others}",
+                    f"{rehash_command(bad)} re-pins a hand edit (and the patches after it) and writes the lock.")
+        if not unknown:
+            return (f"{', '.join(changed)} edited by hand since it was made: its hunks and hashes still agree{others}",
+                    "run `imgquilt lock` (it verifies the series on the pinned image and writes the lock).")
+    return (f"{', '.join(changed)} edited by hand since it was made{others}",
             f"{rehash_command(changed)} re-pins a hand edit (and the patches after it) and writes the lock; or run `imgquilt lock`.")
 
 

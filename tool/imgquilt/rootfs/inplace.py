@@ -8,7 +8,8 @@ opened by rewriting the journal (see journal.py) once:
   prepare  create missing parent directories, hard-link a backup of every existing target, write
            every new content to a temp beside its target (fsync'd, owner, mode and xattrs set);
   commit   rename each temp over its target, or unlink it, for a deletion;
-  clean    the commit point: from here on the new tree wins; drop the backups, then the journal.
+  clean    the commit point: from here on the new tree wins; drop the backups (and remove the
+           directories an `apply --reverse` takes away, when they are empty), then the journal.
 
 Recovery of a `prepare` or `commit` journal rolls back (backups renamed back, created files, temps
 and directories removed); of a `clean` journal rolls forward (backups removed). Every step is
@@ -22,12 +23,12 @@ import os
 import secrets
 import stat
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
 from ..queue.hunks import sha256_hex
-from ..engine.record import names_series
+from ..engine.record import names_series, with_created_dirs
 from ..engine.result import RECORD_PATH, ApplyResult, FileResult
 from ..errors import BaseDrift, RootWriteFailed, UnsafePath
 from ..fs.content import Data, write_all
@@ -174,7 +175,7 @@ def _remove_dirs(root_fd: int, dirs: tuple[str, ...]) -> None:
             os.rmdir(name, dir_fd=pfd)
             os.fsync(pfd)
         except (FileNotFoundError, OSError) as exc:
-            if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
+            if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
                 raise
         finally:
             os.close(pfd)
@@ -190,6 +191,7 @@ def _roll_forward(root_fd: int, j: Journal) -> None:
                 os.fsync(dfd)
         except (FileNotFoundError, UnsafePath):
             continue
+    _remove_dirs(root_fd, j.gone)
 
 
 def _read_current(root: Path, changed: list[FileResult]) -> dict[str, TargetFile]:
@@ -207,7 +209,9 @@ def _read_current(root: Path, changed: list[FileResult]) -> dict[str, TargetFile
         raise BaseDrift(
             f"Refused: {f.target.path} (resolved: {now.resolved}) in {root} has sha256 {sha256_hex(now.data)}, "
             f"but the verified base is {sha256_hex(f.target.data)}; nothing was written.",
-            hint="The root is not the filesystem that was verified (or it changed meanwhile); apply onto a copy of that image.",
+            hint="The root is not the filesystem that was verified (or it changed meanwhile): apply onto a copy of that "
+                 f"image. A file edited by hand goes back with `imgquilt restore PATH... --root {root}`; a queue imgquilt "
+                 f"applied there comes off with `imgquilt apply --reverse --root {root}`.",
         )
     return cur
 
@@ -364,6 +368,8 @@ class _Writer:
             if e.has_old:
                 unlink_quiet(dfd, self.j.old_name(i))
         self.sync_dirs()
+        self.where = ", ".join(self.j.gone) or "."
+        _remove_dirs(self.held.fd, self.j.gone)
 
     def sync_dirs(self) -> None:
         """One fsync per directory touched, so a phase is durable before the next journal says so."""
@@ -382,17 +388,21 @@ class _Writer:
 
 
 def write_in_place(root: Path, result: ApplyResult, *, held: HeldRoot | None = None,
-                   gate: Callable[[], None] | None = None) -> list[str]:
+                   gate: Callable[[], None] | None = None, remove_dirs: tuple[str, ...] = ()) -> list[str]:
     """Write every changed file of `result` into `root` atomically as a whole; return resolved paths.
 
     `held`: the lock hold_root took before the plan was read; without it, one is taken here.
     `gate`: called after the files are staged and before the commit; when it raises, the staged
     files are rolled back (the root stays exactly old) and its error goes on.
+    `remove_dirs`: directories to remove with the change where they are left empty, in the order they
+    were made (`apply --reverse`: those its apply created; removed deepest first, past the commit, so a
+    crash finishes them).
+    The directories this write creates are listed in the record it writes (`created_dirs`).
     """
     if held is None:
         with hold_root(root) as mine:
             assert mine is not None
-            return write_in_place(root, result, held=mine, gate=gate)
+            return write_in_place(root, result, held=mine, gate=gate, remove_dirs=remove_dirs)
     changed = [f for f in result.files if f.changed]
     try:
         here = _read_current(root, changed)
@@ -413,7 +423,10 @@ def write_in_place(root: Path, result: ApplyResult, *, held: HeldRoot | None = N
         dirs = _check_paths(root, held.fd, entries, old_links, frozenset(e.path for _, e in removals))
     except OSError as exc:
         raise _failed(root, exc.filename or ".", exc) from None
-    w = _Writer(held, Journal(secrets.token_hex(16), "prepare", tuple(entries), dirs), [f for f, _ in changes], old_links)
+    finals = [_with_dirs(f, dirs) for f, _ in changes]
+    for d in remove_dirs:
+        split(d)
+    w = _Writer(held, Journal(secrets.token_hex(16), "prepare", tuple(entries), dirs, tuple(remove_dirs)), finals, old_links)
     try:
         w.phase("prepare")
         w.prepare()
@@ -450,6 +463,13 @@ def _differs(now: TargetFile, f: FileResult) -> bool:
         return True
     mode_change = f.target.data is not None and (f.mode & 0o7777) != (f.target.mode & 0o7777)
     return f.final is not None and not f.link and mode_change and (now.mode & 0o7777) != (f.mode & 0o7777)
+
+
+def _with_dirs(f: FileResult, dirs: tuple[str, ...]) -> FileResult:
+    """The record names the directories this apply creates, so that `apply --reverse` removes exactly those."""
+    if f.target.path != RECORD_PATH or f.final is None or not dirs:
+        return f
+    return replace(f, final=with_created_dirs(f.final, dirs))
 
 
 def _undo(held: HeldRoot) -> bool:

@@ -31,11 +31,12 @@ from ..util.sealing import sealed_here, seal
 from .dirfd import split, unlink_quiet
 
 JOURNAL = ".imgquilt-journal.json"
-FORMAT = "imgquilt-inplace-journal/2"
+FORMAT = "imgquilt-inplace-journal/3"
+_FORMATS = ("imgquilt-inplace-journal/2", FORMAT)  # /2: before `gone` (an older imgquilt's crashed apply)
 PHASES = ("prepare", "commit", "clean")
 _TMP = re.compile(r"\.imgquilt-journal-[0-9a-f]{32}\.tmp")
 _RUN = re.compile(r"[0-9a-f]{32}")
-_KEYS = {"format", "run", "root_ino", "journal_ino", "phase", "dirs", "entries", "seal"}
+_KEYS = {"format", "run", "root_ino", "journal_ino", "phase", "dirs", "entries", "seal", "gone"}
 _ENTRY_KEYS = {"path", "has_old", "delete"}
 MAX_JOURNAL = 64 << 20
 
@@ -57,6 +58,7 @@ class Journal:
     phase: str
     entries: tuple[Entry, ...]
     dirs: tuple[str, ...]  # directories this apply creates, in creation order
+    gone: tuple[str, ...] = ()  # directories removed after the commit where empty (`apply --reverse`), in the order made
 
     def at(self, phase: str) -> "Journal":
         return replace(self, phase=phase)
@@ -74,6 +76,7 @@ def _doc(j: Journal, root_ino: int, journal_ino: int) -> bytes:
     doc = {
         "format": FORMAT, "run": j.run, "root_ino": root_ino, "journal_ino": journal_ino, "phase": j.phase,
         "dirs": list(j.dirs), "entries": [{"path": e.path, "has_old": e.has_old, "delete": e.delete} for e in j.entries],
+        "gone": list(j.gone),
     }
     return json.dumps({**doc, "seal": seal(doc)}, sort_keys=True).encode()
 
@@ -125,9 +128,9 @@ def _entry(x: object) -> Entry:
 
 def _parse(data: bytes, root_ino: int, own_ino: int) -> Journal:
     doc = json.loads(data)
-    if not isinstance(doc, dict) or set(doc) != _KEYS:
+    if not isinstance(doc, dict) or set(doc) | {"gone"} != _KEYS or ("gone" not in doc) != (doc.get("format") == _FORMATS[0]):
         raise ValueError("it has the wrong keys")
-    if doc["format"] != FORMAT or not isinstance(doc["run"], str) or not _RUN.fullmatch(doc["run"]):
+    if doc["format"] not in _FORMATS or not isinstance(doc["run"], str) or not _RUN.fullmatch(doc["run"]):
         raise ValueError("wrong format or run id")
     if doc["phase"] not in PHASES or not isinstance(doc["entries"], list) or not isinstance(doc["dirs"], list):
         raise ValueError("wrong phase, entries or dirs")
@@ -137,12 +140,14 @@ def _parse(data: bytes, root_ino: int, own_ino: int) -> Journal:
         raise ValueError("it was not created in this root: its inodes do not match")
     if not sealed_here(doc):
         raise ValueError("it is not sealed with your imgquilt journal key")
-    dirs = tuple(doc["dirs"])
-    for d in dirs:
+    dirs, gone = tuple(doc["dirs"]), tuple(doc.get("gone", ()))
+    if not isinstance(doc.get("gone", []), list):
+        raise ValueError("wrong gone")
+    for d in dirs + gone:
         if not isinstance(d, str):
             raise ValueError("a directory is not a string")
         split(d)
-    return Journal(doc["run"], doc["phase"], tuple(_entry(x) for x in doc["entries"]), dirs)
+    return Journal(doc["run"], doc["phase"], tuple(_entry(x) for x in doc["entries"]), dirs, gone)
 
 
 def _read_own(dfd: int, name: str, root_ino: int) -> Journal:

@@ -18,9 +18,10 @@ Rules:
   * Work-tree files are read and written through directory fds with O_NOFOLLOW: a symlink planted
     in work/ is refused, never followed.
 
-Modules: tree (WorkTree, the shared queries), state, files, bases, queuefiles, patchtext, and one
-module per group of commands: series_edit (new/delete/rename), track (add/fold), refresh
-(refresh/diff), push, pop, header, importing.
+Modules: tree (WorkTree, the shared queries), state, files, bases, queuefiles, patchtext, relock
+(targets.lock written in the transaction of every command that changes the queue), and one module per
+group of commands: series_edit (new/delete/rename), track (add/fold), refresh (refresh/diff), push,
+pop, header, importing.
 """
 from __future__ import annotations
 

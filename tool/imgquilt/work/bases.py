@@ -4,18 +4,27 @@ From the object store by the sha256 targets.lock pins for the path, else from th
 else the lock's, else the last --image this work tree used: the opener decides). An explicit
 --image wins over the lock. A base is never looked up by the hash a patch *wants*: that would
 hide drift.
+
+Every base read from an image is also remembered as a fact about that image (its manifest digest):
+the path, where it resolves, its sha256, mode, owner and layer, in `.imgquilt/state/bases.json`
+(sealed with the user's key, as journals are: a cloned or planted file is never believed), and its
+bytes in the object store. That is what lets a command that changes the queue write targets.lock in
+the same transaction (work.relock) without opening the image again: a file the lock does not pin
+yet was read when it was `add`ed.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Collection, Sequence
 
+from ..errors import ImgquiltError, UsageError
 from ..fs.content import held_or_none
-from ..errors import UsageError
 from ..fs.types import ImageInfo, TargetFile, read_targets
 from ..queue.hunks import ABSENT
 from ..store import ObjectStore, remember
+from ..util.statedir import StateDir
 from .files import FileState
 
 if TYPE_CHECKING:  # the image side loads on use: `imgquilt top` opens no image
@@ -37,6 +46,7 @@ class Bases:
         self._image_explicit = image_explicit
         self._source: Source | None = None
         self._listing: list[str] | None = None
+        self.seen: dict[str, TargetFile] = {}  # this run's reads from the image, bytes included
 
     def read(self, paths: list[str], *, keep: bool = True, links: Collection[str] = ()) -> dict[str, FileState]:
         """Each path's base; `keep=False` skips storing image bytes (import: a store write costs more than the read).
@@ -67,6 +77,8 @@ class Bases:
             out.update((p, targets[p]) for p in need)
             if keep:
                 remember(self.root, [targets[p].data for p in need])
+            self.seen.update((p, targets[p]) for p in need)
+            self._record(self._image().info().digest, [targets[p] for p in need])
         return out
 
     def lock(self) -> Lock | None:
@@ -119,6 +131,29 @@ class Bases:
             self._source = self._open_image()
         return self._source
 
+    # --- what was read from which image -------------------------------------------------
+    def recorded(self, digest: str | None) -> dict[str, RecordedBase]:
+        """The bases read from the image with manifest `digest`, in this run or an earlier one."""
+        if not digest:
+            return {}
+        out = _read_records(self.root).get(digest, {})
+        if self._source is not None and self._source.info().digest == digest:
+            out.update((p, RecordedBase.of(t)) for p, t in self.seen.items())
+        return out
+
+    def _record(self, digest: str | None, targets: list[TargetFile]) -> None:
+        """Remember `targets` as read from the image `digest` (best effort: a read-only queue skips it)."""
+        if not digest:
+            return
+        try:
+            records = _read_records(self.root)
+            mine = records.pop(digest, {})
+            mine.update((t.path, RecordedBase.of(t)) for t in targets)
+            records[digest] = mine  # last used last: the oldest image goes first
+            _write_records(self.root, dict(list(records.items())[-_KEEP_IMAGES:]))
+        except (ImgquiltError, OSError):
+            pass
+
 
 class _PinnedImage:
     """A Source over Bases: `lock` and `refresh --rehash` verify a series on it without opening the image
@@ -132,3 +167,58 @@ class _PinnedImage:
 
     def read_targets(self, paths: Sequence[str], *, links: Collection[str] = ()) -> dict[str, TargetFile]:
         return self._bases.targets(list(paths), links=links)
+
+
+_RECORDS = "bases.json"
+_KEEP_IMAGES = 4
+
+
+@dataclass(frozen=True)
+class RecordedBase:
+    """A base as it was read from an image: everything targets.lock pins for it, and no bytes (those
+    are in the object store, or in Bases.seen for this run)."""
+
+    path: str
+    resolved: str
+    sha256: str
+    mode: int
+    uid: int
+    gid: int
+    layer: str | None
+    link: bool = False  # read as the symlink itself (a symlink section's path); its sha256 is over its target
+
+    @classmethod
+    def of(cls, t: TargetFile) -> RecordedBase:
+        from ..queue.hunks import sha256_hex
+
+        return cls(t.path, t.resolved, sha256_hex(t.data), t.mode, t.uid, t.gid, t.layer, t.link)
+
+
+def _read_records(root: Path) -> dict[str, dict[str, RecordedBase]]:
+    """digest -> path -> the recorded base; {} for anything not sealed here (planted, copied, damaged)."""
+    from ..util.sealing import sealed_here
+
+    try:
+        raw = StateDir(root, "state").read(_RECORDS)
+        doc = json.loads(raw) if raw is not None else None
+        if not isinstance(doc, dict) or doc.get("version") != 1 or not sealed_here(doc):
+            return {}
+        return {str(digest): {str(p): RecordedBase(str(p), str(f["resolved"]), str(f["sha256"]), int(f["mode"]), int(f["uid"]),
+                                                   int(f["gid"]), None if f["layer"] is None else str(f["layer"]),
+                                                   f.get("link") is True)
+                              for p, f in files.items()}
+                for digest, files in doc["images"].items()}
+    except (ImgquiltError, OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}  # a damaged record is no record: the image is read again
+
+
+def _write_records(root: Path, records: dict[str, dict[str, RecordedBase]]) -> None:
+    from ..util.sealing import seal
+
+    doc: dict = {"version": 1, "images": {
+        digest: {p: {"resolved": t.resolved, "sha256": t.sha256, "mode": t.mode, "uid": t.uid, "gid": t.gid, "layer": t.layer,
+                     **({"link": True} if t.link else {})}
+                 for p, t in sorted(files.items())}
+        for digest, files in records.items()}}
+    doc["seal"] = seal(doc)
+    StateDir(root, "state").write(_RECORDS, json.dumps(doc, sort_keys=True).encode())

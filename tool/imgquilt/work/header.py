@@ -5,8 +5,10 @@ import re
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
+from ..queue.interrupted import Change
 from ..queue.patchfile import Header, Patch, with_header
 from .patchtext import check_header
+from .relock import commit
 
 if TYPE_CHECKING:
     from .tree import WorkTree
@@ -27,8 +29,8 @@ def set_header(wt: WorkTree, name: str, new: Header) -> Patch:
     with wt.locked():
         patch = wt.read_patch(name)
         changed = with_header(patch, check_header(new.raw, name))
-        if changed.raw != patch.raw:
-            wt.queue.write_patch(changed)
+        if changed.raw != patch.raw:  # the patch file and the lock that follows it, as one transaction
+            commit(wt, "header", [Change(f"patches/{name}", changed.raw)], patches={name: changed})
         return changed
 
 

@@ -13,7 +13,8 @@ files is re-chained onto what the imported patches leave (work.rehash), as `refr
 Nothing is written until all converted; then the import is one transaction
 (queue.interrupted.QueueJournal): a journal (with a backup of each patch file it replaces), the
 patch files, and one rename of `series` that commits it all (the last patch file, when series does
-not change: a -f of patches already listed). A kill at any point leaves a queue that the next
+not change: a -f of patches already listed), or of targets.lock when the lock follows the import
+(work.relock). A kill at any point leaves a queue that the next
 command puts back exactly as it was (or, past the commit, exactly imported).
 """
 from __future__ import annotations
@@ -27,9 +28,10 @@ from ..errors import BadInput, BaseDrift, ImgquiltError, UsageError
 from ..importer import Base, ForeignFile, ForeignPatch, Prefixes, apply_foreign, file_paths, parse_foreign
 from ..importer.values import FileChange, IndexMismatch
 from ..queue.hunks import sha256_hex
-from ..queue.interrupted import Change, QueueJournal
+from ..queue.interrupted import Change
 from ..queue.patchfile import FileSection, Header, Patch, build_patch, make_section, parse_patch
 from .patchtext import check_patch_name
+from .relock import commit
 
 if TYPE_CHECKING:
     from .tree import WorkTree
@@ -150,10 +152,11 @@ def import_patches(
             out[-1] = Imported(out[-1].name, out[-1].patch, out[-1].kind, out[-1].notes + (stale,))
         if placed is not None:
             placed.append(Placement(anchor, tuple(n for n in order if n in rechained)))
-        # series last: its rename commits the import
+        # series last, then the lock that follows: the last rename commits the import
         changes = [Change(f"patches/{imp.name}", imp.patch.raw) for imp in out]
         changes += [Change(f"patches/{n}", p.raw) for n, p in rechained.items()]
-        QueueJournal(wt.root, "import").run(changes + [Change("series", series)])
+        commit(wt, "import", changes + [Change("series", series)], series=series,
+               patches={**{imp.name: imp.patch for imp in out}, **rechained})
         return out
 
 

@@ -57,16 +57,8 @@ class QueueFiles:
         line (None: before the first patch); nothing written."""
         return series_text.moved(self.series_bytes(), name, after)
 
-    def without(self, name: str) -> bytes:
-        """The series bytes without `name`'s line; nothing written."""
-        return series_text.removed(self.series_bytes(), name)
-
-    def renamed(self, old: str, new: str) -> bytes:
-        """The series bytes with `old` renamed `new` on its line (its options and guards kept); nothing written."""
-        return series_text.renamed(self.series_bytes(), old, new)
-
     def remove(self, name: str) -> None:
-        atomic_write(self.series_path, self.without(name))
+        atomic_write(self.series_path, self.removed(name))
 
     def rename(self, old: str, new: str) -> None:
         atomic_write(self.series_path, self.renamed(old, new))
@@ -81,6 +73,14 @@ class QueueFiles:
     def guarded(self, name: str, guards: list[str]) -> bytes:
         """The series bytes with the guards of `name` replaced; nothing written."""
         return series_text.guarded(self.series_bytes(), name, guards)
+
+    def removed(self, name: str) -> bytes:
+        """The series bytes without `name`'s line; nothing written."""
+        return series_text.removed(self.series_bytes(), name)
+
+    def renamed(self, old: str, new: str) -> bytes:
+        """The series bytes with `old` named `new` (its options, guards and comment kept); nothing written."""
+        return series_text.renamed(self.series_bytes(), old, new)
 
     # --- patches/ -----------------------------------------------------------------------
     def exists(self, name: str) -> bool:

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING
 from ..errors import PythonCheckFailed, UsageError
 from ..queue.hunks import sha256_hex
 from ..queue.patchfile import FileSection, Patch, build_patch, make_section
+from ..queue.interrupted import Change
 from ..store import remember
 from .files import FileState
+from .relock import LockUpdate, commit
 from .state import Tracked
 
 if TYPE_CHECKING:
@@ -25,6 +27,7 @@ class Refreshed:
     patch: Patch
     changed: bool
     notes: tuple[str, ...] = ()  # the cross-module check's "cannot tell"s (or why it could not run)
+    lock: LockUpdate | None = None  # what became of targets.lock (work.relock)
 
 
 def after(wt: WorkTree, applied: list[str], index: int, t: Tracked) -> FileState:
@@ -111,10 +114,11 @@ def refresh(wt: WorkTree, name: str | None = None, *, python_check: bool = True)
         if python_check:
             _python_check(wt, name, now)
             notes = _cross_check(wt, name, now)
-        if now.raw != disk.raw:
-            wt.queue.write_patch(now)
         remember(wt.root, [wt.read_work(wt.location(s.path)).data for s in now.sections])
-        return Refreshed(name, now, now.raw != disk.raw, tuple(notes))
+        lock = None
+        if now.raw != disk.raw:  # the patch file and the lock that follows it, as one transaction
+            lock = commit(wt, "refresh", [Change(f"patches/{name}", now.raw)], patches={name: now})
+        return Refreshed(name, now, now.raw != disk.raw, tuple(notes), lock)
 
 
 def diff(wt: WorkTree, name: str | None = None) -> Patch:

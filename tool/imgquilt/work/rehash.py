@@ -32,6 +32,7 @@ from ..errors import BaseDrift, ChainConflict, ImgquiltError, MalformedPatch, Re
 from ..queue.difftext import recount_hunks, renumber_headers
 from ..queue.hunks import ABSENT, sha256_hex, split_lines
 from ..queue.interrupted import Change, QueueJournal
+from ..queue.check import Bodies
 from ..queue.lock import lock_with
 from ..queue.patchfile import FileSection, Patch, build_patch, make_section, parse_patch, rehash_command
 from ..queue.queue import Queue
@@ -361,24 +362,27 @@ def _verify(wt: WorkTree, queue: Queue, named: list[str], *, python_check: bool)
     return new if lock is not None else None
 
 
-def stale_results(root: Path, patches: list[Patch]) -> list[str]:
-    """For `check`: sections whose body, applied to its base (from the object store), does not give its Patched-SHA256."""
+def stale_results(root: Path, patches: list[Patch]) -> Bodies:
+    """For `check`: sections whose body, applied to its base (from the object store), does not give its
+    Patched-SHA256; and the patches with a section whose base is not stored (not tested)."""
     store = ObjectStore(root)
-    out: list[str] = []
+    out: list[tuple[str, str]] = []
+    unchecked: set[str] = set()
     for p in patches:
         for s in p.sections:
             found, base = store.get_or_absent(s.base_sha256, spool=True)
             if not found:
+                unchecked.add(p.name)
                 continue  # the base's bytes are not here: nothing to test offline
             try:
                 new = apply_section(base, s)
             except HunkError as exc:
-                out.append(f"{p.name}: {s.path}: the body does not apply to its base {s.base_sha256} ({exc}).")
+                out.append((p.name, f"{p.name}: {s.path}: the body does not apply to its base {s.base_sha256} ({exc})."))
                 continue
             got = ABSENT if s.is_delete and not new else sha256_hex(new)
             if got != s.patched_sha256:
-                out.append(
+                out.append((p.name,
                     f"{p.name}: {s.path}: Patched-SHA256 is stale: the body gives {got}, the line says {s.patched_sha256} "
                     f"(hand-edited?); run {rehash_command([p.name])}."
-                )
-    return out
+                ))
+    return Bodies(tuple(out), frozenset(unchecked))

@@ -3,11 +3,12 @@
 `new` (like import) inserts after the top patch, at the start of series when none is applied, as
 quilt does.
 
-`delete` and `rename` change several files (the patch files, other patches' Requires, the applied
-state, series), so each is one transaction (queue.interrupted.QueueJournal): every change computed
-first, in memory (a pop on a work tree whose writes are held: work.staged), then written with a
-journal, `series` last, whose new bytes commit it. A kill at any point leaves a queue the next
-command puts back exactly as it was, or, past the commit, exactly as the command left it.
+`delete`, `rename` and `move` change several files (the patch files, other patches' Requires, the
+applied state, series), so each is one transaction (queue.interrupted.QueueJournal): every change
+computed first, in memory (a pop on a work tree whose writes are held: work.staged), then written
+with a journal, together with the targets.lock that follows them (work.relock.commit). A kill at any
+point leaves a queue the next command puts back exactly as it was, or, past the commit, exactly as
+the command left it.
 """
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import BadInput, Refused, UsageError
-from ..queue.interrupted import Change, QueueJournal
+from ..queue.interrupted import Change
 from ..queue.patchfile import Header, Patch, renamed, with_header
 from .patchtext import check_header, check_patch_name
 from .pop import pop_one
+from .relock import commit
+from .staged import Staged
 
 if TYPE_CHECKING:
     from .tree import WorkTree
@@ -36,10 +39,12 @@ def new(wt: WorkTree, name: str, header: Header) -> Patch:
             raise UsageError(f"patches/{name} already exists (not in series).", hint="Import it with `imgquilt import`, or pick another name.")
         raw = check_header(header.raw, name).raw
         patch = Patch(name, Header(raw), (), raw)
-        wt.queue.write_patch(patch)
-        wt.queue.insert([name], applied[-1] if applied else None)
-        wt.record.write_snapshot(name, [])
-        wt.record.write_applied(applied + [name])
+        series = wt.queue.inserted([name], applied[-1] if applied else None)
+        staged = Staged(wt, {name: patch})
+        staged.tree.record.write_snapshot(name, [])
+        staged.tree.record.write_applied(applied + [name])
+        changes = [Change(f"patches/{name}", raw), *staged.changes(), Change("series", series)]
+        commit(wt, "new", changes, series=series, patches={name: patch})
         return patch
 
 
@@ -58,11 +63,10 @@ def delete(wt: WorkTree, name: str | None = None, *, remove: bool = False, force
             if name != applied[-1]:
                 raise UsageError(f"Patch {name} is applied below the top.", hint=f"Pop to it first: `imgquilt pop {name}`, then `imgquilt pop`.")
             pop_one(staged.tree, applied, force)
-        changes = staged.changes()
-        if remove:
-            changes.append(Change(f"patches/{check_patch_name(name)}", None))
-        changes.append(Change("series", wt.queue.without(name), wt.queue.series_mode()))  # last: it commits the delete
-        QueueJournal(wt.root, "delete").run(changes)
+        series = wt.queue.removed(name)
+        changes = [*staged.changes(), *([Change(f"patches/{check_patch_name(name)}", None)] if remove else []),
+                   Change("series", series, wt.queue.series_mode())]
+        commit(wt, "delete", changes, series=series, patches={name: None})
         return name
 
 
@@ -80,7 +84,14 @@ def rename(wt: WorkTree, new: str, old: str | None = None) -> tuple[str, list[st
             raise UsageError(f"Patch {old} is not in series.", hint="`imgquilt series` lists the patches.")
         if new in names or wt.queue.exists(new):
             raise UsageError(f"Patch {new} already exists.", hint="Pick another name.")
-        changes = [Change(f"patches/{new}", renamed(wt.read_patch(old), new).raw, wt.queue.patch_mode(old))]
+        moved = renamed(wt.read_patch(old), new)
+        series = wt.queue.renamed(old, new)
+        staged = Staged(wt, {})
+        if old in applied:
+            staged.tree.record.write_snapshot(new, wt.snapshot(old))
+            staged.tree.record.drop_snapshot(old)
+            staged.tree.record.write_applied([new if n == old else n for n in applied])
+        rewritten: dict[str, Patch | None] = {new: moved, old: None}
         touched = []
         token = re.compile(r"(?<![^\s,])" + re.escape(old) + r"(?![^\s,])")
         for other in names:
@@ -92,18 +103,13 @@ def rename(wt: WorkTree, new: str, old: str | None = None) -> tuple[str, list[st
                 continue
             if old in p.header.requires:
                 value = token.sub(new, p.header.get("Requires") or "")
-                changes.append(Change(f"patches/{other}", with_header(p, p.header.with_field("Requires", value)).raw,
-                                      wt.queue.patch_mode(other)))
+                rewritten[other] = with_header(p, p.header.with_field("Requires", value))
                 touched.append(other)
-        if old in applied:
-            staged = Staged(wt, {})
-            staged.tree.record.write_snapshot(new, wt.snapshot(old))
-            staged.tree.record.drop_snapshot(old)
-            staged.tree.record.write_applied([new if n == old else n for n in applied])
-            changes += staged.changes()
-        changes.append(Change(f"patches/{check_patch_name(old)}", None))
-        changes.append(Change("series", wt.queue.renamed(old, new), wt.queue.series_mode()))  # last: it commits the rename
-        QueueJournal(wt.root, "rename").run(changes)
+        # the new file first, the old one gone, the Requires: lines, the state, then series (and the lock)
+        changes = [Change(f"patches/{new}", moved.raw, wt.queue.patch_mode(old)), Change(f"patches/{check_patch_name(old)}", None),
+                   *(Change(f"patches/{n}", rewritten[n].raw, wt.queue.patch_mode(n)) for n in touched),  # type: ignore[union-attr]
+                   *staged.changes(), Change("series", series, wt.queue.series_mode())]
+        commit(wt, "rename", changes, series=series, patches=rewritten)
         return old, touched
 
 
@@ -235,7 +241,7 @@ def set_guards(wt: WorkTree, name: str | None, guards: list[str]) -> tuple[str, 
             raise UsageError(f"Patch {name} is applied (or an applied patch follows it): these guards would change which "
                              "patches the work tree's selection applies under it.",
                              hint=f"`imgquilt pop {name}` and `imgquilt pop` first, then set the guards.")
-        wt.queue.write_series(data)
+        commit(wt, "guard", [Change("series", data)], series=data)  # series and the pins that follow, as one
         return name, entry.guards, new_guards
 
 

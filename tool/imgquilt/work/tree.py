@@ -19,6 +19,7 @@ from .state import Tracked, WorkState
 
 if TYPE_CHECKING:  # the patch format loads on use: `imgquilt top` reads no patch
     from ..queue.patchfile import Header, Patch
+    from .relock import LockUpdate
 
 
 class _Sibling:
@@ -45,6 +46,7 @@ class WorkTree:
         self.record = WorkState(self.root)
         self.files = WorkFiles(self.root)
         self.bases = Bases(self.root, self.store, open_image, image_explicit=image_explicit, pin=self.record.profile)
+        self.lock_update: LockUpdate | None = None  # what the last command did about targets.lock (work.relock)
 
     @property
     def work(self) -> Path:

@@ -88,24 +88,33 @@ def remove(wt: WorkTree, paths: list[str]) -> tuple[str, list[str]]:
 
     Returns (top, the paths whose section left the patch file).
     """
+    from ..queue.interrupted import Change
+    from .relock import commit
+    from .staged import Staged
+
     with wt.locked():
         applied = wt.consistent()
         top = wt.need_top()
         gone = _tracked(wt, top, paths)
         _, where = wt.file_index(applied)
         _, below = wt.file_index(applied[:-1])
+        staged = Staged(wt, {})  # the work copies, the snapshot, the patch file and the lock: one transaction
         for t in gone:
             loc = where.get(t.resolved, t.path)
             if t.resolved in below:  # a lower patch tracks the file: its content before the top comes back
-                wt.files.write(loc, wt.blob(t.sha256, what=f"{t.path} before {top}"), t.mode)
+                staged.tree.files.write(loc, wt.blob(t.sha256, what=f"{t.path} before {top}"), t.mode)
             else:
-                wt.files.write(loc, None, None)
+                staged.tree.files.write(loc, None, None)
         names = {t.path for t in gone}
-        wt.record.write_snapshot(top, [t for t in wt.snapshot(top) if t.path not in names])
+        staged.tree.record.write_snapshot(top, [t for t in wt.snapshot(top) if t.path not in names])
         patch = wt.read_patch(top)
         kept = [s for s in patch.sections if s.path not in names]
+        changes = staged.changes()
         if len(kept) != len(patch.sections):
-            wt.queue.write_patch(build_patch(top, patch.header, kept))
+            new = build_patch(top, patch.header, kept)
+            commit(wt, "remove", changes + [Change(f"patches/{top}", new.raw)], patches={top: new})
+        else:
+            commit(wt, "remove", changes)
         return top, sorted(names & {s.path for s in patch.sections})
 
 

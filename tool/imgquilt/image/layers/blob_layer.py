@@ -40,6 +40,13 @@ class TarStream:
     def verified(self) -> bool:
         return self._checker is not None and self._checker.verified
 
+    @property
+    def stored_read(self) -> int | None:
+        """How many bytes of the stored blob were read so far (None: not known, e.g. a download, which
+        reports its own progress)."""
+        found = getattr(self._tar, "stored_offset", None)
+        return found if isinstance(found, int) else getattr(self.raw, "offset", None)
+
     def close(self) -> None:
         self._tar.close()
 

@@ -205,6 +205,11 @@ class FileRange(_OwnsFd):
         self._pos = 0
         self.bytes_read = 0
 
+    @property
+    def offset(self) -> int:
+        """How far into the range reading (or skipping) got: a progress bar's count of stored bytes."""
+        return self._pos
+
     def dup(self) -> "FileRange":
         """The same range of the same open file (not of whatever the path names by now)."""
         return FileRange(self.loc, fd=os.dup(self._fd))

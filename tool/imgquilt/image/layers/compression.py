@@ -99,6 +99,11 @@ class Decompressed(ChunkQueue):
     def _stopped(self) -> bool:
         return self._stop or self.raw.closed
 
+    @property
+    def stored_offset(self) -> int | None:
+        """How much of the stored (compressed) blob the thread has read: a progress bar's count."""
+        return getattr(self._source if self._source is not None else self.raw, "offset", None)
+
     def _produce(self) -> None:
         source, reader = self._source, None
         try:

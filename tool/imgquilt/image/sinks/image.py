@@ -1,5 +1,6 @@
 """Where a new image goes, as skopeo spells it, and the writer for each: `oci:`, `oci-archive:`, `docker-archive:`,
-and `docker://` (pushed to a registry, sinks/registry.py).
+`docker://` (pushed to a registry, sinks/registry.py), and `containers-storage:` and `dir:` (through
+skopeo, sinks/skopeo_out.py).
 
 The image itself is a value (mutate.append); this module parses and checks the destination and
 hands the value to the layout writer or an archive writer. Base blobs are carried over byte for
@@ -20,7 +21,9 @@ from .layout import check_layout_destination, write_layout, write_layout_index
 from .mutate import NewImage
 from .output_file import check_output_path
 
-Transport = Literal["oci", "oci-archive", "docker-archive", "docker"]
+Transport = Literal["oci", "oci-archive", "docker-archive", "docker", "containers-storage", "dir"]
+DESTINATIONS = ("oci:DIR[:TAG], oci-archive:FILE[:TAG], docker-archive:FILE[:REPO:TAG], docker://HOST/REPO[:TAG], "
+                "containers-storage:NAME[:TAG] (podman's and buildah's store) or dir:DIR")
 
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 _DOCKER_REF = re.compile(
@@ -32,7 +35,8 @@ _DOCKER_REF = re.compile(
 
 @dataclass(frozen=True)
 class OutputRef:
-    """Where an image goes: transport, path, and the tag (oci) or REPO:TAG (docker-archive); a registry has no path."""
+    """Where an image goes: transport, path, and the tag (oci) or REPO:TAG (docker-archive), the NAME of
+    containers-storage; a registry and containers-storage have no path."""
 
     transport: Transport
     path: Path | None
@@ -61,13 +65,17 @@ class WrittenImage:
 
 
 def parse_output_ref(ref: str) -> OutputRef:
-    """`oci:DIR[:TAG]`, `oci-archive:FILE[:TAG]` or `docker-archive:FILE[:REPO:TAG]`."""
+    """`oci:DIR[:TAG]`, `oci-archive:FILE[:TAG]`, `docker-archive:FILE[:REPO:TAG]`, `containers-storage:NAME`
+    or `dir:DIR` (docker:// is the registry's: check_image_destination)."""
     transport, sep, rest = ref.partition(":")
-    if not sep or transport not in ("oci", "oci-archive", "docker-archive"):
-        raise UsageError(
-            f"Cannot write an image to {ref!r}.",
-            hint="Write to oci:DIR[:TAG], oci-archive:FILE[:TAG] or docker-archive:FILE[:REPO:TAG].",
-        )
+    if not sep or transport not in ("oci", "oci-archive", "docker-archive", "containers-storage", "dir"):
+        raise UsageError(f"Cannot write an image to {ref!r}.", hint=f"Write to {DESTINATIONS}.")
+    if transport == "containers-storage":
+        return OutputRef("containers-storage", None, rest or None)
+    if transport == "dir":
+        if "@" in rest:
+            raise UsageError(f"An output image cannot be named by digest ({ref!r}): the digest is what gets written.")
+        return OutputRef("dir", Path(rest), None)
     path, _, name = rest.partition(":")  # as skopeo: the path holds no colon
     if not path:
         raise UsageError(f"The image reference {ref!r} names no path.")
@@ -94,7 +102,11 @@ def check_image_destination(ref: str) -> OutputRef:
         dest = check_push_destination(ref)
         return OutputRef("docker", None, dest.tag)
     out = parse_output_ref(ref)
-    if out.transport == "oci":
+    if out.transport in ("containers-storage", "dir"):
+        from .skopeo_out import check_skopeo_destination
+
+        check_skopeo_destination(out.transport, ref.partition(":")[2])
+    elif out.transport == "oci":
         check_layout_destination(out.path, out.tag)
     else:
         check_output_path(out.path, what="image archive")
@@ -118,6 +130,10 @@ def write_new_image(img: NewImage, ref: str, referrers: Sequence[Referrer] = ())
         write_layout(img, out.path, out.tag, referrers)
     elif out.transport == "oci-archive":
         write_oci_archive(img, out.path, out.tag, referrers)
+    elif out.transport in ("containers-storage", "dir"):
+        from .skopeo_out import write_through_skopeo
+
+        write_through_skopeo(img, out.transport, ref.partition(":")[2])
     else:
         write_docker_archive(img, out.path, out.tag)
     if referrers and not stored:
@@ -140,7 +156,8 @@ def check_referrer_destination(ref: str) -> None:
     """Refuse, up front, a destination that cannot hold a referrer: a docker-archive has no index."""
     out = check_image_destination(ref)
     if out.transport not in ("oci", "oci-archive", "docker"):
-        raise UsageError(f"{ref!r} cannot hold an attestation: a docker-archive has no index to list a referrer in.",
+        raise UsageError(f"{ref!r} cannot hold an attestation: only an OCI layout (oci:, oci-archive:) or a registry lists "
+                         "the referrers of an image.",
                          hint="Write to oci:DIR:TAG, oci-archive:FILE:TAG or push to docker://HOST/REPO:TAG "
                               "(`skopeo copy` it to docker-archive: afterwards if you need one).")
 

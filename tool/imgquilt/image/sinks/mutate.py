@@ -28,9 +28,10 @@ ANNOTATION_REF_NAME = "org.opencontainers.image.ref.name"
 class History:
     """The config history entry of a new layer."""
 
-    created: int  # seconds since 1970; also the config's `created`
+    created: int  # seconds since 1970: the tar entries' time in an archive
     created_by: str
     comment: str
+    created_text: str | None = None  # the config's `created` and the entry's, as written (None: `created` as RFC 3339)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def new_config(base_config: bytes, add: Addendum) -> bytes:
         raise BadImage(f"The base image's config is not JSON: {exc}.") from None
     if not isinstance(cfg, dict):
         raise BadImage("The base image's config is not a JSON object.")
-    when = _iso(add.history.created)
+    when = add.history.created_text or _iso(add.history.created)
     cfg["created"] = when
     rootfs = cfg.get("rootfs") or {"type": "layers", "diff_ids": []}
     rootfs["diff_ids"] = list(rootfs.get("diff_ids") or []) + [add.layer.diff_id]
@@ -102,6 +103,22 @@ def new_config(base_config: bytes, add: Addendum) -> bytes:
         run["Env"] = merge_env(run.get("Env"), add.env)[0]
     cfg["config"] = run
     return json_bytes(cfg)
+
+
+def created_of(config: bytes) -> str | None:
+    """The base config's `created`, as written (None: none, or not a date-time string)."""
+    try:
+        cfg = json.loads(config)
+    except ValueError:
+        return None
+    value = cfg.get("created") if isinstance(cfg, dict) else None
+    if not isinstance(value, str):
+        return None
+    try:  # RFC 3339 as Go writes it (fractions up to nanoseconds, Z or an offset)
+        datetime.fromisoformat(value.replace("Z", "+00:00")[:19])
+    except ValueError:
+        return None
+    return value
 
 
 def merge_env(base: object, env: tuple[tuple[str, str], ...]) -> tuple[list[str], tuple[tuple[str, str], ...]]:

@@ -1,6 +1,6 @@
 """Write file changes as bind-mountable files: DIR/<resolved path> plus DIR/mounts.tsv.
 
-    podman run $(awk -F'\\t' '{printf "-v %s:%s:ro ", $1, $2}' DIR/mounts.tsv) IMAGE
+    podman run $(imgquilt overlay-args DIR --format podman) IMAGE
 
 mounts.tsv has one line per file, sorted by container path: host path (absolute, inside DIR),
 a TAB, the container path ("/usr/bin/which"), a TAB, the mode in octal ("0755"). Files keep
@@ -14,6 +14,7 @@ it is empty or an earlier overlay (it holds mounts.tsv); anything else is refuse
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -126,3 +127,65 @@ def write_overlay(changes: Sequence[FileChange], dest_dir: Path, *, hidden: Sequ
         mounts.sort(key=lambda m: m.container_path)
         (tmp / MOUNTS_FILE).write_text("".join(m.line() for m in mounts))
     return OverlayInfo(dest, dest / MOUNTS_FILE, tuple(mounts))
+
+
+# --- mounts.tsv rendered for the tools that mount it (`imgquilt overlay-args`) ------------------------
+MOUNT_FORMATS = ("podman", "docker", "k8s")
+
+
+def read_mounts(overlay: Path) -> tuple[Mount, ...]:
+    """The mounts of an overlay directory, each host path taken from where the overlay is now
+    (DIR/<container path>: a moved or copied overlay still renders right) and checked to be a regular
+    file there; mounts.tsv is input like any other (a line naming `..`, a link or a missing file is refused)."""
+    from ...errors import BadInput
+    from ...util.regular import read_regular_file
+
+    root = Path(os.path.realpath(overlay))
+    raw = read_regular_file(root / MOUNTS_FILE)
+    if raw is None:
+        raise BadInput(f"{overlay} holds no {MOUNTS_FILE}: it is not an overlay `imgquilt apply --overlay` wrote.",
+                       hint="Write one with `imgquilt apply --overlay DIR`.")
+    out = []
+    for n, line in enumerate(raw.decode("utf-8", "surrogateescape").splitlines(), 1):
+        cols = line.split("\t")
+        ok = len(cols) == 3 and cols[1].startswith("/") and re.fullmatch(r"[0-7]{3,4}", cols[2]) is not None
+        try:
+            rel = check_member_path(cols[1].lstrip("/"), what="container path") if ok else ""
+        except BadInput:
+            ok, rel = False, ""
+        host = root / rel
+        # no link on the way: the file bound is the one in the overlay
+        if not ok or not rel or os.path.realpath(host) != str(host) or not host.is_file():
+            raise BadInput(f"{overlay}/{MOUNTS_FILE} line {n} is not a mount of this overlay ({line[:120]!r}).",
+                           hint="Write the overlay again with `imgquilt apply --overlay DIR`.")
+        out.append(Mount(host, "/" + rel, int(cols[2], 8)))
+    return tuple(out)
+
+
+def mount_args(mounts: Sequence[Mount], fmt: str) -> list[str]:
+    """Command-line arguments of `podman run/create` (`-v HOST:CTR:ro`) or `docker run/create`
+    (`--mount type=bind,...,readonly`) that bind each file read-only at its path."""
+    out: list[str] = []
+    for m in mounts:
+        host = str(m.host_path)
+        if fmt == "podman":
+            if ":" in host + m.container_path:
+                raise UsageError(f"{host} -> {m.container_path}: a path holding ':' cannot be given to podman's -v.",
+                                 hint="Use --format docker (podman create takes --mount too).")
+            out += ["-v", f"{host}:{m.container_path}:ro"]
+        else:
+            if "," in host + m.container_path:
+                raise UsageError(f"{host} -> {m.container_path}: a path holding ',' cannot be given to --mount.",
+                                 hint="Use --format podman (-v), or move the overlay to a path without commas.")
+            out += ["--mount", f"type=bind,source={host},target={m.container_path},readonly"]
+    return out
+
+
+def k8s_volumes(mounts: Sequence[Mount]) -> dict[str, list[dict]]:
+    """A Kubernetes pod's `volumes` (hostPath, type File) and its container's `volumeMounts` (readOnly)."""
+    volumes, mounts_ = [], []
+    for k, m in enumerate(mounts):
+        name = f"imgquilt-{k}"
+        volumes.append({"name": name, "hostPath": {"path": str(m.host_path), "type": "File"}})
+        mounts_.append({"name": name, "mountPath": m.container_path, "readOnly": True})
+    return {"volumeMounts": mounts_, "volumes": volumes}

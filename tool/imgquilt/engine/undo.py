@@ -1,0 +1,120 @@
+"""Plans that put a root back as its image has it: `restore` (named files) and `apply --reverse` (the
+whole queue imgquilt applied there, as its record says). Pure, as plan.py: the verb reads the root and
+finds the image's bytes; this decides what to write, and refuses before anything is written.
+
+Every byte planned is checked by hash: a file is put back only while it holds exactly what imgquilt
+left there (the record's result), and only with bytes whose sha256 is the image's (the record's base,
+the lock's pin): from the object store, from the image itself, or the patches taken off again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from ..errors import BadInput, BaseDrift, UsageError
+from ..fs.types import ImageInfo, TargetFile
+from ..queue.hunks import sha256_hex
+from ..queue.queue import Queue
+from .apply import HunkError, apply_hunks, reverse_hunks
+from .record import Record
+from .result import RECORD_PATH, ApplyResult, FileResult
+
+BytesOf = Callable[[str, str], "tuple[bool, bytes | None]"]  # (named path, sha256) -> (found, bytes)
+
+
+@dataclass(frozen=True)
+class ImageFile:
+    """What the image has at a path: its sha256 and, where known, its metadata (None: keep the root's)."""
+
+    sha256: str
+    mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
+
+
+def plan_restore(info: ImageInfo, paths: Sequence[str], current: Mapping[str, TargetFile], image: Mapping[str, ImageFile],
+                 bytes_of: BytesOf) -> ApplyResult:
+    """Each of `paths` (as the root resolves it, `current`) back to what the image has (`image`)."""
+    missing = [p for p in paths if p not in image]
+    if missing:
+        raise UsageError(f"What the image has at {', '.join(missing)} is not known here: the queue's lock pins no such "
+                         "file and the root's apply record names none.",
+                         hint="Pass --image REF (the image the root was extracted from): its files are read from it.")
+    files, unknown = [], []
+    for p in dict.fromkeys(paths):
+        if p == RECORD_PATH or current[p].resolved == RECORD_PATH:
+            raise UsageError(f"{RECORD_PATH} is imgquilt's own record, not a file of the image.",
+                             hint="`imgquilt apply --reverse --root ROOT` takes the queue off, record included.")
+        want = image[p]
+        found, data = bytes_of(p, want.sha256)
+        if not found:
+            unknown.append(f"{p} (sha256 {want.sha256})")
+            continue
+        t = current[p]
+        mode = want.mode if want.mode is not None else (t.mode if t.data is not None else 0o644)
+        files.append(FileResult(t, data, mode, t.uid if want.uid is None else want.uid, t.gid if want.gid is None else want.gid, ()))
+    if unknown:
+        raise _not_at_hand(unknown)
+    return ApplyResult(info, "", (), tuple(sorted(files, key=lambda f: f.resolved)), False)
+
+
+def plan_reverse(info: ImageInfo, record: Record, record_file: TargetFile, current: Mapping[str, TargetFile],
+                 bytes_of: BytesOf, queue: Queue | None) -> tuple[ApplyResult, list[str]]:
+    """Take off what `record` says was applied: each file that holds the series' result goes back to
+    the image's bytes, each file the series created goes, and so does the record. Returns the plan and
+    the files already as the image has them. `queue`: this queue, when the record names it (its patches
+    are then taken off again where the image's bytes are not stored)."""
+    files: list[FileResult] = []
+    edited, unknown, already = [], [], []
+    for resolved, (named, base, last) in sorted(record.first_and_last().items()):
+        t = current[named]
+        now = sha256_hex(t.data)
+        if t.resolved != resolved:
+            edited.append(f"{named} (it resolves to {t.resolved} in the root now, the record says {resolved})")
+            continue
+        if now == base or base == last:
+            already.append(named)
+            continue
+        if now != last:
+            edited.append(f"{named} (sha256 {now}: neither the image's {base} nor what the queue left, {last})")
+            continue
+        found, data = bytes_of(named, base)
+        if not found and queue is not None and queue.series_sha256 == record.series_sha256:
+            found, data = _taken_off(queue, named, resolved, t.data, base, current)
+        if not found:
+            unknown.append(f"{named} (sha256 {base})")
+            continue
+        files.append(FileResult(t, data, t.mode, t.uid, t.gid, ()))
+    if edited:
+        raise BaseDrift(
+            f"Refused: {len(edited)} file(s) changed since imgquilt applied the queue: {'; '.join(edited)}. Nothing was written.",
+            hint=f"Put the image's back first (`imgquilt restore PATH... --root {info.ref.removeprefix('rootfs:')}`), then "
+                 "take the queue off again.")
+    if unknown:
+        raise _not_at_hand(unknown)
+    files.append(FileResult(record_file, None, record_file.mode, record_file.uid, record_file.gid, ()))
+    return ApplyResult(info, record.series_sha256, tuple(record.names), tuple(sorted(files, key=lambda f: f.resolved)), False), already
+
+
+def _taken_off(queue: Queue, named: str, resolved: str, data: bytes | None, base: str,
+               current: Mapping[str, TargetFile]) -> tuple[bool, bytes | None]:
+    """The file's base from its result: the queue's sections on it undone, last first, each step checked
+    against the hashes the section pins."""
+    sections = [s for p in queue.patches for s in p.sections
+                if s.path == named or (s.path in current and current[s.path].resolved == resolved)]
+    for s in reversed(sections):
+        if s.binary is not None or sha256_hex(data) != s.patched_sha256:
+            return False, None
+        try:
+            data = None if s.is_new else apply_hunks(data or b"", reverse_hunks(s.hunks))
+        except HunkError:
+            return False, None
+        if sha256_hex(data) != s.base_sha256:
+            return False, None
+    return (True, data) if sha256_hex(data) == base else (False, None)
+
+
+def _not_at_hand(unknown: list[str]) -> BadInput:
+    return BadInput(f"The image's bytes of {', '.join(unknown)} are not in .imgquilt/objects, and the queue's patches do "
+                    "not give them back; nothing was written.",
+                    hint="Pass --image REF (the image the root was extracted from): the bytes are read from it.")
