@@ -40,7 +40,7 @@ def cache_key() -> bytes | None:
     if explicit:
         if len(explicit) < MIN_KEY_CHARS:
             raise BadCacheKey(f"{CACHE_KEY_ENV} holds {len(explicit)} characters; a cache key needs at least "
-                              f"{MIN_KEY_CHARS}.", hint=f"Set it to a secret such as `openssl rand -hex 32` gives, the same "
+                              f"{MIN_KEY_CHARS}.", hint="Set it to a secret such as `openssl rand -hex 32` gives, the same "
                                                       "in every job that shares the cache, or unset it.")
         key: bytes | None = hmac.new(_DOMAIN, explicit.encode("utf-8", "surrogateescape"), hashlib.sha256).digest()
     else:
