@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from imgquilt.audit import audit_source, chain_states, report_json, undo_change
+from imgquilt.verbs.audit import audit_source, chain_states, report_json, undo_change
 from imgquilt.engine.plan import plan_apply
 from imgquilt.engine.result import RECORD_PATH
 from imgquilt.queue.patchfile import make_section

@@ -7,7 +7,7 @@ import git
 import pytest
 
 from imgquilt.errors import UsageError
-from imgquilt.history import DELETED_WHILE_LISTED, RE_ADDED, SILENT_REMOVAL, history_json, names_patch, queue_history
+from imgquilt.verbs.history import DELETED_WHILE_LISTED, RE_ADDED, SILENT_REMOVAL, history_json, names_patch, queue_history
 from imgquilt.queue.patchfile import Header, build_patch, make_section
 
 

@@ -29,12 +29,12 @@ def start(root):
     time.sleep(0.2)
     return pid
 
-import imgquilt.audit
+import imgquilt.verbs.audit
 from imgquilt.api import audit
 from imgquilt.errors import ImgquiltError
 
 a = start(root_a)  # the process to audit: its root holds the base (the patch is pending there)
-original = imgquilt.audit.audit_source
+original = imgquilt.verbs.audit.audit_source
 
 def swapped(*args, **kw):
     # after the process was checked, before any read: it ends, and its PID goes to another process
@@ -46,7 +46,7 @@ def swapped(*args, **kw):
     assert b == a, (a, b)
     return original(*args, **kw)
 
-imgquilt.audit.audit_source = swapped
+imgquilt.verbs.audit.audit_source = swapped
 try:
     done = audit(queue, pid=a)
     print("states", sorted({p.state for p in done.report.patches}), done.report.process.root)

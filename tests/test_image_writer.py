@@ -22,7 +22,7 @@ from imgquilt.errors import DigestMismatch, UsageError
 from imgquilt.fs.types import DirMeta, ImageInfo, TargetFile
 from imgquilt.image.sinks.image import OutputRef, parse_output_ref
 from imgquilt.image.sinks.mutate import ANNOTATION_BASE_DIGEST, ANNOTATION_BASE_NAME, chain_id
-from imgquilt.outputs import LABEL_PATCHES, LABEL_SERIES, layer_tar_bytes, write_image
+from imgquilt.verbs.apply import LABEL_PATCHES, LABEL_SERIES, layer_tar_bytes, write_image
 from imgquilt.image.model import Descriptor
 
 REPO = Path(__file__).resolve().parent.parent

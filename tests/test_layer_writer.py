@@ -17,7 +17,7 @@ from imgquilt.engine.result import RECORD_PATH, ApplyResult, FileResult
 from imgquilt.errors import UsageError
 from imgquilt.fs.types import DirMeta, ImageInfo, TargetFile
 from imgquilt.image.mediatypes import OCI_LAYER as MEDIA_TAR, OCI_LAYER_GZIP as MEDIA_GZIP, OCI_LAYER_ZSTD as MEDIA_ZSTD
-from imgquilt.outputs import build_layer, layer_entries, layer_tar_bytes, write_layer
+from imgquilt.verbs.apply import build_layer, layer_entries, layer_tar_bytes, write_layer
 
 ROOT = DirMeta("usr", 0o755, 0, 0)
 SITE = "usr/local/lib/python3.11/site-packages/demosvc"

@@ -9,7 +9,7 @@ import pytest
 from imgquilt.engine.result import RECORD_PATH, ApplyResult, FileResult
 from imgquilt.errors import UsageError
 from imgquilt.fs.types import ImageInfo, TargetFile
-from imgquilt.outputs import write_overlay
+from imgquilt.verbs.apply import write_overlay
 
 
 def fr(path: str, resolved: str, old: bytes | None, new: bytes | None, *, mode: int = 0o644, uid: int = 0, gid: int = 0) -> FileResult:
@@ -144,7 +144,7 @@ def test_a_bad_destination_is_caught_before_anything_is_computed(tmp_path: Path)
 
 
 def test_check_overlay_refuses_a_deletion_up_front() -> None:
-    from imgquilt.outputs import check_overlay
+    from imgquilt.verbs.apply import check_overlay
 
     check_overlay(DEMO)
     with pytest.raises(UsageError, match="legacy.py"):

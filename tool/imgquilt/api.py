@@ -26,10 +26,10 @@ from .errors import BadInput, ImgquiltError, QueueProblems, UsageError, os_error
 from .verbs.init import InitResult as Initialized, init_queue
 
 if TYPE_CHECKING:
-    from .audit import AuditReport, PatchAudit
+    from .verbs.audit import AuditReport, PatchAudit
     from .engine.result import ApplyResult
     from .fs.types import Source
-    from .history import History
+    from .verbs.history import History
     from .queue.lock import Lock, Profile
     from .queue.queue import Queue
     from .rebase import RebaseReport
@@ -109,7 +109,7 @@ class Audit:
     def matches(self) -> bool:
         """Is the filesystem this profile, in the expected state: every patch in it, every environment
         default set (live), and an apply record, if any, that agrees?"""
-        from .audit import matches
+        from .verbs.audit import matches
 
         return self.report is not None and matches(self.report, self.expect)
 
@@ -362,7 +362,7 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     every profile at once: apply_profiles(). `compression_level`: the new layer's level, in `layer` and
     `output_image` (gzip 1-9, default 1; zstd 1-19, default 3; docs/performance.md).
     """
-    from .outputs import Outputs, apply_queue
+    from .verbs.apply import Outputs, apply_queue
     from .sources import open_image
     from .verbs.profiles import lock_file, need_pin, resolve
 
@@ -412,7 +412,7 @@ def apply_profiles(queue: str | os.PathLike[str] | None = None, *, profile: str 
     before anything is read. Every profile is verified (destinations checked) before any output is
     written; then each profile's outputs are written in turn."""
     from .engine.plan import plan_apply
-    from .outputs import Outputs, apply_queue, check_destinations, python_checker
+    from .verbs.apply import Outputs, apply_queue, check_destinations, python_checker
     from .sources import open_image
     from .verbs.profiles import check_placeholders, fill, resolve_many
 
@@ -572,7 +572,7 @@ def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
 
 def _audit(q: Queue, image: str | None, root, platform: str | None, progress: Progress | None, history: bool, pub,
            process, expect: str, strict: bool, profile: str | None) -> Audit:
-    from .audit import judge_process, not_in_state
+    from .verbs.audit import judge_process, not_in_state
     from .verbs.profiles import identify, lock_file, resolve
 
     lf = lock_file(q.root)
@@ -590,7 +590,7 @@ def _audit(q: Queue, image: str | None, root, platform: str | None, progress: Pr
         chosen = identify(q, lf, source) if source is not None else resolve(q, None, lf)
     hist = None
     if history:
-        from .history import queue_history
+        from .verbs.history import queue_history
 
         hist = queue_history(q.root, q.names)
     report = _audit_one(chosen, source, pub) if source is not None else None
@@ -604,7 +604,7 @@ def _audit(q: Queue, image: str | None, root, platform: str | None, progress: Pr
 
 def _audit_one(chosen, source: Source, pub) -> AuditReport:
     """One selection audited in `source`: its patches, and with a profile its environment defaults."""
-    from .audit import audit_source, with_env
+    from .verbs.audit import audit_source, with_env
 
     if pub is not None:
         from .verbs.attest import audit_trusting
@@ -622,7 +622,7 @@ def audit_profiles(queue: str | os.PathLike[str] | None = None, *, image: str | 
     """`audit --profile all`: every profile judged in `image` (or `root`); without either, each in the
     image it pins. `Audit.matches` says which profiles the filesystem is (a fleet audit's answer to
     "which deployment is this container?"). `strict` as audit()'s."""
-    from .audit import not_in_state
+    from .verbs.audit import not_in_state
     from .verbs.profiles import lock_file, resolve_many
 
     if expect not in ("live", "pending"):

@@ -106,7 +106,7 @@ def _files_per_patch(result: ApplyResult) -> dict[str, int]:
 
 
 def result_json(result: ApplyResult, profile: str | None = None) -> dict:
-    from ..outputs import changes_image
+    from ..verbs.apply import changes_image
     from ..queue.hunks import sha256_hex
 
     return {

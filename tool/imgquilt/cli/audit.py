@@ -10,14 +10,10 @@ import typer
 from . import audit_fleet as fleet_cli
 from .annotations import Format, FormatOpt_help, annotate
 from ..errors import NotLive, UsageError
-from .common import G, ImageOpt, PlatformOpt, ProfileOpt, cache_dir, emit_outcome, load, open_ref, pick_ref, progress, say, table
+from .common import AUDIT_COLOR, G, ImageOpt, PlatformOpt, ProfileOpt, cache_dir, emit_outcome, load, open_ref, pick_ref, progress, say, table
 
 if TYPE_CHECKING:
-    from ..audit import AuditReport, PatchAudit
-
-COLOR = {"live": "green", "pending": "cyan", "drifted-live": "yellow", "drifted": "red", "missing": "red",
-         "shadowed": "red", "restart-pending": "yellow", "partial": "magenta"}
-
+    from ..verbs.audit import AuditReport, PatchAudit
 
 class Expect(str, Enum):
     live = "live"
@@ -36,7 +32,7 @@ def _all_platforms(q, ref: str, want: str, format: Format, trust=None, strict: b
     """--platform all: each platform audited on its own, one section each."""
     from ..errors import BadImage
     from ..sources import platforms_of
-    from ..audit import not_in_state
+    from ..verbs.audit import not_in_state
     from ..verbs.platforms import audit_platforms, platforms_json
 
     platforms = platforms_of(ref, cache_dir=cache_dir())
@@ -64,7 +60,7 @@ def _all_platforms(q, ref: str, want: str, format: Format, trust=None, strict: b
 
 def _say_runtime(report: AuditReport) -> None:
     """Each file whose bytes are right but whose running code is not (or not known to be)."""
-    from ..audit import CANNOT_TELL_DETAIL, RESTART_PENDING, SHADOWED, iso_time
+    from ..verbs.audit import CANNOT_TELL_DETAIL, RESTART_PENDING, SHADOWED, iso_time
 
     if report.process is not None:
         say(f"Process {report.process.pid} (root {report.process.root}) started {iso_time(report.process.started)}.")
@@ -90,13 +86,13 @@ def _say_env(report: AuditReport) -> None:
 
 def _render(report: AuditReport | None, history, platform: str | None = None) -> None:
     if report is not None:
-        from ..audit import LIVE
+        from ..verbs.audit import LIVE
 
         rows = []
         for p in report.patches:
             live = sum(f.state == LIVE for f in p.files)
             files = str(len(p.files)) if live in (0, len(p.files)) else f"{live}/{len(p.files)} live"
-            rows.append([p.name, (p.state, COLOR.get(p.state, "white")), files, _first(p)])
+            rows.append([p.name, (p.state, AUDIT_COLOR.get(p.state, "white")), files, _first(p)])
         title = f"Audit of {report.info.ref}" + (f" for {platform} ({report.info.digest})" if platform else "")
         if report.profile is not None:
             title += f" as profile {report.profile}"
@@ -174,7 +170,7 @@ def audit_cmd(
       imgquilt audit --profile all --image oci:out:glm53
     """
     from ..api import audit, public_key
-    from ..audit import RUNTIME_STATES, STATES, report_json
+    from ..verbs.audit import RUNTIME_STATES, STATES, report_json
 
     if merge_more and not merge:
         raise UsageError(f"Unexpected argument {merge_more[0]}.", hint="Documents to merge follow --merge.")
@@ -215,7 +211,7 @@ def audit_cmd(
         doc = report_json(report) if report is not None else {"image": None, "patches": [], "summary": {s: 0 for s in STATES if s not in RUNTIME_STATES}}
         doc["expect"] = want
         if hist is not None:
-            from ..history import history_json
+            from ..verbs.history import history_json
 
             doc["history"] = history_json(hist)
         emit_outcome(doc, failure)
@@ -235,7 +231,7 @@ def _all_profiles(image_ref: str | None, root: Path | None, platform: str | None
                   strict: bool = False) -> None:
     """--profile all: every profile judged; the ones the filesystem matches named."""
     from ..api import audit_profiles
-    from ..audit import report_json
+    from ..verbs.audit import report_json
 
     audits = audit_profiles(G.queue, image=image_ref, root=root, platform=platform, expect=want, progress=progress(),  # type: ignore[arg-type]
                             trust_attestation=trust, strict=strict)

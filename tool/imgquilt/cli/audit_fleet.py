@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import BadInput, ImgquiltError, NotLive, UsageError
 from .annotations import Format, annotate
-from .common import G, emit_outcome, load, open_ref, say, table
+from .common import AUDIT_COLOR, G, emit_outcome, load, open_ref, say, table
 
 
 def image_refs(images: list[str], images_from: Path | None) -> list[str]:
@@ -17,7 +17,7 @@ def image_refs(images: list[str], images_from: Path | None) -> list[str]:
 
 
 def fleet_cmd(refs: list[str], platform: str | None, expect: str, format: Format, trust=None, *, strict: bool = False) -> None:
-    from ..audit import report_json
+    from ..verbs.audit import report_json
     from ..verbs.fleet import audit_fleet, fleet_document
 
     if not refs:
@@ -59,7 +59,6 @@ def _error(exc: ImgquiltError | None) -> dict[str, Any]:
 
 def _finish(doc: dict[str, Any], format: Format) -> None:
     from ..verbs.fleet import image_ref, not_as_expected
-    from .audit import COLOR
 
     expect = doc["expect"]
     failing = [d for d in doc["images"] if not_as_expected(d, expect, strict=bool(doc.get("strict")))]
@@ -85,7 +84,7 @@ def _finish(doc: dict[str, Any], format: Format) -> None:
     rows: list[list[str | tuple[str, str]]] = []
     for name in doc["patches"]:
         states = doc["matrix"][name]
-        rows.append([name, *((states[r], COLOR.get(states[r], "white")) if r in states else ("-", "dim") for r in refs)])
+        rows.append([name, *((states[r], AUDIT_COLOR.get(states[r], "white")) if r in states else ("-", "dim") for r in refs)])
     table(f"Audit of {len(refs)} image(s) (expect {expect})", ["patch", *refs], rows)
     for d in doc["images"]:
         if d.get("error") and not d.get("patches"):

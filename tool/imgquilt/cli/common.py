@@ -111,6 +111,11 @@ _TYPE_LABEL = re.compile(r"(?m)^(  [^\s<-][^<\n]*?) (<[^>\s]+>)")
 
 
 # --- output -----------------------------------------------------------------------------------
+# how `audit` and a fleet audit colour each state of a patch
+AUDIT_COLOR = {"live": "green", "pending": "cyan", "drifted-live": "yellow", "drifted": "red", "missing": "red",
+               "shadowed": "red", "restart-pending": "yellow", "partial": "magenta"}
+
+
 @cache
 def out() -> Console:
     from rich.console import Console

@@ -92,6 +92,33 @@ class LockFile:
         return replace(self, profiles=tuple(sorted((*others, profile), key=lambda p: p.name)))
 
 
+@dataclass(frozen=True)
+class LockUpdate:
+    """What a command did about targets.lock (each of its pins: the default's and every profile's)."""
+
+    pinned: bool  # the queue has a lock at all
+    written: bool = False  # targets.lock follows the change (rewritten in the same transaction)
+    path: Path | None = None
+    why: str | None = None  # why a pin could not follow (it is stale now); several: `; `-joined, each named
+    todo: str | None = None  # and the way on
+
+    def line(self) -> str | None:
+        """The command's output about the lock (None: no lock, nothing to say)."""
+        lines = []
+        if self.written:
+            lines.append("Updated targets.lock (no image read).")
+        if self.why:
+            todo = self.todo or ""
+            what = "targets.lock is stale now" if not self.written else "and part of it is stale now"
+            lines.append(f"{what}: {self.why}; {todo[:1].lower() + todo[1:]}")
+        return "\n".join(lines) or None
+
+    def to_json(self) -> dict | None:
+        if not self.pinned:
+            return None
+        return {"updated": self.written, "path": str(self.path) if self.path else None, "stale": self.why, "todo": self.todo}
+
+
 def patch_hashes(names: list[str], raws: list[Data]) -> tuple[tuple[str, str], ...]:
     return tuple((n, sha256_hex(raw)) for n, raw in zip(names, raws))
 

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..audit import LIVE, AuditReport, FileAudit, PatchAudit, RecordCheck, TrustCheck, check_record, parse_record
+from .audit import LIVE, AuditReport, FileAudit, PatchAudit, RecordCheck, TrustCheck, check_record, parse_record
 from ..engine.result import RECORD_PATH, ApplyResult
 from ..errors import NotAttested
 from ..fs.content import held
@@ -275,7 +275,7 @@ def audit_trusting(queue: Queue, source, key: PublicKey) -> AuditReport:
     read), else from the layers as always, saying why no attestation answered."""
     from dataclasses import replace
 
-    from ..audit import audit_source
+    from .audit import audit_source
     from ..sources import BackedByImage
 
     info = source.info()

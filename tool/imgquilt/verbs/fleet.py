@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..audit import STATES, AuditReport, audit_source
+from .audit import STATES, AuditReport, audit_source
 from ..errors import BadInput, ImgquiltError, UsageError, os_error
 from ..fs.types import Source
 from ..image.registry.blob_memo import shared_downloads

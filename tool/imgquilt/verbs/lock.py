@@ -8,8 +8,8 @@ from ..queue.queue import Queue
 from ..store import remember
 
 
-def python_checker():  # noqa: ANN201 - outputs.python_checker, loaded on use (it imports the image sinks)
-    from ..outputs import python_checker as checker
+def python_checker():  # noqa: ANN201 - verbs.apply.python_checker, loaded on use (it imports the image sinks)
+    from .apply import python_checker as checker
 
     return checker()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..audit import LIVE, PARTIAL, AuditReport, audit_source, report_json
+from .audit import LIVE, PARTIAL, AuditReport, audit_source, report_json
 from ..fs.types import Source
 
 
@@ -56,7 +56,7 @@ def apply_platforms(queue, platforms: list[str], open_platform: Callable[[str], 
     from ..engine.plan import plan_apply
     from ..errors import ImgquiltError
     from ..image.sinks.image import check_index_destination, write_new_index
-    from ..outputs import check_compression, new_image, python_checker
+    from .apply import check_compression, new_image, python_checker
     from ..sources import BackedByImage
     from ..store import remember
 

@@ -14,7 +14,8 @@ from ..queue.patchfile import FileSection, Patch, build_patch, make_section
 from ..queue.interrupted import Change
 from ..store import remember
 from .files import FileState
-from .relock import LockUpdate, commit
+from ..queue.lock import LockUpdate
+from .relock import commit
 from .state import Tracked
 
 if TYPE_CHECKING:

@@ -13,7 +13,6 @@ command still does its job, leaves targets.lock as it was, and says why; a seale
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
@@ -21,7 +20,7 @@ from ..errors import ImgquiltError
 from ..fs.types import ImageInfo, TargetFile
 from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.interrupted import Change, QueueJournal
-from ..queue.lock import NOTE_FILE, Lock, LockNote, read_note, render_note
+from ..queue.lock import NOTE_FILE, Lock, LockNote, LockUpdate, read_note, render_note
 from ..queue.queue import Queue
 from ..queue.series import parse_series
 from ..util.regular import read_regular_file
@@ -103,33 +102,6 @@ def queue_with(wt: WorkTree, *, series: bytes | None = None, patches: Mapping[st
         header_only = not re.search(rb"^(Index: |diff |--- |\+\+\+ |@@ )", raw, re.M)
         parsed.append(Patch(e.name, Header(raw), (), raw) if header_only else parse_patch(raw, e.name, strip=e.strip))
     return Queue(wt.root, series_bytes, tuple(entries), tuple(parsed))
-
-
-@dataclass(frozen=True)
-class LockUpdate:
-    """What a command did about targets.lock (each of its pins: the default's and every profile's)."""
-
-    pinned: bool  # the queue has a lock at all
-    written: bool = False  # targets.lock follows the change (rewritten in the same transaction)
-    path: Path | None = None
-    why: str | None = None  # why a pin could not follow (it is stale now); several: `; `-joined, each named
-    todo: str | None = None  # and the way on
-
-    def line(self) -> str | None:
-        """The command's output about the lock (None: no lock, nothing to say)."""
-        lines = []
-        if self.written:
-            lines.append("Updated targets.lock (no image read).")
-        if self.why:
-            todo = self.todo or ""
-            what = "targets.lock is stale now" if not self.written else "and part of it is stale now"
-            lines.append(f"{what}: {self.why}; {todo[:1].lower() + todo[1:]}")
-        return "\n".join(lines) or None
-
-    def to_json(self) -> dict | None:
-        if not self.pinned:
-            return None
-        return {"updated": self.written, "path": str(self.path) if self.path else None, "stale": self.why, "todo": self.todo}
 
 
 def lock_changes(wt: WorkTree, queue: Queue, command: str, *, python_check: bool = True) -> tuple[list[Change], LockUpdate]:

@@ -19,7 +19,7 @@ from .state import Tracked, WorkState
 
 if TYPE_CHECKING:  # the patch format loads on use: `imgquilt top` reads no patch
     from ..queue.patchfile import Header, Patch
-    from .relock import LockUpdate
+    from ..queue.lock import LockUpdate
 
 
 class _Sibling:

@@ -10,18 +10,18 @@ import json
 from dataclasses import dataclass, replace
 from typing import Collection, Sequence
 
-from .fs.content import Spooled, held, held_or_none, in_memory_max
-from .queue.streamed import StreamedHunks
-from .engine.apply import HunkError, apply_hunks, reverse_hunks
-from .engine.bytecode import CANNOT_TELL, STALE, Seen, Verdict, find_bytecode, is_python_source, judge
-from .engine.record import read_record_target
-from .engine.result import RECORD_PATH
-from .errors import BadImage, BadInput, NotLive
-from .fs.types import ImageInfo, Source, TargetFile, read_targets
-from .queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
-from .queue.patchfile import FileSection, Patch
-from .queue.queue import Queue
-from .store import remember_named
+from ..fs.content import Spooled, held, held_or_none, in_memory_max
+from ..queue.streamed import StreamedHunks
+from ..engine.apply import HunkError, apply_hunks, reverse_hunks
+from ..engine.bytecode import CANNOT_TELL, STALE, Seen, Verdict, find_bytecode, is_python_source, judge
+from ..engine.record import read_record_target
+from ..engine.result import RECORD_PATH
+from ..errors import BadImage, BadInput, NotLive
+from ..fs.types import ImageInfo, Source, TargetFile, read_targets
+from ..queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
+from ..queue.patchfile import FileSection, Patch
+from ..queue.queue import Queue
+from ..store import remember_named
 
 LIVE = "live"
 PENDING = "pending"
@@ -542,7 +542,7 @@ def with_env(report: AuditReport, source: Source, env: tuple[tuple[str, str], ..
         return report
     check = None
     if env:
-        from .image.sinks.mutate import config_env
+        from ..image.sinks.mutate import config_env
 
         image = getattr(source, "image", None)
         found = (config_env(image.config_bytes) or {}) if image is not None else None

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UsageError
-from .util.regular import read_regular_file
+from ..errors import UsageError
+from ..util.regular import read_regular_file
 
 ADDED = "added"  # the name entered series
 CHANGED = "changed"  # its patch file was created or changed (or deleted, when not listed)
@@ -165,7 +165,7 @@ def _walk(repo, dirs: list[str]) -> list[str]:
 
 def open_repo(queue_root: Path):
     """The git repository holding the queue, and the queue's path inside it."""
-    from .util.gitexe import require_git
+    from ..util.gitexe import require_git
 
     require_git("audit --history")  # GitPython cannot even be imported without it
     import git

@@ -10,23 +10,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from .engine.plan import plan_apply_gated
-from .engine.record import names_series
-from .engine.result import RECORD_PATH, ApplyResult
-from .errors import UsageError
-from .fs.types import FileChange, ImageInfo, Source
-from .image.mediatypes import LAYER_FORMATS, LayerFormat
-from .image.model import Image
-from .image.referrers import Referrer
-from .image.sinks import layer as layer_sink
-from .image.sinks import overlay as overlay_sink
-from .image.sinks.image import WrittenImage, check_image_destination, check_referrer_destination, write_new_image
-from .image.sinks.layer import LayerBlob, LayerEntry, LayerInfo, resolve_epoch
-from .image.sinks.mutate import Addendum, History, NewImage, append, config_env, created_of, unchanged
-from .image.sinks.overlay import OverlayInfo
-from .queue.lock import Lock
-from .queue.queue import Queue
-from .store import ObjectStore, remember
+from ..engine.plan import plan_apply_gated
+from ..engine.record import names_series
+from ..engine.result import RECORD_PATH, ApplyResult
+from ..errors import UsageError
+from ..fs.types import FileChange, ImageInfo, Source
+from ..image.mediatypes import LAYER_FORMATS, LayerFormat
+from ..image.model import Image
+from ..image.referrers import Referrer
+from ..image.sinks import layer as layer_sink
+from ..image.sinks import overlay as overlay_sink
+from ..image.sinks.image import WrittenImage, check_image_destination, check_referrer_destination, write_new_image
+from ..image.sinks.layer import LayerBlob, LayerEntry, LayerInfo, resolve_epoch
+from ..image.sinks.mutate import Addendum, History, NewImage, append, config_env, created_of, unchanged
+from ..image.sinks.overlay import OverlayInfo
+from ..queue.lock import Lock
+from ..queue.queue import Queue
+from ..store import ObjectStore, remember
 
 
 class Attester(Protocol):
@@ -265,7 +265,7 @@ def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[],
         ov = write_overlay(result, outputs.overlay)
         written["overlay"] = {"path": str(outputs.overlay), "mounts": str(ov.mounts_file)}
     if outputs.root is not None:
-        from .rootfs.inplace import write_in_place
+        from ..rootfs.inplace import write_in_place
 
         changed = write_in_place(outputs.root, result, held=held, gate=gate) if changes else []
         stale = {b.path for b in result.bytecode}
@@ -277,10 +277,10 @@ def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[],
 def python_checker():
     """What the Python check uses beside pyflakes: the ruff screen (None without ruff) and the
     shared cache's findings for that checker (None when the cache is off)."""
-    from .cache.layers import cache_disabled
-    from .cache.pychecks import PyCheckResults
-    from .engine.pycheck import checker_version
-    from .util.ruffscreen import ruff_screen
+    from ..cache.layers import cache_disabled
+    from ..cache.pychecks import PyCheckResults
+    from ..engine.pycheck import checker_version
+    from ..util.ruffscreen import ruff_screen
 
     screen = ruff_screen()
     return screen, (None if cache_disabled() else PyCheckResults(checker_version(screen)))
@@ -294,8 +294,8 @@ def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Output
     sign, with `attest`). `env`: environment defaults for the config of `outputs.image` (recorded).
     `image_bytes`: the pinned image's bytes of a path by sha256, for the diff of a file edited by hand
     in a root (default: the object store's)."""
-    from .rootfs.inplace import hold_root
-    from .rootfs.source import RootfsSource
+    from ..rootfs.inplace import hold_root
+    from ..rootfs.source import RootfsSource
 
     check_destinations(outputs, source.info(), attest)
     # --root: lock it and recover a crashed apply before the plan reads it, so concurrent applies serialize
