@@ -49,6 +49,7 @@ class Problem:
             "type": f"{self.patch}: {where}: {self.detail}.",
             "result": f"{self.patch}: {where}: the result is not the pinned one: expected sha256 {self.expected}, got {self.actual}.",
             "hunk": f"{self.patch}: {where}: base matches ({self.expected}) but {self.detail}.",
+            "alias": f"{self.patch}: {where}: the same file as its section {self.detail} (through a symbolic link).",
             "python": f"{self.patch}: {where}: the patch adds Python errors: {self.detail}.",
             "lock": f"targets.lock: {where}: pinned base sha256 {self.expected}, found {self.actual}.",
         }[self.kind]
@@ -79,6 +80,7 @@ NEXT_STEP = {
     "hunk": "A hunk does not fit the base its patch pins: fix its context and removed lines by hand, then {rehash}.",
     "python": "Fix the patch so the file compiles, its names resolve, and its imports and calls fit the image's modules.",
     "lock": LOCK_HINT,
+    "alias": "A patch changes a file once: keep one section per file, named by the path the links lead to.",
 }
 
 
@@ -130,7 +132,7 @@ def refusal(problems: list[Problem], info: ImageInfo | None = None, older: tuple
     bad input (6) wins over verification failures (3). `older`: the version of the queue a target's
     record names, and the image it went on (engine.drift)."""
     kinds = {p.kind for p in problems}
-    if kinds & {"missing", "hunk"}:
+    if kinds & {"missing", "hunk", "alias"}:
         cls = {frozenset({"missing"}): MissingTarget, frozenset({"hunk"}): MalformedPatch}.get(frozenset(kinds), BadInput)
     else:
         by_kind = {"drift": BaseDrift, "type": BaseDrift, "result": ResultMismatch, "python": PythonCheckFailed, "lock": BaseDrift}
@@ -191,9 +193,15 @@ def _apply_series(queue: Queue, targets: dict[str, TargetFile], source: Source |
         states.setdefault(t.resolved, _FileState(t, t.data, link=t.link))
     problems: list[Problem] = []
     for patch in queue.patches:
+        named: dict[str, str] = {}  # resolved -> the first of this patch's sections that reached it
         for s in patch.sections:
             t = targets[s.path]
             st = states[t.resolved]
+            first = named.setdefault(t.resolved, s.path)
+            if first != s.path:  # two names of one file (through links): which section wins is anyone's guess
+                problems.append(Problem("alias", patch.name, s.path, t.resolved, s.base_sha256, "", first))
+                st.broken = True
+                continue
             if st.broken:
                 continue
             actual = sha256_hex(st.data)

@@ -59,7 +59,7 @@ from ..util.sealing import seal, sealed_here
 from ..util.statedir import STATE_NAME, StateDir, open_dir_below, refuse_non_regular_at
 
 GRACE = 10.0  # seconds: a temp younger than this may be one whose writer has not locked it yet
-_TEMP = re.compile(r"^\..+" + re.escape(TEMP_MARK) + r"[a-z0-9_]{8}\.tmp$")
+_TEMP = re.compile(r"^\..+" + re.escape(TEMP_MARK) + r"(?:[a-z0-9_]{8}\.tmp|tmp)$")  # atomic_write's, write_atomic_at's
 _LEGACY = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
 JOURNAL = "journal.json"
 _STAGED = ".journal.json.new"  # the journal while it is written, before its link puts it in place

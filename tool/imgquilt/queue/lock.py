@@ -101,12 +101,14 @@ class LockUpdate:
     path: Path | None = None
     why: str | None = None  # why a pin could not follow (it is stale now); several: `; `-joined, each named
     todo: str | None = None  # and the way on
+    modules_read: bool = False  # the cross-module Python check read modules from the pinned image (never a base)
 
     def line(self) -> str | None:
         """The command's output about the lock (None: no lock, nothing to say)."""
         lines = []
         if self.written:
-            lines.append("Updated targets.lock (no image read).")
+            lines.append("Updated targets.lock (no base read from the image; the Python check read the modules the "
+                         "patched files import)." if self.modules_read else "Updated targets.lock (no image read).")
         if self.why:
             todo = self.todo or ""
             what = "targets.lock is stale now" if not self.written else "and part of it is stale now"

@@ -4,7 +4,8 @@ The one place that does this dance for paths (atomic_write) and for names in a d
 (write_atomic_at, for trees read and written with O_NOFOLLOW).
 
 A temp file is named `.NAME.imgquilt-XXXXXXXX.tmp` (NAME cut to TEMP_NAME_BYTES, so a long name
-still leaves room) and flock'ed by its writer until it is renamed: a command killed mid-write
+still leaves room; `.NAME.imgquilt-tmp` for write_atomic_at, whose writers hold the tree's lock) and
+flock'ed by its writer until it is renamed: a command killed mid-write
 leaves one that nobody holds, which the next command may remove (queue.interrupted) without ever
 taking a live writer's file.
 """
@@ -54,26 +55,56 @@ def write_atomic_at(dir_fd: int, name: str, data, mode: int = 0o644, *, durable:
     tmp = temp_prefix(name) + "tmp"
     with suppress(FileNotFoundError):
         os.unlink(tmp, dir_fd=dir_fd)  # left by a crash
+    lock = -1
     try:
         if isinstance(data, Spooled) and data.link_at(dir_fd, tmp):
             _chmod_at(dir_fd, tmp, mode)
         else:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+            fd = _locked_temp_at(dir_fd, tmp)
             try:
                 write_all(fd, data)
                 os.fchmod(fd, mode)
                 if durable:
                     os.fsync(fd)
-            finally:
+            except BaseException:
                 os.close(fd)
+                raise
+            lock = fd  # held until the rename: whoever finds this temp unlocked knows its writer is dead
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=dir_fd)
         raise
+    finally:
+        if lock >= 0:
+            os.close(lock)
     if durable:
         with suppress(OSError):  # best effort, as fsync_dir
             os.fsync(dir_fd)
+
+
+def _locked_temp_at(dir_fd: int, tmp: str) -> int:
+    """A new file named `tmp` in `dir_fd`, flock'ed by this process (as _locked_temp: where the
+    filesystem has O_TMPFILE it is made nameless, locked, then linked, so its name is never seen
+    unlocked); its fd, open for writing."""
+    try:
+        fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    except (OSError, AttributeError):
+        fd = -1
+    if fd >= 0:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=dir_fd, follow_symlinks=True)
+            return fd
+        except OSError:
+            os.close(fd)  # no /proc, or linking refused: the portable way below
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _chmod_at(dir_fd: int, name: str, mode: int) -> None:

@@ -117,6 +117,11 @@ def import_patches(
             if not conv.changes:
                 raise BadInput(f"{it.source} changes nothing in these files.",
                                hint="Nothing to import: check the -p level and the image, or leave this patch out.")
+            alias = view.same_file(conv.changes)
+            if alias is not None:
+                raise BadInput(f"{it.source} changes {alias[0]} and {alias[1]}, which are one file ({alias[2]}) through "
+                               "symbolic links: a patch changes a file once.",
+                               hint=f"Edit the patch to change {alias[2]} in one diff, then import it again.")
             header = Header(fp.header)
             notes = list(conv.notes)
             if conv.index_mismatches:
@@ -193,6 +198,7 @@ class _View:
     def __init__(self, wt: WorkTree, applied: list[str]) -> None:
         self.wt, self.applied = wt, applied
         self.held: dict[tuple[str, bool], Base] = {}
+        self.where: dict[tuple[str, bool], str] = {}  # the path each read resolved to (through links)
 
     def _load(self, paths: list[str], follow: bool) -> None:
         need = [p for p in paths if (p, follow) not in self.held]
@@ -203,6 +209,17 @@ class _View:
         for p in need:
             st = got[p]
             self.held[(p, follow)] = Base(st.data, st.mode, st.link)
+            self.where[(p, follow)] = st.resolved or p
+
+    def same_file(self, changes: list[FileChange]) -> tuple[str, str, str] | None:
+        """Two of one patch's paths that name one file through symbolic links: (first, second, the file)."""
+        seen: dict[str, str] = {}
+        for c in changes:
+            self._load([c.path], not c.link)
+            where = self.where.get((c.path, not c.link), c.path)
+            if seen.setdefault(where, c.path) != c.path:
+                return seen[where], c.path, where
+        return None
 
     def prefetch(self, paths: list[str]) -> None:
         self._load(paths, False)

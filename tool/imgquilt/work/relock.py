@@ -27,6 +27,7 @@ from ..util.regular import read_regular_file
 from ..util.statedir import STATE_NAME
 
 if TYPE_CHECKING:
+    from ..fs.types import Source
     from ..queue.patchfile import Patch  # noqa: F811
     from .tree import WorkTree
 
@@ -41,9 +42,30 @@ class StoredBases:
     """The image a lock pins, as a Source, read only from what the work tree holds: the lock's pins and
     the bases recorded from that image, their bytes from the object store (or this run's reads)."""
 
-    def __init__(self, wt: WorkTree, lock: Lock) -> None:
+    def __init__(self, wt: WorkTree, lock: Lock, targets: Collection[str] = ()) -> None:
         self._wt = wt
         self._lock = lock
+        self._targets = set(targets)  # the queue's target paths: a base new to the lock is `imgquilt lock`'s to read
+        self._src: Source | None = None
+        self.opened = False  # the image was opened (for the modules the cross-module Python check looks up)
+
+    def _image(self) -> Source:
+        """The image the lock pins, for the modules the cross-module check reads beside the targets
+        (what `refresh` does too); never for a base."""
+        if self._src is None:
+            from ..sources import open_source, ref_in_queue
+
+            image = self._lock.image
+            try:
+                src = open_source(ref_in_queue(image.ref, self._wt.root), platform=image.platform)
+                digest = src.info().digest
+            except ImgquiltError as exc:
+                raise _NeedsImage(f"the cross-module Python check reads modules from {image.ref}, which cannot be opened "
+                                  f"({exc.message.rstrip('.')})") from None
+            if image.kind != "rootfs" and digest != image.digest:
+                raise _NeedsImage(f"{image.ref} is no longer the image the lock pins ({image.digest})")
+            self._src, self.opened = src, True
+        return self._src
 
     def info(self) -> ImageInfo:
         image = self._lock.image
@@ -54,7 +76,14 @@ class StoredBases:
         recorded = self._wt.bases.recorded(self._lock.image.digest if self._lock.image.kind != "rootfs" else None)
         as_link = set(links)
         out: dict[str, TargetFile] = {}
+        others = [p for p in paths if p not in self._targets and self._lock.target(p) is None and p not in recorded]
+        if others:  # modules the cross-module check looks up: from the image itself
+            from ..fs.types import read_targets
+
+            out.update(read_targets(self._image(), others, [p for p in others if p in as_link]))
         for p in paths:
+            if p in out:
+                continue
             t = self._lock.target(p)
             r = recorded.get(p)
             # a base read the other way (followed, or as the link itself) is not this one's; as Bases.targets
@@ -125,12 +154,13 @@ def lock_changes(wt: WorkTree, queue: Queue, command: str, *, python_check: bool
     except ImgquiltError:
         before = None
     pins = ([(None, (), lf.default)] if lf.default is not None else []) + [(p.name, p.select, p.lock) for p in lf.profiles]
-    new_lf, whys, todos, followed = lf, [], [], 0
+    new_lf, whys, todos, followed, opened = lf, [], [], 0, False
     for name, select, lock in pins:
         assert lock is not None
         relock_cmd = "`imgquilt lock`" if name is None else f"`imgquilt lock --profile {name}`"
         try:
-            new = relock(queue.selection(select), lock, StoredBases(wt, lock),
+            stored = StoredBases(wt, lock, queue.target_paths())
+            new = relock(queue.selection(select), lock, stored,
                          before=before.selection(select) if before is not None else None, python_check=python_check)
         except _NeedsImage as exc:
             why, todo = f"{exc}", f"run {relock_cmd} (it reads it from the image)."
@@ -141,6 +171,7 @@ def lock_changes(wt: WorkTree, queue: Queue, command: str, *, python_check: bool
             todo = (exc.hint or "").replace("\n", " ").replace("`imgquilt lock`", relock_cmd) or f"fix the queue, then run {relock_cmd}."
         else:
             followed += 1
+            opened = opened or stored.opened
             profile = lf.profile(name) if name is not None else None
             new_lf = replace(new_lf, default=new) if profile is None else new_lf.with_profile(replace(profile, lock=new))
             continue
@@ -155,7 +186,7 @@ def lock_changes(wt: WorkTree, queue: Queue, command: str, *, python_check: bool
     if followed:
         changes.append(Change("targets.lock", render_lock_file(new_lf)))  # last: it commits the transaction
     return changes, LockUpdate(True, bool(followed), wt.root / "targets.lock" if followed else None,
-                               "; ".join(whys) or None, " ".join(dict.fromkeys(todos)) or None)
+                               "; ".join(whys) or None, " ".join(dict.fromkeys(todos)) or None, modules_read=opened)
 
 
 def _unreadable(wt: WorkTree, command: str, exc: ImgquiltError) -> tuple[list[Change], LockUpdate]:
