@@ -32,16 +32,16 @@ Updated targets.lock (no image read).
 The queue is sound: 6 patch(es), chains and Requires in order.
 
 # import too (the bases it reads are the lock's)
-$ imgquilt pop -a > /dev/null && printf -- '--- a/etc/os-release\n+++ b/etc/os-release\n@@ -1 +1 @@\n-PRETTY_NAME="Demo Linux 1.0 (quilt)"\n+PRETTY_NAME="Demo Linux 1.0 (patched)"\n' > $SANDBOX/os.diff && imgquilt import -P 0000-os-release.patch $SANDBOX/os.diff && imgquilt check
+$ imgquilt pop -a > /dev/null && printf -- '--- a/usr/lib/os-release\n+++ b/usr/lib/os-release\n@@ -1 +1 @@\n-PRETTY_NAME="Demo Linux 1.0 (quilt)"\n+PRETTY_NAME="Demo Linux 1.0 (patched)"\n' > $SANDBOX/os.diff && imgquilt import -P 0000-os-release.patch $SANDBOX/os.diff && imgquilt check
 Imported 0000-os-release.patch (1 file(s)) as patches/0000-os-release.patch.
-They stand at the start of series (no patch is applied), with bases read there; `imgquilt push` applies them to the work tree.
+They stand after 0006-moe-shared-expert.patch (no patch is applied), with bases read there; `imgquilt push` applies them to the work tree.
 Updated targets.lock (no image read).
 The queue is sound: 7 patch(es), chains and Requires in order.
 
 # a stale lock's hint names its cause: series reordered by hand
 $ sed -i '1{h;d};2{G}' series && head -2 series && imgquilt check
+0002-demo-tool-no-color.patch
 0001-which-skip-empty-path-elements.patch
-0000-os-release.patch
 imgquilt: The queue has 1 problem(s):
   - targets.lock is stale (series edited by hand since it was made: its order or options changed); run `imgquilt lock`.
 [exit 6]

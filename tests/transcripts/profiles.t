@@ -52,10 +52,10 @@ Example: --output-image oci:out:{profile}. Nothing was read or written.
 $ imgquilt apply --profile all --output-image oci:$SANDBOX/out:{profile} | grep -v '^ok '
 Profile edge:
 Verified 4 patch(es) on oci:examples/demo-image:latest (pinned by targets.lock).
-Wrote image: oci:$SANDBOX/out:edge sha256:45512484dae4b669e6d090bdd536a0a49c9fdbac10856ccc9f84935256311bed
+Wrote image: oci:$SANDBOX/out:edge sha256:1d8ec12e5f48ccb39c1942ff089904303f232c8f644f89b053191fdd1c52b0ae
 Profile slow:
 Verified 6 patch(es) on oci:examples/demo-image:latest (pinned by targets.lock).
-Wrote image: oci:$SANDBOX/out:slow sha256:55a6228f5c0c344538cdcaae9e50c77ebc35a5a8b7f01b200629fbb4240eccac
+Wrote image: oci:$SANDBOX/out:slow sha256:f48ab3a67e5ced1719fbfef0a2b4e9d0208c8f0d09a2f9a5a0a003b29c652ad7
   Env: DEMO_TIMEOUT_S=120
 
 $ imgquilt audit --profile all --image oci:$SANDBOX/out:edge | grep -i 'profile\|match'

@@ -6,7 +6,7 @@ Fix the file under .imgquilt/work/ and `imgquilt refresh` again, or keep it as i
 
 $ imgquilt refresh --no-python-check && imgquilt pop -a > /dev/null
 Refreshed patch 0007-typo.patch.
-targets.lock is stale now: the series no longer verifies on the pinned image (0007-typo.patch: the patch adds Python errors: usr/local/lib/python3.11/site-packages/demosvc/moe.py:49:39: UndefinedName: undefined name 'chosn'); fix the patch so the file compiles and names resolve.
+targets.lock is stale now: the series no longer verifies on the pinned image (0007-typo.patch: the patch adds Python errors: usr/local/lib/python3.11/site-packages/demosvc/moe.py:49:39: UndefinedName: undefined name 'chosn'); fix the patch so the file compiles, its names resolve, and its imports and calls fit the image's modules.
 
 $ imgquilt lock
 imgquilt: Refused: 1 verification failure(s); nothing was written.
