@@ -333,3 +333,17 @@ def renumbered(placed: list[Placed]) -> tuple[Hunk, ...]:
         out.append(Hunk(pos if h.old_len == 0 else pos + 1, h.old_len, npos if h.new_len == 0 else npos + 1, h.new_len, h.lines))
         delta += h.new_len - h.old_len
     return tuple(out)
+
+
+MAX_LINK_TARGET = 4095  # PATH_MAX less its NUL: the longest target symlink(2) takes
+
+
+def link_target_problem(target: bytes) -> str | None:
+    """Why `target` cannot be a symlink's target (None: it can)."""
+    if not target:
+        return "the symlink's target it leaves is empty"
+    if b"\0" in target:
+        return "the symlink's target it leaves holds a NUL byte"
+    if len(target) > MAX_LINK_TARGET:
+        return f"the symlink's target it leaves is {len(target)} bytes, longer than {MAX_LINK_TARGET}"
+    return None

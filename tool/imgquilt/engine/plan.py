@@ -13,7 +13,7 @@ from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.lock import Lock, LockTarget, patch_hashes, read_note, rootfs_digest, stale_lock_advice
 from ..queue.patchfile import rehash_command
 from ..queue.queue import Queue
-from .apply import HunkError, apply_section
+from .apply import HunkError, apply_section, link_target_problem
 from .bytecode import Bytecode, find_bytecode, is_python_source
 from .drift import ImageBytes, diagnose, older_versions
 from .pycheck import Memo, Screen, check_key, errors_of_many, located, start_errors_of_many
@@ -271,18 +271,6 @@ def kind_mismatch(link: bool) -> str:
     return "the patch changes a regular file, but the path here is a symlink (imgquilt does not follow it for a series that changes the link itself)"
 
 
-MAX_LINK_TARGET = 4095  # PATH_MAX less its NUL: the longest target symlink(2) takes
-
-
-def link_target_problem(target: bytes) -> str | None:
-    """Why `target` cannot be a symlink's target (None: it can)."""
-    if not target:
-        return "the symlink's target it leaves is empty"
-    if b"\0" in target:
-        return "the symlink's target it leaves holds a NUL byte"
-    if len(target) > MAX_LINK_TARGET:
-        return f"the symlink's target it leaves is {len(target)} bytes, longer than {MAX_LINK_TARGET}"
-    return None
 
 
 def final_mode(st: "_FileState") -> int:

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..engine.apply import PlaceError, Placed, apply_placed, place_hunks, renumbered
+from ..engine.apply import PlaceError, Placed, apply_placed, link_target_problem, place_hunks, renumbered
 from ..errors import BadInput, BaseDrift, HunkMismatch, MalformedPatch, MissingTarget, ResultMismatch
 from ..fs.paths import check_member_path
 from ..queue.binarypatch import BinaryPatchError, DeltaBaseMismatch, apply_binary, git_blob_sha1
@@ -32,7 +32,6 @@ from .values import bad as _bad
 
 _ZERO_SHA1 = re.compile(r"^0+$")
 EMPTY_BLOB = git_blob_sha1(b"")
-MAX_LINK_TARGET = 4095
 
 # read(path, follow): what the path holds where the patch is imported; `follow` resolves a final
 # symlink too (only for --through-links), else the path is read as itself
@@ -126,16 +125,6 @@ def _placement_notes(where: str, placed: list[Placed]) -> list[str]:
 
 def _blob_ok(want: str, data: bytes | None) -> bool:
     return git_blob_sha1(data).startswith(want) or (data is None and bool(_ZERO_SHA1.match(want)))
-
-
-def _link_problem(target: bytes) -> str | None:
-    if not target:
-        return "the symlink's target it leaves is empty"
-    if b"\0" in target:
-        return "the symlink's target it leaves holds a NUL byte"
-    if len(target) > MAX_LINK_TARGET:
-        return f"the symlink's target it leaves is {len(target)} bytes, longer than {MAX_LINK_TARGET}"
-    return None
 
 
 class _Apply:
@@ -275,8 +264,8 @@ class _Apply:
             out = Base(None)  # nothing created
         else:
             assert result is not None
-            if link and _link_problem(result):
-                raise MalformedPatch(f"Cannot import {where}: {_link_problem(result)}.",
+            if link and link_target_problem(result):
+                raise MalformedPatch(f"Cannot import {where}: {link_target_problem(result)}.",
                                      hint="A git symlink diff holds the link's target as its one line; fix the diff.")
             out = Base(result, self._mode(f, base, pin, where), link)
         got = sha256_hex(out.data)
