@@ -278,9 +278,9 @@ def progress(label: str = "") -> Any:
     style = bars.mode(G.progress, G.json)
     if style == "none":
         return None
-    from ..image.sources import registry
+    from ..image import sources
 
-    registry.on_download = bars.download(style)
+    sources.on_download = bars.download(style)
     return bars.LayerProgress(style, label)
 
 

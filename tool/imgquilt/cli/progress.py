@@ -261,7 +261,7 @@ class LayerProgress:
 
 
 def download(style: str) -> Callable[[str, int], _Sink]:
-    """registry.on_download: a download is its layer's task (one line per layer, whichever starts it)."""
+    """image.sources.on_download: a download is its layer's task (one line per layer, whichever starts it)."""
 
     def start(what: str, total: int) -> _Sink:
         b = board(style)

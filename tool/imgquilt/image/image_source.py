@@ -871,7 +871,7 @@ class _Prefetch:
 class _Counted:
     """A layer's tar stream that reports the bytes read or skipped through it (for a progress bar):
     the tar's, or (`stored`) the stored blob's, read by the decompressor so far, in the manifest's unit
-    (a download reports its own: registry.on_download)."""
+    (a download reports its own: image.sources.on_download)."""
 
     def __init__(self, stream, on_bytes: Callable[[int], None], *, stored: bool = False) -> None:
         self._stream = stream

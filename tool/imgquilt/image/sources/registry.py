@@ -16,7 +16,7 @@ import os
 import threading
 from collections import Counter
 from functools import cached_property
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 from ...cache import metadata
 from ...errors import BadImage, UsageError
@@ -70,10 +70,6 @@ def registries() -> Registries:
         return _pool
 
 
-# progress: called with (what, total bytes) when a download starts; returns a callback taking byte counts
-on_download: Callable[[str, int], Callable[[int], None]] | None = None
-
-
 class RegistryLayer:
     """A layer blob in a registry: streamed when read, checked against its digest before its end."""
 
@@ -103,6 +99,8 @@ class RegistryLayer:
     def _download(self):
         d = self.descriptor
         stream = self.client.open_blob(self.repository, d.digest, size=d.size, what=self.what)
+        from . import on_download  # the progress hook (image.sources), read when the download starts
+
         if on_download is not None:
             stream.on_bytes = on_download(self.what, d.size)
         return stream
