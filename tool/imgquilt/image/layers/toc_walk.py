@@ -419,6 +419,15 @@ class _WalkStream:
                 return True
         return False
 
+    def _next_piece(self) -> None:
+        """The next non-empty piece of the run being decompressed, or the run's end."""
+        for part in self._bytes:
+            if part:
+                self._chunk, self._at = part, 0
+                return
+        self._bytes = None
+        self._kind = ""
+
     def read(self, n: int = -1) -> bytes:
         while True:
             if self._at < len(self._chunk):
@@ -426,13 +435,7 @@ class _WalkStream:
                 self._at += len(out)
                 return out
             if self._kind == "bytes" and self._bytes is not None:
-                for part in self._bytes:
-                    if part:
-                        self._chunk, self._at = part, 0
-                        break
-                else:
-                    self._bytes = None
-                    self._kind = ""
+                self._next_piece()
                 continue
             if self._kind == "hole" and self._hole_left:
                 raise _InHole()
@@ -454,13 +457,7 @@ class _WalkStream:
                 done += step
                 continue
             if self._kind == "bytes" and self._bytes is not None:
-                for part in self._bytes:
-                    if part:
-                        self._chunk, self._at = part, 0
-                        break
-                else:
-                    self._bytes = None
-                    self._kind = ""
+                self._next_piece()
                 continue
             if not self._advance():
                 break
