@@ -187,3 +187,16 @@ def test_mode_follows_the_option_the_environment_and_the_terminal(monkeypatch) -
     assert mode("never", False, Tty()) == "none"
     monkeypatch.setenv("IMGQUILT_PROGRESS", "plain")
     assert mode(None, False, io.StringIO()) == "lines" and mode("auto", False, io.StringIO()) == "delayed"
+
+
+def test_progress_of_a_local_image_loads_no_registry_client(queue, env, tmp_path) -> None:
+    """Progress is on (plain lines, off a terminal), and its download hook set, for every read; a local
+    audit still loads no registry client (httpx costs 0.1 s of start-up in every warm run)."""
+    layout = tmp_path / "img"
+    build_oci(layout, [[file("srv/app/svc.py", SVC.decode())]], tag="v1")
+    probe = ("import sys\nfrom imgquilt.cli.main import main\n"
+             f"sys.argv = ['imgquilt', '--progress', 'plain', 'audit', '--image', 'oci:{layout}:v1', '--expect', 'pending']\n"
+             "code = 0\ntry:\n    main()\nexcept SystemExit as e:\n    code = e.code or 0\n"
+             "print('exit', code, 'httpx' in sys.modules, 'imgquilt.image.sources.registry' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", probe], cwd=queue, env=env, capture_output=True, text=True)
+    assert r.stdout.strip().splitlines()[-1] == "exit 0 False False", (r.stdout, r.stderr)

@@ -96,6 +96,10 @@ def test_layer_image_and_root_hold_real_symlinks(world) -> None:
     run("umoci", "unpack", "--rootless", "--image", f"{tmp / 'out-layout'}:patched", tmp / "out-bundle")
     unpacked = tree_state(tmp / "out-bundle/rootfs")
     assert {k: unpacked.get(k) for k in WANT} == WANT and "etc/old-link" not in unpacked
+    # zstd: the frame's content size is the tar's (a link's target is in its header, not a body)
+    imgquilt("apply", "--output-image", f"oci:{tmp / 'out-zstd'}:patched", "--compression", "zstd", cwd=q, check=0)
+    doc = json.loads(imgquilt("--json", "audit", "--image", f"oci:{tmp / 'out-zstd'}:patched", cwd=q, check=0).out)
+    assert [p["state"] for p in doc["patches"]] == ["live"]
     # in place, onto the unpacked base: the same tree, real links
     root = shutil.copytree(world["rootfs"], tmp / "inplace", symlinks=True)
     imgquilt("apply", "--root", str(root), cwd=q, check=0)
@@ -139,6 +143,10 @@ def test_rebase_carries_links_and_stops_on_one_retargeted_upstream(world, tmp_pa
     old = world["rootfs"]
     new = shutil.copytree(old, tmp_path / "new", symlinks=True)
     (new / "etc/app/v2/conf").write_text("two, updated\n")  # upstream changed something else
+    # what upstream changed under the patch: its links read as links on both images (`current` leads to a directory)
+    r = imgquilt("--json", "diff", "--upstream", "0001-links.patch", "--image", f"rootfs:{new}", "--from", f"rootfs:{old}",
+                 cwd=q, check=0)
+    assert json.loads(r.out)["patch"] == "0001-links.patch"
     imgquilt("rebase", "--image", f"rootfs:{new}", "--from", f"rootfs:{old}", cwd=q, check=0)
     out = shutil.copytree(new, tmp_path / "out", symlinks=True)
     imgquilt("apply", "--root", str(out), cwd=q, check=0)
@@ -149,3 +157,20 @@ def test_rebase_carries_links_and_stops_on_one_retargeted_upstream(world, tmp_pa
     r = imgquilt("rebase", "--image", f"rootfs:{newer}", cwd=q, check=4)
     assert "symlink retargeted upstream" in r.err
     imgquilt("rebase", "--abort", cwd=q, check=0)
+
+
+def test_one_patch_reaching_one_file_by_two_names_is_refused(tmp_path: Path) -> None:
+    """A hand-written patch whose two sections name one file (`etc/x` and `conf/x`, `conf -> etc`):
+    which one wins is anyone's guess, so apply refuses it (exit 6) before writing anything."""
+    from qtools import empty_queue, write_patch
+
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/x").write_bytes(b"one\n")
+    os.symlink("etc", root / "conf")
+    q = empty_queue(tmp_path / "q")
+    write_patch(q, "0001-twice.patch", [("etc/x", b"one\n", b"two\n"), ("conf/x", b"one\n", b"three\n")])
+    r = imgquilt("apply", "--image", f"rootfs:{root}", "--root", str(root), cwd=q, check=6)
+    assert "0001-twice.patch: conf/x (resolved: etc/x): the same file as its section etc/x" in r.err
+    assert "keep one section per file" in r.err
+    assert (root / "etc/x").read_bytes() == b"one\n"

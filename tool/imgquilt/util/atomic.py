@@ -83,18 +83,33 @@ def write_atomic_at(dir_fd: int, name: str, data, mode: int = 0o644, *, durable:
             os.fsync(dir_fd)
 
 
-def _locked_temp_at(dir_fd: int, tmp: str) -> int:
-    """A new file named `tmp` in `dir_fd`, flock'ed by this process (as _locked_temp: where the
-    filesystem has O_TMPFILE it is made nameless, locked, then linked, so its name is never seen
-    unlocked); its fd, open for writing."""
+def _nameless_locked(dir_fd: int) -> int:
+    """A new nameless file (O_TMPFILE) in `dir_fd`, flock'ed by this process and open for writing, for
+    the caller to link under a temp name: no one ever sees that name unlocked. -1 where the
+    filesystem has no O_TMPFILE (NFS)."""
     try:
         fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     except (OSError, AttributeError):
-        fd = -1
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _link_nameless(fd: int, dir_fd: int, name: str) -> None:
+    os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dir_fd, follow_symlinks=True)
+
+
+def _locked_temp_at(dir_fd: int, tmp: str) -> int:
+    """A new file named `tmp` in `dir_fd`, flock'ed by this process (as _locked_temp); its fd, open for
+    writing."""
+    fd = _nameless_locked(dir_fd)
     if fd >= 0:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=dir_fd, follow_symlinks=True)
+            _link_nameless(fd, dir_fd, tmp)
             return fd
         except OSError:
             os.close(fd)  # no /proc, or linking refused: the portable way below
@@ -124,23 +139,23 @@ def _locked_temp(dest: Path) -> tuple[int, str]:
     (`check` says so at once, whatever the file's age). Elsewhere (NFS) mkstemp then flock."""
     parent = str(dest.parent or ".")
     prefix = temp_prefix(dest.name)
+    dir_fd = os.open(parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # only a place to make the file in
     try:
-        fd = os.open(parent, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600)
-    except (OSError, AttributeError):
-        fd = -1
-    if fd >= 0:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            for _ in range(100):
-                tmp = os.path.join(parent, prefix + next(tempfile._get_candidate_names()) + ".tmp")  # noqa: SLF001 - mkstemp's names
-                try:
-                    os.link(f"/proc/self/fd/{fd}", tmp, follow_symlinks=True)
-                    return fd, tmp
-                except FileExistsError:
-                    continue
-        except OSError:
-            pass  # no /proc, or linking refused: the portable way below
-        os.close(fd)
+        fd = _nameless_locked(dir_fd)
+        if fd >= 0:
+            try:
+                for _ in range(100):
+                    name = prefix + next(tempfile._get_candidate_names()) + ".tmp"  # noqa: SLF001 - mkstemp's names
+                    try:
+                        _link_nameless(fd, dir_fd, name)
+                        return fd, os.path.join(parent, name)
+                    except FileExistsError:
+                        continue
+            except OSError:
+                pass  # no /proc, or linking refused: the portable way below
+            os.close(fd)
+    finally:
+        os.close(dir_fd)
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=parent)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # held until after the rename: a sweeper never takes a live temp

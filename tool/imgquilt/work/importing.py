@@ -212,11 +212,12 @@ class _View:
             self.where[(p, follow)] = st.resolved or p
 
     def same_file(self, changes: list[FileChange]) -> tuple[str, str, str] | None:
-        """Two of one patch's paths that name one file through symbolic links: (first, second, the file)."""
+        """Two of one patch's paths that name one file through symbolic links in their directories:
+        (first, second, the file). From the reads already made (prefetch read every path the patches
+        name, its directories resolved); nothing is read again."""
         seen: dict[str, str] = {}
         for c in changes:
-            self._load([c.path], not c.link)
-            where = self.where.get((c.path, not c.link), c.path)
+            where = self.where.get((c.path, False)) or self.where.get((c.path, True)) or c.path
             if seen.setdefault(where, c.path) != c.path:
                 return seen[where], c.path, where
         return None
