@@ -73,7 +73,8 @@ def env_of(tmp: Path) -> dict[str, str]:
 
 
 def guard(q: Path, env: dict, name: str, *guards: str) -> None:
-    imgquilt("guard", name, *guards, cwd=q, env=env, check=0)
+    # the profiles are declared after the guards: --new-guard says these names are meant
+    imgquilt("guard", "--new-guard", name, *guards, cwd=q, env=env, check=0)
 
 
 @pytest.fixture
@@ -503,7 +504,10 @@ def test_import_brings_an_mq_series_guards_and_a_vendor_series_as_a_profile(imag
     imgquilt("lock", "--profile", "ubuntu", "--image", image, cwd=q, env=env, check=0)
     sel = json.loads(imgquilt("--json", "select", "ubuntu", cwd=q, env=env, check=0).out)
     assert sel["patches"] == ["shared.diff", "extra.diff"]  # what ubuntu.series lists (the new one after the last patch)
-    imgquilt("check", cwd=q, env=env, check=0)
+    # ubuntu is the only pin: the mq series' rocm patches are in no deployment until a profile selects rocm
+    r = imgquilt("check", cwd=q, env=env, check=3)
+    assert "rocm.diff (+rocm -cuda -ubuntu): no pin selects it (pins: ubuntu)" in r.err and "cfg.diff (-rocm -ubuntu)" in r.err
+    imgquilt("check", "--allow-unselected", cwd=q, env=env, check=0)
 
 
 def test_attestation_and_verify_carry_the_profiles_env(queue, tmp_path: Path) -> None:
@@ -535,3 +539,77 @@ def test_series_marks_what_the_selection_leaves_out_and_apply_names_a_stale_prof
     assert r.err.startswith("imgquilt: Profile rocm: targets.lock is stale (0003-rocm-kernel.patch edited by hand since it was made")
     assert "`imgquilt lock --profile rocm`" in r.err
     imgquilt("apply", "--profile", "glm53", cwd=q, env=env, check=0)  # glm53 does not select it: fresh
+
+
+# --- typos never drop a fix (issue 34, point 6) ----------------------------------------------------
+@pytest.mark.parametrize("typo, near", [("+rcom", "rocm"), ("-rocn", "rocm"), ("+glm35", "glm53")])
+def test_guard_refuses_a_guard_no_profile_selects_naming_the_nearest(queue, typo, near) -> None:
+    q, env = queue
+    before = snapshot(q)
+    r = imgquilt("guard", "0001-shared.patch", typo, cwd=q, env=env, check=2)
+    assert f"No profile selects guard {typo[1:]!r}" in r.err and f"Did you mean {near!r}?" in r.err
+    assert "--new-guard" in r.err
+    assert snapshot(q) == before  # series and targets.lock untouched
+    doc = json.loads(imgquilt("--json", "guard", "0001-shared.patch", typo, cwd=q, env=env, check=2).out)
+    assert doc["error"]["code"] == 2
+    # meant: --new-guard takes it, and check then names the patch no deployment applies
+    imgquilt("guard", "--new-guard", "0001-shared.patch", typo, cwd=q, env=env, check=0)
+    assert typo in (q / "series").read_text()
+
+
+def test_check_exits_3_on_a_hand_written_guard_typo_naming_patch_and_nearest(queue) -> None:
+    q, env = queue
+    imgquilt("check", cwd=q, env=env, check=0)
+    text = (q / "series").read_text()
+    (q / "series").write_text(text.replace("0003-rocm-kernel.patch #+rocm", "0003-rocm-kernel.patch #+rcom"))
+    r = imgquilt("check", cwd=q, env=env, check=3)
+    assert "0003-rocm-kernel.patch (+rcom): no pin selects it" in r.err and "Did you mean 'rocm'?" in r.err
+    assert "--allow-unselected" in r.err
+    doc = json.loads(imgquilt("--json", "check", cwd=q, env=env, check=3).out)
+    assert doc["ok"] is False and any("0003-rocm-kernel.patch (+rcom)" in p for p in doc["problems"])
+    assert doc["error"]["code"] == 3
+    # a selection problem that is not a typo: accepted when the user says so (the stale rocm lock aside)
+    r = imgquilt("check", "--allow-unselected", cwd=q, env=env)
+    assert "no pin selects it" not in r.err + r.out
+
+
+def test_check_counts_only_guards_that_keep_a_patch_out_of_every_pin(queue) -> None:
+    """`-G` never makes a patch unselected while some pin does not select G; `+G` needs a selecting pin."""
+    from imgquilt.queue.check import unselected_lines
+    from imgquilt.queue.series import parse_series
+
+    entries = parse_series(b"a.patch\nb.patch #-rocm\nc.patch #+rocm\nd.patch #+rcom #-cuda\n")
+    pins = [("cuda", ("cuda",), None), ("rocm", ("rocm",), None)]
+    lines = unselected_lines(entries, pins)
+    assert len(lines) == 1 and lines[0].startswith("d.patch (+rcom -cuda): no pin selects it (pins: cuda, rocm)")
+    assert "Did you mean 'rocm'?" in lines[0]
+    assert unselected_lines(entries, [("rocm", ("rocm",), None), ("x", ("rcom",), None)]) == ()
+
+
+def test_lock_refuses_a_new_profile_one_typo_from_a_declared_one(queue, images) -> None:
+    q, env = queue
+    before = snapshot(q)
+    r = imgquilt("lock", "--profile", "rcom", "--image", f"oci:{images['a']}:latest", cwd=q, env=env, check=2)
+    assert "Profile 'rcom' is not declared" in r.err and "Did you mean 'rocm'?" in r.err and "--new" in r.err
+    assert snapshot(q) == before
+    imgquilt("lock", "--new", "--profile", "rcom", "--image", f"oci:{images['a']}:latest", cwd=q, env=env, check=0)
+    assert "[profile.rcom]" in (q / "targets.lock").read_text()
+    # a name far from every declared one needs no --new
+    imgquilt("lock", "--profile", "blackwell", "--image", f"oci:{images['a']}:latest", cwd=q, env=env, check=0)
+
+
+@pytest.mark.parametrize("args", [("select", "rcom"), ("apply", "--profile", "rcom"), ("audit", "--profile", "qwne")])
+def test_unknown_profile_errors_name_the_nearest(untouched, args) -> None:
+    q, env = untouched
+    r = imgquilt(*args, cwd=q, env=env, check=2)
+    assert "Unknown profile" in r.err and "Did you mean" in r.err
+
+
+def test_nearest_is_a_small_edit_distance() -> None:
+    from imgquilt.util.names import edits, nearest
+
+    assert edits("rocm", "rcom") == 1 and edits("kitten", "sitting") == 3
+    assert nearest("cdua", ["cuda", "rocm"]) == "cuda"
+    assert nearest("qwen3", ["qwen", "rocm"]) == "qwen"
+    assert nearest("blackwell", ["cuda", "rocm"]) is None
+    assert nearest("rocm", ["rocm"]) is None  # the name itself is no suggestion

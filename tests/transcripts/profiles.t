@@ -1,10 +1,17 @@
 # Profiles (docs/profiles.md): one queue, two deployments of the demo image. `slow` takes the
 # longer timeouts (0003) and sets a kill switch; `edge` leaves the healthcheck (0004) out.
+# No profile is declared yet: a guard no profile selects is refused (a typo would drop the fix
+# from every deployment) until --new-guard says it is meant.
 $ imgquilt guard 0003-app-config-longer-timeouts.patch +slow
+imgquilt: No profile selects guard 'slow': targets.lock declares no profile. With it the patch would be in no deployment.
+Correct the name, or declare a profile that selects it (`imgquilt lock --profile NAME --image REF --select slow`), or keep it anyway with `imgquilt guard --new-guard ...`. Nothing was changed.
+[exit 2]
+
+$ imgquilt guard --new-guard 0003-app-config-longer-timeouts.patch +slow
 0003-app-config-longer-timeouts.patch: +slow
 Updated targets.lock (no image read).
 
-$ imgquilt guard 0004-demosvc-healthcheck.patch -edge
+$ imgquilt guard --new-guard 0004-demosvc-healthcheck.patch -edge
 0004-demosvc-healthcheck.patch: -edge
 Updated targets.lock (no image read).
 
@@ -25,8 +32,15 @@ $ cat series
 0005-config-shared-expert-knob.patch
 0006-moe-shared-expert.patch
 
-# the default selects no guard: 0003 (+slow) left it, and `guard` re-pinned the default in the same step
+# the default selects no guard: 0003 (+slow) left it, and `guard` re-pinned the default in the same
+# step; until a profile selects slow, no deployment applies 0003, and check says so
 $ imgquilt check
+imgquilt: The queue has 1 problem(s):
+  - 0003-app-config-longer-timeouts.patch (+slow): no pin selects it (pins: the default), so no deployment applies it.
+A guard no profile selects is usually a typo (`imgquilt guard PATCH +NAME` to correct it); declare a profile that selects it (`imgquilt lock --profile NAME --image REF --select GUARD`), or accept it with `imgquilt check --allow-unselected`.
+[exit 3]
+
+$ imgquilt check --allow-unselected
 The queue is sound: 6 patch(es), chains and Requires in order.
 
 $ imgquilt lock | tail -1
@@ -42,6 +56,27 @@ Wrote $TMP/queue/targets.lock.
 
 $ imgquilt check
 The queue is sound: 6 patch(es), chains and Requires in order.
+
+# typos: a guard or a new profile one or two keys away from a declared one is refused, naming it
+$ imgquilt guard 0005-config-shared-expert-knob.patch -egde
+imgquilt: No profile selects guard 'egde' (edge selects edge; slow selects slow). It would keep the patch out of no deployment. Did you mean 'edge'?
+Correct the name, or declare a profile that selects it (`imgquilt lock --profile NAME --image REF --select egde`), or keep it anyway with `imgquilt guard --new-guard ...`. Nothing was changed.
+[exit 2]
+
+$ imgquilt lock --profile sloww --image oci:examples/demo-image:latest
+imgquilt: Profile 'sloww' is not declared; targets.lock declares edge, slow. Did you mean 'slow'?
+Re-pin it with --profile slow, or declare 'sloww' as a new profile with `imgquilt lock --new --profile ...`. Nothing was read or written.
+[exit 2]
+
+$ imgquilt apply --profile edeg --layer $SANDBOX/x.tar.gz
+imgquilt: Unknown profile 'edeg': targets.lock declares edge, slow. Did you mean 'edge'?
+Use --profile edge; a new profile is declared with `imgquilt lock --profile NAME --image REF`.
+[exit 2]
+
+$ imgquilt guard --list | grep 0005
+0005-config-shared-expert-knob.patch: unguarded
+
+$ ls $SANDBOX
 
 # every profile at once: each output path needs {profile}, checked before anything is read
 $ imgquilt apply --profile all --output-image oci:$SANDBOX/out:fixed

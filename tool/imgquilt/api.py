@@ -203,19 +203,29 @@ def pick_ref(image: str | None, lock: Lock | None, root: Path, remembered: str |
 
 # --- verbs --------------------------------------------------------------------------------------
 def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, platform: str | None = None,
-          progress: Progress | None = None, profile: str | None = None) -> CheckResult:
+          progress: Progress | None = None, profile: str | None = None, allow_unselected: bool = False) -> CheckResult:
     """Lint the queue (every profile's chain too); with `image`, also verify the whole series on it
     (drift is exit 3, as in apply). `profile`: NAME or "all": also verify that selection on its own
     pinned image (`image` instead, for one profile). A profile whose patches do not chain is
-    ProfileChainBroken (exit 3), other problems QueueProblems (6)."""
+    ProfileChainBroken (exit 3), a patch no pin selects UnselectedPatches (3, unless
+    `allow_unselected`), other problems QueueProblems (6)."""
+    from .errors import UnselectedPatches
     from .queue.check import lint_queue
     from .work.rehash import stale_results
 
     root = queue_root(queue)
     lint = lint_queue(root, stale_results)
-    problems = [*lint.problems, *lint.selections]
+    unselected = [] if allow_unselected else list(lint.unselected)
+    problems = [*lint.problems, *lint.selections, *unselected]
     failure: ImgquiltError | None = None
-    if lint.selections:
+    if unselected and not lint.selections:
+        failure = UnselectedPatches(
+            f"The queue has {len(problems)} problem(s):\n" + "\n".join(f"  - {p}" for p in problems),
+            hint="A guard no profile selects is usually a typo (`imgquilt guard PATCH +NAME` to correct it); declare a "
+                 "profile that selects it (`imgquilt lock --profile NAME --image REF --select GUARD`), or accept it with "
+                 "`imgquilt check --allow-unselected`.",
+            problems=problems)
+    elif lint.selections:
         from .errors import ProfileChainBroken
 
         failure = ProfileChainBroken(
@@ -255,14 +265,16 @@ def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
 
 def lock(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, platform: str | None = None,
          python_check: bool = True, progress: Progress | None = None, profile: str | None = None,
-         select: Sequence[str] | None = None, env: Sequence[str] = (), unset_env: Sequence[str] = ()) -> Locked:
+         select: Sequence[str] | None = None, env: Sequence[str] = (), unset_env: Sequence[str] = (),
+         new: bool = False) -> Locked:
     """Verify the series on the image (`image`, else the one targets.lock pins) and write targets.lock.
 
     `profile`: declare or re-pin that profile instead of the default pin: the patches its guards
     `select` (default: what it selected, a new one its own name) verified on `image` (default: its
     pinned image), with `env` (KEY=VALUE) set and `unset_env` keys removed from its defaults. Every
     other section of targets.lock is kept. A local path in the reference is kept relative to the
-    queue directory (docs/targets-lock.md)."""
+    queue directory (docs/targets-lock.md). A new profile within two edits of a declared one is
+    refused (a typo would declare a second deployment) unless `new`."""
     from .queue.lock import Profile, lock_with, render_lock_file
     from .sources import ref_for_lock
     from .util.atomic import atomic_write
@@ -290,6 +302,14 @@ def lock(queue: str | os.PathLike[str] | None = None, *, image: str | None = Non
     check_profile_name(profile)
     lf = lock_file(q.root)
     old = lf.profile(profile)
+    if old is None and not new:
+        from .util.names import nearest
+
+        near = nearest(profile, lf.names)
+        if near is not None:
+            raise UsageError(f"Profile {profile!r} is not declared; targets.lock declares {', '.join(lf.names)}. Did you mean {near!r}?",
+                             hint=f"Re-pin it with --profile {near}, or declare {profile!r} as a new profile with "
+                                  "`imgquilt lock --new --profile ...`. Nothing was read or written.")
     if old is None and not image:
         raise UsageError(f"Profile {profile!r} is new: give the image it is pinned to with --image REF.",
                          hint=f"Example: imgquilt lock --profile {profile} --image oci:images/{profile}:latest")

@@ -68,6 +68,14 @@ class ProfileChainBroken(Refused):
         self.problems = problems or []
 
 
+class UnselectedPatches(Refused):
+    """`check`: a patch that no pin of targets.lock selects (its guards keep it out of every deployment)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, problems: list[str] | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.problems = problems or []
+
+
 class NotAttested(Refused):
     """No attestation of the image verifies with the key and matches the queue (each candidate's reason is listed)."""
 

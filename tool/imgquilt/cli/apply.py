@@ -25,6 +25,7 @@ def lock_cmd(
     select: Optional[list[str]] = typer.Option(None, "--select", metavar="GUARD,...", help="With --profile: the guards the profile selects (default: its own name). Repeatable."),
     env: Optional[list[str]] = typer.Option(None, "--env", metavar="KEY=VALUE", help="With --profile: an environment default its images get (set in --output-image's config). Repeatable."),
     unset_env: Optional[list[str]] = typer.Option(None, "--unset-env", metavar="KEY", help="With --profile: drop an environment default. Repeatable."),
+    new: bool = typer.Option(False, "--new", help="With --profile: declare it even though its name is within two edits of a declared profile's (else refused as a likely typo)."),
 ) -> None:
     """Pin the image and every target (writes targets.lock).
 
@@ -57,7 +58,7 @@ def lock_cmd(
         return
     with python_check_named("lock"):
         done1 = lock(G.queue, image=image, platform=platform, python_check=not no_python_check, progress=progress(),
-                     profile=profile, select=select, env=env or (), unset_env=unset_env or ())
+                     profile=profile, select=select, env=env or (), unset_env=unset_env or (), new=new)
     if G.json:
         emit_json(_locked_json(done1))
         return
@@ -373,8 +374,10 @@ def check_cmd(
     platform: Optional[str] = PlatformOpt,
     format: Format = typer.Option(Format.text, "--format", metavar="text|github", help=FormatOpt_help),
     profile: Optional[str] = ProfileOpt,
+    allow_unselected: bool = typer.Option(False, "--allow-unselected", help="Accept patches that no pin of targets.lock selects (else exit 3: a guard typo drops a fix from every deployment)."),
 ) -> None:
-    """Lint the queue: series vs patches/, hash chains (each profile's), Requires order, lock freshness.
+    """Lint the queue: series vs patches/, hash chains (each profile's), Requires order, lock freshness,
+    and that every patch is selected by some pin (the default or a profile).
 
     With --image, also verify the whole series on that image (drift is exit 3, as in apply). With
     --profile NAME|all, also verify each such profile's patches on the image it pins. A profile
@@ -387,7 +390,7 @@ def check_cmd(
       imgquilt check --profile all
       imgquilt check --format github
     """
-    listing.check(image, platform, format, profile)
+    listing.check(image, platform, format, profile, allow_unselected)
 
 
 COMMANDS = {"lock": lock_cmd, "apply": apply_cmd, "restore": restore_cmd, "check": check_cmd}

@@ -19,12 +19,14 @@ def guard_cmd(
                                                autocompletion=patch_names("series")),
     list_: bool = typer.Option(False, "--list", "-l", help="List every patch with its guards."),
     none: bool = typer.Option(False, "--none", "-n", help="Remove every guard of the patch."),
+    new_guard: bool = typer.Option(False, "--new-guard", help="Accept a guard no profile of targets.lock selects yet (else refused: a typo would drop the fix)."),
 ) -> None:
     """Show or set a patch's guards in series (as `hg qguard`): `name.patch #+glm53 #-rocm`.
 
     A patch without guards is in every profile; +G only in profiles that select G; -G in none that
     select G (a negative guard wins). The guards replace the patch's old ones; the rest of its line
-    and every other line of series are kept.
+    and every other line of series are kept. A guard no declared profile selects is refused (exit 2,
+    naming the nearest one) unless --new-guard.
 
     \b
     Examples:
@@ -58,7 +60,7 @@ def guard_cmd(
             return
         say(f"{name}: {_shown(entry.guards)}")
         return
-    name, old, new = wt.set_guards(name, args)
+    name, old, new = wt.set_guards(name, args, new_guard=new_guard)
     if G.json:
         emit_json({"patch": name, "guards": list(new), "changed": old != new, "targets_lock": lock_json(wt)})
         return
@@ -106,7 +108,7 @@ def select_cmd(
 
 
 COMMANDS = {"guard": guard_cmd, "select": select_cmd}
-_GUARD_OPTIONS = {"--list", "-l", "--none", "-n", "--help", "-h"}
+_GUARD_OPTIONS = {"--list", "-l", "--none", "-n", "--new-guard", "--help", "-h"}
 
 
 def guard_argv(args: list[str]) -> list[str]:

@@ -121,11 +121,13 @@ def render_header(name: str, header: Header, changed: bool, *, asked: bool = Fal
     write_bytes(header.raw)
 
 
-def check(image: str | None, platform: str | None, format: Format, profile: str | None = None) -> None:
+def check(image: str | None, platform: str | None, format: Format, profile: str | None = None,
+          allow_unselected: bool = False) -> None:
     """The body of `imgquilt check` (its options and help are in apply.py)."""
     from ..api import check
 
-    checked = check(G.queue, image=image, platform=platform, progress=progress(), profile=profile)
+    checked = check(G.queue, image=image, platform=platform, progress=progress(), profile=profile,
+                    allow_unselected=allow_unselected)
     problems, failure = list(checked.problems), checked.error
     if G.json:
         doc = {"ok": checked.ok, "problems": problems, "patches": list(checked.patches)}

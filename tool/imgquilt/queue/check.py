@@ -3,14 +3,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from ..util.regular import read_regular_file
 from ..errors import ImgquiltError
 from .lock import Lock, LockFile, LockNote, read_lock_file, read_note, stale_lock_advice
 from .patchfile import Patch, read_patch, rehash_command
 from .queue import series_sha256
-from .series import SeriesEntry, has_guards, parse_series, selected_entries, selection_text
+from .series import SeriesEntry, has_guards, parse_series, pushable, selected_entries, selection_text
 
 
 def chain_breaks(patches: list[Patch] | tuple[Patch, ...]) -> list[str]:
@@ -47,6 +47,7 @@ class Lint:
     problems: tuple[str, ...]
     selections: tuple[str, ...]
     patches: tuple[Patch, ...]
+    unselected: tuple[str, ...] = ()  # a line per patch no pin selects (a guard typo drops a fix everywhere)
 
 
 def check_queue(root: Path, bodies: BodyCheck | None = None) -> tuple[list[str], list[Patch]]:
@@ -138,7 +139,25 @@ def lint_queue(root: Path, bodies: BodyCheck | None = None) -> Lint:
             raws = [raw[i] for i, e in enumerate(entries) if e in keep]
             problems += lock_problems(profile, text, [e.name for e in keep], raws, chosen, lock,
                                       "the selection" if guarded else "series", hand)
-    return Lint(tuple(problems), tuple(selections), tuple(patches))
+    return Lint(tuple(problems), tuple(selections), tuple(patches), unselected_lines(entries, pins) if guarded else ())
+
+
+def unselected_lines(entries: Sequence[SeriesEntry], pins: Sequence[tuple[str | None, tuple[str, ...], object]]) -> tuple[str, ...]:
+    """A line for each entry that no pin's selection applies, naming the guard that keeps it out and
+    the selected name it is likely a typo of."""
+    from ..util.names import did_you_mean
+
+    selected = [g for _, select, _ in pins for g in select]
+    names = [n for n, _, _ in pins if n is not None]
+    out: list[str] = []
+    for e in entries:
+        if any(pushable(e.guards, select)[0] for _, select, _ in pins):
+            continue
+        strays = [g[1:] for g in e.guards if g[0] == "+" and g[1:] not in selected]
+        near = "".join(did_you_mean(g, [*selected, *names]) for g in strays)
+        who = ", ".join(n or "the default" for n, _, _ in pins) or "none"
+        out.append(f"{e.name} ({' '.join(e.guards)}): no pin selects it (pins: {who}), so no deployment applies it.{near}")
+    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from ..fs.types import Source
 from ..queue.lock import ENV_KEY, PROFILE_NAME, Lock, LockFile, read_lock_file
 from ..queue.queue import Queue
 from ..queue.series import check_guard_name
+from ..util.names import nearest
 
 ALL = "all"
 PLACEHOLDER = "{profile}"
@@ -81,7 +82,12 @@ def lock_file(root: Path) -> LockFile:
 
 
 def unknown(name: str, lf: LockFile) -> UsageError:
+    """`Unknown profile`, naming the declared one it is likely a typo of."""
     known = ", ".join(lf.names) or "none"
+    near = nearest(name, lf.names)
+    if near is not None:
+        return UsageError(f"Unknown profile {name!r}: targets.lock declares {known}. Did you mean {near!r}?",
+                          hint=f"Use --profile {near}; a new profile is declared with `imgquilt lock --profile NAME --image REF`.")
     return UsageError(f"Unknown profile {name!r}: targets.lock declares {known}.",
                       hint=f"Declare it with `imgquilt lock --profile {name} --image REF [--select GUARD,...] [--env KEY=VALUE]`.")
 

@@ -217,14 +217,18 @@ def _entries(series_bytes: bytes):
     return parse_series(series_bytes)
 
 
-def set_guards(wt: WorkTree, name: str | None, guards: list[str]) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+def set_guards(wt: WorkTree, name: str | None, guards: list[str], *,
+               new_guard: bool = False) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """Replace the guards of a patch (the top by default) in series, as `hg qguard` does: (name, old
     guards, new guards). The rest of its line and every other line are kept. Refused when the change
-    would take an applied patch out of the work tree's selection (pop it first)."""
+    would take an applied patch out of the work tree's selection (pop it first), and when a guard is
+    one no profile of targets.lock selects (a typo would drop the fix everywhere) unless `new_guard`."""
     from ..queue.series import check_guard, parse_series, selected_entries
 
     for g in guards:
         check_guard(g)
+    if not new_guard:
+        _selected_guards(wt, guards)
     with wt.locked():
         applied = wt.consistent()
         name = name or wt.need_top()
@@ -268,11 +272,31 @@ def select_profile(wt: WorkTree, name: str | None, *, pop: bool = False) -> list
         return popped
 
 
-def _declared(wt: WorkTree, name: str) -> None:
-    from ..queue.lock import read_lock_file
+def _selected_guards(wt: WorkTree, guards: list[str]) -> None:
+    """Every guard is one a declared profile selects (the default pin selects none), else exit 2
+    naming the nearest selected name: `+rcom` would keep a fix out of every profile, `-rcom` in all."""
+    from ..util.names import did_you_mean
+    from ..verbs.profiles import lock_file
 
-    lf = read_lock_file(wt.root / "targets.lock")
+    lf = lock_file(wt.root)
+    selected = list(dict.fromkeys(g for p in lf.profiles for g in p.select))
+    for g in guards:
+        if g[1:] in selected:
+            continue
+        if lf.profiles:
+            who = "; ".join(f"{p.name} selects {', '.join(p.select) or 'no guard'}" for p in lf.profiles)
+            why = f"No profile selects guard {g[1:]!r} ({who})."
+        else:
+            why = f"No profile selects guard {g[1:]!r}: targets.lock declares no profile."
+        raise UsageError(why + (" With it the patch would be in no deployment." if g[0] == "+" else
+                                " It would keep the patch out of no deployment.") + did_you_mean(g[1:], [*selected, *lf.names]),
+            hint=f"Correct the name, or declare a profile that selects it (`imgquilt lock --profile NAME --image REF "
+                 f"--select {g[1:]}`), or keep it anyway with `imgquilt guard --new-guard ...`. Nothing was changed.")
+
+
+def _declared(wt: WorkTree, name: str) -> None:
+    from ..verbs.profiles import lock_file, unknown
+
+    lf = lock_file(wt.root)
     if lf.profile(name) is None:
-        known = ", ".join(lf.names) or "none"
-        raise UsageError(f"Unknown profile {name!r}: targets.lock declares {known}.",
-                         hint=f"Declare it with `imgquilt lock --profile {name} --image REF [--select GUARD,...]`.")
+        raise unknown(name, lf)

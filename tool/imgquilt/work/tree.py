@@ -243,8 +243,9 @@ class WorkTree:
     def select_profile(self, name: str | None, *, pop: bool = False) -> list[str]:
         return _series_edit.select_profile(self, name, pop=pop)
 
-    def set_guards(self, name: str | None, guards: list[str]) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-        return _series_edit.set_guards(self, name, guards)
+    def set_guards(self, name: str | None, guards: list[str], *,
+                   new_guard: bool = False) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+        return _series_edit.set_guards(self, name, guards, new_guard=new_guard)
 
     def new(self, name: str, header: Header) -> Patch:
         return _series_edit.new(self, name, header)
