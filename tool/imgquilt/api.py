@@ -780,13 +780,14 @@ def rebase_in_progress(queue: str | os.PathLike[str] | None = None) -> bool:
 
 def overlay_args(overlay: str | os.PathLike[str], format: str = "podman") -> list[str] | dict[str, list[dict]]:
     """An overlay's mounts.tsv as `podman` (-v HOST:CTR:ro) or `docker` (--mount ...) arguments, or as
-    a Kubernetes pod's `volumes` and container's `volumeMounts` (`k8s`). Reads no queue."""
-    from .image.sinks.overlay import MOUNT_FORMATS, k8s_volumes, mount_args, read_mounts
+    a Kubernetes pod's `volumes` and container's `volumeMounts` (`k8s`), with its env.list's defaults
+    (`-e KEY=VALUE` first; k8s: `env`). Reads no queue."""
+    from .image.sinks.overlay import MOUNT_FORMATS, env_args, k8s_volumes, mount_args, read_env, read_mounts
 
     if format not in MOUNT_FORMATS:
         raise UsageError(f"Unknown format {format!r}: use one of {', '.join(MOUNT_FORMATS)}.")
-    mounts = read_mounts(Path(overlay))
-    return k8s_volumes(mounts) if format == "k8s" else mount_args(mounts, format)
+    mounts, env = read_mounts(Path(overlay)), read_env(Path(overlay))
+    return k8s_volumes(mounts, env) if format == "k8s" else env_args(env) + mount_args(mounts, format)
 
 
 def rebase_status(queue: str | os.PathLike[str] | None = None) -> RebaseReport:

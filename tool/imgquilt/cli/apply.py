@@ -241,8 +241,13 @@ def _say_applied(done, verbose: bool, asked: dict) -> None:
         _say_attestations(w)
         env = w.get("env")
         if env:
-            said = ", ".join(f"{k}={v}" + (f" (replaced the base's {k}={env['replaced'][k]})" if k in env["replaced"] else "")
+            replaced = env.get("replaced", {})
+            said = ", ".join(f"{k}={v}" + (f" (replaced the base's {k}={replaced[k]})" if k in replaced else "")
                              for k, v in env["set"].items())
+            if kind == "overlay":
+                said += f" (in {env['file']}: start the container with them, `imgquilt overlay-args` adds them)"
+            elif kind == "root":
+                said += " (recorded in the root's applied.json; a root has no image config: the runtime that starts it must set them)"
             say(f"  Env: {said}")
 
 

@@ -26,11 +26,13 @@ def overlay_args_cmd(
 
     podman and docker: one line of arguments, each quoted for the shell when it must be; k8s: the
     `volumeMounts` of a container and the `volumes` of its pod (hostPath, type File), read-only.
-    With --json: {"args": [...]} or {"volumeMounts": [...], "volumes": [...]}.
+    The profile's environment defaults the overlay carries (its env.list) come first, as
+    `-e KEY=VALUE` (k8s: the container's `env`).
+    With --json: {"args": [...]} or {"volumeMounts": [...], "volumes": [...], "env": [...]}.
 
     \b
     Examples:
-      podman create $(imgquilt overlay-args out/overlay) IMAGE
+      eval "podman create $(imgquilt overlay-args out/overlay) IMAGE"
       eval "docker run $(imgquilt overlay-args out/overlay --format docker) IMAGE"
       imgquilt overlay-args out/overlay --format k8s >> pod-patch.yaml
     """
@@ -43,7 +45,9 @@ def overlay_args_cmd(
     if isinstance(found, list):
         say(" ".join(shlex.quote(a) for a in found))
         return
-    for key in ("volumeMounts", "volumes"):  # YAML: every scalar as a JSON string (YAML 1.2 reads JSON)
+    for key in ("env", "volumeMounts", "volumes"):  # YAML: every scalar as a JSON string (YAML 1.2 reads JSON)
+        if key not in found:
+            continue
         say(f"{key}:")
         for item in found[key]:
             lines = _yaml(item)

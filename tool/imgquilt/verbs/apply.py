@@ -102,7 +102,7 @@ def check_overlay(result: ApplyResult) -> None:
 def write_overlay(result: ApplyResult, dest: Path) -> OverlayInfo:
     """The patched files, and an empty file mounted over each stale bytecode file (CPython ignores a
     pyc without a header and compiles the source; it cannot replace a mount point, so it keeps it)."""
-    return overlay_sink.write_overlay(patched_files(result), dest, hidden=[b.path for b in result.bytecode])
+    return overlay_sink.write_overlay(patched_files(result), dest, hidden=[b.path for b in result.bytecode], env=result.env)
 
 
 def changes_image(result: ApplyResult) -> bool:
@@ -264,6 +264,8 @@ def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[],
     if outputs.overlay is not None and changes:
         ov = write_overlay(result, outputs.overlay)
         written["overlay"] = {"path": str(outputs.overlay), "mounts": str(ov.mounts_file)}
+        if ov.env_file is not None:
+            written["overlay"]["env"] = {"set": dict(result.env), "file": str(ov.env_file)}
     if outputs.root is not None:
         from ..rootfs.inplace import write_in_place
 
@@ -271,6 +273,8 @@ def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[],
         stale = {b.path for b in result.bytecode}
         written["root"] = {"path": str(outputs.root), "changed": [p for p in changed if p not in stale],
                            "bytecode_removed": [p for p in changed if p in stale]}
+        if result.env:  # recorded in applied.json; a root has no config to hold them
+            written["root"]["env"] = {"set": dict(result.env), "runtime": True}
     return written
 
 

@@ -26,6 +26,8 @@ from ...util.atomic import write_new_file
 from .output_file import output_dir
 
 MOUNTS_FILE = "mounts.tsv"
+ENV_FILE = "env.list"  # the profile's env defaults, KEY=VALUE a line: docker's and podman's --env-file format
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class OverlayInfo:
     path: Path
     mounts_file: Path
     mounts: tuple[Mount, ...]
+    env_file: Path | None = None  # DIR/env.list when the apply declares environment defaults
 
 
 def check_overlay(changes: Sequence[FileChange]) -> None:
@@ -76,8 +79,8 @@ def _plan(changes: Sequence[FileChange], final_dir: Path) -> list[tuple[str, byt
         if f.data is None:
             continue
         resolved = check_member_path(f.resolved, what="resolved path")
-        if resolved == MOUNTS_FILE:
-            raise UsageError(f"A patched file is named {MOUNTS_FILE!r} at the image root; it would clash with the overlay's list.")
+        if resolved in (MOUNTS_FILE, ENV_FILE):
+            raise UsageError(f"A patched file is named {resolved!r} at the image root; it would clash with the overlay's list.")
         host = str(final_dir / resolved)
         if any(c in host for c in "\t\n\r"):
             raise UsageError(f"Cannot list {resolved!r} in {MOUNTS_FILE}: its path holds a tab or a newline.")
@@ -106,10 +109,15 @@ def check_overlay_destination(dest_dir: Path) -> Path:
     return dest
 
 
-def write_overlay(changes: Sequence[FileChange], dest_dir: Path, *, hidden: Sequence[str] = ()) -> OverlayInfo:
+def write_overlay(changes: Sequence[FileChange], dest_dir: Path, *, hidden: Sequence[str] = (),
+                  env: Sequence[tuple[str, str]] = ()) -> OverlayInfo:
     """Write every changed file under `dest_dir` and list them in `dest_dir/mounts.tsv`, atomically.
 
-    `hidden`: resolved paths to cover with an empty file (mode 0644), e.g. stale bytecode."""
+    `hidden`: resolved paths to cover with an empty file (mode 0644), e.g. stale bytecode. `env`: the
+    environment defaults the container must start with (a profile's), written to `dest_dir/env.list`
+    in the same step: a bind mount cannot carry them, and a container without its kill switch is
+    not the deployment the queue describes."""
+    env_text = env_list(env)
     dest = Path(os.path.abspath(dest_dir))
     files = _plan([*changes, *(FileChange(p, p, b"") for p in hidden)], dest)
     check_overlay_destination(dest_dir)
@@ -126,7 +134,47 @@ def write_overlay(changes: Sequence[FileChange], dest_dir: Path, *, hidden: Sequ
             mounts.append(Mount(dest / resolved, "/" + resolved, mode))
         mounts.sort(key=lambda m: m.container_path)
         (tmp / MOUNTS_FILE).write_text("".join(m.line() for m in mounts))
-    return OverlayInfo(dest, dest / MOUNTS_FILE, tuple(mounts))
+        if env_text:
+            write_new_file(tmp / ENV_FILE, env_text)
+    return OverlayInfo(dest, dest / MOUNTS_FILE, tuple(mounts), dest / ENV_FILE if env_text else None)
+
+
+def env_list(env: Sequence[tuple[str, str]]) -> bytes:
+    """env.list's bytes: `KEY=VALUE` lines, sorted by key. A value with a line break or another
+    control character cannot be one line of an env file (nor a safe `-e` word): refused."""
+    for key, value in env:
+        if not ENV_KEY.fullmatch(key) or any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise UsageError(f"The environment default {key!r} cannot be written to {ENV_FILE}: its name or value "
+                             "holds a character an env file cannot carry.",
+                             hint="Set it again with `imgquilt lock --profile NAME --env KEY=VALUE` (a value without control characters).")
+    return "".join(f"{k}={v}\n" for k, v in sorted(env)).encode("utf-8", "surrogateescape")
+
+
+def read_env(overlay: Path) -> tuple[tuple[str, str], ...]:
+    """The environment defaults of an overlay (its env.list; none when there is none). Input like
+    mounts.tsv: a line that is not KEY=VALUE, or a link in its place, is refused."""
+    from ...errors import BadInput
+    from ...util.regular import read_regular_file
+
+    root = Path(os.path.realpath(overlay))
+    raw = read_regular_file(root / ENV_FILE)
+    if raw is None:
+        return ()
+    out: list[tuple[str, str]] = []
+    for n, line in enumerate(raw.decode("utf-8", "surrogateescape").split("\n"), 1):
+        if not line:
+            continue
+        key, eq, value = line.partition("=")
+        if not eq or not ENV_KEY.fullmatch(key) or any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise BadInput(f"{overlay}/{ENV_FILE} line {n} is not KEY=VALUE ({line[:120]!r}).",
+                           hint="Write the overlay again with `imgquilt apply --overlay DIR`.")
+        out.append((key, value))
+    return tuple(out)
+
+
+def env_args(env: Sequence[tuple[str, str]]) -> list[str]:
+    """`-e KEY=VALUE` for each default (podman and docker take the same)."""
+    return [w for k, v in env for w in ("-e", f"{k}={v}")]
 
 
 # --- mounts.tsv rendered for the tools that mount it (`imgquilt overlay-args`) ------------------------
@@ -181,11 +229,15 @@ def mount_args(mounts: Sequence[Mount], fmt: str) -> list[str]:
     return out
 
 
-def k8s_volumes(mounts: Sequence[Mount]) -> dict[str, list[dict]]:
-    """A Kubernetes pod's `volumes` (hostPath, type File) and its container's `volumeMounts` (readOnly)."""
+def k8s_volumes(mounts: Sequence[Mount], env: Sequence[tuple[str, str]] = ()) -> dict[str, list[dict]]:
+    """A Kubernetes pod's `volumes` (hostPath, type File) and its container's `volumeMounts` (readOnly),
+    and, with environment defaults, the container's `env` (name, value)."""
     volumes, mounts_ = [], []
     for k, m in enumerate(mounts):
         name = f"imgquilt-{k}"
         volumes.append({"name": name, "hostPath": {"path": str(m.host_path), "type": "File"}})
         mounts_.append({"name": name, "mountPath": m.container_path, "readOnly": True})
-    return {"volumeMounts": mounts_, "volumes": volumes}
+    out: dict[str, list[dict]] = {"volumeMounts": mounts_, "volumes": volumes}
+    if env:
+        out["env"] = [{"name": k, "value": v} for k, v in env]
+    return out
