@@ -378,7 +378,7 @@ def test_select_makes_push_follow_a_profile(queue, images) -> None:
 # --- bad input ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("args, says", [
     (("apply", "--profile", "nope"), "Unknown profile 'nope': targets.lock declares glm53, qwen, rocm."),
-    (("apply",), "targets.lock pins only profiles (glm53, qwen, rocm), no default image."),
+    (("apply",), "targets.lock pins only profiles (glm53, qwen, rocm), no default: name the deployment to apply."),
     (("lock", "--profile", "x", "--image", "oci:nowhere:latest", "--select", "+g"), "starts with '+'"),
     (("lock", "--profile", "glm53", "--select", "a b"), "holds ' '"),
     (("lock", "--profile", "glm53", "--env", "1X=0"), "'1X' is not a valid variable name"),
@@ -613,3 +613,48 @@ def test_nearest_is_a_small_edit_distance() -> None:
     assert nearest("qwen3", ["qwen", "rocm"]) == "qwen"
     assert nearest("blackwell", ["cuda", "rocm"]) is None
     assert nearest("rocm", ["rocm"]) is None  # the name itself is no suggestion
+
+
+# --- true messages across profiles (issue 34, point 9) ---------------------------------------------
+def test_apply_without_profile_on_a_profiles_only_queue_names_the_profiles(untouched, images, tmp_path: Path) -> None:
+    q, env = untouched
+    for extra in ((), ("--image", f"oci:{images['a']}:latest"), ("--root", str(tmp_path))):
+        r = imgquilt("apply", *extra, "--layer", str(tmp_path / "l.tar.gz"), cwd=q, env=env, check=2)
+        assert "targets.lock pins only profiles (glm53, qwen, rocm)" in r.err and "--profile NAME" in r.err
+        assert "no targets.lock" not in r.err + r.out
+    assert not (tmp_path / "l.tar.gz").exists()
+
+
+def test_drift_onto_another_profiles_image_names_that_profile(untouched, images, tmp_path: Path) -> None:
+    q, env = untouched
+    r = imgquilt("apply", "--profile", "qwen", "--image", f"oci:{images['a']}:latest", cwd=q, env=env, check=3)
+    assert "This is the image profile glm53 and profile rocm pins, not profile qwen's." in r.err
+    assert "`imgquilt apply --profile glm53` or `imgquilt apply --profile rocm`" in r.err
+    assert "The image changed under the queue" not in r.err
+
+
+def test_profile_name_fills_the_placeholder_of_a_single_profile_apply(untouched, tmp_path: Path) -> None:
+    q, env = untouched
+    imgquilt("apply", "--profile", "rocm", "--layer", str(tmp_path / "{profile}.tar.gz"), cwd=q, env=env, check=0)
+    assert (tmp_path / "rocm.tar.gz").is_file() and not (tmp_path / "{profile}.tar.gz").exists()
+
+
+def test_audit_of_another_profiles_output_names_the_profile_that_wrote_it(untouched, tmp_path: Path) -> None:
+    q, env = untouched
+    imgquilt("apply", "--profile", "rocm", "--output-image", f"oci:{tmp_path}/out:rocm", cwd=q, env=env, check=0)
+    r = imgquilt("audit", "--profile", "glm53", "--image", f"oci:{tmp_path}/out:rocm", cwd=q, env=env)
+    assert "written by an apply of profile rocm's selection, not profile glm53's (judge it as that deployment with --profile rocm)" in r.out + r.err
+    assert "the queue changed since this apply" not in r.out + r.err
+
+
+def test_diff_upstream_takes_a_profile_and_never_says_none(untouched, images) -> None:
+    q, env = untouched
+    r = imgquilt("diff", "--upstream", "0005-extra-b.patch", "--profile", "qwen", "--image", f"oci:{images['a']}:latest",
+                 cwd=q, env=env, check=0)
+    assert "None" not in r.out and "app/extra.txt" in r.out
+    doc = json.loads(imgquilt("--json", "diff", "--upstream", "0005-extra-b.patch", "--profile", "qwen", "--image",
+                              f"oci:{images['a']}:latest", cwd=q, env=env, check=0).out)
+    assert doc["old"]["ref"] == f"oci:{images['b']}:latest" and doc["old"]["digest"]
+    r = imgquilt("diff", "--upstream", "0005-extra-b.patch", "--profile", "rocm", "--image", f"oci:{images['a']}:latest",
+                 cwd=q, env=env, check=2)
+    assert "Profile rocm does not select 0005-extra-b.patch" in r.err

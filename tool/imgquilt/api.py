@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Sequence
 
-from .errors import BadInput, ImgquiltError, QueueProblems, UsageError, os_error
+from .errors import BadInput, BaseDrift, ImgquiltError, QueueProblems, UsageError, os_error
 from .verbs.init import InitResult as Initialized, init_queue
 
 if TYPE_CHECKING:
@@ -386,27 +386,50 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     from .sources import open_image
     from .verbs.profiles import lock_file, need_pin, resolve
 
+    from .verbs.profiles import fill, need_profile, other_pins
+
     key = signing_key(attest)
     q = load_queue(queue)
     lf = lock_file(q.root)
     chosen = resolve(q, profile, lf)
+    need_profile(chosen, lf)
     need_pin(chosen, lf, image if root is None else root)
     pinned = chosen.lock
+    # `--profile NAME` fills {profile} in an output path as --profile all does
+    layer, output_image, overlay = fill(layer, chosen.name), fill(output_image, chosen.name), fill(overlay, chosen.name)
     root_dir = Path(root) if root is not None else None
     ref = f"rootfs:{root_dir}" if image is None and root_dir is not None else pick_ref(image, pinned, q.root)
     source = open_ref(ref, platform, root=q.root, progress=progress)
     outputs = Outputs(layer=Path(layer) if layer is not None else None, image=output_image, root=root_dir,
                       overlay=Path(overlay) if overlay is not None else None, compression=compression,  # type: ignore[arg-type]
                       compression_level=compression_level)
+    theirs = other_pins(chosen, lf, source.info().digest)
 
     def open_base():
         # reuse the image the source already opened (a skopeo transport would be copied twice)
         return getattr(source, "image", None) or open_image(ref, platform=platform, cache_dir=cache_dir(q.root))
 
-    with _naming(chosen.name):
+    with _naming(chosen.name), _other_pin(chosen, theirs):
         result, written = apply_queue(chosen.queue, source, pinned, outputs, open_base, locked=locked, python_check=python_check,
                                       attest=key, env=chosen.env, image_bytes=_image_bytes(q.root, pinned, platform, progress))
     return Applied(result, written, chosen.name)
+
+
+@contextmanager
+def _other_pin(chosen, theirs: Sequence[str]) -> Iterator[None]:
+    """Drift onto an image another pin names is not an image that changed under the queue: say whose
+    image it is (a rebase would re-pin this deployment onto another's)."""
+    try:
+        yield
+    except ImgquiltError as exc:
+        drifted = any(getattr(p, "kind", None) in ("drift", "missing", "type") for p in getattr(exc, "problems", None) or ())
+        if theirs and (drifted or isinstance(exc, BaseDrift)):
+            who = " and ".join(f"profile {n}" if n else "the default pin" for n in theirs)
+            way = " or ".join(f"`imgquilt apply --profile {n}`" if n else "`imgquilt apply` (no --profile)" for n in theirs)
+            exc.message += f" This is the image {who} pins, not {chosen.label}'s."
+            exc.hint = (f"Apply that deployment's own selection to it ({way}), or apply {chosen.label} to its own "
+                        "image (drop --image); `imgquilt rebase` would re-pin this deployment onto another's image.")
+        raise
 
 
 @contextmanager
@@ -614,6 +637,10 @@ def _audit(q: Queue, image: str | None, root, platform: str | None, progress: Pr
 
         hist = queue_history(q.root, q.names)
     report = _audit_one(chosen, source, pub) if source is not None else None
+    if report is not None:
+        from .verbs.profiles import with_record_owner
+
+        report = with_record_owner(report, q, lf, chosen)
     if report is not None and process is not None:
         report = judge_process(report, source.change_times, process.pid, process.started, process.shown)  # type: ignore[union-attr]
         process.check()  # still the process pinned, after every read: else nothing is said about it
@@ -734,15 +761,24 @@ def rebase(queue: str | os.PathLike[str] | None = None, *, image: str, from_ref:
 
 
 def diff_upstream(queue: str | os.PathLike[str] | None = None, *, patch: str, image: str | None = None,
-                  from_ref: str | None = None, platform: str | None = None, progress: Progress | None = None):
+                  from_ref: str | None = None, platform: str | None = None, progress: Progress | None = None,
+                  profile: str | None = None):
     """What upstream changed in the functions, classes and regions `patch` edits, between the old image
-    (`from_ref`, else the one targets.lock pins) and the new one (`image`, else a rebase's under way)."""
+    (`from_ref`, else the one targets.lock pins: `profile`'s pin with a profile) and the new one
+    (`image`, else a rebase's under way)."""
     from .rebase.upstream import upstream_of
     from .sources import ref_for_lock
+    from .verbs.profiles import lock_file, resolve
 
     root = queue_root(queue)
+    selection = None
+    if profile is not None:
+        chosen = resolve(load_queue(root), profile, lock_file(root))
+        if patch not in chosen.queue.names:
+            raise UsageError(f"Profile {profile} does not select {patch}.", hint=f"`imgquilt select {profile}` lists what it selects.")
+        selection = (chosen.queue, chosen.lock)
     return upstream_of(root, patch, _opener(root, progress), image=ref_for_lock(image, root) if image else None,
-                       from_ref=ref_for_lock(from_ref, root) if from_ref else None, platform=platform)
+                       from_ref=ref_for_lock(from_ref, root) if from_ref else None, platform=platform, selection=selection)
 
 
 def rebase_continue(queue: str | os.PathLike[str] | None = None, *, progress: Progress | None = None,

@@ -211,6 +211,7 @@ def diff_cmd(
     image: Optional[str] = typer.Option(None, "--image", "-i", metavar="NEWREF", help="With --upstream: the new image (default: the one a rebase under way goes to)."),
     from_ref: Optional[str] = typer.Option(None, "--from", metavar="OLDREF", help="With --upstream: the old image (default: the one targets.lock pins)."),
     platform: Optional[str] = PlatformOpt,
+    profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME", help="With --upstream: the old image is that profile's pin (and the patch its selection's)."),
 ) -> None:
     """Show the diff of a patch's files, snapshot -> current work tree (what `refresh` would write);
     with --upstream PATCH, what upstream changed under that patch between two images.
@@ -224,9 +225,9 @@ def diff_cmd(
     if upstream is not None:
         if patch is not None or name is not None or unrefreshed:
             raise UsageError("--upstream PATCH names its patch; give no other PATCH, -P or -z with it.")
-        return _diff_upstream(upstream, image, from_ref, platform)
-    if image or from_ref:
-        raise UsageError("--image and --from go with --upstream PATCH.")
+        return _diff_upstream(upstream, image, from_ref, platform, profile)
+    if image or from_ref or profile:
+        raise UsageError("--image, --from and --profile go with --upstream PATCH.")
     patch = one_patch(name, patch)
     wt = tree(guard=False)
     p = wt.diff_unrefreshed(patch) if unrefreshed else wt.diff(patch)
@@ -240,18 +241,19 @@ def diff_cmd(
             write_bytes(chunk)
 
 
-def _diff_upstream(name: str, image: str | None, from_ref: str | None, platform: str | None) -> None:
+def _diff_upstream(name: str, image: str | None, from_ref: str | None, platform: str | None, profile: str | None) -> None:
     from ..api import diff_upstream
     from .common import progress, raw_say
 
-    got = diff_upstream(G.queue, patch=name, image=image, from_ref=from_ref, platform=platform, progress=progress())
+    got = diff_upstream(G.queue, patch=name, image=image, from_ref=from_ref, platform=platform, progress=progress(), profile=profile)
+    old = got.old["ref"] or "the queue's bases (.imgquilt/objects)"
     if G.json:
         emit_json(got.to_json())
         return
     if not got.changes:
-        say(f"Between {got.old['ref']} and {got.new['ref']}, upstream changed nothing in what {name} edits.")
+        say(f"Between {old} and {got.new['ref']}, upstream changed nothing in what {name} edits.")
         return
-    say(f"Upstream's change, {got.old['ref']} -> {got.new['ref']}, of what {name} edits:")
+    say(f"Upstream's change, {old} -> {got.new['ref']}, of what {name} edits:")
     for c in got.changes:
         say(f"{c.path}: {c.summary()}")
         if c.diff:

@@ -20,6 +20,7 @@ from ..engine.apply import apply_section
 from ..engine.regions import LINES, Region, RegionChange, regions_of, upstream_changes
 from ..errors import BadInput, BaseDrift, UsageError
 from ..queue.hunks import ABSENT, sha256_hex, split_lines
+from ..queue.lock import Lock
 from ..queue.queue import Queue, load_queue
 from ..store import ObjectStore
 from .options import Opener
@@ -39,9 +40,10 @@ class UpstreamDiff:
 
 
 def upstream_of(root: Path, name: str, opener: Opener, *, image: str | None, from_ref: str | None,
-                platform: str | None = None) -> UpstreamDiff:
+                platform: str | None = None, selection: tuple[Queue, Lock | None] | None = None) -> UpstreamDiff:
     """What upstream changed, between the old and the new image, in the regions patch `name` edits
-    (`opener` opens references as the queue keeps them: relative paths are the queue directory's)."""
+    (`opener` opens references as the queue keeps them: relative paths are the queue directory's).
+    `selection`: a profile's queue and pin (the profile resolved at the edge); default the queue's own."""
     from .state import load_state, rebase_in_progress
     from .backup import backup_queue
 
@@ -51,6 +53,8 @@ def upstream_of(root: Path, name: str, opener: Opener, *, image: str | None, fro
         q = backup_queue(root)  # the queue as it was before the rebase: its patches fit the old image
         image = image or st.new_ref
         paths_map = dict(st.paths)
+    elif selection is not None:
+        q = selection[0]
     else:
         q = load_queue(root)
     if not image:
@@ -59,7 +63,7 @@ def upstream_of(root: Path, name: str, opener: Opener, *, image: str | None, fro
     if name not in q.names:
         raise UsageError(f"No patch {name!r} in the series.", hint="`imgquilt series` lists them.")
     patch = q.patches[q.names.index(name)]
-    lock = q.lock()
+    lock = selection[1] if selection is not None else q.lock()
     store = ObjectStore(root)
     old_ref = from_ref or (lock.image.ref if lock is not None else None)
     firsts = q.first_bases()

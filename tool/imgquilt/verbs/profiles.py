@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..errors import UsageError
 from ..fs.types import Source
@@ -112,6 +112,23 @@ def need_pin(chosen: Resolved, lf: LockFile, image: object) -> None:
                          hint="Name one with --profile NAME (or --profile all), or give --image REF.")
 
 
+def need_profile(chosen: Resolved, lf: LockFile) -> None:
+    """`apply` with no --profile on a queue that pins only profiles: which deployment is meant is not
+    for imgquilt to guess (the default selection is no deployment there)."""
+    if chosen.name is None and lf.default is None and lf.profiles:
+        raise UsageError(f"targets.lock pins only profiles ({', '.join(lf.names)}), no default: name the deployment to apply.",
+                         hint="Give --profile NAME (or --profile all); a default pin is declared with `imgquilt lock --image REF`.")
+
+
+def other_pins(chosen: Resolved, lf: LockFile, digest: str | None) -> list[str | None]:
+    """The other pins (profile names; None: the default) whose image is `digest`, when it is not the
+    chosen one's own: the image of another deployment."""
+    if digest is None or (chosen.lock is not None and chosen.lock.image.digest == digest):
+        return []
+    pins: list[tuple[str | None, Lock | None]] = [(None, lf.default), *((p.name, p.lock) for p in lf.profiles)]
+    return [n for n, lock in pins if n != chosen.name and lock is not None and lock.image.digest == digest]
+
+
 def resolve_many(q: Queue, name: str | None, lf: LockFile | None = None) -> list[Resolved]:
     """`--profile NAME` as one, `--profile all` as every declared profile (by name), none as the default."""
     lf = lf if lf is not None else lock_file(q.root)
@@ -184,3 +201,23 @@ def identify(q: Queue, lf: LockFile, source: Source) -> Resolved:
     raise UsageError(f"Which profile is {source.info().ref}? targets.lock declares {', '.join(lf.names)}; its apply record names "
                      f"none of their selections, and its digest is pinned by {which}.",
                      hint="Judge one with --profile NAME, or every one with --profile all (it says which the image matches).")
+
+
+def with_record_owner(report: Any, q: Queue, lf: LockFile, chosen: Resolved) -> Any:
+    """An apply record written for another pin's selection is not "the queue changed since this
+    apply": name the profile that wrote it (the report as it is otherwise)."""
+    from dataclasses import replace
+
+    record = report.record
+    if record is None or record.series_matches or record.series_sha256 is None or not lf.profiles:
+        return report
+    pins = [None] * (lf.default is not None) + [p.name for p in lf.profiles]
+    owners = [n for n in pins if n != chosen.name and resolve(q, n, lf).queue.series_sha256 == record.series_sha256]
+    if not owners:
+        return report
+    who = "the default pin" if owners[0] is None else f"profile {owners[0]}"
+    flag = "no --profile" if owners[0] is None else f"--profile {owners[0]}"
+    problems = tuple(replace(p, message=f"the record was written by an apply of {who}'s selection, not {chosen.label}'s "
+                                        f"(judge it as that deployment with {flag}).") if p.kind == "series" else p
+                     for p in record.problems)
+    return replace(report, record=replace(record, problems=problems))

@@ -261,7 +261,7 @@ def select_profile(wt: WorkTree, name: str | None, *, pop: bool = False) -> list
         if applied and name != wt.profile():
             if not pop:
                 raise UsageError(f"{len(applied)} patch(es) are applied ({', '.join(applied)}); their bases are "
-                                 f"{'profile ' + wt.profile() if wt.profile() else 'the default pin'}'s.",
+                                 f"{_whose_bases(wt)}.",
                                  hint="`imgquilt pop -a` first (refresh what you want to keep), or `imgquilt select NAME --pop`.")
         popped: list[str] = []
         if name != wt.profile():
@@ -270,6 +270,18 @@ def select_profile(wt: WorkTree, name: str | None, *, pop: bool = False) -> list
                 applied = applied[:-1]
         wt.record.write_profile(name)
         return popped
+
+
+def _whose_bases(wt: WorkTree) -> str:
+    """Where the applied patches' bases came from: the followed profile's pin, the default pin, or
+    (no default pin) the image push was given."""
+    from ..verbs.profiles import lock_file
+
+    if wt.profile():
+        return f"profile {wt.profile()}'s"
+    if lock_file(wt.root).default is not None:
+        return "the default pin's"
+    return "the default selection's (targets.lock has no default pin: the image push was given)"
 
 
 def _selected_guards(wt: WorkTree, guards: list[str]) -> None:
