@@ -228,8 +228,10 @@ def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     names = [p.name for p in lint.patches]
     if (image or profile) and not problems:
         from .engine.plan import plan_apply
+        from .pycheck import Checks
         from .verbs.profiles import resolve_many
 
+        python = Checks()  # the check as apply would run it, without the screen and the cache (as before)
         q = load_queue(root)
         chosen = resolve_many(q, profile)
         if image and len(chosen) > 1:
@@ -238,7 +240,7 @@ def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
         for r in chosen:
             try:
                 plan_apply(r.queue, open_ref(pick_ref(image, r.lock, root), platform, root=root, progress=progress), r.lock,
-                           image_bytes=_image_bytes(root, r.lock, platform, progress))
+                           python=python, image_bytes=_image_bytes(root, r.lock, platform, progress))
             except ImgquiltError as exc:  # the refusal apply would meet, with its exit code
                 failed.append((r.name, exc))
         for name, exc in failed:
@@ -412,7 +414,8 @@ def apply_profiles(queue: str | os.PathLike[str] | None = None, *, profile: str 
     before anything is read. Every profile is verified (destinations checked) before any output is
     written; then each profile's outputs are written in turn."""
     from .engine.plan import plan_apply
-    from .verbs.apply import Outputs, apply_queue, check_destinations, python_checker
+    from .pycheck import checks
+    from .verbs.apply import Outputs, apply_queue, check_destinations
     from .sources import open_image
     from .verbs.profiles import check_placeholders, fill, resolve_many
 
@@ -421,7 +424,7 @@ def apply_profiles(queue: str | os.PathLike[str] | None = None, *, profile: str 
     check_placeholders(len(chosen), output_image=output_image, layer=layer, overlay=overlay)
     key = signing_key(attest)
     planned = []
-    screen, memo = python_checker() if python_check else (None, None)
+    python = checks(python_check)
     for r in chosen:
         ref = pick_ref(None, r.lock, q.root)
         source = open_ref(ref, platform, root=q.root, progress=progress)
@@ -432,8 +435,7 @@ def apply_profiles(queue: str | os.PathLike[str] | None = None, *, profile: str 
         try:
             with _naming(r.name):
                 check_destinations(outputs, source.info(), key)
-                plan_apply(r.queue, source, r.lock, locked=locked, python_check=python_check, python_memo=memo,
-                           python_screen=screen, env=r.env)
+                plan_apply(r.queue, source, r.lock, locked=locked, python=python, env=r.env)
         except ImgquiltError as exc:
             exc.hint = "\n".join(x for x in (exc.hint, "Nothing was written for any profile.") if x)
             raise

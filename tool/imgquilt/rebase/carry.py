@@ -12,8 +12,8 @@ from pathlib import Path
 from ..fs.content import held, held_or_none
 from ..engine.apply import HunkError, apply_section
 from ..engine.merge import merge3
-from ..engine.pycheck import located, new_python_errors
-from ..engine.regions import regions_of, upstream_changes
+from ..pycheck.names import located, new_python_errors
+from ..pycheck.regions import regions_of, upstream_changes
 from ..errors import BadInput, MalformedPatch
 from ..queue.binarypatch import is_binary
 from ..queue.hunks import ABSENT, sha256_hex
