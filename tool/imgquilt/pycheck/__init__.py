@@ -1,6 +1,6 @@
 """The Python checks, in one package behind one facade.
 
-What it holds (docs/pycheck.md):
+What it holds (docs/decisions.md, "pycheck/: the Python checks"):
 - names.py: the syntax and name check of one file's bytes (compile() and pyflakes), new errors only;
 - ruffscreen.py: ruff, in a process of its own, saying which files pyflakes need not read;
 - rows.py: the findings of the name check (and the cross-module check's answers) in the shared cache;
