@@ -60,6 +60,7 @@ class CheckResult:
     patches: tuple[str, ...]
     error: ImgquiltError | None = None
     profiles: tuple[str, ...] = ()  # the profiles verified on their images (--profile)
+    unchecked: tuple[str, ...] = ()  # patches written with --no-python-check (`Python-Check: skipped`)
 
     @property
     def ok(self) -> bool:
@@ -203,17 +204,22 @@ def pick_ref(image: str | None, lock: Lock | None, root: Path, remembered: str |
 
 # --- verbs --------------------------------------------------------------------------------------
 def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, platform: str | None = None,
-          progress: Progress | None = None, profile: str | None = None) -> CheckResult:
+          progress: Progress | None = None, profile: str | None = None, strict: bool = False) -> CheckResult:
     """Lint the queue (every profile's chain too); with `image`, also verify the whole series on it
     (drift is exit 3, as in apply). `profile`: NAME or "all": also verify that selection on its own
     pinned image (`image` instead, for one profile). A profile whose patches do not chain is
-    ProfileChainBroken (exit 3), other problems QueueProblems (6)."""
+    ProfileChainBroken (exit 3), other problems QueueProblems (6). `unchecked` names the patches
+    written with --no-python-check; `strict`: each of them is a problem too (QueueProblems)."""
     from .queue.check import lint_queue
     from .work.rehash import stale_results
 
     root = queue_root(queue)
     lint = lint_queue(root, stale_results)
     problems = [*lint.problems, *lint.selections]
+    unchecked = tuple(p.name for p in lint.patches if p.header.python_unchecked)
+    if strict:
+        problems += [f"{n}: never Python-checked (`Python-Check: skipped`: refreshed or rebased with --no-python-check)"
+                     for n in unchecked]
     failure: ImgquiltError | None = None
     if lint.selections:
         from .errors import ProfileChainBroken
@@ -225,6 +231,10 @@ def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
             problems=problems)
     elif problems:
         failure = QueueProblems(problems)
+        if strict and unchecked:
+            failure.hint = ("--strict refuses a patch written with --no-python-check: push it and `imgquilt refresh` "
+                            "(the checks run, and the field goes), or, once it is checked by other means, "
+                            "`imgquilt header NAME --unset Python-Check`.")
     names = [p.name for p in lint.patches]
     if (image or profile) and not problems:
         from .engine.plan import plan_apply
@@ -251,8 +261,8 @@ def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
             failure = failed[0][1]
             if profile is not None:
                 failure.message = "\n".join(f"Profile {n}: {e.message}" for n, e in failed)
-        return CheckResult(tuple(problems), tuple(names), failure, tuple(r.name for r in chosen if r.name))
-    return CheckResult(tuple(problems), tuple(names), failure)
+        return CheckResult(tuple(problems), tuple(names), failure, tuple(r.name for r in chosen if r.name), unchecked)
+    return CheckResult(tuple(problems), tuple(names), failure, unchecked=unchecked)
 
 
 def lock(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, platform: str | None = None,

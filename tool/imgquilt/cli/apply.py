@@ -373,12 +373,14 @@ def check_cmd(
     platform: Optional[str] = PlatformOpt,
     format: Format = typer.Option(Format.text, "--format", metavar="text|github", help=FormatOpt_help),
     profile: Optional[str] = ProfileOpt,
+    strict: bool = typer.Option(False, "--strict", help="Exit 6 also for a patch written with --no-python-check (its header says `Python-Check: skipped`)."),
 ) -> None:
     """Lint the queue: series vs patches/, hash chains (each profile's), Requires order, lock freshness.
 
     With --image, also verify the whole series on that image (drift is exit 3, as in apply). With
     --profile NAME|all, also verify each such profile's patches on the image it pins. A profile
-    whose patches do not chain (a Base only a patch it does not select produces) is exit 3.
+    whose patches do not chain (a Base only a patch it does not select produces) is exit 3. A patch
+    refreshed or rebased with --no-python-check is named; --strict refuses it (exit 6).
 
     \b
     Examples:
@@ -386,8 +388,9 @@ def check_cmd(
       imgquilt check --image oci:examples/demo-image:latest
       imgquilt check --profile all
       imgquilt check --format github
+      imgquilt check --strict
     """
-    listing.check(image, platform, format, profile)
+    listing.check(image, platform, format, profile, strict)
 
 
 COMMANDS = {"lock": lock_cmd, "apply": apply_cmd, "restore": restore_cmd, "check": check_cmd}

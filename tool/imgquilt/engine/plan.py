@@ -408,6 +408,15 @@ def _culprit(st: _FileState, new: set[str], base_errors: set[str], python: Pytho
     raise AssertionError("a new Python error that no patch brought")  # pragma: no cover
 
 
+def unchecked_notes(queue: Queue) -> list[str]:
+    """The patches whose header says they were written with the Python checks off (`Python-Check: skipped`)."""
+    names = [p.name for p in queue.patches if p.header.python_unchecked]
+    if not names:
+        return []
+    return [f"Never Python-checked (written with --no-python-check; `Python-Check: skipped` in the header): "
+            f"{', '.join(names)}."]
+
+
 def already_applied(queue: Queue, targets: dict[str, TargetFile]) -> bool:
     """True when every target is already at the series' final state (re-running an in-place apply)."""
     finals = queue.final_hashes()
@@ -489,6 +498,7 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     notes: list[str] = []
     if lock is None:
         notes.append("The image is not pinned (no targets.lock): verified against the patch headers alone.")
+    notes += unchecked_notes(queue)
     done = already_applied(queue, targets) and not at_first_bases(queue, targets)
     pending: PythonCheck | None = None
     if done:

@@ -115,11 +115,26 @@ def refresh(wt: WorkTree, name: str | None = None, *, python_check: bool = True)
         if python_check:
             _python_check(wt, name, now)
             notes = _cross_check(wt, name, now)
+        now = _marked(name, disk, now, python_check)
         remember(wt.root, [wt.read_work(wt.location(s.path)).data for s in now.sections])
         lock = None
         if now.raw != disk.raw:  # the patch file and the lock that follows it, as one transaction
             lock = commit(wt, "refresh", [Change(f"patches/{name}", now.raw)], patches={name: now})
         return Refreshed(name, now, now.raw != disk.raw, tuple(notes), lock)
+
+
+def _marked(name: str, disk: Patch, now: Patch, python_check: bool) -> Patch:
+    """The patch with its header saying whether its Python files went unchecked: `Python-Check: skipped`
+    when --no-python-check wrote a change to a .py file; the field goes once a refresh checked them."""
+    from ..queue.patchfile import PYTHON_CHECK_FIELD, PYTHON_CHECK_SKIPPED, build_patch
+
+    header = now.header
+    if python_check and header.python_unchecked:
+        header = header.with_field(PYTHON_CHECK_FIELD, None)
+    elif not python_check and not header.python_unchecked and now.raw != disk.raw and \
+            any(s.path.endswith(".py") for s in now.sections):
+        header = header.with_field(PYTHON_CHECK_FIELD, PYTHON_CHECK_SKIPPED)
+    return now if header == now.header else build_patch(name, header, now.sections)
 
 
 def diff(wt: WorkTree, name: str | None = None) -> Patch:
