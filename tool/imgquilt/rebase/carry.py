@@ -131,13 +131,13 @@ def rebase_section(root: Path, st: RebaseState, store: ObjectStore, patch: Patch
 
 
 def _python_mark(header: Header, st: RebaseState, outcomes: list[FileOutcome]) -> Header:
-    """`Python-Check: skipped` on a patch whose .py sections were merged with the Python checks off
-    (--no-python-check); with them on, the rebase checks every merged file and its finish verifies the
-    whole series, so an earlier mark goes."""
+    """`Python-Check: skipped` on a patch carried with a .py section while the Python checks are off
+    (--no-python-check): merged or not, nothing checked it against the new image's modules. With them
+    on, the rebase checks every step and its finish verifies the whole series: an earlier mark goes."""
     if st.python_check:
         return header.with_field(PYTHON_CHECK_FIELD, None) if header.python_unchecked else header
-    merged_py = any(o.merged and (o.path or "").endswith(".py") for o in outcomes)
-    return header.with_field(PYTHON_CHECK_FIELD, PYTHON_CHECK_SKIPPED) if merged_py and not header.python_unchecked else header
+    carried_py = any(o.state != UPSTREAM and o.path.endswith(".py") for o in outcomes)
+    return header.with_field(PYTHON_CHECK_FIELD, PYTHON_CHECK_SKIPPED) if carried_py and not header.python_unchecked else header
 
 
 def finish_patch(st: RebaseState, store: ObjectStore, patch: Patch, sections: list[CarriedSection], strip: int) -> None:
