@@ -56,7 +56,7 @@ def test_refresh_without_the_check_marks_the_patch_until_a_checked_refresh(tmp_p
     assert MARK not in _patch(q, "0001-port.patch")
     imgquilt("check", "--strict", cwd=q, env=env, check=0)
     doc = json.loads(imgquilt("--json", "check", cwd=q, env=env, check=0).out)
-    assert doc["unchecked"] == []
+    assert "unchecked" not in doc
 
 
 def test_a_non_python_patch_refreshed_without_the_check_is_not_marked(tmp_path: Path, cli_env) -> None:

@@ -129,7 +129,9 @@ def check(image: str | None, platform: str | None, format: Format, profile: str 
     checked = check(G.queue, image=image, platform=platform, progress=progress(), profile=profile, strict=strict)
     problems, failure = list(checked.problems), checked.error
     if G.json:
-        doc = {"ok": checked.ok, "problems": problems, "patches": list(checked.patches), "unchecked": list(checked.unchecked)}
+        doc = {"ok": checked.ok, "problems": problems, "patches": list(checked.patches)}
+        if checked.unchecked:  # only when there are: the document of a queue without stays as it was
+            doc["unchecked"] = list(checked.unchecked)
         if profile is not None:
             doc["profiles"] = list(checked.profiles)
         emit_outcome(doc, failure)

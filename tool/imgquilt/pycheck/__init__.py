@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 if TYPE_CHECKING:
+    from ..fs.content import Data
     from ..fs.types import Source
     from .bytecode import Seen, Verdict
     from .crosscheck import FileFindings
@@ -42,23 +43,23 @@ class Checks:
         self.memo, self.screen = memo, screen
 
     # --- the syntax and name check -----------------------------------------------------------------
-    def key(self, data: bytes, path: str) -> str:
+    def key(self, data: Data, path: str) -> str:
         from .names import check_key
 
         return check_key(data, path)
 
-    def start(self, files: Iterable[tuple[bytes, str]]) -> PendingErrors:
+    def start(self, files: Iterable[tuple[Data | None, str]]) -> PendingErrors:
         """The findings of each (content, filename), begun: `result()` (by key) waits, `close()` gives up."""
         from .names import start_errors_of_many
 
         return start_errors_of_many(files, self.memo, self.screen)
 
-    def errors(self, files: Iterable[tuple[bytes, str]]) -> dict[str, set[str]]:
+    def errors(self, files: Iterable[tuple[Data | None, str]]) -> dict[str, set[str]]:
         from .names import errors_of_many
 
         return errors_of_many(files, self.memo)
 
-    def located(self, data: bytes, path: str, errors: Iterable[str]) -> list[str]:
+    def located(self, data: Data, path: str, errors: Iterable[str]) -> list[str]:
         from .names import located
 
         return located(data, path, errors)
@@ -75,7 +76,7 @@ class Checks:
               changed: Sequence[tuple[str, Any, Any]], lines: dict[str, list[bytes]] | None = None) -> list[FileFindings]:
         return check(files, image_view, base_view, changed=changed, lines=lines, memo=self.memo)
 
-    def culprit(self, steps: list[tuple[str, bytes | None]], resolved: str, finding: Any, place: Any,
+    def culprit(self, steps: list[tuple[str, Data | None]], resolved: str, finding: Any, place: Any,
                 patched_by: dict[str, str]) -> str:
         """The patch that brought `finding` (see crosscheck.culprit)."""
         from .crosscheck import culprit
