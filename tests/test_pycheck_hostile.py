@@ -182,3 +182,25 @@ def test_apply_lock_and_refresh_end_the_walk_of_a_star_import_cycle(tmp_path: Pa
         (q / ".imgquilt/work" / APP).write_bytes(final)
         r = imgquilt("refresh", cwd=q, env=cli_env, check=0)
         assert f"{APP}:" in r.err and "cycle of star imports" in r.err
+
+
+def test_rebase_and_continue_onto_an_image_with_spooled_modules(tmp_path: Path, cli_env) -> None:
+    """vLLM's shape: upstream renamed `cdiv`; the rebase's boot check reads the spooled modules and the
+    extension module beside them, stops on the finding, and `rebase --continue` takes the fix."""
+    import subprocess
+
+    env = {**cli_env, "IMGQUILT_SPOOL_AT": "1000"}
+    old = _vllm_root(tmp_path / "old", so_size=9 << 20)
+    new = _vllm_root(tmp_path / "new", so_size=9 << 20)
+    (new / SITE / "vllm/utils.py").write_bytes(UTILS.replace(b"def cdiv(", b"def ceil_div("))
+    (new / CUDA).write_bytes(CUDA_BASE.replace(b'return "cuda"', b'return "cuda"  # upstream'))
+    q = _queue(tmp_path / "q", CUDA_FIX)
+    subprocess.run(["git", "init", "-q", str(q)], check=True)
+    imgquilt("lock", "--image", f"rootfs:{old}", cwd=q, env=env, check=0)
+    r = imgquilt("rebase", "--image", f"rootfs:{new}", "--from", f"rootfs:{old}", cwd=q, env=env, check=4)
+    assert f"{CUDA}:1:1: ImportError: cannot import name 'cdiv' from 'vllm.utils'" in r.err
+    work = q / ".imgquilt/work" / CUDA
+    work.write_bytes(work.read_bytes().replace(b"import cdiv", b"import ceil_div as cdiv"))
+    r = imgquilt("rebase", "--continue", cwd=q, env=env, check=0)
+    assert "Rebased 1 patch(es)" in r.out
+    imgquilt("apply", "--image", f"rootfs:{new}", "--locked", "--layer", str(tmp_path / "l.tar"), cwd=q, env=env, check=0)
