@@ -112,25 +112,24 @@ def imgquilt(env: dict[str, str], *args: str) -> Run:
 def reads(image_ref: str, q: Path, check: bool) -> dict:
     """One in-process plan: the layers the source scanned, and the files the check asked for."""
     os.environ["IMGQUILT_NO_CACHE"] = "1"
-    from imgquilt.engine import plan as plan_mod
-    from imgquilt.engine.pysearch import SourceModules
+    from imgquilt.engine.plan import plan_apply
+    from imgquilt.pycheck import Checks
+    from imgquilt.pycheck.pysearch import SourceModules
     from imgquilt.queue.queue import load_queue
     from imgquilt.sources import open_source
 
     src = open_source(image_ref)
     seen: list[SourceModules] = []
-    real = plan_mod.SourceModules
 
-    def counting(source, **kw):
-        m = real(source, **kw)
-        seen.append(m)
-        return m
+    class Counting(Checks):  # the check as apply runs it, counting the modules it looks up
+        def modules(self, source):
+            m = super().modules(source)
+            seen.append(m)
+            return m
 
-    plan_mod.SourceModules = counting  # type: ignore[assignment]
     try:
-        plan_mod.plan_apply(load_queue(q), src, None, python_check=check)
+        plan_apply(load_queue(q), src, None, python=Counting() if check else None)
     finally:
-        plan_mod.SourceModules = real  # type: ignore[assignment]
         os.environ.pop("IMGQUILT_NO_CACHE", None)
     return {"layers_scanned": len(src.stats.layers_scanned), "layers": len(src.image.layers),
             "module_lookups": sum(m.reads for m in seen)}

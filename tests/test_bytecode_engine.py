@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from imgquilt.engine.bytecode import (CURRENT, IGNORED, STALE, UNCHECKED, Bytecode, Seen, judge, pycache_names,
-                                      read_header, siphash, source_hash, source_dirs)
+from imgquilt.fs.pycache import Bytecode, pycache_names, source_dirs
+from imgquilt.pycheck.bytecode import CURRENT, IGNORED, STALE, UNCHECKED, Seen, judge, read_header, siphash, source_hash
 
 DATA = Path(__file__).parent / "data" / "pyc"
 SRC = (DATA / "mod.py").read_bytes()

@@ -20,8 +20,8 @@ from imagetools import build_oci, file
 from imgquilt.cache import DigestStore
 from imgquilt.cache.layers import LayerCache
 from imgquilt.cache.usage import prune, trim
-from imgquilt.engine.pycheck import checker_version
-from imgquilt.util.ruffscreen import ruff_screen
+from imgquilt.pycheck.names import checker_version
+from imgquilt.pycheck.ruffscreen import ruff_screen
 from qtools import empty_queue, imgquilt, tree_hash, write_patch
 from registry_server import registry  # noqa: F401 (fixture)
 

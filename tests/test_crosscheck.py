@@ -1,4 +1,4 @@
-"""The cross-module check's rules, one at a time (engine/crosscheck.py, pysearch.py, pyiface.py):
+"""The cross-module check's rules, one at a time (pycheck/crosscheck.py, pysearch.py, pyiface.py):
 module search as CPython's FileFinder, names, calls bound as CPython binds them, "cannot tell",
 only new findings, and reads that stop as soon as they can."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import boottools as bt
-from imgquilt.engine.crosscheck import FileCheck, cross_check
-from imgquilt.engine.pyiface import bind, interface
-from imgquilt.engine.pysearch import SourceModules, place_of
+from imgquilt.pycheck.crosscheck import FileCheck, cross_check
+from imgquilt.pycheck.pyiface import bind, interface
+from imgquilt.pycheck.pysearch import SourceModules, place_of
 from imgquilt.rootfs.source import RootfsSource
 from imgquilt.sources import open_source
 
@@ -75,7 +75,7 @@ def test_bind_says_what_cpython_says() -> None:
 def test_the_search_path_of_a_file() -> None:
     class NoFiles:
         def look(self, paths, *, settle):
-            from imgquilt.engine.pysearch import Look
+            from imgquilt.pycheck.pysearch import Look
             return {p: Look("absent") for p in paths}
 
         def platform(self):

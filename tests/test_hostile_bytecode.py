@@ -154,7 +154,7 @@ def timestamp_pyc(body: bytes, source: bytes, mtime: int = 0) -> bytes:
 
 
 def test_each_pyc_is_judged_in_its_own_bounded_child(monkeypatch) -> None:
-    from imgquilt.engine import bytecode as bc
+    from imgquilt.pycheck import bytecode as bc
 
     monkeypatch.setenv(bc.CODE_CPU_ENV, "1")
     src = NEW

@@ -101,7 +101,7 @@ def _ours(base: bytes, diff: bytes, pin: bytes | None, work: Path) -> bytes:
              + b"\nPatched-SHA256: " + sha(pin if pin is not None else b"?").encode() + b"\n" + diff)
     (q / "patches/p.patch").write_bytes(patch)
     (q / "series").write_bytes(b"p.patch\n")
-    result = plan_apply(load_queue(q), open_source(f"rootfs:{root}"), None, python_check=False)
+    result = plan_apply(load_queue(q), open_source(f"rootfs:{root}"), None)
     return next(f.final for f in result.files if f.resolved == "f.txt")
 
 

@@ -47,7 +47,7 @@ from imgquilt.rootfs.inplace import hold_root, write_in_place
 from imgquilt.rootfs.source import RootfsSource
 q, root = Path(sys.argv[1]), Path(sys.argv[2])
 with hold_root(root) as held:  # as outputs.apply_queue: lock and recover, then plan, then write
-    write_in_place(root, plan_apply(load_queue(q), RootfsSource(root), None, python_check=False), held=held)
+    write_in_place(root, plan_apply(load_queue(q), RootfsSource(root), None), held=held)
 """
 CHANGING = ["openat", "write", "pwrite64", "rename", "renameat", "renameat2", "unlink", "unlinkat", "link", "linkat",
             "mkdir", "mkdirat", "rmdir", "fsync", "fdatasync", "fchmod", "fchmodat", "fchown", "fchownat",
@@ -153,7 +153,7 @@ def _sample(points: list[tuple[str, int, str]], budget: int, *, sampled: bool = 
 
 
 def _second_apply(q: Path, root: Path) -> None:
-    write_in_place(root, plan_apply(load_queue(q), RootfsSource(root), None, python_check=False))
+    write_in_place(root, plan_apply(load_queue(q), RootfsSource(root), None))
 
 
 def test_kill_at_every_changing_syscall_recovers_old_or_new(tmp_path: Path, cli_env: dict[str, str]) -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from imgquilt.cache.pychecks import PyCheckResults
+from imgquilt.pycheck.rows import PyCheckResults
 from imgquilt.engine.plan import run_series
-from imgquilt.engine.pycheck import checker_version
+from imgquilt.pycheck import Checks
+from imgquilt.pycheck.names import checker_version
 from imgquilt.fs.types import TargetFile
 from imgquilt.queue.queue import Queue, load_queue
 from qtools import write_patch
@@ -48,11 +49,11 @@ def test_the_patch_that_brought_the_error_is_named(tmp_path: Path) -> None:
                           ("0002-typo.patch", [("app/w.py", v1, v2)]),
                           ("0003-more.patch", [("app/w.py", v2, v3)])])
     memo = CountingMemo()
-    _, problems = run_series(q, _targets({"app/w.py": BASE, "app/q.py": QUIRKY}), python_memo=memo)
+    _, problems = run_series(q, _targets({"app/w.py": BASE, "app/q.py": QUIRKY}), python=Checks(memo))
     assert [(p.kind, p.patch, p.path) for p in problems] == [("python", "0002-typo.patch", "app/w.py")]
     assert problems[0].detail == "UndefinedName: undefined name 'undefined_thing'"
     # the stock quirk of q.py is not the queue's fault
-    _, again = run_series(q, _targets({"app/w.py": BASE, "app/q.py": QUIRKY}), python_memo=memo)
+    _, again = run_series(q, _targets({"app/w.py": BASE, "app/q.py": QUIRKY}), python=Checks(memo))
     assert again == problems
 
 
@@ -64,16 +65,16 @@ def test_one_pass_over_final_states_and_memoized(tmp_path: Path) -> None:
         data = new
     q = _queue(tmp_path, steps)
     memo = CountingMemo()
-    states, problems = run_series(q, _targets({"app/w.py": BASE}), python_memo=memo)
+    states, problems = run_series(q, _targets({"app/w.py": BASE}), python=Checks(memo))
     assert problems == [] and states["app/w.py"].data == data
     assert memo.puts == 1  # the final state only: no base, no intermediate state
-    run_series(q, _targets({"app/w.py": BASE}), python_memo=memo)
+    run_series(q, _targets({"app/w.py": BASE}), python=Checks(memo))
     assert memo.puts == 1  # the second run checks nothing
 
 
 def test_new_file_with_a_syntax_error_is_refused(tmp_path: Path) -> None:
     q = _queue(tmp_path, [("0001-new.patch", [("app/n.py", None, b"def broken(:\n")])])
-    _, problems = run_series(q, _targets({"app/n.py": None}))
+    _, problems = run_series(q, _targets({"app/n.py": None}), python=Checks())
     assert [(p.patch, p.detail.split(":")[0]) for p in problems] == [("0001-new.patch", "SyntaxError")]
 
 

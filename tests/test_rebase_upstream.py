@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from imagetools import build_oci, file
-from imgquilt.engine.regions import CHANGED, CLASS, FUNCTION, LINES, MOVED, REMOVED, regions_of, upstream_changes
+from imgquilt.pycheck.regions import CHANGED, CLASS, FUNCTION, LINES, MOVED, REMOVED, regions_of, upstream_changes
 from imgquilt.queue.patchfile import make_section
 from qtools import imgquilt, write_patch
 from test_schemas import validator

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-import imgquilt.engine.pycheck as pycheck
+import imgquilt.pycheck.names as pycheck
 from imgquilt.engine.plan import run_series
-from imgquilt.engine.pycheck import errors_of_many, python_errors, syntax_errors
+from imgquilt.pycheck import Checks
+from imgquilt.pycheck.names import errors_of_many, python_errors, syntax_errors
 from imgquilt.fs.types import TargetFile
 from imgquilt.queue.queue import load_queue
-from imgquilt.util.ruffscreen import RuffScreen, ruff_screen
+from imgquilt.pycheck.ruffscreen import RuffScreen, ruff_screen
 from qtools import write_patch
 
 REPO = Path(__file__).resolve().parent.parent
@@ -120,7 +121,7 @@ def test_a_screened_series_still_names_the_patch_that_brought_the_name_error(tmp
     write_patch(q, "0001-a.patch", [("app/w.py", base, v1)])
     write_patch(q, "0002-typo.patch", [("app/w.py", v1, v2)])
     queue = load_queue(q)
-    _, problems = run_series(queue, {"app/w.py": TargetFile("app/w.py", "app/w.py", base)}, python_screen=screen)
+    _, problems = run_series(queue, {"app/w.py": TargetFile("app/w.py", "app/w.py", base)}, python=Checks(screen=screen))
     assert [(p.kind, p.patch, p.detail) for p in problems] == [
         ("python", "0002-typo.patch", "UndefinedName: undefined name 'undefined_thing'")]
 
@@ -183,7 +184,7 @@ def test_the_gate_runs_between_staging_and_commit(tmp_path: Path) -> None:
     from qtools import tree_hash
 
     root, q = _python_queue(tmp_path, None)
-    result = plan_apply(load_queue(q), RootfsSource(root, ref=f"rootfs:{root}"), None, python_check=False)
+    result = plan_apply(load_queue(q), RootfsSource(root, ref=f"rootfs:{root}"), None)
     before = tree_hash(root)
     seen = []
 
@@ -212,7 +213,7 @@ def test_no_ruff_turns_the_screen_off(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_ruff_that_hangs_is_no_screen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import imgquilt.util.ruffscreen as rs
+    import imgquilt.pycheck.ruffscreen as rs
 
     slow = tmp_path / "ruff"
     slow.write_text("#!/bin/sh\nexec sleep 30\n")
@@ -230,7 +231,7 @@ def _names_in_ruff_binary() -> set[str]:
     import keyword
     import re
 
-    from imgquilt.util.ruffscreen import find_ruff
+    from imgquilt.pycheck.ruffscreen import find_ruff
 
     exe = find_ruff()
     assert exe is not None
@@ -252,7 +253,7 @@ def test_the_names_ruff_defines_and_pyflakes_does_not_are_all_screened(tmp_path:
     from pyflakes import checker
     from pyflakes.checker import builtin_vars
 
-    from imgquilt.util.ruffscreen import RUFF_ONLY_NAMES, find_ruff
+    from imgquilt.pycheck.ruffscreen import RUFF_ONLY_NAMES, find_ruff
 
     names = sorted(_names_in_ruff_binary() | set(dir(builtins)) | set(builtin_vars)
                    | {"WindowsError", "display", "get_ipython", "__IPYTHON__", "_", "__module__", "__qualname__"})

@@ -385,7 +385,7 @@ def test_kill_at_every_changing_syscall_of_a_streamed_in_place_apply(tmp_path: P
         if tree_hash(root) not in (old_hash, new_hash):
             bad.append(f"{name}#{n}: neither old nor new")
             continue
-        write_in_place(root, plan_apply(load_queue(q), RootfsSource(root), None, python_check=False))
+        write_in_place(root, plan_apply(load_queue(q), RootfsSource(root), None))
         if tree_hash(root) != new_hash:
             bad.append(f"{name}#{n}: a second apply did not reach new")
     assert not bad, bad

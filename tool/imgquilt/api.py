@@ -60,6 +60,7 @@ class CheckResult:
     patches: tuple[str, ...]
     error: ImgquiltError | None = None
     profiles: tuple[str, ...] = ()  # the profiles verified on their images (--profile)
+    unchecked: tuple[str, ...] = ()  # patches written with --no-python-check (`Python-Check: skipped`)
 
     @property
     def ok(self) -> bool:
@@ -203,12 +204,14 @@ def pick_ref(image: str | None, lock: Lock | None, root: Path, remembered: str |
 
 # --- verbs --------------------------------------------------------------------------------------
 def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, platform: str | None = None,
-          progress: Progress | None = None, profile: str | None = None, allow_unselected: bool = False) -> CheckResult:
+          progress: Progress | None = None, profile: str | None = None, allow_unselected: bool = False,
+          strict: bool = False) -> CheckResult:
     """Lint the queue (every profile's chain too); with `image`, also verify the whole series on it
     (drift is exit 3, as in apply). `profile`: NAME or "all": also verify that selection on its own
     pinned image (`image` instead, for one profile). A profile whose patches do not chain is
     ProfileChainBroken (exit 3), a patch no pin selects UnselectedPatches (3, unless
-    `allow_unselected`), other problems QueueProblems (6)."""
+    `allow_unselected`), other problems QueueProblems (6). `unchecked` names the patches
+    written with --no-python-check; `strict`: each of them is a problem too (QueueProblems)."""
     from .errors import UnselectedPatches
     from .queue.check import lint_queue
     from .work.rehash import stale_results
@@ -217,6 +220,10 @@ def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     lint = lint_queue(root, stale_results)
     unselected = [] if allow_unselected else list(lint.unselected)
     problems = [*lint.problems, *lint.selections, *unselected]
+    unchecked = tuple(p.name for p in lint.patches if p.header.python_unchecked)
+    if strict:
+        problems += [f"{n}: never Python-checked (`Python-Check: skipped`: refreshed or rebased with --no-python-check)"
+                     for n in unchecked]
     failure: ImgquiltError | None = None
     if unselected and not lint.selections:
         failure = UnselectedPatches(
@@ -235,11 +242,17 @@ def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
             problems=problems)
     elif problems:
         failure = QueueProblems(problems)
+        if strict and unchecked:
+            failure.hint = ("--strict refuses a patch written with --no-python-check: push it and `imgquilt refresh` "
+                            "(the checks run, and the field goes), or, once it is checked by other means, "
+                            "`imgquilt header NAME --unset Python-Check`.")
     names = [p.name for p in lint.patches]
     if (image or profile) and not problems:
         from .engine.plan import plan_apply
+        from .pycheck import Checks
         from .verbs.profiles import resolve_many
 
+        python = Checks()  # the check as apply would run it, without the screen and the cache (as before)
         q = load_queue(root)
         chosen = resolve_many(q, profile)
         if image and len(chosen) > 1:
@@ -248,7 +261,7 @@ def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
         for r in chosen:
             try:
                 plan_apply(r.queue, open_ref(pick_ref(image, r.lock, root), platform, root=root, progress=progress), r.lock,
-                           image_bytes=_image_bytes(root, r.lock, platform, progress))
+                           python=python, image_bytes=_image_bytes(root, r.lock, platform, progress))
             except ImgquiltError as exc:  # the refusal apply would meet, with its exit code
                 failed.append((r.name, exc))
         for name, exc in failed:
@@ -259,8 +272,8 @@ def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
             failure = failed[0][1]
             if profile is not None:
                 failure.message = "\n".join(f"Profile {n}: {e.message}" for n, e in failed)
-        return CheckResult(tuple(problems), tuple(names), failure, tuple(r.name for r in chosen if r.name))
-    return CheckResult(tuple(problems), tuple(names), failure)
+        return CheckResult(tuple(problems), tuple(names), failure, tuple(r.name for r in chosen if r.name), unchecked)
+    return CheckResult(tuple(problems), tuple(names), failure, unchecked=unchecked)
 
 
 def lock(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, platform: str | None = None,
@@ -455,7 +468,8 @@ def apply_profiles(queue: str | os.PathLike[str] | None = None, *, profile: str 
     before anything is read. Every profile is verified (destinations checked) before any output is
     written; then each profile's outputs are written in turn."""
     from .engine.plan import plan_apply
-    from .verbs.apply import Outputs, apply_queue, check_destinations, python_checker
+    from .pycheck import checks
+    from .verbs.apply import Outputs, apply_queue, check_destinations
     from .sources import open_image
     from .verbs.profiles import check_placeholders, fill, resolve_many
 
@@ -464,7 +478,7 @@ def apply_profiles(queue: str | os.PathLike[str] | None = None, *, profile: str 
     check_placeholders(len(chosen), output_image=output_image, layer=layer, overlay=overlay)
     key = signing_key(attest)
     planned = []
-    screen, memo = python_checker() if python_check else (None, None)
+    python = checks(python_check)
     for r in chosen:
         ref = pick_ref(None, r.lock, q.root)
         source = open_ref(ref, platform, root=q.root, progress=progress)
@@ -475,8 +489,7 @@ def apply_profiles(queue: str | os.PathLike[str] | None = None, *, profile: str 
         try:
             with _naming(r.name):
                 check_destinations(outputs, source.info(), key)
-                plan_apply(r.queue, source, r.lock, locked=locked, python_check=python_check, python_memo=memo,
-                           python_screen=screen, env=r.env)
+                plan_apply(r.queue, source, r.lock, locked=locked, python=python, env=r.env)
         except ImgquiltError as exc:
             exc.hint = "\n".join(x for x in (exc.hint, "Nothing was written for any profile.") if x)
             raise

@@ -389,13 +389,15 @@ def check_cmd(
     format: Format = typer.Option(Format.text, "--format", metavar="text|github", help=FormatOpt_help),
     profile: Optional[str] = ProfileOpt,
     allow_unselected: bool = typer.Option(False, "--allow-unselected", help="Accept patches that no pin of targets.lock selects (else exit 3: a guard typo drops a fix from every deployment)."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 6 also for a patch written with --no-python-check (its header says `Python-Check: skipped`)."),
 ) -> None:
     """Lint the queue: series vs patches/, hash chains (each profile's), Requires order, lock freshness,
     and that every patch is selected by some pin (the default or a profile).
 
     With --image, also verify the whole series on that image (drift is exit 3, as in apply). With
     --profile NAME|all, also verify each such profile's patches on the image it pins. A profile
-    whose patches do not chain (a Base only a patch it does not select produces) is exit 3.
+    whose patches do not chain (a Base only a patch it does not select produces) is exit 3. A patch
+    refreshed or rebased with --no-python-check is named; --strict refuses it (exit 6).
 
     \b
     Examples:
@@ -403,8 +405,9 @@ def check_cmd(
       imgquilt check --image oci:examples/demo-image:latest
       imgquilt check --profile all
       imgquilt check --format github
+      imgquilt check --strict
     """
-    listing.check(image, platform, format, profile, allow_unselected)
+    listing.check(image, platform, format, profile, allow_unselected, strict)
 
 
 COMMANDS = {"lock": lock_cmd, "apply": apply_cmd, "restore": restore_cmd, "check": check_cmd}

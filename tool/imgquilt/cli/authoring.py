@@ -122,7 +122,7 @@ def refresh_cmd(
     patch_opt: Optional[List[str]] = typer.Option(None, "-P", "--patch", metavar="PATCH", help="The same as the PATCH argument (repeatable with --rehash).",
                                                   autocompletion=patch_names("series")),
     rehash: bool = typer.Option(False, "--rehash", help="Re-pin patches whose files were edited by hand (applied or not) and re-chain the patches after them; targets.lock follows."),
-    no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the check that patched .py files gain no errors."),
+    no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the check that patched .py files gain no errors; a change to a .py file is then marked `Python-Check: skipped` in the header (`check --strict` refuses it) until a refresh with the check."),
 ) -> None:
     """Write the work tree's changes into the patch (snapshot -> current); the header is kept as it is.
 

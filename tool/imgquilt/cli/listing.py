@@ -122,15 +122,17 @@ def render_header(name: str, header: Header, changed: bool, *, asked: bool = Fal
 
 
 def check(image: str | None, platform: str | None, format: Format, profile: str | None = None,
-          allow_unselected: bool = False) -> None:
+          allow_unselected: bool = False, strict: bool = False) -> None:
     """The body of `imgquilt check` (its options and help are in apply.py)."""
     from ..api import check
 
     checked = check(G.queue, image=image, platform=platform, progress=progress(), profile=profile,
-                    allow_unselected=allow_unselected)
+                    allow_unselected=allow_unselected, strict=strict)
     problems, failure = list(checked.problems), checked.error
     if G.json:
         doc = {"ok": checked.ok, "problems": problems, "patches": list(checked.patches)}
+        if checked.unchecked:  # only when there are: the document of a queue without stays as it was
+            doc["unchecked"] = list(checked.unchecked)
         if profile is not None:
             doc["profiles"] = list(checked.profiles)
         emit_outcome(doc, failure)
@@ -143,5 +145,8 @@ def check(image: str | None, platform: str | None, format: Format, profile: str 
     if failure is not None:
         raise failure
     say(f"The queue is sound: {len(checked.patches)} patch(es), chains and Requires in order.")
+    if checked.unchecked:
+        say(f"note: never Python-checked (written with --no-python-check; `check --strict` refuses them): "
+            f"{', '.join(checked.unchecked)}")
     for name in checked.profiles:
         say(f"Profile {name}: verified on the image it pins.")

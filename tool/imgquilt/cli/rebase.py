@@ -124,7 +124,7 @@ def rebase_cmd(
     platform: Optional[str] = PlatformOpt,
     profile: Optional[str] = ProfileOpt,
     conflict_style: str = typer.Option("diff3", "--conflict-style", metavar="diff3|merge", help="Conflict markers with the old base's section too (diff3, as `git merge-file --diff3`), or the two sides only (merge)."),
-    no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the Python checks after every step (in-file and cross-module, on the new image); with --continue, for the rest of the rebase."),
+    no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the Python checks after every step (in-file and cross-module, on the new image); with --continue, for the rest of the rebase. Each patch carried with a .py section then says `Python-Check: skipped` in its header."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show upstream's diff of every function, class or region it changed under a patch."),
     format: Format = typer.Option(Format.text, "--format", metavar="text|github", help="text (default) or github: a warning annotation per region upstream changed under a patch, an error per new Python finding."),
 ) -> None:

@@ -5,21 +5,52 @@ Nothing here writes: the ApplyResult is handed to sinks only when everything ver
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Iterable, Protocol, Sequence
 
 from ..errors import BadInput, BaseDrift, ImgquiltError, MalformedPatch, MissingTarget, PythonCheckFailed, Refused, ResultMismatch, StaleLock, UnsafePath
-from ..fs.content import held_or_none
+from ..fs.content import Data, held_or_none
 from ..fs.types import ImageInfo, Source, TargetFile, read_targets
 from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.lock import Lock, LockTarget, patch_hashes, read_note, rootfs_digest, stale_lock_advice
 from ..queue.patchfile import rehash_command
 from ..queue.queue import Queue
 from .apply import HunkError, apply_section, link_target_problem
-from .bytecode import Bytecode, find_bytecode, is_python_source
+from ..fs.pycache import Bytecode, find_bytecode, is_python_source
 from .drift import ImageBytes, diagnose, older_versions
-from .pycheck import Memo, Screen, check_key, errors_of_many, located, start_errors_of_many
-from .pysearch import SourceModules
 from .record import parse_record, read_record_target, record_bytes, recorded_ref
 from .result import RECORD_PATH, ApplyResult, FileResult
+
+
+class PendingPython(Protocol):
+    """A syntax and name check under way: findings by key, or given up."""
+
+    def result(self) -> dict[str, set[str]]: ...
+
+    def close(self) -> None: ...
+
+
+class PythonChecks(Protocol):
+    """The Python check the gate is given (imgquilt.pycheck.Checks): the engine holds no Python
+    analysis and imports none; without one (None), no Python check runs. `key`, `start`, `errors`,
+    `located`: the syntax and name check of (content, filename) pairs; `modules`, `check`, `culprit`:
+    the cross-module check of patched files against the image's modules."""
+
+    def key(self, data: Data, path: str) -> str: ...
+
+    def start(self, files: Iterable[tuple[Data | None, str]]) -> PendingPython: ...
+
+    def errors(self, files: Iterable[tuple[Data | None, str]]) -> dict[str, set[str]]: ...
+
+    def located(self, data: Data, path: str, errors: Iterable[str]) -> list[str]: ...
+
+    def modules(self, source: Source) -> Any: ...
+
+    def check(self, files: Sequence[tuple[str, str, Any, Any]], image_view: Any, base_view: Any, *,
+              changed: Sequence[tuple[str, Any, Any]], lines: dict[str, list[bytes]] | None = None) -> list[Any]: ...
+
+    def culprit(self, steps: list[tuple[str, Data | None]], resolved: str, finding: Any, place: Any,
+                patched_by: dict[str, str]) -> str: ...
+
 
 LOCK_HINT = "Run `imgquilt lock` to pin the queue to the image again."
 NO_LOCK_HINT = "Pin the queue to its image with `imgquilt lock --image REF` and commit targets.lock."
@@ -170,16 +201,17 @@ def deleted_note(source: Source, t: TargetFile) -> str:
     return f"It was deleted (whited out) by layer {layer}." if layer else ""
 
 
-def run_series(queue: Queue, targets: dict[str, TargetFile], *, source: Source | None = None, python_check: bool = True,
-               python_memo: Memo | None = None, python_screen: Screen | None = None,
-               notes: list[str] | None = None, modules: SourceModules | None = None) -> tuple[dict[str, _FileState], list[Problem]]:
-    """Apply every section in series order to the targets' bytes; collect every problem. With a
-    `source`, the Python check also looks across modules (its "cannot tell"s go to `notes`)."""
+def run_series(queue: Queue, targets: dict[str, TargetFile], *, source: Source | None = None,
+               python: PythonChecks | None = None, notes: list[str] | None = None,
+               modules: Any = None) -> tuple[dict[str, _FileState], list[Problem]]:
+    """Apply every section in series order to the targets' bytes; collect every problem. With
+    `python`, the Python check of the patched files; with a `source` too, it also looks across
+    modules (its "cannot tell"s go to `notes`; `modules`: python.modules(source), opened already)."""
     states, problems = _apply_series(queue, targets, source)
-    if python_check:
-        problems += python_problems(states, python_memo, python_screen)
+    if python is not None:
+        problems += python_problems(states, python)
         if source is not None:
-            found, said = cross_module_problems(states, targets, modules or SourceModules(source), python_memo)
+            found, said = cross_module_problems(states, targets, modules or python.modules(source), python)
             problems += found
             if notes is not None:
                 notes += said
@@ -280,27 +312,25 @@ def final_mode(st: "_FileState") -> int:
     return st.target.mode if st.target.data is not None else 0o644
 
 
-def python_problems(states: dict[str, _FileState], memo: Memo | None, screen: Screen | None = None) -> list[Problem]:
+def python_problems(states: dict[str, _FileState], python: PythonChecks) -> list[Problem]:
     """Each patched .py file's final state against its base, once; the chain is walked only for a
     file whose final state has an error its base had not, to name the patch that brought it."""
-    return PythonCheck(states, memo, screen).problems()
+    return PythonCheck(states, python).problems()
 
 
 def cross_module_problems(states: dict[str, _FileState], targets: dict[str, TargetFile],
-                          image: SourceModules, memo: Memo | None = None) -> tuple[list[Problem], list[str]]:
-    """The cross-module check (crosscheck.py) of every patched .py file: its imports and calls
+                          image: Any, python: PythonChecks) -> tuple[list[Problem], list[str]]:
+    """The cross-module check (pycheck's `check`) of every patched .py file: its imports and calls
     against the image with every patched file's final bytes, new findings only (those its base,
     against the image as it is, did not have). Returns the problems, one per file and patch that
-    brought findings, and the "cannot tell" notes."""
-    from .crosscheck import FileCheck, cross_check, culprit
-
+    brought findings, and the "cannot tell" notes. `image`: python.modules(the source)."""
     # every patched file's bytes as far as the series got: a file another finding broke still holds them
     # a .py file is parsed whole (held, within IMGQUILT_IN_MEMORY_MAX); other files' bytes are only hashed
     def py(r: str, data):
         return held_or_none(data, r) if r.endswith(".py") else data
 
     changed = [(r, py(r, st.target.data), py(r, st.data)) for r, st in states.items() if st.chain and st.data != st.target.data]
-    files = [FileCheck(st.target.path, r, py(r, st.target.data), py(r, st.data)) for r, st in states.items()
+    files = [(st.target.path, r, py(r, st.target.data), py(r, st.data)) for r, st in states.items()
              if r.endswith(".py") and st.chain and not st.broken and st.data is not None and st.data != st.target.data]
     if not files:
         return [], []
@@ -310,7 +340,7 @@ def cross_module_problems(states: dict[str, _FileState], targets: dict[str, Targ
     # the lines each file's patches add and remove: only files whose changes may matter are parsed
     lines = {r: [hl.text for _n, _p, sec in states[r].chain for h in sec.hunks for hl in h.lines if hl.kind != " "]
              for r, _b, _a in changed}
-    results = cross_check(files, changed, image.view(overlay, named), image.view({}, {}), lines, memo)
+    results = python.check(files, image.view(overlay, named), image.view({}, {}), changed=changed, lines=lines)
     problems: list[Problem] = []
     notes: list[str] = []
     for ff in results:
@@ -325,7 +355,7 @@ def cross_module_problems(states: dict[str, _FileState], targets: dict[str, Targ
             steps.append((name, data))
         by_patch: dict[str, list] = {}
         for f in ff.findings:
-            by_patch.setdefault(culprit(steps, ff.check.resolved, f, ff.place, patched_by), []).append(f)
+            by_patch.setdefault(python.culprit(steps, ff.check.resolved, f, ff.place, patched_by), []).append(f)
         for name, found in by_patch.items():
             sec = next(s for n, _p, s in st.chain if n == name) if any(n == name for n, _p, _s in st.chain) else st.chain[-1][2]
             places = [x for f in found for x in f.located(ff.check.path)]
@@ -336,27 +366,27 @@ def cross_module_problems(states: dict[str, _FileState], targets: dict[str, Targ
 
 
 class PythonCheck:
-    """The Python check of a planned series, begun here and under way (see pycheck.PendingErrors):
+    """The Python check of a planned series, begun here and under way (see pycheck.names.PendingErrors):
     `problems()` waits for it; `close()` stops it without using the answer."""
 
-    def __init__(self, states: dict[str, _FileState], memo: Memo | None, screen: Screen | None) -> None:
-        self.memo = memo
+    def __init__(self, states: dict[str, _FileState], python: PythonChecks) -> None:
+        self.python = python
         self.checked = [st for resolved, st in states.items()
                         if resolved.endswith(".py") and not st.broken and st.chain and st.data is not None and not st.link
                         and st.data != st.target.data]
-        self.pending = start_errors_of_many(((st.data, st.target.resolved) for st in self.checked), memo, screen)
+        self.pending = python.start((st.data, st.target.resolved) for st in self.checked)
 
     def problems(self) -> list[Problem]:
         finals = self.pending.result()
-        suspects = [st for st in self.checked if finals[check_key(st.data, st.target.resolved)]]
-        bases = errors_of_many(((st.target.data, st.target.resolved) for st in suspects if st.target.data is not None),
-                               self.memo)
+        key = self.python.key
+        suspects = [st for st in self.checked if finals[key(st.data, st.target.resolved)]]
+        bases = self.python.errors((st.target.data, st.target.resolved) for st in suspects if st.target.data is not None)
         problems = []
         for st in suspects:
-            before = bases[check_key(st.target.data, st.target.resolved)] if st.target.data is not None else set()
-            new = finals[check_key(st.data, st.target.resolved)] - before
+            before = bases[key(st.target.data, st.target.resolved)] if st.target.data is not None else set()
+            new = finals[key(st.data, st.target.resolved)] - before
             if new:
-                problems.append(_culprit(st, new, before, self.memo))
+                problems.append(_culprit(st, new, before, self.python))
                 st.broken = True
         return problems
 
@@ -364,18 +394,27 @@ class PythonCheck:
         self.pending.close()
 
 
-def _culprit(st: _FileState, new: set[str], base_errors: set[str], memo: Memo | None) -> Problem:
+def _culprit(st: _FileState, new: set[str], base_errors: set[str], python: PythonChecks) -> Problem:
     """The first patch whose result has one of `new` that its input had not (one exists: the base has none)."""
     data, before = st.target.data, base_errors
     for name, path, s in st.chain:
         out = apply_section(data, s)  # applied cleanly once already
-        after = errors_of_many([(out, st.target.resolved)], memo)[check_key(out, st.target.resolved)] if not s.is_delete else set()
+        after = python.errors([(out, st.target.resolved)])[python.key(out, st.target.resolved)] if not s.is_delete else set()
         brought = after - before
         if brought & new:
             return Problem("python", name, path, st.target.resolved, s.base_sha256, s.patched_sha256,
-                           "; ".join(sorted(brought)), tuple(located(out, path, brought)))
+                           "; ".join(sorted(brought)), tuple(python.located(out, path, brought)))
         data, before = out, after
     raise AssertionError("a new Python error that no patch brought")  # pragma: no cover
+
+
+def unchecked_notes(queue: Queue) -> list[str]:
+    """The patches whose header says they were written with the Python checks off (`Python-Check: skipped`)."""
+    names = [p.name for p in queue.patches if p.header.python_unchecked]
+    if not names:
+        return []
+    return [f"Never Python-checked (written with --no-python-check; `Python-Check: skipped` in the header): "
+            f"{', '.join(names)}."]
 
 
 def already_applied(queue: Queue, targets: dict[str, TargetFile]) -> bool:
@@ -401,13 +440,11 @@ def stale_bytecode(source: Source, states: dict[str, _FileState], targets: dict[
     return tuple(found[p] for p in sorted(found))
 
 
-def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False, python_check: bool = True,
-               python_memo: Memo | None = None, python_screen: Screen | None = None,
-               bytecode_source: Source | None = None, env: tuple[tuple[str, str], ...] = (),
+def plan_apply(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False,
+               python: PythonChecks | None = None, bytecode_source: Source | None = None, env: tuple[tuple[str, str], ...] = (),
                module_source: Source | None = None, image_bytes: ImageBytes | None = None) -> ApplyResult:
     """Read, apply and verify everything in memory. Raises a refusal naming every problem."""
-    result, gate = plan_apply_gated(queue, source, lock, locked=locked, python_check=python_check,
-                                    python_memo=python_memo, python_screen=python_screen,
+    result, gate = plan_apply_gated(queue, source, lock, locked=locked, python=python,
                                     bytecode_source=bytecode_source, env=env, module_source=module_source,
                                     image_bytes=image_bytes)
     gate.check()
@@ -435,12 +472,13 @@ class Gate:
             pending.close()
 
 
-def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False, python_check: bool = True,
-                     python_memo: Memo | None = None, python_screen: Screen | None = None,
-                     bytecode_source: Source | None = None, env: tuple[tuple[str, str], ...] = (),
+def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False,
+                     python: PythonChecks | None = None, bytecode_source: Source | None = None, env: tuple[tuple[str, str], ...] = (),
                      module_source: Source | None = None, image_bytes: ImageBytes | None = None) -> tuple[ApplyResult, Gate]:
     """plan_apply, with the Python check left running: every other verification is done and refused
     here; the result may be staged but not made visible before `gate.check()` passed.
+
+    `python`: the Python check (imgquilt.pycheck.checks()); None: none runs (--no-python-check).
 
     `bytecode_source`: where to look for bytecode the change makes stale (default: `source`; an
     in-place apply looks in the root it writes). `env`: environment defaults for the image's config,
@@ -450,7 +488,7 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     check_lock_fresh(queue, lock, locked=locked)
     paths = queue.target_paths()
     check_link_parents(queue)
-    modules = SourceModules(module_source or source) if python_check else None
+    modules = python.modules(module_source or source) if python is not None else None
     if modules is not None:
         modules.expect(paths)  # the layers read for the targets keep their packages' modules
     targets = read_targets(source, paths, queue.link_paths())
@@ -460,6 +498,7 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     notes: list[str] = []
     if lock is None:
         notes.append("The image is not pinned (no targets.lock): verified against the patch headers alone.")
+    notes += unchecked_notes(queue)
     done = already_applied(queue, targets) and not at_first_bases(queue, targets)
     pending: PythonCheck | None = None
     if done:
@@ -469,9 +508,9 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
         problems: list[Problem] = []
     else:
         states, problems = _apply_series(queue, targets, source)
-        if python_check:
-            pending = PythonCheck(states, python_memo, python_screen)
-            found, said = cross_module_problems(states, targets, modules or SourceModules(module_source or source), python_memo)
+        if python is not None:
+            pending = PythonCheck(states, python)
+            found, said = cross_module_problems(states, targets, modules, python)
             problems += found
             notes += said
     if lock is not None:
@@ -532,18 +571,17 @@ class LockPlan:
     notes: tuple[str, ...] = ()  # the cross-module check's "cannot tell"s
 
 
-def plan_lock(queue: Queue, source: Source, ref: str, *, python_check: bool = True, python_memo: Memo | None = None,
-              python_screen: Screen | None = None) -> LockPlan:
-    """Pin the image and every target: the whole series must verify on it."""
+def plan_lock(queue: Queue, source: Source, ref: str, *, python: PythonChecks | None = None) -> LockPlan:
+    """Pin the image and every target: the whole series must verify on it (with `python`, the
+    Python check too)."""
     paths = queue.target_paths()
     check_link_parents(queue)
-    modules = SourceModules(source) if python_check else None
+    modules = python.modules(source) if python is not None else None
     if modules is not None:
         modules.expect(paths)
     targets = read_targets(source, paths, queue.link_paths())
     notes: list[str] = []
-    states, problems = run_series(queue, targets, source=source, python_check=python_check, python_memo=python_memo,
-                                  python_screen=python_screen, notes=notes, modules=modules)
+    states, problems = run_series(queue, targets, source=source, python=python, notes=notes, modules=modules)
     if problems:
         raise refusal(problems, notes=notes)
     info = source.info()

@@ -15,7 +15,7 @@ from ..errors import BadImage, BadInput
 from ..fs.content import held
 from ..fs.types import Source, TargetFile
 from ..queue.queue import Queue
-from .bytecode import Bytecode
+from ..fs.pycache import Bytecode
 from .result import RECORD_PATH
 
 

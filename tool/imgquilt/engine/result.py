@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..fs.types import ImageInfo, TargetFile
-from .bytecode import Bytecode
+from ..fs.pycache import Bytecode
 
 RECORD_PATH = "var/lib/imgquilt/applied.json"
 

@@ -24,6 +24,9 @@ from .pathquote import quote_name, read_name, unquote_name
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _FIELD = re.compile(rb"^([A-Za-z][A-Za-z0-9_-]*):[ \t]?(.*?)\r?\n?$", re.S)
 SECTION_FIELDS = ("Base-SHA256", "Patched-SHA256", "Mode")
+# the header field a refresh or a rebase with --no-python-check writes (docs/patch-format.md)
+PYTHON_CHECK_FIELD = "Python-Check"
+PYTHON_CHECK_SKIPPED = "skipped"
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,12 @@ class Header:
     @property
     def description(self) -> str:
         return self.get("Description") or self.get("Subject") or ""
+
+    @property
+    def python_unchecked(self) -> bool:
+        """`Python-Check: skipped`: the patch was last written with --no-python-check (refresh, rebase)."""
+        value = self.get(PYTHON_CHECK_FIELD)
+        return value is not None and value.strip().split(" ")[0].lower() == PYTHON_CHECK_SKIPPED
 
     @property
     def requires(self) -> list[str]:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..engine.apply import HunkError, apply_section
-from ..engine.crosscheck import Finding, FileCheck, absolute, cross_check
-from ..engine.pysearch import Finder, SourceModules, place_of
-from ..engine.regions import MOVED
+from ..pycheck.crosscheck import Finding, FileCheck, absolute, cross_check
+from ..pycheck.pysearch import Finder, SourceModules, place_of
+from ..pycheck.regions import MOVED
 from ..errors import ImgquiltError
 from ..fs.types import Source, read_targets
 from ..queue.hunks import ABSENT

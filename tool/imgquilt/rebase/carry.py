@@ -12,12 +12,12 @@ from pathlib import Path
 from ..fs.content import held, held_or_none
 from ..engine.apply import HunkError, apply_section
 from ..engine.merge import merge3
-from ..engine.pycheck import located, new_python_errors
-from ..engine.regions import regions_of, upstream_changes
+from ..pycheck.names import located, new_python_errors
+from ..pycheck.regions import regions_of, upstream_changes
 from ..errors import BadInput, MalformedPatch
 from ..queue.binarypatch import is_binary
 from ..queue.hunks import ABSENT, sha256_hex
-from ..queue.patchfile import FileSection, Patch, parse_patch, rehash_command
+from ..queue.patchfile import PYTHON_CHECK_FIELD, PYTHON_CHECK_SKIPPED, FileSection, Header, Patch, parse_patch, rehash_command
 from ..store import ObjectStore
 from .report import CONFLICT, MERGED, MOVED, UNCHANGED, UPSTREAM, FileOutcome, PatchOutcome, patch_state
 from .sections import original_section, retarget, rewritten
@@ -130,6 +130,16 @@ def rebase_section(root: Path, st: RebaseState, store: ObjectStore, patch: Patch
                           ours_sha=store.put(ours), theirs_sha=store.put(nb or b""))
 
 
+def _python_mark(header: Header, st: RebaseState, outcomes: list[FileOutcome]) -> Header:
+    """`Python-Check: skipped` on a patch carried with a .py section while the Python checks are off
+    (--no-python-check): merged or not, nothing checked it against the new image's modules. With them
+    on, the rebase checks every step and its finish verifies the whole series: an earlier mark goes."""
+    if st.python_check:
+        return header.with_field(PYTHON_CHECK_FIELD, None) if header.python_unchecked else header
+    carried_py = any(o.state != UPSTREAM and o.path.endswith(".py") for o in outcomes)
+    return header.with_field(PYTHON_CHECK_FIELD, PYTHON_CHECK_SKIPPED) if carried_py and not header.python_unchecked else header
+
+
 def finish_patch(st: RebaseState, store: ObjectStore, patch: Patch, sections: list[CarriedSection], strip: int) -> None:
     """Assemble the rebased patch, advance both chains and journal the patch as done."""
     dropped_names = {d["name"] for d in st.done if d["dropped"]}
@@ -160,6 +170,7 @@ def finish_patch(st: RebaseState, store: ObjectStore, patch: Patch, sections: li
     if dropped:
         notes.append(f"Its change is already in {st.new_ref}: dropped from series (--keep-empty keeps it).")
     else:
+        header = _python_mark(header, st, outcomes)
         if state == UPSTREAM and header.get("Applied-Upstream") is None:
             header = header.with_field("Applied-Upstream", st.new_ref)
             notes.append("Kept with no-op sections (--keep-empty); Applied-Upstream names the new image.")

@@ -39,7 +39,7 @@ def _fill_from_old(q: Queue, store: ObjectStore, ref: str, opener: Opener, platf
     """Read the old image's targets, check the series verifies on it, store every base and result."""
     source = opener(ref, platform)
     targets = read_targets(source, q.target_paths(), q.link_paths())
-    states, problems = run_series(q, targets, source=source, python_check=False)
+    states, problems = run_series(q, targets, source=source)
     if problems:
         raise BaseDrift(
             f"{what} {ref} is not the image this queue was made for:\n" + "\n".join(f"  - {p.render()}" for p in problems),

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..engine.regions import RegionChange
+from ..pycheck.regions import RegionChange
 
 # file and patch states of the report
 UNCHANGED, MERGED, CONFLICT, MOVED, UPSTREAM = "unchanged", "merged", "conflict", "moved", "merged-upstream"

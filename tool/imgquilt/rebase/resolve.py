@@ -5,7 +5,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..engine.merge import leftover_markers
-from ..engine.pycheck import located, new_python_errors
+from ..pycheck.names import located, new_python_errors
 from ..errors import RebaseConflict
 from ..queue.hunks import sha256_hex
 from ..queue.patchfile import Patch

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..fs.types import read_targets
 from ..engine.apply import apply_section
-from ..engine.regions import LINES, Region, RegionChange, regions_of, upstream_changes
+from ..pycheck.regions import LINES, Region, RegionChange, regions_of, upstream_changes
 from ..errors import BadInput, BaseDrift, UsageError
 from ..queue.hunks import ABSENT, sha256_hex, split_lines
 from ..queue.lock import Lock

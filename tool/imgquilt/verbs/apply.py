@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from ..engine.plan import plan_apply_gated
+from ..pycheck import checks
 from ..engine.record import names_series
 from ..engine.result import RECORD_PATH, ApplyResult
 from ..errors import UsageError
@@ -278,18 +279,6 @@ def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[],
     return written
 
 
-def python_checker():
-    """What the Python check uses beside pyflakes: the ruff screen (None without ruff) and the
-    shared cache's findings for that checker (None when the cache is off)."""
-    from ..cache.layers import cache_disabled
-    from ..cache.pychecks import PyCheckResults
-    from ..engine.pycheck import checker_version
-    from ..util.ruffscreen import ruff_screen
-
-    screen = ruff_screen()
-    return screen, (None if cache_disabled() else PyCheckResults(checker_version(screen)))
-
-
 def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Outputs, open_base: Callable[[], Image], *,
                 locked: bool = False, python_check: bool = True, attest: Attester | None = None,
                 env: tuple[tuple[str, str], ...] = (),
@@ -304,12 +293,11 @@ def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Output
     check_destinations(outputs, source.info(), attest)
     # --root: lock it and recover a crashed apply before the plan reads it, so concurrent applies serialize
     with hold_root(outputs.root) as held:
-        screen, memo = python_checker() if python_check else (None, None)
+        python = checks(python_check)
         # the Python check runs on in other processes while an in-place write stages its files
         # in place, the bytecode to remove is the root's own (it may differ from an --image's)
         bytecode_source = RootfsSource(outputs.root) if outputs.root is not None else None
-        result, gate = plan_apply_gated(queue, source, lock, locked=locked, python_check=python_check,
-                                        python_memo=memo, python_screen=screen, bytecode_source=bytecode_source, env=env,
+        result, gate = plan_apply_gated(queue, source, lock, locked=locked, python=python, bytecode_source=bytecode_source, env=env,
                                         image_bytes=image_bytes or (lambda _path, sha: ObjectStore(queue.root).get_or_absent(sha)))
         try:
             check_result(outputs, result)

@@ -13,7 +13,9 @@ from typing import Collection, Sequence
 from ..fs.content import Spooled, held, held_or_none, in_memory_max
 from ..queue.streamed import StreamedHunks
 from ..engine.apply import HunkError, apply_hunks, reverse_hunks
-from ..engine.bytecode import CANNOT_TELL, STALE, Seen, Verdict, find_bytecode, is_python_source, judge
+from ..fs.pycache import find_bytecode, is_python_source
+from ..pycheck import judge_bytecode as judge
+from ..pycheck.bytecode import CANNOT_TELL, STALE, Seen, Verdict
 from ..engine.record import read_record_target
 from ..engine.result import RECORD_PATH
 from ..errors import BadImage, BadInput, NotLive

@@ -3,21 +3,15 @@ from __future__ import annotations
 
 from ..engine.plan import plan_lock
 from ..fs.types import Source
+from ..pycheck import checks
 from ..queue.lock import Lock
 from ..queue.queue import Queue
 from ..store import remember
 
 
-def python_checker():  # noqa: ANN201 - verbs.apply.python_checker, loaded on use (it imports the image sinks)
-    from .apply import python_checker as checker
-
-    return checker()
-
-
 def lock_queue(queue: Queue, source: Source, ref: str, *, python_check: bool = True) -> Lock:
     """The lock pinning `queue` to `source`; every base and result goes to the store (rebase merges from them)."""
-    screen, memo = python_checker() if python_check else (None, None)
-    plan = plan_lock(queue, source, ref, python_check=python_check, python_memo=memo, python_screen=screen)
+    plan = plan_lock(queue, source, ref, python=checks(python_check))
     remember(queue.root, plan.contents)
     return plan.lock
 
@@ -50,8 +44,7 @@ def relock(queue: Queue, lock: Lock, bases: Source, *, before: Queue | None = No
                 tuple(replace(p, sections=tuple(s for s in p.sections if s.path in touched)) for p in queue.patches))
     fresh: dict[str, LockTarget] = {}
     if touched:
-        screen, memo = python_checker() if python_check else (None, None)
-        plan = plan_lock(sub, bases, lock.image.ref, python_check=python_check, python_memo=memo, python_screen=screen)
+        plan = plan_lock(sub, bases, lock.image.ref, python=checks(python_check))
         remember(queue.root, plan.contents)
         fresh = {t.path: t for t in plan.lock.targets}
     targets = []

@@ -56,7 +56,8 @@ def apply_platforms(queue, platforms: list[str], open_platform: Callable[[str], 
     from ..engine.plan import plan_apply
     from ..errors import ImgquiltError
     from ..image.sinks.image import check_index_destination, write_new_index
-    from .apply import check_compression, new_image, python_checker
+    from ..pycheck import checks
+    from .apply import check_compression, new_image
     from ..sources import BackedByImage
     from ..store import remember
 
@@ -74,12 +75,11 @@ def apply_platforms(queue, platforms: list[str], open_platform: Callable[[str], 
             raise UsageError("--compression-level sets the level of the new layer: give --output-image with it.")
         check_level(compression or "gzip", compression_level)
     done = []
-    screen, memo = python_checker() if python_check else (None, None)
+    python = checks(python_check)
     for p in platforms:
         source = open_platform(p)
         try:
-            result = plan_apply(queue, source, lock, locked=locked, python_check=python_check, python_memo=memo,
-                                python_screen=screen)
+            result = plan_apply(queue, source, lock, locked=locked, python=python)
         except ImgquiltError as exc:
             exc.message = f"Platform {p}: {exc.message}"
             exc.hint = "\n".join(x for x in (exc.hint, f"Nothing was written for any platform. Rebase the queue onto {p}'s "

@@ -115,11 +115,26 @@ def refresh(wt: WorkTree, name: str | None = None, *, python_check: bool = True)
         if python_check:
             _python_check(wt, name, now)
             notes = _cross_check(wt, name, now)
+        now = _marked(name, disk, now, python_check)
         remember(wt.root, [wt.read_work(wt.location(s.path)).data for s in now.sections])
         lock = None
         if now.raw != disk.raw:  # the patch file and the lock that follows it, as one transaction
             lock = commit(wt, "refresh", [Change(f"patches/{name}", now.raw)], patches={name: now})
         return Refreshed(name, now, now.raw != disk.raw, tuple(notes), lock)
+
+
+def _marked(name: str, disk: Patch, now: Patch, python_check: bool) -> Patch:
+    """The patch with its header saying whether its Python files went unchecked: `Python-Check: skipped`
+    when --no-python-check wrote a change to a .py file; the field goes once a refresh checked them."""
+    from ..queue.patchfile import PYTHON_CHECK_FIELD, PYTHON_CHECK_SKIPPED, build_patch
+
+    header = now.header
+    if python_check and header.python_unchecked:
+        header = header.with_field(PYTHON_CHECK_FIELD, None)
+    elif not python_check and not header.python_unchecked and now.raw != disk.raw and \
+            any(s.path.endswith(".py") for s in now.sections):
+        header = header.with_field(PYTHON_CHECK_FIELD, PYTHON_CHECK_SKIPPED)
+    return now if header == now.header else build_patch(name, header, now.sections)
 
 
 def diff(wt: WorkTree, name: str | None = None) -> Patch:
@@ -128,7 +143,7 @@ def diff(wt: WorkTree, name: str | None = None) -> Patch:
 
 
 def _python_check(wt: WorkTree, name: str, patch: Patch) -> None:
-    from ..engine.pycheck import located, new_python_errors
+    from ..pycheck.names import located, new_python_errors
 
     applied = wt.consistent()
     index = applied.index(name)
@@ -194,12 +209,12 @@ class _LazyImage:
 
 
 def _cross_check(wt: WorkTree, name: str, patch: Patch) -> list[str]:
-    """The cross-module check (engine/crosscheck.py) of the patch's .py files: their imports and calls
+    """The cross-module check (pycheck's `check`) of the patch's .py files: their imports and calls
     against the image with every applied patch up to this one in front of it, new findings only
     (against the files as they were before the patch). Refuses (PythonCheckFailed) on a finding;
     returns the "cannot tell" notes."""
-    from ..engine.crosscheck import FileCheck, cross_check
-    from ..engine.pysearch import SourceModules
+    from ..pycheck import check
+    from ..pycheck.pysearch import SourceModules
 
     applied = wt.consistent()
     index = applied.index(name)
@@ -215,7 +230,7 @@ def _cross_check(wt: WorkTree, name: str, patch: Patch) -> list[str]:
     for r, t in mine.items():
         before_all[r] = wt.blob(t.sha256, what=f"{t.path} before {name}")
     by_path = {t.path: t for t in mine.values()}
-    files = [FileCheck(s.path, by_path[s.path].resolved, before_all[by_path[s.path].resolved], after_all[by_path[s.path].resolved])
+    files = [(s.path, by_path[s.path].resolved, before_all[by_path[s.path].resolved], after_all[by_path[s.path].resolved])
              for s in patch.sections
              if s.path.endswith(".py") and s.path in by_path and after_all.get(by_path[s.path].resolved) is not None]
     if not files:
@@ -223,7 +238,7 @@ def _cross_check(wt: WorkTree, name: str, patch: Patch) -> list[str]:
     changed = [(r, before_all[r], after_all[r]) for r in mine if before_all[r] != after_all[r]]
     image = SourceModules(_LazyImage(wt))  # type: ignore[arg-type]
     try:
-        results = cross_check(files, changed, image.view(after_all, named), image.view(before_all, named))
+        results = check(files, image.view(after_all, named), image.view(before_all, named), changed=changed)
     except _NoImage as exc:
         return [f"The cross-module Python check did not run: {exc}"]
     found = [x for ff in results for f in ff.findings for x in f.located(ff.check.path)]

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
 from ..errors import BadImage, BadInput, ImgquiltError, UnsafePath
+from ..fs.content import Data, held, in_memory_max, sha256_of
 from ..fs.types import DirListing, HasRootDir, ListsDirs, PeeksTargets, ReadsFirst, Source, TargetFile
 
 FILE, ABSENT, UNKNOWN = "file", "absent", "unknown"
@@ -158,7 +159,7 @@ class SourceModules:
                     self._settled[p] = None
                     out[p] = None
         for p in dict.fromkeys(paths):
-            state = _state(out[p]) if p in out else ("unknown",)
+            state = _state(out[p], self.cap) if p in out else ("unknown",)
             if state[0] != "unknown" or p not in self.seen:
                 self.seen[p] = state
         return out
@@ -168,7 +169,7 @@ class SourceModules:
         decided then must hold no file now)."""
         now = self.raw(list(seen), True)
         for p, state in seen.items():
-            got = _state(now.get(p))
+            got = _state(now.get(p), self.cap)
             if state[0] == "unknown":
                 if got[0] == "file":
                     return False
@@ -259,35 +260,49 @@ class _View:
         dirs = tuple(_ancestors(key))
         if data is None:
             return Look(ABSENT, None, key, dirs)
-        return self._sized(data, key, dirs)
+        return self._sized(data, key, dirs, path)
 
-    def _sized(self, data: bytes, resolved: str, dirs: tuple[str, ...]) -> Look:
-        if len(data) > self.files.cap:
+    def _sized(self, data: Data, resolved: str, dirs: tuple[str, ...], name: str) -> Look:
+        """A file's Look: a module source's bytes held (a spooled one read back, within the cap); any
+        other file (`name`, the path looked up, is an extension module or a pyc) only is there: its
+        bytes are never read."""
+        if not _read_whole(name):
+            return Look(FILE, None, resolved, dirs)
+        if len(data) > min(self.files.cap, in_memory_max()):
             return Look(FILE, None, resolved, dirs, too_large=True)
-        return Look(FILE, data, resolved, dirs)
+        return Look(FILE, held(data, resolved), resolved, dirs)
 
     def _to_look(self, t: TargetFile) -> Look:
         dirs = tuple(d.path for d in t.parents)
         if t.resolved in self.overlay:
             data = self.overlay[t.resolved]
-            return Look(ABSENT, None, t.resolved, dirs) if data is None else self._sized(data, t.resolved, dirs)
+            return Look(ABSENT, None, t.resolved, dirs) if data is None else self._sized(data, t.resolved, dirs, t.path)
         if t.data is None:
             # a directory the patches create holds what they put there
             extra = tuple(d for d in _ancestors(t.resolved) if d in self._overlay_dirs and d not in dirs)
             return Look(ABSENT, None, t.resolved, dirs + extra)
-        return self._sized(t.data, t.resolved, dirs)
+        return self._sized(t.data, t.resolved, dirs, t.path)
 
 
-def _state(t: TargetFile | None) -> tuple:
-    """What a lookup saw, comparable and JSON-able: ("file", sha256, resolved, parents) or ("absent", resolved, parents)."""
+def _state(t: TargetFile | None, cap: int) -> tuple:
+    """What a lookup saw, comparable and JSON-able: ("file", sha256, resolved, parents) or ("absent", resolved, parents).
+    A file whose bytes the check never reads (not a .py file: an extension module, a pyc; or a .py
+    file over the cap) is there by its size alone ("file", "size:N", ...): a 363 MB `_C.abi3.so` is
+    never hashed."""
     if t is None:
         return ("absent", "", ())
     parents = tuple(d.path for d in t.parents)
     if t.data is None:
         return ("absent", t.resolved, parents)
-    import hashlib
+    if not _read_whole(t.path) or len(t.data) > min(cap, in_memory_max()):
+        return ("file", f"size:{len(t.data)}", t.resolved, parents)
+    return ("file", sha256_of(t.data), t.resolved, parents)
 
-    return ("file", hashlib.sha256(t.data).hexdigest(), t.resolved, parents)
+
+def _read_whole(path: str) -> bool:
+    """Whether the check reads the bytes of the file found at `path`: a module source's, never an
+    extension module's or a pyc's (their kind is all the check says of them: "cannot tell")."""
+    return path.endswith(".py")
 
 
 def _ancestors(path: str) -> list[str]:

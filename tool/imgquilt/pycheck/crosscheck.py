@@ -31,10 +31,10 @@ import ast
 import builtins
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
-from ..fs.content import sha256_of
+from ..fs.content import Data, held, held_or_none, sha256_of
 from .pyiface import CLASS, DEF, IMPORT, Binding, Interface, Signature, Unreadable, bind, interface_of, parse
 from .pysearch import (
     BYTECODE, LARGE, MISSING, NAMESPACE, NATIVE, Finder, ModuleFiles, Place, Spec, is_stdlib, place_of,
@@ -382,7 +382,10 @@ class Resolver:
         return _Res("missing", spec, why=f"binds no '{name}' at module level", settled=settled)
 
     def _exports(self, spec: Spec, seen: frozenset) -> set[str] | str:
-        """The names `from spec import *` binds, or why they cannot be known."""
+        """The names `from spec import *` binds, or why they cannot be known (a star import that leads
+        back to a module on the way, `from m import *` inside m or a ring of them: "cannot tell")."""
+        if (spec.name, "*") in seen:
+            return f"its `import *` of {spec.name} runs in a cycle of star imports"
         face = self.iface(spec)
         if isinstance(face, str):
             return face
@@ -736,22 +739,22 @@ class Trees:
     """Parsed files of one check, each parsed once (None: it does not parse)."""
 
     def __init__(self) -> None:
-        self._trees: dict[tuple[str, bytes], ast.Module | None] = {}
-        self._faces: dict[tuple[str, bytes], Interface | None] = {}
+        self._trees: dict[tuple[str, str], ast.Module | None] = {}
+        self._faces: dict[tuple[str, str], Interface | None] = {}
 
-    def interface(self, data: bytes, name: str) -> Interface | None:
+    def interface(self, data: Data, name: str) -> Interface | None:
         """The module's interface (pyiface), once per content; None: it does not parse."""
-        key = (name, hashlib.sha256(data).digest())
+        key = (name, sha256_of(data))
         if key not in self._faces:
             tree = self.get(data, name)
             self._faces[key] = interface_of(tree) if tree is not None else None
         return self._faces[key]
 
-    def get(self, data: bytes, name: str) -> ast.Module | None:
-        key = (name, hashlib.sha256(data).digest())  # the name: a SyntaxError's text names the file
+    def get(self, data: Data, name: str) -> ast.Module | None:
+        key = (name, sha256_of(data))  # the name: a SyntaxError's text names the file
         if key not in self._trees:
             try:
-                self._trees[key] = parse(data, name)
+                self._trees[key] = parse(held(data, name), name)
             except Unreadable:
                 self._trees[key] = None
         return self._trees[key]
@@ -876,7 +879,13 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
     """check_files, after deciding whether the patched modules changed what they offer. With
     `changed_lines` (resolved path -> the lines its patches add and remove), only the files whose
     changes may matter are parsed (pyscreen.py). With `memo` (pycheck.Memo), an earlier answer for
-    the same files is taken when every file it looked up in the image still holds what it held."""
+    the same files is taken when every file it looked up in the image still holds what it held.
+
+    A patched .py file may come spooled (larger than IMGQUILT_SPOOL_AT): it is held whole here, once
+    (within IMGQUILT_IN_MEMORY_MAX), as every other reader of a module's text needs it; the other
+    files changed (an extension module, data) are only compared and hashed, never read whole."""
+    files = [replace(fc, base=held_or_none(fc.base, fc.path), final=held(fc.final, fc.path)) for fc in files]
+    changed = [(p, held_or_none(b, p), held_or_none(a, p)) if p.endswith(".py") else (p, b, a) for p, b, a in changed]
     files_of = getattr(final_view, "files", None)  # the SourceModules behind the views, when they are those
     key = _memo_key(files, changed, changed_lines, final_view) if memo is not None and files_of is not None else None
     if key is not None:

@@ -17,9 +17,9 @@ import stat
 from pathlib import Path
 from typing import Iterable
 
-from . import cache_root
-from .seal import entry_seal, entry_sealed
-from .trust import CacheDir
+from ..cache import cache_root
+from ..cache.seal import entry_seal, entry_sealed
+from ..cache.trust import CacheDir
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _BATCH = 500  # keys per SELECT (SQLite's variable limit is 999 on old builds)
