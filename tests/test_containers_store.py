@@ -136,3 +136,27 @@ def test_a_podman_that_does_not_see_what_skopeo_wrote_is_refused_and_nothing_is_
     listed = tool("skopeo", "inspect", "--raw", f"containers-storage:[vfs@{graph}+{run}]localhost/app:unseen", env=env, check=False)
     assert listed.returncode != 0
     assert podman_ids(env, "localhost/app:unseen") == []
+
+
+def test_without_podman_apply_says_which_store_skopeo_wrote(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    layout = tmp_path / "img"
+    build_oci(layout, [[file("srv/app/svc.py", SVC.decode())]], tag="v1")
+    q = tmp_path / "q"
+    q.mkdir()
+    write_patch(q, "0001-port.patch", [("srv/app/svc.py", SVC, SVC.replace(b"8000", b"9000"))])
+    store = tmp_path / "store"
+    env = {**cli_env, **private_store(store, driver="vfs")}
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    os.symlink(shutil.which("skopeo"), bin_ / "skopeo")  # skopeo, and no podman
+    try:
+        imgquilt("lock", "--image", f"oci:{layout}:v1", cwd=q, env=env, check=0)
+        bare = {**env, "PATH": str(bin_)}
+        r = imgquilt("apply", "--output-image", "containers-storage:localhost/app:fixed", cwd=q, env=bare, check=0)
+        assert (f"Store: driver vfs, graph root {store / 'graph'}, run root {store / 'run'} (skopeo's default store as "
+                "storage.conf names it; podman is not installed)") in r.out
+        doc = json.loads(imgquilt("--json", "apply", "--output-image", "containers-storage:localhost/app:fixed", cwd=q, env=bare, check=0).out)
+        assert doc["outputs"]["image"]["store"]["named_by"] == "storage.conf"
+        assert podman_ids(env, "localhost/app:fixed") == ["localhost/app:fixed", doc["outputs"]["image"]["config_digest"]]
+    finally:
+        drop_store(store, env)
