@@ -383,7 +383,8 @@ def private_store(where: Path, driver: str | None = "vfs") -> dict[str, str]:
 def drop_store(where: Path, env: dict[str, str]) -> None:
     """Remove what the tests made in a private store (containers, pods, images), then the store itself."""
     full = {**os.environ, **env}
-    if shutil.which("podman"):
+    graph = where / "graph"
+    if shutil.which("podman") and graph.is_dir() and any(graph.iterdir()):  # a store never used: nothing to remove
         for args in (["pod", "rm", "-a", "-f"], ["rm", "-a", "-f"], ["rmi", "-a", "-f"]):
             subprocess.run(["podman", *args], env=full, capture_output=True)
     # the overlay driver bind-mounts its own directory (graph/overlay) and skopeo leaves it mounted
