@@ -79,9 +79,10 @@ def fetch_source(package: str, version_glob: str, found, cache: Path) -> None:
 
 
 def _apt_error(p: subprocess.CompletedProcess) -> str:
-    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("E: ")]
-    return (errors[0] if errors else p.stderr.strip().splitlines()[-1:] or [f"exit status {p.returncode}"])[0] \
-        if p.returncode != 0 else "downloaded, but not the files of this version"
+    if p.returncode == 0:
+        return "downloaded, but not the files of this version"
+    said = [ln for ln in p.stderr.splitlines() if ln.startswith("E: ")] or p.stderr.strip().splitlines()[-1:]
+    return said[0] if said else f"exit status {p.returncode}"
 
 
 def _unpack(orig: Path, deb: Path, dest: Path) -> tuple[Path, Path]:
