@@ -160,3 +160,20 @@ def test_without_podman_apply_says_which_store_skopeo_wrote(tmp_path: Path, cli_
         assert podman_ids(env, "localhost/app:fixed") == ["localhost/app:fixed", doc["outputs"]["image"]["config_digest"]]
     finally:
         drop_store(store, env)
+
+
+def test_a_podman_that_cannot_say_where_its_store_is_is_refused_before_any_work(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    layout = tmp_path / "img"
+    build_oci(layout, [[file("srv/app/svc.py", SVC.decode())]], tag="v1")
+    q = tmp_path / "q"
+    q.mkdir()
+    write_patch(q, "0001-port.patch", [("srv/app/svc.py", SVC, SVC.replace(b"8000", b"9000"))])
+    env = {**cli_env, **private_store(tmp_path / "store")}
+    (tmp_path / "store" / "storage.conf").write_text("[storage\ndriver = \n")  # a storage.conf podman cannot read
+    imgquilt("lock", "--image", f"oci:{layout}:v1", cwd=q, env=env, check=0)
+    for verb in (("apply", "--overlay", str(tmp_path / "ov"), "--output-image", "containers-storage:localhost/app:x"),
+                 ("audit", "--image", "containers-storage:localhost/app:x")):
+        r = imgquilt(*verb, cwd=q, env=env, check=6)
+        assert "podman is installed but `podman info` did not say where its store is" in r.err
+        assert "containers-storage:[DRIVER@GRAPHROOT+RUNROOT]NAME" in r.err
+    assert not (tmp_path / "ov").exists()

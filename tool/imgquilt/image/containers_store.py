@@ -25,6 +25,7 @@ from typing import Any, Literal
 from ..errors import BadImage, ImgquiltError, UsageError
 
 NamedBy = Literal["podman", "reference", "storage.conf"]
+PODMAN_TIMEOUT = 120  # seconds: a podman waiting on another's lock is said to, not waited on for ever
 _DRIVER = re.compile(r"^[a-z][a-z0-9_]*$")
 # what skopeo's specifier cannot hold in a path: it splits on `]`, `+` and `:` (options), and `,` (between options)
 _UNSPELLABLE = re.compile(r"[\]\[+:,@\x00-\x1f\x7f]")
@@ -141,7 +142,13 @@ def _podman_store(_key: tuple[str | None, ...]) -> Store | None:
 def ask_podman(exe: str) -> Store:
     from .sources.skopeo_copy import skopeo_message
 
-    proc = subprocess.run([exe, "info", "--format", "json"], stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    try:
+        proc = subprocess.run([exe, "info", "--format", "json"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=PODMAN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise BadImage(f"`podman info` did not answer in {PODMAN_TIMEOUT} s (another podman holding its store's lock?).",
+                       hint="Run `podman info` to see what it waits for, or name the store yourself: "
+                            "containers-storage:[DRIVER@GRAPHROOT+RUNROOT]NAME.") from None
     try:
         info = json.loads(proc.stdout) if proc.returncode == 0 else None
         store = info["store"] if isinstance(info, dict) else None
@@ -226,6 +233,9 @@ def podman_image_id(name: str) -> str | None:
     exe = podman()
     if exe is None:
         return None
-    proc = subprocess.run([exe, "image", "inspect", "--format", "{{.Id}}", name], stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True)
-    return proc.stdout.strip() or None if proc.returncode == 0 else None
+    try:
+        proc = subprocess.run([exe, "image", "inspect", "--format", "{{.Id}}", name], stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=PODMAN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return None
+    return (proc.stdout.strip() or None) if proc.returncode == 0 else None
