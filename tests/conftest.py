@@ -63,3 +63,16 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
     env["IMGQUILT_CACHE_DIR"] = str(tmp_path / "cache")
     env["COLUMNS"] = "200"
     return env
+
+
+@pytest.fixture
+def own_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A private containers-storage store (imagetools.private_store, driver vfs) for this test: podman,
+    buildah, skopeo and imgquilt (in-process or run with os.environ) all use it; removed afterwards."""
+    from imagetools import drop_store, private_store
+
+    env = private_store(tmp_path / "containers")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    yield env
+    drop_store(tmp_path / "containers", env)

@@ -362,3 +362,35 @@ def service_on_top(tmp_path: Path) -> tuple[Path, Path]:
     q.mkdir()
     write_patch(q, "0001-port.patch", [("srv/app/svc.py", SERVICE, SERVICE.replace(b"8000", b"9000"))])
     return layout, q
+
+
+# --- a private containers-storage store -------------------------------------------------------
+def private_store(where: Path, driver: str | None = "vfs") -> dict[str, str]:
+    """A containers-storage store of its own under `where` (graph root, run root, podman's tmp dir) and
+    the environment that makes podman, buildah, skopeo and imgquilt use it: CONTAINERS_STORAGE_CONF
+    (naming `driver`, or none: the first tool to touch the store picks) and CONTAINERS_CONF. Tests use
+    one so they never depend on, nor change, the machine's own store and the driver its first user chose."""
+    where.mkdir(parents=True, exist_ok=True)
+    for d in ("graph", "run", "tmp"):
+        (where / d).mkdir(exist_ok=True)
+    lines = ["[storage]", *([f'driver = "{driver}"'] if driver else []),
+             f'graphroot = "{where / "graph"}"', f'runroot = "{where / "run"}"']
+    (where / "storage.conf").write_text("\n".join(lines) + "\n")
+    (where / "containers.conf").write_text(f'[engine]\ntmp_dir = "{where / "tmp"}"\nevents_logger = "none"\n')
+    return {"CONTAINERS_STORAGE_CONF": str(where / "storage.conf"), "CONTAINERS_CONF": str(where / "containers.conf")}
+
+
+def drop_store(where: Path, env: dict[str, str]) -> None:
+    """Remove what the tests made in a private store (containers, pods, images), then the store itself."""
+    full = {**os.environ, **env}
+    graph = where / "graph"
+    if shutil.which("podman") and graph.is_dir() and any(graph.iterdir()):  # a store never used: nothing to remove
+        for args in (["pod", "rm", "-a", "-f"], ["rm", "-a", "-f"], ["rmi", "-a", "-f"]):
+            subprocess.run(["podman", *args], env=full, capture_output=True)
+    # the overlay driver bind-mounts its own directory (graph/overlay) and skopeo leaves it mounted
+    inside = str(where.resolve()) + "/"
+    with open("/proc/self/mountinfo") as f:
+        mounts = [ln.split()[4].replace("\\040", " ") for ln in f]
+    for m in sorted((m for m in mounts if m.startswith(inside)), key=len, reverse=True):
+        subprocess.run(["umount", m], capture_output=True)
+    shutil.rmtree(where, ignore_errors=True)

@@ -4,8 +4,9 @@ repository's Containerfile with buildah where no registry is reachable.
 It holds this interpreter (the real one under a virtualenv) and its standard library, imgquilt's runtime
 dependencies and pip as this environment has them installed, /bin/sh, and every shared library those
 link against (ldd), each at its own path: what `python3 -m pip install --no-index imgquilt-*.whl`
-needs, and what imgquilt needs to run. Committed to containers-storage once per interpreter and set
-of dependency versions (`localhost/imgquilt-test-python:KEY`), then reused.
+needs, and what imgquilt needs to run. Committed to the containers-storage store the environment
+names (the test's private one, conftest.own_store) as `localhost/imgquilt-test-python:KEY` (one KEY
+per interpreter and set of dependency versions), and reused while that store lives.
 """
 from __future__ import annotations
 

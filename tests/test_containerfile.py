@@ -28,7 +28,9 @@ def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return p
 
 
-def test_the_containerfile_builds_offline_from_the_repository_wheel_and_runs_imgquilt_on_its_queue(tmp_path: Path) -> None:
+def test_the_containerfile_builds_offline_from_the_repository_wheel_and_runs_imgquilt_on_its_queue(tmp_path: Path, own_store) -> None:
+    # own_store: buildah and podman share a private store whose driver is named, so the image buildah
+    # commits is the one podman inspects, whichever tool touched the machine's own store first
     # the build context as a clone has it: the Containerfile, its ignore file and the queue ...
     ctx = tmp_path / "ctx"
     ctx.mkdir()

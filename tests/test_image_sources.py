@@ -241,7 +241,7 @@ def test_skopeo_copies_other_transports_into_the_cache(tmp_path, images):
     assert source.info().digest == manifest(images["layout"], "v2")[0]  # the manifest is kept as is
 
 
-def test_containers_storage_through_skopeo(tmp_path, images):
+def test_containers_storage_through_skopeo(tmp_path, images, own_store):
     name = f"localhost/imgquilt-test-{os.getpid()}:v2"
     try:
         skopeo_copy(f"oci:{images['layout']}:v2", f"containers-storage:{name}")
@@ -263,7 +263,7 @@ def test_missing_skopeo_is_a_clear_error(tmp_path, monkeypatch):
     assert "skopeo" in exc.value.message and "not installed" in exc.value.message
 
 
-def test_skopeo_failure_is_bad_image(tmp_path):
+def test_skopeo_failure_is_bad_image(tmp_path, own_store):
     with pytest.raises(BadImage) as exc:
         open_source(f"containers-storage:localhost/imgquilt-no-such-image-{os.getpid()}:1", cache_dir=tmp_path)
     assert "skopeo could not read" in exc.value.message

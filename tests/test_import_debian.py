@@ -1,7 +1,9 @@
 """Real Debian quilt series imported with `imgquilt import --series`, checked against `quilt push -a`.
 
 The source packages come from Debian's archive (`apt-get source --download-only`, deb-src set up by
-.ci/install-tools) into a cache directory ($IMGQUILT_TEST_CACHE, else ~/.cache/imgquilt-tests). A
+.ci/install-tools) into a cache directory ($IMGQUILT_TEST_CACHE, else ~/.cache/imgquilt-tests); when
+the candidate version cannot be downloaded (deb-src lines with a pocket whose pool no longer has it),
+the newest version the mirror lists that can be (`apt-cache showsrc`, `apt-get source PKG=VERSION`). A
 series built with `quilt` itself, with its base moved so every hunk lands at an offset, runs too.
 """
 from __future__ import annotations
@@ -21,20 +23,66 @@ from qtools import imgquilt
 CACHE = Path(os.environ.get("IMGQUILT_TEST_CACHE") or Path.home() / ".cache/imgquilt-tests") / "debian"
 
 
-def _source(package: str, version_glob: str) -> tuple[Path, Path]:
+def _source(package: str, version_glob: str, cache: Path = CACHE) -> tuple[Path, Path]:
     """(orig tarball, debian tarball) of a Debian source package, downloaded once into the cache."""
-    CACHE.mkdir(parents=True, exist_ok=True)
+    cache.mkdir(parents=True, exist_ok=True)
 
     def found() -> tuple[Path, Path] | None:
-        orig = sorted(CACHE.glob(f"{package}_{version_glob}.orig.tar.*"))
-        deb = sorted(CACHE.glob(f"{package}_{version_glob}.debian.tar.*"))
+        orig = sorted(cache.glob(f"{package}_{version_glob}.orig.tar.*"))
+        deb = sorted(cache.glob(f"{package}_{version_glob}.debian.tar.*"))
         orig = [o for o in orig if not o.name.endswith(".asc")]
         return (orig[-1], deb[-1]) if orig and deb else None
 
     if found() is None:
-        p = subprocess.run(["apt-get", "source", "--download-only", package], cwd=CACHE, capture_output=True, text=True)
-        assert found() is not None, f"apt-get source {package} failed (deb-src lines: see .ci/install-tools):\n{p.stdout}\n{p.stderr}"
+        fetch_source(package, version_glob, found, cache)
     return found()  # type: ignore[return-value]
+
+
+def served_versions(package: str) -> list[str]:
+    """The versions of a source package the machine's deb-src lines list (`apt-cache showsrc`), newest first."""
+    import functools
+
+    out = subprocess.run(["apt-cache", "showsrc", package], capture_output=True, text=True).stdout
+    found, current = [], None
+    for line in out.splitlines():  # one stanza per version and pocket; a stanza may be another package's binary
+        if line.startswith("Package: "):
+            current = line.split(": ", 1)[1].strip()
+        elif line.startswith("Version: ") and current == package:
+            v = line.split(": ", 1)[1].strip()
+            if v not in found:
+                found.append(v)
+
+    def cmp(a: str, b: str) -> int:
+        return 0 if a == b else (1 if subprocess.run(["dpkg", "--compare-versions", a, "gt", b]).returncode == 0 else -1)
+
+    return sorted(found, key=functools.cmp_to_key(cmp), reverse=True)
+
+
+def fetch_source(package: str, version_glob: str, found, cache: Path) -> None:
+    """`apt-get source --download-only PACKAGE`, then, when that fails (a pocket that lists a version its
+    pool no longer has: 404), each version the mirror lists that fits `version_glob`, newest first. A
+    skip naming the package only when no such version can be downloaded."""
+    import fnmatch
+
+    p = subprocess.run(["apt-get", "source", "--download-only", package], cwd=cache, capture_output=True, text=True)
+    if found() is not None:
+        return
+    tried = [f"{package} (the candidate): {_apt_error(p)}"]
+    versions = [v for v in served_versions(package) if fnmatch.fnmatch(v.split(":")[-1], version_glob)]
+    for version in versions:
+        p = subprocess.run(["apt-get", "source", "--download-only", f"{package}={version}"], cwd=cache, capture_output=True, text=True)
+        if found() is not None:
+            return
+        tried.append(f"{package}={version}: {_apt_error(p)}")
+    pytest.skip(f"no source of {package} {version_glob} can be downloaded from the mirror (deb-src lines: see "
+                f".ci/install-tools); tried " + "; ".join(tried))
+
+
+def _apt_error(p: subprocess.CompletedProcess) -> str:
+    if p.returncode == 0:
+        return "downloaded, but not the files of this version"
+    said = [ln for ln in p.stderr.splitlines() if ln.startswith("E: ")] or p.stderr.strip().splitlines()[-1:]
+    return said[0] if said else f"exit status {p.returncode}"
 
 
 def _unpack(orig: Path, deb: Path, dest: Path) -> tuple[Path, Path]:
@@ -178,12 +226,13 @@ def _series_paths(patches: Path) -> set[str]:
 
 
 @pytest.fixture(scope="session")
-def debian_sources() -> dict[str, tuple[Path, Path]]:
+def debian_sources() -> None:
+    """One download for every package missing from the cache; each test then takes its own (_source falls
+    back to another version, or skips, for its package alone)."""
     CACHE.mkdir(parents=True, exist_ok=True)
     missing = [p for p, v in FIELD.items() if not list(CACHE.glob(f"{p}_{v.split(':')[-1]}.debian.tar.*"))]
     if missing:
         subprocess.run(["apt-get", "source", "--download-only", *missing], cwd=CACHE, capture_output=True, text=True)
-    return {p: _source(p, v.split(":")[-1]) for p, v in FIELD.items()}
 
 
 def _trimmed(orig: Path, deb: Path, dest: Path) -> tuple[Path, Path]:
@@ -207,7 +256,7 @@ def _trimmed(orig: Path, deb: Path, dest: Path) -> tuple[Path, Path]:
 def test_a_whole_debian_series_imports_with_no_flag_and_applies_as_quilt_does(tmp_path: Path, debian_sources, package: str) -> None:
     from test_import_real_patches import tree_state
 
-    pristine, patches = _trimmed(*debian_sources[package], tmp_path / "src")
+    pristine, patches = _trimmed(*_source(package, FIELD[package].split(":")[-1]), tmp_path / "src")
     q = tmp_path / "queue"
     q.mkdir()
     (q / "series").write_text("")
@@ -234,3 +283,47 @@ def test_a_whole_debian_series_imports_with_no_flag_and_applies_as_quilt_does(tm
         assert tg.endswith(b"---\ntg: (9a079e2..) t/thread-cancel (depends on: baseline)\n")  # the trailer, kept
         assert "timezone/testdata/XT6: the diff carries no bytes for this new binary file; created it empty" in report
         assert (out / "timezone/testdata/XT6").read_bytes() == b""
+
+
+# --- deb-src lines with the security pocket (issue 38) -------------------------------------------
+def _codename() -> str | None:
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("VERSION_CODENAME="):
+                return line.split("=", 1)[1].strip().strip('"') or None
+    except OSError:
+        return None
+    return None
+
+
+def test_sources_come_with_deb_src_lines_that_include_the_security_pocket(tmp_path: Path, monkeypatch) -> None:
+    """The security pocket lists a newer python3.11 than the main one; its pool may no longer have it
+    (a 404 for `apt-get source python3.11`): the newest version the mirror serves is taken instead."""
+    codename = _codename()
+    if codename is None or shutil.which("apt-get") is None:
+        pytest.skip("a Debian system (apt-get, VERSION_CODENAME in /etc/os-release)")
+    apt = tmp_path / "apt"
+    for d in ("lists/partial", "cache/archives/partial", "parts"):
+        (apt / d).mkdir(parents=True)
+    (apt / "sources.list").write_text(f"deb-src http://deb.debian.org/debian {codename} main\n"
+                                      f"deb-src http://deb.debian.org/debian-security {codename}-security main\n")
+    (apt / "apt.conf").write_text(f'Dir::Etc::SourceList "{apt}/sources.list";\nDir::Etc::SourceParts "{apt}/parts";\n'
+                                  f'Dir::State::Lists "{apt}/lists";\nDir::Cache "{apt}/cache";\n')
+    monkeypatch.setenv("APT_CONFIG", str(apt / "apt.conf"))  # apt-get and apt-cache, here and in _source
+    update = subprocess.run(["apt-get", "update", "-qq"], capture_output=True, text=True)
+    if update.returncode != 0:
+        pytest.skip(f"the mirror cannot be reached: {update.stderr.strip()[-300:]}")
+    versions = served_versions("python3.11")
+    assert len(versions) >= 2, versions  # the main pocket's and the security pocket's
+    cache = tmp_path / "debian"
+    cache.mkdir()
+    for orig in CACHE.glob("python3.11_3.11*.orig.tar.*"):  # the upstream tarball, if the suite has it: not fetched again
+        shutil.copy(orig, cache / orig.name)
+    plain = subprocess.run(["apt-get", "source", "--download-only", "python3.11"], cwd=cache, capture_output=True, text=True)
+    orig, deb = _source("python3.11", "3.11*", cache)
+    got = deb.name.removeprefix("python3.11_").split(".debian.tar")[0]
+    assert got in versions
+    if plain.returncode != 0:  # the candidate is not served: a version below it was taken, the newest that is
+        assert "404" in plain.stderr and got != versions[0]
+    with tarfile.open(deb) as t:
+        assert "debian/patches/series" in t.getnames()

@@ -153,7 +153,7 @@ def test_the_queue_files_are_what_the_generator_writes() -> None:
 @needs("umoci")
 @needs("podman")
 @pytest.mark.parametrize("transport", ["oci", "oci-archive", "docker-archive"])
-def test_output_image_is_accepted_by_skopeo_umoci_and_podman(tmp_path: Path, queue: Path, demo: str, transport: str) -> None:
+def test_output_image_is_accepted_by_skopeo_umoci_and_podman(tmp_path: Path, queue: Path, demo: str, transport: str, own_store) -> None:
     name = f"imgquilt-test-{uuid.uuid4().hex[:8]}"
     path = tmp_path / ("out" if transport == "oci" else "out.tar")
     out_ref = f"{transport}:{path}:" + (f"localhost/{name}:patched" if transport == "docker-archive" else "patched")

@@ -66,7 +66,7 @@ def test_root_is_left_alone(patched, tmp_path: Path, with_image: bool) -> None:
 
 
 @pytest.mark.parametrize("transport", ["oci", "oci-archive", "docker-archive"])
-def test_output_image_is_the_base_as_it_is(patched, tmp_path: Path, transport: str) -> None:
+def test_output_image_is_the_base_as_it_is(patched, tmp_path: Path, transport: str, own_store) -> None:
     q, ref, first, _ = patched
     base = inspect(ref)
     name = f"imgquilt-noop-{uuid.uuid4().hex[:8]}"

@@ -78,6 +78,29 @@ def test_an_unknown_destination_names_every_one_imgquilt_writes(setup, tmp_path:
     assert "not an image skopeo wrote" in r.err and (tmp_path / "full" / "keep.txt").read_text() == "mine\n"
 
 
+@pytest.mark.parametrize("dest, said", [
+    ("containers-storage:localhost/app:1\nimgquilt: wrote it", "control character '\\n'"),
+    ("containers-storage:localhost/app:1\x1b[2J", "control character '\\x1b'"),
+    ("containers-storage:localhost/a,b:1", "holds `,`"),
+    ("containers-storage:localhost/../app:1", "names no image as podman spells one"),
+    ("containers-storage:localhost/app:1:2", "names no image as podman spells one"),
+    ("containers-storage:[vfs@/tmp/x/../etc+/run/x]app:1", "holds a `..` component"),
+    ("containers-storage:[vfs@/tmp/g:overlay.mount_program=/bin/sh]app:1", "which skopeo's store specifier cannot carry"),
+    ("containers-storage:[vfs@tmp/g]app:1", "is not an absolute path"),
+    ("containers-storage:[Bad Driver@/tmp/g]app:1", "is no storage driver name"),
+    ("dir:{tmp}/a\nb", "control character '\\n'"),
+    ("dir:{tmp}/a,b", "holds `,`"),
+    ("dir:{tmp}/sub/../d", "holds a `..` component"),
+])
+def test_a_hostile_containers_storage_or_dir_name_is_refused_before_any_work(setup, tmp_path: Path, dest: str, said: str) -> None:
+    q, _, env = setup
+    (tmp_path / "sub").mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    r = imgquilt("apply", "--output-image", dest.format(tmp=tmp_path), "--overlay", str(tmp_path / "ov"), cwd=q, env=env, check=2)
+    assert said in r.err and r.out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # not the overlay either: refused before any output
+
+
 @needs_podman
 def test_dir_output_is_an_image_skopeo_reads_with_the_digest_imgquilt_reports(setup, tmp_path: Path) -> None:
     q, _, env = setup
@@ -91,8 +114,9 @@ def test_dir_output_is_an_image_skopeo_reads_with_the_digest_imgquilt_reports(se
 
 
 @needs_podman
-def test_containers_storage_output_podman_images_shows_it_and_overlay_args_feed_podman_create(setup, tmp_path: Path) -> None:
+def test_containers_storage_output_podman_images_shows_it_and_overlay_args_feed_podman_create(setup, tmp_path: Path, own_store) -> None:
     q, _, env = setup
+    env = {**env, **own_store}  # a private store: what the machine's own holds (and its driver) plays no part
     name = f"localhost/imgquilt-test-{uuid.uuid4().hex[:10]}"
     made: list[str] = []
     try:

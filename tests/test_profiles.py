@@ -172,7 +172,7 @@ def test_guards_read_by_quilt_as_comments(queue, tmp_path: Path) -> None:
 @needs("umoci")
 @needs("skopeo")
 @needs("podman")
-def test_apply_profile_all_writes_each_profiles_tree_and_env(queue, images, tmp_path: Path) -> None:
+def test_apply_profile_all_writes_each_profiles_tree_and_env(queue, images, tmp_path: Path, own_store) -> None:
     q, env = queue
     out = tmp_path / "out"
     (q / "build").mkdir()

@@ -94,7 +94,7 @@ def test_push_from_a_local_layout_uploads_what_the_registry_lacks(registry, big,
     assert inspected["Layers"][:3] == layer_digests(big, "v1")
 
 
-def test_podman_pulls_the_pushed_image(registry, big, queue, tmp_path, env):
+def test_podman_pulls_the_pushed_image(registry, big, queue, tmp_path, env, own_store):
     imgquilt("apply", "--image", registry.ref("big:v1"), "--output-image", registry.ref("big:podman"),
              cwd=queue, env=env, check=0)
     ref = f"{registry.host}/big:podman"

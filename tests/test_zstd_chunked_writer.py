@@ -80,7 +80,7 @@ def test_imgquilt_reads_it_back_lazily(written, cli_env):
     assert {p["state"] for p in json.loads(r.out)["patches"]} == {"live"}
 
 
-def test_skopeo_and_podman_load_read_it(written, tmp_path):
+def test_skopeo_and_podman_load_read_it(written, tmp_path, own_store):
     q, out, doc = written
     skopeo_copy(f"oci:{out}:fixed", f"dir:{tmp_path / 'dir'}")
     skopeo_copy(f"oci:{out}:fixed", f"oci-archive:{tmp_path / 'img.tar'}")

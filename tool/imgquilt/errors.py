@@ -153,6 +153,11 @@ class DigestMismatch(BadImage):
     """A blob's bytes do not match its digest."""
 
 
+class StoreNotPodmans(BadImage):
+    """A `containers-storage:` image skopeo wrote is not listed by podman (another driver, store or mount
+    namespace); removed again, nothing written."""
+
+
 class AttestationNotStored(BadImage):
     """The image was written, but the registry (or destination) refused its attestation."""
 

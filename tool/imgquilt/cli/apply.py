@@ -247,6 +247,8 @@ def _say_applied(done, verbose: bool, asked: dict) -> None:
         if w.get("unchanged"):
             extra += " (the base as it is: it already holds the series' result, so no layer was added)"
         say(f"Wrote {kind}: {w.get('path') or w.get('ref')}{extra}")
+        if w.get("store"):
+            say(f"  Store: {store_line(w['store'])}")
         _say_attestations(w)
         env = w.get("env")
         if env:
@@ -258,6 +260,14 @@ def _say_applied(done, verbose: bool, asked: dict) -> None:
             elif kind == "root":
                 said += " (recorded in the root's applied.json; a root has no image config: the runtime that starts it must set them)"
             say(f"  Env: {said}")
+
+
+def store_line(store: dict) -> str:
+    """The containers-storage store an image went to, as `outputs.image.store` holds it."""
+    by = {"podman": "podman's store, as `podman info` shows it", "reference": "the store the reference names",
+          "storage.conf": "skopeo's default store as storage.conf names it; podman is not installed"}[store["named_by"]]
+    driver = store["driver"] or "none set (the one the store already holds, else overlay)"
+    return f"driver {driver}, graph root {store['graph_root']}, run root {store['run_root']} ({by})"
 
 
 def _apply_profiles(layer, output_image, overlay, platform, locked, python_check, attest, compression,

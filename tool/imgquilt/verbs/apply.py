@@ -234,6 +234,8 @@ def write_image_output(ref: str, result: ApplyResult, open_base: Callable[[], Im
     img = write_image(base, result, ref, compression=compression, attest=attest, level=level)
     out = {"ref": ref, "digest": img.digest, "config_digest": img.config_digest,
            "layer_digest": img.layer_digest, "diff_id": img.diff_id, "unchanged": img.layer_digest is None}
+    if img.store is not None:
+        out["store"] = img.store
     if result.env:
         out["env"] = env_report(base, result.env)
     if attest is not None:

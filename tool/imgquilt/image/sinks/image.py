@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 
 from ...errors import AttestationNotStored, ImgquiltError, UsageError
 from ..mediatypes import Compression
@@ -62,6 +62,7 @@ class WrittenImage:
     diff_id: str | None
     layer_size: int
     referrers: tuple[tuple[str, str], ...] = ()  # (manifest digest, where it is listed) of each attestation stored
+    store: dict[str, Any] | None = None  # containers-storage: the store written (containers_store.Store.json)
 
 
 def parse_output_ref(ref: str) -> OutputRef:
@@ -121,6 +122,7 @@ def write_new_image(img: NewImage, ref: str, referrers: Sequence[Referrer] = ())
         check_referrer_destination(ref)
     digest = img.config_digest if out.transport == "docker-archive" else img.manifest_digest
     stored: list[str] = []
+    store = None
     if out.transport == "docker":
         from .registry import push_image
 
@@ -133,7 +135,8 @@ def write_new_image(img: NewImage, ref: str, referrers: Sequence[Referrer] = ())
     elif out.transport in ("containers-storage", "dir"):
         from .skopeo_out import write_through_skopeo
 
-        write_through_skopeo(img, out.transport, ref.partition(":")[2])
+        written = write_through_skopeo(img, out.transport, ref.partition(":")[2])
+        store = written.json() if written is not None else None
     else:
         write_docker_archive(img, out.path, out.tag)
     if referrers and not stored:
@@ -149,6 +152,7 @@ def write_new_image(img: NewImage, ref: str, referrers: Sequence[Referrer] = ())
         diff_id=img.layer.diff_id if img.layer is not None else None,
         layer_size=img.layer.size if img.layer is not None else 0,
         referrers=tuple((r.digest, w) for r, w in zip(referrers, stored)),
+        store=store,
     )
 
 

@@ -1,5 +1,8 @@
 """Any other skopeo transport (containers-storage:, docker-daemon:, ...): copied first (docker:// is read natively).
 
+A `containers-storage:` reference is read from the store podman uses (image.containers_store), so
+what is read is the image `podman images` shows.
+
 `skopeo copy` writes the image into the cache as a `dir:` image, which keeps the source's manifest
 byte for byte (so the digest is the source's). A reference by digest is immutable, so a finished
 copy of it is reused; anything else is copied afresh every time (a tag may have moved). The copy
@@ -52,8 +55,14 @@ def copy_with_skopeo(ref: str, *, platform: str | None, cache_dir: Path | None) 
                  "and pass docker-archive:img.tar.",
         )
     want = Platform.parse(platform or DEFAULT_PLATFORM)
+    src, store = ref, ""
+    if ref.startswith("containers-storage:"):  # the store podman uses, not the one skopeo would guess
+        from ..containers_store import resolve
+
+        found = resolve(ref.partition(":")[2], error=BadImage)
+        src, store = found.skopeo_ref, f" ({found.store.describe()})"
     base = (cache_dir if cache_dir is not None else _default_cache()) / "skopeo"
-    key = hashlib.sha256(f"{ref}\0{want}".encode()).hexdigest()[:24]
+    key = hashlib.sha256(f"{src}\0{want}".encode()).hexdigest()[:24]
     dest = base / key
     if "@sha256:" in ref and is_dir_layout(dest):
         return dest
@@ -62,12 +71,12 @@ def copy_with_skopeo(ref: str, *, platform: str | None, cache_dir: Path | None) 
     cmd = [skopeo, "--override-os", want.os, "--override-arch", want.arch]
     if want.variant:
         cmd += ["--override-variant", want.variant]
-    cmd += ["copy", "--quiet", ref, f"dir:{tmp}"]
+    cmd += ["copy", "--quiet", src, f"dir:{tmp}"]
     try:
         proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise BadImage(f"skopeo could not read {ref!r}: {skopeo_message(proc.stderr) or f'exit status {proc.returncode}'}.",
-                           hint=f"Check the reference: `skopeo inspect {ref}` shows what skopeo sees.")
+            raise BadImage(f"skopeo could not read {ref!r}{store}: {skopeo_message(proc.stderr) or f'exit status {proc.returncode}'}.",
+                           hint=f"Check the reference: `skopeo inspect {src}` shows what skopeo sees.")
         old = None
         if dest.exists():
             old = base / f".{key}.old.{os.getpid()}"
