@@ -160,7 +160,13 @@ def _undo_entry(root_fd: int, j: Journal, i: int, e: Entry) -> None:
                 else:
                     os.replace(j.old_name(i), name, src_dir_fd=dfd, dst_dir_fd=dfd)
         elif j.phase == "commit":
-            unlink_quiet(dfd, name)  # absent before, under the lock: what is there is ours
+            try:
+                unlink_quiet(dfd, name)  # absent before, under the lock: what is there is ours
+            except IsADirectoryError:
+                # a directory this apply made for a file below the path (an older imgquilt let a series put
+                # a file below a link it creates): _remove_dirs takes it away, once emptied
+                if e.path not in j.dirs:
+                    raise
         os.fsync(dfd)
 
 
