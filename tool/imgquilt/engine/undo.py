@@ -11,7 +11,7 @@ which files to look at, never which bytes go there or what may be deleted (recor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
 from ..errors import BadInput, BaseDrift, UsageError
 from ..fs.types import ImageInfo, TargetFile
@@ -103,8 +103,9 @@ def record_problems(record: Record, pins: Pins, current: Mapping[str, TargetFile
 
 
 def plan_restore(info: ImageInfo, paths: Sequence[str], current: Mapping[str, TargetFile], image: Mapping[str, ImageFile],
-                 bytes_of: BytesOf) -> ApplyResult:
-    """Each of `paths` (as the root resolves it, `current`) back to what the image has (`image`)."""
+                 bytes_of: BytesOf, links: Collection[str] = ()) -> ApplyResult:
+    """Each of `paths` (as the root resolves it, `current`) back to what the image has (`image`);
+    `links`: the paths that are symlinks (read, and put back, as themselves)."""
     missing = [p for p in paths if p not in image]
     if missing:
         raise UsageError(f"What the image has at {', '.join(missing)} is not known here: no pin of this queue names it "
@@ -122,18 +123,20 @@ def plan_restore(info: ImageInfo, paths: Sequence[str], current: Mapping[str, Ta
             continue
         t = current[p]
         mode = want.mode if want.mode is not None else (t.mode if t.data is not None else 0o644)
-        files.append(FileResult(t, data, mode, t.uid if want.uid is None else want.uid, t.gid if want.gid is None else want.gid, ()))
+        files.append(FileResult(t, data, mode, t.uid if want.uid is None else want.uid, t.gid if want.gid is None else want.gid, (),
+                                link=p in links and data is not None))
     if unknown:
         raise _not_at_hand(unknown)
     return ApplyResult(info, "", (), tuple(sorted(files, key=lambda f: f.resolved)), False)
 
 
 def plan_reverse(info: ImageInfo, record: Record, record_file: TargetFile, current: Mapping[str, TargetFile],
-                 bytes_of: BytesOf, queue: Queue | None) -> tuple[ApplyResult, list[str]]:
+                 bytes_of: BytesOf, queue: Queue | None, links: Collection[str] = ()) -> tuple[ApplyResult, list[str]]:
     """Take off what `record` says was applied: each file that holds the series' result goes back to
     the image's bytes, each file the series created goes, and so does the record. Returns the plan and
     the files already as the image has them. `queue`: this queue, when the record names it (its patches
-    are then taken off again where the image's bytes are not stored)."""
+    are then taken off again where the image's bytes are not stored). `links`: the paths symlink
+    sections name (read, and put back, as links)."""
     files: list[FileResult] = []
     edited, unknown, already = [], [], []
     for resolved, (named, base, last) in sorted(record.first_and_last().items()):
@@ -154,7 +157,7 @@ def plan_reverse(info: ImageInfo, record: Record, record_file: TargetFile, curre
         if not found:
             unknown.append(f"{named} (sha256 {base})")
             continue
-        files.append(FileResult(t, data, t.mode, t.uid, t.gid, ()))
+        files.append(FileResult(t, data, t.mode, t.uid, t.gid, (), link=named in links and data is not None))
     if edited:
         raise BaseDrift(
             f"Refused: {len(edited)} file(s) changed since imgquilt applied the queue: {'; '.join(edited)}. Nothing was written.",

@@ -19,7 +19,7 @@ from ..engine.result import RECORD_PATH
 from ..engine.undo import ImageFile, Pins, plan_restore, plan_reverse, queue_pins, record_problems
 from ..errors import BadInput, ForeignRecord, ImgquiltError
 from ..fs.paths import check_member_path
-from ..fs.types import Source
+from ..fs.types import Source, read_targets
 from ..queue.hunks import sha256_hex
 from ..queue.lock import LockFile, read_lock_file
 from ..queue.queue import Queue
@@ -87,16 +87,17 @@ def restore(queue: Queue, root: Path, paths: Sequence[str], image: Source | None
     pins, _ = _pins(queue)
     with hold_root(root) as held:
         src = RootfsSource(root)
-        current = src.read_targets(paths)
+        links = [p for p in paths if p in queue.link_paths()]  # a link section's path: the link itself
+        current = src.read_targets(paths, links=links)
         known: dict[str, ImageFile] = {}
         if image is not None:
-            for p, t in image.read_targets(paths).items():
+            for p, t in read_targets(image, paths, links).items():
                 known[p] = ImageFile(sha256_hex(t.data), t.mode, t.uid, t.gid)
         for p in paths:
             if p not in known and p in pins.image:
                 known[p] = pins.image[p]
         bytes_of = ImageBytes(ObjectStore(queue.root), image, pinned if image is None else None, paths)
-        plan = plan_restore(src.info(), paths, current, known, bytes_of)
+        plan = plan_restore(src.info(), paths, current, known, bytes_of, links)
         written = write_in_place(root, plan, held=held)
         gone = {f.resolved for f in plan.files if f.final is None}
         return Restored(root, tuple(written), tuple(p for p in paths if current[p].resolved not in written),
@@ -119,7 +120,8 @@ def reverse(queue: Queue, root: Path, image: Source | None = None, pinned: Opene
         if why is not None:
             raise _foreign(root, why)
         named = [n for n, _base, _last in record.first_and_last().values()]
-        current = src.read_targets(named)
+        links = [n for n in named if n in queue.link_paths()]  # taken off as links, never followed
+        current = src.read_targets(named, links=links)
         bytes_of = ImageBytes(ObjectStore(queue.root), image, pinned if image is None else None, named)
         own = next((s for s in (queue, *(queue.selection(p.select) for p in lf.profiles))
                     if s.series_sha256 == record.series_sha256), None)
@@ -127,7 +129,7 @@ def reverse(queue: Queue, root: Path, image: Source | None = None, pinned: Opene
         problems = record_problems(record, pins, current, image_has, own)
         if problems:
             raise _foreign(root, "it does not match this queue: " + "; ".join(problems))
-        plan, already = plan_reverse(src.info(), record, record_file, current, bytes_of, queue)
+        plan, already = plan_reverse(src.info(), record, record_file, current, bytes_of, queue, links)
         written = write_in_place(root, plan, held=held, remove_dirs=record.created_dirs)
         gone = {f.resolved for f in plan.files if f.final is None}
         return Restored(root, tuple(w for w in written if w != RECORD_PATH), tuple(already),
