@@ -137,11 +137,34 @@ def test_reverse_takes_off_this_queue_and_an_older_version_from_its_history(tmp_
     assert not (root / "etc/new.conf").exists() and not (root / "var").exists()
     assert (root / "srv/empty").is_dir() and (root / "etc/passwd").read_bytes() == PASSWD
     assert oct((root / "etc/secret.key").stat().st_mode & 0o777) == oct(0o640)
-    # an older version that is not committed anywhere: refused, naming why
+    # an older version this queue neither committed nor applied in place (another clone did): refused, naming why
     subprocess.run(["rm", "-rf", str(root)], check=True)
     subprocess.run(["cp", "-a", str(before), str(root)], check=True)
-    subprocess.run(["rm", "-rf", str(q / ".git")], check=True)
+    subprocess.run(["rm", "-rf", str(q / ".git"), str(q / ".imgquilt/state/applied-series.json")], check=True)
     with unchanged(root):
         r = run(q, "apply", "--reverse", "--root", str(root), env=cli_env)
     refused(r, 6, "not a version of this queue")
     assert tree_hash(root) == tree_hash(before)
+
+
+def test_an_uncommitted_version_this_queue_applied_in_place_is_known_by_its_sealed_ledger(tmp_path: Path,
+                                                                                          cli_env: dict[str, str]) -> None:
+    """Applied in place, then the queue changed (not committed, no git at all): the version the root runs
+    is in the queue's sealed ledger, so it comes off; a ledger the queue was cloned with is not believed."""
+    root, q = _setup(tmp_path, cli_env)
+    subprocess.run(["rm", "-rf", str(q / ".git")], check=True)
+    ledger = q / ".imgquilt/state/applied-series.json"
+    assert json.loads(ledger.read_text())["series"] == [json.loads((root / RECORD).read_text())["series_sha256"]]
+    write_patch(q, "0002-more.patch", [("etc/app.conf", NEW_CONF, b"workers = 16\n")])
+    before = tree_hash(root)
+    # a ledger that is not sealed with the user's key names the same series: not believed
+    doc = json.loads(ledger.read_text())
+    doc["seal"] = "0" * 64
+    good = ledger.read_text()
+    ledger.write_text(json.dumps(doc))
+    with unchanged(root):
+        refused(run(q, "apply", "--reverse", "--root", str(root), env=cli_env), 6, "not a version of this queue")
+    ledger.write_text(good)
+    r = run(q, "apply", "--reverse", "--root", str(root), env=cli_env)
+    assert r.code == 0, r.err
+    assert tree_hash(root) != before and (root / "etc/app.conf").read_bytes() == CONF and not (root / "var").exists()

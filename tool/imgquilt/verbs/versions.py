@@ -2,12 +2,15 @@
 
 A record is a file of the root, and a root can ship any file: its `series_sha256` is obeyed only
 when the queue itself knows it: the queue's own series (or a profile's selection of it), the series
-a pin of targets.lock was made from, or the series at a commit of the queue's git history (a root
-that runs an older version of the queue, committed). History is read only when the others miss,
-with one `git log` and one `git cat-file --batch`.
+a pin of targets.lock was made from, one this queue applied in place itself (kept in
+`.imgquilt/state/applied-series.json`, sealed with the user's key, so a cloned queue cannot plant
+one), or the series at a commit of the queue's git history (a root that runs an older version of
+the queue, committed). History is read only when the others miss, with one `git log` and one
+`git cat-file --batch`.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,6 +21,8 @@ from ..queue.queue import Queue, series_sha256
 from .history import series_names
 
 MAX_COMMITS = 2000  # a queue's history is its series' edits: far fewer in practice
+LEDGER = "applied-series.json"
+MAX_LEDGER = 256  # the newest series applied in place; an older one is matched by its history, if committed
 
 
 def current_versions(queue: Queue, lockfile: LockFile) -> frozenset[str]:
@@ -30,10 +35,41 @@ def current_versions(queue: Queue, lockfile: LockFile) -> frozenset[str]:
     return frozenset(known)
 
 
+def sealed_versions(queue_root: Path) -> list[str]:
+    """The series this queue applied in place (newest last), as its sealed ledger says; [] without one
+    (or with one that is not sealed with the user's key, or damaged)."""
+    from ..errors import ImgquiltError
+    from ..util.sealing import sealed_here
+    from ..util.statedir import StateDir
+
+    try:
+        raw = StateDir(queue_root, "state").read(LEDGER)
+        doc = json.loads(raw) if raw is not None else None
+        if not isinstance(doc, dict) or doc.get("version") != 1 or not sealed_here(doc):
+            return []
+        return [str(x) for x in doc["series"]]
+    except (ImgquiltError, OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return []
+
+
+def remember_applied(queue_root: Path, series: str) -> None:
+    """Add `series` to the queue's sealed ledger of series applied in place (before the root is written,
+    so a root a crash left patched can be taken off too)."""
+    from ..util.sealing import seal
+    from ..util.statedir import StateDir
+
+    known = sealed_versions(queue_root)
+    if known and known[-1] == series:
+        return
+    doc: dict = {"version": 1, "series": ([x for x in known if x != series] + [series])[-MAX_LEDGER:]}
+    doc["seal"] = seal(doc)
+    StateDir(queue_root, "state").write(LEDGER, (json.dumps(doc, sort_keys=True) + "\n").encode())
+
+
 def version_problem(queue: Queue, lockfile: LockFile, series: str) -> str | None:
     """None when `series` is a version of `queue`; else why not, in words."""
     known = current_versions(queue, lockfile)
-    if series in known:
+    if series in known or series in sealed_versions(queue.root):
         return None
     history = history_versions(queue.root)
     if history is not None and series in history:
@@ -41,7 +77,7 @@ def version_problem(queue: Queue, lockfile: LockFile, series: str) -> str | None
     where = ("the queue is not in a git repository, so no older version of it can be matched"
              if history is None else f"nor the series at any of the {len(history)} version(s) in the queue's git history")
     return (f"its series_sha256 {series} is not a version of this queue: not this queue's series ({queue.series_sha256}), "
-            f"nor a profile's or targets.lock's, {where}")
+            f"nor a profile's or targets.lock's, nor one this queue applied in place, {where}")
 
 
 def _git(args: list[str], cwd: Path, data: bytes | None = None) -> bytes | None:
