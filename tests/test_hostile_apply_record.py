@@ -168,3 +168,25 @@ def test_an_uncommitted_version_this_queue_applied_in_place_is_known_by_its_seal
     r = run(q, "apply", "--reverse", "--root", str(root), env=cli_env)
     assert r.code == 0, r.err
     assert tree_hash(root) != before and (root / "etc/app.conf").read_bytes() == CONF and not (root / "var").exists()
+
+
+def test_image_given_vouches_only_for_the_bytes_it_has_never_for_a_deletion(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    root, q = _setup(tmp_path, cli_env)
+    image = tmp_path / "image"
+    for rel, data in (("etc/app.conf", CONF), ("etc/passwd", PASSWD), ("etc/secret.key", SECRET), ("home/mallory/notes.txt", MINE)):
+        (image / rel).parent.mkdir(parents=True, exist_ok=True)
+        (image / rel).write_bytes(data)
+    for planted in (_entry("etc/passwd", "absent", sha256_hex(PASSWD)),  # --image has it: still never deleted
+                    _entry("home/mallory/notes.txt", sha256_hex(SECRET), sha256_hex(MINE))):  # not what --image has there
+        _plant(root, planted)
+        with unchanged(root):
+            r = run(q, "apply", "--reverse", "--root", str(root), "--image", f"rootfs:{image}", env=cli_env)
+        refused(r, 6, planted["path"], "does not match this queue")
+        doc = json.loads((root / RECORD).read_bytes())
+        doc["patches"][-1]["files"].pop()
+        (root / RECORD).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    # nor does --image make a foreign record a version of this queue
+    (root / "etc/passwd").write_bytes(b"edited\n")
+    _plant(root, _entry("etc/passwd", sha256_hex(PASSWD), sha256_hex(b"edited\n")), series="ef" * 32)
+    refused(run(q, "apply", "--reverse", "--root", str(root), "--image", f"rootfs:{image}", env=cli_env), 6,
+            "not a version of this queue")

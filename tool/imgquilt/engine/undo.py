@@ -80,8 +80,8 @@ def record_problems(record: Record, pins: Pins, current: Mapping[str, TargetFile
     out: list[str] = []
     made: set[str] = set(_parents(RECORD_PATH))
     for resolved, (named, base, _last) in sorted(record.first_and_last().items()):
-        if image_has.get(named) == base:
-            continue  # --image has exactly that there
+        if base != ABSENT and image_has.get(named) == base:
+            continue  # --image has exactly that there (a deletion is only ever of a file the queue creates)
         pinned = pins.bases.get(named)
         if base == ABSENT and named not in pins.created:
             out.append(f"{named}: the record says the series created it, but no section of this queue creates it")
