@@ -120,3 +120,22 @@ def test_a_root_wedged_by_an_older_version_is_recovered_by_the_next_command(tmp_
     q2 = _queue(tmp_path / "q2", [[("app/l", None, b"real", True)], [("app/real/x", None, X, False)]])
     assert run(q2, "apply", "--root", str(root), "--no-python-check", env=cli_env).code == 0
     assert os.readlink(root / "app/l") == "real" and (root / "app/l2/x").read_bytes() == X
+
+
+def test_the_in_place_writer_refuses_a_file_below_another_of_its_own_before_writing(tmp_path: Path) -> None:
+    """Past the plan, the writer holds the same line itself: a write whose file would be a directory of
+    another (a link app/l and a file app/l/x, as a plan that knew less could make) is refused before the
+    first write, with no journal left, rather than failing its commit and its roll-back."""
+    from imgquilt.engine.result import ApplyResult, FileResult
+    from imgquilt.errors import UnsafePath
+    from imgquilt.fs.types import TargetFile
+    from imgquilt.rootfs.inplace import write_in_place
+    from imgquilt.rootfs.source import RootfsSource
+
+    root = _root(tmp_path / "root", SHAPES["another-patch"][0])
+    before = tree_hash(root)
+    files = (FileResult(TargetFile("app/l", "app/l", None), b"real", 0o777, 0, 0, ("1",), link=True),
+             FileResult(TargetFile("app/l2/x", "app/l/x", None), X, 0o644, 0, 0, ("2",)))
+    with pytest.raises(UnsafePath, match="another file of this write lies below it"):
+        write_in_place(root, ApplyResult(RootfsSource(root).info(), "s", ("1", "2"), files, False))
+    assert tree_hash(root) == before
