@@ -50,7 +50,7 @@ with hold_root(root) as held:  # as outputs.apply_queue: lock and recover, then 
     write_in_place(root, plan_apply(load_queue(q), RootfsSource(root), None), held=held)
 """
 CHANGING = ["openat", "write", "pwrite64", "rename", "renameat", "renameat2", "unlink", "unlinkat", "link", "linkat",
-            "mkdir", "mkdirat", "rmdir", "fsync", "fdatasync", "fchmod", "fchmodat", "fchown", "fchownat",
+            "symlink", "symlinkat", "mkdir", "mkdirat", "rmdir", "fsync", "fdatasync", "fchmod", "fchmodat", "fchown", "fchownat",
             "fsetxattr", "setxattr", "lsetxattr", "ftruncate", "truncate"]
 _CALL = re.compile(r"^(?:\d+ +)?([a-z0-9_]+)\((.*)$")
 
@@ -100,14 +100,22 @@ def _fresh(old: Path, root: Path) -> None:
     shutil.copytree(old, root, symlinks=True)
 
 
-def _run(q: Path, root: Path, inject: str | None = None, log: Path | None = None) -> subprocess.CompletedProcess:
+def run_traced(driver: str, *argv: str, inject: str | None = None, log: Path | None = None) -> subprocess.CompletedProcess:
+    """Run `driver` (Python source) with `argv`: traced into `log` (every changing call), or killed by
+    strace as it enters the call `inject` names (SYSCALL:signal=SIGKILL:when=N), or (neither) plainly."""
     env = dict(os.environ, PYTHONPATH=str(TOOL), PYTHONDONTWRITEBYTECODE="1")
     cmd = [STRACE, "-f", "-qq"]
     if log is not None:
         cmd += ["-o", str(log), "-e", "trace=" + ",".join(CHANGING)]
-    else:
+    elif inject is not None:
         cmd += ["-o", "/dev/null", "-e", f"trace={inject.split(':')[0]}", "-e", f"inject={inject}"]
-    return subprocess.run(cmd + [sys.executable, "-c", DRIVER, str(q), str(root)], env=env, capture_output=True, text=True)
+    else:
+        cmd = []  # a plain run
+    return subprocess.run(cmd + [sys.executable, "-c", driver, *argv], env=env, capture_output=True, text=True)
+
+
+def _run(q: Path, root: Path, inject: str | None = None, log: Path | None = None) -> subprocess.CompletedProcess:
+    return run_traced(DRIVER, str(q), str(root), inject=inject, log=log)
 
 
 def _kill_points(log: Path) -> list[tuple[str, int, str]]:
@@ -224,15 +232,7 @@ reverse(load_queue(Path(sys.argv[1])), Path(sys.argv[2]))  # apply --reverse --r
 
 
 def _run_reverse(q: Path, root: Path, inject: str | None = None, log: Path | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(TOOL), PYTHONDONTWRITEBYTECODE="1")
-    cmd = [STRACE, "-f", "-qq"]
-    if log is not None:
-        cmd += ["-o", str(log), "-e", "trace=" + ",".join(CHANGING)]
-    elif inject is not None:
-        cmd += ["-o", "/dev/null", "-e", f"trace={inject.split(':')[0]}", "-e", f"inject={inject}"]
-    else:
-        cmd = []  # a plain run
-    return subprocess.run(cmd + [sys.executable, "-c", REVERSE_DRIVER, str(q), str(root)], env=env, capture_output=True, text=True)
+    return run_traced(REVERSE_DRIVER, str(q), str(root), inject=inject, log=log)
 
 
 def test_kill_during_apply_reverse_recovers_patched_or_taken_off(tmp_path: Path) -> None:

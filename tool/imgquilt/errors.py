@@ -184,6 +184,11 @@ class ForeignState(BadInput):
     """A rebase journal or backup manifest (`.imgquilt/rebase/`) that imgquilt did not write and seal in this queue; never acted on."""
 
 
+class ForeignRecord(BadInput):
+    """A root's apply record that is not a version of this queue, or names what the queue does not pin
+    (`apply --reverse`); never obeyed."""
+
+
 class UnsafeStateKey(BadInput):
     """The key that seals imgquilt's journals (`~/.local/state/imgquilt/journal.key`) is not the user's own, or cannot be made."""
 

@@ -155,7 +155,7 @@ def apply_cmd(
     attest: Optional[Path] = typer.Option(None, "--attest", metavar="KEY", help="Sign an in-toto attestation of what was applied (PEM private key: Ed25519 or ECDSA P-256; an encrypted one takes IMGQUILT_KEY_PASSWORD) and store it beside --output-image as an OCI referrer."),
     compression: Optional[str] = typer.Option(None, "--compression", metavar="FORMAT", help="The new layer's compression in --output-image: gzip (default; none for docker-archive), zstd, zstd:chunked (with a TOC, read lazily), none."),
     compression_level: Optional[int] = typer.Option(None, "--compression-level", metavar="N", help="The new layer's compression level (--layer and --output-image): gzip 1-9 (default 1), zstd 1-19 (default 3); same inputs and level, same bytes."),
-    reverse: bool = typer.Option(False, "--reverse", "-R", help="With --root: take off what imgquilt applied there (its record says what), leaving the root as the image has it; journaled as apply is."),
+    reverse: bool = typer.Option(False, "--reverse", "-R", help="With --root: take off what imgquilt applied there (its record says which files, the queue which bytes), leaving the root as the image has it; journaled as apply is."),
     verbose: bool = VerboseOpt,
     profile: Optional[str] = ProfileOpt,
 ) -> None:
@@ -331,8 +331,9 @@ def restore_cmd(
     """Put files of a root back as the image has them (a hand edit undone), journaled as apply is.
 
     The image's bytes: from --image (the image the root was extracted from), else the object store by
-    the sha256 targets.lock pins (or the root's apply record names), else the image the lock pins.
-    The root's apply record is left as it is: `apply --reverse` takes the whole queue off.
+    the sha256 the queue pins (targets.lock, else the first section on the path), else the image the
+    lock pins; a path no pin names needs --image. The root's apply record is neither read (a root can
+    ship any) nor changed: `apply --reverse` takes the whole queue off.
 
     \b
     Example:

@@ -282,7 +282,8 @@ def _apply_series(queue: Queue, targets: dict[str, TargetFile], source: Source |
 
 def check_link_parents(queue: Queue) -> None:
     """A path the series names below a symlink the series itself changes is refused: where the file
-    is would change with the link, after it was read."""
+    is would change with the link, after it was read. (By name, before anything is read; the same rule
+    on the paths as the image resolves them is check_resolved_link_parents.)"""
     links = queue.link_paths()
     if not links:
         return
@@ -295,6 +296,37 @@ def check_link_parents(queue: Queue) -> None:
                 "every file as the image has it, never through a link the series makes.",
                 hint=f"Name the file by the path {via} leads to, in a patch of its own.",
             )
+
+
+def check_resolved_link_parents(queue: Queue, targets: dict[str, TargetFile]) -> None:
+    """The link rule on the paths as the image resolves them: a target (or the record) that lies below a
+    symlink the series creates, changes or deletes, or is reached through one, by any name and through
+    any other link (`app/l2 -> l` in the image, a patch making `app/l` a link, another creating
+    `app/l2/x`), is refused before anything is written: its place would move with the link, and an
+    in-place write would make a directory where the link goes."""
+    links = {targets[p].resolved: p for p in queue.link_paths() if p in targets}
+    if not links:
+        return
+    for t in [*targets.values(), TargetFile(RECORD_PATH, RECORD_PATH, None)]:
+        parts = t.resolved.split("/")
+        below = next(("/".join(parts[:k]) for k in range(1, len(parts)) if "/".join(parts[:k]) in links), None)
+        through = next((v for v in t.via if v in links), None)
+        hit = below or through
+        if hit is None:
+            continue
+        name = links[hit]
+        if through and not below:
+            how = f"it is reached through the symlink {hit}"
+        else:
+            how = f"it resolves to {t.resolved}, below the symlink {hit}" if t.path != t.resolved else f"it lies below the symlink {hit}"
+        where = "" if name == hit else f" (named {name} in the series)"
+        raise BadInput(
+            f"The series names {t.path}: {how}{where}, which the series itself creates, changes or deletes; imgquilt "
+            "reads and writes every file as the image has it, never through or below a link the series makes. "
+            "Nothing was written.",
+            hint=f"Name the file by the path {hit} leads to (with no link of the series on the way), or change the link "
+                 "in a queue of its own, applied after this one.",
+        )
 
 
 def kind_mismatch(link: bool) -> str:
@@ -492,6 +524,7 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     if modules is not None:
         modules.expect(paths)  # the layers read for the targets keep their packages' modules
     targets = read_targets(source, paths, queue.link_paths())
+    check_resolved_link_parents(queue, targets)
     # an image whose scanned layers do not decide the record gets one at its plain path
     record_target = _own_record_path(read_record_target(source) or TargetFile(RECORD_PATH, RECORD_PATH, None))
     info = source.info()
@@ -580,6 +613,7 @@ def plan_lock(queue: Queue, source: Source, ref: str, *, python: PythonChecks | 
     if modules is not None:
         modules.expect(paths)
     targets = read_targets(source, paths, queue.link_paths())
+    check_resolved_link_parents(queue, targets)
     notes: list[str] = []
     states, problems = run_series(queue, targets, source=source, python=python, notes=notes, modules=modules)
     if problems:

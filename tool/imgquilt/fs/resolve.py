@@ -30,6 +30,7 @@ class Resolved:
     resolved: str
     node: Node | None
     parents: tuple[tuple[str, Node], ...]  # existing directories on the way, root first
+    via: tuple[str, ...] = ()  # the in-root paths of the symlinks followed on the way, in order
 
 
 def resolve(named: str, lookup: Lookup, *, follow_final: bool = True) -> Resolved:
@@ -38,6 +39,7 @@ def resolve(named: str, lookup: Lookup, *, follow_final: bool = True) -> Resolve
     done: list[str] = []
     parents: list[tuple[str, Node]] = []
     hops = 0
+    via: list[str] = []
     node: Node | None = None
     while pending:
         part = pending.pop(0)
@@ -52,6 +54,7 @@ def resolve(named: str, lookup: Lookup, *, follow_final: bool = True) -> Resolve
         is_last = not pending
         if node is not None and node.kind == "symlink" and (follow_final or not is_last):
             hops += 1
+            via.append(cur)
             if hops > MAX_SYMLINKS:
                 raise BadInput(f"Too many levels of symbolic links resolving {named!r} (at {cur!r}).",
                                hint="A symlink loop (or a chain longer than 40 links) in the image or root: name the file by its real path.")
@@ -65,7 +68,7 @@ def resolve(named: str, lookup: Lookup, *, follow_final: bool = True) -> Resolve
             if node is None:
                 # a missing parent: the rest does not exist either
                 rest = "/".join([cur] + pending)
-                return Resolved(named, posixpath.normpath(rest), None, tuple(parents))
+                return Resolved(named, posixpath.normpath(rest), None, tuple(parents), tuple(via))
             if node.kind != "dir":
                 raise BadInput(f"Cannot resolve {named!r}: {cur!r} is not a directory.",
                                hint="Check the path: a file stands where it names a directory.")
@@ -75,4 +78,4 @@ def resolve(named: str, lookup: Lookup, *, follow_final: bool = True) -> Resolve
     if not resolved:
         raise UnsafePath(f"Path {named!r} resolves to the image root itself, not a file.",
                          hint="Name a file inside the root (a symlink on the way points at the root).")
-    return Resolved(named, resolved, node, tuple(parents))
+    return Resolved(named, resolved, node, tuple(parents), tuple(via))

@@ -49,6 +49,9 @@ class TargetFile:
     mtime: int | None = field(default=None, compare=False)
     # a symlink read as itself (its final component not followed): `data` holds its target's bytes
     link: bool = False
+    # the in-root paths of the symlinks followed to reach `resolved` (engine.plan refuses a series that
+    # reaches a file through, or below, a link it changes itself); not part of equality
+    via: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def exists(self) -> bool:

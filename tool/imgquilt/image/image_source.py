@@ -267,7 +267,7 @@ class ImageSource:
                 continue
             _, rec = d.source
             t = d.target
-            out[p] = TargetFile(t.path, t.resolved, rec.data, t.mode, t.uid, t.gid, t.layer, t.parents, t.mtime)
+            out[p] = TargetFile(t.path, t.resolved, rec.data, t.mode, t.uid, t.gid, t.layer, t.parents, t.mtime, via=t.via)
         return out
 
     def peek_dir(self, path: str) -> DirListing | None:
@@ -372,13 +372,13 @@ class ImageSource:
         parents = tuple(DirMeta(p, n.mode, n.uid, n.gid) for p, n in res.parents)
         if res.node is None:
             deletion = tracker.hidden.get(tracker.last_absent) if tracker.last_absent else None
-            return _Decided(TargetFile(named, res.resolved, None, parents=parents), None, deletion)
+            return _Decided(TargetFile(named, res.resolved, None, parents=parents, via=res.via), None, deletion)
         found = tracker.found[res.resolved]
         rec = found.rec
         if rec.kind == SYMLINK:  # read as itself (as_link): its target is its bytes
             target = rec.linkname.encode("utf-8", "surrogateescape")
             return _Decided(TargetFile(named, res.resolved, target, 0o777, rec.uid, rec.gid, self.layer_digest(found.layer),
-                                       parents, rec.mtime, link=True), None, None)
+                                       parents, rec.mtime, link=True, via=res.via), None, None)
         if rec.kind == DIR:
             raise BadInput(f"Target {named!r} is a directory in the image (at {res.resolved!r}), not a file.")
         if rec.kind == OTHER:
@@ -387,7 +387,7 @@ class ImageSource:
         if isinstance(source, _Open):
             return source
         target = TargetFile(named, res.resolved, None, rec.mode, rec.uid, rec.gid,
-                            self.layer_digest(found.layer), parents, rec.mtime)
+                            self.layer_digest(found.layer), parents, rec.mtime, via=res.via)
         return _Decided(target, source, None)
 
     def _data_source(self, named: str, resolved: str, found: Found) -> tuple[int, Rec] | _Open:

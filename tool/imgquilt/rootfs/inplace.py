@@ -160,7 +160,13 @@ def _undo_entry(root_fd: int, j: Journal, i: int, e: Entry) -> None:
                 else:
                     os.replace(j.old_name(i), name, src_dir_fd=dfd, dst_dir_fd=dfd)
         elif j.phase == "commit":
-            unlink_quiet(dfd, name)  # absent before, under the lock: what is there is ours
+            try:
+                unlink_quiet(dfd, name)  # absent before, under the lock: what is there is ours
+            except IsADirectoryError:
+                # a directory this apply made for a file below the path (an older imgquilt let a series put
+                # a file below a link it creates): _remove_dirs takes it away, once emptied
+                if e.path not in j.dirs:
+                    raise
         os.fsync(dfd)
 
 
@@ -277,6 +283,11 @@ def _check_paths(root: Path, root_fd: int, entries: list[Entry], old_links: set[
                     raise UnsafePath(f"Cannot write {e.path!r} in {root}: something appeared there; nothing was written.", hint=_RACE)
         finally:
             os.close(fd)
+    made = set(dirs)
+    clash = next((e.path for e in entries if e.path in made), None)
+    if clash is not None:  # the plan refuses it first (engine.plan.check_resolved_link_parents); never a wedged root
+        raise UnsafePath(f"Cannot write {clash!r} in {root}: another file of this write lies below it, where it would be "
+                         "a directory; nothing was written.", hint="Name each file by the path its links lead to.")
     return tuple(dirs)
 
 

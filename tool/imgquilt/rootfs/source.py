@@ -129,14 +129,14 @@ class RootfsSource:
                     f"Unsafe path {named!r}: it resolves to {r.resolved!r}, above the root, through a dangling symlink.",
                     hint="Fix the symlink in the root, or name the file by its real path.",
                 )
-            return TargetFile(named, r.resolved, None, parents=parents)
+            return TargetFile(named, r.resolved, None, parents=parents, via=r.via)
         if r.node.kind == "symlink":  # read as itself (as_link): the target's bytes, never followed
             target = os.fsencode(r.node.linkname)
-            return TargetFile(named, r.resolved, target, 0o777, r.node.uid, r.node.gid, None, parents, link=True)
+            return TargetFile(named, r.resolved, target, 0o777, r.node.uid, r.node.gid, None, parents, link=True, via=r.via)
         if r.node.kind != "file":
             raise BadInput(
                 f"Target {named!r} (resolved {r.resolved!r}) is a {r.node.kind}, not a regular file.",
                 hint="Patches can only change regular files.",
             )
         data, mtime = read_at(root_fd, r.resolved, with_mtime=True)
-        return TargetFile(named, r.resolved, data, r.node.mode, r.node.uid, r.node.gid, None, parents, mtime)
+        return TargetFile(named, r.resolved, data, r.node.mode, r.node.uid, r.node.gid, None, parents, mtime, via=r.via)

@@ -309,6 +309,10 @@ def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Output
                 # the stored copies would end up in the image. Stored before any output is written:
                 # a store that cannot be written (a planted link) refuses the run with nothing written
                 remember(queue.root, [x for f in result.files if f.patches for x in (f.target.data, f.final)])
+                if root is not None and changes_image(result):
+                    from .versions import remember_applied
+
+                    remember_applied(queue.root, result.series_sha256)  # `apply --reverse` knows this version then
             written = write_outputs(outputs, result, open_base, held, gate=gate.check, attest=attest)
             gate.check()  # when nothing had to be written, the check still decides
         finally:

@@ -2,9 +2,11 @@
 is (rootfs.inplace: all or nothing, kill -9 included).
 
 The image's bytes come from `--image` when given (the image the root was extracted from), else from
-the object store by the sha256 the queue's lock pins (or the root's apply record names), else, for
+the object store by the sha256 the queue pins (targets.lock, its sections' bases), else, for
 `--reverse` of this very queue, from its patches taken off again (engine.undo), else from the image
-the lock pins (read only then).
+the lock pins (read only then). The root's apply record is a file of the root: `restore` does not
+read it, and `--reverse` obeys it only as far as the queue agrees (a version of this queue, every
+base one the queue pins, every deletion a file the queue creates; verbs.versions, engine.undo).
 """
 from __future__ import annotations
 
@@ -14,15 +16,17 @@ from typing import Callable, Sequence
 
 from ..engine.record import parse_record
 from ..engine.result import RECORD_PATH
-from ..engine.undo import ImageFile, plan_restore, plan_reverse
-from ..errors import BadInput, ImgquiltError
+from ..engine.undo import ImageFile, Pins, plan_restore, plan_reverse, queue_pins, record_problems
+from ..errors import BadInput, ForeignRecord, ImgquiltError
 from ..fs.paths import check_member_path
-from ..fs.types import Source
+from ..fs.types import Source, read_targets
 from ..queue.hunks import sha256_hex
+from ..queue.lock import LockFile, read_lock_file
 from ..queue.queue import Queue
 from ..rootfs.inplace import hold_root, write_in_place
 from ..rootfs.source import RootfsSource
 from ..store import ObjectStore
+from .versions import version_problem
 
 
 @dataclass(frozen=True)
@@ -69,30 +73,31 @@ class ImageBytes:
         return self(path, sha)
 
 
+def _pins(queue: Queue) -> tuple[Pins, LockFile]:
+    """What the queue pins (targets.lock's default and profiles, every selection's first sections)."""
+    lf = read_lock_file(queue.lock_path)
+    locks = ([lf.default] if lf.default is not None else []) + [p.lock for p in lf.profiles]
+    return queue_pins([queue, *(queue.selection(p.select) for p in lf.profiles)], locks), lf
+
+
 def restore(queue: Queue, root: Path, paths: Sequence[str], image: Source | None = None, pinned: Opener | None = None) -> Restored:
-    """Put `paths` of `root` back as the image has them (what --image has, else what the lock pins,
-    else what the root's record says the image had)."""
+    """Put `paths` of `root` back as the image has them (what --image has, else what the queue pins:
+    targets.lock, else the first section on the path). The root's apply record is not read."""
     paths = [check_member_path(p.strip("/"), what="path") for p in paths]
+    pins, _ = _pins(queue)
     with hold_root(root) as held:
         src = RootfsSource(root)
-        current = src.read_targets(paths)
-        record = parse_record(src.read_targets([RECORD_PATH])[RECORD_PATH].data)
+        links = [p for p in paths if p in queue.link_paths()]  # a link section's path: the link itself
+        current = src.read_targets(paths, links=links)
         known: dict[str, ImageFile] = {}
         if image is not None:
-            for p, t in image.read_targets(paths).items():
+            for p, t in read_targets(image, paths, links).items():
                 known[p] = ImageFile(sha256_hex(t.data), t.mode, t.uid, t.gid)
-        lock = queue.lock()
-        firsts = {named: base for named, base, _ in record.first_and_last().values()} if record is not None else {}
         for p in paths:
-            lt = lock.target(p) if lock is not None else None
-            if p in known:
-                continue
-            if lt is not None:
-                known[p] = ImageFile(lt.base_sha256, lt.mode, lt.uid, lt.gid)
-            elif p in firsts:
-                known[p] = ImageFile(firsts[p])
+            if p not in known and p in pins.image:
+                known[p] = pins.image[p]
         bytes_of = ImageBytes(ObjectStore(queue.root), image, pinned if image is None else None, paths)
-        plan = plan_restore(src.info(), paths, current, known, bytes_of)
+        plan = plan_restore(src.info(), paths, current, known, bytes_of, links)
         written = write_in_place(root, plan, held=held)
         gone = {f.resolved for f in plan.files if f.final is None}
         return Restored(root, tuple(written), tuple(p for p in paths if current[p].resolved not in written),
@@ -110,11 +115,32 @@ def reverse(queue: Queue, root: Path, image: Source | None = None, pinned: Opene
             what = "holds no apply record" if record_file.data is None else "has an apply record imgquilt cannot read"
             raise BadInput(f"{root} {what} ({RECORD_PATH}): imgquilt applied nothing there it could take off.",
                            hint="`imgquilt restore PATH... --root ROOT` puts single files back as the image has them.")
+        pins, lf = _pins(queue)
+        why = version_problem(queue, lf, record.series_sha256)
+        if why is not None:
+            raise _foreign(root, why)
         named = [n for n, _base, _last in record.first_and_last().values()]
-        current = src.read_targets(named)
+        links = [n for n in named if n in queue.link_paths()]  # taken off as links, never followed
+        current = src.read_targets(named, links=links)
         bytes_of = ImageBytes(ObjectStore(queue.root), image, pinned if image is None else None, named)
-        plan, already = plan_reverse(src.info(), record, record_file, current, bytes_of, queue)
+        own = next((s for s in (queue, *(queue.selection(p.select) for p in lf.profiles))
+                    if s.series_sha256 == record.series_sha256), None)
+        image_has = {p: sha256_hex(t.data) for p, t in bytes_of.read.items()}
+        problems = record_problems(record, pins, current, image_has, own)
+        if problems:
+            raise _foreign(root, "it does not match this queue: " + "; ".join(problems))
+        plan, already = plan_reverse(src.info(), record, record_file, current, bytes_of, queue, links)
         written = write_in_place(root, plan, held=held, remove_dirs=record.created_dirs)
         gone = {f.resolved for f in plan.files if f.final is None}
         return Restored(root, tuple(w for w in written if w != RECORD_PATH), tuple(already),
                         tuple(w for w in written if w in gone and w != RECORD_PATH), record.bytecode, record.series_sha256)
+
+
+def _foreign(root: Path, why: str) -> ForeignRecord:
+    return ForeignRecord(
+        f"Refused: the apply record in {root} ({RECORD_PATH}) is not one this queue can take off: {why}. "
+        "imgquilt did not act on it. Nothing was written.",
+        hint="A root or an image can ship any record, so the record only says where to look: every byte put back is "
+             "one this queue pins, and only files its own sections create are deleted. Take off the version that was "
+             "applied with that version of the queue (a commit of it), or put files back one by one with "
+             f"`imgquilt restore PATH... --root {root}` (or --image REF, the image the root came from).")
