@@ -7,6 +7,7 @@ or a list/tuple literal starting with the tool's name. Each tool puts `tools` on
 `crash`, docker-registry, htpasswd and apt-get also `network`; a loopback server (socket, http.server)
 puts `network`. `slow` is the hand-kept table SLOW below (measured, see CONTRIBUTING.md).
 """
+
 from __future__ import annotations
 
 import ast
@@ -28,8 +29,8 @@ SLOW: dict[str, str] = {}
 
 @dataclass
 class _Module:
-    uses: dict[str, set[str]] = field(default_factory=dict)   # top-level name -> tools/keys it uses itself
-    refs: dict[str, set[str]] = field(default_factory=dict)   # top-level name -> names it refers to
+    uses: dict[str, set[str]] = field(default_factory=dict)  # top-level name -> tools/keys it uses itself
+    refs: dict[str, set[str]] = field(default_factory=dict)  # top-level name -> names it refers to
     imports: dict[str, tuple[str, str]] = field(default_factory=dict)  # local name -> (module, name)
 
 
@@ -134,7 +135,7 @@ def item_uses(item) -> set[str]:  # item: pytest.Function
     found = uses(mod, {top, "pytestmark"})
     info = getattr(item, "_fixtureinfo", None)
     for name in getattr(item, "fixturenames", ()):
-        for fdef in (info.name2fixturedefs.get(name, ()) if info else ()):
+        for fdef in info.name2fixturedefs.get(name, ()) if info else ():
             f = getattr(fdef, "func", None)
             fmod = getattr(f, "__module__", None)
             if f is not None and fmod and fmod in sys.modules:

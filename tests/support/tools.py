@@ -3,6 +3,7 @@
 CI_TOOLS is what .ci/install-tools installs: with IMGQUILT_CI_REQUIRE_TOOLS=1 (set by .ci/run) a test
 skipped for want of one of them fails the run instead, so CI never passes by skipping what it paid for.
 """
+
 from __future__ import annotations
 
 import os
@@ -11,10 +12,22 @@ import shutil
 
 # name -> package that provides it (Debian); the order is the one .ci/install-tools lists
 CI_TOOLS: dict[str, str] = {
-    "skopeo": "skopeo", "umoci": "umoci", "podman": "podman", "buildah": "buildah", "tmux": "tmux",
-    "quilt": "quilt", "patch": "patch", "git": "git", "zstd": "zstd", "strace": "strace",
-    "docker-registry": "docker-registry", "htpasswd": "apache2-utils", "containerd": "containerd",
-    "ctr": "containerd", "ctr-remote": "stargz-snapshotter", "apt-get": "apt",
+    "skopeo": "skopeo",
+    "umoci": "umoci",
+    "podman": "podman",
+    "buildah": "buildah",
+    "tmux": "tmux",
+    "quilt": "quilt",
+    "patch": "patch",
+    "git": "git",
+    "zstd": "zstd",
+    "strace": "strace",
+    "docker-registry": "docker-registry",
+    "htpasswd": "apache2-utils",
+    "containerd": "containerd",
+    "ctr": "containerd",
+    "ctr-remote": "stargz-snapshotter",
+    "apt-get": "apt",
 }
 # programs some tests use that CI does not install for them (a skip of these never fails CI)
 OTHER_TOOLS = ("debootstrap", "unshare", "chroot", "setcap")
