@@ -103,7 +103,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     rep = outcome.get_result()
     if rep.skipped and _tools.required_in_ci() and isinstance(rep.longrepr, tuple):
-        reason = str(rep.longrepr[2])
+        reason = str(rep.longrepr[2]).removeprefix("Skipped: ")
         if named := _tools.named_ci_tools(reason):
             rep.outcome = "failed"
             rep.longrepr = f"skipped for want of {', '.join(named)}, which CI installs ({_tools.REQUIRE_ENV}=1): {reason}"
