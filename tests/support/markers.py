@@ -5,7 +5,9 @@ constant of the test modules it reaches by name (in its own module or imported f
 under tests/) runs it: a call `run("umoci", ...)`, `Popen(["skopeo", ...])` or `shutil.which("strace")`,
 or a list/tuple literal starting with the tool's name. Each tool puts `tools` on the test, strace also
 `crash`, docker-registry, htpasswd and apt-get also `network`; a loopback server (socket, http.server)
-puts `network`. `slow` is the hand-kept table SLOW below (measured, see CONTRIBUTING.md).
+puts `network`. A test that starts imgquilt processes (a list `[..., "-m", "imgquilt", ...]`, as
+qtools.imgquilt runs the console script) is `slow`: each command costs a process start (0.2-0.5 s on 2
+cores), and a CLI session runs a dozen; so is a test in the hand-kept table SLOW below (measured).
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ def _first_tool(node: ast.AST) -> str | None:
     return None
 
 
+def _runs_imgquilt(elts: list[ast.expr]) -> bool:
+    """`[sys.executable, "-m", "imgquilt", ...]`: a new imgquilt process (0.2-0.5 s to start on 2 cores)."""
+    words = [e.value for e in elts if isinstance(e, ast.Constant)]
+    return any(a == "-m" and b == "imgquilt" for a, b in zip(words, words[1:]))
+
+
 def _direct_uses(tree: ast.AST) -> set[str]:
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -51,6 +59,8 @@ def _direct_uses(tree: ast.AST) -> set[str]:
                 found.add(tool)
         elif isinstance(node, (ast.List, ast.Tuple)) and node.elts and (tool := _first_tool(node.elts[0])):
             found.add(tool)
+        elif isinstance(node, (ast.List, ast.Tuple)) and _runs_imgquilt(node.elts):
+            found.add("@cli")
         elif isinstance(node, ast.Name) and node.id in NETWORK_NAMES:
             found.add("@network")
         elif isinstance(node, ast.Attribute) and node.attr in NETWORK_NAMES:
@@ -118,7 +128,9 @@ def uses(module: str, start: set[str]) -> set[str]:
 
 def marks_for(found: set[str]) -> set[str]:
     marks = {"network"} if "@network" in found else set()
-    for tool in found - {"@network"}:
+    if "@cli" in found:
+        marks.add("slow")  # a CLI session: every command a new process
+    for tool in found - {"@network", "@cli"}:
         marks.add("tools")
         if tool in EXTRA_MARK:
             marks.add(EXTRA_MARK[tool])

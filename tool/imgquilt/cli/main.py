@@ -8,9 +8,8 @@ import sys
 from typing import Any, Callable
 
 from ..errors import ImgquiltError, UsageError, os_error
+from ..settings import COMPLETE_VAR, use
 from .common import G, emit_json, error_doc, hoist_globals, note
-
-COMPLETE_VAR = "_IMGQUILT_COMPLETE"  # setup.COMPLETE_VAR, spelled here so completion loads no command module first
 
 
 def __getattr__(name: str) -> Any:
@@ -82,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         from .quick import quick
 
         call = quick(args)  # top, series, --version...: plain argv, no typer (start-up time)
-        return _guarded(call if call is not None else _with_typer(args))
+        with use(G.settings()):  # the environment and the global flags, in force for this command
+            return _guarded(call if call is not None else _with_typer(args))
     finally:
         sys.stdout.flush()  # into the pipe, or /dev/null once its reader is gone: never an error at exit
         sys.stdout = stdout

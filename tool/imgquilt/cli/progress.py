@@ -29,7 +29,9 @@ DEFAULT_WIDTH = 80
 
 def mode(asked: str | None, json_output: bool, stream: TextIO | None = None) -> str:
     """What to show: "bars" (a terminal), "lines" (plain), "delayed" (plain, for reads past a second), "none"."""
-    asked = asked or os.environ.get("IMGQUILT_PROGRESS") or "auto"
+    from ..settings import current
+
+    asked = asked or current().progress or "auto"  # --progress, --quiet, else IMGQUILT_PROGRESS
     stream = stream or sys.stderr
     if asked not in MODES:
         from ..errors import UsageError

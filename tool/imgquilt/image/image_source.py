@@ -75,7 +75,9 @@ def layer_reads() -> int:
     """How many layers a cold read fetches and decompresses at once (IMGQUILT_LAYER_READS, default 3; 1
     reads one layer at a time). Every one is read top-down in order of need; those ahead are cancelled
     once the targets are decided without them."""
-    raw = os.environ.get(LAYER_READS_ENV, "").strip()
+    from ..settings import current
+
+    raw = (current().of(LAYER_READS_ENV) or "").strip()
     if not raw:
         return LAYER_READS
     try:

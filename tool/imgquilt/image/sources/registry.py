@@ -12,7 +12,6 @@ private temp directory (blob_memo) that the later listings read.
 from __future__ import annotations
 
 import atexit
-import os
 import threading
 from collections import Counter
 from functools import cached_property
@@ -39,7 +38,9 @@ _pool_lock = threading.Lock()
 
 def tls_verify() -> bool | None:
     """IMGQUILT_TLS_VERIFY=false lets any registry be reached without TLS verification (or over HTTP)."""
-    raw = os.environ.get(TLS_ENV, "").strip().lower()
+    from ...settings import current
+
+    raw = (current().tls_verify or "").strip().lower()  # --tls-verify, else IMGQUILT_TLS_VERIFY
     if raw in ("", "true", "1", "yes"):
         return None  # verify, except loopback and registries.conf `insecure = true`
     if raw in ("false", "0", "no"):
