@@ -285,10 +285,7 @@ def progress(label: str = "") -> Any:
     style = bars.mode(current().progress, G.json)
     if style == "none":
         return None
-    from ..image import sources
-
-    sources.on_download = bars.download(style)
-    return bars.LayerProgress(style, label)
+    return bars.LayerProgress(style, label)  # its download() is the registry downloads' progress
 
 
 def open_ref(ref: str, platform: str | None) -> Source:

@@ -183,6 +183,12 @@ class ImageSource:
         # return a callback given the stored bytes read as they pass, with a close() called at the end
         self.on_layer_sized: Callable[[int, int, str, int | None], Callable[[int], None] | None] | None = None
 
+    def watch_downloads(self, on_download) -> None:
+        """Progress of the layers downloaded from a registry (image.sources.OnDownload)."""
+        for layer in self._layers:
+            if hasattr(layer, "on_download"):
+                layer.on_download = on_download
+
     # --- Source protocol ---
     def info(self) -> ImageInfo:
         if self.kind == "tar":
@@ -873,7 +879,7 @@ class _Prefetch:
 class _Counted:
     """A layer's tar stream that reports the bytes read or skipped through it (for a progress bar):
     the tar's, or (`stored`) the stored blob's, read by the decompressor so far, in the manifest's unit
-    (a download reports its own: image.sources.on_download)."""
+    (a download reports its own: ImageSource.watch_downloads)."""
 
     def __init__(self, stream, on_bytes: Callable[[int], None], *, stored: bool = False) -> None:
         self._stream = stream

@@ -76,6 +76,7 @@ class RegistryLayer:
 
     location = None  # no file: nothing a sink can link, nothing VerifiedBlobs can remember
     verify = "blob"
+    on_download = None  # the progress of its download (image.sources.OnDownload), given by its ImageSource
 
     def __init__(self, client: RegistryClient, repository: str, descriptor: Descriptor, diff_id: str,
                  memo: blob_memo.BlobMemo | None = None) -> None:
@@ -100,10 +101,8 @@ class RegistryLayer:
     def _download(self):
         d = self.descriptor
         stream = self.client.open_blob(self.repository, d.digest, size=d.size, what=self.what)
-        from . import on_download  # the progress hook (image.sources), read when the download starts
-
-        if on_download is not None:
-            stream.on_bytes = on_download(self.what, d.size)
+        if self.on_download is not None:
+            stream.on_bytes = self.on_download(self.what, d.size)
         return stream
 
     def _local_copy(self) -> BlobLayer | None:
