@@ -100,3 +100,11 @@ def test_without_the_cli_a_setting_is_the_environment_as_it_is_at_the_call(monke
     assert cache_root() == tmp_path / "two"
     with settings.use(Settings.from_env(cache_dir=str(tmp_path / "three"))):
         assert cache_root() == tmp_path / "three"
+
+
+def test_a_flag_typer_parses_late_amends_the_settings_in_force(monkeypatch) -> None:
+    monkeypatch.delenv("IMGQUILT_TLS_VERIFY", raising=False)
+    with settings.use(Settings.from_env({})):
+        settings.amend(tls_verify="false")  # `imgquilt --tls-verify false audit ...`: typer's callback
+        assert settings.current().tls_verify == "false"
+    assert settings.current().tls_verify is None

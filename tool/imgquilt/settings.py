@@ -229,10 +229,11 @@ def current() -> Settings:
 def use(settings: Settings) -> Iterator[Settings]:
     """Put `settings` in force for the code run inside (the CLI: one command)."""
     _in_force.append(settings)
+    depth = len(_in_force)
     try:
         yield settings
     finally:
-        _in_force.remove(settings)
+        del _in_force[depth - 1 :]  # amend() may have replaced it: by position, not by value
 
 
 def amend(**changes: object) -> None:

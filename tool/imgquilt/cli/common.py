@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import ImgquiltError, QueueNotFound, UsageError
-from ..settings import COMPLETE_VAR, Settings, current
 
 if TYPE_CHECKING:
+    from ..settings import Settings
     from rich.console import Console
 
     from ..fs.types import Source
@@ -41,6 +41,8 @@ class Globals:
 
     def settings(self) -> Settings:
         """The command's settings: the environment with these flags on top."""
+        from ..settings import Settings
+
         return Settings.from_env(queue=self.queue, progress=self.progress, tls_verify=self.tls_verify, json=self.json,
                                  debug=self.debug)
 
@@ -98,7 +100,7 @@ def __getattr__(name: str) -> Any:
 
         def get_params(self, ctx):  # type: ignore[no-untyped-def]
             params = super().get_params(ctx)
-            if COMPLETE_VAR in os.environ and ctx.parent is not None:  # never while parsing a command
+            if "_IMGQUILT_COMPLETE" in os.environ and ctx.parent is not None:  # never while parsing a command
                 top = ctx.find_root()
                 params = params + [p for p in top.command.params if p.name in ("queue", "json", "debug", "tls_verify", "progress", "quiet")]
             return params
@@ -282,7 +284,7 @@ def progress(label: str = "") -> Any:
     plain lines off one, as --progress says); None when nothing is to be shown."""
     from . import progress as bars
 
-    style = bars.mode(current().progress, G.json)
+    style = bars.mode(None, G.json)  # None: the settings' (--progress, --quiet, else IMGQUILT_PROGRESS)
     if style == "none":
         return None
     return bars.LayerProgress(style, label)  # its download() is the registry downloads' progress
@@ -383,6 +385,8 @@ def tree(image: str | None = None, platform: str | None = None, *, guard: bool =
 
 def editor() -> str | None:
     """IMGQUILT_EDITOR always (scripts, tests); VISUAL/EDITOR only on a terminal."""
+    from ..settings import current
+
     if current().editor:
         return current().editor
     if sys.stdin.isatty() and sys.stdout.isatty():
