@@ -28,7 +28,7 @@ test: venv tools
 # a new module joins the list, and a file joins it when it is reformatted whole in a change of its own.
 # mypy checks the packages [tool.mypy] lists in pyproject.toml; the unit tests are those with no marker
 # that tests/conftest.py sets from what a test runs (tools, crash, network) and none in the slow table.
-FORMATTED := tests/support tool/imgquilt/settings.py
+FORMATTED := tests/support tests/test_gate.py tests/test_settings.py tool/imgquilt/settings.py
 UNIT := not tools and not crash and not network and not slow
 check: venv
 	$(BIN)/ruff check tool tests bench
