@@ -51,6 +51,13 @@ def required_in_ci() -> bool:
 _WORD = {t: re.compile(rf"(?<![\w./-]){re.escape(t)}(?![\w-])") for t in CI_TOOLS}
 
 
+_ABSENT = re.compile(r"not installed|needs |is needed|not found|missing")
+
+
 def named_ci_tools(text: str) -> list[str]:
-    """The CI-installed tools a skip reason names (word match: "quilt" is not found in "imgquilt")."""
+    """The CI-installed tools a skip reason says are missing ("skopeo not installed", "needs strace"; word
+    match: "quilt" is not found in "imgquilt"). A skip for the machine's limits ("no usable
+    containers-storage here: skopeo ... failed") names a tool without saying it is missing: kept a skip."""
+    if not _ABSENT.search(text):
+        return []
     return [t for t, rx in _WORD.items() if rx.search(text)]
