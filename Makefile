@@ -30,7 +30,11 @@ test: venv tools
 # that tests/conftest.py sets from what a test runs (tools, crash, network) and none in the slow table.
 FORMATTED := tests/support tests/test_gate.py tests/test_settings.py tool/imgquilt/settings.py
 UNIT := not tools and not crash and not network and not slow
+# the layering checker and its picture live with the project's shared tooling, beside the clone (CI's copy
+# too); a clone without them skips this step (docs/architecture.md says what it enforces)
+ARCHCHECK := $(firstword $(wildcard ../shared/tools/archcheck.py ../../shared/tools/archcheck.py))
 check: venv
+	$(if $(ARCHCHECK),$(BIN)/python $(ARCHCHECK) . $(dir $(ARCHCHECK))../architecture.json,@echo "check: no layering checker beside the clone (../shared/tools/archcheck.py): skipped")
 	$(BIN)/ruff check tool tests bench
 	$(BIN)/ruff format --check $(FORMATTED)
 	$(BIN)/mypy
