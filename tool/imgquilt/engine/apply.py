@@ -8,6 +8,7 @@ writes them renumbered at the lines they really apply at.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from ..fs.content import CHUNK, Data, Spooled, SpoolWriter
 from ..queue.binarypatch import BinaryPatchError, apply_binary
@@ -81,7 +82,7 @@ class _Base:
     def __init__(self, data: Data | None) -> None:
         self.data = data if data is not None else b""
         self._spooled = isinstance(self.data, Spooled)
-        self.buf: bytes = b"" if isinstance(self.data, Spooled) else self.data
+        self.buf: bytes = b"" if self._spooled else cast(bytes, self.data)  # bytes when not spooled
         self.at = 0  # in buf
         self._next = 0  # file position after buf
 
