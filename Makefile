@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT := out
 
-.PHONY: demo test venv tools clean bench
+.PHONY: demo test check venv tools clean bench
 
 $(BIN)/imgquilt: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,6 +22,23 @@ tools:
 
 test: venv tools
 	$(BIN)/python -m pytest -q
+
+# The fast gate (CONTRIBUTING.md): lint, format, types, unit tests; no root, no Debian tools, under 2 minutes.
+# `ruff format --check` covers only FORMATTED (files kept in ruff's format; most of the tree predates it):
+# a new module joins the list, and a file joins it when it is reformatted whole in a change of its own.
+# mypy checks the packages [tool.mypy] lists in pyproject.toml; the unit tests are those with no marker
+# that tests/conftest.py sets from what a test runs (tools, crash, network) and none in the slow table.
+FORMATTED := tests/support tests/test_gate.py tests/test_settings.py tool/imgquilt/settings.py
+UNIT := not tools and not crash and not network and not slow
+# the layering checker and its picture live with the project's shared tooling, beside the clone (CI's copy
+# too); a clone without them skips this step (docs/architecture.md says what it enforces)
+ARCHCHECK := $(firstword $(wildcard ../shared/tools/archcheck.py ../../shared/tools/archcheck.py))
+check: venv
+	$(if $(ARCHCHECK),$(BIN)/python $(ARCHCHECK) . $(dir $(ARCHCHECK))../architecture.json,@echo "check: no layering checker beside the clone (../shared/tools/archcheck.py): skipped")
+	$(BIN)/ruff check tool tests bench
+	$(BIN)/ruff format --check $(FORMATTED)
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "$(UNIT)"
 
 bench: venv
 	$(BIN)/python bench/bench_apply.py

@@ -76,3 +76,47 @@ def own_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setenv(k, v)
     yield env
     drop_store(tmp_path / "containers", env)
+
+
+# --- markers and tool skips (tests/support/markers.py says how a test's markers are found) ---
+from support import markers as _markers  # noqa: E402
+from support import tools as _tools  # noqa: E402
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        found = _markers.item_uses(item)
+        item.stash[_USES] = frozenset(t for t in found if not t.startswith("@"))
+        for mark in sorted(_markers.marks_for(found)):
+            item.add_marker(mark)
+        fn = getattr(item, "function", None)
+        key = f"{Path(str(item.fspath)).name}::{fn.__name__ if fn else item.name}"
+        if key in _markers.SLOW:
+            item.add_marker("slow")
+
+
+_USES = pytest.StashKey[frozenset]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that runs a program that is not installed is skipped, naming it (in CI: fails)."""
+    absent = _tools.missing(item.stash.get(_USES, frozenset()))
+    if not absent:
+        return
+    why = f"needs {', '.join(absent)} (not installed; .ci/install-tools installs the tools)"
+    if _tools.required_in_ci() and any(t in _tools.CI_TOOLS for t in absent):
+        pytest.fail(f"{why}: {_tools.REQUIRE_ENV}=1 and CI installs it", pytrace=False)
+    pytest.skip(why)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """In CI a skip whose reason names a tool CI installed (a file's own skipif too) is a failure."""
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.skipped and _tools.required_in_ci() and isinstance(rep.longrepr, tuple):
+        reason = str(rep.longrepr[2]).removeprefix("Skipped: ")
+        if named := _tools.named_ci_tools(reason):
+            rep.outcome = "failed"
+            rep.longrepr = f"skipped for want of {', '.join(named)}, which CI installs ({_tools.REQUIRE_ENV}=1): {reason}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import os
 import resource
+import struct
 import subprocess
 import sys
 import textwrap
@@ -54,11 +55,16 @@ def varint(n: int) -> bytes:
 
 
 def zlib_bomb(size: int) -> bytes:
-    """zlib data that inflates to `size` zero bytes, made without holding them."""
+    """zlib data that inflates to `size` zero bytes (a whole number of MiB), made without holding them.
+
+    Each MiB ends with a full flush, which resets the compressor, so every MiB after the first compresses
+    to the same bytes: one is made and repeated (compressing 2 GiB took 12 s of every collection), then
+    the final empty block and the Adler-32 of `size` zero bytes (a = 1, b = size mod 65521)."""
     c = zlib.compressobj(9)
     zero = bytes(1 << 20)
-    parts = [c.compress(zero) for _ in range(size >> 20)]
-    return b"".join(parts) + c.flush()
+    first = c.compress(zero) + c.flush(zlib.Z_FULL_FLUSH)
+    again = c.compress(zero) + c.flush(zlib.Z_FULL_FLUSH)
+    return first + again * ((size >> 20) - 1) + b"\x03\x00" + struct.pack(">I", (size % 65521) << 16 | 1)
 
 
 def git_diff(blocks: bytes, *, new: bool = False) -> bytes:
@@ -301,3 +307,9 @@ def test_check_reads_the_object_store_within_a_memory_limit(tmp_path: Path) -> N
     ObjectStore(q).put(b"workers = 2\n")
     r = run_capped("check", cwd=q)
     assert r.code == 0, r.err
+
+
+def test_the_bomb_inflates_to_its_size_of_zero_bytes() -> None:
+    d = zlib.decompressobj()
+    out = d.decompress(zlib_bomb(8 << 20)) + d.flush()
+    assert d.eof and out == bytes(8 << 20)

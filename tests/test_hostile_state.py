@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile import CONF, NEW_CONF, canary_dir, refused, run, small_root, unchanged
+from hostile import CONF, NEW_CONF, canary_dir, refused, run, unchanged
 from imagetools import build_oci, dir_, file
 from qtools import imgquilt, write_patch
 from test_cli_rebase import W311

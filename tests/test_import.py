@@ -10,7 +10,7 @@ import pytest
 from imgquilt.errors import BadInput, BaseDrift, HunkMismatch, MalformedPatch, MissingTarget, ResultMismatch, UnsafePath, UsageError
 from imgquilt.importer import Base, apply_foreign, mail_subject_name, parse_foreign, split_mbox, strip_path
 from imgquilt.queue.hunks import sha256_hex
-from imgquilt.queue.patchfile import make_section, parse_patch
+from imgquilt.queue.patchfile import parse_patch
 from imgquilt.rootfs.source import RootfsSource
 from imgquilt.work import ImportItem, WorkTree
 

@@ -8,9 +8,7 @@ of the same name, so both the new-file and the replace paths are killed at.
 """
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -18,21 +16,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from qtools import TOOL, empty_queue, imgquilt, write_patch
-from test_inplace_crash import CHANGING, STRACE, _kill_points, _sample
+from qtools import empty_queue, imgquilt, write_patch
+from support.killpoints import STRACE, fresh, nth_call, queue_hash, traced
+from support.killpoints import driver_env as _env
+from support.killpoints import kill_points as _kill_points
+from support.killpoints import sample as _sample
 
 BASES = {f"etc/f{i}.conf": b"line %d\nx\n" % i for i in range(1, 4)}
-
-
-def queue_hash(q: Path) -> str:
-    """Every path and byte of the queue but its state directory (.imgquilt/), temp files included."""
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(q):
-        dirnames[:] = sorted(d for d in dirnames if d != ".imgquilt")
-        for name in sorted(filenames):
-            p = Path(dirpath) / name
-            h.update(str(p.relative_to(q)).encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()
 
 
 def _world(tmp: Path) -> tuple[Path, Path, Path]:
@@ -51,38 +41,11 @@ def _world(tmp: Path) -> tuple[Path, Path, Path]:
     return root, up, q
 
 
-def _env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(TOOL), PYTHONDONTWRITEBYTECODE="1", IMGQUILT_NO_RUFF="1")
-
-
 def _import(q: Path, up: Path, root: Path, inject: str | None = None, log: Path | None = None):
-    cmd = [STRACE, "-f", "-qq"]
-    if log is not None:
-        cmd += ["-o", str(log), "-e", "trace=" + ",".join(CHANGING)]
-    else:
-        cmd += ["-o", "/dev/null", "-e", f"trace={inject.split(':')[0]}", "-e", f"inject={inject}"]
+    cmd = traced(log, inject)
     args = [sys.executable, "-m", "imgquilt", "import", "-f", "--series", str(up / "series"), "--image", f"rootfs:{root}"]
     return subprocess.run(cmd + args, cwd=q, env={**_env(), "IMGQUILT_CACHE_DIR": str(q.parent / "cache")},
                           capture_output=True, text=True)
-
-
-def nth_call(log: Path, syscalls: tuple[str, ...], needle: str) -> tuple[str, int]:
-    """The first call of one of `syscalls` in a traced run with `needle` in its arguments: (its syscall,
-    which call of that syscall it is, as strace's when= counts)."""
-    seen: dict[str, int] = {}
-    for line in log.read_text().splitlines():
-        m = re.match(r"^(?:\d+ +)?([a-z0-9_]+)\((.*)$", line)
-        if m and m.group(1) in syscalls:
-            seen[m.group(1)] = seen.get(m.group(1), 0) + 1
-            if needle in m.group(2):
-                return m.group(1), seen[m.group(1)]
-    raise AssertionError(f"no {syscalls} call with {needle} in {log}")
-
-
-def _fresh(src: Path, dst: Path) -> None:
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst, symlinks=True)
 
 
 def test_kill_at_every_changing_syscall_of_an_import_leaves_old_or_new(tmp_path: Path) -> None:
@@ -91,7 +54,7 @@ def test_kill_at_every_changing_syscall_of_an_import_leaves_old_or_new(tmp_path:
     old_hash = queue_hash(old)
     work = [tmp_path / f"w{k}" / "q" for k in range(2)]
     for q in work:
-        _fresh(old, q)
+        fresh(old, q)
     done = _import(work[0], up, root, log=tmp_path / "trace.log")
     assert done.returncode == 0, done.stderr
     new_hash = queue_hash(work[0])
@@ -103,7 +66,7 @@ def test_kill_at_every_changing_syscall_of_an_import_leaves_old_or_new(tmp_path:
 
     def one(point: tuple[str, int, str], q: Path) -> str:
         name, n, _ = point
-        _fresh(old, q)
+        fresh(old, q)
         p = _import(q, up, root, inject=f"{name}:signal=SIGKILL:when={n}")
         if p.returncode == 0:
             return "new" if queue_hash(q) == new_hash else f"{name}#{n}: finished, but not new"
@@ -178,7 +141,7 @@ def test_an_import_that_leaves_series_as_it_is_is_undone_too(tmp_path: Path) -> 
         write_patch(q, f"p{i}.diff", [(f"etc/f{i}.conf", BASES[f"etc/f{i}.conf"], b"older change %d\nx\n" % i)])
     old_hash, series = queue_hash(q), (q / "series").read_bytes()
     probe = tmp_path / "probe" / "q"
-    _fresh(q, probe)
+    fresh(q, probe)
     assert _import(probe, up, root, log=tmp_path / "trace.log").returncode == 0
     assert (probe / "series").read_bytes() == series and queue_hash(probe) != old_hash
     call, n = nth_call(tmp_path / "trace.log", ("rename", "renameat", "renameat2"), 'p2.diff")')

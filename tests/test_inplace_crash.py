@@ -16,28 +16,29 @@ calls in between. The apply runs as a small driver doing what `apply --root` doe
 plan, write) without the CLI's import cost; the queue has no .py file, so the Python check is not run.
 Two workers, each on its own root path (the record names the root, so each has its own `new`).
 
-strace is required (CI installs it in .ci/install-tools); without it the test fails, it does not skip.
+strace is required (CI installs it in .ci/install-tools); without it the test is skipped, naming strace (in CI,
+where IMGQUILT_CI_REQUIRE_TOOLS=1, that skip fails the run). The harness is tests/support/killpoints.py.
 """
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import subprocess
 import sys
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
 
 from imgquilt.engine.plan import plan_apply
 from imgquilt.queue.queue import load_queue
 from imgquilt.rootfs.inplace import recover, write_in_place
 from imgquilt.rootfs.source import RootfsSource
 from qtools import TOOL, imgquilt, tree_hash, write_patch
+from support.killpoints import CHANGING, STRACE, traced
+from support.killpoints import fresh as _fresh
+from support.killpoints import kill_points as _kill_points
+from support.killpoints import sample as _sample
 
-STRACE = shutil.which("strace") or "/usr/bin/strace"
 DRIVER = """
 import sys
 from pathlib import Path
@@ -49,10 +50,6 @@ q, root = Path(sys.argv[1]), Path(sys.argv[2])
 with hold_root(root) as held:  # as outputs.apply_queue: lock and recover, then plan, then write
     write_in_place(root, plan_apply(load_queue(q), RootfsSource(root), None), held=held)
 """
-CHANGING = ["openat", "write", "pwrite64", "rename", "renameat", "renameat2", "unlink", "unlinkat", "link", "linkat",
-            "symlink", "symlinkat", "mkdir", "mkdirat", "rmdir", "fsync", "fdatasync", "fchmod", "fchmodat", "fchown", "fchownat",
-            "fsetxattr", "setxattr", "lsetxattr", "ftruncate", "truncate"]
-_CALL = re.compile(r"^(?:\d+ +)?([a-z0-9_]+)\((.*)$")
 
 
 def _content(i: int) -> bytes:
@@ -94,70 +91,16 @@ def _build(tmp: Path) -> tuple[Path, Path]:
     return old, q
 
 
-def _fresh(old: Path, root: Path) -> None:
-    if root.exists():
-        shutil.rmtree(root)
-    shutil.copytree(old, root, symlinks=True)
-
-
 def run_traced(driver: str, *argv: str, inject: str | None = None, log: Path | None = None) -> subprocess.CompletedProcess:
     """Run `driver` (Python source) with `argv`: traced into `log` (every changing call), or killed by
     strace as it enters the call `inject` names (SYSCALL:signal=SIGKILL:when=N), or (neither) plainly."""
     env = dict(os.environ, PYTHONPATH=str(TOOL), PYTHONDONTWRITEBYTECODE="1")
-    cmd = [STRACE, "-f", "-qq"]
-    if log is not None:
-        cmd += ["-o", str(log), "-e", "trace=" + ",".join(CHANGING)]
-    elif inject is not None:
-        cmd += ["-o", "/dev/null", "-e", f"trace={inject.split(':')[0]}", "-e", f"inject={inject}"]
-    else:
-        cmd = []  # a plain run
+    cmd = traced(log, inject, CHANGING) if log is not None or inject is not None else []  # [] : a plain run
     return subprocess.run(cmd + [sys.executable, "-c", driver, *argv], env=env, capture_output=True, text=True)
 
 
 def _run(q: Path, root: Path, inject: str | None = None, log: Path | None = None) -> subprocess.CompletedProcess:
     return run_traced(DRIVER, str(q), str(root), inject=inject, log=log)
-
-
-def _kill_points(log: Path) -> list[tuple[str, int, str]]:
-    """(syscall, N, args) for every call in the trace that may change the filesystem (N counts that syscall)."""
-    seen: Counter[str] = Counter()
-    points = []
-    for line in log.read_text().splitlines():
-        m = _CALL.match(line)
-        if not m:
-            continue  # `<... resumed>`, signals, exit
-        name, args = m.groups()
-        seen[name] += 1
-        if name == "openat" and not re.search(r"O_CREAT|O_WRONLY|O_RDWR", args):
-            continue  # a read
-        if name in ("write", "pwrite64") and re.match(r"[12],", args):
-            continue  # stdout/stderr
-        points.append((name, seen[name], args))
-    return points
-
-
-def _sample(points: list[tuple[str, int, str]], budget: int, *, sampled: bool = False, edge: int = 4) -> list[tuple[str, int, str]]:
-    """All points unless sampling (`sampled`, or IMGQUILT_CRASH_SAMPLE=1) and they exceed the budget; then
-    every phase boundary (each journal call and the 4 calls after it), the first and last 4 of every
-    syscall, and evenly spaced points in between, so that every phase and every kind of call is killed at."""
-    sampled = (sampled or os.environ.get("IMGQUILT_CRASH_SAMPLE") == "1") and os.environ.get("IMGQUILT_CRASH_SAMPLE") != "0"
-    if not sampled or len(points) <= budget:
-        return points
-    keep: set[int] = set()
-    for i, (_, _, args) in enumerate(points):
-        if "imgquilt-journal" in args:
-            keep.update(range(i, min(i + 5, len(points))))
-    by_name: dict[str, list[int]] = {}
-    for i, (name, _, _) in enumerate(points):
-        by_name.setdefault(name, []).append(i)
-    for idx in by_name.values():
-        keep.update(idx[:edge] + idx[-edge:])
-    rest = [i for i in range(len(points)) if i not in keep]
-    room = max(budget - len(keep), 0)
-    if rest and room:
-        step = len(rest) / room
-        keep.update(rest[int(k * step)] for k in range(room))
-    return [points[i] for i in sorted(keep)]
 
 
 def _second_apply(q: Path, root: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imgquilt.engine.apply import apply_hunks, apply_section
+from imgquilt.engine.apply import apply_section
 from imgquilt.importer import Base, apply_foreign, parse_foreign
 from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.patchfile import Header, build_patch, make_section, parse_patch

@@ -13,8 +13,9 @@ from pathlib import Path
 from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.patchfile import parse_patch
 from qtools import TOOL, empty_queue, imgquilt
-from test_import_crash import _fresh, queue_hash
-from test_inplace_crash import CHANGING, STRACE, _kill_points
+from support.killpoints import STRACE, queue_hash, traced
+from support.killpoints import fresh as _fresh
+from support.killpoints import kill_points as _kill_points
 
 TEXT = b"".join(b"line %d\n" % i for i in range(1, 21))
 
@@ -138,9 +139,7 @@ def test_kill_at_the_changing_syscalls_of_a_move_leaves_old_or_new(tmp_path: Pat
     work = [tmp_path / f"w{k}" / "q" for k in range(2)]
 
     def move(q: Path, inject: str | None = None, log: Path | None = None):
-        cmd = [STRACE, "-f", "-qq"]
-        cmd += (["-o", str(log), "-e", "trace=" + ",".join(CHANGING)] if log is not None else
-                ["-o", "/dev/null", "-e", f"trace={inject.split(':')[0]}", "-e", f"inject={inject}"])  # type: ignore[union-attr]
+        cmd = traced(log, inject)
         return subprocess.run(cmd + [sys.executable, "-m", "imgquilt", "move", "c.diff", "--before", "a.diff"], cwd=q,
                               env={**_env(), "IMGQUILT_CACHE_DIR": str(q.parent / "cache")}, capture_output=True, text=True)
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from qtools import imgquilt
-from test_rebase import SITE311, WEIGHTS, WEIGHTS_V1, WEIGHTS_V2, make_patches, make_root
+from test_rebase import WEIGHTS_V1, WEIGHTS_V2, make_patches, make_root
 
 APP = "usr/lib/python3/dist-packages/app/main.py"
 BASE = b"import os\n\n\ndef port():\n    return int(os.environ.get('PORT', '8080'))\n"
@@ -47,7 +47,7 @@ def test_refresh_without_the_check_marks_the_patch_until_a_checked_refresh(tmp_p
     # apply says so too (here with the check off: the typo is still there)
     r = imgquilt("apply", "--image", f"rootfs:{root}", "--layer", str(tmp_path / "l.tar"), "--no-python-check", cwd=q,
                  env=env, check=0)
-    assert f"Never Python-checked" in r.out + r.err and "0001-port.patch" in r.out + r.err
+    assert "Never Python-checked" in r.out + r.err and "0001-port.patch" in r.out + r.err
     # a refresh without the check that changes nothing keeps the mark; a checked refresh drops it
     imgquilt("refresh", "--no-python-check", cwd=q, env=env, check=0)
     assert MARK in _patch(q, "0001-port.patch")

@@ -5,14 +5,13 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from imgquilt.image.registry import parse_registry_ref
 from imgquilt.image.sources.registry import registries
 from qtools import copy_demo_queue, imgquilt
-from registry_server import PASSWORD, USER, free_port, seed
+from registry_server import PASSWORD, USER, free_port
 from registry_server import basic_registry, fault_proxy, registry, token_registry  # noqa: F401 (fixtures)
 
 

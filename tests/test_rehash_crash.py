@@ -29,8 +29,10 @@ import pytest
 
 from hostile import forger_seal
 from qtools import imgquilt, tree_hash
-from test_import_crash import _env, _fresh, nth_call, queue_hash
-from test_inplace_crash import CHANGING, STRACE, _kill_points
+from support.killpoints import STRACE, traced, nth_call, queue_hash
+from support.killpoints import driver_env as _env
+from support.killpoints import fresh as _fresh
+from support.killpoints import kill_points as _kill_points
 from test_rehash import MOD, NAMES, chain, hand_edit
 
 RENAMES = ("rename", "renameat", "renameat2")
@@ -59,11 +61,7 @@ def work_hash(q: Path) -> str:
 
 
 def _rehash(q: Path, inject: str | None = None, log: Path | None = None) -> subprocess.CompletedProcess:
-    cmd = [STRACE, "-f", "-qq"]
-    if log is not None:
-        cmd += ["-o", str(log), "-e", "trace=" + ",".join(CHANGING)]
-    else:
-        cmd += ["-o", "/dev/null", "-e", f"trace={inject.split(':')[0]}", "-e", f"inject={inject}"]
+    cmd = traced(log, inject)
     return subprocess.run(cmd + [sys.executable, "-m", "imgquilt", "refresh", "--rehash", NAMES[0]], cwd=q, env=_cli(q),
                           capture_output=True, text=True)
 

@@ -22,8 +22,10 @@ from pathlib import Path
 import pytest
 
 from qtools import empty_queue, imgquilt, tree_hash, write_patch
-from test_import_crash import _env, _fresh, queue_hash
-from test_inplace_crash import CHANGING, STRACE, _kill_points
+from support.killpoints import STRACE, traced, queue_hash
+from support.killpoints import driver_env as _env
+from support.killpoints import fresh as _fresh
+from support.killpoints import kill_points as _kill_points
 from test_rehash import BASE, MOD, NAMES, P1, P2, P3
 
 COMMANDS = {
@@ -55,11 +57,7 @@ def _state(q: Path) -> tuple[str, str]:
 
 
 def _run(q: Path, args: list[str], inject: str | None = None, log: Path | None = None) -> subprocess.CompletedProcess:
-    cmd = [STRACE, "-f", "-qq"]
-    if log is not None:
-        cmd += ["-o", str(log), "-e", "trace=" + ",".join(CHANGING)]
-    else:
-        cmd += ["-o", "/dev/null", "-e", f"trace={inject.split(':')[0]}", "-e", f"inject={inject}"]
+    cmd = traced(log, inject)
     return subprocess.run(cmd + [sys.executable, "-m", "imgquilt", *args], cwd=q, env=_cli(q), capture_output=True, text=True)
 
 

@@ -350,13 +350,14 @@ def test_kill_at_every_changing_syscall_of_a_streamed_in_place_apply(tmp_path: P
     """test_inplace_crash's sweep on the streamed path: every content spooled (the result written into its
     temp beside the target by copy_file_range), kill -9 at every call that may change the filesystem;
     after recovery the root is exactly old or exactly new, and a second apply reaches new."""
-    import test_inplace_crash as crash
+    import test_inplace_crash as crash  # its driver (_run), which traces crash.CHANGING
+    from support import killpoints
     from imgquilt.engine.plan import plan_apply
     from imgquilt.queue.queue import load_queue
     from imgquilt.rootfs.inplace import recover, write_in_place
     from imgquilt.rootfs.source import RootfsSource
 
-    assert os.access(crash.STRACE, os.X_OK), "strace is needed (.ci/install-tools installs it)"
+    assert os.access(killpoints.STRACE, os.X_OK), "strace is needed (.ci/install-tools installs it)"
     monkeypatch.setenv("IMGQUILT_SPOOL_AT", "1")
     monkeypatch.setattr(crash, "CHANGING", [*crash.CHANGING, "copy_file_range", "sendfile"])
     old = tmp_path / "old"
@@ -367,16 +368,16 @@ def test_kill_at_every_changing_syscall_of_a_streamed_in_place_apply(tmp_path: P
     write_patch(q, "0001-streamed.patch", [("d/big.txt", TEXT, TEXT_NEW), ("d/gone.bin", BIN, None),
                                           ("e/new.bin", None, NEW_BIN)])
     root = tmp_path / "root"
-    crash._fresh(old, root)
+    killpoints.fresh(old, root)
     done = crash._run(q, root, log=tmp_path / "trace.log")
     assert done.returncode == 0, done.stderr
     old_hash, new_hash = tree_hash(old), tree_hash(root)
     assert (root / "d/big.txt").read_bytes() == TEXT_NEW and (root / "e/new.bin").read_bytes() == NEW_BIN
-    points = crash._kill_points(tmp_path / "trace.log")
+    points = killpoints.kill_points(tmp_path / "trace.log")
     assert any(name == "copy_file_range" for name, _, _ in points), "the results were not copied by the kernel"
     bad = []
     for name, n, _ in points:
-        crash._fresh(old, root)
+        killpoints.fresh(old, root)
         p = crash._run(q, root, inject=f"{name}:signal=SIGKILL:when={n}")
         if p.returncode != -9:
             bad.append(f"{name}#{n}: not killed ({p.returncode})")

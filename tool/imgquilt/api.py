@@ -186,6 +186,9 @@ def open_ref(ref: str, platform: str | None = None, *, root: Path | None = None,
         sized = getattr(progress, "sized", None)  # the CLI's bars: totals from the manifest
         if sized is not None and hasattr(source, "on_layer_sized"):
             source.on_layer_sized = sized
+        downloads = getattr(progress, "download", None)  # the CLI's bars: registry downloads too
+        if downloads is not None and hasattr(source, "watch_downloads"):
+            source.watch_downloads(downloads)
     return source
 
 

@@ -20,7 +20,9 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 def cache_root() -> Path:
     """Where the shared cache lives: `$IMGQUILT_CACHE_DIR`, else `$XDG_CACHE_HOME/imgquilt`, else `~/.cache/imgquilt`."""
-    explicit = os.environ.get("IMGQUILT_CACHE_DIR")
+    from ..settings import current
+
+    explicit = current().cache_dir
     if explicit:
         return Path(explicit)
     xdg = os.environ.get("XDG_CACHE_HOME")

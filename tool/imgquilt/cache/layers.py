@@ -19,7 +19,6 @@ job's cache, or planted, is not believed: the layer is read again and its index 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from pathlib import Path
 
@@ -34,7 +33,9 @@ _KIND = "layer-index"
 
 def cache_disabled() -> bool:
     """`IMGQUILT_NO_CACHE=1` turns the shared cache off (every read decompresses, as a cold run)."""
-    return os.environ.get("IMGQUILT_NO_CACHE", "") not in ("", "0")
+    from ..settings import current
+
+    return current().flag("no_cache")
 
 
 class LayerCache:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 
 from ..errors import BadCacheKey, UnsafeStateKey
 
@@ -29,7 +28,9 @@ _memo: dict[str, bytes | None] = {}
 
 def cache_key() -> bytes | None:
     """The key that seals cache entries (see the module docstring); None when there is none."""
-    explicit = os.environ.get(CACHE_KEY_ENV)
+    from ..settings import current
+
+    explicit = current().of(CACHE_KEY_ENV)
     memo = f"env:{explicit}" if explicit else None
     if memo is None:
         from ..util.sealing import state_home

@@ -63,7 +63,9 @@ class CacheReport:
 
 def size_cap() -> int:
     """The cap in bytes from IMGQUILT_CACHE_MAX (a bad value is a usage error naming it)."""
-    raw = os.environ.get("IMGQUILT_CACHE_MAX")
+    from ..settings import current
+
+    raw = current().cache_max
     if raw is None or not raw.strip():
         return DEFAULT_CAP
     m = _SIZE.match(raw)

@@ -54,9 +54,10 @@ def _globals(
     G.debug = debug or G.debug
     G.progress = "never" if quiet else (progress or G.progress)
     if tls_verify is not None:  # hoist_globals takes --tls-verify=BOOL; this is the spelling it leaves to typer
-        import os
+        G.tls_verify = tls_verify
+    from ..settings import amend
 
-        os.environ["IMGQUILT_TLS_VERIFY"] = tls_verify
+    amend(queue=G.queue, progress=G.progress, tls_verify=G.tls_verify, json=G.json, debug=G.debug)  # flags typer saw
 
 
 # Each command's module, in help order. Only the module of the invoked command is loaded (and its

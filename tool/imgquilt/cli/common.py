@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..errors import ImgquiltError, QueueNotFound, UsageError
 
 if TYPE_CHECKING:
+    from ..settings import Settings
     from rich.console import Console
 
     from ..fs.types import Source
@@ -36,6 +37,14 @@ class Globals:
     json: bool = False
     debug: bool = False
     progress: str | None = None  # never, auto, plain (None: IMGQUILT_PROGRESS, else auto)
+    tls_verify: str | None = None  # --tls-verify=BOOL (None: IMGQUILT_TLS_VERIFY)
+
+    def settings(self) -> Settings:
+        """The command's settings: the environment with these flags on top."""
+        from ..settings import Settings
+
+        return Settings.from_env(queue=self.queue, progress=self.progress, tls_verify=self.tls_verify, json=self.json,
+                                 debug=self.debug)
 
 
 G = Globals()
@@ -66,7 +75,7 @@ def hoist_globals(argv: list[str]) -> list[str]:
         elif a == "--quiet":
             G.progress = "never"
         elif a.startswith("--tls-verify="):  # registries: as skopeo and podman spell it
-            os.environ["IMGQUILT_TLS_VERIFY"] = a.split("=", 1)[1]
+            G.tls_verify = a.split("=", 1)[1]
         else:
             rest.append(a)
         i += 1
@@ -91,7 +100,7 @@ def __getattr__(name: str) -> Any:
 
         def get_params(self, ctx):  # type: ignore[no-untyped-def]
             params = super().get_params(ctx)
-            if os.environ.get("_IMGQUILT_COMPLETE") and ctx.parent is not None:  # never while parsing a command
+            if "_IMGQUILT_COMPLETE" in os.environ and ctx.parent is not None:  # never while parsing a command
                 top = ctx.find_root()
                 params = params + [p for p in top.command.params if p.name in ("queue", "json", "debug", "tls_verify", "progress", "quiet")]
             return params
@@ -275,13 +284,10 @@ def progress(label: str = "") -> Any:
     plain lines off one, as --progress says); None when nothing is to be shown."""
     from . import progress as bars
 
-    style = bars.mode(G.progress, G.json)
+    style = bars.mode(None, G.json)  # None: the settings' (--progress, --quiet, else IMGQUILT_PROGRESS)
     if style == "none":
         return None
-    from ..image import sources
-
-    sources.on_download = bars.download(style)
-    return bars.LayerProgress(style, label)
+    return bars.LayerProgress(style, label)  # its download() is the registry downloads' progress
 
 
 def open_ref(ref: str, platform: str | None) -> Source:
@@ -379,8 +385,10 @@ def tree(image: str | None = None, platform: str | None = None, *, guard: bool =
 
 def editor() -> str | None:
     """IMGQUILT_EDITOR always (scripts, tests); VISUAL/EDITOR only on a terminal."""
-    if os.environ.get("IMGQUILT_EDITOR"):
-        return os.environ["IMGQUILT_EDITOR"]
+    from ..settings import current
+
+    if current().editor:
+        return current().editor
     if sys.stdin.isatty() and sys.stdout.isatty():
         return os.environ.get("VISUAL") or os.environ.get("EDITOR")
     return None

@@ -10,7 +10,7 @@ from typing import Any, Callable
 from ..errors import ImgquiltError, UsageError, os_error
 from .common import G, emit_json, error_doc, hoist_globals, note
 
-COMPLETE_VAR = "_IMGQUILT_COMPLETE"  # setup.COMPLETE_VAR, spelled here so completion loads no command module first
+COMPLETE_VAR = "_IMGQUILT_COMPLETE"  # settings.COMPLETE_VAR, spelled here so completion loads no command module first
 
 
 def __getattr__(name: str) -> Any:
@@ -82,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         from .quick import quick
 
         call = quick(args)  # top, series, --version...: plain argv, no typer (start-up time)
-        return _guarded(call if call is not None else _with_typer(args))
+        if args == ["--version"]:
+            return _guarded(call)  # reads no setting: loads no module but the CLI's
+        return _guarded(_with_settings(call if call is not None else _with_typer(args)))
     finally:
         sys.stdout.flush()  # into the pipe, or /dev/null once its reader is gone: never an error at exit
         sys.stdout = stdout
@@ -91,6 +93,18 @@ def main(argv: list[str] | None = None) -> int:
 # errors of a path, never of imgquilt's logic: what the user gave or keeps, reported with exit 6
 _PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR,
                           errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EMLINK, errno.ETXTBSY})
+
+
+def _with_settings(call: Callable[[], Any]) -> Callable[[], Any]:
+    """`call` with the command's settings (the environment and the global flags) in force."""
+
+    def run() -> Any:
+        from ..settings import use
+
+        with use(G.settings()):
+            return call()
+
+    return run
 
 
 def _with_typer(args: list[str]) -> Callable[[], Any]:

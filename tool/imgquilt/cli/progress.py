@@ -29,7 +29,9 @@ DEFAULT_WIDTH = 80
 
 def mode(asked: str | None, json_output: bool, stream: TextIO | None = None) -> str:
     """What to show: "bars" (a terminal), "lines" (plain), "delayed" (plain, for reads past a second), "none"."""
-    asked = asked or os.environ.get("IMGQUILT_PROGRESS") or "auto"
+    from ..settings import current
+
+    asked = asked or current().progress or "auto"  # --progress, --quiet, else IMGQUILT_PROGRESS
     stream = stream or sys.stderr
     if asked not in MODES:
         from ..errors import UsageError
@@ -259,9 +261,13 @@ class LayerProgress:
         name = f"{self.label} layer {position + 1}/{count} {digest[:19]}".strip()
         return _Sink(b, b.start(digest, name, size))
 
+    def download(self, what: str, total: int) -> _Sink:
+        """A registry download (image.sources.OnDownload) is its layer's task: one line per layer."""
+        return download(self.style)(what, total)
+
 
 def download(style: str) -> Callable[[str, int], _Sink]:
-    """image.sources.on_download: a download is its layer's task (one line per layer, whichever starts it)."""
+    """image.sources.OnDownload: a download is its layer's task (one line per layer, whichever starts it)."""
 
     def start(what: str, total: int) -> _Sink:
         b = board(style)

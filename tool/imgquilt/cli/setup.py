@@ -1,14 +1,12 @@
 """Starting out: `init` (make a queue here) and `completion` (a shell completion script)."""
 from __future__ import annotations
 
-import os
 from enum import Enum
 
 import typer
 
+from ..settings import COMPLETE_VAR, current
 from .common import G, emit_json, say
-
-COMPLETE_VAR = "_IMGQUILT_COMPLETE"
 
 
 def init_cmd() -> None:
@@ -24,7 +22,7 @@ def init_cmd() -> None:
     """
     from ..api import init
 
-    done = init(G.queue or os.environ.get("IMGQUILT_QUEUE") or ".")
+    done = init(current().queue or ".")  # --queue, else IMGQUILT_QUEUE
     root, created = done.root, list(done.created)
     if G.json:
         emit_json({"queue": str(root), "created": created})

@@ -8,6 +8,7 @@ writes them renumbered at the lines they really apply at.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from ..fs.content import CHUNK, Data, Spooled, SpoolWriter
 from ..queue.binarypatch import BinaryPatchError, apply_binary
@@ -81,7 +82,7 @@ class _Base:
     def __init__(self, data: Data | None) -> None:
         self.data = data if data is not None else b""
         self._spooled = isinstance(self.data, Spooled)
-        self.buf = b"" if self._spooled else self.data
+        self.buf: bytes = b"" if self._spooled else cast(bytes, self.data)  # bytes when not spooled
         self.at = 0  # in buf
         self._next = 0  # file position after buf
 
@@ -296,11 +297,11 @@ def place_hunks(src: list[bytes], hunks: tuple[Hunk, ...] | list[Hunk], *, fuzz:
             if f and cut == h:
                 continue
             if cut.old_lines:
-                at = _nearest(src, cut.old_lines, named + carry + top, lo)
+                spot = _nearest(src, cut.old_lines, named + carry + top, lo)
             else:
-                at = named + carry if lo <= named + carry <= len(src) else None
-            if at is not None:
-                found = (at, top, f, cut)
+                spot = named + carry if lo <= named + carry <= len(src) else None
+            if spot is not None:
+                found = (spot, top, f, cut)
                 break
         if found is None or found[2] > fuzz:
             raise PlaceError(i, named, (found[0] - found[1] + 1, found[2]) if found else None)

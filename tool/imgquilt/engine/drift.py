@@ -23,6 +23,7 @@ import os
 from dataclasses import replace
 from typing import Callable, Mapping
 
+from ..fs.content import Data, held_or_none
 from ..fs.types import ImageInfo, TargetFile
 from ..queue.lock import Lock
 from ..queue.queue import Queue
@@ -99,6 +100,7 @@ def _edited_after(queue: Queue, t: TargetFile, image_sha: str, image_bytes: Imag
     """A file of a root this queue was applied to, edited since: the diff against what the queue left there."""
     from .apply import HunkError, apply_section
 
+    data: Data | None
     found, data = image_bytes(t.path, image_sha) if image_bytes is not None else (False, None)
     sections = [s for p in queue.patches for s in p.sections if s.path == t.path]
     if not found or not sections:
@@ -120,8 +122,9 @@ def _hand(head: str, t: TargetFile, image_sha: str, image_bytes: ImageBytes | No
     return head + "\n" + show_diff(t.path, before, t.data)
 
 
-def show_diff(path: str, before: bytes | None, after: bytes | None) -> str:
+def show_diff(path: str, before: Data | None, after: Data | None) -> str:
     """A unified diff of a file, image -> root, cut after DIFF_LINES lines; a binary file in one line."""
+    before, after = held_or_none(before, path), held_or_none(after, path)  # a spooled file is diffed as bytes
     if before is not None and after is not None and (b"\0" in before[:8192] or b"\0" in after[:8192]):
         return f"    (binary: {len(before)} bytes in the image, {len(after)} here)"
     lines = list(difflib.diff_bytes(difflib.unified_diff, (before or b"").splitlines(keepends=True),

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol, Sequence
 
 from ..errors import BadInput, BaseDrift, ImgquiltError, MalformedPatch, MissingTarget, PythonCheckFailed, Refused, ResultMismatch, StaleLock, UnsafePath
-from ..fs.content import Data, held_or_none
+from ..fs.content import Data, held, held_or_none
 from ..fs.types import ImageInfo, Source, TargetFile, read_targets
 from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.lock import Lock, LockTarget, patch_hashes, read_note, rootfs_digest, stale_lock_advice
@@ -92,7 +92,7 @@ class Problem:
 @dataclass
 class _FileState:
     target: TargetFile
-    data: bytes | None
+    data: Data | None
     patches: list[str] = field(default_factory=list)
     broken: bool = False
     mode: int | None = None
@@ -163,6 +163,7 @@ def refusal(problems: list[Problem], info: ImageInfo | None = None, older: tuple
     bad input (6) wins over verification failures (3). `older`: the version of the queue a target's
     record names, and the image it went on (engine.drift)."""
     kinds = {p.kind for p in problems}
+    cls: type[BadInput] | type[Refused]
     if kinds & {"missing", "hunk", "alias"}:
         cls = {frozenset({"missing"}): MissingTarget, frozenset({"hunk"}): MalformedPatch}.get(frozenset(kinds), BadInput)
     else:
@@ -177,7 +178,7 @@ def refusal(problems: list[Problem], info: ImageInfo | None = None, older: tuple
         if names:
             hints.append(NEXT_STEP[kind].format(rehash=rehash_command(names)))
     err = cls(msg, hint="\n".join(hints))
-    err.problems = problems  # type: ignore[attr-defined]
+    err.problems = problems  # type: ignore[union-attr]  # read back by diagnose(); no error class declares it
     return err
 
 
@@ -254,7 +255,7 @@ def _apply_series(queue: Queue, targets: dict[str, TargetFile], source: Source |
                 st.broken = True
                 continue
             result = None if s.is_delete else new
-            bad_link = link_target_problem(result) if s.link and result is not None else None
+            bad_link = link_target_problem(held(result, s.path)) if s.link and result is not None else None
             if bad_link:
                 problems.append(Problem("hunk", patch.name, s.path, t.resolved, s.base_sha256, actual, bad_link))
                 st.broken = True
@@ -384,7 +385,7 @@ def cross_module_problems(states: dict[str, _FileState], targets: dict[str, Targ
         steps, data = [], st.target.data
         for name, _path, sec in st.chain:
             data = None if sec.is_delete else apply_section(data, sec)
-            steps.append((name, data))
+            steps.append((name, held_or_none(data, sec.path)))  # the cross-module check reads bytes
         by_patch: dict[str, list] = {}
         for f in ff.findings:
             by_patch.setdefault(python.culprit(steps, ff.check.resolved, f, ff.place, patched_by), []).append(f)
@@ -406,17 +407,17 @@ class PythonCheck:
         self.checked = [st for resolved, st in states.items()
                         if resolved.endswith(".py") and not st.broken and st.chain and st.data is not None and not st.link
                         and st.data != st.target.data]
-        self.pending = python.start((st.data, st.target.resolved) for st in self.checked)
+        self.pending = python.start((_final(st), st.target.resolved) for st in self.checked)
 
     def problems(self) -> list[Problem]:
         finals = self.pending.result()
         key = self.python.key
-        suspects = [st for st in self.checked if finals[key(st.data, st.target.resolved)]]
+        suspects = [st for st in self.checked if finals[key(_final(st), st.target.resolved)]]
         bases = self.python.errors((st.target.data, st.target.resolved) for st in suspects if st.target.data is not None)
         problems = []
         for st in suspects:
             before = bases[key(st.target.data, st.target.resolved)] if st.target.data is not None else set()
-            new = finals[key(st.data, st.target.resolved)] - before
+            new = finals[key(_final(st), st.target.resolved)] - before
             if new:
                 problems.append(_culprit(st, new, before, self.python))
                 st.broken = True
@@ -424,6 +425,12 @@ class PythonCheck:
 
     def close(self) -> None:
         self.pending.close()
+
+
+def _final(st: _FileState) -> Data:
+    """The result of a file the Python check judges (PythonCheck keeps only files that have one)."""
+    assert st.data is not None
+    return st.data
 
 
 def _culprit(st: _FileState, new: set[str], base_errors: set[str], python: PythonChecks) -> Problem:
@@ -558,7 +565,7 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     if problems:  # one refusal names everything, the Python check's findings included
         if pending is not None:
             problems += pending.problems()
-        record = parse_record(record_target.data)
+        record = parse_record(held_or_none(record_target.data, RECORD_PATH))
         problems = diagnose(problems, queue, targets, info, lock, record, image_bytes)
         raise refusal(problems, info, (older_versions(queue, record), record.image_digest) if record is not None else None,
                       notes=[n for n in notes if ": cannot tell: " in n])
@@ -570,8 +577,8 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     # an index has its own), else (a rootfs) the lock's pin, else a digest over the targets
     image_digest = info.digest or (lock.image.digest if lock else rootfs_digest([(t.resolved, sha256_hex(t.data)) for t in targets.values()]))
     bytecode = () if done else stale_bytecode(bytecode_source or source, states, targets)
-    record = record_bytes(queue, image_digest, recorded_ref(info.ref), targets, bytecode, env)
-    files.append(FileResult(record_target, record, record_target.mode if record_target.data is not None else 0o644, record_target.uid, record_target.gid, ()))
+    record_data = record_bytes(queue, image_digest, recorded_ref(info.ref), targets, bytecode, env)
+    files.append(FileResult(record_target, record_data, record_target.mode if record_target.data is not None else 0o644, record_target.uid, record_target.gid, ()))
     files.sort(key=lambda f: f.resolved)
     result = ApplyResult(info, queue.series_sha256, tuple(queue.names), tuple(files), lock is not None, tuple(notes), bytecode,
                          tuple(env))
@@ -600,7 +607,7 @@ class LockPlan:
     """A lock and the file contents it was verified with (every base and result, for the store)."""
 
     lock: Lock
-    contents: tuple[bytes | None, ...]
+    contents: tuple[Data | None, ...]
     notes: tuple[str, ...] = ()  # the cross-module check's "cannot tell"s
 
 

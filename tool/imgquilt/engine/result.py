@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..fs.content import Data
 from ..fs.types import ImageInfo, TargetFile
 from ..fs.pycache import Bytecode
 
@@ -14,7 +15,7 @@ class FileResult:
     """One resolved file after the whole series: its base as read and its final bytes."""
 
     target: TargetFile  # the base as read from the source (named path, resolved path, data, metadata)
-    final: bytes | None  # None: the series deletes the file
+    final: Data | None  # None: the series deletes the file
     mode: int  # final permission bits (the base's; `Mode:` or 0644 for a new file)
     uid: int
     gid: int

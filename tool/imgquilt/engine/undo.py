@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Collection, Mapping, Sequence
 
 from ..errors import BadInput, BaseDrift, UsageError
+from ..fs.content import held_or_none
 from ..fs.types import ImageInfo, TargetFile
 from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.lock import Lock
@@ -153,7 +154,7 @@ def plan_reverse(info: ImageInfo, record: Record, record_file: TargetFile, curre
             continue
         found, data = bytes_of(named, base)
         if not found and queue is not None and queue.series_sha256 == record.series_sha256:
-            found, data = _taken_off(queue, named, resolved, t.data, base, current)
+            found, data = _taken_off(queue, named, resolved, held_or_none(t.data, named), base, current)
         if not found:
             unknown.append(f"{named} (sha256 {base})")
             continue

@@ -50,7 +50,9 @@ def parse_size(raw: str, *, name: str) -> int:
 
 
 def _env_size(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
+    from ..settings import current
+
+    raw = (current().of(name) or "").strip()
     return parse_size(raw, name=name) if raw else default
 
 
@@ -95,7 +97,9 @@ def _spool_dirs() -> list[str]:
                 make()
             except Exception:  # a read-only or hostile queue: spool elsewhere
                 globals()["_home"] = None
-    dirs = [d for d in (os.environ.get(SPOOL_DIR_ENV, "").strip() or None, _home) if d]
+    from ..settings import current
+
+    dirs = [d for d in ((current().of(SPOOL_DIR_ENV) or "").strip() or None, _home) if d]
     return dirs + [tempfile.gettempdir()]
 
 

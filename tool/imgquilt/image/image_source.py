@@ -75,7 +75,9 @@ def layer_reads() -> int:
     """How many layers a cold read fetches and decompresses at once (IMGQUILT_LAYER_READS, default 3; 1
     reads one layer at a time). Every one is read top-down in order of need; those ahead are cancelled
     once the targets are decided without them."""
-    raw = os.environ.get(LAYER_READS_ENV, "").strip()
+    from ..settings import current
+
+    raw = (current().of(LAYER_READS_ENV) or "").strip()
     if not raw:
         return LAYER_READS
     try:
@@ -180,6 +182,12 @@ class ImageSource:
         # at once show at once) with (position, count, digest, stored size: the manifest's); it may
         # return a callback given the stored bytes read as they pass, with a close() called at the end
         self.on_layer_sized: Callable[[int, int, str, int | None], Callable[[int], None] | None] | None = None
+
+    def watch_downloads(self, on_download) -> None:
+        """Progress of the layers downloaded from a registry (image.sources.OnDownload)."""
+        for layer in self._layers:
+            if hasattr(layer, "on_download"):
+                layer.on_download = on_download
 
     # --- Source protocol ---
     def info(self) -> ImageInfo:
@@ -871,7 +879,7 @@ class _Prefetch:
 class _Counted:
     """A layer's tar stream that reports the bytes read or skipped through it (for a progress bar):
     the tar's, or (`stored`) the stored blob's, read by the decompressor so far, in the manifest's unit
-    (a download reports its own: image.sources.on_download)."""
+    (a download reports its own: ImageSource.watch_downloads)."""
 
     def __init__(self, stream, on_bytes: Callable[[int], None], *, stored: bool = False) -> None:
         self._stream = stream

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..fs.pycache import PYCACHE, Bytecode
+from ..settings import current
 
 HEADER = 16
 
@@ -282,13 +283,13 @@ sys.stdout.write(json.dumps(out))
 
 def _cpu_seconds() -> int:
     """CPU seconds one pyc's comparison may take (IMGQUILT_PYC_CPU_SECONDS, default CODE_CHILD_CPU)."""
-    raw = os.environ.get(CODE_CPU_ENV, "").strip()
+    raw = (current().of(CODE_CPU_ENV) or "").strip()
     return int(raw) if raw.isdigit() and int(raw) > 0 else CODE_CHILD_CPU
 
 
 def _children() -> int:
     """How many pycs are compared at once (IMGQUILT_PYC_CHILDREN; default: the cores, at most 4)."""
-    raw = os.environ.get(CODE_CHILDREN_ENV, "").strip()
+    raw = (current().of(CODE_CHILDREN_ENV) or "").strip()
     if raw.isdigit() and int(raw) > 0:
         return int(raw)
     return max(1, min(4, os.cpu_count() or 1))

@@ -20,7 +20,7 @@ import sys
 import warnings
 from typing import Callable, Iterable, Protocol
 
-from ..fs.content import Spooled, held
+from ..fs.content import Data, Spooled, held
 
 PARALLEL_MIN = 8  # fewer unknown files than this are not worth starting worker processes for
 FORK_MIN_BYTES = 256 * 1024  # less source than this compiles faster than a fork
@@ -54,7 +54,7 @@ def checker_version(screen: Screen | None = None) -> str:
     return f"py{sys.version_info[0]}.{sys.version_info[1]}-pyflakes{flakes}{screened}-1"
 
 
-def check_key(source: bytes, filename: str) -> str:
+def check_key(source: Data, filename: str) -> str:
     """What the findings of a file depend on besides the checker: its bytes and its name (pyflakes
     defines `__path__` only in an `__init__.py`, and names the file in what it reports)."""
     if isinstance(source, Spooled):  # a large .py file: its bytes are checked whole, within IMGQUILT_IN_MEMORY_MAX
@@ -105,7 +105,7 @@ def python_errors(source: bytes, filename: str) -> set[str]:
     return {f"{type(m).__name__}: {m.message % m.message_args}" for m in w.messages if isinstance(m, kinds)}
 
 
-def located(source: bytes, path: str, findings: Iterable[str]) -> list[str]:
+def located(source: Data, path: str, findings: Iterable[str]) -> list[str]:
     """`path:LINE:COL: finding` for each finding in `source` (every place it occurs, 1-based columns).
 
     Findings are kept without positions (base and result compare, the cache is by content), so the
@@ -147,7 +147,7 @@ def _check_one(item: tuple[bytes, str]) -> list[str]:
     return sorted(python_errors(*item))
 
 
-def errors_of_many(contents: Iterable[tuple[bytes, str]], memo: Memo | None = None,
+def errors_of_many(contents: Iterable[tuple[Data, str]], memo: Memo | None = None,
                    screen: Screen | None = None) -> dict[str, set[str]]:
     """Findings of each (content, filename), keyed by check_key; each (content, name) checked once."""
     return start_errors_of_many(contents, memo, screen).result()
@@ -195,7 +195,7 @@ class PendingErrors:
             self._done = self.found
 
 
-def start_errors_of_many(contents: Iterable[tuple[bytes, str]], memo: Memo | None = None,
+def start_errors_of_many(contents: Iterable[tuple[Data, str]], memo: Memo | None = None,
                          screen: Screen | None = None) -> PendingErrors:
     """errors_of_many, begun: the memo is asked now, the rest runs until `result()`."""
     items: dict[str, tuple[bytes, str]] = {}

@@ -252,7 +252,8 @@ def _map_line(m: difflib.SequenceMatcher, line: int) -> int:
     for tag, i1, i2, j1, j2 in m.get_opcodes():
         if i1 <= i < i2 or (i1 == i2 == i):
             return j1 + (i - i1 if tag == "equal" else 0) + 1
-    return len(m.b) + 1
+    ops = m.get_opcodes()
+    return (ops[-1][4] if ops else 0) + 1  # past the end of the new text (j2 of the last opcode is len(b))
 
 
 def _imported_from(tree: ast.Module, name: str) -> str | None:

@@ -29,6 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
+from ..settings import current
 
 CODES = "F821,F822,F823"
 # defined for ruff (builtins, module globals of some Python) but undefined for pyflakes 3-4
@@ -113,7 +114,7 @@ class RuffScreen:
 
 def ruff_screen() -> RuffScreen | None:
     """The screen when ruff is installed and answers, else None (every file goes through pyflakes)."""
-    if os.environ.get("IMGQUILT_NO_RUFF"):
+    if current().no_ruff:
         return None
     exe = find_ruff()
     if exe is None:

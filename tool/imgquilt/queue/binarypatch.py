@@ -193,7 +193,7 @@ def apply_delta(base: bytes, delta: bytes) -> bytes:
             size = size or 0x10000
             if offset + size > len(base):
                 raise BinaryPatchError(0, "the binary delta copies past the end of the file.")
-            chunk = memoryview(base)[offset : offset + size]
+            chunk: bytes | memoryview = memoryview(base)[offset : offset + size]
         elif op:
             if pos + op > end:
                 raise BinaryPatchError(0, "the binary delta ends inside an insert instruction.")

@@ -91,7 +91,7 @@ def _temps(root: Path) -> list[Path]:
 
 
 def _dirs_below(top: Path) -> list[Path]:
-    out = []
+    out: list[Path] = []
     try:
         st = os.lstat(top)
     except OSError:

@@ -14,7 +14,9 @@ def find_queue(explicit: str | os.PathLike | None = None, cwd: Path | None = Non
         if not p.is_dir():
             raise QueueNotFound(f"Queue directory {str(p)!r} does not exist.")
         return p.resolve()
-    env = os.environ.get("IMGQUILT_QUEUE")
+    from ..settings import current
+
+    env = current().of("IMGQUILT_QUEUE")
     if env:
         p = Path(env)
         if not p.is_dir():

@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, replace
+from typing import Sequence
 from pathlib import Path
 
 
@@ -48,7 +49,7 @@ class Lock:
     def target(self, path: str) -> LockTarget | None:
         return next((t for t in self.targets if t.path == path), None)
 
-    def changed_patches(self, names: list[str], raws: list[Data]) -> tuple[list[str], list[str], list[str]] | None:
+    def changed_patches(self, names: list[str], raws: Sequence[Data]) -> tuple[list[str], list[str], list[str]] | None:
         """(patches whose file changed, patches new since, patches gone since) against what this lock was
         made from, in series order; None when the lock does not record its patches (an older imgquilt's)."""
         if not self.patch_sha256:
@@ -163,7 +164,7 @@ def read_note(root: Path) -> LockNote | None:
         return None
 
 
-def stale_lock_advice(lock: Lock, names: list[str], raws: list[Data], scope: str = "series", *, series_sha256: str = "",
+def stale_lock_advice(lock: Lock, names: list[str], raws: Sequence[Data], scope: str = "series", *, series_sha256: str = "",
                       note: LockNote | None = None, hand_edited: set[str] | None = None,
                       unchecked: set[str] | None = None) -> tuple[str, str]:
     """(what changed since the lock was made, and by whom, what to run): the real cause first.

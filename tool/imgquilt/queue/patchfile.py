@@ -219,7 +219,7 @@ def _same_file(name: str, path: str, side: str, diff_name: str, strip: int | Non
     if diff_name.startswith("/") or "\\" in diff_name or "\0" in diff_name or ".." in diff_name.split("/"):
         raise _bad(name, f"section {path!r}: the {side} name {diff_name!r} is unsafe (absolute, `..`, NUL or backslash).")
     p1 = diff_name.split("/", 1)[1] if "/" in diff_name else ""
-    wanted = {1: [p1], 0: [diff_name]}.get(strip, [p1, diff_name])
+    wanted = [p1] if strip == 1 else [diff_name] if strip == 0 else [p1, diff_name]
     for candidate in wanted:
         try:
             if candidate and check_member_path(candidate) == path:

@@ -5,7 +5,7 @@ import hashlib
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from ..fs.content import Data, chunks_of
 from ..util.regular import read_regular_file
@@ -15,7 +15,7 @@ from .patchfile import Patch, read_patch
 from .series import SeriesEntry, has_guards, parse_series, selected_entries, selection_text
 
 
-def series_sha256(series_bytes: bytes, patch_bytes: list[Data]) -> str:
+def series_sha256(series_bytes: bytes, patch_bytes: Sequence[Data]) -> str:
     """sha256 over the series file followed by every patch file, in series order."""
     h = hashlib.sha256(series_bytes)
     for b in patch_bytes:

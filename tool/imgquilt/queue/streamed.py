@@ -218,7 +218,7 @@ class StreamedHunks:
     def __bool__(self) -> bool:
         return self.n > 0
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         return self._values()[i]
 
     def __iter__(self) -> Iterator[Hunk]:
@@ -247,7 +247,7 @@ def hunk_events(hunks: Sequence[Hunk]) -> Iterator[Event]:
         return
     for i, h in enumerate(hunks):
         yield ("@", i, h.old_start, h.old_len, h.new_start, h.new_len)
-        kind, texts = None, []
+        kind, texts = None, []  # type: str | None, list[bytes]
         for ln in h.lines:
             if ln.kind != kind and texts:
                 yield (kind, b"".join(texts), len(texts))

@@ -14,7 +14,6 @@ import base64
 import binascii
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -114,7 +113,9 @@ def load_private_key(path: Path) -> PrivateKey:
     from cryptography.hazmat.primitives import serialization
 
     data = _read_key_file(path, "signing key")
-    password = os.environ.get(PASSWORD_ENV)
+    from ..settings import current
+
+    password = current().of(PASSWORD_ENV)
     try:
         try:
             key = serialization.load_pem_private_key(data, None)

@@ -34,7 +34,9 @@ _keys: dict[str, bytes] = {}
 
 def state_home() -> Path:
     """Where the key lives (see the module docstring for the order)."""
-    explicit = os.environ.get("IMGQUILT_STATE_DIR")
+    from ..settings import current
+
+    explicit = current().state_dir
     if explicit:
         return Path(explicit).absolute()
     xdg = os.environ.get("XDG_STATE_HOME")

@@ -11,7 +11,6 @@ byte at a time ends on time.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from contextlib import contextmanager
@@ -37,7 +36,9 @@ class DeadlinePolicy:
 
     @classmethod
     def from_env(cls) -> "DeadlinePolicy":
-        raw = os.environ.get(DEADLINE_ENV, "").strip()
+        from ...settings import current
+
+        raw = (current().of(DEADLINE_ENV) or "").strip()
         if not raw:
             return cls()
         try:

@@ -12,7 +12,6 @@ private temp directory (blob_memo) that the later listings read.
 from __future__ import annotations
 
 import atexit
-import os
 import threading
 from collections import Counter
 from functools import cached_property
@@ -39,7 +38,9 @@ _pool_lock = threading.Lock()
 
 def tls_verify() -> bool | None:
     """IMGQUILT_TLS_VERIFY=false lets any registry be reached without TLS verification (or over HTTP)."""
-    raw = os.environ.get(TLS_ENV, "").strip().lower()
+    from ...settings import current
+
+    raw = (current().tls_verify or "").strip().lower()  # --tls-verify, else IMGQUILT_TLS_VERIFY
     if raw in ("", "true", "1", "yes"):
         return None  # verify, except loopback and registries.conf `insecure = true`
     if raw in ("false", "0", "no"):
@@ -75,6 +76,7 @@ class RegistryLayer:
 
     location = None  # no file: nothing a sink can link, nothing VerifiedBlobs can remember
     verify = "blob"
+    on_download = None  # the progress of its download (image.sources.OnDownload), given by its ImageSource
 
     def __init__(self, client: RegistryClient, repository: str, descriptor: Descriptor, diff_id: str,
                  memo: blob_memo.BlobMemo | None = None) -> None:
@@ -99,10 +101,8 @@ class RegistryLayer:
     def _download(self):
         d = self.descriptor
         stream = self.client.open_blob(self.repository, d.digest, size=d.size, what=self.what)
-        from . import on_download  # the progress hook (image.sources), read when the download starts
-
-        if on_download is not None:
-            stream.on_bytes = on_download(self.what, d.size)
+        if self.on_download is not None:
+            stream.on_bytes = self.on_download(self.what, d.size)
         return stream
 
     def _local_copy(self) -> BlobLayer | None:

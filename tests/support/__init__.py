@@ -1,0 +1,1 @@
+"""Helpers shared by the test modules: the marker rules, the tool table, the strace kill-point harness."""
