@@ -48,7 +48,7 @@ class PythonChecks(Protocol):
     def check(self, files: Sequence[tuple[str, str, Any, Any]], image_view: Any, base_view: Any, *,
               changed: Sequence[tuple[str, Any, Any]], lines: dict[str, list[bytes]] | None = None) -> list[Any]: ...
 
-    def culprit(self, steps: list[tuple[str, Data | None]], resolved: str, finding: Any, place: Any,
+    def culprit(self, steps: Sequence[tuple[str, Data | None]], resolved: str, finding: Any, place: Any,
                 patched_by: dict[str, str]) -> str: ...
 
 

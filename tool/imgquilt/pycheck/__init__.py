@@ -76,7 +76,7 @@ class Checks:
               changed: Sequence[tuple[str, Any, Any]], lines: dict[str, list[bytes]] | None = None) -> list[FileFindings]:
         return check(files, image_view, base_view, changed=changed, lines=lines, memo=self.memo)
 
-    def culprit(self, steps: list[tuple[str, Data | None]], resolved: str, finding: Any, place: Any,
+    def culprit(self, steps: Sequence[tuple[str, Data | None]], resolved: str, finding: Any, place: Any,
                 patched_by: dict[str, str]) -> str:
         """The patch that brought `finding` (see crosscheck.culprit)."""
         from .crosscheck import culprit
