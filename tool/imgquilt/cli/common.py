@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import ImgquiltError, QueueNotFound, UsageError
+from ..util.shown import shown, shown_lines  # noqa: F401  (shown: the rule every command module uses)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -145,22 +146,17 @@ def defuse(text: str) -> str:
     return text.replace("##[", "#\\#[") if "##[" in text else text
 
 
-def shown(name: str) -> str:
-    """A name for a table cell or one line: control characters (a newline, a tab) written as escapes."""
-    if name.isprintable():
-        return name
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
-
-
 def say(text: str) -> None:
-    """One plain line on stdout (no markup, no wrapping); never a workflow command (defuse)."""
+    """One plain line on stdout (no markup, no wrapping); never a workflow command (defuse), never a
+    terminal escape (shown_lines: what a queue, a lock, an image or a registry put in it is escaped)."""
     raw_say(defuse(text))
 
 
 def raw_say(text: str) -> None:
-    """A line exactly as given: only for annotate()'s workflow commands, escaped by GitHub's rules."""
+    """A line as given (annotate()'s workflow commands, escaped by GitHub's rules), control characters
+    but its line breaks and tabs escaped (util.shown)."""
     _bars_off()
-    sys.stdout.write(text + "\n")
+    sys.stdout.write(shown_lines(text) + "\n")
 
 
 def _bars_off() -> None:
@@ -169,10 +165,10 @@ def _bars_off() -> None:
 
 
 def note(text: str) -> None:
-    """One plain line on stderr; never a workflow command (defuse)."""
+    """One plain line on stderr; never a workflow command (defuse), never a terminal escape (shown_lines)."""
     _bars_off()
     sys.stdout.flush()
-    sys.stderr.write(defuse(text) + "\n")
+    sys.stderr.write(defuse(shown_lines(text)) + "\n")
 
 
 def write_bytes(data: bytes) -> None:
@@ -218,7 +214,7 @@ def table(title: str | None, columns: list[str], rows: list[list[str | tuple[str
     from rich.table import Table
     from rich.text import Text
 
-    t = Table(title=Text(title) if title else None, title_justify="left")
+    t = Table(title=Text(shown(title)) if title else None, title_justify="left")
     for c in columns:
         t.add_column(c, overflow="fold")
     for row in rows:

@@ -22,6 +22,7 @@ from ..queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
 from ..queue.patchfile import FileSection, Patch
 from ..queue.queue import Queue
 from ..store import remember_named
+from ..util.shown import shown_env
 
 LIVE = "live"
 PENDING = "pending"
@@ -639,7 +640,7 @@ def not_in_state(report: AuditReport, want: str, *, strict: bool = False) -> Not
     unset = report.env.missing if report.env is not None and want == LIVE else []
     whose = f" of profile {report.profile}" if report.profile else ""
     if unset and not failing:
-        keys = "; ".join(f"{k}={v} (the image has {'no ' + k if got is None else k + '=' + got})" for k, v, got in unset)
+        keys = "; ".join(f"{shown_env(k, v)} (the image has {shown_env(k, got)})" for k, v, got in unset)
         return NotLive(f"Every patch{whose} is live, but the image's Env lacks {len(unset)} of its default(s): {keys}.",
                        hint="Apply the profile again (`imgquilt apply --profile NAME --output-image REF`) to set them.")
     if not failing and strict and cannot_tell(report):
@@ -661,5 +662,5 @@ def not_in_state(report: AuditReport, want: str, *, strict: bool = False) -> Not
     if want == LIVE and RESTART_PENDING in states and report.process is not None:
         hint += f"\nRestart process {report.process.pid} to run the patched files."
     if unset:
-        names += "; the image's Env lacks " + ", ".join(f"{k}={v}" for k, v, _ in unset)
+        names += "; the image's Env lacks " + ", ".join(shown_env(k, v) for k, v, _ in unset)
     return NotLive(f"{len(failing)} of {len(report.patches)} patch(es){whose} are not {want}: {names}.", hint=hint)
