@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import ImgquiltError, QueueNotFound, UsageError
-from ..util.shown import shown, shown_lines  # noqa: F401  (shown: the rule every command module uses)
+from ..util.shown import shown, shown_lines  # shown: the one rule every command module uses
 
 if TYPE_CHECKING:
     from rich.console import Console
