@@ -30,7 +30,7 @@ def overlay_args_cmd(
 
     \b
     Examples:
-      podman create $(imgquilt overlay-args out/overlay) IMAGE
+      eval "podman create $(imgquilt overlay-args out/overlay) IMAGE"
       eval "docker run $(imgquilt overlay-args out/overlay --format docker) IMAGE"
       imgquilt overlay-args out/overlay --format k8s >> pod-patch.yaml
     """
