@@ -187,6 +187,11 @@ class GitMissing(BadInput):
     """`git` is not on PATH, and rebase (merge-file) or audit --history needs it."""
 
 
+class SpoolFull(BadInput):
+    """The directory imgquilt sets large contents aside in (IMGQUILT_SPOOL_DIR, the queue's .imgquilt/tmp,
+    else the system's temp) has no room left: named as such, never as a read error of what was read."""
+
+
 class TooLargeToHold(BadInput):
     """A step needs a file whole in memory (the Python check, a merge, a diff) and it is larger than
     IMGQUILT_IN_MEMORY_MAX (docs/performance.md)."""

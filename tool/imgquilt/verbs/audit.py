@@ -16,7 +16,7 @@ from ..engine.apply import HunkError, apply_hunks, reverse_hunks
 from ..engine.bytecode import CANNOT_TELL, STALE, Seen, Verdict, find_bytecode, is_python_source, judge
 from ..engine.record import read_record_target
 from ..engine.result import RECORD_PATH
-from ..errors import BadImage, BadInput, NotLive
+from ..errors import BadImage, BadInput, NotLive, SpoolFull
 from ..fs.types import ImageInfo, Source, TargetFile, read_targets
 from ..queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
 from ..queue.patchfile import FileSection, Patch
@@ -391,8 +391,8 @@ def _read(source: Source, paths: list[str], links: Collection[str] = ()) -> tupl
     container's root is reported on, not refused."""
     try:
         return read_targets(source, paths, links), {}
-    except BadImage:
-        raise  # the image itself cannot be read: that is an error, not a state
+    except (BadImage, SpoolFull):
+        raise  # the image itself cannot be read, or imgquilt has no room to read it: an error, not a state
     except BadInput:
         pass
     targets: dict[str, TargetFile] = {}
@@ -400,7 +400,7 @@ def _read(source: Source, paths: list[str], links: Collection[str] = ()) -> tupl
     for p in paths:
         try:
             targets.update(read_targets(source, [p], links))
-        except BadImage:
+        except (BadImage, SpoolFull):
             raise
         except BadInput as exc:
             targets[p] = TargetFile(p, p, None)
