@@ -131,3 +131,51 @@ def test_an_image_reference_with_escapes_is_shown_escaped_in_progress_lines(worl
     r = imgquilt("--progress=plain", "audit", "--expect", "pending", cwd=q, env=env)
     text = clean(r)
     assert "imgquilt: reading " in text and "img\\x1b[2J" in text, text
+
+
+# --- the importer, fed a hostile series ----------------------------------------------------------------
+DIFF = b"--- a/etc/app.conf\n+++ b/etc/app.conf\n@@ -1 +1 @@\n-workers = 2\n+workers = 8\n"
+GIT = b"diff --git a/etc/app.conf b/etc/app.conf\n"
+MAIL = b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\nFrom: E <e@example.org>\n"
+HOSTILE = {  # name: (the patch file, the exit codes `import FILE` and `import --series` may give)
+    "topgit-trailer": (DIFF + b"-- \ntg: (3f0a1b2..) t/\x1b[2Jevil\x1b]0;x\x07 (depends on: master)\n", (0, 0)),
+    "topgit-header": (b"From: \x1b[31mEvil <e@x>\nSubject: [PATCH] t/\x1b[2Jfix\n\nTopGit-patch \x1b[2J\n\n---\n" + DIFF
+                      + b"-- \ntg: (3f0a1b2..) t/x\n", (0, 0)),
+    "cover-letter": (MAIL + b"Subject: [PATCH 0/2] \x1b[2Jcover \x1b]0;t\x07\n\n*** BLURB \x1b[31m ***\n\n-- \n2.40\n\n"
+                     + MAIL + b"Subject: [PATCH 1/2] \x1b[2Jreal\n\n---\n" + GIT + DIFF
+                     + MAIL + b"Subject: [PATCH 2/2] \x1b]0;x\x07two\n\n---\n" + b"--- a/etc/new\n+++ b/etc/new\n@@ -0,0 +1 @@\n+n\n",
+                     (0, 0)),
+    "binary-no-content": (b"diff --git a/etc/app\x1b[2J.conf b/etc/app\x1b[2J.conf\nindex 1234567..89abcde 100644\n"
+                          b"Binary files a/etc/app\x1b[2J.conf and b/etc/app\x1b[2J.conf differ\n", (6, 6)),
+    "binary-new-no-content": (b'diff --git "a/etc/n\\033[2Jew" "b/etc/n\\033[2Jew"\nnew file mode 100644\nindex 0000000..89abcde\n'
+                              b'Binary files /dev/null and "b/etc/n\\033[2Jew" differ\n', (6, 0)),
+    "index-escape": (GIT + b"index 1234567..\x1b[2Jabcdef 100644\n" + DIFF, (0, 0)),
+    "index-endless": (GIT + b"index " + b"a" * 5000 + b".." + b"b" * 5000 + b" 100644\n" + DIFF, (0, 0)),
+    "index-other-blob": (GIT + b"index 1234567..89abcde 100644\n" + DIFF, (3, 0)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_the_importer_fed_a_hostile_series_shows_escapes_and_writes_only_the_queue(tmp_path: Path, cli_env, case: str) -> None:
+    from hostile import canary_dir, unchanged
+
+    data, codes = HOSTILE[case]
+    root = small_root(tmp_path / "root")
+    home = canary_dir(tmp_path)
+    up = tmp_path / "upstream"
+    up.mkdir()
+    (up / "fix.patch").write_bytes(data)
+    (up / "series").write_bytes(b"fix.patch\n")
+    for way, code in zip((["fix.patch"], ["--series", "series"]), codes):
+        q = empty_queue(tmp_path / f"queue-{way[0].strip('-')}")
+        with unchanged(root, home, up):
+            r = imgquilt("import", "--image", f"rootfs:{root}", *[str(up / w) if not w.startswith("-") else w for w in way],
+                         cwd=q, env=cli_env)
+        clean(r)
+        assert r.code == code, (way, r.out, r.err)
+        if code == 0:  # what was written stays in the queue, names from subjects made of safe characters
+            names = (q / "series").read_text().split()
+            assert names and all(n.isprintable() and "\x1b" not in n for n in names), names
+            assert all((q / "patches" / n).stat().st_size < 4096 for n in names)  # no endless index line kept
+        else:
+            assert (q / "series").read_bytes() == b"" and not (q / "patches").exists()
