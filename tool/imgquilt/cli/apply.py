@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING, Iterator, List, Optional
 
 import typer
 
-from ..errors import PythonCheckFailed, Refused, UsageError
-from ..util.shown import shown, shown_env
+from ..errors import PythonCheckFailed, Refused, UsageError, shown, shown_env
 from . import listing
 from .annotations import Format, FormatOpt_help
 from .common import (G, ImageOpt, PlatformOpt, ProfileOpt, VerboseOpt, cache_dir, emit_json, load, note, open_ref, pick_ref,

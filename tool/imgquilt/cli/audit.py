@@ -9,8 +9,7 @@ import typer
 
 from . import audit_fleet as fleet_cli
 from .annotations import Format, FormatOpt_help, annotate
-from ..errors import NotLive, UsageError
-from ..util.shown import shown_env
+from ..errors import NotLive, UsageError, shown_env
 from .common import AUDIT_COLOR, G, ImageOpt, PlatformOpt, ProfileOpt, cache_dir, emit_outcome, load, open_ref, pick_ref, progress, say, table
 
 if TYPE_CHECKING:

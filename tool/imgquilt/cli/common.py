@@ -15,8 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import ImgquiltError, QueueNotFound, UsageError
-from ..util.shown import shown, shown_lines  # shown: the one rule every command module uses
+from ..errors import ImgquiltError, QueueNotFound, UsageError, shown, shown_lines  # shown: the one rule
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -154,7 +153,7 @@ def say(text: str) -> None:
 
 def raw_say(text: str) -> None:
     """A line as given (annotate()'s workflow commands, escaped by GitHub's rules), control characters
-    but its line breaks and tabs escaped (util.shown)."""
+    but its line breaks and tabs escaped (errors.shown)."""
     _bars_off()
     sys.stdout.write(shown_lines(text) + "\n")
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, TextIO
 
-from ..util.shown import shown
+from ..errors import shown
 
 MODES = ("never", "auto", "plain")
 TICK = 0.2  # seconds between redraws on a terminal

@@ -16,13 +16,12 @@ from ..engine.apply import HunkError, apply_hunks, reverse_hunks
 from ..engine.bytecode import CANNOT_TELL, STALE, Seen, Verdict, find_bytecode, is_python_source, judge
 from ..engine.record import read_record_target
 from ..engine.result import RECORD_PATH
-from ..errors import BadImage, BadInput, NotLive, SpoolFull
+from ..errors import BadImage, BadInput, NotLive, SpoolFull, shown_env
 from ..fs.types import ImageInfo, Source, TargetFile, read_targets
 from ..queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
 from ..queue.patchfile import FileSection, Patch
 from ..queue.queue import Queue
 from ..store import remember_named
-from ..util.shown import shown_env
 
 LIVE = "live"
 PENDING = "pending"

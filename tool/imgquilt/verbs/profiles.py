@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import UsageError
+from ..errors import UsageError, control_character
 from ..fs.types import Source
 from ..queue.lock import ENV_KEY, PROFILE_NAME, Lock, LockFile, read_lock_file
 from ..queue.queue import Queue
 from ..queue.series import check_guard_name
-from ..util.shown import control_character
 
 ALL = "all"
 PLACEHOLDER = "{profile}"
@@ -53,7 +52,7 @@ def check_profile_name(name: str) -> str:
 
 def parse_env(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
     """`--env KEY=VALUE` values: KEY a valid variable name ([A-Za-z_][A-Za-z0-9_]*), each once; VALUE
-    printable (no newline, tab or escape: util.shown)."""
+    printable (no newline, tab or escape: errors.shown)."""
     out: dict[str, str] = {}
     for item in items:
         key, eq, value = item.partition("=")

@@ -5,8 +5,7 @@ import json
 
 import httpx
 
-from ...errors import BadImage
-from ...util.shown import shown
+from ...errors import BadImage, shown
 
 
 def registry_messages(response: httpx.Response) -> str:
