@@ -105,14 +105,15 @@ _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # no room (a full disk, a quo
 def _anonymous_file() -> tuple[int, str]:
     """A new temp file with no name (O_TMPFILE; else made and unlinked at once), and the directory it is
     in: nothing to clean up, even after kill -9. O_TMPFILE files can still be linked into the store
-    (`Spooled.link_at`). A directory that refuses one (read-only, full, not there) gives way to the next."""
+    (`Spooled.link_at`). A directory that refuses one (read-only, full, not there, a loop of links) gives
+    way to the next."""
     last: OSError | None = None
     for d in _spool_dirs():
         try:
             return os.open(d, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600), d
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT, errno.EACCES,
-                                 errno.EPERM, errno.EROFS, errno.ENOTDIR, *_FULL):
+                                 errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.ELOOP, *_FULL):
                 raise
             last = exc
         try:
@@ -456,7 +457,9 @@ class SpoolWriter:
         except OSError as exc:
             if exc.errno in _FULL:  # the spool's own disk, not whatever was being read
                 raise spool_full(self._dir, exc, start + len(self._buf) - len(view)) from None
-            raise
+            code = errno.errorcode.get(exc.errno or 0, "error")
+            raise BadInput(f"Cannot write to the spool directory {self._dir}: {exc.strerror or exc} ({code}).",
+                           hint=f"Point {SPOOL_DIR_ENV} at a writable directory of your own, and run again.") from None
         finally:
             view.release()
         self._buf = bytearray()
