@@ -11,6 +11,10 @@ OUT=${2:-out}
 PYTHON=${PYTHON:-python3}
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
+# imgquilt's shared cache and its key (~/.cache/imgquilt, ~/.local/state/imgquilt) go below $OUT too:
+# the demo writes nothing in your home directory (README), and `make clean` takes all of it
+out_dir=$(cd "$OUT" && pwd)
+export IMGQUILT_CACHE_DIR="$out_dir/cache" IMGQUILT_STATE_DIR="$out_dir/state"
 
 if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold='' plain=''; fi  # no escape codes into a pipe or a log
 step() { printf '\n%s$ %s%s\n' "$bold" "$*" "$plain"; }

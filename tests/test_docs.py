@@ -2,6 +2,7 @@
 commands run as written, and the integration recipes use commands and options that exist."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -202,3 +203,34 @@ def test_the_error_tree_in_exit_codes_md_is_the_code() -> None:
         for name in re.findall(r"`(\w+)`", cells):
             listed[name] = int(code)
     assert {n: c.exit_code for n, c in classes.items() if n != "ImgquiltError"} == listed
+
+
+def test_every_overlay_args_example_keeps_a_path_with_a_space_whole(tmp_path: Path, cli_env) -> None:
+    """Each podman or docker line the docs (and `overlay-args --help`) show runs the arguments through
+    `eval`: an unquoted `$(imgquilt overlay-args DIR)` splits a path with a space into words. Each such
+    line, run by bash as written (podman and docker replaced by a program that prints its argv), gets
+    exactly the arguments `--json` lists, for an overlay below a directory with a space."""
+    help_text = imgquilt("overlay-args", "--help", cwd=tmp_path, env=cli_env, check=0).out
+    lines = [ln.strip() for page in PAGES for ln in page.read_text().splitlines()] + [ln.strip() for ln in help_text.splitlines()]
+    examples = [ln for ln in lines if "$(imgquilt overlay-args" in ln and "k8s" not in ln]
+    assert len(examples) >= 4, examples
+    q = copy_demo_queue(tmp_path / "clone")
+    overlay = tmp_path / "my fixes" / "overlay"
+    overlay.parent.mkdir()
+    imgquilt("apply", "--image", f"oci:{REPO}/examples/demo-image:latest", "--overlay", str(overlay), cwd=q, env=cli_env, check=0)
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    for tool in ("podman", "docker"):
+        (shim / tool).write_text(f'#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n')
+        (shim / tool).chmod(0o755)
+    (shim / "imgquilt").write_text(f'#!/bin/sh\nPYTHONPATH="{TOOL}" exec "{sys.executable}" -m imgquilt "$@"\n')
+    (shim / "imgquilt").chmod(0o755)
+    env = {**cli_env, "PATH": f"{shim}{os.pathsep}{cli_env['PATH']}"}
+    for line in examples:
+        command = re.sub(r"overlay-args [^\s)]+", lambda _: f"overlay-args {shlex.quote(str(overlay))}", line.split("  #")[0].strip())
+        done = subprocess.run(["bash", "-c", command], cwd=q, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, (line, done.stderr)
+        fmt = "docker" if "--format docker" in line else "podman"
+        want = json.loads(imgquilt("--json", "overlay-args", str(overlay), "--format", fmt, cwd=q, env=cli_env, check=0).out)["args"]
+        got = json.loads(done.stdout)
+        assert got[0] in ("create", "run") and got[1:-1] == want and got[-1] == "IMAGE", (line, got)

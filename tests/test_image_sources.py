@@ -330,6 +330,28 @@ def test_layer_with_wrong_digest(layout_copy, compression):
     assert top in exc.value.message and "does not match" in exc.value.message
 
 
+def test_digest_mismatch_is_constructed_in_one_helper():
+    """Safety code once (issue 35, point 8): every DigestMismatch, the TOC walk's included, is made by
+    image.digests.mismatch, so each one says the same thing the same way (exit 6, nothing used)."""
+    import ast
+
+    from imgquilt.image.digests import mismatch
+
+    made = []
+    tool = Path(__file__).resolve().parent.parent / "tool"
+    for path in sorted((tool / "imgquilt").rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "DigestMismatch":
+                        made.append(f"{path.relative_to(tool)}:{fn.name}")
+    assert sorted(set(made)) == ["imgquilt/image/digests.py:mismatch"], made
+    err = mismatch("The layer sha256:ab does not match its digest.", hint="Fetch it again.")
+    assert isinstance(err, DigestMismatch) and err.exit_code == 6
+    assert err.message == "The layer sha256:ab does not match its digest. Nothing from it was used." and err.hint == "Fetch it again."
+
+
 def test_corrupt_manifest_and_config(layout_copy):
     digest, m = manifest(layout_copy, "v2")
     flip_byte(blob_path(layout_copy, m["config"]["digest"]), 5)

@@ -84,3 +84,26 @@ def test_make_demo_says_where_the_command_is_and_writes_no_escape_codes_into_a_p
     assert b"\x1b" not in r.stdout
     assert r.stdout.decode().rstrip().endswith(f"The imgquilt command: {cmd} (run it by that path, or put imgquilt on "
                                                "PATH as docs/install.md shows)")
+
+
+def test_make_demo_writes_only_below_out_and_the_queues_state(tmp_path: Path) -> None:
+    """README: the demo writes only below out/ and .imgquilt/: imgquilt's shared cache and its key
+    included (not ~/.cache/imgquilt or ~/.local/state/imgquilt), and it leaves no temporary file."""
+    q = copy_demo_queue(tmp_path / "clone")
+    cmd = tmp_path / "bin/imgquilt"
+    cmd.parent.mkdir()
+    cmd.write_text(f'#!/bin/sh\nPYTHONPATH="{TOOL}" exec "{sys.executable}" -m imgquilt "$@"\n')
+    cmd.chmod(0o755)
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, HOME=str(tmp_path / "home"), PYTHON=sys.executable, TMPDIR=str(tmp_path / "tmp"))
+    for name in ("IMGQUILT_QUEUE", "IMGQUILT_CACHE_DIR", "IMGQUILT_STATE_DIR", "XDG_CACHE_HOME", "XDG_STATE_HOME"):
+        env.pop(name, None)  # as on a user's machine: imgquilt's defaults are the home directory's
+    before = {p for p in tmp_path.rglob("*")}
+    r = subprocess.run(["bash", "examples/demo.sh", str(cmd), "out"], cwd=q, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT)
+    assert r.returncode == 0, r.stdout.decode()[-3000:]
+    assert not (tmp_path / "home").exists()
+    assert not any((tmp_path / "tmp").iterdir())
+    new = {p.relative_to(q) for p in set(tmp_path.rglob("*")) - before}
+    assert new and all(p.parts[0] in ("out", ".imgquilt") for p in new), sorted(map(str, new))[:20]
+    assert (q / "out/cache").is_dir() and (q / "out/state").is_dir()

@@ -1,9 +1,43 @@
-"""The whole error tree of imgquilt; every class carries the exit code the CLI returns for it.
+"""The whole error tree of imgquilt; every class carries the exit code the CLI returns for it. And
+`shown()`, the one rule for showing a string imgquilt did not write (in a message or any output).
 
 Grouped as in docs/exit-codes.md: usage (2), refused (3), conflict (4), not live (5),
 bad input (6). Anything that is not an ImgquiltError is a bug (exit 1).
 """
 from __future__ import annotations
+
+
+# --- how a string imgquilt did not write is shown ----------------------------------------------
+# A patch or guard name from a cloned queue, a profile's `select` or env value from targets.lock, a
+# path or link target from an image, a registry's own words: one rule for every output. A character
+# that is not printable (ESC, a newline, a carriage return, a bidi override, a byte that is not UTF-8)
+# is written as its Python escape (`\x1b`, `\n`, `\u202e`, `\udcff`), so no input can colour, move or
+# clear the terminal, or start a line of its own; printable text is left as it is, so
+# shown(shown(s)) == shown(s). The CLI's output functions (plain lines, tables, error paragraphs,
+# progress lines) pass everything they print through shown_lines, which keeps only the line breaks
+# and tabs imgquilt writes itself; a value that may hold a newline (an env value of a hand-edited
+# lock) goes through shown where it is put in a line. The rule lives here, beside the errors whose
+# messages carry such strings, because the CLI starts without loading any module but these two.
+def shown(text: str, *, keep: str = "") -> str:
+    """`text` with every character that is not printable, apart from those in `keep`, as its escape."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def shown_lines(text: str) -> str:
+    """Text imgquilt prints (lines it wrote, values in them): `shown`, keeping its newlines and tabs."""
+    return shown(text, keep="\n\t")
+
+
+def control_character(text: str) -> str | None:
+    """The first character of `text` that `shown` would escape (None: it prints as it is)."""
+    return next((c for c in text if not c.isprintable()), None)
+
+
+def shown_env(key: str, value: str | None) -> str:
+    """`KEY=VALUE` of an env default or an image's Env (`no KEY` when unset), escaped as one word."""
+    return shown(f"no {key}" if value is None else f"{key}={value}")
 
 
 class ImgquiltError(Exception):
@@ -203,6 +237,11 @@ class RootWriteFailed(BadInput):
 
 class GitMissing(BadInput):
     """`git` is not on PATH, and rebase (merge-file) or audit --history needs it."""
+
+
+class SpoolFull(BadInput):
+    """The directory imgquilt sets large contents aside in (IMGQUILT_SPOOL_DIR, the queue's .imgquilt/tmp,
+    else the system's temp) has no room left: named as such, never as a read error of what was read."""
 
 
 class TooLargeToHold(BadInput):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Iterator, List, Optional
 
 import typer
 
-from ..errors import PythonCheckFailed, Refused, UsageError
+from ..errors import PythonCheckFailed, Refused, UsageError, shown, shown_env
 from . import listing
 from .annotations import Format, FormatOpt_help
 from .common import (G, ImageOpt, PlatformOpt, ProfileOpt, VerboseOpt, cache_dir, emit_json, load, note, open_ref, pick_ref,
@@ -78,8 +78,8 @@ def _say_locked(done) -> None:
     if done.profile is None:
         say(f"Pinned {done.targets} target(s) of {done.patches} patch(es) to {done.ref} ({done.digest}).")
         return
-    env = (", env " + " ".join(f"{k}={v}" for k, v in done.env)) if done.env else ""
-    say(f"Profile {done.profile} (selects {', '.join(done.select) or 'no guard'}{env}): pinned {done.targets} target(s) "
+    env = (", env " + " ".join(shown_env(k, v) for k, v in done.env)) if done.env else ""
+    say(f"Profile {done.profile} (selects {shown(', '.join(done.select)) or 'no guard'}{env}): pinned {done.targets} target(s) "
         f"of {done.patches} patch(es) to {done.ref} ({done.digest}).")
 
 
@@ -253,7 +253,7 @@ def _say_applied(done, verbose: bool, asked: dict) -> None:
         env = w.get("env")
         if env:
             replaced = env.get("replaced", {})
-            said = ", ".join(f"{k}={v}" + (f" (replaced the base's {k}={replaced[k]})" if k in replaced else "")
+            said = ", ".join(shown_env(k, v) + (f" (replaced the base's {shown_env(k, replaced[k])})" if k in replaced else "")
                              for k, v in env["set"].items())
             if kind == "overlay":
                 said += f" (in {env['file']}: start the container with them, `imgquilt overlay-args` adds them)"

@@ -9,7 +9,7 @@ import typer
 
 from . import audit_fleet as fleet_cli
 from .annotations import Format, FormatOpt_help, annotate
-from ..errors import NotLive, UsageError
+from ..errors import NotLive, UsageError, shown_env
 from .common import AUDIT_COLOR, G, ImageOpt, PlatformOpt, ProfileOpt, cache_dir, emit_outcome, load, open_ref, pick_ref, progress, say, table
 
 if TYPE_CHECKING:
@@ -79,9 +79,9 @@ def _say_env(report: AuditReport) -> None:
     if env.found is None:
         say(f"Env defaults of profile {report.profile} not checked: a root filesystem has no image config.")
     elif not env.missing:
-        say(f"Env: every default of profile {report.profile} is set ({', '.join(f'{k}={v}' for k, v in env.expected)}).")
+        say(f"Env: every default of profile {report.profile} is set ({', '.join(shown_env(k, v) for k, v in env.expected)}).")
     for k, v, got in env.missing:
-        say(f"  env not set: {k}={v} (the image has {'no ' + k if got is None else k + '=' + got})")
+        say(f"  env not set: {shown_env(k, v)} (the image has {shown_env(k, got)})")
 
 
 def _render(report: AuditReport | None, history, platform: str | None = None) -> None:

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import ImgquiltError, QueueNotFound, UsageError
+from ..errors import ImgquiltError, QueueNotFound, UsageError, shown, shown_lines  # shown: the one rule
 
 if TYPE_CHECKING:
     from ..settings import Settings
@@ -154,22 +154,17 @@ def defuse(text: str) -> str:
     return text.replace("##[", "#\\#[") if "##[" in text else text
 
 
-def shown(name: str) -> str:
-    """A name for a table cell or one line: control characters (a newline, a tab) written as escapes."""
-    if name.isprintable():
-        return name
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
-
-
 def say(text: str) -> None:
-    """One plain line on stdout (no markup, no wrapping); never a workflow command (defuse)."""
+    """One plain line on stdout (no markup, no wrapping); never a workflow command (defuse), never a
+    terminal escape (shown_lines: what a queue, a lock, an image or a registry put in it is escaped)."""
     raw_say(defuse(text))
 
 
 def raw_say(text: str) -> None:
-    """A line exactly as given: only for annotate()'s workflow commands, escaped by GitHub's rules."""
+    """A line as given (annotate()'s workflow commands, escaped by GitHub's rules), control characters
+    but its line breaks and tabs escaped (errors.shown)."""
     _bars_off()
-    sys.stdout.write(text + "\n")
+    sys.stdout.write(shown_lines(text) + "\n")
 
 
 def _bars_off() -> None:
@@ -178,10 +173,10 @@ def _bars_off() -> None:
 
 
 def note(text: str) -> None:
-    """One plain line on stderr; never a workflow command (defuse)."""
+    """One plain line on stderr; never a workflow command (defuse), never a terminal escape (shown_lines)."""
     _bars_off()
     sys.stdout.flush()
-    sys.stderr.write(defuse(text) + "\n")
+    sys.stderr.write(defuse(shown_lines(text)) + "\n")
 
 
 def write_bytes(data: bytes) -> None:
@@ -227,7 +222,7 @@ def table(title: str | None, columns: list[str], rows: list[list[str | tuple[str
     from rich.table import Table
     from rich.text import Text
 
-    t = Table(title=Text(title) if title else None, title_justify="left")
+    t = Table(title=Text(shown(title)) if title else None, title_justify="left")
     for c in columns:
         t.add_column(c, overflow="fold")
     for row in rows:

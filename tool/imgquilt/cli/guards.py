@@ -7,7 +7,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import UsageError
-from .common import G, emit_json, lock_json, patch_names, say, say_lock, tree
+from .common import G, emit_json, lock_json, patch_names, say, say_lock, shown, tree
 
 
 def _shown(guards: tuple[str, ...] | list[str]) -> str:
@@ -100,7 +100,7 @@ def select_cmd(
         return
     for p in popped:
         say(f"Removing patch {p}")
-    who = f"profile {current} (selects {', '.join(guards) or 'no guard'})" if current else "the default (no profile: no guard selected)"
+    who = f"profile {current} (selects {shown(', '.join(guards)) or 'no guard'})" if current else "the default (no profile: no guard selected)"
     say(f"The work tree follows {who}: {len(chosen)} of {len(every)} patch(es).")
     for n in every:
         if n not in chosen:

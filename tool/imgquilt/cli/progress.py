@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, TextIO
 
+from ..errors import shown
+
 MODES = ("never", "auto", "plain")
 TICK = 0.2  # seconds between redraws on a terminal
 FIRST_LINE_AFTER = 1.0  # off a terminal (auto): a layer read this long gets its lines
@@ -99,6 +101,7 @@ class Board:
 
     # --- tasks ---------------------------------------------------------------------------------
     def start(self, key: str, label: str, total: int | None) -> Task:
+        label = shown(label)  # an image reference from targets.lock, a digest from a registry: never an escape
         with self.lock:
             task = self.tasks.get(key)
             if task is None or task.finished is not None:

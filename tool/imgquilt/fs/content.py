@@ -29,7 +29,7 @@ import threading
 from pathlib import Path
 from typing import Iterator, Union
 
-from ..errors import BadInput, TooLargeToHold, UsageError
+from ..errors import BadInput, SpoolFull, TooLargeToHold, UsageError
 
 CHUNK = 1 << 20
 SPOOL_AT_ENV = "IMGQUILT_SPOOL_AT"
@@ -103,16 +103,21 @@ def _spool_dirs() -> list[str]:
     return dirs + [tempfile.gettempdir()]
 
 
-def _anonymous_file() -> int:
-    """A new temp file with no name (O_TMPFILE; else made and unlinked at once): nothing to clean up,
-    even after kill -9. O_TMPFILE files can still be linked into the store (`Spooled.link_at`)."""
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # no room (a full disk, a quota, RLIMIT_FSIZE)
+
+
+def _anonymous_file() -> tuple[int, str]:
+    """A new temp file with no name (O_TMPFILE; else made and unlinked at once), and the directory it is
+    in: nothing to clean up, even after kill -9. O_TMPFILE files can still be linked into the store
+    (`Spooled.link_at`). A directory that refuses one (read-only, full, not there, a loop of links) gives
+    way to the next."""
     last: OSError | None = None
     for d in _spool_dirs():
         try:
-            return os.open(d, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            return os.open(d, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600), d
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT, errno.EACCES,
-                                 errno.EPERM, errno.EROFS, errno.ENOTDIR):
+                                 errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.ELOOP, *_FULL):
                 raise
             last = exc
         try:
@@ -121,9 +126,22 @@ def _anonymous_file() -> int:
             last = exc
             continue
         os.unlink(name)
-        return fd
+        return fd, d
+    if last is not None and last.errno in _FULL:
+        raise spool_full(", ".join(_spool_dirs()), last, 0)
     raise BadInput(f"imgquilt found no directory to spool a large file into ({last}).",
                    hint=f"Set {SPOOL_DIR_ENV} to a writable directory with room for the file.")
+
+
+def spool_full(where: str, exc: OSError, written: int) -> SpoolFull:
+    """No room to set a large content aside in `where` (the spool directory, or each one tried)."""
+    code = errno.errorcode.get(exc.errno or 0, "error")
+    done = f" after {written} bytes" if written else ""
+    return SpoolFull(f"The spool directory {where} is full ({code}{done}): imgquilt sets aside there each "
+                     f"content larger than {SPOOL_AT_ENV} ({spool_at()} bytes) while it works, and there is no "
+                     "room for this one (what it was reading is not at fault).",
+                     hint=f"Free space there, or point {SPOOL_DIR_ENV} at a directory with room for the largest "
+                          "file the command reads or writes, and run again.")
 
 
 class _Backing:
@@ -406,6 +424,7 @@ class SpoolWriter:
         self._at = spool_at() if at is None else at
         self._buf = bytearray()
         self._fd = -1
+        self._dir = ""
         self._hash = hashlib.sha256()
         self.size = 0
 
@@ -431,13 +450,22 @@ class SpoolWriter:
 
     def _flush(self) -> None:
         if self._fd < 0:
-            self._fd = _anonymous_file()
+            self._fd, self._dir = _anonymous_file()
         view = memoryview(self._buf)
         self._hash.update(view)
+        start = self.size
         self.size += len(view)
-        while view:
-            view = view[os.write(self._fd, view):]
-        view.release()
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+        except OSError as exc:
+            if exc.errno in _FULL:  # the spool's own disk, not whatever was being read
+                raise spool_full(self._dir, exc, start + len(self._buf) - len(view)) from None
+            code = errno.errorcode.get(exc.errno or 0, "error")
+            raise BadInput(f"Cannot write to the spool directory {self._dir}: {exc.strerror or exc} ({code}).",
+                           hint=f"Point {SPOOL_DIR_ENV} at a writable directory of your own, and run again.") from None
+        finally:
+            view.release()
         self._buf = bytearray()
 
     def finish(self) -> Data:

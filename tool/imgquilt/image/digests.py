@@ -57,12 +57,17 @@ def verify_digest(expected: str, hexdigest: str, *, what: str, where: str | None
     if actual == expected and (copy is None or read == copy.size):
         return
     if copy is not None:
-        message = (f"The {what} {expected} does not match its descriptor "
-                   f"(read {read} bytes with digest {actual}, expected {copy.size} bytes).")
-        default_hint = copy.hint
-    else:
-        subject = (f"The {what} {expected} at {where} does not match its digest" if where is not None
-                   else f"The {what} does not match its digest {expected}")
-        message = f"{subject}: its bytes hash to {actual}. Nothing from it was used."
-        default_hint = "The image is corrupt or was modified; fetch or copy it again."
-    raise DigestMismatch(message, hint=hint if hint is not None else default_hint)
+        raise mismatch(f"The {what} {expected} does not match its descriptor (read {read} bytes with digest "
+                       f"{actual}, expected {copy.size} bytes).", hint=hint if hint is not None else copy.hint,
+                       used_nothing=False)
+    subject = (f"The {what} {expected} at {where} does not match its digest" if where is not None
+               else f"The {what} does not match its digest {expected}")
+    raise mismatch(f"{subject}: its bytes hash to {actual}.",
+                   hint=hint if hint is not None else "The image is corrupt or was modified; fetch or copy it again.")
+
+
+def mismatch(subject: str, *, hint: str, used_nothing: bool = True) -> DigestMismatch:
+    """The one constructor of DigestMismatch (exit 6): `subject` says which bytes are not what vouches for
+    them (their digest, their descriptor, the walk of the tar stream a TOC was checked against); the
+    message ends by saying nothing from them was used (a copy's hint says what became of the output)."""
+    return DigestMismatch(subject + (" Nothing from it was used." if used_nothing else ""), hint=hint)

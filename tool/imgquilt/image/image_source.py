@@ -47,12 +47,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Collection, Sequence
 
 from ..cache.layers import LayerCache
-from ..errors import BadImage, BadInput, DigestMismatch, UsageError
+from ..errors import BadImage, BadInput, UsageError
 from ..fs.content import copy_to_spool, spool_at
 from ..fs.paths import check_member_path
 from ..fs.resolve import resolve
 from ..fs.types import DirListing, DirMeta, ImageInfo, Node, TargetFile
-from .digests import sha256_digest
+from .digests import mismatch, sha256_digest
 from .mediatypes import compression_of
 from .layers.blob_layer import BlobLayer
 from .layers.blobio import FileRange, HashingRange, VerifiedBlobs, fingerprint
@@ -611,9 +611,9 @@ class ImageSource:
             self.stats.files_by_range += 1
             data = run_bytes(rec.extent[1][0], fetched, ref.compression) if rec.extent[1] else b""
             if data is None:
-                raise DigestMismatch(
+                raise mismatch(
                     f"The bytes of member {rec.ordinal} of the {self._what(position)} (fetched by range) do not "
-                    "decompress to what the walk of its tar stream found. Nothing from it was used.",
+                    "decompress to what the walk of its tar stream found.",
                     hint="The blob was altered, the registry served other bytes, or the layer's TOC says a run of "
                          "its frames holds less than it does.")
             if hashlib.sha256(data).hexdigest() != rec.extent[0]:
@@ -756,9 +756,9 @@ class ImageSource:
                         if (entry.offset, entry.size) != (rec.offset, rec.size):
                             # the index was not made from this stream (a seekable layer's walk skipped data that
                             # held more than its TOC said): nothing from it is used
-                            raise DigestMismatch(f"Member {rec.ordinal} of the {what} is not where the walk of the "
-                                                 "layer by its TOC found it. Nothing from it was used.",
-                                                 hint="The layer's TOC says a run of its frames holds less than it does.")
+                            raise mismatch(f"Member {rec.ordinal} of the {what} is not where the walk of the layer "
+                                           "by its TOC found it.",
+                                           hint="The layer's TOC says a run of its frames holds less than it does.")
                         found[entry.ordinal] = walker.read_content()
                     elif also and entry.type in ("0", "\0") and not entry.sparse and index is not None:
                         path = _member_path_or_none(entry.name)

@@ -26,7 +26,9 @@ def _intro_line(ln: bytes) -> bool:
 
 
 _GIT_MODE = re.compile(rb"^[0-7]{6}$")
-_INDEX = re.compile(rb"^([0-9a-f]+)\.\.([0-9a-f]+)(?: +([0-7]{6}))?\s*$")
+# git's `index OLD..NEW [MODE]`: blob names of at most 64 hex digits (an abbreviation, SHA-1 or SHA-256); a
+# line that is not one (longer names, other characters) is ignored, as `git apply` ignores it
+_INDEX = re.compile(rb"^([0-9a-f]{1,64})\.\.([0-9a-f]{1,64})(?: +([0-7]{6}))?\s*$")
 
 
 def _git_mode(value: bytes, key: bytes, source: str, line: int) -> int:

@@ -327,11 +327,14 @@ def _parse_pin(doc: dict) -> Lock:
     img = doc["image"]
     if not isinstance(img, dict):
         raise ValueError("[image] must be a table")
+    ref = img["ref"]
+    if not isinstance(ref, str) or not ref.strip():  # an image reference is a word, never taken from a number
+        raise ValueError(f"[image] ref must be an image reference (a non-empty string), not {ref!r}")
     info = ImageInfo(
-        ref=str(img["ref"]),
+        ref=ref,
         digest=str(img.get("digest") or "") or None,
         platform=img.get("platform"),
-        kind="rootfs" if str(img["ref"]).startswith("rootfs:") else "image",
+        kind="rootfs" if ref.startswith("rootfs:") else "image",
     )
     targets = tuple(
         LockTarget(

@@ -18,7 +18,7 @@ from ..pycheck import judge_bytecode as judge
 from ..pycheck.bytecode import CANNOT_TELL, STALE, Seen, Verdict
 from ..engine.record import read_record_target
 from ..engine.result import RECORD_PATH
-from ..errors import BadImage, BadInput, NotLive
+from ..errors import BadImage, BadInput, NotLive, SpoolFull, shown_env
 from ..fs.types import ImageInfo, Source, TargetFile, read_targets
 from ..queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
 from ..queue.patchfile import FileSection, Patch
@@ -392,8 +392,8 @@ def _read(source: Source, paths: list[str], links: Collection[str] = ()) -> tupl
     container's root is reported on, not refused."""
     try:
         return read_targets(source, paths, links), {}
-    except BadImage:
-        raise  # the image itself cannot be read: that is an error, not a state
+    except (BadImage, SpoolFull):
+        raise  # the image itself cannot be read, or imgquilt has no room to read it: an error, not a state
     except BadInput:
         pass
     targets: dict[str, TargetFile] = {}
@@ -401,7 +401,7 @@ def _read(source: Source, paths: list[str], links: Collection[str] = ()) -> tupl
     for p in paths:
         try:
             targets.update(read_targets(source, [p], links))
-        except BadImage:
+        except (BadImage, SpoolFull):
             raise
         except BadInput as exc:
             targets[p] = TargetFile(p, p, None)
@@ -641,7 +641,7 @@ def not_in_state(report: AuditReport, want: str, *, strict: bool = False) -> Not
     unset = report.env.missing if report.env is not None and want == LIVE else []
     whose = f" of profile {report.profile}" if report.profile else ""
     if unset and not failing:
-        keys = "; ".join(f"{k}={v} (the image has {'no ' + k if got is None else k + '=' + got})" for k, v, got in unset)
+        keys = "; ".join(f"{shown_env(k, v)} (the image has {shown_env(k, got)})" for k, v, got in unset)
         return NotLive(f"Every patch{whose} is live, but the image's Env lacks {len(unset)} of its default(s): {keys}.",
                        hint="Apply the profile again (`imgquilt apply --profile NAME --output-image REF`) to set them.")
     if not failing and strict and cannot_tell(report):
@@ -663,5 +663,5 @@ def not_in_state(report: AuditReport, want: str, *, strict: bool = False) -> Not
     if want == LIVE and RESTART_PENDING in states and report.process is not None:
         hint += f"\nRestart process {report.process.pid} to run the patched files."
     if unset:
-        names += "; the image's Env lacks " + ", ".join(f"{k}={v}" for k, v, _ in unset)
+        names += "; the image's Env lacks " + ", ".join(shown_env(k, v) for k, v, _ in unset)
     return NotLive(f"{len(failing)} of {len(report.patches)} patch(es){whose} are not {want}: {names}.", hint=hint)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import UsageError
+from ..errors import UsageError, control_character
 from ..fs.types import Source
 from ..queue.lock import ENV_KEY, PROFILE_NAME, Lock, LockFile, read_lock_file
 from ..queue.queue import Queue
@@ -52,7 +52,8 @@ def check_profile_name(name: str) -> str:
 
 
 def parse_env(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """`--env KEY=VALUE` values: KEY a valid variable name ([A-Za-z_][A-Za-z0-9_]*), each once."""
+    """`--env KEY=VALUE` values: KEY a valid variable name ([A-Za-z_][A-Za-z0-9_]*), each once; VALUE
+    printable (no newline, tab or escape: errors.shown)."""
     out: dict[str, str] = {}
     for item in items:
         key, eq, value = item.partition("=")
@@ -63,6 +64,11 @@ def parse_env(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
                              hint="A name is letters, digits and `_`, not starting with a digit (as a shell takes it).")
         if "\0" in value:
             raise UsageError(f"--env {key}: a value cannot hold a NUL byte.")
+        bad = control_character(value)
+        if bad is not None:  # it would print as a line of its own, or move the terminal, wherever the value is shown
+            raise UsageError(f"--env {key}: the value holds {bad!r}, a control character; an environment default "
+                             "imgquilt writes into images is one line of printable text.",
+                             hint=f"Give {key} a value without newlines, tabs or escape sequences.")
         if key in out and out[key] != value:
             raise UsageError(f"--env sets {key} twice ({out[key]!r} and {value!r}).")
         out[key] = value

@@ -22,7 +22,7 @@ from typing import Callable
 
 import httpx
 
-from ...errors import BadImage
+from ...errors import BadImage, shown
 from .credentials import Credentials
 from .problems import registry_messages
 
@@ -129,7 +129,7 @@ class Authenticator:
             headers["Authorization"] = basic_header(self.credentials)
         response = self._send(self._build("GET", realm, params=params, headers=headers), body_cap=TOKEN_CAP)
         if response.status_code != 200:
-            said = registry_messages(response) or response.text[:300].strip()
+            said = registry_messages(response) or shown(response.text[:300].strip())  # its words, one line
             who = f"the credentials from {self.credentials.source}" if self.credentials else "anonymous access"
             raise BadImage(
                 f"The token service of {self.registry} ({realm}) refused {who} for {' '.join(scopes)} "

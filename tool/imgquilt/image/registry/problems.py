@@ -5,7 +5,7 @@ import json
 
 import httpx
 
-from ...errors import BadImage
+from ...errors import BadImage, shown
 
 
 def registry_messages(response: httpx.Response) -> str:
@@ -24,7 +24,7 @@ def registry_messages(response: httpx.Response) -> str:
             code, message = e.get("code"), e.get("message")
             parts.append(": ".join(str(p) for p in (code, message) if p))
     said = "; ".join(p for p in parts if p)[:1000]
-    return said if said.isprintable() else said.encode("unicode_escape").decode("ascii")
+    return shown(said)
 
 
 def http_problem(response: httpx.Response, *, what: str, registry: str, credentials_source: str | None) -> BadImage:
