@@ -97,6 +97,7 @@ def successes(tmp_path_factory, env) -> list[tuple[str, tuple[str, ...], Run]]:
     run("overlay-args", str(tmp / "overlay"), "--format", "k8s")
     run("audit", "--image", f"oci:{tmp}/out:patched")
     run("audit", "--root", str(old), "--expect", "pending", "--history")
+    run("boot", "--root", str(old))  # the demo root has no Python: every patch "cannot tell", exit 0
     run("series")
     run("applied")
     run("unapplied")

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Applied", "Audit", "CheckResult", "Initialized", "Locked", "Progress", "RebaseAborted",
-    "apply", "apply_profiles", "audit", "audit_profiles", "check", "diff_upstream", "import_items", "import_patches", "init",
+    "apply", "apply_profiles", "audit", "audit_profiles", "boot", "check", "diff_upstream", "import_items", "import_patches", "init",
     "load_queue", "lock", "lock_profiles", "overlay_args", "profiles", "rebase", "rebase_abort", "rebase_continue",
     "rebase_in_progress", "rebase_skip", "rebase_status", "restore", "reverse", "verify",
 ]
@@ -767,6 +767,22 @@ def overlay_args(overlay: str | os.PathLike[str], format: str = "podman") -> lis
         raise UsageError(f"Unknown format {format!r}: use one of {', '.join(MOUNT_FORMATS)}.")
     mounts = read_mounts(Path(overlay))
     return k8s_volumes(mounts) if format == "k8s" else mount_args(mounts, format)
+
+
+def boot(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, root: str | os.PathLike[str] | None = None,
+         platform: str | None = None, profile: str | None = None, timeout: float = 120.0, memory: int | None = None,
+         command: Sequence[str] = (), mount_queue: str | None = None, progress: Progress | None = None,
+         on_probe: Callable[[str], None] | None = None):
+    """Import every module the queue patches with the image's own Python in a sandbox, on the base
+    and on the patched tree (docs/boot.md); returns a verbs.boot.BootReport (`.failure()` is the
+    refusal, exit 3, when a patch fails). `root`: an extracted root filesystem, read only; else
+    `image` (else the one targets.lock pins), its filesystem materialized once in the shared cache."""
+    from .verbs.boot import boot_queue
+
+    return boot_queue(load_queue(queue), image=image, root=Path(root) if root is not None else None, platform=platform,
+                      profile=profile, timeout=timeout, memory=memory, command=tuple(command), mount_queue=mount_queue,
+                      progress=progress, on_probe=on_probe, open_ref=open_ref, pick_ref=pick_ref,
+                      image_bytes=lambda q, lock: _image_bytes(q, lock, platform, progress))
 
 
 def rebase_status(queue: str | os.PathLike[str] | None = None) -> RebaseReport:
