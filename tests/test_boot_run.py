@@ -223,3 +223,48 @@ def test_no_command_on_the_path_is_bad_input(root: Path, tmp_path: Path, cli_env
     q = _queue(tmp_path / "q", [SHAPES[3]])
     r = imgquilt("boot", "--root", str(root), "--", "no-such-tool", cwd=q, env=cli_env, check=6)
     assert "'no-such-tool' is not on the image's PATH" in r.err
+
+
+@pytest.fixture(scope="module")
+def layout(base_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An OCI image of the root: the Debian Python in one layer, the packages in another; its config's
+    Env names the PATH (umoci's default config has one)."""
+    from imagetools import build_oci
+
+    tmp = tmp_path_factory.mktemp("image")
+    os_layer = tmp / "os"
+    shutil.copytree(base_root, os_layer, symlinks=True, ignore=shutil.ignore_patterns("dist-packages"))
+    pkgs = tmp / "pkgs"
+    shutil.copytree(base_root / DIST, pkgs / DIST)
+    return build_oci(tmp / "layout", [os_layer, pkgs])
+
+
+def test_the_same_verdicts_on_the_image_unpacked_once_in_the_cache(layout: Path, tmp_path: Path, cli_env) -> None:
+    q = _queue(tmp_path / "q")
+    before = tree_hash(layout)
+    ref = f"oci:{layout}:latest"
+    doc = json.loads(imgquilt("boot", "--image", ref, "--format", "json", cwd=q, env=cli_env, check=3).out)
+    validator("boot", "result").validate(doc)
+    assert _verdicts(doc) == {"0001-cycle.patch": "fails", "0002-env.patch": "fails", "0003-cext.patch": "fails",
+                              "0004-fine.patch": "boots", "0005-gpu.patch": "cannot tell"}
+    assert doc["image"]["digest"].startswith("sha256:")
+    cycle = next(p for p in doc["patches"] if p["name"] == "0001-cycle.patch")["failures"][0]
+    assert (cycle["path"], cycle["line"]) == (f"{DIST}/cyc/a.py", 1)
+    # unpacked once, sealed: the next run reuses the tree as it is
+    hexd = doc["image"]["digest"].split(":")[1]
+    tree = Path(cli_env["IMGQUILT_CACHE_DIR"]) / "rootfs" / f"{hexd}.tree"
+    marker = tree.with_name(hexd)
+    assert (tree / "usr/bin/python3.11").is_file() and marker.is_file()
+    ino = tree.stat().st_ino
+    again = json.loads(imgquilt("boot", "--image", ref, "--format", "json", cwd=q, env=cli_env, check=3).out)
+    assert _verdicts(again) == _verdicts(doc) and tree.stat().st_ino == ino
+    # a marker imgquilt did not seal is not believed: the tree is unpacked anew
+    marker.chmod(0o600)
+    marker.write_text("0" * 64 + "\n")
+    imgquilt("boot", "--image", ref, cwd=q, env=cli_env, check=3)
+    assert tree.stat().st_ino != ino
+    # the image's layout is as it was
+    assert tree_hash(layout) == before
+    # cache prune takes the trees too
+    imgquilt("cache", "prune", cwd=q, env=cli_env, check=0)
+    assert not tree.exists()

@@ -411,27 +411,28 @@ def boot_queue(q: Queue, *, image: str | None, root: Path | None, platform: str 
     if root is not None:
         from ..rootfs.source import RootfsSource
 
+        if image is not None:
+            raise UsageError("--root boots that root, --image an image; give one of them.")
         if not root.is_dir():
             raise BadInput(f"Root filesystem {root} does not exist or is not a directory.")
         source: Source = RootfsSource(root)
-        base_root, ref, digest = root, f"rootfs:{root}", None
-        if image is not None:
-            raise UsageError("--root boots that root, --image an image; give one of them.")
-    else:
-        from .materialize import materialized
+        result = patched_result(chosen.queue, source, chosen.lock, image_bytes(q.root, chosen.lock))
+        plan = BootPlan(root, result, boot_env(None, chosen.env), cwd, timeout, memory, command, mounts)
+        return run_boot(plan, ref=f"rootfs:{root}", digest=None, profile=chosen.name, env_shown=chosen.env,
+                        on_probe=on_probe)
+    from .materialize import materialized
 
-        ref = pick_ref(image, chosen.lock, q.root)
-        source = open_ref(ref, platform, root=q.root, progress=progress)
-        img = getattr(source, "image", None)
-        if img is None:
-            raise BadInput(f"{ref} is not an image with layers; boot a root filesystem with --root DIR.")
-        base_root = materialized(img, progress=progress)
-        digest = img.manifest_digest
-        image_env, cwd = _config_of(img.config_bytes)
+    ref = pick_ref(image, chosen.lock, q.root)
+    source = open_ref(ref, platform, root=q.root, progress=progress)
+    img = getattr(source, "image", None)
+    if img is None:
+        raise BadInput(f"{ref} is not an image with layers; boot a root filesystem with --root DIR.")
     result = patched_result(chosen.queue, source, chosen.lock, image_bytes(q.root, chosen.lock))
-    env = boot_env(image_env, chosen.env)
-    plan = BootPlan(base_root, result, env, cwd, timeout, memory, command, mounts)
-    return run_boot(plan, ref=ref, digest=digest, profile=chosen.name, env_shown=chosen.env, on_probe=on_probe)
+    image_env, cwd = _config_of(img.config_bytes)
+    with materialized(img, progress=progress) as base_root:
+        plan = BootPlan(base_root, result, boot_env(image_env, chosen.env), cwd, timeout, memory, command, mounts)
+        return run_boot(plan, ref=ref, digest=img.manifest_digest, profile=chosen.name, env_shown=chosen.env,
+                        on_probe=on_probe)
 
 
 def _config_of(config: bytes) -> tuple[dict[str, str] | None, str]:
