@@ -268,3 +268,38 @@ def test_the_same_verdicts_on_the_image_unpacked_once_in_the_cache(layout: Path,
     # cache prune takes the trees too
     imgquilt("cache", "prune", cwd=q, env=cli_env, check=0)
     assert not tree.exists()
+
+
+def test_the_same_verdicts_for_the_overlay_apply_wrote(root: Path, tmp_path: Path, cli_env) -> None:
+    q = _queue(tmp_path / "q")
+    out = tmp_path / "overlay"
+    imgquilt("apply", "--image", f"rootfs:{root}", "--overlay", str(out), cwd=q, env=cli_env, check=0)
+    before = tree_hash(out), tree_hash(root)
+    doc = json.loads(imgquilt("boot", "--root", str(root), "--overlay", str(out), "--format", "json", cwd=q, env=cli_env,
+                              check=3).out)
+    assert _verdicts(doc) == {"0001-cycle.patch": "fails", "0002-env.patch": "fails", "0003-cext.patch": "fails",
+                              "0004-fine.patch": "boots", "0005-gpu.patch": "cannot tell"}
+    assert (tree_hash(out), tree_hash(root)) == before
+    # an overlay that is not this series' result on this base is refused, not booted
+    (out / f"{DIST}/svc/util.py").write_bytes(b"def one():\n    return 1\n")
+    r = imgquilt("boot", "--root", str(root), "--overlay", str(out), cwd=q, env=cli_env, check=6)
+    assert f"does not hold the series' result on this base for 1 file(s): {DIST}/svc/util.py" in r.err
+
+
+def test_no_sandbox_is_exit_6_naming_what_was_tried(root: Path, tmp_path: Path, cli_env) -> None:
+    """Where user namespaces are turned off, unshare fails as this stand-in does; nothing is run on the host."""
+    q = _queue(tmp_path / "q", [SHAPES[3]])
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "unshare"
+    fake.write_text("#!/bin/sh\necho 'unshare: unshare failed: Operation not permitted' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    env = {**cli_env, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    r = imgquilt("boot", "--root", str(root), cwd=q, env=env, check=6)
+    assert ("tried unshare(1) with user, mount, pid and network namespaces: unshare: unshare failed: Operation not "
+            "permitted") in r.err
+    assert "Booted" not in r.out
+    r = imgquilt("boot", "--root", str(root), cwd=q, env={**cli_env, "PATH": str(tmp_path / "empty")}, check=6)
+    assert "unshare is not on PATH" in r.err
+    doc = json.loads(imgquilt("--json", "boot", "--root", str(root), cwd=q, env=env, check=6).out)
+    assert doc["error"]["kind"] == "sandbox-unavailable"

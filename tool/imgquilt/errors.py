@@ -68,6 +68,14 @@ class ProfileChainBroken(Refused):
         self.problems = problems or []
 
 
+class BootFailed(Refused):
+    """`boot`: a patched module fails to import (or the command fails) on the patched tree where the base boots."""
+
+    def __init__(self, message: str, *, hint: str | None = None, problems: list[str] | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.problems = problems or []
+
+
 class NotAttested(Refused):
     """No attestation of the image verifies with the key and matches the queue (each candidate's reason is listed)."""
 
@@ -185,6 +193,10 @@ class RootWriteFailed(BadInput):
 
 class GitMissing(BadInput):
     """`git` is not on PATH, and rebase (merge-file) or audit --history needs it."""
+
+
+class SandboxUnavailable(BadInput):
+    """`boot`: no sandbox could be made to run the image's Python in (each way tried is named, with why it failed)."""
 
 
 class TooLargeToHold(BadInput):

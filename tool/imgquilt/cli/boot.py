@@ -25,9 +25,10 @@ def _size(raw: Optional[str]) -> Optional[int]:
 
 
 def boot_cmd(
-    command: Optional[List[str]] = typer.Argument(None, metavar="[-- CMD ...]", help="A command of the image's to run the same way on both trees (after `--`)."),
+    command: Optional[List[str]] = typer.Argument(None, metavar="CMD", help="A command of the image's to run the same way on both trees (after `--`)."),
     image: Optional[str] = ImageOpt,
     root: Optional[Path] = typer.Option(None, "--root", metavar="DIR", help="Boot this extracted root filesystem (read only), the patched files over it."),
+    overlay: Optional[Path] = typer.Option(None, "--overlay", metavar="DIR", help="Boot the files this overlay (`apply --overlay`) binds, over --image or --root, instead of the series' results."),
     platform: Optional[str] = PlatformOpt,
     profile: Optional[str] = ProfileOpt,
     timeout: float = typer.Option(120.0, "--timeout", metavar="SECONDS", help="The time limit of each probe; one past it is killed and reported."),
@@ -46,6 +47,7 @@ def boot_cmd(
     Examples:
       imgquilt boot --image oci:images/vllm:0.10.1
       imgquilt boot --root /srv/rootfs --profile glm53
+      imgquilt boot --image oci:images/vllm:0.10.1 --overlay out/overlay
       imgquilt boot --profile glm53 --mount-queue /queue -- python3 -m pytest -q /queue/tests/smoke
     """
     from ..api import boot
@@ -55,7 +57,7 @@ def boot_cmd(
 
         raise UsageError("`boot --profile all` is not supported yet; boot one profile at a time (--profile NAME).")
     shown = progress()
-    report = boot(G.queue, image=image, root=root, platform=platform, profile=profile, timeout=timeout, memory=_size(memory),
+    report = boot(G.queue, image=image, root=root, overlay=overlay, platform=platform, profile=profile, timeout=timeout, memory=_size(memory),
                   command=command or (), mount_queue=mount_queue, progress=shown,
                   on_probe=None if G.json or format is BootFormat.json else (lambda p: note(f"probing {p}") if G.debug else None))
     failure = report.failure()

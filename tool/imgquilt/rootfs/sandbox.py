@@ -25,17 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..errors import BadInput
+from ..errors import SandboxUnavailable
 from ..fs.content import Data, chunks_of
 
 CHILD = Path(__file__).with_name("sandbox_child.py")
 SETUP_FAILED = 125
 TMP_BYTES = 256 << 20
 TAIL = 4000  # bytes of each stream a report keeps
-
-
-class SandboxUnavailable(BadInput):
-    """No sandbox could be made on this machine (each way tried is named, with why it failed)."""
 
 
 @dataclass(frozen=True)

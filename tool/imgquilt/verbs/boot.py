@@ -26,7 +26,7 @@ from typing import Callable, Mapping, Sequence
 
 from ..engine.plan import plan_apply
 from ..engine.result import RECORD_PATH, ApplyResult
-from ..errors import BadInput, Refused, UsageError
+from ..errors import BadInput, BootFailed, UsageError
 from ..fs.types import Source
 from ..queue.lock import Lock
 from ..queue.queue import Queue
@@ -154,7 +154,7 @@ class BootReport:
     def failed(self) -> bool:
         return any(p.verdict == FAILS for p in self.patches) or (self.command is not None and self.command.verdict == FAILS)
 
-    def failure(self) -> Refused | None:
+    def failure(self) -> BootFailed | None:
         if not self.failed:
             return None
         names = [p.name for p in self.patches if p.verdict == FAILS]
@@ -164,21 +164,14 @@ class BootReport:
         if self.command is not None and self.command.verdict == FAILS:
             what.append(f"the command `{' '.join(self.command.argv)}` exits {self.command.patched.code} on the patched tree "
                         f"and {self.command.base.code} on the base")
-        exc = BootFailed("; ".join(what) + ".", hint="Each failure names the patched file and line; fix the patch and run "
-                                                      "`imgquilt boot` again.")
-        exc.problems = [f"{p.name}: {m}: {f.render()}" for p in self.patches for m, f in p.failures]
-        return exc
+        return BootFailed("; ".join(what) + ".", hint="Each failure names the patched file and line; fix the patch and run "
+                                                       "`imgquilt boot` again.",
+                          problems=[f"{p.name}: {m}: {f.render()}" for p in self.patches for m, f in p.failures])
 
     def json(self) -> dict:
         return {"image": {"ref": self.ref, "digest": self.digest}, "profile": self.profile, "env": dict(self.env),
                 "timeout": self.timeout, "patches": [p.json() for p in self.patches], "probes": [p.json() for p in self.probes],
                 "command": None if self.command is None else self.command.json(), "ok": not self.failed}
-
-
-class BootFailed(Refused):
-    """A patched module fails to import (or the command fails) where the base boots."""
-
-    problems: list[str] = []
 
 
 @dataclass(frozen=True)
@@ -193,6 +186,7 @@ class BootPlan:
     memory: int | None = None
     command: tuple[str, ...] = ()
     mounts: tuple[tuple[Path, str], ...] = ()  # (host directory, path in the root): --mount-queue
+    staged: tuple[Staged, ...] | None = None  # the files shown over the root (None: the series' results)
 
 
 # --- the verb -----------------------------------------------------------------------------------
@@ -206,7 +200,8 @@ def run_boot(plan: BootPlan, *, ref: str, digest: str | None, profile: str | Non
              env_shown: tuple[tuple[str, str], ...] = (), on_probe: Callable[[str], None] | None = None) -> BootReport:
     result = plan.result
     changed = [f for f in result.files if f.changed and f.target.path != RECORD_PATH]
-    staged = [Staged(f.resolved, f.final, f.mode) for f in changed if f.final is not None and not f.link]
+    staged = list(plan.staged) if plan.staged is not None else [Staged(f.resolved, f.final, f.mode) for f in changed
+                                                                  if f.final is not None and not f.link]
     owners = {f.resolved: f.patches for f in changed}
     with Sandbox(plan.root, staged, binds=plan.mounts, timeout=plan.timeout, memory=plan.memory, cwd=plan.cwd) as box:
         pythons = _Pythons(box, plan)
@@ -392,7 +387,7 @@ def _command(box: Sandbox, plan: BootPlan) -> CommandBoot:
     return CommandBoot(tuple(plan.command), verdict, base, patched)
 
 
-def boot_queue(q: Queue, *, image: str | None, root: Path | None, platform: str | None, profile: str | None,
+def boot_queue(q: Queue, *, image: str | None, root: Path | None, overlay: Path | None, platform: str | None, profile: str | None,
                timeout: float, memory: int | None, command: tuple[str, ...], mount_queue: str | None, progress,
                on_probe, open_ref, pick_ref, image_bytes) -> BootReport:
     """The verb: resolve the profile, read the bases, apply in memory, probe (see the module docstring)."""
@@ -417,22 +412,50 @@ def boot_queue(q: Queue, *, image: str | None, root: Path | None, platform: str 
             raise BadInput(f"Root filesystem {root} does not exist or is not a directory.")
         source: Source = RootfsSource(root)
         result = patched_result(chosen.queue, source, chosen.lock, image_bytes(q.root, chosen.lock))
-        plan = BootPlan(root, result, boot_env(None, chosen.env), cwd, timeout, memory, command, mounts)
+        plan = BootPlan(root, result, boot_env(None, chosen.env), cwd, timeout, memory, command, mounts,
+                        _overlay_files(overlay, result))
         return run_boot(plan, ref=f"rootfs:{root}", digest=None, profile=chosen.name, env_shown=chosen.env,
                         on_probe=on_probe)
     from .materialize import materialized
 
     ref = pick_ref(image, chosen.lock, q.root)
     source = open_ref(ref, platform, root=q.root, progress=progress)
+    from ..rootfs.source import RootfsSource
+
+    if isinstance(source, RootfsSource):  # rootfs:DIR (given, or the pin): that root, read only
+        return boot_queue(q, image=None, root=source.root, overlay=overlay, platform=platform, profile=profile,
+                          timeout=timeout, memory=memory, command=command, mount_queue=mount_queue, progress=progress,
+                          on_probe=on_probe, open_ref=open_ref, pick_ref=pick_ref, image_bytes=image_bytes)
     img = getattr(source, "image", None)
     if img is None:
         raise BadInput(f"{ref} is not an image with layers; boot a root filesystem with --root DIR.")
     result = patched_result(chosen.queue, source, chosen.lock, image_bytes(q.root, chosen.lock))
     image_env, cwd = _config_of(img.config_bytes)
     with materialized(img, progress=progress) as base_root:
-        plan = BootPlan(base_root, result, boot_env(image_env, chosen.env), cwd, timeout, memory, command, mounts)
+        plan = BootPlan(base_root, result, boot_env(image_env, chosen.env), cwd, timeout, memory, command, mounts,
+                        _overlay_files(overlay, result))
         return run_boot(plan, ref=ref, digest=img.manifest_digest, profile=chosen.name, env_shown=chosen.env,
                         on_probe=on_probe)
+
+
+def _overlay_files(overlay: Path | None, result: ApplyResult) -> tuple[Staged, ...] | None:
+    """--overlay DIR: the files an overlay (`apply --overlay`) binds, as it binds them; it must hold the
+    series' results on this base (else it is another queue's or another base's overlay: refused)."""
+    if overlay is None:
+        return None
+    from ..image.sinks.overlay import read_mounts
+    from ..util.regular import read_regular_file
+
+    mounts = read_mounts(overlay)
+    staged = tuple(Staged(m.container_path.lstrip("/"), read_regular_file(m.host_path) or b"", m.mode) for m in mounts)
+    have = {s.rel: s.data for s in staged}
+    wrong = [f.resolved for f in result.files if f.changed and f.target.path != RECORD_PATH and f.final is not None
+             and not f.link and have.get(f.resolved) != f.final]
+    if wrong:
+        raise BadInput(f"The overlay {overlay} does not hold the series' result on this base for {len(wrong)} file(s): "
+                       + ", ".join(wrong[:5]) + (" ..." if len(wrong) > 5 else "") + ".",
+                       hint="Write it again with `imgquilt apply --overlay DIR` (with the same --image or --root), then boot it.")
+    return staged
 
 
 def _config_of(config: bytes) -> tuple[dict[str, str] | None, str]:
