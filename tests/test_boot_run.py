@@ -303,3 +303,20 @@ def test_no_sandbox_is_exit_6_naming_what_was_tried(root: Path, tmp_path: Path, 
     assert "unshare is not on PATH" in r.err
     doc = json.loads(imgquilt("--json", "boot", "--root", str(root), cwd=q, env=env, check=6).out)
     assert doc["error"]["kind"] == "sandbox-unavailable"
+
+
+def test_apply_boot_writes_nothing_when_a_patch_fails(layout: Path, tmp_path: Path, cli_env) -> None:
+    q = _queue(tmp_path / "q", [SHAPES[0], SHAPES[3]])
+    ref = f"oci:{layout}:latest"
+    out, layer = tmp_path / "out", tmp_path / "fix.tar"
+    r = imgquilt("apply", "--image", ref, "--boot", "--output-image", f"oci:{out}:fixed", "--layer", str(layer), cwd=q,
+                 env=cli_env, check=3)
+    assert "1 patch(es) fail to boot" in r.err and "Nothing was written (apply --boot)." in r.err
+    assert not out.exists() and not layer.exists()
+    # the fine patch alone boots: written, with the boot report in the JSON
+    q2 = _queue(tmp_path / "q2", [SHAPES[3]])
+    doc = json.loads(imgquilt("--json", "apply", "--image", ref, "--boot", "--output-image", f"oci:{out}:fixed", cwd=q2,
+                              env=cli_env, check=0).out)
+    validator("apply", "result").validate(doc)
+    assert doc["boot"]["ok"] is True and doc["boot"]["patches"][0]["verdict"] == "boots"
+    assert doc["outputs"]["image"]["digest"].startswith("sha256:")

@@ -89,6 +89,7 @@ class Applied:
     result: ApplyResult
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     profile: str | None = None  # the profile applied (None: the default)
+    boot: Any = None  # with boot=True: the verbs.boot.BootReport that let the outputs be written
 
 
 @dataclass(frozen=True)
@@ -350,7 +351,7 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
           output_image: str | None = None, root: str | os.PathLike[str] | None = None, overlay: str | os.PathLike[str] | None = None,
           platform: str | None = None, locked: bool = False, python_check: bool = True, progress: Progress | None = None,
           attest: str | os.PathLike[str] | None = None, compression: str | None = None, profile: str | None = None,
-          compression_level: int | None = None) -> Applied:
+          compression_level: int | None = None, boot_check: bool = False, boot_timeout: float = 120.0) -> Applied:
     """Verify every base, apply the series in memory, verify every result, then write the outputs asked for.
 
     The bases come from `image`, else from `root` (patched in place), else the image targets.lock pins.
@@ -360,7 +361,9 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     for docker-archive). `profile`: apply the patches that profile selects, on its pinned image (unless
     `image` or `root`), its environment defaults set in `output_image`'s config (docs/profiles.md);
     every profile at once: apply_profiles(). `compression_level`: the new layer's level, in `layer` and
-    `output_image` (gzip 1-9, default 1; zstd 1-19, default 3; docs/performance.md).
+    `output_image` (gzip 1-9, default 1; zstd 1-19, default 3; docs/performance.md). `boot_check`: first
+    import the patched modules with the image's own Python in a sandbox (boot(), docs/boot.md); when a
+    patch fails to boot, BootFailed (exit 3) and nothing is written.
     """
     from .verbs.apply import Outputs, apply_queue
     from .sources import open_image
@@ -383,10 +386,20 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
         # reuse the image the source already opened (a skopeo transport would be copied twice)
         return getattr(source, "image", None) or open_image(ref, platform=platform, cache_dir=cache_dir(q.root))
 
+    booted = None
+    if boot_check:  # before any output: a patch that fails to boot writes nothing
+        from .verbs.apply import check_destinations
+
+        check_destinations(outputs, source.info(), key)
+        booted = boot(q.root, image=ref, platform=platform, profile=profile, timeout=boot_timeout, progress=progress)
+        failure = booted.failure()
+        if failure is not None:
+            failure.message += " Nothing was written (apply --boot)."
+            raise failure
     with _naming(chosen.name):
         result, written = apply_queue(chosen.queue, source, pinned, outputs, open_base, locked=locked, python_check=python_check,
                                       attest=key, env=chosen.env, image_bytes=_image_bytes(q.root, pinned, platform, progress))
-    return Applied(result, written, chosen.name)
+    return Applied(result, written, chosen.name, booted)
 
 
 @contextmanager
