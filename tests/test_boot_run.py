@@ -117,6 +117,9 @@ def test_the_profile_env_makes_the_env_shape_boot(root: Path, tmp_path: Path, cl
     assert "boots        0002-env.patch" in r.out and "boots        0004-fine.patch" in r.out
     r = imgquilt("boot", "--root", str(root), cwd=q, env=cli_env, check=3)
     assert "fails        0002-env.patch" in r.out and "KeyError: 'SVC_MODE'" in r.out
+    # --format github: an annotation on the patched file's line
+    r = imgquilt("boot", "--root", str(root), "--format", "github", cwd=q, env=cli_env, check=3)
+    assert f"::error file={DIST}/svc/settings.py,line=3,title=imgquilt boot%3A svc.settings::0002-env.patch: KeyError: 'SVC_MODE'" in r.out
 
 
 def test_a_failure_is_attributed_to_the_patch_whose_file_it_ends_in(root: Path, tmp_path: Path, cli_env) -> None:

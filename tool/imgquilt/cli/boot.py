@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import G, ImageOpt, PlatformOpt, ProfileOpt, emit_json, emit_outcome, note, progress, say
+from .common import G, ImageOpt, PlatformOpt, ProfileOpt, emit_outcome, note, progress, say
 
 
 class BootFormat(str, Enum):

@@ -44,7 +44,9 @@ def _check(rc, step):
 
 
 def mount(source, target, fstype, flags, data, step):
-    enc = lambda s: None if s is None else os.fsencode(s)  # noqa: E731
+    def enc(s):
+        return None if s is None else os.fsencode(s)
+
     _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), step)
 
 
