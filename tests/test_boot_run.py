@@ -258,14 +258,15 @@ def test_the_same_verdicts_on_the_image_unpacked_once_in_the_cache(layout: Path,
     tree = Path(cli_env["IMGQUILT_CACHE_DIR"]) / "rootfs" / f"{hexd}.tree"
     marker = tree.with_name(hexd)
     assert (tree / "usr/bin/python3.11").is_file() and marker.is_file()
-    ino = tree.stat().st_ino
+    stamp = tree.stat().st_ctime_ns
     again = json.loads(imgquilt("boot", "--image", ref, "--format", "json", cwd=q, env=cli_env, check=3).out)
-    assert _verdicts(again) == _verdicts(doc) and tree.stat().st_ino == ino
+    assert _verdicts(again) == _verdicts(doc) and tree.stat().st_ctime_ns == stamp
     # a marker imgquilt did not seal is not believed: the tree is unpacked anew
+    (tree / "usr/planted").write_text("not the image's")
     marker.chmod(0o600)
     marker.write_text("0" * 64 + "\n")
     imgquilt("boot", "--image", ref, cwd=q, env=cli_env, check=3)
-    assert tree.stat().st_ino != ino
+    assert not (tree / "usr/planted").exists() and (tree / "usr/bin/python3.11").is_file()
     # the image's layout is as it was
     assert tree_hash(layout) == before
     # cache prune takes the trees too
@@ -323,3 +324,13 @@ def test_apply_boot_writes_nothing_when_a_patch_fails(layout: Path, tmp_path: Pa
     validator("apply", "result").validate(doc)
     assert doc["boot"]["ok"] is True and doc["boot"]["patches"][0]["verdict"] == "boots"
     assert doc["outputs"]["image"]["digest"].startswith("sha256:")
+
+
+def test_a_probe_past_the_memory_limit_fails_with_memory_error(root: Path, tmp_path: Path, cli_env) -> None:
+    q = tmp_path / "q"
+    q.mkdir()
+    (q / "series").write_text("")
+    mod = f"{DIST}/hungry.py"
+    write_patch(q, "0001-hungry.patch", [(mod, None, b"BUF = bytearray(4 << 30)\n")])
+    r = imgquilt("boot", "--root", str(root), "--memory", "1G", cwd=q, env=cli_env, check=3)
+    assert f"{mod}:1: MemoryError" in r.out

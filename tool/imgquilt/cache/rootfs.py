@@ -1,8 +1,8 @@
 """Root filesystems of images, unpacked once per manifest digest in the shared cache (`rootfs/`).
 
 `rootfs/<hex>.tree/` is the unpacked filesystem; `rootfs/<hex>` is its marker, written after the
-tree is complete and holding a seal (cache.seal) over the digest and the tree directory's device and
-inode. A tree is used only when its marker's seal verifies under this user's cache key, so a tree
+tree is complete and holding a seal (cache.seal) over the digest and the tree directory's device,
+inode and change time. A tree is used only when its marker's seal verifies under this user's cache key, so a tree
 restored from another machine or job, planted, half-written by a crash, or put back under the same
 name is not believed: it is removed and unpacked again. `imgquilt cache prune` removes trees too.
 """
@@ -44,7 +44,7 @@ class RootfsCache:
             return None
         if not os.path.isdir(self.tree(digest)) or os.path.islink(self.tree(digest)):
             return None
-        return digest, str(st.st_dev), str(st.st_ino)
+        return digest, str(st.st_dev), str(st.st_ino), str(st.st_ctime_ns)
 
     def believed(self, digest: str) -> Path | None:
         """The tree of `digest` when its marker's seal verifies; None otherwise (a stray tree removed)."""

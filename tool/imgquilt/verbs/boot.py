@@ -202,6 +202,8 @@ def run_boot(plan: BootPlan, *, ref: str, digest: str | None, profile: str | Non
     changed = [f for f in result.files if f.changed and f.target.path != RECORD_PATH]
     staged = list(plan.staged) if plan.staged is not None else [Staged(f.resolved, f.final, f.mode) for f in changed
                                                                   if f.final is not None and not f.link]
+    if plan.staged is None:  # stale bytecode apply removes: an empty file over it, as the overlay covers it (CPython ignores it)
+        staged += [Staged(b.path, b"", 0o644) for b in result.bytecode]
     owners = {f.resolved: f.patches for f in changed}
     with Sandbox(plan.root, staged, binds=plan.mounts, timeout=plan.timeout, memory=plan.memory, cwd=plan.cwd) as box:
         pythons = _Pythons(box, plan)
