@@ -334,3 +334,13 @@ def test_a_probe_past_the_memory_limit_fails_with_memory_error(root: Path, tmp_p
     write_patch(q, "0001-hungry.patch", [(mod, None, b"BUF = bytearray(4 << 30)\n")])
     r = imgquilt("boot", "--root", str(root), "--memory", "1G", cwd=q, env=cli_env, check=3)
     assert f"{mod}:1: MemoryError" in r.out
+
+
+def test_profile_all_boots_each_profile_on_its_own_pin(root: Path, tmp_path: Path, cli_env) -> None:
+    q = _queue(tmp_path / "q", [SHAPES[1]])
+    imgquilt("lock", "--profile", "batch", "--image", f"rootfs:{root}", "--env", "SVC_MODE=batch", cwd=q, env=cli_env, check=0)
+    imgquilt("lock", "--profile", "plain", "--image", f"rootfs:{root}", cwd=q, env=cli_env, check=0)
+    doc = json.loads(imgquilt("boot", "--profile", "all", "--format", "json", cwd=q, env=cli_env, check=3).out)
+    validator("boot", "result").validate(doc)
+    assert {p["profile"]: _verdicts(p)["0002-env.patch"] for p in doc["profiles"]} == {"batch": "boots", "plain": "fails"}
+    assert doc["ok"] is False and "Profile plain: 1 patch(es) fail to boot" in doc["error"]["message"]

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import G, ImageOpt, PlatformOpt, ProfileOpt, emit_outcome, note, progress, say
+from .common import G, ImageOpt, PlatformOpt, ProfileOpt, emit_outcome, progress, say
 
 
 class BootFormat(str, Enum):
@@ -37,7 +37,7 @@ def boot_cmd(
     format: BootFormat = typer.Option(BootFormat.text, "--format", metavar="text|json|github", help="text; json: the report as one document (docs/schemas/boot.schema.json); github: annotations on the patched files' lines."),
 ) -> None:
     """Import every module the queue patches with the image's own Python, in a sandbox, on the base
-    and on the patched tree.
+    and on the patched tree (with --profile all: each profile on the image it pins).
 
     Only a failure the base does not have counts: per patch `boots`, `fails` (the exception and the
     patched file's line) or `cannot tell` (why; a module failing on the base too names the base's
@@ -50,28 +50,42 @@ def boot_cmd(
       imgquilt boot --image oci:images/vllm:0.10.1 --overlay out/overlay
       imgquilt boot --profile glm53 --mount-queue /queue -- python3 -m pytest -q /queue/tests/smoke
     """
-    from ..api import boot
+    from ..api import boot, profiles
 
     if profile == "all":
         from ..errors import UsageError
 
-        raise UsageError("`boot --profile all` is not supported yet; boot one profile at a time (--profile NAME).")
+        if image is not None or root is not None or overlay is not None:
+            raise UsageError("`boot --profile all` boots each profile on the image it pins; give it no --image, --root or "
+                             "--overlay.", hint="Boot one profile on another base with --profile NAME.")
+        names = [p.name for p in profiles(G.queue)]
+        if not names:
+            raise UsageError("`--profile all`: targets.lock declares no profile.",
+                             hint="Declare one with `imgquilt lock --profile NAME --image REF`.")
+    else:
+        names = [profile]
     shown = progress()
-    report = boot(G.queue, image=image, root=root, overlay=overlay, platform=platform, profile=profile, timeout=timeout, memory=_size(memory),
-                  command=command or (), mount_queue=mount_queue, progress=shown,
-                  on_probe=None if G.json or format is BootFormat.json else (lambda p: note(f"probing {p}") if G.debug else None))
-    failure = report.failure()
+    reports = [boot(G.queue, image=image, root=root, overlay=overlay, platform=platform, profile=name, timeout=timeout,
+                    memory=_size(memory), command=command or (), mount_queue=mount_queue, progress=shown) for name in names]
+    failures = [r.failure() for r in reports if r.failure() is not None]
+    failure = failures[0] if failures else None
+    if failure is not None and len(reports) > 1:
+        failure.message = "; ".join(f"Profile {r.profile}: {r.failure().message}" for r in reports if r.failed)
     if G.json or format is BootFormat.json:
-        emit_outcome(report.json(), failure)
+        doc = reports[0].json() if len(reports) == 1 else {**reports[0].json(), "profiles": [r.json() for r in reports],
+                                                           "ok": failure is None}
+        emit_outcome(doc, failure)
         return
-    if format is BootFormat.github:
-        from .annotations import annotate
+    for report in reports:
+        if format is BootFormat.github:
+            from .annotations import annotate
 
-        for p in report.patches:
-            for module, f in p.failures:
-                annotate("error", f.path or f"patches/{p.name}", f"imgquilt boot: {module}", f"{p.name}: {f.type}: {f.message}",
-                         line=f.line)
-    _render(report)
+            for p in report.patches:
+                for module, f in p.failures:
+                    where = f" (profile {report.profile})" if report.profile else ""
+                    annotate("error", f.path or f"patches/{p.name}", f"imgquilt boot: {module}",
+                             f"{p.name}{where}: {f.type}: {f.message}", line=f.line)
+        _render(report)
     if failure is not None:
         raise failure
 
