@@ -105,6 +105,15 @@ def test_the_five_shapes_with_the_roots_own_python(root: Path, tmp_path: Path, c
     assert gpu["base"]["state"] == "error" and gpu["base"]["failure"]["type"] == "OSError"
     assert (gpu["base"]["failure"]["path"], gpu["base"]["failure"]["line"]) == (f"{DIST}/gpu/kernels.py", 3)
     assert doc["error"]["code"] == 3
+    # cyc.b imports the patched cyc.a (--importers): on the patched tree it fails in the cycle 0001 closes
+    b = next(p for p in doc["probes"] if p["module"] == "cyc.b")
+    assert (b["importer_of"], b["verdict"], b["attributed_to"], b["base"]["state"]) == ("cyc.a", "fails", "0001-cycle.patch", "ok")
+    assert "cannot import name 'B' from partially initialized module 'cyc.b'" in b["patched"]["failure"]["message"]
+    assert (b["patched"]["failure"]["path"], b["patched"]["failure"]["line"]) == (f"{DIST}/cyc/a.py", 1)
+    cycle = next(p for p in doc["patches"] if p["name"] == "0001-cycle.patch")
+    assert {f["module"] for f in cycle["failures"]} == {"cyc.a", "cyc.b"}
+    off = json.loads(imgquilt("boot", "--root", str(root), "--format", "json", "--importers", "0", cwd=q, env=cli_env, check=3).out)
+    assert all(p["importer_of"] is None for p in off["probes"])
     # the patched tree was only ever a mount: the root is as it was
     assert tree_hash(root) == before
 

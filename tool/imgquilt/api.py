@@ -785,19 +785,20 @@ def overlay_args(overlay: str | os.PathLike[str], format: str = "podman") -> lis
 def boot(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, root: str | os.PathLike[str] | None = None,
          overlay: str | os.PathLike[str] | None = None, platform: str | None = None, profile: str | None = None, timeout: float = 120.0, memory: int | None = None,
          command: Sequence[str] = (), mount_queue: str | None = None, progress: Progress | None = None,
-         on_probe: Callable[[str], None] | None = None):
+         on_probe: Callable[[str], None] | None = None, importers: int = 5):
     """Import every module the queue patches with the image's own Python in a sandbox, on the base
     and on the patched tree (docs/boot.md); returns a verbs.boot.BootReport (`.failure()` is the
     refusal, exit 3, when a patch fails). `root`: an extracted root filesystem, read only; else
     `image` (else the one targets.lock pins), its filesystem materialized once in the shared cache.
-    `overlay`: a directory `apply --overlay` wrote, booted as its mounts.tsv binds it over that base."""
+    `overlay`: a directory `apply --overlay` wrote, booted as its mounts.tsv binds it over that base.
+    `importers`: per patched module, at most this many modules of its package that import it are probed too."""
     from .verbs.boot import boot_queue
 
     return boot_queue(load_queue(queue), image=image, root=Path(root) if root is not None else None,
                       overlay=Path(overlay) if overlay is not None else None, platform=platform,
                       profile=profile, timeout=timeout, memory=memory, command=tuple(command), mount_queue=mount_queue,
                       progress=progress, on_probe=on_probe, open_ref=open_ref, pick_ref=pick_ref,
-                      image_bytes=lambda q, lock: _image_bytes(q, lock, platform, progress))
+                      image_bytes=lambda q, lock: _image_bytes(q, lock, platform, progress), importers=importers)
 
 
 def rebase_status(queue: str | os.PathLike[str] | None = None) -> RebaseReport:

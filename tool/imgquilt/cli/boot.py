@@ -31,6 +31,7 @@ def boot_cmd(
     overlay: Optional[Path] = typer.Option(None, "--overlay", metavar="DIR", help="Boot the files this overlay (`apply --overlay`) binds, over --image or --root, instead of the series' results."),
     platform: Optional[str] = PlatformOpt,
     profile: Optional[str] = ProfileOpt,
+    importers: int = typer.Option(5, "--importers", metavar="N", help="Per patched module, also probe up to N modules of its package that import it (0: none)."),
     timeout: float = typer.Option(120.0, "--timeout", metavar="SECONDS", help="The time limit of each probe; one past it is killed and reported."),
     memory: Optional[str] = typer.Option(None, "--memory", metavar="SIZE", help="The address-space limit of each probe (e.g. 8G; default: none)."),
     mount_queue: Optional[str] = typer.Option(None, "--mount-queue", metavar="PATH", help="Show the queue directory read only at PATH inside the image, for the command."),
@@ -66,7 +67,8 @@ def boot_cmd(
         names = [profile]
     shown = progress()
     reports = [boot(G.queue, image=image, root=root, overlay=overlay, platform=platform, profile=name, timeout=timeout,
-                    memory=_size(memory), command=command or (), mount_queue=mount_queue, progress=shown) for name in names]
+                    memory=_size(memory), command=command or (), mount_queue=mount_queue, progress=shown,
+                    importers=importers) for name in names]
     failures = [r.failure() for r in reports if r.failure() is not None]
     failure = failures[0] if failures else None
     if failure is not None and len(reports) > 1:
@@ -99,7 +101,8 @@ def _render(report) -> None:
             say(f"    {module}: {f.render()}")
     for pr in report.probes:
         if pr.verdict == "cannot tell":
-            say(f"  cannot tell  {pr.module or pr.path}: {pr.why}")
+            via = f" (imports {pr.importer_of})" if pr.importer_of else ""
+            say(f"  cannot tell  {pr.module or pr.path}{via}: {pr.why}")
     c = report.command
     if c is not None:
         say(f"{c.verdict:<12} command `{' '.join(c.argv)}`: exit {_code(c.patched)} patched, {_code(c.base)} on the base")

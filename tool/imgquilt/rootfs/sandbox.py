@@ -105,11 +105,11 @@ class Sandbox:
         staged = list(self.staged) if patched else []
         need: set[str] = set()
         for s in staged:
-            if s.data is None or not self._is_file(s.rel):
+            if s.data is None or not self.is_file(s.rel):
                 need.add(self._nearest_dir(s.rel))
         for _, rel in self.binds:
             (points / rel).mkdir(parents=True, exist_ok=True)
-            if not self._is_dir(rel):
+            if not self.is_dir(rel):
                 need.add(self._nearest_dir(rel))
         tops = [""] if "" in need else sorted(o for o in need if not any(t != o and o.startswith(t + "/") for t in need))
         overlays = []
@@ -124,7 +124,7 @@ class Sandbox:
 
     def _nearest_dir(self, rel: str) -> str:
         parent = rel.rpartition("/")[0]
-        while parent and not self._is_dir(parent):
+        while parent and not self.is_dir(parent):
             parent = parent.rpartition("/")[0]
         return parent
 
@@ -149,13 +149,13 @@ class Sandbox:
         finally:
             os.close(fd)
 
-    def _is_file(self, rel: str) -> bool:
+    def is_file(self, rel: str) -> bool:
         import stat
 
         st = self._lstat(rel)
         return st is not None and stat.S_ISREG(st.st_mode)
 
-    def _is_dir(self, rel: str) -> bool:
+    def is_dir(self, rel: str) -> bool:
         import stat
 
         st = self._lstat(rel)

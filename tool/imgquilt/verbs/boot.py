@@ -104,10 +104,11 @@ class Probe:
     base: Outcome | None = None
     patched: Outcome | None = None
     blamed: str | None = None  # the patch a failure is attributed to
+    importer_of: str | None = None  # an unpatched module probed because it imports this patched one
 
     def json(self) -> dict:
         return {"path": self.path, "module": self.module, "python": self.python, "verdict": self.verdict, "why": self.why,
-                "attributed_to": self.blamed, "base": None if self.base is None else self.base.json(),
+                "attributed_to": self.blamed, "importer_of": self.importer_of, "base": None if self.base is None else self.base.json(),
                 "patched": None if self.patched is None else self.patched.json()}
 
 
@@ -187,6 +188,7 @@ class BootPlan:
     command: tuple[str, ...] = ()
     mounts: tuple[tuple[Path, str], ...] = ()  # (host directory, path in the root): --mount-queue
     staged: tuple[Staged, ...] | None = None  # the files shown over the root (None: the series' results)
+    importers: int = 5  # per patched module, at most this many modules of its package that import it
 
 
 # --- the verb -----------------------------------------------------------------------------------
@@ -214,6 +216,14 @@ def run_boot(plan: BootPlan, *, ref: str, digest: str | None, profile: str | Non
             if on_probe is not None:
                 on_probe(f.resolved)
             probes.append(_probe(box, plan, pythons, f, owners))
+        seen = {f.resolved for f in changed}
+        by_path = {f.resolved: f for f in changed}
+        for pr in list(probes):
+            if plan.importers <= 0 or pr.module is None or pr.python is None or pr.verdict == CANNOT_TELL and not pr.base:
+                continue
+            for path, module in _importers_of(box, pythons.sys_path(pr.python), pr.module, plan.importers, seen):
+                seen.add(path)
+                probes.append(_probe_importer(box, plan, pr, by_path[pr.path], path, module, owners))
         command = _command(box, plan) if plan.command else None
     held = {p for f in result.files if not f.changed and f.final is not None and f.target.path != RECORD_PATH
             and f.resolved.endswith(".py") for p in f.patches}
@@ -310,6 +320,97 @@ def _probe(box: Sandbox, plan: BootPlan, pythons: _Pythons, f, owners) -> Probe:
     return Probe(f.resolved, module, python, FAILS, "", base, patched, blamed)
 
 
+def _probe_importer(box: Sandbox, plan: BootPlan, of: Probe, f, path: str, module: str, owners) -> Probe:
+    """A module of the package that imports a patched one: probed the same way; its failure is the
+    patch's whose file the traceback ends in (else the imported module's patch)."""
+    assert of.python is not None and of.module is not None
+    patched = _run_probe(box, plan, of.python, module, patched=True, owners=owners)
+    if patched.state == "ok":
+        return Probe(path, module, of.python, BOOTS, patched=patched, importer_of=of.module)
+    base = _run_probe(box, plan, of.python, module, patched=False, owners=owners)
+    if base.state != "ok":
+        said = base.failure.render() if base.failure else base.state
+        return Probe(path, module, of.python, CANNOT_TELL, f"it fails on the base too: {said}", base, patched,
+                     importer_of=of.module)
+    return Probe(path, module, of.python, FAILS, "", base, patched, _blame(patched, f, owners), of.module)
+
+
+def _importers_of(box: Sandbox, entries, module: str, limit: int, seen: set[str]) -> list[tuple[str, str]]:
+    """Up to `limit` modules of `module`'s top-level package (in the base) that import it, by path."""
+    import ast
+    import os
+
+    from ..fs.resolve import resolve
+    from ..rootfs.dirfd import open_root
+    from ..rootfs.source import RootfsSource
+
+    top, _, _ = module.partition(".")
+    if isinstance(entries, str):
+        return []
+    last = module.rpartition(".")[2]
+    found: list[tuple[str, str]] = []
+    for entry in entries:
+        fd = open_root(box.root)
+        try:
+            r = resolve(entry.strip("/"), RootfsSource._lookup(fd)) if entry.strip("/") else None
+        except BadInput:
+            continue
+        finally:
+            os.close(fd)
+        base = (r.resolved if r is not None and r.node is not None and r.node.kind == "dir" else None)
+        if base is None or not box.is_dir(f"{base}/{top}"):
+            continue
+        pkg_dir = Path(box.root) / base / top
+        for dirpath, dirnames, filenames in os.walk(pkg_dir, followlinks=False):
+            dirnames.sort()
+            for name in sorted(filenames):
+                if not name.endswith(".py"):
+                    continue
+                rel = os.path.relpath(os.path.join(dirpath, name), box.root)
+                if rel in seen or not box.is_file(rel):
+                    continue
+                mod = _module_of(rel, ["/" + base])
+                if mod is None or mod == module:
+                    continue
+                try:
+                    with open(os.path.join(dirpath, name), "rb", opener=lambda p, fl: os.open(p, fl | os.O_NOFOLLOW)) as fh:
+                        text = fh.read(4 << 20)
+                    if last.encode() not in text:
+                        continue
+                    tree = ast.parse(text)
+                except (OSError, SyntaxError, ValueError):
+                    continue
+                if _imports(tree, mod, name == "__init__.py", module):
+                    found.append((rel, mod))
+                    if len(found) >= limit:
+                        return found
+        break  # the first sys.path entry that has the package is the one Python imports it from
+    return found
+
+
+def _imports(tree, mod: str, is_pkg: bool, target: str) -> bool:
+    """Does the module `mod` (its AST) import `target` at any level?"""
+    import ast
+
+    here = mod if is_pkg else mod.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            if any(a.name == target or a.name.startswith(target + ".") for a in node.names):
+                return True
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = here.split(".") if here else []
+                if node.level - 1 > len(parts):
+                    continue
+                pkg = ".".join(parts[:len(parts) - (node.level - 1)])
+                name = ".".join(x for x in (pkg, node.module or "") if x)
+            else:
+                name = node.module or ""
+            if name == target or name.startswith(target + ".") or any(f"{name}.{a.name}" == target for a in node.names):
+                return True
+    return False
+
+
 def _blame(outcome: Outcome, f, owners) -> str:
     fl = outcome.failure
     if fl is not None and fl.path in owners and owners[fl.path]:
@@ -391,7 +492,7 @@ def _command(box: Sandbox, plan: BootPlan) -> CommandBoot:
 
 def boot_queue(q: Queue, *, image: str | None, root: Path | None, overlay: Path | None, platform: str | None, profile: str | None,
                timeout: float, memory: int | None, command: tuple[str, ...], mount_queue: str | None, progress,
-               on_probe, open_ref, pick_ref, image_bytes) -> BootReport:
+               on_probe, open_ref, pick_ref, image_bytes, importers: int = 5) -> BootReport:
     """The verb: resolve the profile, read the bases, apply in memory, probe (see the module docstring)."""
     from .profiles import lock_file, need_pin, resolve
 
@@ -415,7 +516,7 @@ def boot_queue(q: Queue, *, image: str | None, root: Path | None, overlay: Path 
         source: Source = RootfsSource(root)
         result = patched_result(chosen.queue, source, chosen.lock, image_bytes(q.root, chosen.lock))
         plan = BootPlan(root, result, boot_env(None, chosen.env), cwd, timeout, memory, command, mounts,
-                        _overlay_files(overlay, result))
+                        _overlay_files(overlay, result), importers)
         return run_boot(plan, ref=f"rootfs:{root}", digest=None, profile=chosen.name, env_shown=chosen.env,
                         on_probe=on_probe)
     from .materialize import materialized
@@ -427,7 +528,7 @@ def boot_queue(q: Queue, *, image: str | None, root: Path | None, overlay: Path 
     if isinstance(source, RootfsSource):  # rootfs:DIR (given, or the pin): that root, read only
         return boot_queue(q, image=None, root=source.root, overlay=overlay, platform=platform, profile=profile,
                           timeout=timeout, memory=memory, command=command, mount_queue=mount_queue, progress=progress,
-                          on_probe=on_probe, open_ref=open_ref, pick_ref=pick_ref, image_bytes=image_bytes)
+                          on_probe=on_probe, open_ref=open_ref, pick_ref=pick_ref, image_bytes=image_bytes, importers=importers)
     img = getattr(source, "image", None)
     if img is None:
         raise BadInput(f"{ref} is not an image with layers; boot a root filesystem with --root DIR.")
@@ -435,7 +536,7 @@ def boot_queue(q: Queue, *, image: str | None, root: Path | None, overlay: Path 
     image_env, cwd = _config_of(img.config_bytes)
     with materialized(img, progress=progress) as base_root:
         plan = BootPlan(base_root, result, boot_env(image_env, chosen.env), cwd, timeout, memory, command, mounts,
-                        _overlay_files(overlay, result))
+                        _overlay_files(overlay, result), importers)
         return run_boot(plan, ref=ref, digest=img.manifest_digest, profile=chosen.name, env_shown=chosen.env,
                         on_probe=on_probe)
 
