@@ -353,3 +353,14 @@ def test_profile_all_boots_each_profile_on_its_own_pin(root: Path, tmp_path: Pat
     validator("boot", "result").validate(doc)
     assert {p["profile"]: _verdicts(p)["0002-env.patch"] for p in doc["profiles"]} == {"batch": "boots", "plain": "fails"}
     assert doc["ok"] is False and "Profile plain: 1 patch(es) fail to boot" in doc["error"]["message"]
+
+
+def test_check_boot_lints_then_boots(root: Path, tmp_path: Path, cli_env) -> None:
+    q = _queue(tmp_path / "q", [SHAPES[2], SHAPES[3]])
+    r = imgquilt("check", "--boot", "--image", f"rootfs:{root}", cwd=q, env=cli_env, check=3)
+    assert "fails        0003-cext.patch" in r.out and "boots        0004-fine.patch" in r.out
+    assert "cannot import name 'no_such_name' from '_json'" in r.out
+    doc = json.loads(imgquilt("--json", "check", "--boot", "--image", f"rootfs:{root}", cwd=q, env=cli_env, check=3).out)
+    validator("check").validate(doc)
+    assert doc["ok"] is False and doc["boot"]["ok"] is False and doc["error"]["code"] == 3
+    assert any("0003-cext.patch: fastjson: " in p for p in doc["problems"])

@@ -382,6 +382,7 @@ def check_cmd(
     platform: Optional[str] = PlatformOpt,
     format: Format = typer.Option(Format.text, "--format", metavar="text|github", help=FormatOpt_help),
     profile: Optional[str] = ProfileOpt,
+    boot: bool = typer.Option(False, "--boot", help="Then import the patched modules with the image's own Python in a sandbox, as `imgquilt boot` (exit 3 when a patch fails to boot)."),
 ) -> None:
     """Lint the queue: series vs patches/, hash chains (each profile's), Requires order, lock freshness.
 
@@ -394,9 +395,10 @@ def check_cmd(
       imgquilt check
       imgquilt check --image oci:examples/demo-image:latest
       imgquilt check --profile all
+      imgquilt check --boot --image oci:examples/demo-image:latest
       imgquilt check --format github
     """
-    listing.check(image, platform, format, profile)
+    listing.check(image, platform, format, profile, boot)
 
 
 COMMANDS = {"lock": lock_cmd, "apply": apply_cmd, "restore": restore_cmd, "check": check_cmd}
