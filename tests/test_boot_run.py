@@ -333,6 +333,22 @@ def test_apply_boot_writes_nothing_when_a_patch_fails(layout: Path, tmp_path: Pa
     validator("apply", "result").validate(doc)
     assert doc["boot"]["ok"] is True and doc["boot"]["patches"][0]["verdict"] == "boots"
     assert doc["outputs"]["image"]["digest"].startswith("sha256:")
+    # signed: the attestation holds the boot result as an in-toto test-result predicate, and verify accepts it
+    import subprocess
+
+    key, pub = tmp_path / "key.pem", tmp_path / "key.pub"
+    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(key)], check=True, capture_output=True)
+    subprocess.run(["openssl", "pkey", "-in", str(key), "-pubout", "-out", str(pub)], check=True, capture_output=True)
+    imgquilt("apply", "--image", ref, "--boot", "--output-image", f"oci:{out}:signed", "--attest", str(key), cwd=q2,
+             env=cli_env, check=0)
+    v = json.loads(imgquilt("--json", "verify", "--image", f"oci:{out}:signed", "--key", str(pub), cwd=q2, env=cli_env,
+                            check=0).out)
+    assert v["verified"] is True
+    booted = v["attestation"]["predicate"]["boot"]
+    assert booted["predicateType"] == "https://in-toto.io/attestation/test-result/v0.1"
+    assert booted["predicate"]["result"] == "PASSED" and booted["predicate"]["passedTests"] == ["svc.util"]
+    names = {c["name"]: c["digest"]["sha256"] for c in booted["predicate"]["configuration"]}
+    assert "sha256:" + names["patched"] == v["image"]["digest"] and names["base"] == doc["boot"]["image"]["digest"].split(":")[1]
 
 
 def test_a_probe_past_the_memory_limit_fails_with_memory_error(root: Path, tmp_path: Path, cli_env) -> None:

@@ -396,6 +396,10 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
         if failure is not None:
             failure.message += " Nothing was written (apply --boot)."
             raise failure
+        if key is not None:  # the attestation carries the boot result as an in-toto test-result predicate
+            from dataclasses import replace as _with
+
+            key = _with(key, boot=booted)
     with _naming(chosen.name):
         result, written = apply_queue(chosen.queue, source, pinned, outputs, open_base, locked=locked, python_check=python_check,
                                       attest=key, env=chosen.env, image_bytes=_image_bytes(q.root, pinned, platform, progress))
