@@ -97,6 +97,7 @@ def successes(tmp_path_factory, env) -> list[tuple[str, tuple[str, ...], Run]]:
     run("overlay-args", str(tmp / "overlay"), "--format", "k8s")
     run("audit", "--image", f"oci:{tmp}/out:patched")
     run("audit", "--root", str(old), "--expect", "pending", "--history")
+    run("boot", "--root", str(old))  # the demo root has no Python: every patch "cannot tell", exit 0
     run("series")
     run("applied")
     run("unapplied")
@@ -231,6 +232,7 @@ def failure_runs(tmp: Path, env: dict[str, str]) -> list[tuple[str, tuple[str, .
     run(2, "init", "unexpected-argument")
     run(6, "lock", "--image", f"oci:{tmp}/no-such-image")
     run(3, "apply", "--image", f"rootfs:{drifted}")
+    run(3, "boot", "--root", str(drifted))  # a base that drifted is refused before any probe, as apply refuses it
     run(5, "audit", "--image", DEMO)
     subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(tmp / "key.pem")], check=True, capture_output=True)
     subprocess.run(["openssl", "pkey", "-in", str(tmp / "key.pem"), "-pubout", "-out", str(tmp / "key.pub")], check=True, capture_output=True)

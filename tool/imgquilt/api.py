@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Applied", "Audit", "CheckResult", "Initialized", "Locked", "Progress", "RebaseAborted",
-    "apply", "apply_profiles", "audit", "audit_profiles", "check", "diff_upstream", "import_items", "import_patches", "init",
+    "apply", "apply_profiles", "audit", "audit_profiles", "boot", "check", "diff_upstream", "import_items", "import_patches", "init",
     "load_queue", "lock", "lock_profiles", "overlay_args", "profiles", "rebase", "rebase_abort", "rebase_continue",
     "rebase_in_progress", "rebase_skip", "rebase_status", "restore", "reverse", "verify",
 ]
@@ -90,6 +90,7 @@ class Applied:
     result: ApplyResult
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     profile: str | None = None  # the profile applied (None: the default)
+    boot: Any = None  # with boot=True: the verbs.boot.BootReport that let the outputs be written
 
 
 @dataclass(frozen=True)
@@ -386,7 +387,7 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
           output_image: str | None = None, root: str | os.PathLike[str] | None = None, overlay: str | os.PathLike[str] | None = None,
           platform: str | None = None, locked: bool = False, python_check: bool = True, progress: Progress | None = None,
           attest: str | os.PathLike[str] | None = None, compression: str | None = None, profile: str | None = None,
-          compression_level: int | None = None) -> Applied:
+          compression_level: int | None = None, boot_check: bool = False, boot_timeout: float = 120.0) -> Applied:
     """Verify every base, apply the series in memory, verify every result, then write the outputs asked for.
 
     The bases come from `image`, else from `root` (patched in place), else the image targets.lock pins.
@@ -396,7 +397,9 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     for docker-archive). `profile`: apply the patches that profile selects, on its pinned image (unless
     `image` or `root`), its environment defaults set in `output_image`'s config (docs/profiles.md);
     every profile at once: apply_profiles(). `compression_level`: the new layer's level, in `layer` and
-    `output_image` (gzip 1-9, default 1; zstd 1-19, default 3; docs/performance.md).
+    `output_image` (gzip 1-9, default 1; zstd 1-19, default 3; docs/performance.md). `boot_check`: first
+    import the patched modules with the image's own Python in a sandbox (boot(), docs/boot.md); when a
+    patch fails to boot, BootFailed (exit 3) and nothing is written.
     """
     from .verbs.apply import Outputs, apply_queue
     from .sources import open_image
@@ -425,10 +428,24 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
         # reuse the image the source already opened (a skopeo transport would be copied twice)
         return getattr(source, "image", None) or open_image(ref, platform=platform, cache_dir=cache_dir(q.root))
 
+    booted = None
+    if boot_check:  # before any output: a patch that fails to boot writes nothing
+        from .verbs.apply import check_destinations
+
+        check_destinations(outputs, source.info(), key)
+        booted = boot(q.root, image=ref, platform=platform, profile=profile, timeout=boot_timeout, progress=progress)
+        failure = booted.failure()
+        if failure is not None:
+            failure.message += " Nothing was written (apply --boot)."
+            raise failure
+        if key is not None:  # the attestation carries the boot result as an in-toto test-result predicate
+            from dataclasses import replace as _with
+
+            key = _with(key, boot=booted)
     with _naming(chosen.name), _other_pin(chosen, theirs):
         result, written = apply_queue(chosen.queue, source, pinned, outputs, open_base, locked=locked, python_check=python_check,
                                       attest=key, env=chosen.env, image_bytes=_image_bytes(q.root, pinned, platform, progress))
-    return Applied(result, written, chosen.name)
+    return Applied(result, written, chosen.name, booted)
 
 
 @contextmanager
@@ -840,6 +857,25 @@ def overlay_args(overlay: str | os.PathLike[str], format: str = "podman") -> lis
         raise UsageError(f"Unknown format {format!r}: use one of {', '.join(MOUNT_FORMATS)}.")
     mounts, env = read_mounts(Path(overlay)), read_env(Path(overlay))
     return k8s_volumes(mounts, env) if format == "k8s" else env_args(env) + mount_args(mounts, format)
+
+
+def boot(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, root: str | os.PathLike[str] | None = None,
+         overlay: str | os.PathLike[str] | None = None, platform: str | None = None, profile: str | None = None, timeout: float = 120.0, memory: int | None = None,
+         command: Sequence[str] = (), mount_queue: str | None = None, progress: Progress | None = None,
+         on_probe: Callable[[str], None] | None = None, importers: int = 5):
+    """Import every module the queue patches with the image's own Python in a sandbox, on the base
+    and on the patched tree (docs/boot.md); returns a verbs.boot.BootReport (`.failure()` is the
+    refusal, exit 3, when a patch fails). `root`: an extracted root filesystem, read only; else
+    `image` (else the one targets.lock pins), its filesystem materialized once in the shared cache.
+    `overlay`: a directory `apply --overlay` wrote, booted as its mounts.tsv binds it over that base.
+    `importers`: per patched module, at most this many modules of its package that import it are probed too."""
+    from .verbs.boot import boot_queue
+
+    return boot_queue(load_queue(queue), image=image, root=Path(root) if root is not None else None,
+                      overlay=Path(overlay) if overlay is not None else None, platform=platform,
+                      profile=profile, timeout=timeout, memory=memory, command=tuple(command), mount_queue=mount_queue,
+                      progress=progress, on_probe=on_probe, open_ref=open_ref, pick_ref=pick_ref,
+                      image_bytes=lambda q, lock: _image_bytes(q, lock, platform, progress), importers=importers)
 
 
 def rebase_status(queue: str | os.PathLike[str] | None = None) -> RebaseReport:

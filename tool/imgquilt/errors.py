@@ -110,6 +110,14 @@ class UnselectedPatches(Refused):
         self.problems = problems or []
 
 
+class BootFailed(Refused):
+    """`boot`: a patched module fails to import (or the command fails) on the patched tree where the base boots."""
+
+    def __init__(self, message: str, *, hint: str | None = None, problems: list[str] | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.problems = problems or []
+
+
 class NotAttested(Refused):
     """No attestation of the image verifies with the key and matches the queue (each candidate's reason is listed)."""
 
@@ -242,6 +250,10 @@ class GitMissing(BadInput):
 class SpoolFull(BadInput):
     """The directory imgquilt sets large contents aside in (IMGQUILT_SPOOL_DIR, the queue's .imgquilt/tmp,
     else the system's temp) has no room left: named as such, never as a read error of what was read."""
+
+
+class SandboxUnavailable(BadInput):
+    """`boot`: no sandbox could be made to run the image's Python in (each way tried is named, with why it failed)."""
 
 
 class TooLargeToHold(BadInput):

@@ -40,6 +40,7 @@ ENTRY = {  # part: (fan-out directory pattern or None, entry name pattern)
     "layers": (None, _entry("sha256-" + _HEX)),
     "verified": (None, _entry(r"sha(?:256|384|512)-[0-9a-f]{64,128}-[0-9a-f]{16}")),
     "pycheck": (None, re.compile(r"^findings\.sqlite(?:-journal|-wal|-shm)?$")),
+    "rootfs": (None, _DIGEST_ENTRY),  # the marker of an unpacked tree (cache.rootfs); prune removes the trees too
 }
 assert set(ENTRY) == set(PARTS)
 
@@ -142,6 +143,7 @@ def prune(root: Path | None = None) -> Usage:
             continue
         removed += size
         entries += 1
+    _prune_trees(root / "rootfs")
     for part, (fanout, _) in ENTRY.items():  # directories go only once empty (rmdir refuses otherwise)
         if fanout is not None:
             for d in _listing(root / part):
@@ -149,6 +151,15 @@ def prune(root: Path | None = None) -> Usage:
                     _rmdir(d)
         _rmdir(root / part)
     return Usage(entries, removed)
+
+
+def _prune_trees(part: Path) -> None:
+    """The unpacked trees (and half-unpacked ones) of cache.rootfs, never through a link."""
+    from .rootfs import _rmtree
+
+    for d in _listing(part):
+        if re.match(r"^(?:[0-9a-f]{64}\.tree|\.unpack-.+)$", d.name) and _is_dir(d):
+            _rmtree(d)
 
 
 def _rmdir(d: Path) -> None:

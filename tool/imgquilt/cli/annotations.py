@@ -37,7 +37,8 @@ def _prop(text: str) -> str:
     return _data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def annotate(level: str, file: str | None, title: str, message: str) -> None:
-    """One workflow command; GitHub shows it on the file (the queue's patch) in the run and the PR."""
-    props = ",".join(x for x in ((f"file={_prop(file)}" if file else ""), f"title={_prop(title)}") if x)
+def annotate(level: str, file: str | None, title: str, message: str, line: int | None = None) -> None:
+    """One workflow command; GitHub shows it on the file (the queue's patch, or `line` of a file) in the run and the PR."""
+    props = ",".join(x for x in ((f"file={_prop(file)}" if file else ""), (f"line={line}" if file and line else ""),
+                                 f"title={_prop(title)}") if x)
     raw_say(f"::{level} {props}::{_data(message)}")

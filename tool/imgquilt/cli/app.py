@@ -74,6 +74,7 @@ COMMAND_MODULES: dict[str, str] = {
     "audit": "audit",
     "verify": "verify",
     "rebase": "rebase",
+    "boot": "boot",
     "cache": "cache",  # a group: cache.register adds it
 }
 _registered: set[str] = set()

@@ -158,6 +158,7 @@ def apply_cmd(
     reverse: bool = typer.Option(False, "--reverse", "-R", help="With --root: take off what imgquilt applied there (its record says which files, the queue which bytes), leaving the root as the image has it; journaled as apply is."),
     verbose: bool = VerboseOpt,
     profile: Optional[str] = ProfileOpt,
+    boot: bool = typer.Option(False, "--boot", help="First import the patched modules with the image's own Python in a sandbox (as `imgquilt boot`); a patch that fails to boot writes nothing (exit 3)."),
 ) -> None:
     """Verify every base, apply the series in memory, verify every result, then write the outputs.
 
@@ -175,6 +176,9 @@ def apply_cmd(
     """
     from ..api import apply, signing_key
 
+    if boot and (reverse or profile == "all" or platform == "all"):
+        raise UsageError("--boot boots one image: it cannot go with --reverse, --profile all or --platform all.",
+                         hint="Boot each profile or platform on its own: imgquilt apply --boot --profile NAME ...")
     if reverse:
         return _reverse(root, image, platform, layer=layer, output_image=output_image, overlay=overlay, attest=attest,
                         compression=compression, compression_level=compression_level, locked=locked, profile=profile)
@@ -199,13 +203,18 @@ def apply_cmd(
     with python_check_named("apply"):
         done = apply(G.queue, image=image, layer=layer, output_image=output_image, root=root, overlay=overlay, platform=platform,
                      locked=locked, python_check=not no_python_check, progress=progress(), attest=attest, compression=compression,
-                     profile=profile, compression_level=compression_level)
+                     profile=profile, compression_level=compression_level, boot_check=boot)
     result, written = done.result, done.outputs
     if G.json:
         doc = result_json(result, done.profile)
         doc["outputs"] = written
+        if done.boot is not None:
+            doc["boot"] = done.boot.json()
         emit_json(doc)
         return
+    if done.boot is not None:
+        for p in done.boot.patches:
+            say(f"{p.verdict:<12} {p.name}" + (f"  ({p.why})" if p.why else ""))
     _say_applied(done, verbose, {"layer": layer, "overlay": overlay})
 
 
@@ -401,6 +410,7 @@ def check_cmd(
     profile: Optional[str] = ProfileOpt,
     allow_unselected: bool = typer.Option(False, "--allow-unselected", help="Accept patches that no pin of targets.lock selects (else exit 3: a guard typo drops a fix from every deployment)."),
     strict: bool = typer.Option(False, "--strict", help="Exit 6 also for a patch written with --no-python-check (its header says `Python-Check: skipped`)."),
+    boot: bool = typer.Option(False, "--boot", help="Then import the patched modules with the image's own Python in a sandbox, as `imgquilt boot` (exit 3 when a patch fails to boot)."),
 ) -> None:
     """Lint the queue: series vs patches/, hash chains (each profile's), Requires order, lock freshness,
     and that every patch is selected by some pin (the default or a profile).
@@ -415,10 +425,11 @@ def check_cmd(
       imgquilt check
       imgquilt check --image oci:examples/demo-image:latest
       imgquilt check --profile all
+      imgquilt check --boot --image oci:examples/demo-image:latest
       imgquilt check --format github
       imgquilt check --strict
     """
-    listing.check(image, platform, format, profile, allow_unselected, strict)
+    listing.check(image, platform, format, profile, allow_unselected, strict, boot)
 
 
 COMMANDS = {"lock": lock_cmd, "apply": apply_cmd, "restore": restore_cmd, "check": check_cmd}

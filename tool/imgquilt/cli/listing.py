@@ -122,22 +122,42 @@ def render_header(name: str, header: Header, changed: bool, *, asked: bool = Fal
 
 
 def check(image: str | None, platform: str | None, format: Format, profile: str | None = None,
-          allow_unselected: bool = False, strict: bool = False) -> None:
+          allow_unselected: bool = False, strict: bool = False, boot: bool = False) -> None:
     """The body of `imgquilt check` (its options and help are in apply.py)."""
     from ..api import check
 
     checked = check(G.queue, image=image, platform=platform, progress=progress(), profile=profile,
                     allow_unselected=allow_unselected, strict=strict)
     problems, failure = list(checked.problems), checked.error
+    booted = None
+    if boot and failure is None:  # --boot: the queue is sound; now import its modules on the image (docs/boot.md)
+        from ..api import boot as boot_queue
+        from ..errors import UsageError
+
+        if profile == "all":
+            raise UsageError("`check --boot` boots one image; use `imgquilt boot --profile all` for every profile.")
+        booted = boot_queue(G.queue, image=image, platform=platform, profile=profile, progress=progress())
+        failure = booted.failure()
+        if failure is not None:
+            problems += list(failure.problems)
     if G.json:
-        doc = {"ok": checked.ok, "problems": problems, "patches": list(checked.patches)}
+        doc = {"ok": failure is None, "problems": problems, "patches": list(checked.patches)}
         if checked.unchecked:  # only when there are: the document of a queue without stays as it was
             doc["unchecked"] = list(checked.unchecked)
         if profile is not None:
             doc["profiles"] = list(checked.profiles)
+        if booted is not None:
+            doc["boot"] = booted.json()
         emit_outcome(doc, failure)
         return
-    if format is Format.github:
+    if booted is not None:
+        for p in booted.patches:
+            say(f"{p.verdict:<12} {p.name}" + (f"  ({p.why})" if p.why else ""))
+            for module, f in p.failures:
+                say(f"    {module}: {f.render()}")
+                if format is Format.github:
+                    annotate("error", f.path, f"imgquilt check --boot: {module}", f"{p.name}: {f.type}: {f.message}", line=f.line)
+    if format is Format.github and booted is None:
         for p in problems:
             annotate("error", problem_file(p), "imgquilt check", p)
         if failure is not None and not problems:

@@ -32,6 +32,7 @@ PREDICATE_TYPE = "https://imgquilt.example/attestation/apply/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 ENVELOPE_TYPE = "application/vnd.dsse.envelope.v1+json"  # the referrer's artifactType and its layer's media type
 ANNOTATION_PREDICATE = "in-toto.io/predicate-type"
+TEST_RESULT_TYPE = "https://in-toto.io/attestation/test-result/v0.1"  # `apply --boot --attest`: predicate.boot
 ARTIFACT_TYPES = frozenset({ENVELOPE_TYPE, PAYLOAD_TYPE})  # what a candidate may be listed as
 PAYLOAD_MEDIA_TYPES = frozenset({ENVELOPE_TYPE})
 
@@ -58,8 +59,24 @@ def subject_name(ref: str) -> str:
     return parse_output_ref(ref).tag or "image"
 
 
-def statement(result: ApplyResult, img: NewImage, ref: str, platform: str) -> bytes:
-    """The in-toto Statement v1 for `img` (a manifest apply wrote from `result`)."""
+def boot_predicate(report: Any, patched_digest: str) -> dict[str, Any]:
+    """`apply --boot`'s report as an in-toto test-result v0.1 predicate: every probe a test (a module
+    that boots passed, one that cannot be told warned), the base and the patched images as its
+    configuration."""
+    passed = sorted({p.module or p.path for p in report.probes if p.verdict == "boots"})
+    warned = sorted({p.module or p.path for p in report.probes if p.verdict == "cannot tell"})
+    failed = sorted({p.module or p.path for p in report.probes if p.verdict == "fails"})
+    config = [{"name": "base", "digest": {"sha256": report.digest.split(":", 1)[1]}}] if report.digest else []
+    config.append({"name": "patched", "digest": {"sha256": patched_digest.split(":", 1)[1]}})
+    return {"predicateType": TEST_RESULT_TYPE,
+            "predicate": {"result": "FAILED" if failed else ("WARNED" if warned else "PASSED"), "configuration": config,
+                          "passedTests": passed, "warnedTests": warned, "failedTests": failed,
+                          "verdicts": {p.name: p.verdict for p in report.patches}}}
+
+
+def statement(result: ApplyResult, img: NewImage, ref: str, platform: str, boot: Any = None) -> bytes:
+    """The in-toto Statement v1 for `img` (a manifest apply wrote from `result`); with `boot` (a boot
+    report), its test-result predicate as `predicate.boot`."""
     doc = {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": subject_name(ref), "digest": {"sha256": img.manifest_digest.split(":", 1)[1]}}],
@@ -70,6 +87,8 @@ def statement(result: ApplyResult, img: NewImage, ref: str, platform: str) -> by
             "layer": None if img.layer is None else {"digest": img.layer.digest, "diff_id": img.layer.diff_id},
         },
     }
+    if boot is not None:
+        doc["predicate"]["boot"] = boot_predicate(boot, img.manifest_digest)  # type: ignore[index]
     return json.dumps(doc, indent=None, separators=(",", ":"), sort_keys=True).encode()
 
 
@@ -78,10 +97,11 @@ class Attester:
     """`apply --attest KEY`: signs one attestation per image manifest written."""
 
     key: PrivateKey
+    boot: Any = None  # `apply --boot`: the boot report that let the image be written
 
     def referrer(self, result: ApplyResult, img: NewImage, ref: str, platform: str | None = None) -> Referrer:
         """The signed statement as a referrer of `img`'s manifest."""
-        payload = statement(result, img, ref, platform or result.info.platform or "unknown")
+        payload = statement(result, img, ref, platform or result.info.platform or "unknown", self.boot)
         return Referrer(Subject(OCI_MANIFEST, img.manifest_digest, len(img.manifest)), ENVELOPE_TYPE, ENVELOPE_TYPE,
                         sign_envelope(PAYLOAD_TYPE, payload, self.key), {ANNOTATION_PREDICATE: PREDICATE_TYPE})
 
@@ -100,7 +120,8 @@ class Candidate:
     where: str
     verified: bool
     kind: str  # "verified", or why not: "unreadable", "malformed", "wrong-key", "bad-signature", "other-predicate",
-    #            "other-subject", "stale-series", "file-hashes", "env" (a profile's defaults not attested)
+    #            "other-subject", "stale-series", "file-hashes", "boot" (a boot result that did not pass),
+    #            "env" (a profile's defaults not attested)
     reason: str
     key_ids: tuple[str, ...] = ()
     record: dict[str, Any] | None = None  # the attested apply record (a verified signature only)
@@ -192,6 +213,15 @@ def check_candidate(found: Found, digest: str, key: PublicKey, queue: Queue, env
     if mismatches:
         return no("file-hashes", "the attested file hashes differ from the queue: " + "; ".join(mismatches[:5]), ids,
                   record=record, predicate=predicate)
+    booted = predicate.get("boot")
+    if booted is not None:  # apply --boot: a test-result that passed (or could not tell), for this very image
+        inner = booted.get("predicate") if isinstance(booted, dict) else None
+        digests = [c.get("digest", {}).get("sha256") for c in (inner or {}).get("configuration") or []
+                   if isinstance(c, dict) and c.get("name") == "patched" and isinstance(c.get("digest"), dict)]
+        if (not isinstance(inner, dict) or booted.get("predicateType") != TEST_RESULT_TYPE
+                or inner.get("result") not in ("PASSED", "WARNED") or digest.split(":", 1)[1] not in digests):
+            return no("boot", "the attested boot result is not a passing test-result for this image", ids,
+                      record=record, predicate=predicate)
     attested_env = record.get("env") or {}
     if env and attested_env != dict(env):
         return no("env", f"the attested environment defaults are {attested_env}, the profile's are {dict(env)}", ids,
