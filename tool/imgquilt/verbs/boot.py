@@ -195,7 +195,7 @@ class BootPlan:
 def patched_result(queue: Queue, source: Source, lock: Lock | None, image_bytes=None) -> ApplyResult:
     """The series applied in memory (verified as apply verifies it); the static Python check is not
     the question here, so it does not run."""
-    return plan_apply(queue, source, lock, python_check=False, image_bytes=image_bytes)
+    return plan_apply(queue, source, lock, image_bytes=image_bytes)
 
 
 def run_boot(plan: BootPlan, *, ref: str, digest: str | None, profile: str | None,
