@@ -403,16 +403,13 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     """
     from .verbs.apply import Outputs, apply_queue
     from .sources import open_image
-    from .verbs.profiles import lock_file, need_pin, resolve
-
-    from .verbs.profiles import fill, need_profile, other_pins
+    from .verbs.profiles import fill, lock_file, need_profile, other_pins, resolve
 
     key = signing_key(attest)
     q = load_queue(queue)
     lf = lock_file(q.root)
     chosen = resolve(q, profile, lf)
-    need_profile(chosen, lf)
-    need_pin(chosen, lf, image if root is None else root)
+    need_profile(chosen, lf)  # stricter than need_pin: also with --image or --root
     pinned = chosen.lock
     # `--profile NAME` fills {profile} in an output path as --profile all does
     layer, output_image, overlay = fill(layer, chosen.name), fill(output_image, chosen.name), fill(overlay, chosen.name)

@@ -218,15 +218,6 @@ def apply_cmd(
     _say_applied(done, verbose, {"layer": layer, "overlay": overlay})
 
 
-def _not_pinned() -> str:
-    """Why a verified apply was not against a pin: no targets.lock, or no default pin in it."""
-    from .common import queue_root
-
-    if (queue_root() / "targets.lock").exists():
-        return " (not pinned: targets.lock has no default pin)."
-    return " (not pinned: no targets.lock)."
-
-
 def _say_applied(done, verbose: bool, asked: dict) -> None:
     result, written = done.result, done.outputs
     if done.profile is not None:
@@ -239,7 +230,7 @@ def _say_applied(done, verbose: bool, asked: dict) -> None:
     elif rows:
         for name, count in _files_per_patch(result).items():
             say(f"ok  {name}  ({count} file{'s' if count != 1 else ''})")
-    say(f"Verified {len(result.patches)} patch(es) on {result.info.ref}" + (" (pinned by targets.lock)." if result.pinned else _not_pinned()))
+    say(f"Verified {len(result.patches)} patch(es) on {result.info.ref}" + (" (pinned by targets.lock)." if result.pinned else " (not pinned: targets.lock pins no image for it)."))
     _say_bytecode(result, written, verbose)
     if not written and not any(asked.values()):
         say("Nothing written: give --layer, --output-image, --root or --overlay.")

@@ -140,7 +140,7 @@ def _podman_store(_key: tuple[str | None, ...]) -> Store | None:
 
 
 def ask_podman(exe: str) -> Store:
-    from .sources.skopeo_copy import skopeo_message
+    from .skopeo_text import skopeo_message
 
     try:
         proc = subprocess.run([exe, "info", "--format", "json"], stdin=subprocess.DEVNULL, capture_output=True, text=True,

@@ -15,6 +15,7 @@ from ..errors import ImgquiltError, MalformedLock
 from ..fs.content import Data
 from ..fs.types import ImageInfo
 from .hunks import sha256_hex
+from ..util.names import ENV_KEY
 from ..util.regular import read_regular_file
 
 LOCK_VERSION = 1
@@ -60,7 +61,6 @@ class Lock:
 
 
 PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,11 @@
-"""The nearest of a set of names to a mistyped one (`guard 0002 +rcom`: did you mean rocm?)."""
+"""Names: the variable names a shell takes, and the nearest of a set of names to a mistyped one
+(`guard 0002 +rcom`: did you mean rocm?)."""
 from __future__ import annotations
 
+import re
 from typing import Iterable
+
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # an environment variable's name, as a shell takes it
 
 NEAR = 2  # at most this many single-character edits away counts as a likely typo
 

@@ -17,10 +17,10 @@ from typing import Any, Sequence
 
 from ..errors import UsageError, control_character
 from ..fs.types import Source
-from ..queue.lock import ENV_KEY, PROFILE_NAME, Lock, LockFile, read_lock_file
+from ..queue.lock import PROFILE_NAME, Lock, LockFile, read_lock_file
 from ..queue.queue import Queue
 from ..queue.series import check_guard_name
-from ..util.names import nearest
+from ..util.names import ENV_KEY, nearest
 
 ALL = "all"
 PLACEHOLDER = "{profile}"

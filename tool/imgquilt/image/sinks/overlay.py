@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ...errors import UsageError
+from ...errors import UsageError, control_character
 from ...fs.paths import check_member_path
 from ...fs.types import FileChange
 from ...util.atomic import write_new_file
+from ...util.names import ENV_KEY
 from .output_file import output_dir
 
 MOUNTS_FILE = "mounts.tsv"
 ENV_FILE = "env.list"  # the profile's env defaults, KEY=VALUE a line: docker's and podman's --env-file format
-ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ def env_list(env: Sequence[tuple[str, str]]) -> bytes:
     """env.list's bytes: `KEY=VALUE` lines, sorted by key. A value with a line break or another
     control character cannot be one line of an env file (nor a safe `-e` word): refused."""
     for key, value in env:
-        if not ENV_KEY.fullmatch(key) or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        if not ENV_KEY.fullmatch(key) or control_character(value) is not None:
             raise UsageError(f"The environment default {key!r} cannot be written to {ENV_FILE}: its name or value "
                              "holds a character an env file cannot carry.",
                              hint="Set it again with `imgquilt lock --profile NAME --env KEY=VALUE` (a value without control characters).")
@@ -165,7 +165,7 @@ def read_env(overlay: Path) -> tuple[tuple[str, str], ...]:
         if not line:
             continue
         key, eq, value = line.partition("=")
-        if not eq or not ENV_KEY.fullmatch(key) or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        if not eq or not ENV_KEY.fullmatch(key) or control_character(value) is not None:
             raise BadInput(f"{overlay}/{ENV_FILE} line {n} is not KEY=VALUE ({line[:120]!r}).",
                            hint="Write the overlay again with `imgquilt apply --overlay DIR`.")
         out.append((key, value))

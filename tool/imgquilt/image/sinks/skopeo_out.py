@@ -148,7 +148,7 @@ def _confirm_podman_sees(ref: StorageRef, image_id: str, had: bool) -> None:
 
 
 def _copy(src: str, dst: str) -> None:
-    from ..sources.skopeo_copy import skopeo_message
+    from ..skopeo_text import skopeo_message
 
     proc = subprocess.run([skopeo(), "copy", "--quiet", "--preserve-digests", src, dst], stdin=subprocess.DEVNULL,
                           capture_output=True, text=True)

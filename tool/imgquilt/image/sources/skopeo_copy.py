@@ -13,13 +13,13 @@ from __future__ import annotations
 import atexit
 import hashlib
 import os
-import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 from ...errors import BadImage
+from ..skopeo_text import skopeo_message
 from .dir_layout import is_dir_layout
 from .platforms import DEFAULT_PLATFORM, Platform
 
@@ -32,17 +32,6 @@ def _default_cache() -> Path:
     if len(_TEMP_CACHES) == 1:
         atexit.register(lambda: [shutil.rmtree(p, ignore_errors=True) for p in _TEMP_CACHES])
     return path
-
-
-_LOGRUS = re.compile(r'level=(?:fatal|error)\s+msg="((?:[^"\\]|\\.)*)"')
-
-
-def skopeo_message(stderr: str) -> str:
-    """What skopeo said, without its log framing (`time=... level=fatal msg="..."`): the last error's text."""
-    found = _LOGRUS.findall(stderr)
-    if found:
-        return found[-1].replace('\\"', '"').replace("\\\\", "\\").rstrip(".")
-    return " ".join(stderr.strip().splitlines()[-3:]).rstrip(".")
 
 
 def copy_with_skopeo(ref: str, *, platform: str | None, cache_dir: Path | None) -> Path:
