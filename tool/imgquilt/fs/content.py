@@ -526,6 +526,15 @@ def held(data: Data, what: str = "a file") -> bytes:
     return data.to_bytes(what) if isinstance(data, Spooled) else data
 
 
+def held_if_small(data: Data) -> bytes | None:
+    """The content as bytes when it can be held (bytes always; a Spooled of at most in_memory_max()),
+    else None: for a step that has an answer without the bytes (too large to be an apply record, to
+    look for each change in)."""
+    if isinstance(data, Spooled):
+        return None if data.size > in_memory_max() else data.to_bytes()
+    return data
+
+
 def held_or_none(data: Data | None, what: str = "a file") -> bytes | None:
     return None if data is None else held(data, what)
 
