@@ -262,15 +262,16 @@ def _trim(h: Hunk, f: int) -> tuple[Hunk, int]:
     return Hunk(h.old_start + top, old, h.new_start + top, new, tuple(lines)), top
 
 
-def _nearest(src: list[bytes], want: list[bytes], expected: int, lo: int) -> int | None:
-    """The start nearest to `expected` (not before `lo`) where `want` matches exactly; below first on a tie."""
+def nearest_match(src: list[bytes], want: list[bytes], expected: int, lo: int, *, earlier_on_tie: bool = False) -> int | None:
+    """The start nearest to `expected` (not before `lo`) where the lines `want` (not empty) match exactly.
+    On a tie the later start, as `patch` looks below first (import), or the earlier one when asked (audit)."""
     hi = len(src) - len(want)
     if hi < lo:
         return None
     expected = min(max(expected, lo), hi)
     first = want[0]
     for d in range(0, max(expected - lo, hi - expected) + 1):
-        for at in (expected + d, expected - d) if d else (expected,):
+        for at in ((expected - d, expected + d) if earlier_on_tie else (expected + d, expected - d)) if d else (expected,):
             if lo <= at <= hi and src[at] == first and src[at : at + len(want)] == want:
                 return at
     return None
@@ -297,7 +298,7 @@ def place_hunks(src: list[bytes], hunks: tuple[Hunk, ...] | list[Hunk], *, fuzz:
             if f and cut == h:
                 continue
             if cut.old_lines:
-                spot = _nearest(src, cut.old_lines, named + carry + top, lo)
+                spot = nearest_match(src, cut.old_lines, named + carry + top, lo)
             else:
                 spot = named + carry if lo <= named + carry <= len(src) else None
             if spot is not None:

@@ -11,7 +11,7 @@ from typing import Collection, Sequence
 
 from ..fs.content import Spooled, held, held_or_none, in_memory_max
 from ..queue.streamed import StreamedHunks
-from ..engine.apply import HunkError, apply_hunks, reverse_hunks
+from ..engine.apply import HunkError, apply_hunks, nearest_match, reverse_hunks
 from ..fs.pycache import find_bytecode, is_python_source
 from ..pycheck import judge_bytecode as judge
 from ..pycheck.bytecode import CANNOT_TELL, STALE, Seen, Verdict
@@ -149,17 +149,6 @@ class AuditReport:
 
 
 # --- where is the change? ---------------------------------------------------------------------
-def _find(lines: list[bytes], seq: list[bytes], lo: int, want: int) -> int | None:
-    """The start >= lo where `seq` occurs in `lines`, nearest to `want` (ties: the earlier one)."""
-    if want >= lo and lines[want : want + len(seq)] == seq:
-        return want
-    best: int | None = None
-    for i in range(lo, len(lines) - len(seq) + 1):
-        if lines[i : i + len(seq)] == seq and (best is None or abs(i - want) < abs(best - want)):
-            best = i
-    return best
-
-
 def undo_change(data: bytes, hunks: Sequence[Hunk]) -> bytes | None:
     """`data` with the change of `hunks` taken out, or None when the change is not there.
 
@@ -176,14 +165,14 @@ def undo_change(data: bytes, hunks: Sequence[Hunk]) -> bytes | None:
         post = h.new_lines
         named = (h.new_start - 1 if h.new_len else h.new_start) + shift
         if post:
-            at = _find(lines, post, lo, named)
+            at = nearest_match(lines, post, named, lo, earlier_on_tie=True)
             if at is None:
                 return None
             new_start = at + 1
             lo = at + len(post)
         else:
             # a hunk that removes lines with no context left: its removed lines must be gone
-            if h.old_lines and _find(lines, h.old_lines, 0, 0) is not None:
+            if h.old_lines and nearest_match(lines, h.old_lines, 0, 0) is not None:
                 return None
             at = min(max(named, lo), len(lines))
             new_start = at
