@@ -8,9 +8,7 @@ writes them renumbered at the lines they really apply at.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
-
-from ..fs.content import CHUNK, Data, Spooled, SpoolWriter
+from ..fs.content import CHUNK, Data, SpoolWriter, chunks_of, is_spooled, pread_of
 from ..queue.binarypatch import BinaryPatchError, apply_binary
 from ..queue.hunks import Hunk, HunkLine, show_line, split_lines
 from ..queue.patchfile import FileSection
@@ -71,25 +69,24 @@ def apply_section(old: Data | None, s: FileSection) -> Data:
             return apply_binary(old, s.binary)
         except BinaryPatchError as exc:
             raise BinaryMismatch(exc.message) from None
-    if isinstance(s.hunks, StreamedHunks) or isinstance(old, Spooled):
+    if isinstance(s.hunks, StreamedHunks) or is_spooled(old):
         return apply_hunks_streaming(old, s.hunks)
     return apply_hunks(old or b"", s.hunks)
 
 
 class _Base:
-    """The base a streamed apply reads in order: bytes, or a Spooled in chunks."""
+    """The base a streamed apply reads in order, a chunk at a time (bytes or a Spooled alike)."""
 
     def __init__(self, data: Data | None) -> None:
-        self.data = data if data is not None else b""
-        self._spooled = isinstance(self.data, Spooled)
-        self.buf: bytes = b"" if self._spooled else cast(bytes, self.data)  # bytes when not spooled
+        self.data: Data = data if data is not None else b""
+        self.buf = b""
         self.at = 0  # in buf
-        self._next = 0  # file position after buf
+        self._next = 0  # content position after buf
 
     def _fill(self) -> bool:
-        if not self._spooled or self._next >= len(self.data):
+        if self._next >= len(self.data):
             return False
-        more = self.data.pread(CHUNK, self._next)  # type: ignore[union-attr]
+        more = pread_of(self.data, CHUNK, self._next)
         self._next += len(more)
         self.buf = self.buf[self.at :] + more
         self.at = 0
@@ -133,10 +130,9 @@ class _Base:
         if self.at < len(self.buf):
             out.write(self.buf[self.at :])
         self.at = len(self.buf)
-        if self._spooled:
-            for chunk in self.data.chunks(CHUNK, self._next):  # type: ignore[union-attr]
-                out.write(chunk)
-            self._next = len(self.data)
+        for chunk in chunks_of(self.data, CHUNK, self._next):
+            out.write(chunk)
+        self._next = len(self.data)
 
     def rest_of_line(self, limit: int = 1024) -> bytes:
         """The rest of the current line (up to `limit` bytes), for a message."""
@@ -151,8 +147,7 @@ def _count_lines(data: Data | None) -> int:
         return 0
     n = 0
     last = b""
-    chunks = data.chunks() if isinstance(data, Spooled) else [data]
-    for c in chunks:
+    for c in chunks_of(data):
         n += c.count(b"\n")
         last = c[-1:] or last
     return n + (last != b"\n")
