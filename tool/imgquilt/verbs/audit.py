@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Collection, Sequence
 
-from ..fs.content import Spooled, held, held_or_none, in_memory_max
+from ..fs.content import held, held_if_small, held_or_none, in_memory_max
 from ..queue.streamed import StreamedHunks
 from ..engine.apply import HunkError, apply_hunks, nearest_match, reverse_hunks
 from ..fs.pycache import find_bytecode, is_python_source
@@ -246,11 +246,10 @@ def chain_states(chain: list[FileSection], data: bytes | None, recorded: Sequenc
         return [LIVE] * k + [PENDING] * (len(chain) - k)
     if data is None:
         return [MISSING] * len(chain)
-    if isinstance(data, Spooled):
-        if data.size > in_memory_max():
-            return [DRIFTED] * len(chain)  # too large to look for each change in: its hash says drifted
-        data = data.to_bytes()
-    return _drift_states(data, chain)
+    small = held_if_small(data)
+    if small is None:
+        return [DRIFTED] * len(chain)  # too large to look for each change in: its hash says drifted
+    return _drift_states(small, chain)
 
 
 def patch_state(files: Sequence[FileAudit]) -> str:
