@@ -271,3 +271,18 @@ def test_headers_with_diff_lines_are_refused_and_trailing_blank_lines_normalised
         check_header(b"Description: x\n--- a/x\n+++ b/x\n", "p")
     assert check_header(b"Description: x\n--- not a diff\n\n\n\n", "p").raw == b"Description: x\n--- not a diff\n\n"
     assert check_header(b"\n\n", "p").raw == b""
+
+
+def test_worktree_keeps_the_state_and_the_verbs_take_it() -> None:
+    # issue 33, point 6: no method of WorkTree forwards to a command module; the commands take the tree
+    import inspect
+
+    from imgquilt.work import header, importing, unrefreshed
+
+    verbs = {"push": push.push, "pop": pop.pop, "refresh": refresh.refresh, "diff": refresh.diff, "new": series_edit.new,
+             "delete": series_edit.delete, "rename": series_edit.rename, "move": series_edit.move, "add": track.add,
+             "fold": track.fold, "header": header.header, "set_fields": header.set_fields, "revert": unrefreshed.revert,
+             "remove": unrefreshed.remove, "import_patches": importing.import_patches}
+    for name, fn in verbs.items():
+        assert not hasattr(WorkTree, name), name
+        assert next(iter(inspect.signature(fn).parameters)) == "wt", name
