@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from imgquilt.verbs.audit import audit_source, chain_states, report_json, undo_change
+from imgquilt.engine.apply import nearest_match
 from imgquilt.engine.plan import plan_apply
 from imgquilt.engine.result import RECORD_PATH
 from imgquilt.queue.patchfile import make_section
@@ -214,6 +215,16 @@ def test_undo_change_prefers_the_named_place_and_keeps_hunk_order() -> None:
     assert undo_change(moved, s.hunks) == b"head\n" * 7 + old
     only_second = edit(old, b"u line 25\n", b"u line 25 y\n")
     assert undo_change(only_second, s.hunks) is None
+
+
+def test_one_nearest_search_audit_takes_the_earlier_of_two_equally_near_import_the_later() -> None:
+    # the search audit's undo and import's placement share; only the tie rule differs, as before
+    src = [b"x\n", b"a\n", b"x\n", b"a\n", b"x\n"]
+    assert nearest_match(src, [b"a\n"], 2, 0, earlier_on_tie=True) == 1
+    assert nearest_match(src, [b"a\n"], 2, 0) == 3
+    assert nearest_match(src, [b"a\n", b"x\n"], 9, 0) == 3  # past the end: the last that fits
+    assert nearest_match(src, [b"a\n"], 0, 2) == 3  # never before lo
+    assert nearest_match(src, [b"b\n"], 2, 0) is None
 
 
 # --- the apply record ------------------------------------------------------------------------------------

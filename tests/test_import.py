@@ -12,7 +12,7 @@ from imgquilt.importer import Base, apply_foreign, mail_subject_name, parse_fore
 from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.patchfile import parse_patch
 from imgquilt.rootfs.source import RootfsSource
-from imgquilt.work import ImportItem, WorkTree
+from imgquilt.work import ImportItem, WorkTree, importing, push
 
 CONF = b"[server]\nworkers = 2\nport = 80\n"
 CONF_8 = b"[server]\nworkers = 8\nport = 80\n"
@@ -221,7 +221,7 @@ def test_import_inserts_after_the_top_and_chains_bases(setup) -> None:
     q, image, wt = setup
     p1 = b"--- a/etc/svc.conf\n+++ b/etc/svc.conf\n@@ -2 +2 @@\n-workers = 2\n+workers = 8\n"
     p2 = b"Description: then the port\n\n--- a/etc/svc.conf\n+++ b/etc/svc.conf\n@@ -3 +3 @@\n-port = 80\n+port = 81\n"
-    done = wt.import_patches([ImportItem("01.patch", p1), ImportItem("02.patch", p2)], fields=[("Author", "Ops <ops@example.org>")])
+    done = importing.import_patches(wt, [ImportItem("01.patch", p1), ImportItem("02.patch", p2)], fields=[("Author", "Ops <ops@example.org>")])
     assert [d.name for d in done] == ["01.patch", "02.patch"]
     assert (q / "series").read_text() == "# ours\n01.patch\n02.patch\n"
     a = parse_patch((q / "patches/01.patch").read_bytes())
@@ -232,31 +232,31 @@ def test_import_inserts_after_the_top_and_chains_bases(setup) -> None:
     assert a.raw == b"Author: Ops <ops@example.org>\n\n" + kept(CONF, CONF_8, p1)
     assert b.raw == b"Description: then the port\nAuthor: Ops <ops@example.org>\n\n" + kept(CONF_8, CONF_8.replace(b"80", b"81"), p2)
     # push the first, then import in between: the base is the work tree's, the new patch goes after the top
-    wt.push()
+    push.push(wt)
     p3 = b"--- a/mod.py\n+++ b/mod.py\n@@ -2 +2 @@\n-    return 1\n+    return 10\n"
-    wt.import_patches([ImportItem("01b.patch", p3)])
+    importing.import_patches(wt, [ImportItem("01b.patch", p3)])
     assert wt.series() == ["01.patch", "01b.patch", "02.patch"]
     (q / ".imgquilt/work/etc/svc.conf").write_bytes(CONF_8 + b"# local\n")  # not refreshed: import sees it
     p4 = b"--- a/etc/svc.conf\n+++ b/etc/svc.conf\n@@ -4 +4 @@\n-# local\n+# LOCAL\n"
-    wt.import_patches([ImportItem("01c.patch", p4)])
+    importing.import_patches(wt, [ImportItem("01c.patch", p4)])
     assert parse_patch((q / "patches/01c.patch").read_bytes()).sections[0].base_sha256 == sha256_hex(CONF_8 + b"# local\n")
 
 
 def test_import_refuses_name_clashes_unless_forced_and_never_an_applied_patch(setup) -> None:
     q, image, wt = setup
     p1 = b"--- a/etc/svc.conf\n+++ b/etc/svc.conf\n@@ -2 +2 @@\n-workers = 2\n+workers = 8\n"
-    wt.import_patches([ImportItem("01.patch", p1)])
+    importing.import_patches(wt, [ImportItem("01.patch", p1)])
     with pytest.raises(UsageError, match="already exists"):
-        wt.import_patches([ImportItem("01.patch", p1)])
+        importing.import_patches(wt, [ImportItem("01.patch", p1)])
     again = p1.replace(b"workers = 8", b"workers = 4")
-    wt.import_patches([ImportItem("01.patch", again)], replace=True)
+    importing.import_patches(wt, [ImportItem("01.patch", again)], replace=True)
     assert wt.series() == ["01.patch"]
     assert parse_patch((q / "patches/01.patch").read_bytes()).sections[0].patched_sha256 == sha256_hex(CONF.replace(b"2", b"4"))
-    wt.push()
+    push.push(wt)
     with pytest.raises(UsageError, match="applied"):
-        wt.import_patches([ImportItem("01.patch", p1)], replace=True)
+        importing.import_patches(wt, [ImportItem("01.patch", p1)], replace=True)
     with pytest.raises(BadInput, match="changes nothing"):
-        wt.import_patches([ImportItem("noop.patch", b"diff --git a/mod.py b/mod.py\n")])
+        importing.import_patches(wt, [ImportItem("noop.patch", b"diff --git a/mod.py b/mod.py\n")])
 
 
 def test_nothing_is_written_when_one_patch_of_a_series_fails(setup) -> None:
@@ -264,7 +264,7 @@ def test_nothing_is_written_when_one_patch_of_a_series_fails(setup) -> None:
     good = b"--- a/etc/svc.conf\n+++ b/etc/svc.conf\n@@ -2 +2 @@\n-workers = 2\n+workers = 8\n"
     bad = b"--- a/mod.py\n+++ b/mod.py\n@@ -1 +1 @@\n-def nope():\n+def f():\n"
     with pytest.raises(HunkMismatch):
-        wt.import_patches([ImportItem("01.patch", good), ImportItem("02.patch", bad)])
+        importing.import_patches(wt, [ImportItem("01.patch", good), ImportItem("02.patch", bad)])
     assert (q / "series").read_text() == "# ours\n"
     assert not (q / "patches").exists() or os.listdir(q / "patches") == []
 

@@ -974,6 +974,7 @@ def import_patches(files: Sequence[str | os.PathLike[str]] = (), *, queue: str |
     along; `guards` (+G/-G) go on every imported patch. `profile` (with `series`, a dpkg-source vendor
     series such as debian/patches/ubuntu.series): import it as that profile's selection (see vendor_items)."""
     from .work import WorkTree
+    from .work.importing import import_patches as into_tree
 
     items = import_items(files, name=name, strip=strip, series=series, guards=guards)
     root = queue_root(queue)
@@ -989,8 +990,8 @@ def import_patches(files: Sequence[str | os.PathLike[str]] = (), *, queue: str |
         if series is None:
             raise UsageError("--profile imports a vendor series as that profile's selection: give --series VENDOR.series.")
         items, others = vendor_items(items, wt.queue.entries(), profile)
-    return tuple(wt.import_patches(items, fields=list(fields), replace=replace, check_git_index=check_git_index, after=after,
-                                   before=before, through_links=through_links, guard_others=others))
+    return tuple(into_tree(wt, items, fields=list(fields), replace=replace, check_git_index=check_git_index, after=after,
+                           before=before, through_links=through_links, guard_others=others))
 
 
 def vendor_items(items: list[ImportItem], entries, profile: str) -> tuple[list[ImportItem], dict[str, tuple[str, ...]]]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from .errors import LinkedState, StateWriteFailed, UnsafePath
-from .fs.content import Data, Spooled, sha256_of
+from .fs.content import Data, is_spooled, sha256_of
 from .queue.hunks import ABSENT
 from .util.statedir import StateDir
 
@@ -55,7 +55,7 @@ class ObjectStore:
         sha = sha256_of(data)
         if self.get(sha, spool=True) is not None:  # checked: a damaged object is replaced
             return sha
-        if isinstance(data, Spooled) and not copy:
+        if is_spooled(data) and not copy:
             if not self._state.link_in(self._rel(sha), data, mode=0o444):
                 return None
             return sha

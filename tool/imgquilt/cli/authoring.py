@@ -39,13 +39,14 @@ def new_cmd(
       imgquilt new 0003-fix-port.patch -d "Serve on port 9000" --author "Ops <ops@example.org>"
     """
     from ..queue.patchfile import Header
+    from ..work.series_edit import new
 
     wt = tree()
     header = Header(b"")
     pairs = header_fields(description if description is not None else default_description(name), author, requires, status, field)
     for key, value in pairs:
         header = header.with_field(key, value)
-    patch = wt.new(name, header)
+    patch = new(wt, name, header)
     if G.json:
         emit_json({"patch": name, "file": str(wt.patches_dir / name), "top": name, "header": patch.header.raw.decode("utf-8", "replace"),
                    "targets_lock": lock_json(wt)})
@@ -56,8 +57,10 @@ def new_cmd(
 
 
 def _add(paths: list[str], image: str | None, platform: str | None, new: bool) -> tuple[WorkTree, str, list[str], list[str]]:
+    from ..work.track import add
+
     wt = tree(image, platform)
-    top, added, already = wt.add(paths, new=new)
+    top, added, already = add(wt, paths, new=new)
     return wt, top, added, already
 
 
@@ -147,8 +150,10 @@ def refresh_cmd(
         return
     if names and len(names) > 1:
         raise UsageError("refresh takes one PATCH (several only with --rehash).")
+    from ..work.refresh import refresh
+
     wt = tree()
-    r = wt.refresh(names[0] if names else None, python_check=not no_python_check)
+    r = refresh(wt, names[0] if names else None, python_check=not no_python_check)
     if G.json:
         emit_json({"patch": r.name, "changed": r.changed, "file": str(wt.patches_dir / r.name), "files": files_json(r.patch),
                    "targets_lock": r.lock.to_json() if r.lock else None})
@@ -229,8 +234,11 @@ def diff_cmd(
     if image or from_ref or profile:
         raise UsageError("--image, --from and --profile go with --upstream PATCH.")
     patch = one_patch(name, patch)
+    from ..work.refresh import diff
+    from ..work.unrefreshed import diff_unrefreshed
+
     wt = tree(guard=False)
-    p = wt.diff_unrefreshed(patch) if unrefreshed else wt.diff(patch)
+    p = diff_unrefreshed(wt, patch) if unrefreshed else diff(wt, patch)
     if G.json:
         emit_json({"patch": p.name, "files": [
             {**f, "diff": held(s.raw, s.path).decode("utf-8", "replace")} for f, s in zip(files_json(p), p.sections)
@@ -279,8 +287,10 @@ def fold_cmd(
         data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
     except OSError as exc:
         raise BadInput(f"Cannot read {file}: {exc.strerror}.") from None
+    from ..work.track import fold
+
     wt = tree(image, platform)
-    top, paths, notes = wt.fold(data, strip=strip, source="<stdin>" if file == "-" else file, check_git_index=not ignore_git_index)
+    top, paths, notes = fold(wt, data, strip=strip, source="<stdin>" if file == "-" else file, check_git_index=not ignore_git_index)
     if G.json:
         emit_json({"patch": top, "files": paths, "notes": notes})
         return

@@ -20,7 +20,9 @@ def files_cmd(name: Optional[str] = typer.Argument(None, metavar="PATCH", help="
       imgquilt files
       imgquilt files 0003-app-config-longer-timeouts.patch
     """
-    name, paths = tree(guard=False).files_of(one_patch(name, patch))
+    from ..work.unrefreshed import files
+
+    name, paths = files(tree(guard=False), one_patch(name, patch))
     if G.json:
         emit_json({"patch": name, "files": paths})
         return
@@ -44,8 +46,10 @@ def remove_cmd(paths: List[str] = typer.Argument(..., metavar="FILE", help="Imag
     Example:
       imgquilt remove etc/svc.conf
     """
+    from ..work.unrefreshed import remove
+
     wt = tree()
-    top, dropped = wt.remove(paths)
+    top, dropped = remove(wt, paths)
     _each(paths, top, dropped, {"removed": list(dict.fromkeys(paths)), "sections_dropped": dropped, "targets_lock": lock_json(wt)},
           "File {path} removed from patch {top} (its section left the patch file).", "File {path} removed from patch {top}.")
     if not G.json:
@@ -59,7 +63,9 @@ def revert_cmd(paths: List[str] = typer.Argument(..., metavar="FILE", help="Imag
     Example:
       imgquilt revert etc/svc.conf
     """
-    top, changed = tree().revert(paths)
+    from ..work.unrefreshed import revert
+
+    top, changed = revert(tree(), paths)
     _each(paths, top, changed, {"reverted": changed},
           "Changes to {path} in patch {top} reverted.", "File {path} in patch {top} has no changes to revert.")
 

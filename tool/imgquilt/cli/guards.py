@@ -60,7 +60,9 @@ def guard_cmd(
             return
         say(f"{name}: {_shown(entry.guards)}")
         return
-    name, old, new = wt.set_guards(name, args, new_guard=new_guard)
+    from ..work.series_edit import set_guards
+
+    name, old, new = set_guards(wt, name, args, new_guard=new_guard)
     if G.json:
         emit_json({"patch": name, "guards": list(new), "changed": old != new, "targets_lock": lock_json(wt)})
         return
@@ -90,7 +92,9 @@ def select_cmd(
     wt = tree(guard=bool(name or none))
     popped: list[str] = []
     if name is not None or none:
-        popped = wt.select_profile(name, pop=pop)
+        from ..work.series_edit import select_profile
+
+        popped = select_profile(wt, name, pop=pop)
     elif pop:
         raise UsageError("--pop goes with a change of profile: `imgquilt select NAME --pop`.")
     current, guards, chosen, every = wt.profile(), wt.guards(), wt.selected(), wt.series()

@@ -72,9 +72,11 @@ def import_cmd(
     fields = header_fields(description, author, [], None, field)
     top = wt.top()
     placed: list = []
-    done = wt.import_patches(items, fields=fields, replace=force, check_git_index=not ignore_git_index, fuzz=fuzz,
-                             prefix=prefix or "", after=after, before=before, through_links=through_links, placed=placed,
-                             guard_others=others)
+    from ..work.importing import import_patches
+
+    done = import_patches(wt, items, fields=fields, replace=force, check_git_index=not ignore_git_index, fuzz=fuzz,
+                          prefix=prefix or "", after=after, before=before, through_links=through_links, placed=placed,
+                          guard_others=others)
     if G.json:
         emit_json({"imported": [
             {"name": d.name, "kind": d.kind, "file": str(wt.patches_dir / d.name), "files": files_json(d.patch), "notes": list(d.notes),

@@ -45,7 +45,9 @@ def next_cmd() -> None:
     Example:
       imgquilt next
     """
-    _neighbour("next", tree(guard=False).next(), "No next patch: every patch is applied.")
+    from ..work.unrefreshed import neighbour
+
+    _neighbour("next", neighbour(tree(guard=False), 1), "No next patch: every patch is applied.")
 
 
 def previous_cmd() -> None:
@@ -55,7 +57,9 @@ def previous_cmd() -> None:
     Example:
       imgquilt previous
     """
-    _neighbour("previous", tree(guard=False).previous(), "No previous patch: fewer than two patches are applied.")
+    from ..work.unrefreshed import neighbour
+
+    _neighbour("previous", neighbour(tree(guard=False), -1), "No previous patch: fewer than two patches are applied.")
 
 
 def _names(key: str, names: list[str]) -> None:
@@ -105,7 +109,9 @@ def series(verbose: bool) -> None:
 
 def show_header(name: str | None) -> None:
     """`imgquilt header [PATCH]` without options (the options are in patch_meta.py)."""
-    name, header = tree().header(name)
+    from ..work.header import header as read_header
+
+    name, header = read_header(tree(), name)
     render_header(name, header, False)
 
 

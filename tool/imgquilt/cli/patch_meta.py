@@ -31,12 +31,13 @@ def header_cmd(
       imgquilt header -e
     """
     from ..queue.patchfile import Header
+    from ..work.header import header as read_header, set_fields, set_header
 
     wt = tree()
-    name, header = wt.header(one_patch(name, patch))
+    name, header = read_header(wt, one_patch(name, patch))
     before = header.raw
     if set_ or unset:
-        header = wt.set_fields(name, field_pairs(set_, unset)).header
+        header = set_fields(wt, name, field_pairs(set_, unset)).header
     if edit:
         cmd = editor()
         if not cmd:
@@ -46,7 +47,7 @@ def header_cmd(
             with os.fdopen(fd, "wb") as f:
                 f.write(header.raw)
             run_editor(cmd, [Path(tmp)])
-            header = wt.set_header(name, Header(Path(tmp).read_bytes())).header
+            header = set_header(wt, name, Header(Path(tmp).read_bytes())).header
         finally:
             os.unlink(tmp)
     listing.render_header(name, header, header.raw != before, asked=bool(set_ or unset or edit), lock=lock_json(wt))
@@ -68,8 +69,10 @@ def delete_cmd(
     Example:
       imgquilt delete -r 0004-experiment.patch
     """
+    from ..work.series_edit import delete
+
     wt = tree()
-    gone = wt.delete(one_patch(name, patch), remove=remove, force=force)
+    gone = delete(wt, one_patch(name, patch), remove=remove, force=force)
     if G.json:
         emit_json({"deleted": gone, "removed_file": remove, "top": wt.top(), "targets_lock": lock_json(wt)})
         return
@@ -96,8 +99,10 @@ def rename_cmd(
         raise UsageError(f"rename takes PATCH and NEW_NAME, not {len(names)} names.", hint="imgquilt rename OLD.patch NEW.patch")
     new_name = names[-1]
     patch = one_patch(names[0] if len(names) == 2 else None, patch)
+    from ..work.series_edit import rename
+
     wt = tree()
-    old, touched = wt.rename(new_name, patch)
+    old, touched = rename(wt, new_name, patch)
     if G.json:
         emit_json({"renamed": old, "to": new_name, "requires_updated": touched, "targets_lock": lock_json(wt)})
         return
@@ -129,11 +134,12 @@ def move_cmd(
       imgquilt move 0005-hotfix.patch --before 0002-feature.patch
       imgquilt move 0002-feature.patch --top
     """
+    from ..work.series_edit import move
     from .apply import python_check_named
 
     wt = tree()
     with python_check_named(f"move {name}"):
-        m = wt.move(name, after=after, before=before, top=top, python_check=not no_python_check)
+        m = move(wt, name, after=after, before=before, top=top, python_check=not no_python_check)
     if G.json:
         emit_json({"moved": m.name, "after": m.after, "applied": list(m.applied), "rechained": list(m.rechained),
                    "lock": str(wt.root / "targets.lock") if m.lock else None, "top": wt.top()})

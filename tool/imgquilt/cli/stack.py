@@ -41,10 +41,12 @@ def push_cmd(
       imgquilt push 0003-fix-port.patch
       imgquilt push 2
     """
+    from ..work.push import push
+
     wt = tree(image, platform)
     name, count = _target(one_patch(target, patch), wt)
     try:
-        done = wt.push(name, all=all, count=count)
+        done = push(wt, name, all=all, count=count)
     except ImgquiltError as exc:
         pushed = getattr(exc, "pushed", [])
         if G.json:  # the patches before the refused one stay applied: say which
@@ -80,9 +82,11 @@ def pop_cmd(
       imgquilt pop -a
       imgquilt pop 0001-port.patch
     """
+    from ..work.pop import pop
+
     wt = tree()
     name, count = _target(one_patch(target, patch), wt)
-    popped = wt.pop(name, all=all, count=count, force=force)
+    popped = pop(wt, name, all=all, count=count, force=force)
     top = wt.top()
     if G.json:
         emit_json({"popped": popped, "top": top})

@@ -8,9 +8,7 @@ writes them renumbered at the lines they really apply at.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
-
-from ..fs.content import CHUNK, Data, Spooled, SpoolWriter
+from ..fs.content import CHUNK, Data, SpoolWriter, chunks_of, is_spooled, pread_of
 from ..queue.binarypatch import BinaryPatchError, apply_binary
 from ..queue.hunks import Hunk, HunkLine, show_line, split_lines
 from ..queue.patchfile import FileSection
@@ -71,25 +69,24 @@ def apply_section(old: Data | None, s: FileSection) -> Data:
             return apply_binary(old, s.binary)
         except BinaryPatchError as exc:
             raise BinaryMismatch(exc.message) from None
-    if isinstance(s.hunks, StreamedHunks) or isinstance(old, Spooled):
+    if isinstance(s.hunks, StreamedHunks) or is_spooled(old):
         return apply_hunks_streaming(old, s.hunks)
     return apply_hunks(old or b"", s.hunks)
 
 
 class _Base:
-    """The base a streamed apply reads in order: bytes, or a Spooled in chunks."""
+    """The base a streamed apply reads in order, a chunk at a time (bytes or a Spooled alike)."""
 
     def __init__(self, data: Data | None) -> None:
-        self.data = data if data is not None else b""
-        self._spooled = isinstance(self.data, Spooled)
-        self.buf: bytes = b"" if self._spooled else cast(bytes, self.data)  # bytes when not spooled
+        self.data: Data = data if data is not None else b""
+        self.buf = b""
         self.at = 0  # in buf
-        self._next = 0  # file position after buf
+        self._next = 0  # content position after buf
 
     def _fill(self) -> bool:
-        if not self._spooled or self._next >= len(self.data):
+        if self._next >= len(self.data):
             return False
-        more = self.data.pread(CHUNK, self._next)  # type: ignore[union-attr]
+        more = pread_of(self.data, CHUNK, self._next)
         self._next += len(more)
         self.buf = self.buf[self.at :] + more
         self.at = 0
@@ -133,10 +130,9 @@ class _Base:
         if self.at < len(self.buf):
             out.write(self.buf[self.at :])
         self.at = len(self.buf)
-        if self._spooled:
-            for chunk in self.data.chunks(CHUNK, self._next):  # type: ignore[union-attr]
-                out.write(chunk)
-            self._next = len(self.data)
+        for chunk in chunks_of(self.data, CHUNK, self._next):
+            out.write(chunk)
+        self._next = len(self.data)
 
     def rest_of_line(self, limit: int = 1024) -> bytes:
         """The rest of the current line (up to `limit` bytes), for a message."""
@@ -151,8 +147,7 @@ def _count_lines(data: Data | None) -> int:
         return 0
     n = 0
     last = b""
-    chunks = data.chunks() if isinstance(data, Spooled) else [data]
-    for c in chunks:
+    for c in chunks_of(data):
         n += c.count(b"\n")
         last = c[-1:] or last
     return n + (last != b"\n")
@@ -262,15 +257,16 @@ def _trim(h: Hunk, f: int) -> tuple[Hunk, int]:
     return Hunk(h.old_start + top, old, h.new_start + top, new, tuple(lines)), top
 
 
-def _nearest(src: list[bytes], want: list[bytes], expected: int, lo: int) -> int | None:
-    """The start nearest to `expected` (not before `lo`) where `want` matches exactly; below first on a tie."""
+def nearest_match(src: list[bytes], want: list[bytes], expected: int, lo: int, *, earlier_on_tie: bool = False) -> int | None:
+    """The start nearest to `expected` (not before `lo`) where the lines `want` (not empty) match exactly.
+    On a tie the later start, as `patch` looks below first (import), or the earlier one when asked (audit)."""
     hi = len(src) - len(want)
     if hi < lo:
         return None
     expected = min(max(expected, lo), hi)
     first = want[0]
     for d in range(0, max(expected - lo, hi - expected) + 1):
-        for at in (expected + d, expected - d) if d else (expected,):
+        for at in ((expected - d, expected + d) if earlier_on_tie else (expected + d, expected - d)) if d else (expected,):
             if lo <= at <= hi and src[at] == first and src[at : at + len(want)] == want:
                 return at
     return None
@@ -297,7 +293,7 @@ def place_hunks(src: list[bytes], hunks: tuple[Hunk, ...] | list[Hunk], *, fuzz:
             if f and cut == h:
                 continue
             if cut.old_lines:
-                spot = _nearest(src, cut.old_lines, named + carry + top, lo)
+                spot = nearest_match(src, cut.old_lines, named + carry + top, lo)
             else:
                 spot = named + carry if lo <= named + carry <= len(src) else None
             if spot is not None:

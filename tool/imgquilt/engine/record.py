@@ -1,4 +1,5 @@
-"""The apply record, var/lib/imgquilt/applied.json: written by every output, read by audit.
+"""The apply record, var/lib/imgquilt/applied.json: written by every output, read back by audit,
+reverse, restore, attest and a refused apply (one reading of the document: `record_document`).
 
 Reading it must not cost more than the targets do. An image whose top layers decide every target
 is not read further just to learn that the record is absent: `peek_targets` resolves with the layers
@@ -12,7 +13,7 @@ from typing import Sequence
 
 from .. import __version__
 from ..errors import BadImage, BadInput
-from ..fs.content import held
+from ..fs.content import Data, held, held_if_small
 from ..fs.types import Source, TargetFile
 from ..queue.queue import Queue
 from ..fs.pycache import Bytecode
@@ -114,12 +115,24 @@ class Record:
         return out
 
 
-def parse_record(data: bytes | None) -> Record | None:
+def record_document(data: Data) -> dict:
+    """applied.json's JSON object as record_bytes writes it (UTF-8, an object with a `patches` list).
+    Raises ValueError (its words say why) on anything else, one too large to hold included."""
+    small = held_if_small(data)
+    if small is None:
+        raise ValueError("far larger than an apply record")
+    doc = json.loads(small.decode("utf-8"))
+    if not isinstance(doc, dict) or not isinstance(doc.get("patches"), list):
+        raise ValueError("not an imgquilt apply record (no `patches` list)")
+    return doc
+
+
+def parse_record(data: Data | None) -> Record | None:
     """The record in `data`; None when it is not one imgquilt writes (absent, damaged, foreign)."""
     if data is None:
         return None
     try:
-        doc = json.loads(data)
+        doc = record_document(data)
         image = doc.get("image") or {}
         patches = tuple(
             (str(p["name"]), tuple(RecordFile(str(f["path"]), str(f["resolved"]), str(f["base_sha256"]), str(f["patched_sha256"]))
@@ -133,6 +146,29 @@ def parse_record(data: bytes | None) -> Record | None:
                       str(doc.get("imgquilt_version", "")), patches, tuple(dirs), bytecode)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+@dataclass(frozen=True)
+class RecordSeen:
+    """The record as audit reads it: only what it compares (a record missing the fields the undo needs
+    is still read, so audit can say where it disagrees)."""
+
+    series_sha256: str | None
+    image_ref: str | None
+    image_digest: str | None
+    version: str | None
+    files: dict[str, dict[str, str]]  # patch name -> named path -> recorded patched sha256
+
+
+def read_record_seen(data: Data) -> RecordSeen:
+    """Read applied.json for audit. Raises ValueError (or KeyError, TypeError) on anything else."""
+    doc = record_document(data)
+    files: dict[str, dict[str, str]] = {}
+    for p in doc["patches"]:
+        name = str(p["name"])
+        files[name] = {str(f["path"]): str(f["patched_sha256"]) for f in p.get("files", [])}
+    image = doc.get("image") or {}
+    return RecordSeen(doc.get("series_sha256"), image.get("ref"), image.get("digest"), doc.get("imgquilt_version"), files)
 
 
 def with_created_dirs(record: bytes, dirs: Sequence[str]) -> bytes:

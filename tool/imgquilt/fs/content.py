@@ -27,9 +27,12 @@ import re
 import tempfile
 import threading
 from pathlib import Path
-from typing import Iterator, Union
+from typing import TYPE_CHECKING, Iterator, Union
 
 from ..errors import BadInput, SpoolFull, TooLargeToHold, UsageError
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 CHUNK = 1 << 20
 SPOOL_AT_ENV = "IMGQUILT_SPOOL_AT"
@@ -505,16 +508,27 @@ def sha256_of(data: Data) -> str:
     return data.sha256 if isinstance(data, Spooled) else hashlib.sha256(data).hexdigest()
 
 
-def chunks_of(data: Data, size: int = CHUNK) -> Iterator[bytes]:
+def chunks_of(data: Data, size: int = CHUNK, start: int = 0) -> Iterator[bytes]:
+    """The content from `start` on, `size` bytes at a time (bytes that fit in one chunk: themselves)."""
     if isinstance(data, Spooled):
-        yield from data.chunks(size)
-    elif len(data) <= size:
+        yield from data.chunks(size, start)
+    elif start == 0 and len(data) <= size:
         if data:
             yield data
     else:
         view = memoryview(data)
-        for i in range(0, len(data), size):
+        for i in range(start, len(data), size):
             yield bytes(view[i : i + size])
+
+
+def pread_of(data: Data, n: int, pos: int) -> bytes:
+    """Up to `n` bytes from `pos` (fewer only at the end): a Spooled read from its file, bytes sliced."""
+    return data.pread(n, pos) if isinstance(data, Spooled) else data[pos : pos + n]
+
+
+def slice_of(data: Data, offset: int, size: int) -> Data:
+    """`size` bytes from `offset` of the content, carried as the content is (a Spooled's range is not read)."""
+    return data.slice(offset, size) if isinstance(data, Spooled) else data[offset : offset + size]
 
 
 def head_of(data: Data, n: int) -> bytes:
@@ -526,12 +540,28 @@ def held(data: Data, what: str = "a file") -> bytes:
     return data.to_bytes(what) if isinstance(data, Spooled) else data
 
 
+def held_if_small(data: Data) -> bytes | None:
+    """The content as bytes when it can be held (bytes always; a Spooled of at most in_memory_max()),
+    else None: for a step that has an answer without the bytes (too large to be an apply record, to
+    look for each change in)."""
+    if isinstance(data, Spooled):
+        return None if data.size > in_memory_max() else data.to_bytes()
+    return data
+
+
 def held_or_none(data: Data | None, what: str = "a file") -> bytes | None:
     return None if data is None else held(data, what)
 
 
-def is_spooled(data: object) -> bool:
+def is_spooled(data: object) -> TypeIs[Spooled]:
+    """Is the content carried in a file (so a step that would hold it whole streams it instead)?"""
     return isinstance(data, Spooled)
+
+
+def link_content_at(data: Data, dir_fd: int, name: str) -> bool:
+    """Make `name` in `dir_fd` hold the content without writing it (Spooled.link_at); False, and
+    nothing made, where that cannot be done: bytes are always written."""
+    return isinstance(data, Spooled) and data.link_at(dir_fd, name)
 
 
 def open_reader(data: Data):

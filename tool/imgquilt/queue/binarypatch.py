@@ -20,7 +20,7 @@ import re
 import zlib
 from dataclasses import dataclass
 
-from ..fs.content import Data, Spooled, SpoolWriter
+from ..fs.content import Data, SpoolWriter, chunks_of, head_of, is_spooled, pread_of
 from .hunks import show_line
 from .pathquote import quote_name
 
@@ -61,7 +61,7 @@ def is_binary(data: Data | None) -> bool:
     """git's test: a NUL byte in the first 8000 bytes."""
     if data is None:
         return False
-    return b"\0" in (data.head(8000) if isinstance(data, Spooled) else data[:8000])
+    return b"\0" in head_of(data, 8000)
 
 
 def git_blob_sha1(data: Data | None) -> str:
@@ -69,11 +69,8 @@ def git_blob_sha1(data: Data | None) -> str:
     if data is None:
         return "0" * 40
     h = hashlib.sha1(b"blob %d\0" % len(data))
-    if isinstance(data, Spooled):
-        for chunk in data.chunks():
-            h.update(chunk)
-    else:
-        h.update(data)
+    for chunk in chunks_of(data):
+        h.update(chunk)
     return h.hexdigest()
 
 
@@ -213,7 +210,7 @@ def apply_binary(base: Data | None, patch: BinaryPatch) -> Data:
     block = patch.forward
     if block.kind == "literal":
         return block.data
-    if isinstance(base, Spooled) or isinstance(block.data, Spooled):
+    if is_spooled(base) or is_spooled(block.data):
         return apply_delta_streaming(base or b"", block.data)
     return apply_delta(base or b"", block.data)
 
@@ -232,7 +229,7 @@ class _DeltaReader:
         if len(self._buf) - self._at >= n or self._next >= self.size:
             return
         d = self._d
-        more = d.pread(max(n, INFLATE_CHUNK), self._next) if isinstance(d, Spooled) else d[self._next : self._next + max(n, INFLATE_CHUNK)]
+        more = pread_of(d, max(n, INFLATE_CHUNK), self._next)
         self._next += len(more)
         self._buf = self._buf[self._at :] + more
         self._at = 0
@@ -301,7 +298,7 @@ def apply_delta_streaming(base: Data, delta: Data) -> Data:
                     raise BinaryPatchError(0, "the binary delta copies past the end of the file.")
                 if written + size > dst_size:
                     raise BinaryPatchError(0, f"the binary delta gives more than the {dst_size} bytes it says.")
-                chunk = base.pread(size, offset) if isinstance(base, Spooled) else base[offset : offset + size]
+                chunk = pread_of(base, size, offset)
             elif op:
                 if rd.pos + op > rd.size:
                     raise BinaryPatchError(0, "the binary delta ends inside an insert instruction.")

@@ -4,10 +4,9 @@ They sit under the engine (which applies them) and the queue's patch files (whic
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
-from ..fs.content import Data, Spooled
+from ..fs.content import Data, sha256_of
 
 ABSENT = "absent"
 
@@ -16,7 +15,7 @@ def sha256_hex(data: Data | None) -> str:
     """The lowercase hex sha256 of `data`, or "absent" for a file that does not exist."""
     if data is None:
         return ABSENT
-    return data.sha256 if isinstance(data, Spooled) else hashlib.sha256(data).hexdigest()
+    return sha256_of(data)
 
 
 def show_line(line: bytes, limit: int = 80) -> str:

@@ -22,7 +22,7 @@ import zlib
 from typing import Iterator, Sequence
 
 from ..errors import MalformedPatch
-from ..fs.content import CHUNK, Spooled, SpoolWriter, in_memory_max, spool_at
+from ..fs.content import CHUNK, Spooled, SpoolWriter, in_memory_max, pread_of, spool_at
 from .hunks import Hunk, show_line
 
 BUF = 1 << 20
@@ -64,10 +64,7 @@ class Lines:
         if self._pos >= self._end:
             return False
         n = min(max(want - (len(self._buf) - self._at), CHUNK), self._end - self._pos)
-        if isinstance(self._c, Spooled):
-            more = self._c.pread(n, self._pos)
-        else:
-            more = self._c[self._pos : self._pos + n]
+        more = pread_of(self._c, n, self._pos)
         if not more:
             self._pos = self._end
             return False

@@ -50,14 +50,14 @@ def write_atomic_at(dir_fd: int, name: str, data, mode: int = 0o644, *, durable:
     `data`: bytes, or a large file's Spooled (linked in when it is imgquilt's own temp on this
     filesystem, else copied by the kernel). `durable=False` skips the fsyncs: for entries named by the
     hash of their bytes and checked on every read, which a crash may lose but never makes wrong."""
-    from ..fs.content import Spooled, write_all
+    from ..fs.content import link_content_at, write_all
 
     tmp = temp_prefix(name) + "tmp"
     with suppress(FileNotFoundError):
         os.unlink(tmp, dir_fd=dir_fd)  # left by a crash
     lock = -1
     try:
-        if isinstance(data, Spooled) and data.link_at(dir_fd, tmp):
+        if link_content_at(data, dir_fd, tmp):
             _chmod_at(dir_fd, tmp, mode)
         else:
             fd = _locked_temp_at(dir_fd, tmp)
@@ -197,14 +197,11 @@ def atomic_file(dest: Path, mode: int = 0o644, *, durable: bool = True) -> Itera
 
 def atomic_write(dest: Path, data, mode: int = 0o644, *, durable: bool = True) -> None:
     """Replace `dest` with `data` (bytes, or a large file's Spooled: copied by the kernel) whole or not at all."""
-    from ..fs.content import Spooled
+    from ..fs.content import write_all
 
     with atomic_file(dest, mode, durable=durable) as f:
-        if isinstance(data, Spooled):
-            f.flush()
-            data.copy_to_fd(f.fileno())
-        else:
-            f.write(data)
+        f.flush()
+        write_all(f.fileno(), data)
 
 
 def rename_at(dir_fd: int, src: str, dst: str) -> None:

@@ -14,7 +14,8 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .audit import LIVE, AuditReport, FileAudit, PatchAudit, RecordCheck, TrustCheck, check_record, parse_record
+from .audit import LIVE, AuditReport, FileAudit, PatchAudit, RecordCheck, TrustCheck, check_record
+from ..engine.record import read_record_seen
 from ..engine.result import RECORD_PATH, ApplyResult
 from ..errors import NotAttested
 from ..fs.content import held
@@ -202,7 +203,7 @@ def check_candidate(found: Found, digest: str, key: PublicKey, queue: Queue, env
     predicate = doc.get("predicate")
     record = predicate.get("record") if isinstance(predicate, dict) else None
     try:
-        parse_record(json.dumps(record).encode())
+        read_record_seen(json.dumps(record).encode())
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return no("malformed", "the predicate holds no readable apply record", ids)
     assert isinstance(record, dict) and isinstance(predicate, dict)
@@ -279,7 +280,7 @@ def attested_report(queue: Queue, v: Verification, info: ImageInfo) -> AuditRepo
     ok = v.verified
     assert ok is not None and ok.record is not None
     record = ok.record
-    rec = parse_record(json.dumps(record).encode())
+    rec = read_record_seen(json.dumps(record).encode())
     resolved = {(p["name"], f["path"]): f.get("resolved") or f["path"] for p in record["patches"] for f in p.get("files", [])}
     final: dict[str, str] = {}
     for p in queue.patches:

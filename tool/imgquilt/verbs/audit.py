@@ -6,17 +6,16 @@ anything else. `audit_source` is the one entry point that touches a Source (thro
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from typing import Collection, Sequence
 
-from ..fs.content import Spooled, held, held_or_none, in_memory_max
+from ..fs.content import held, held_if_small, held_or_none, in_memory_max
 from ..queue.streamed import StreamedHunks
-from ..engine.apply import HunkError, apply_hunks, reverse_hunks
+from ..engine.apply import HunkError, apply_hunks, nearest_match, reverse_hunks
 from ..fs.pycache import find_bytecode, is_python_source
 from ..pycheck import judge_bytecode as judge
 from ..pycheck.bytecode import CANNOT_TELL, STALE, Seen, Verdict
-from ..engine.record import read_record_target
+from ..engine.record import RecordSeen, read_record_target, read_record_seen
 from ..engine.result import RECORD_PATH
 from ..errors import BadImage, BadInput, NotLive, SpoolFull, shown_env
 from ..fs.types import ImageInfo, Source, TargetFile, read_targets
@@ -149,45 +148,7 @@ class AuditReport:
         return all(p.state == state for p in self.patches)
 
 
-# --- the record -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Record:
-    series_sha256: str | None
-    image_ref: str | None
-    image_digest: str | None
-    version: str | None
-    files: dict[str, dict[str, str]]  # patch name -> named path -> recorded patched sha256
-
-
-def parse_record(data) -> _Record:
-    """Read applied.json as record_bytes writes it. Raises ValueError on anything else."""
-    if isinstance(data, Spooled):
-        if data.size > in_memory_max():
-            raise ValueError("far larger than an apply record")
-        data = data.to_bytes()
-    doc = json.loads(data.decode("utf-8"))
-    if not isinstance(doc, dict) or not isinstance(doc.get("patches"), list):
-        raise ValueError("not an imgquilt apply record (no `patches` list)")
-    files: dict[str, dict[str, str]] = {}
-    for p in doc["patches"]:
-        name = str(p["name"])
-        files[name] = {str(f["path"]): str(f["patched_sha256"]) for f in p.get("files", [])}
-    image = doc.get("image") or {}
-    return _Record(doc.get("series_sha256"), image.get("ref"), image.get("digest"), doc.get("imgquilt_version"), files)
-
-
 # --- where is the change? ---------------------------------------------------------------------
-def _find(lines: list[bytes], seq: list[bytes], lo: int, want: int) -> int | None:
-    """The start >= lo where `seq` occurs in `lines`, nearest to `want` (ties: the earlier one)."""
-    if want >= lo and lines[want : want + len(seq)] == seq:
-        return want
-    best: int | None = None
-    for i in range(lo, len(lines) - len(seq) + 1):
-        if lines[i : i + len(seq)] == seq and (best is None or abs(i - want) < abs(best - want)):
-            best = i
-    return best
-
-
 def undo_change(data: bytes, hunks: Sequence[Hunk]) -> bytes | None:
     """`data` with the change of `hunks` taken out, or None when the change is not there.
 
@@ -204,14 +165,14 @@ def undo_change(data: bytes, hunks: Sequence[Hunk]) -> bytes | None:
         post = h.new_lines
         named = (h.new_start - 1 if h.new_len else h.new_start) + shift
         if post:
-            at = _find(lines, post, lo, named)
+            at = nearest_match(lines, post, named, lo, earlier_on_tie=True)
             if at is None:
                 return None
             new_start = at + 1
             lo = at + len(post)
         else:
             # a hunk that removes lines with no context left: its removed lines must be gone
-            if h.old_lines and _find(lines, h.old_lines, 0, 0) is not None:
+            if h.old_lines and nearest_match(lines, h.old_lines, 0, 0) is not None:
                 return None
             at = min(max(named, lo), len(lines))
             new_start = at
@@ -285,11 +246,10 @@ def chain_states(chain: list[FileSection], data: bytes | None, recorded: Sequenc
         return [LIVE] * k + [PENDING] * (len(chain) - k)
     if data is None:
         return [MISSING] * len(chain)
-    if isinstance(data, Spooled):
-        if data.size > in_memory_max():
-            return [DRIFTED] * len(chain)  # too large to look for each change in: its hash says drifted
-        data = data.to_bytes()
-    return _drift_states(data, chain)
+    small = held_if_small(data)
+    if small is None:
+        return [DRIFTED] * len(chain)  # too large to look for each change in: its hash says drifted
+    return _drift_states(small, chain)
 
 
 def patch_state(files: Sequence[FileAudit]) -> str:
@@ -298,7 +258,7 @@ def patch_state(files: Sequence[FileAudit]) -> str:
 
 
 # --- the audit --------------------------------------------------------------------------------
-def audit_files(queue: Queue, targets: dict[str, TargetFile], record: _Record | None = None,
+def audit_files(queue: Queue, targets: dict[str, TargetFile], record: RecordSeen | None = None,
                 details: dict[str, str] | None = None) -> list[PatchAudit]:
     """Per patch and file, the state of the queue in these targets (keyed by named path)."""
     details = details or {}
@@ -351,7 +311,7 @@ _SAYS = {
 }
 
 
-def check_record(queue: Queue, record: _Record, patches: Sequence[PatchAudit]) -> list[RecordProblem]:
+def check_record(queue: Queue, record: RecordSeen, patches: Sequence[PatchAudit]) -> list[RecordProblem]:
     """Every disagreement between the record, the queue and the bytes."""
     problems: list[RecordProblem] = []
     if record.series_sha256 != queue.series_sha256:
@@ -425,11 +385,11 @@ def _deleted_notes(source: Source, targets: dict[str, TargetFile]) -> dict[str, 
 def audit_targets(queue: Queue, targets: dict[str, TargetFile], record_target: TargetFile | None, info: ImageInfo,
                   details: dict[str, str] | None = None) -> AuditReport:
     """The whole audit over targets already read (`record_target`: RECORD_PATH as read, or None)."""
-    record: _Record | None = None
+    record: RecordSeen | None = None
     unreadable: RecordProblem | None = None
     if record_target is not None and record_target.data is not None:
         try:
-            record = parse_record(record_target.data)
+            record = read_record_seen(record_target.data)
         except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as exc:
             unreadable = RecordProblem("unreadable", "-", RECORD_PATH, f"{RECORD_PATH} is not a readable apply record: {exc}.")
     patches = audit_files(queue, targets, record, details)
@@ -623,7 +583,7 @@ def report_json(report: AuditReport) -> dict:
 
 __all__ = [
     "ABSENT", "AuditReport", "EnvCheck", "matches", "with_env", "FileAudit", "PatchAudit", "RecordCheck", "RecordProblem", "STATES", "TrustCheck",
-    "audit_files", "audit_source", "audit_targets", "chain_states", "check_record", "parse_record",
+    "audit_files", "audit_source", "audit_targets", "chain_states", "check_record", "read_record_seen",
     "patch_state", "report_json", "undo_change",
 ]
 

@@ -37,7 +37,9 @@ def pop_one(wt: WorkTree, applied: list[str], force: bool) -> str:
     """Pop applied[-1] (the caller holds the lock); returns its name."""
     top = applied[-1]
     if not force:
-        dirty = wt.unrefreshed(top)
+        from .refresh import unrefreshed
+
+        dirty = unrefreshed(wt, top)
         if dirty:
             raise Refused(
                 f"Refused: {top} has changes not refreshed into it: {', '.join(dirty)}. Nothing was changed.",

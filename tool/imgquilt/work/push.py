@@ -101,7 +101,9 @@ def _plan(wt: WorkTree, name: str, applied: list[str]) -> tuple[Patch, dict[str,
         actual = sha256_hex(st.data)
         if actual != s.base_sha256:
             if st.resolved in where:
-                dirty = wt.unrefreshed(top) if top is not None else []
+                from .refresh import unrefreshed
+
+                dirty = unrefreshed(wt, top) if top is not None else []
                 if any(named.get(d) == st.resolved for d in dirty):
                     why = f"it has changes not refreshed into {top}: `imgquilt refresh` first"
                 else:

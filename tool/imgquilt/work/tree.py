@@ -1,14 +1,14 @@
 """WorkTree: one queue's work tree and applied stack, and the queries every command shares.
 
-The commands themselves live in their own modules (push, pop, refresh, track, series_edit, header,
-importing); WorkTree's methods of the same names call them.
+WorkTree holds the state; the commands live in their own modules (push, pop, refresh, track,
+series_edit, header, importing, unrefreshed) as functions that take the WorkTree first:
+`push.push(wt, ...)`, never through a method of WorkTree.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
-from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Collection, Iterator
+from typing import TYPE_CHECKING, Collection, Iterator
 
 from ..errors import BadInput, UsageError
 from ..store import ObjectStore
@@ -18,22 +18,8 @@ from .queuefiles import QueueFiles
 from .state import Tracked, WorkState
 
 if TYPE_CHECKING:  # the patch format loads on use: `imgquilt top` reads no patch
-    from ..queue.patchfile import Header, Patch
+    from ..queue.patchfile import Patch
     from ..queue.lock import LockUpdate
-
-
-class _Sibling:
-    """A module of this package loaded on first use: `imgquilt top` need not load push or import (email)."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(import_module(f"{__package__}.{self._name}"), attr)
-
-
-_header, _importing, _pop, _push = _Sibling("header"), _Sibling("importing"), _Sibling("pop"), _Sibling("push")
-_refresh, _series_edit, _track, _unrefreshed = _Sibling("refresh"), _Sibling("series_edit"), _Sibling("track"), _Sibling("unrefreshed")
 
 
 class WorkTree:
@@ -229,99 +215,3 @@ class WorkTree:
         from ..queue.hunks import sha256_hex
 
         return Tracked(path, sha256_hex(st.data), st.mode, st.resolved or path)
-
-    # --- the patch as the work tree says it is ---------------------------------------------
-    def compute(self, name: str) -> tuple[Patch, Patch]:
-        """(patch as on disk, patch as the work tree says it should be now)."""
-        return _refresh.compute(self, name)
-
-    def unrefreshed(self, name: str) -> list[str]:
-        """Paths whose content after patch `name` is not what the patch file says (hashes only, no diff)."""
-        return _refresh.unrefreshed(self, name)
-
-    # --- commands -----------------------------------------------------------------------
-    def select_profile(self, name: str | None, *, pop: bool = False) -> list[str]:
-        return _series_edit.select_profile(self, name, pop=pop)
-
-    def set_guards(self, name: str | None, guards: list[str], *,
-                   new_guard: bool = False) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-        return _series_edit.set_guards(self, name, guards, new_guard=new_guard)
-
-    def new(self, name: str, header: Header) -> Patch:
-        return _series_edit.new(self, name, header)
-
-    def delete(self, name: str | None = None, *, remove: bool = False, force: bool = False) -> str:
-        return _series_edit.delete(self, name, remove=remove, force=force)
-
-    def rename(self, new: str, old: str | None = None) -> tuple[str, list[str]]:
-        return _series_edit.rename(self, new, old)
-
-    def move(self, name: str, *, after: str | None = None, before: str | None = None, top: bool = False,
-             python_check: bool = True) -> _series_edit.Moved:
-        return _series_edit.move(self, name, after=after, before=before, top=top, python_check=python_check)
-
-    def add(self, paths: list[str], *, new: bool = False) -> tuple[str, list[str], list[str]]:
-        return _track.add(self, paths, new=new)
-
-    def fold(self, data: bytes, *, strip: int = 1, source: str = "<stdin>", check_git_index: bool = True) -> tuple[str, list[str], list[str]]:
-        return _track.fold(self, data, strip=strip, source=source, check_git_index=check_git_index)
-
-    def refresh(self, name: str | None = None, *, python_check: bool = True) -> _refresh.Refreshed:
-        return _refresh.refresh(self, name, python_check=python_check)
-
-    def diff(self, name: str | None = None) -> Patch:
-        return _refresh.diff(self, name)
-
-    def diff_unrefreshed(self, name: str | None = None) -> Patch:
-        return _unrefreshed.diff_unrefreshed(self, name)
-
-    def revert(self, paths: list[str]) -> tuple[str, list[str]]:
-        return _unrefreshed.revert(self, paths)
-
-    def remove(self, paths: list[str]) -> tuple[str, list[str]]:
-        return _unrefreshed.remove(self, paths)
-
-    def files_of(self, name: str | None = None) -> tuple[str, list[str]]:
-        return _unrefreshed.files(self, name)
-
-    def next(self) -> str | None:
-        """The next patch to push (None when every patch is applied)."""
-        return _unrefreshed.neighbour(self, 1)
-
-    def previous(self) -> str | None:
-        """The patch below the top (None with fewer than two applied)."""
-        return _unrefreshed.neighbour(self, -1)
-
-    def push(self, target: str | None = None, *, all: bool = False, count: int | None = None) -> list[_push.Pushed]:
-        return _push.push(self, target, all=all, count=count)
-
-    def pop(self, target: str | None = None, *, all: bool = False, count: int | None = None, force: bool = False) -> list[str]:
-        return _pop.pop(self, target, all=all, count=count, force=force)
-
-    def header(self, name: str | None = None) -> tuple[str, Header]:
-        return _header.header(self, name)
-
-    def set_header(self, name: str, header: Header) -> Patch:
-        return _header.set_header(self, name, header)
-
-    def set_fields(self, name: str | None, changes: list[tuple[str, str | None]]) -> Patch:
-        return _header.set_fields(self, name, changes)
-
-    def import_patches(
-        self,
-        items: list[_importing.ImportItem],
-        *,
-        fields: list[tuple[str, str | None]] = (),  # type: ignore[assignment]
-        replace: bool = False,
-        check_git_index: bool = True,
-        fuzz: int = 0,
-        prefix: str = "",
-        after: str | None = None,
-        before: str | None = None,
-        through_links: bool = False,
-        placed: list[_importing.Placement] | None = None,
-        guard_others: dict[str, tuple[str, ...]] | None = None,
-    ) -> list[_importing.Imported]:
-        return _importing.import_patches(self, items, fields=fields, replace=replace, check_git_index=check_git_index, fuzz=fuzz,
-                                         prefix=prefix, after=after, before=before, through_links=through_links, placed=placed,
-                                         guard_others=guard_others)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import BinaryIO, Literal, Sequence
 
 from ...errors import BadInput, UsageError
-from ...fs.content import Data, Spooled, SpoolWriter, sha256_of
+from ...fs.content import Data, SpoolWriter, open_reader, sha256_of
 from ...fs.paths import check_member_path
 from ...fs.types import FileChange
 from ..mediatypes import LAYER_MEDIA_TYPES, Compression, LayerFormat
@@ -270,10 +270,8 @@ def write_tar(changes: Sequence[FileChange], out, *, epoch: int | None = None) -
     for entry in layer_entries(changes):
         if entry.kind in ("dir", "symlink"):
             tar.addfile(_tarinfo(entry, mtime))  # a symlink's target is in its header, not a body
-        elif isinstance(entry.data, Spooled):
-            tar.addfile(_tarinfo(entry, mtime), entry.data.reader())
         else:
-            tar.addfile(_tarinfo(entry, mtime), io.BytesIO(entry.data))
+            tar.addfile(_tarinfo(entry, mtime), open_reader(entry.data))
     tar.close()
 
 

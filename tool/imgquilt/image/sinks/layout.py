@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from ...errors import BadImage, LinkedState, UsageError
-from ...fs.content import Data, Spooled
-from ...util.atomic import atomic_file, atomic_write, publish
+from ...fs.content import Data
+from ...util.atomic import atomic_file, publish
 from ...util.regular import read_regular_file
 from ..mediatypes import OCI_INDEX
 from ..layers.blobio import fingerprint
@@ -58,10 +58,7 @@ class _BlobDir:
         if self.has(digest, len(data)):
             return
         dest = self.path(digest)
-        if isinstance(data, Spooled):
-            put_content(dest, data)
-        else:
-            atomic_write(dest, data)
+        put_content(dest, data)  # bytes written as atomic_write does, a Spooled linked where it can be
         self.created.append(dest)
 
     def put_layer(self, layer: Layer) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from ...errors import UsageError
-from ...fs.content import Data, Spooled
+from ...fs.content import Data, is_spooled, link_content_at, write_all
 from ...util.atomic import atomic_file, replace_dir
 
 
@@ -64,7 +64,7 @@ def put_content(dest: Path, data: Data) -> None:
     """Put `data` at `dest` whole or not at all: a spooled content is linked there when it can be (its
     own temp file, same filesystem; or a reflink), else copied by the kernel; bytes are written."""
     dest = Path(dest)
-    if isinstance(data, Spooled):
+    if is_spooled(data):
         tmp = f".{dest.name}.imgquilt-{os.getpid()}-{id(data)}.tmp"
         dfd = os.open(dest.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
@@ -72,7 +72,7 @@ def put_content(dest: Path, data: Data) -> None:
                 os.unlink(tmp, dir_fd=dfd)
             except FileNotFoundError:
                 pass
-            if data.link_at(dfd, tmp):
+            if link_content_at(data, dfd, tmp):
                 os.chmod(tmp, 0o644, dir_fd=dfd)
                 os.replace(tmp, dest.name, src_dir_fd=dfd, dst_dir_fd=dfd)
                 os.fsync(dfd)
@@ -80,8 +80,5 @@ def put_content(dest: Path, data: Data) -> None:
         finally:
             os.close(dfd)
     with atomic_file(dest) as fh:
-        if isinstance(data, Spooled):
-            fh.flush()
-            data.copy_to_fd(fh.fileno())
-        else:
-            fh.write(data)
+        fh.flush()
+        write_all(fh.fileno(), data)

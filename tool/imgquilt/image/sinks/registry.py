@@ -13,7 +13,7 @@ from contextlib import closing
 from dataclasses import dataclass
 
 from ...errors import BadImage, UsageError
-from ...fs.content import Spooled, open_reader
+from ...fs.content import is_spooled, open_reader
 from ..mediatypes import OCI_INDEX, OCI_MANIFEST
 from ..registry import RegistryRef, parse_registry_ref
 from ...util.jsonin import loads_or_none
@@ -105,7 +105,7 @@ def push_image(img: NewImage, ref: str, *, by_digest: bool = False) -> PushRepor
     config_digest = img.config_digest
     small = [(config_digest, img.config)] if img.layer is None else [(img.layer.digest, img.layer.data), (config_digest, img.config)]
     for digest, data in small:
-        blobs[digest] = client.push_blob(repo, digest, open_reader(data) if isinstance(data, Spooled) else data)
+        blobs[digest] = client.push_blob(repo, digest, open_reader(data) if is_spooled(data) else data)
     where = img.manifest_digest if by_digest else dest.tag or "latest"
     manifest_digest = client.put_manifest(repo, where, img.manifest, OCI_MANIFEST)
     return PushReport(manifest_digest, blobs)

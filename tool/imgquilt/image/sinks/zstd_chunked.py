@@ -21,7 +21,7 @@ import struct
 from datetime import datetime, timezone
 
 from ...errors import UsageError
-from ...fs.content import Data, Spooled, SpoolWriter
+from ...fs.content import Data, SpoolWriter, is_spooled, pread_of, slice_of
 from ..layers.tarwalk import TarWalker
 from ..layers.toc import SKIPPABLE_HEADER, ZSTD_CHECKSUM_KEYS, ZSTD_POSITION_KEYS
 
@@ -64,7 +64,7 @@ class _DataStream:
 
     def read(self, n: int = -1) -> bytes:
         end = len(self._data) if n < 0 else min(len(self._data), self._at + n)
-        out = self._data.pread(end - self._at, self._at) if isinstance(self._data, Spooled) else self._data[self._at:end]
+        out = pread_of(self._data, end - self._at, self._at)
         self._at += len(out)
         return out
 
@@ -77,7 +77,7 @@ class _DataStream:
 def _frame(cctx, data: Data, out: _Tape) -> str:
     """One zstd frame of `data` (streamed for a large file, its size in the frame header as one-shot
     compression writes it); returns the data's sha256."""
-    if not isinstance(data, Spooled):
+    if not is_spooled(data):
         out.write(cctx.compress(data))
         return hashlib.sha256(data).hexdigest()
     comp = cctx.compressobj(size=len(data))
@@ -94,7 +94,7 @@ def zstd_chunked(tar: Data, *, level: int, mtime: int) -> tuple[Data, dict[str, 
     import zstandard
 
     def piece(a: int, b: int) -> bytes:
-        return tar.pread(b - a, a) if isinstance(tar, Spooled) else tar[a:b]
+        return pread_of(tar, b - a, a)
 
     cctx = zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=True)
     out = _Tape()
@@ -122,7 +122,7 @@ def zstd_chunked(tar: Data, *, level: int, mtime: int) -> tuple[Data, dict[str, 
             if pending:
                 out.write(cctx.compress(bytes(pending)))
                 pending.clear()
-            data = tar.slice(e.offset, e.size) if isinstance(tar, Spooled) else tar[e.offset:e.offset + e.size]
+            data = slice_of(tar, e.offset, e.size)
             start = out.size
             sha = _frame(cctx, data, out)
             entry.update(digest="sha256:" + sha, offset=start, endOffset=out.size)
