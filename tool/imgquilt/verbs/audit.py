@@ -116,7 +116,13 @@ class EnvCheck:
     """A profile's environment defaults against the image's config `Env` (docs/profiles.md)."""
 
     expected: tuple[tuple[str, str], ...]
-    found: dict[str, str] | None  # the config's Env; None: the filesystem has no config (a root)
+    found: dict[str, str] | None  # the config's Env (or the process's); None: not checked (a root has no config)
+    source: str = "config"  # "config": the image config's Env; "process": /proc/PID/environ (audit --pid)
+
+    @property
+    def where(self) -> str:
+        """What held the values, for people: "the image's Env" or "the process's environment"."""
+        return "the process's environment" if self.source == "process" else "the image's Env"
 
     @property
     def missing(self) -> list[tuple[str, str, str | None]]:
@@ -537,13 +543,17 @@ def iso_time(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def with_env(report: AuditReport, source: Source, env: tuple[tuple[str, str], ...], profile: str | None) -> AuditReport:
+def with_env(report: AuditReport, source: Source, env: tuple[tuple[str, str], ...], profile: str | None,
+             environ: dict[str, str] | None = None) -> AuditReport:
     """`report` naming the profile judged and, when it has environment defaults, how the image's
-    config Env holds them (a root has no config: not checked)."""
+    config Env holds them (a root has no config: not checked), or with `environ` (audit --pid: the
+    running process's environment) how the process holds them."""
     if profile is None and not env:
         return report
     check = None
-    if env:
+    if env and environ is not None:
+        check = EnvCheck(tuple(env), dict(environ), "process")
+    elif env:
         from ..image.sinks.mutate import config_env
 
         image = getattr(source, "image", None)
@@ -570,6 +580,7 @@ def report_json(report: AuditReport) -> dict:
         **({} if report.env is None else {"env": {
             "expected": dict(report.env.expected),
             "checked": report.env.found is not None,
+            **({"source": report.env.source} if report.env.found is not None else {}),
             "missing": [{"key": k, "value": v, "found": got} for k, v, got in report.env.missing],
         }}),
         "image": {"ref": info.ref, "digest": info.digest, "platform": info.platform, "kind": info.kind},
@@ -641,9 +652,13 @@ def not_in_state(report: AuditReport, want: str, *, strict: bool = False) -> Not
     unset = report.env.missing if report.env is not None and want == LIVE else []
     whose = f" of profile {report.profile}" if report.profile else ""
     if unset and not failing:
-        keys = "; ".join(f"{shown_env(k, v)} (the image has {shown_env(k, got)})" for k, v, got in unset)
-        return NotLive(f"Every patch{whose} is live, but the image's Env lacks {len(unset)} of its default(s): {keys}.",
-                       hint="Apply the profile again (`imgquilt apply --profile NAME --output-image REF`) to set them.")
+        assert report.env is not None
+        has = "it has" if report.env.source == "process" else "the image has"
+        keys = "; ".join(f"{shown_env(k, v)} ({has} {shown_env(k, got)})" for k, v, got in unset)
+        hint = ("Start the process with the profile's environment (`imgquilt overlay-args` renders it; an image applied "
+                "for the profile carries it in its config)." if report.env.source == "process"
+                else "Apply the profile again (`imgquilt apply --profile NAME --output-image REF`) to set them.")
+        return NotLive(f"Every patch{whose} is live, but {report.env.where} lacks {len(unset)} of its default(s): {keys}.", hint=hint)
     if not failing and strict and cannot_tell(report):
         unknown = cannot_tell(report)
         names = "; ".join(f"{p.name}: {f.path}" for p, f in unknown)
@@ -663,5 +678,6 @@ def not_in_state(report: AuditReport, want: str, *, strict: bool = False) -> Not
     if want == LIVE and RESTART_PENDING in states and report.process is not None:
         hint += f"\nRestart process {report.process.pid} to run the patched files."
     if unset:
-        names += "; the image's Env lacks " + ", ".join(shown_env(k, v) for k, v, _ in unset)
+        assert report.env is not None
+        names += f"; {report.env.where} lacks " + ", ".join(shown_env(k, v) for k, v, _ in unset)
     return NotLive(f"{len(failing)} of {len(report.patches)} patch(es){whose} are not {want}: {names}.", hint=hint)
