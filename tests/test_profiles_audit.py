@@ -171,3 +171,57 @@ def test_audit_root_of_another_profiles_apply_names_that_profile(rocm_root) -> N
     # without --profile the record names rocm: judged as rocm (the root has no config: env not checked)
     r = imgquilt("audit", "--root", str(root), cwd=q, env=env, check=0)
     assert "as profile rocm" in r.out and "Env defaults of profile rocm not checked" in r.out
+
+
+# --- true messages (point 9) -------------------------------------------------------------------------
+@needs("umoci")
+def test_apply_reverse_root_takes_the_profile_line_repeated(images, tmp_path: Path) -> None:  # noqa: F811
+    from qtools import tree_hash
+
+    q, env = make_queue(tmp_path, images)
+    base = unpack(images["a"], "latest", tmp_path / "base")
+    root = unpack(images["a"], "latest", tmp_path / "root")
+    imgquilt("apply", "--profile", "rocm", "--root", str(root), cwd=q, env=env, check=0)
+    applied = tree_hash(root)
+    # another profile's line, or all: refused before any write, naming the profile that applied it
+    r = imgquilt("apply", "--profile", "glm53", "--root", str(root), "--reverse", cwd=q, env=env, check=2)
+    assert f"{root} was applied as profile rocm, not profile glm53" in r.err and "with --profile rocm" in r.err
+    r = imgquilt("apply", "--profile", "all", "--root", str(root), "--reverse", cwd=q, env=env, check=2)
+    assert "takes one --profile NAME, not all" in r.err
+    r = imgquilt("apply", "--profile", "rcom", "--root", str(root), "--reverse", cwd=q, env=env, check=2)
+    assert "Did you mean 'rocm'?" in r.err
+    assert tree_hash(root) == applied
+    # the apply line repeated with --reverse: the root is the base again, byte for byte
+    r = imgquilt("apply", "--profile", "rocm", "--root", str(root), "--reverse", cwd=q, env=env, check=0)
+    assert "Took the queue" in r.out
+    assert tree_hash(root) == tree_hash(base)
+
+
+@needs("umoci")
+def test_an_output_of_an_older_queue_is_told_to_rebuild_not_rebase(images, tmp_path: Path) -> None:  # noqa: F811
+    from qtools import write_patch
+    from test_profiles import CONFIG
+
+    q, env = make_queue(tmp_path, images)
+    out = tmp_path / "out"
+    imgquilt("apply", "--profile", "glm53", "--output-image", f"oci:{out}:old", cwd=q, env=env, check=0)
+    root = unpack(images["a"], "latest", tmp_path / "root")
+    imgquilt("apply", "--profile", "glm53", "--root", str(root), cwd=q, env=env, check=0)
+    # the queue moves on: the timeout fix now sets another value (same base)
+    series = (q / "series").read_bytes()
+    write_patch(q, "0002-cuda-timeouts.patch", [("app/config.toml", CONFIG[0], CONFIG[0].replace(b"30", b"120"))])
+    (q / "series").write_bytes(series)  # the patch rewritten in place, its guard kept
+    imgquilt("lock", "--profile", "glm53", cwd=q, env=env, check=0)
+    r = imgquilt("audit", "--profile", "glm53", "--image", f"oci:{out}:old", cwd=q, env=env, check=5)
+    assert "0002-cuda-timeouts.patch (drifted)" in r.err
+    assert "built by an older version of this queue" in r.err and "Not a rebase" in r.err
+    digest = json.loads(imgquilt("--json", "audit", "--profile", "glm53", "--image", f"oci:{out}:old", cwd=q, env=env).out)["record"]["image"]["digest"]
+    assert f"from {digest}). Not a rebase, its base did not change: rebuild it from that base, `imgquilt apply --profile glm53 --output-image REF`" in r.err
+    assert "imgquilt rebase" not in r.err
+    r = imgquilt("audit", "--profile", "glm53", "--root", str(root), cwd=q, env=env, check=5)
+    assert "`imgquilt apply --profile glm53 --reverse --root ROOT` then `imgquilt apply --profile glm53 --root ROOT`" in r.err
+    assert "imgquilt rebase" not in r.err
+    # that advice is true: the rebuild makes every patch live
+    imgquilt("apply", "--profile", "glm53", "--image", f"oci:{images['a']}:latest", "--output-image", f"oci:{out}:new",
+             cwd=q, env=env, check=0)
+    imgquilt("audit", "--profile", "glm53", "--image", f"oci:{out}:new", cwd=q, env=env, check=0)

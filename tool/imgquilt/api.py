@@ -534,12 +534,24 @@ def restore(queue: str | os.PathLike[str] | None = None, *, root: str | os.PathL
 
 
 def reverse(queue: str | os.PathLike[str] | None = None, *, root: str | os.PathLike[str], image: str | None = None,
-            platform: str | None = None, progress: Progress | None = None) -> Restored:
+            platform: str | None = None, progress: Progress | None = None, profile: str | None = None) -> Restored:
     """`apply --reverse --root ROOT`: take off what imgquilt applied to the root (its record says what),
-    leaving it as the image has it; journaled as an in-place apply."""
+    leaving it as the image has it; journaled as an in-place apply. `profile`: the apply line repeated
+    with --reverse (`apply --profile NAME --root ROOT --reverse`): the bytes come from that profile's
+    pin, and a root another pin's apply wrote is refused (exit 2, naming it) before any write."""
     from .verbs.restore import reverse as reverse_root
 
     q = load_queue(queue)
+    if profile is not None:
+        from .verbs.profiles import ALL, lock_file, resolve
+
+        if profile == ALL:
+            raise UsageError("A root holds one deployment: `apply --reverse` takes one --profile NAME, not all.",
+                             hint="Give the --profile the root was applied with (its apply record names it; "
+                                  "`imgquilt audit --root ROOT` says which).")
+        chosen = resolve(q, profile, lock_file(q.root))
+        src = open_ref(image, platform, root=q.root, progress=progress) if image else None
+        return reverse_root(q, Path(root), src, _pin_opener(q.root, chosen.lock, platform, progress), profile=profile)
     src = open_ref(image, platform, root=q.root, progress=progress) if image else None
     return reverse_root(q, Path(root), src, _pinned_image(q, platform, progress))
 

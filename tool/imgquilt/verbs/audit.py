@@ -89,6 +89,7 @@ class RecordCheck:
     imgquilt_version: str | None
     patches: tuple[str, ...]
     problems: tuple[RecordProblem, ...] = ()
+    written_by: tuple[str, str] | None = None  # another pin's apply wrote it: (who, the --profile flag that judges it)
 
 
 @dataclass(frozen=True)
@@ -644,6 +645,27 @@ def cannot_tell(report: AuditReport) -> list[tuple[PatchAudit, FileAudit]]:
     return [(p, f) for p in report.patches for f in p.files if any(v.verdict == CANNOT_TELL for v in f.bytecode)]
 
 
+def _live_hint(report: AuditReport) -> str:
+    """The way to make the patches live: judge it as the pin that wrote it, rebuild what an older queue
+    built (its base did not change: not a rebase), or apply (or rebase onto) an image never applied."""
+    rec = report.record
+    if rec is not None and rec.written_by is not None:
+        who, flag = rec.written_by
+        return f"It was applied as {who}: judge it with {flag}, or apply this deployment to its base."
+    if rec is not None and rec.series_sha256 is not None and not rec.series_matches:
+        profile = f" --profile {report.profile}" if report.profile else ""
+        if report.info.kind == "rootfs":
+            return (f"It was built by an older version of this queue (its apply record: series {rec.series_sha256[:12]}). "
+                    f"Not a rebase, its base did not change: rebuild it, `imgquilt apply{profile} --reverse --root ROOT` "
+                    f"then `imgquilt apply{profile} --root ROOT`.")
+        image = f" --image {rec.image_ref}" if rec.image_ref else ""
+        pinned = "" if rec.image_ref else " (the image the queue pins; --image REF for another)"
+        return (f"It was built by an older version of this queue (its apply record: series {rec.series_sha256[:12]}, "
+                f"from {rec.image_ref or rec.image_digest}). Not a rebase, its base did not change: rebuild it from that base, "
+                f"`imgquilt apply{profile}{image} --output-image REF`{pinned}.")
+    return "Apply the queue (`imgquilt apply`), or carry it onto this image (`imgquilt rebase`)."
+
+
 def not_in_state(report: AuditReport, want: str, *, strict: bool = False) -> NotLive | None:
     """The exit-5 error when a patch of `report` is not in the `want`ed state, or (live) the image's
     config lacks an environment default of the profile judged (None: all are as wanted).
@@ -669,8 +691,7 @@ def not_in_state(report: AuditReport, want: str, *, strict: bool = False) -> Not
     if not failing:
         return None
     names = ", ".join(f"{p.name} ({p.state})" for p in failing)
-    hint = ("Apply the queue (`imgquilt apply`), or carry it onto this image (`imgquilt rebase`)." if want == LIVE
-            else "This filesystem already carries changes of the queue.")
+    hint = (_live_hint(report) if want == LIVE else "This filesystem already carries changes of the queue.")
     states = {f.state for p in failing for f in p.files}
     if want == LIVE and SHADOWED in states:
         hint += ("\nShadowed: remove the stale bytecode named above (an `imgquilt apply` of the queue removes the bytecode "

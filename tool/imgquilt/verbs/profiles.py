@@ -282,4 +282,4 @@ def with_record_owner(report: Any, q: Queue, lf: LockFile, chosen: Resolved) -> 
     problems = tuple(replace(p, message=f"the record was written by an apply of {who}'s selection, not {chosen.label}'s "
                                         f"(judge it as that deployment with {flag}).") if p.kind == "series" else p
                      for p in record.problems)
-    return replace(report, record=replace(record, problems=problems))
+    return replace(report, record=replace(record, problems=problems, written_by=(who, flag)))
