@@ -99,6 +99,8 @@ def _render(report: AuditReport | None, history, platform: str | None = None) ->
         if report.profile is not None:
             title += f" as profile {report.profile}"
         table(title, ["patch", "state", "files", "first divergent file"], rows)
+        if report.base is not None:
+            say(f"Base (the image's annotations): {report.base.name or '(no name)'} ({report.base.digest or 'no digest'}).")
         _say_runtime(report)
         _say_env(report)
         if report.trust is not None:

@@ -20,6 +20,7 @@ from ..engine.record import read_record_target
 from ..engine.result import RECORD_PATH
 from ..errors import BadImage, BadInput, NotLive, SpoolFull, shown_env
 from ..fs.types import ImageInfo, Source, TargetFile, read_targets
+from ..image.base_image import BaseImage, base_of_source
 from ..queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
 from ..queue.patchfile import FileSection, Patch
 from ..queue.queue import Queue
@@ -143,6 +144,7 @@ class AuditReport:
     trust: TrustCheck | None = None  # only with --trust-attestation
     profile: str | None = None  # the profile judged (None: the default, or no profiles)
     env: EnvCheck | None = None  # with a profile that has environment defaults
+    base: BaseImage | None = None  # the base the image's manifest names (image.base_image), if any
 
     @property
     def summary(self) -> dict[str, int]:
@@ -460,7 +462,7 @@ def audit_source(queue: Queue, source: Source) -> AuditReport:
     for path, note in _deleted_notes(source, targets).items():
         details.setdefault(path, note)
     remember_named(queue, [t.data for t in targets.values()])
-    report = audit_targets(queue, targets, record_target, source.info(), details)
+    report = replace(audit_targets(queue, targets, record_target, source.info(), details), base=base_of_source(source))
     return judge_bytecode(report, source, targets)
 
 
@@ -584,7 +586,8 @@ def report_json(report: AuditReport) -> dict:
             **({"source": report.env.source} if report.env.found is not None else {}),
             "missing": [{"key": k, "value": v, "found": got} for k, v, got in report.env.missing],
         }}),
-        "image": {"ref": info.ref, "digest": info.digest, "platform": info.platform, "kind": info.kind},
+        "image": {"ref": info.ref, "digest": info.digest, "platform": info.platform, "kind": info.kind,
+                  "base": None if report.base is None else report.base.json()},
         **({} if trust is None else {
             "answered_from": trust.answered_from,
             "attestation": {"digest": trust.attestation, "key_id": trust.key_id, "note": trust.note,
