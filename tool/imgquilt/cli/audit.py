@@ -80,10 +80,11 @@ def _say_env(report: AuditReport) -> None:
         say(f"Env defaults of profile {report.profile} not checked: a root filesystem has no image config "
             "(audit the running process with --pid to check its environment).")
     elif not env.missing:
-        say(f"Env: every default of profile {report.profile} is set in {env.where} ({', '.join(shown_env(k, v) for k, v in env.expected)}).")
-    has = "it has" if env.source == "process" else "the image has"
+        say(f"Env: every default of profile {report.profile} is set" + (f" in {env.where}" if env.source == "process" else "")
+            + f" ({', '.join(shown_env(k, v) for k, v in env.expected)}).")
+    has, where = ("it has", f" in {env.where}") if env.source == "process" else ("the image has", "")
     for k, v, got in env.missing:
-        say(f"  env not set in {env.where}: {shown_env(k, v)} ({has} {shown_env(k, got)})")
+        say(f"  env not set{where}: {shown_env(k, v)} ({has} {shown_env(k, got)})")
 
 
 def _render(report: AuditReport | None, history, platform: str | None = None) -> None:
