@@ -158,7 +158,9 @@ def audit_cmd(
 
     On a queue with profiles: --profile NAME judges that profile's patches (and its env defaults in
     the image's config); without it, the profile the image's apply record (else its digest) names;
-    --profile all judges every one and says which the image matches (exit 0 when one does).
+    --profile all judges every one and says which the image matches (exit 0 when one does). With --pid,
+    the profile's env defaults are checked in the process's environment (/proc/PID/environ). A fleet
+    audit (several images) judges each image by its own profile.
 
     \b
     Examples:
@@ -173,6 +175,7 @@ def audit_cmd(
       imgquilt audit --merge shard-*.json
       imgquilt audit --image docker://reg/app:1.0-fixed --trust-attestation key.pub
       imgquilt audit --profile all --image oci:out:glm53
+      imgquilt audit --pid 1234 --profile all
     """
     from ..api import audit, public_key
     from ..verbs.audit import RUNTIME_STATES, STATES, report_json
