@@ -80,17 +80,17 @@ def test_base_of_ignores_what_is_no_base() -> None:
 def test_archive_tag_is_the_bases_own_name() -> None:
     from imgquilt.image.base_image import archive_tag
 
-    class I:
+    class Img:
         def __init__(self, ref, transport, names=()) -> None:
             self.ref, self.transport, self.names = ref, transport, names
 
-    assert archive_tag(I("docker://reg.example.com:5000/team/app:1.0", "docker", ("docker://reg.example.com:5000/team/app:1.0",))) \
+    assert archive_tag(Img("docker://reg.example.com:5000/team/app:1.0", "docker", ("docker://reg.example.com:5000/team/app:1.0",))) \
         == "reg.example.com:5000/team/app:1.0"
-    assert archive_tag(I("docker://reg.example.com/app@sha256:" + "a" * 64, "docker")) is None  # a digest names no tag
-    assert archive_tag(I("oci:/srv/vLLM_rocm:0.10.1", "oci")) == "localhost/vllm-rocm:0.10.1"
-    assert archive_tag(I("oci:/srv/img", "oci", ("2.0",))) == "localhost/img:2.0"
-    assert archive_tag(I("oci-archive:/srv/base.tar", "oci-archive")) == "localhost/base:latest"
-    assert archive_tag(I("docker-archive:/srv/b.tar", "docker-archive", ("app",))) == "app:latest"
+    assert archive_tag(Img("docker://reg.example.com/app@sha256:" + "a" * 64, "docker")) is None  # a digest names no tag
+    assert archive_tag(Img("oci:/srv/vLLM_rocm:0.10.1", "oci")) == "localhost/vllm-rocm:0.10.1"
+    assert archive_tag(Img("oci:/srv/img", "oci", ("2.0",))) == "localhost/img:2.0"
+    assert archive_tag(Img("oci-archive:/srv/base.tar", "oci-archive")) == "localhost/base:latest"
+    assert archive_tag(Img("docker-archive:/srv/b.tar", "docker-archive", ("app",))) == "app:latest"
 
 
 @needs("skopeo")
