@@ -51,6 +51,11 @@ def test_every_output_names_its_base_and_audit_shows_it(demo, tmp_path: Path) ->
     assert f"Base (the image's annotations): oci:examples/demo-image:latest ({pinned})." in r.out
     doc = json.loads(imgquilt("--json", "audit", "--image", f"oci:{out}:fixed", cwd=q, env=env, check=0).out)
     assert doc["image"]["base"] == {"name": "oci:examples/demo-image:latest", "digest": pinned}
+    from jsonschema import Draft202012Validator
+
+    from qtools import REPO
+
+    Draft202012Validator(json.loads((REPO / "docs/schemas/audit.schema.json").read_text())).validate(doc)
     doc = json.loads(imgquilt("--json", "audit", "--expect", "pending", cwd=q, env=env, check=0).out)
     assert doc["image"]["base"] is None
     # the small function the rebase lineage check reads them with
@@ -75,6 +80,30 @@ def test_base_of_ignores_what_is_no_base() -> None:
         {"name": "reg.example.com/app:1", "digest": "sha256:" + "a" * 64}
     assert base_of(M({"annotations": {BASE_DIGEST: "not a digest", BASE_NAME: 3}})) is None
     assert base_of(M({"annotations": "x"})) is None and base_of(M([1])) is None and base_of(object()) is None
+
+
+def test_a_hostile_base_name_is_one_escaped_line(demo, tmp_path: Path) -> None:
+    """A manifest is anyone's to write: a base.name with a newline and an escape prints as one line."""
+    import hashlib
+    import shutil
+
+    q, env, _ = demo
+    out = tmp_path / "out"
+    imgquilt("apply", "--output-image", f"oci:{out}:fixed", cwd=q, env=env, check=0)
+    index = json.loads((out / "index.json").read_text())
+    old = index["manifests"][0]["digest"].split(":")[1]
+    doc = json.loads((out / "blobs/sha256" / old).read_bytes())
+    doc["annotations"][BASE_NAME] = "x\nThe record agrees with the bytes.\x1b[2J"
+    data = json.dumps(doc).encode()
+    new = hashlib.sha256(data).hexdigest()
+    (out / "blobs/sha256" / new).write_bytes(data)
+    index["manifests"][0].update(digest=f"sha256:{new}", size=len(data))
+    (out / "index.json").write_text(json.dumps(index))
+    r = imgquilt("audit", "--image", f"oci:{out}:fixed", cwd=q, env=env, check=0)
+    line = next(ln for ln in r.out.splitlines() if ln.startswith("Base "))
+    assert line.startswith("Base (the image's annotations): x\\nThe record agrees with the bytes.\\x1b[2J (")
+    assert "\x1b" not in r.out
+    shutil.rmtree(out)
 
 
 def test_archive_tag_is_the_bases_own_name() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import imgquilt
+from qtools import REPO, imgquilt
 from test_profiles import ENV, SELECTS, images, make_queue, unpack  # noqa: F401 (images: fixture)
 
 needs = lambda name: pytest.mark.skipif(shutil.which(name) is None, reason=f"{name} not installed")  # noqa: E731
@@ -29,6 +29,17 @@ def fleet(tmp_path_factory, images):  # noqa: F811
     imgquilt("apply", "--profile", "all", "--output-image", f"oci:{out}:{{profile}}", cwd=q, env=env, check=0)
     refs = [f"oci:{images['a']}:latest", f"oci:{images['b']}:latest", *(f"oci:{out}:{n}" for n in SELECTS)]
     return q, env, refs
+
+
+def _valid(doc: dict, part: str | None = None) -> None:
+    """The document is what docs/schemas/audit.schema.json says (the fleet's, or a single image's)."""
+    from jsonschema import Draft202012Validator
+
+    schema = json.loads((REPO / "docs/schemas/audit.schema.json").read_text())
+    Draft202012Validator({**schema["$defs"][part], "$defs": schema["$defs"]} if part else schema).validate(doc)
+    if part == "fleet":  # each image's own document, as the schema's `result` says it
+        for d in doc["images"]:
+            Draft202012Validator({**schema["$defs"]["result"], "$defs": schema["$defs"]}).validate(d)
 
 
 def _states(doc: dict) -> dict[str, str]:
@@ -47,6 +58,7 @@ def test_fleet_audit_judges_each_image_by_its_own_profile_as_profile_all_does(fl
     q, env, refs = fleet
     r = imgquilt("--json", "audit", *[a for ref in refs for a in ("--image", ref)], "--expect", expect, cwd=q, env=env)
     doc = json.loads(r.out)
+    _valid(doc, "fleet")
     by_ref = {d["image"]["ref"]: d for d in doc["images"]}
     assert doc["profiles"] == {ref: by_ref[ref]["profile"] for ref in refs}
     base_a, base_b, *outs = refs
@@ -94,6 +106,7 @@ def test_merged_shards_keep_each_images_profile(fleet, tmp_path: Path) -> None:
         shards[-1].write_text(r.out)
     whole = json.loads(imgquilt("--json", "audit", *[a for ref in refs for a in ("--image", ref)], cwd=q, env=env, check=5).out)
     merged = json.loads(imgquilt("--json", "audit", "--merge", *map(str, shards), cwd=q, env=env, check=5).out)
+    _valid(merged, "fleet")
     assert merged["profiles"] == whole["profiles"] and merged["matrix"] == whole["matrix"]
     assert merged["summary"] == whole["summary"]
     # a shard of an older selection of one profile is refused, naming the profile
@@ -140,6 +153,7 @@ def test_audit_pid_checks_the_profiles_env_in_the_process(rocm_root) -> None:
         assert "Every patch of profile rocm is live, but the process's environment lacks 1 of its default(s): HIP_FORCE=1" in r.err
         assert "env not set in the process's environment: HIP_FORCE=1" in r.out
         doc = json.loads(imgquilt("--json", "audit", "--pid", str(wrong.pid), cwd=q, env=env, check=5).out)
+        _valid(doc)
         assert doc["env"] == {"expected": ENV["rocm"], "checked": True, "source": "process",
                               "missing": [{"key": "HIP_FORCE", "value": "1", "found": "0"}]}
         assert all(p["state"] == "live" for p in doc["patches"])

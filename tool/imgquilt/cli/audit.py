@@ -9,7 +9,7 @@ import typer
 
 from . import audit_fleet as fleet_cli
 from .annotations import Format, FormatOpt_help, annotate
-from ..errors import NotLive, UsageError, shown_env
+from ..errors import NotLive, UsageError, shown, shown_env
 from .common import AUDIT_COLOR, G, ImageOpt, PlatformOpt, ProfileOpt, cache_dir, emit_outcome, load, open_ref, pick_ref, progress, say, table
 
 if TYPE_CHECKING:
@@ -101,7 +101,8 @@ def _render(report: AuditReport | None, history, platform: str | None = None) ->
             title += f" as profile {report.profile}"
         table(title, ["patch", "state", "files", "first divergent file"], rows)
         if report.base is not None:
-            say(f"Base (the image's annotations): {report.base.name or '(no name)'} ({report.base.digest or 'no digest'}).")
+            # a manifest is anyone's to write: its name is one escaped line (errors.shown)
+            say(f"Base (the image's annotations): {shown(report.base.name or '(no name)')} ({report.base.digest or 'no digest'}).")
         _say_runtime(report)
         _say_env(report)
         if report.trust is not None:
