@@ -73,6 +73,7 @@ patch	state	files	first divergent file
 0004-demosvc-healthcheck.patch	live	2	
 0005-config-shared-expert-knob.patch	live	1	
 0006-moe-shared-expert.patch	live	3	
+Base (the image's annotations): oci:examples/demo-image:latest (sha256:6bb1322e12565ffb0282c7a19388ae882ec84b3450af838ace17f722de1daab8).
 Apply record var/lib/imgquilt/applied.json by imgquilt 0.1.0: 6 patch(es) recorded as applied, from the image (sha256:6bb1322e12565ffb0282c7a19388ae882ec84b3450af838ace17f722de1daab8).
   The record agrees with the bytes.
 6 patch(es): 6 live.

@@ -534,12 +534,24 @@ def restore(queue: str | os.PathLike[str] | None = None, *, root: str | os.PathL
 
 
 def reverse(queue: str | os.PathLike[str] | None = None, *, root: str | os.PathLike[str], image: str | None = None,
-            platform: str | None = None, progress: Progress | None = None) -> Restored:
+            platform: str | None = None, progress: Progress | None = None, profile: str | None = None) -> Restored:
     """`apply --reverse --root ROOT`: take off what imgquilt applied to the root (its record says what),
-    leaving it as the image has it; journaled as an in-place apply."""
+    leaving it as the image has it; journaled as an in-place apply. `profile`: the apply line repeated
+    with --reverse (`apply --profile NAME --root ROOT --reverse`): the bytes come from that profile's
+    pin, and a root another pin's apply wrote is refused (exit 2, naming it) before any write."""
     from .verbs.restore import reverse as reverse_root
 
     q = load_queue(queue)
+    if profile is not None:
+        from .verbs.profiles import ALL, lock_file, resolve
+
+        if profile == ALL:
+            raise UsageError("A root holds one deployment: `apply --reverse` takes one --profile NAME, not all.",
+                             hint="Give the --profile the root was applied with (its apply record names it; "
+                                  "`imgquilt audit --root ROOT` says which).")
+        chosen = resolve(q, profile, lock_file(q.root))
+        src = open_ref(image, platform, root=q.root, progress=progress) if image else None
+        return reverse_root(q, Path(root), src, _pin_opener(q.root, chosen.lock, platform, progress), profile=profile)
     src = open_ref(image, platform, root=q.root, progress=progress) if image else None
     return reverse_root(q, Path(root), src, _pinned_image(q, platform, progress))
 
@@ -666,7 +678,8 @@ def _audit(q: Queue, image: str | None, root, platform: str | None, progress: Pr
         from .verbs.history import queue_history
 
         hist = queue_history(q.root, q.names)
-    report = _audit_one(chosen, source, pub) if source is not None else None
+    environ = process.environ() if process is not None and chosen.env else None
+    report = _audit_one(chosen, source, pub, environ) if source is not None else None
     if report is not None:
         from .verbs.profiles import with_record_owner
 
@@ -679,47 +692,65 @@ def _audit(q: Queue, image: str | None, root, platform: str | None, progress: Pr
     return Audit(report, hist, expect, failing, error, chosen.name)
 
 
-def _audit_one(chosen, source: Source, pub) -> AuditReport:
-    """One selection audited in `source`: its patches, and with a profile its environment defaults."""
-    from .verbs.audit import audit_source, with_env
+def _audit_one(chosen, source: Source, pub, environ: dict[str, str] | None = None) -> AuditReport:
+    """One selection audited in `source`: its patches, and with a profile its environment defaults
+    (in the image config, or in `environ`: a running process's)."""
+    from .verbs.profiles import audit_as
 
-    if pub is not None:
-        from .verbs.attest import audit_trusting
-
-        report = audit_trusting(chosen.queue, source, pub)
-    else:
-        report = audit_source(chosen.queue, source)
-    return with_env(report, source, chosen.env, chosen.name)
+    return audit_as(chosen, source, pub, environ)
 
 
 def audit_profiles(queue: str | os.PathLike[str] | None = None, *, image: str | None = None,
                    root: str | os.PathLike[str] | None = None, platform: str | None = None,
                    expect: Literal["live", "pending"] = "live", progress: Progress | None = None,
-                   trust_attestation: str | os.PathLike[str] | None = None, strict: bool = False) -> tuple[Audit, ...]:
-    """`audit --profile all`: every profile judged in `image` (or `root`); without either, each in the
-    image it pins. `Audit.matches` says which profiles the filesystem is (a fleet audit's answer to
-    "which deployment is this container?"). `strict` as audit()'s."""
-    from .verbs.audit import not_in_state
+                   trust_attestation: str | os.PathLike[str] | None = None, strict: bool = False,
+                   pid: int | None = None) -> tuple[Audit, ...]:
+    """`audit --profile all`: every profile judged in `image` (or `root`, or the root of process `pid`,
+    pinned as audit() pins it, its environment checked against each profile's defaults); without
+    any, each in the image it pins. `Audit.matches` says which profiles the filesystem is (a fleet
+    audit's answer to "which deployment is this container?"). `strict` as audit()'s."""
+    from .verbs.audit import judge_process, not_in_state
     from .verbs.profiles import lock_file, resolve_many
 
     if expect not in ("live", "pending"):
         raise UsageError(f"expect must be live or pending, not {expect!r}.")
-    if trust_attestation is not None and root is not None:
-        raise UsageError("--trust-attestation reads an image's attestations; a --root has none.")
+    if pid is not None and (image or root is not None):
+        raise UsageError("--pid audits the root of a running process: give it no --image or --root.")
+    if trust_attestation is not None and (root is not None or pid is not None):
+        raise UsageError(f"--trust-attestation reads an image's attestations; a {'--root' if root is not None else '--pid'} has none.")
     pub = public_key(trust_attestation) if trust_attestation is not None else None
     q = load_queue(queue)
     lf = lock_file(q.root)
     chosen = resolve_many(q, "all", lf)
-    shared = None
-    if image or root is not None:
-        shared = _audit_source(q.root, image, Path(root) if root is not None else None, platform, None, progress)
-    out = []
-    for r in chosen:
-        source = shared or open_ref(pick_ref(None, r.lock, q.root), platform, root=q.root, progress=progress)
-        report = _audit_one(r, source, pub)  # type: ignore[arg-type]
-        failing = tuple(p for p in report.patches if p.state != expect)
-        out.append(Audit(report, None, expect, failing, not_in_state(report, expect, strict=strict), r.name))
-    return tuple(out)
+    process = None
+    if pid is not None:
+        from .rootfs.process import pin_process
+
+        process = pin_process(pid)
+    try:
+        shared = None
+        environ = None
+        if process is not None:
+            from .rootfs.source import RootfsSource
+
+            shared = RootfsSource(process.root, ref=f"rootfs:{process.shown}")
+            environ = process.environ()
+        elif image or root is not None:
+            shared = _audit_source(q.root, image, Path(root) if root is not None else None, platform, None, progress)
+        out = []
+        for r in chosen:
+            source = shared or open_ref(pick_ref(None, r.lock, q.root), platform, root=q.root, progress=progress)
+            report = _audit_one(r, source, pub, environ)  # type: ignore[arg-type]
+            if process is not None:
+                report = judge_process(report, source.change_times, process.pid, process.started, process.shown)  # type: ignore[attr-defined]
+            failing = tuple(p for p in report.patches if p.state != expect)
+            out.append(Audit(report, None, expect, failing, not_in_state(report, expect, strict=strict), r.name))
+        if process is not None:
+            process.check()  # still the process pinned, after every read
+        return tuple(out)
+    finally:
+        if process is not None:
+            process.close()
 
 
 def _audit_source(qroot: Path, image: str | None, root: Path | None, platform: str | None, pinned: Lock | None,

@@ -173,6 +173,7 @@ def apply_cmd(
       imgquilt apply --output-image docker://reg/app:1.0-fixed --attest key.pem
       imgquilt apply --profile all --output-image oci:out:{profile} --layer build/{profile}.tar.gz
       imgquilt apply --reverse --root /srv/rootfs    (take the queue off again)
+      imgquilt apply --profile rocm --root /srv/rootfs --reverse
     """
     from ..api import apply, signing_key
 
@@ -180,8 +181,8 @@ def apply_cmd(
         raise UsageError("--boot boots one image: it cannot go with --reverse, --profile all or --platform all.",
                          hint="Boot each profile or platform on its own: imgquilt apply --boot --profile NAME ...")
     if reverse:
-        return _reverse(root, image, platform, layer=layer, output_image=output_image, overlay=overlay, attest=attest,
-                        compression=compression, compression_level=compression_level, locked=locked, profile=profile)
+        return _reverse(root, image, platform, profile, layer=layer, output_image=output_image, overlay=overlay, attest=attest,
+                        compression=compression, compression_level=compression_level, locked=locked)
     if profile == "all":
         if platform == "all" or image is not None or root is not None:
             raise UsageError("`apply --profile all` applies each profile on the image it pins; give it no --image, --root "
@@ -290,7 +291,7 @@ def _apply_profiles(layer, output_image, overlay, platform, locked, python_check
         _say_applied(d, False, {"layer": fill(layer, d.profile), "overlay": fill(overlay, d.profile)})
 
 
-def _reverse(root: Path | None, image: str | None, platform: str | None, **others) -> None:
+def _reverse(root: Path | None, image: str | None, platform: str | None, profile: str | None, **others) -> None:
     from ..api import reverse
 
     if root is None:
@@ -299,7 +300,7 @@ def _reverse(root: Path | None, image: str | None, platform: str | None, **other
     given = [f"--{k.replace('_', '-')}" for k, v in others.items() if v not in (None, False)]
     if given:
         raise UsageError(f"--reverse writes only the root; {', '.join(given)} cannot go with it.")
-    done = reverse(G.queue, root=root, image=image, platform=platform, progress=progress())
+    done = reverse(G.queue, root=root, image=image, platform=platform, progress=progress(), profile=profile)
     _say_restored(done, "reverse")
 
 

@@ -9,7 +9,7 @@ import typer
 
 from . import audit_fleet as fleet_cli
 from .annotations import Format, FormatOpt_help, annotate
-from ..errors import NotLive, UsageError, shown_env
+from ..errors import NotLive, UsageError, shown, shown_env
 from .common import AUDIT_COLOR, G, ImageOpt, PlatformOpt, ProfileOpt, cache_dir, emit_outcome, load, open_ref, pick_ref, progress, say, table
 
 if TYPE_CHECKING:
@@ -77,11 +77,14 @@ def _say_env(report: AuditReport) -> None:
     if env is None:
         return
     if env.found is None:
-        say(f"Env defaults of profile {report.profile} not checked: a root filesystem has no image config.")
+        say(f"Env defaults of profile {report.profile} not checked: a root filesystem has no image config "
+            "(audit the running process with --pid to check its environment).")
     elif not env.missing:
-        say(f"Env: every default of profile {report.profile} is set ({', '.join(shown_env(k, v) for k, v in env.expected)}).")
+        say(f"Env: every default of profile {report.profile} is set" + (f" in {env.where}" if env.source == "process" else "")
+            + f" ({', '.join(shown_env(k, v) for k, v in env.expected)}).")
+    has, where = ("it has", f" in {env.where}") if env.source == "process" else ("the image has", "")
     for k, v, got in env.missing:
-        say(f"  env not set: {shown_env(k, v)} (the image has {shown_env(k, got)})")
+        say(f"  env not set{where}: {shown_env(k, v)} ({has} {shown_env(k, got)})")
 
 
 def _render(report: AuditReport | None, history, platform: str | None = None) -> None:
@@ -97,6 +100,9 @@ def _render(report: AuditReport | None, history, platform: str | None = None) ->
         if report.profile is not None:
             title += f" as profile {report.profile}"
         table(title, ["patch", "state", "files", "first divergent file"], rows)
+        if report.base is not None:
+            # a manifest is anyone's to write: its name is one escaped line (errors.shown)
+            say(f"Base (the image's annotations): {shown(report.base.name or '(no name)')} ({report.base.digest or 'no digest'}).")
         _say_runtime(report)
         _say_env(report)
         if report.trust is not None:
@@ -153,7 +159,9 @@ def audit_cmd(
 
     On a queue with profiles: --profile NAME judges that profile's patches (and its env defaults in
     the image's config); without it, the profile the image's apply record (else its digest) names;
-    --profile all judges every one and says which the image matches (exit 0 when one does).
+    --profile all judges every one and says which the image matches (exit 0 when one does). With --pid,
+    the profile's env defaults are checked in the process's environment (/proc/PID/environ). A fleet
+    audit (several images) judges each image by its own profile.
 
     \b
     Examples:
@@ -168,6 +176,7 @@ def audit_cmd(
       imgquilt audit --merge shard-*.json
       imgquilt audit --image docker://reg/app:1.0-fixed --trust-attestation key.pub
       imgquilt audit --profile all --image oci:out:glm53
+      imgquilt audit --pid 1234 --profile all
     """
     from ..api import audit, public_key
     from ..verbs.audit import RUNTIME_STATES, STATES, report_json
@@ -183,8 +192,9 @@ def audit_cmd(
     refs = fleet_cli.image_refs(image or [], images_from)
     if len(refs) > 1 or images_from is not None:
         if profile is not None:
-            raise UsageError("A fleet audit judges the default selection; --profile takes one image.",
-                             hint="Audit each image with --profile all: it names the profile the image matches.")
+            raise UsageError("A fleet audit judges each image by its own profile (the one its apply record or digest "
+                             "names, else the one it matches); --profile takes one image.",
+                             hint="Leave --profile out, or audit one image with --profile all.")
         if root or history or platform == "all" or pid is not None:
             raise UsageError("A fleet audit (several images) takes no --root, --pid, --history or --platform all.",
                              hint="Audit a multi-platform image's platforms on its own: --image REF --platform all.")
@@ -192,9 +202,9 @@ def audit_cmd(
                                    public_key(trust_attestation) if trust_attestation is not None else None, strict=strict)
     image_ref = refs[0] if refs else None
     if profile == "all":
-        if history or pid is not None or platform == "all":
-            raise UsageError("`audit --profile all` judges one image (or root) per profile; it takes no --history, --pid or --platform all.")
-        return _all_profiles(image_ref, root, platform, want_state, format, trust_attestation, strict=strict)
+        if history or platform == "all":
+            raise UsageError("`audit --profile all` judges one image, root or process per profile; it takes no --history or --platform all.")
+        return _all_profiles(image_ref, root, platform, want_state, format, trust_attestation, strict=strict, pid=pid)
     q = load()
     lock = q.lock()
     if platform == "all":
@@ -228,15 +238,16 @@ def audit_cmd(
 
 
 def _all_profiles(image_ref: str | None, root: Path | None, platform: str | None, want: str, format: Format, trust,
-                  strict: bool = False) -> None:
-    """--profile all: every profile judged; the ones the filesystem matches named."""
+                  strict: bool = False, pid: int | None = None) -> None:
+    """--profile all: every profile judged; the ones the filesystem (or process) matches named."""
     from ..api import audit_profiles
     from ..verbs.audit import report_json
 
     audits = audit_profiles(G.queue, image=image_ref, root=root, platform=platform, expect=want, progress=progress(),  # type: ignore[arg-type]
-                            trust_attestation=trust, strict=strict)
+                            trust_attestation=trust, strict=strict, pid=pid)
     matching = [a.profile for a in audits if a.matches]
-    where = image_ref or (str(root) if root is not None else "the image each profile pins")
+    where = (image_ref or (str(root) if root is not None else None)
+             or (f"process {pid}" if pid is not None else "the image each profile pins"))
     failure = None
     if not matching:
         failure = NotLive(f"{where} matches no profile ({want}): "
@@ -245,7 +256,7 @@ def _all_profiles(image_ref: str | None, root: Path | None, platform: str | None
     if G.json:
         docs = [{**report_json(a.report), "expect": want, "matches": a.matches} for a in audits if a.report is not None]
         first = docs[0]
-        emit_outcome({"image": first["image"] if (image_ref or root) else None, "patches": [], "summary": {}, "expect": want,
+        emit_outcome({"image": first["image"] if (image_ref or root or pid is not None) else None, "patches": [], "summary": {}, "expect": want,
                       "profiles": docs, "matching": matching}, failure)
         return
     for a in audits:

@@ -23,11 +23,11 @@ def fleet_cmd(refs: list[str], platform: str | None, expect: str, format: Format
     if not refs:
         raise UsageError("No image to audit.", hint="Pass --image REF (repeatable) or --images-from FILE.")
     q = load()
-    entries = audit_fleet(q, refs, lambda ref: open_ref(ref, platform), trust=trust)
+    entries = audit_fleet(q, refs, lambda ref: open_ref(ref, platform), trust=trust, expect=expect)
     images = []
     for e in entries:
         if e.report is not None:
-            images.append({**report_json(e.report), "expect": expect})
+            images.append({**report_json(e.report), **({"profile_by": e.profile_by} if e.profile_by else {}), "expect": expect})
         else:
             images.append({"image": {"ref": e.ref, "digest": None, "platform": platform}, "patches": [],
                            "summary": {}, "expect": expect, "error": _error(e.error)})
@@ -57,6 +57,23 @@ def _error(exc: ImgquiltError | None) -> dict[str, Any]:
     return error_doc(exc)["error"]
 
 
+BY = {"record": "its apply record", "digest": "its digest's pin", "match": "it matches", "closest": "closest match"}
+
+
+def _profiles_table(doc: dict[str, Any], expect: str) -> None:
+    """On a queue with profiles: which profile judged each image, and why that one (docs/profiles.md)."""
+    from ..verbs.fleet import image_ref, not_as_expected
+
+    rows: list[list[str | tuple[str, str]]] = []
+    for d in doc["images"]:
+        if d.get("error") and not d.get("patches"):
+            continue
+        bad = not_as_expected(d, expect, strict=bool(doc.get("strict")))
+        rows.append([image_ref(d), d.get("profile") or "(default)", BY.get(d.get("profile_by") or "", d.get("profile_by") or ""),
+                     ("not " + expect, "red") if bad else (expect, "green")])
+    table("Profile of each image", ["image", "profile", "chosen by", "verdict"], rows)
+
+
 def _finish(doc: dict[str, Any], format: Format) -> None:
     from ..verbs.fleet import image_ref, not_as_expected
 
@@ -77,15 +94,19 @@ def _finish(doc: dict[str, Any], format: Format) -> None:
         return
     if format is Format.github:
         for d in failing:
+            whose = f" (profile {d['profile']})" if d.get("profile") else ""
             for p in d["patches"]:
                 if p["state"] != expect:
-                    annotate("error", f"patches/{p['name']}", "imgquilt audit", f"{p['name']} is {p['state']}, not {expect}, in {image_ref(d)}.")
+                    annotate("error", f"patches/{p['name']}", "imgquilt audit",
+                             f"{p['name']} is {p['state']}, not {expect}, in {image_ref(d)}{whose}.")
     refs = [image_ref(d) for d in doc["images"]]
     rows: list[list[str | tuple[str, str]]] = []
     for name in doc["patches"]:
         states = doc["matrix"][name]
         rows.append([name, *((states[r], AUDIT_COLOR.get(states[r], "white")) if r in states else ("-", "dim") for r in refs)])
     table(f"Audit of {len(refs)} image(s) (expect {expect})", ["patch", *refs], rows)
+    if doc.get("profiles"):
+        _profiles_table(doc, expect)
     for d in doc["images"]:
         if d.get("error") and not d.get("patches"):
             say(f"{image_ref(d)}: not audited: {d['error']['message']}")

@@ -95,6 +95,24 @@ class Pinned:
     def shown(self) -> str:
         return f"/proc/{self.pid}/root"
 
+    def environ(self) -> dict[str, str]:
+        """The process's environment as it started (/proc/PID/environ: what execve gave it; the
+        first of a repeated key, as getenv finds). Read while pinned: call check() after it."""
+        try:
+            with open(f"/proc/{self.pid}/environ", "rb") as f:
+                data = f.read(1 << 22)
+        except FileNotFoundError:
+            raise _changed(self.pid) from None
+        except OSError as exc:
+            raise BadInput(f"Cannot read the environment of process {self.pid} (/proc/{self.pid}/environ): {exc.strerror or exc}.",
+                           hint="Run as root, or as the user the process runs as.") from None
+        out: dict[str, str] = {}
+        for item in data.split(b"\0"):
+            key, eq, value = item.partition(b"=")
+            if eq and key:
+                out.setdefault(key.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
+        return out
+
     def check(self) -> None:
         """The process still runs and is the one pinned; else BadInput (the audit is refused)."""
         if self.pidfd is not None:

@@ -316,6 +316,8 @@ def audit_trusting(queue: Queue, source, key: PublicKey) -> AuditReport:
         return replace(report, trust=TrustCheck("layers", None, key.key_id, (), note))
     v = verify_image(queue, source.image, info.ref, key)
     if v.verified is not None:
-        return attested_report(queue, v, info)
+        from ..image.base_image import base_of
+
+        return replace(attested_report(queue, v, info), base=base_of(source.image))
     return replace(audit_source(queue, source), trust=trust_check(v))
 

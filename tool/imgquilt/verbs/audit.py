@@ -19,6 +19,7 @@ from ..engine.record import RecordSeen, read_record_target, read_record_seen
 from ..engine.result import RECORD_PATH
 from ..errors import BadImage, BadInput, NotLive, SpoolFull, shown_env
 from ..fs.types import ImageInfo, Source, TargetFile, read_targets
+from ..image.base_image import BaseImage, base_of_source
 from ..queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
 from ..queue.patchfile import FileSection, Patch
 from ..queue.queue import Queue
@@ -88,6 +89,7 @@ class RecordCheck:
     imgquilt_version: str | None
     patches: tuple[str, ...]
     problems: tuple[RecordProblem, ...] = ()
+    written_by: tuple[str, str] | None = None  # another pin's apply wrote it: (who, the --profile flag that judges it)
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,13 @@ class EnvCheck:
     """A profile's environment defaults against the image's config `Env` (docs/profiles.md)."""
 
     expected: tuple[tuple[str, str], ...]
-    found: dict[str, str] | None  # the config's Env; None: the filesystem has no config (a root)
+    found: dict[str, str] | None  # the config's Env (or the process's); None: not checked (a root has no config)
+    source: str = "config"  # "config": the image config's Env; "process": /proc/PID/environ (audit --pid)
+
+    @property
+    def where(self) -> str:
+        """What held the values, for people: "the image's Env" or "the process's environment"."""
+        return "the process's environment" if self.source == "process" else "the image's Env"
 
     @property
     def missing(self) -> list[tuple[str, str, str | None]]:
@@ -135,6 +143,7 @@ class AuditReport:
     trust: TrustCheck | None = None  # only with --trust-attestation
     profile: str | None = None  # the profile judged (None: the default, or no profiles)
     env: EnvCheck | None = None  # with a profile that has environment defaults
+    base: BaseImage | None = None  # the base the image's manifest names (image.base_image), if any
 
     @property
     def summary(self) -> dict[str, int]:
@@ -413,7 +422,7 @@ def audit_source(queue: Queue, source: Source) -> AuditReport:
     for path, note in _deleted_notes(source, targets).items():
         details.setdefault(path, note)
     remember_named(queue, [t.data for t in targets.values()])
-    report = audit_targets(queue, targets, record_target, source.info(), details)
+    report = replace(audit_targets(queue, targets, record_target, source.info(), details), base=base_of_source(source))
     return judge_bytecode(report, source, targets)
 
 
@@ -497,13 +506,17 @@ def iso_time(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def with_env(report: AuditReport, source: Source, env: tuple[tuple[str, str], ...], profile: str | None) -> AuditReport:
+def with_env(report: AuditReport, source: Source, env: tuple[tuple[str, str], ...], profile: str | None,
+             environ: dict[str, str] | None = None) -> AuditReport:
     """`report` naming the profile judged and, when it has environment defaults, how the image's
-    config Env holds them (a root has no config: not checked)."""
+    config Env holds them (a root has no config: not checked), or with `environ` (audit --pid: the
+    running process's environment) how the process holds them."""
     if profile is None and not env:
         return report
     check = None
-    if env:
+    if env and environ is not None:
+        check = EnvCheck(tuple(env), dict(environ), "process")
+    elif env:
         from ..image.sinks.mutate import config_env
 
         image = getattr(source, "image", None)
@@ -530,9 +543,11 @@ def report_json(report: AuditReport) -> dict:
         **({} if report.env is None else {"env": {
             "expected": dict(report.env.expected),
             "checked": report.env.found is not None,
+            **({"source": report.env.source} if report.env.found is not None else {}),
             "missing": [{"key": k, "value": v, "found": got} for k, v, got in report.env.missing],
         }}),
-        "image": {"ref": info.ref, "digest": info.digest, "platform": info.platform, "kind": info.kind},
+        "image": {"ref": info.ref, "digest": info.digest, "platform": info.platform, "kind": info.kind,
+                  "base": None if report.base is None else report.base.json()},
         **({} if trust is None else {
             "answered_from": trust.answered_from,
             "attestation": {"digest": trust.attestation, "key_id": trust.key_id, "note": trust.note,
@@ -593,6 +608,27 @@ def cannot_tell(report: AuditReport) -> list[tuple[PatchAudit, FileAudit]]:
     return [(p, f) for p in report.patches for f in p.files if any(v.verdict == CANNOT_TELL for v in f.bytecode)]
 
 
+def _live_hint(report: AuditReport) -> str:
+    """The way to make the patches live: judge it as the pin that wrote it, rebuild what an older queue
+    built (its base did not change: not a rebase), or apply (or rebase onto) an image never applied."""
+    rec = report.record
+    if rec is not None and rec.written_by is not None:
+        who, flag = rec.written_by
+        return f"It was applied as {who}: judge it with {flag}, or apply this deployment to its base."
+    if rec is not None and rec.series_sha256 is not None and not rec.series_matches:
+        profile = f" --profile {report.profile}" if report.profile else ""
+        if report.info.kind == "rootfs":
+            return (f"It was built by an older version of this queue (its apply record: series {rec.series_sha256[:12]}). "
+                    f"Not a rebase, its base did not change: rebuild it, `imgquilt apply{profile} --reverse --root ROOT` "
+                    f"then `imgquilt apply{profile} --root ROOT`.")
+        image = f" --image {rec.image_ref}" if rec.image_ref else ""
+        pinned = "" if rec.image_ref else " (the image the queue pins; --image REF for another)"
+        return (f"It was built by an older version of this queue (its apply record: series {rec.series_sha256[:12]}, "
+                f"from {rec.image_ref or rec.image_digest}). Not a rebase, its base did not change: rebuild it from that base, "
+                f"`imgquilt apply{profile}{image} --output-image REF`{pinned}.")
+    return "Apply the queue (`imgquilt apply`), or carry it onto this image (`imgquilt rebase`)."
+
+
 def not_in_state(report: AuditReport, want: str, *, strict: bool = False) -> NotLive | None:
     """The exit-5 error when a patch of `report` is not in the `want`ed state, or (live) the image's
     config lacks an environment default of the profile judged (None: all are as wanted).
@@ -601,9 +637,13 @@ def not_in_state(report: AuditReport, want: str, *, strict: bool = False) -> Not
     unset = report.env.missing if report.env is not None and want == LIVE else []
     whose = f" of profile {report.profile}" if report.profile else ""
     if unset and not failing:
-        keys = "; ".join(f"{shown_env(k, v)} (the image has {shown_env(k, got)})" for k, v, got in unset)
-        return NotLive(f"Every patch{whose} is live, but the image's Env lacks {len(unset)} of its default(s): {keys}.",
-                       hint="Apply the profile again (`imgquilt apply --profile NAME --output-image REF`) to set them.")
+        assert report.env is not None
+        has = "it has" if report.env.source == "process" else "the image has"
+        keys = "; ".join(f"{shown_env(k, v)} ({has} {shown_env(k, got)})" for k, v, got in unset)
+        hint = ("Start the process with the profile's environment (`imgquilt overlay-args` renders it; an image applied "
+                "for the profile carries it in its config)." if report.env.source == "process"
+                else "Apply the profile again (`imgquilt apply --profile NAME --output-image REF`) to set them.")
+        return NotLive(f"Every patch{whose} is live, but {report.env.where} lacks {len(unset)} of its default(s): {keys}.", hint=hint)
     if not failing and strict and cannot_tell(report):
         unknown = cannot_tell(report)
         names = "; ".join(f"{p.name}: {f.path}" for p, f in unknown)
@@ -614,8 +654,7 @@ def not_in_state(report: AuditReport, want: str, *, strict: bool = False) -> Not
     if not failing:
         return None
     names = ", ".join(f"{p.name} ({p.state})" for p in failing)
-    hint = ("Apply the queue (`imgquilt apply`), or carry it onto this image (`imgquilt rebase`)." if want == LIVE
-            else "This filesystem already carries changes of the queue.")
+    hint = (_live_hint(report) if want == LIVE else "This filesystem already carries changes of the queue.")
     states = {f.state for p in failing for f in p.files}
     if want == LIVE and SHADOWED in states:
         hint += ("\nShadowed: remove the stale bytecode named above (an `imgquilt apply` of the queue removes the bytecode "
@@ -623,5 +662,6 @@ def not_in_state(report: AuditReport, want: str, *, strict: bool = False) -> Not
     if want == LIVE and RESTART_PENDING in states and report.process is not None:
         hint += f"\nRestart process {report.process.pid} to run the patched files."
     if unset:
-        names += "; the image's Env lacks " + ", ".join(shown_env(k, v) for k, v, _ in unset)
+        assert report.env is not None
+        names += f"; {report.env.where} lacks " + ", ".join(shown_env(k, v) for k, v, _ in unset)
     return NotLive(f"{len(failing)} of {len(report.patches)} patch(es){whose} are not {want}: {names}.", hint=hint)

@@ -29,6 +29,7 @@ class FleetEntry:
     ref: str
     report: AuditReport | None
     error: ImgquiltError | None = None
+    profile_by: str | None = None  # on a queue with profiles: how the image's profile was chosen (verbs.profiles.judge_own)
 
 
 def read_image_list(path: Path) -> list[str]:
@@ -58,14 +59,22 @@ def unique(refs: Sequence[str]) -> list[str]:
 
 
 def audit_fleet(queue: Queue, refs: Sequence[str], open_source: Callable[[str], Source], *,
-                workers: int = WORKERS, trust=None) -> list[FleetEntry]:
+                workers: int = WORKERS, trust=None, expect: str = "live") -> list[FleetEntry]:
     """Audit every image of `refs` (in that order in the result), at most `workers` at a time; with
-    `trust` (a public key), each from a verified attestation where one matches the queue."""
+    `trust` (a public key), each from a verified attestation where one matches the queue. On a queue
+    with profiles each image is judged by its own profile (verbs.profiles.judge_own, which needs the
+    `expect`ed state), as `audit --profile all` judges it."""
     from .attest import audit_trusting
+    from .profiles import judge_own, lock_file
+
+    lf = lock_file(queue.root)
 
     def one(ref: str) -> FleetEntry:
         try:
             source = open_source(ref)
+            if lf.profiles:
+                report, by = judge_own(queue, lf, source, expect, trust)
+                return FleetEntry(ref, report, profile_by=by)
             return FleetEntry(ref, audit_trusting(queue, source, trust) if trust is not None else audit_source(queue, source))
         except ImgquiltError as exc:
             return FleetEntry(ref, None, exc)
@@ -93,10 +102,12 @@ def fleet_document(images: list[dict[str, Any]], expect: str, *, strict: bool = 
             matrix[p["name"]][ref] = p["state"]
     failing = [image_ref(d) for d in images if not_as_expected(d, expect, strict=strict)]
     errors = [image_ref(d) for d in images if d.get("error") and not d.get("patches")]
+    profiles = {image_ref(d): d["profile"] for d in images if d.get("profile")}
     return {
         "expect": expect,
         **({"strict": True} if strict else {}),
         "series_sha256": series[0] if len(series) == 1 else None,
+        **({"profiles": profiles} if profiles else {}),
         "patches": names,
         "images": images,
         "matrix": matrix,
@@ -119,10 +130,14 @@ def image_ref(doc: dict[str, Any]) -> str:
 
 
 def not_as_expected(doc: dict[str, Any], expect: str, *, strict: bool = False) -> bool:
-    """A readable image with a patch not in the expected state (`strict`: or a pyc imgquilt cannot tell)."""
+    """A readable image with a patch not in the expected state, or (live) lacking an environment default
+    of its profile (`strict`: or a pyc imgquilt cannot tell)."""
     patches = doc.get("patches") or []
     if any(p["state"] != expect for p in patches):
         return True
+    env = doc.get("env")
+    if expect == "live" and isinstance(env, dict) and env.get("missing"):
+        return True  # a profile's environment default the image lacks (as audit's own exit 5)
     return strict and any(b.get("verdict") == "cannot-tell" for p in patches for f in p.get("files") or []
                           for b in f.get("bytecode") or [])
 
@@ -189,6 +204,8 @@ def _shape_problem(part: Any) -> str | None:
         return "`ref` is not a string"
     if not isinstance(part.get("series_sha256"), (str, type(None))):
         return "`series_sha256` is not a string"
+    if not isinstance(part.get("profile"), (str, type(None))):
+        return "`profile` is not a string"
     error = part.get("error")
     if error is not None and not (isinstance(error, dict) and isinstance(error.get("message", ""), str)):
         return "`error` is not an error object with a string `message`"
@@ -225,10 +242,16 @@ def merge_documents(docs: Sequence[tuple[str, Any]], expect: str | None) -> dict
                 raise BadInput(f"{name}: not an imgquilt audit document ({problem}).",
                                hint="Merge what `imgquilt audit --json` printed for each shard.")
             images.append(part)
-    series = {d["series_sha256"] for d in images if d.get("series_sha256")}
-    if len(series) > 1:
-        raise BadInput(f"The documents audited different series ({', '.join(sorted(series))}): their states cannot share one matrix.",
-                       hint="Audit every shard from the same commit of the queue.")
+    # each profile's images must have been judged by one version of its selection (no profile: the series)
+    series: dict[str | None, set[str]] = {}
+    for d in images:
+        if d.get("series_sha256"):
+            series.setdefault(d.get("profile"), set()).add(d["series_sha256"])
+    for profile, seen in series.items():
+        if len(seen) > 1:
+            whose = f" for profile {profile}" if profile else ""
+            raise BadInput(f"The documents audited different series{whose} ({', '.join(sorted(seen))}): their states cannot share one matrix.",
+                           hint="Audit every shard from the same commit of the queue.")
     if expect is None:
         if len(expects) > 1:
             raise BadInput(f"The documents were audited with different --expect ({', '.join(sorted(expects))}).",

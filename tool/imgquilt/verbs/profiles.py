@@ -171,16 +171,21 @@ def fill(value: object, name: str | None) -> str | None:
     return str(value) if name is None else str(value).replace(PLACEHOLDER, name)
 
 
-def identify(q: Queue, lf: LockFile, source: Source) -> Resolved:
-    """Which pin a filesystem is, for `audit` without --profile on a queue with profiles: the one
-    whose selection its apply record names (by series_sha256), else the only one pinned to its
-    digest (or to the digest its record names as the base), else the default pin."""
+def pins(q: Queue, lf: LockFile) -> list[Resolved]:
+    """Every pin of targets.lock as the verbs take it: the default (if pinned) first, then the profiles."""
+    return ([resolve(q, None, lf)] if lf.default is not None else []) + [resolve(q, p.name, lf) for p in lf.profiles]
+
+
+def named_pin(q: Queue, lf: LockFile, source: Source) -> tuple[Resolved | None, str, list[Resolved]]:
+    """The pin a filesystem names itself: (the pin whose selection its apply record names, by
+    series_sha256, "record"), else (the only pin on its digest or on the base digest its record names,
+    "digest"), else (None, "", the pins on that digest, several or none)."""
     import json
 
     from ..engine.record import read_record_target
     from ..errors import ImgquiltError
 
-    candidates = ([resolve(q, None, lf)] if lf.default is not None else []) + [resolve(q, p.name, lf) for p in lf.profiles]
+    candidates = pins(q, lf)
     paths = list(dict.fromkeys(p for r in candidates for p in r.queue.target_paths()))
     try:
         source.read_targets(paths)  # first, so the record below is read no deeper than the targets are
@@ -196,17 +201,68 @@ def identify(q: Queue, lf: LockFile, source: Source) -> Resolved:
             series, base = None, None
         hits = [r for r in candidates if r.queue.series_sha256 == series]
         if len(hits) == 1:
-            return hits[0]
+            return hits[0], "record", hits
         digests.add(base)
     hits = [r for r in candidates if r.lock is not None and r.lock.image.digest in digests - {None}]
     if len(hits) == 1:
-        return hits[0]
+        return hits[0], "digest", hits
+    return None, "", hits
+
+
+def identify(q: Queue, lf: LockFile, source: Source) -> Resolved:
+    """Which pin a filesystem is, for `audit` without --profile on a queue with profiles: the one
+    whose selection its apply record names (by series_sha256), else the only one pinned to its
+    digest (or to the digest its record names as the base), else the default pin."""
+    named, _, hits = named_pin(q, lf, source)
+    if named is not None:
+        return named
     if lf.default is not None:
-        return candidates[0]
+        return resolve(q, None, lf)
     which = ", ".join(r.name or "" for r in hits) if hits else "none of them"
     raise UsageError(f"Which profile is {source.info().ref}? targets.lock declares {', '.join(lf.names)}; its apply record names "
                      f"none of their selections, and its digest is pinned by {which}.",
                      hint="Judge one with --profile NAME, or every one with --profile all (it says which the image matches).")
+
+
+def audit_as(chosen: Resolved, source: Source, trust: Any = None, environ: dict[str, str] | None = None) -> Any:
+    """`source` judged as one pin: its selection's patches (from a verified attestation with `trust`,
+    a public key) and, with a profile, its environment defaults: in the image's config, or in
+    `environ` (a running process's environment, audit --pid) (an AuditReport)."""
+    from .audit import audit_source, with_env
+
+    if trust is not None:
+        from .attest import audit_trusting
+
+        report = audit_trusting(chosen.queue, source, trust)
+    else:
+        report = audit_source(chosen.queue, source)
+    return with_env(report, source, chosen.env, chosen.name, environ)
+
+
+# how a fleet audit chose an image's profile (the `profile_by` of docs/json.md)
+BY_RECORD, BY_DIGEST, BY_MATCH, BY_CLOSEST = "record", "digest", "match", "closest"
+
+
+def judge_own(q: Queue, lf: LockFile, source: Source, expect: str, trust: Any = None) -> tuple[Any, str]:
+    """A fleet's image judged by its own pin (docs/profiles.md, "Audits"): the one its apply record or
+    its digest names (named_pin); else, of the pins on its digest (or every pin when none is), the
+    first that it matches in the `expect`ed state (as `audit --profile all` says), else the one with
+    the largest share of patches in that state (ties: the order of targets.lock). (report, how chosen)."""
+    from .audit import matches
+
+    named, by, hits = named_pin(q, lf, source)
+    if named is not None:
+        return audit_as(named, source, trust), by
+    judged = [audit_as(r, source, trust) for r in (hits or pins(q, lf))]
+    for report in judged:
+        if matches(report, expect):
+            return report, BY_MATCH
+
+    def share(report: Any) -> tuple[float, int]:
+        n = sum(p.state == expect for p in report.patches)
+        return (n / len(report.patches) if report.patches else 0.0, n)
+
+    return max(judged, key=share), BY_CLOSEST  # max keeps the first of equals
 
 
 def with_record_owner(report: Any, q: Queue, lf: LockFile, chosen: Resolved) -> Any:
@@ -226,4 +282,4 @@ def with_record_owner(report: Any, q: Queue, lf: LockFile, chosen: Resolved) -> 
     problems = tuple(replace(p, message=f"the record was written by an apply of {who}'s selection, not {chosen.label}'s "
                                         f"(judge it as that deployment with {flag}).") if p.kind == "series" else p
                      for p in record.problems)
-    return replace(report, record=replace(record, problems=problems))
+    return replace(report, record=replace(record, problems=problems, written_by=(who, flag)))

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 from ..engine.record import parse_record
 from ..engine.result import RECORD_PATH
 from ..engine.undo import ImageFile, Pins, plan_restore, plan_reverse, queue_pins, record_problems
-from ..errors import BadInput, ForeignRecord, ImgquiltError
+from ..errors import BadInput, ForeignRecord, ImgquiltError, UsageError
 from ..fs.paths import check_member_path
 from ..fs.types import Source, read_targets
 from ..queue.hunks import sha256_hex
@@ -104,9 +104,12 @@ def restore(queue: Queue, root: Path, paths: Sequence[str], image: Source | None
                         tuple(w for w in written if w in gone))
 
 
-def reverse(queue: Queue, root: Path, image: Source | None = None, pinned: Opener | None = None) -> Restored:
+def reverse(queue: Queue, root: Path, image: Source | None = None, pinned: Opener | None = None,
+            profile: str | None = None) -> Restored:
     """Take off what imgquilt applied to `root` (its record says what): every file back as the image has
-    it, the files the series created gone, the record and the directories that apply made too."""
+    it, the files the series created gone, the record and the directories that apply made too.
+    `profile` (apply --reverse --profile NAME, the apply line repeated): a record written by another
+    pin's apply is refused (UsageError, naming that pin) before anything is written."""
     with hold_root(root) as held:
         src = RootfsSource(root)
         record_file = src.read_targets([RECORD_PATH])[RECORD_PATH]
@@ -116,6 +119,8 @@ def reverse(queue: Queue, root: Path, image: Source | None = None, pinned: Opene
             raise BadInput(f"{root} {what} ({RECORD_PATH}): imgquilt applied nothing there it could take off.",
                            hint="`imgquilt restore PATH... --root ROOT` puts single files back as the image has them.")
         pins, lf = _pins(queue)
+        if profile is not None:
+            _same_profile(queue, lf, profile, record.series_sha256, root)
         why = version_problem(queue, lf, record.series_sha256)
         if why is not None:
             raise _foreign(root, why)
@@ -134,6 +139,20 @@ def reverse(queue: Queue, root: Path, image: Source | None = None, pinned: Opene
         gone = {f.resolved for f in plan.files if f.final is None}
         return Restored(root, tuple(w for w in written if w != RECORD_PATH), tuple(already),
                         tuple(w for w in written if w in gone and w != RECORD_PATH), record.bytecode, record.series_sha256)
+
+
+def _same_profile(queue: Queue, lf: LockFile, profile: str, series: str | None, root: Path) -> None:
+    """The root's record was written by an apply of `profile`'s selection, or of none of the other pins'
+    current selections (an older version of it: the checks below judge that)."""
+    sel = {None: queue.selection(()), **{p.name: queue.selection(p.select) for p in lf.profiles}}
+    if series is None or sel[profile].series_sha256 == series:
+        return
+    owners = [n for n, s in sel.items() if n != profile and s.series_sha256 == series and (n is not None or lf.default is not None)]
+    if owners:
+        who = "the default (no --profile)" if owners[0] is None else f"profile {owners[0]}"
+        flag = "without --profile" if owners[0] is None else f"with --profile {owners[0]}"
+        raise UsageError(f"{root} was applied as {who}, not profile {profile}: its apply record names that selection. "
+                         "Nothing was written.", hint=f"Take it off {flag} (repeat the apply line that wrote it, with --reverse).")
 
 
 def _foreign(root: Path, why: str) -> ForeignRecord:

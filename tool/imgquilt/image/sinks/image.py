@@ -138,6 +138,10 @@ def write_new_image(img: NewImage, ref: str, referrers: Sequence[Referrer] = ())
         written = write_through_skopeo(img, out.transport, ref.partition(":")[2])
         store = written.json() if written is not None else None
     else:
+        from ..base_image import archive_tag
+
+        # a docker-archive names what `podman load` / `docker load` load: the name given, else the base's
+        out = OutputRef(out.transport, out.path, out.tag or archive_tag(img.base))
         write_docker_archive(img, out.path, out.tag)
     if referrers and not stored:
         stored = ["index.json"] * len(referrers)

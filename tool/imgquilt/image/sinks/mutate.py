@@ -2,7 +2,8 @@
 
 `append(base, Addendum(layer, history, labels))` returns the new image as a value: the base's
 layers untouched, the config with the new diff_id, history entry, labels and created time, and an
-OCI manifest naming the base (annotations `org.opencontainers.image.base.digest` / `.base.name`).
+OCI manifest naming the base (annotations `org.opencontainers.image.base.digest` / `.base.name`,
+image.base_image).
 JSON keeps the base config's key order and is written compactly, so the same inputs give the same
 image digest, run after run. Nothing is read from disk or written here: the writers (layout,
 archive) put the value somewhere.
@@ -15,12 +16,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from ...errors import BadImage
+from ..base_image import BASE_DIGEST, BASE_NAME, annotation_name
 from ..mediatypes import OCI_CONFIG, OCI_INDEX, OCI_MANIFEST, oci_media_type
 from ..model import Descriptor, Image
 from .layer import LayerBlob
 
-ANNOTATION_BASE_DIGEST = "org.opencontainers.image.base.digest"
-ANNOTATION_BASE_NAME = "org.opencontainers.image.base.name"
+ANNOTATION_BASE_DIGEST = BASE_DIGEST
+ANNOTATION_BASE_NAME = BASE_NAME
 ANNOTATION_REF_NAME = "org.opencontainers.image.ref.name"
 
 
@@ -167,7 +169,7 @@ def new_manifest(base: Image, config: bytes, layer: LayerBlob | None) -> bytes:
         base_manifest = {}
     annotations = dict((base_manifest.get("annotations") or {}) if isinstance(base_manifest, dict) else {})
     annotations[ANNOTATION_BASE_DIGEST] = base.manifest_digest
-    annotations[ANNOTATION_BASE_NAME] = base.ref
+    annotations[ANNOTATION_BASE_NAME] = annotation_name(base)  # image.base_image: the spec's form for a registry's
     layers = [_descriptor_json(l.descriptor, oci_media_type(l.descriptor.media_type)) for l in base.layers]
     if layer is not None:
         new_layer: dict = {"mediaType": layer.media_type, "digest": layer.digest, "size": layer.size}
