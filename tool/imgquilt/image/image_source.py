@@ -60,6 +60,7 @@ from .layers.index_codec import dump_index, load_index
 from .layers.layer_index import DIR, FILE, HARDLINK, OTHER, SYMLINK, LayerIndex, Rec, scan_layer
 from .layers.merged_view import UNKNOWN, Absent, Deletion, Found, MergedView, _ancestors, hider
 from .layers.tarwalk import TarWalker, member_path
+from .layers.tar_split import read_tar_split, tar_split_index
 from .layers.toc import TocRef, TocUnusable, read_toc, toc_ref
 from .layers.toc_walk import HOLE_MIN, LOCAL_HOLE_MIN, LOCAL_MAX_HOLES, MAX_HOLES, run_bytes, walk_index
 
@@ -103,6 +104,7 @@ class ScanStats:
     files_by_range: int = 0
     range_bytes: int = 0  # compressed bytes fetched by range (TOCs, the walks of the tar streams, file frames)
     runs_skipped: int = 0  # the largest files' data runs the walks skipped
+    layers_by_tar_split: int = 0  # seekable layers whose TOC was checked against their tar-split (no walk)
 
 
 @dataclass(frozen=True)
@@ -568,6 +570,13 @@ class ImageSource:
 
         try:
             toc = read_toc(ref, size, read_range, what=self._what(position))
+            split = read_tar_split(toc, read_range, what=self._what(position))
+            if split is not None:  # checked against the tar-split, as containers/storage does: no walk
+                index = tar_split_index(toc, split, position=position, whiteouts=self._view.whiteouts,
+                                        what=self._what(position))
+                with self._kept_lock:
+                    self.stats.layers_by_tar_split += 1
+                return index
             local = getattr(layer, "location", None) is not None  # a positioned read, not a round trip
             walked = walk_index(toc, size, read_range, position=position, whiteouts=self._view.whiteouts,
                                 what=self._what(position), hole_min=LOCAL_HOLE_MIN if local else HOLE_MIN,

@@ -39,6 +39,7 @@ ZSTD_CHECKSUM_KEYS = ("io.github.containers.zstd-chunked.manifest-checksum",
                       "io.containers.zstd-chunked.manifest-checksum")
 ZSTD_POSITION_KEYS = ("io.github.containers.zstd-chunked.manifest-position",
                       "io.containers.zstd-chunked.manifest-position")
+TAR_SPLIT_POSITION_KEY = "io.github.containers.zstd-chunked.tarsplit-position"  # offset:length:uncompressed
 ESTARGZ_DIGEST_KEY = "containerd.io/snapshot/stargz/toc.digest"
 ESTARGZ_TOC_NAME = "stargz.index.json"
 ESTARGZ_FOOTER = 51
@@ -64,6 +65,7 @@ class TocRef:
     offset: int = 0  # zstd:chunked only: the compressed TOC's place in the blob
     length: int = 0
     size: int = 0  # its uncompressed size
+    tar_split: tuple[int, int, int] | None = None  # zstd:chunked: where the tar-split lies (offset, length, size)
 
     @property
     def compression(self) -> str:
@@ -108,7 +110,19 @@ def toc_ref(annotations: dict[str, str], blob_size: int, compression: str) -> To
         raise TocUnusable(f"the TOC is bigger than imgquilt holds in memory ({MAX_TOC >> 20} MiB)")
     if offset < SKIPPABLE_HEADER or offset + length > blob_size:
         raise TocUnusable("the zstd:chunked TOC position lies outside the blob")
-    return TocRef("zstd:chunked", digest, offset, length, size)
+    return TocRef("zstd:chunked", digest, offset, length, size, _tar_split_position(annotations, blob_size))
+
+
+def _tar_split_position(annotations: dict[str, str], blob_size: int) -> tuple[int, int, int] | None:
+    """Where the tar-split lies, as the annotation says (None: it says nothing usable; a TOC that names
+    a tar-split then cannot be checked against it, and is walked)."""
+    parts = annotations.get(TAR_SPLIT_POSITION_KEY, "").split(":")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return None
+    offset, length, size = (int(p) for p in parts)
+    if offset < SKIPPABLE_HEADER or offset + length > blob_size or length > MAX_TOC or size > MAX_TOC:
+        return None
+    return offset, length, size
 
 
 # --- reading the TOC --------------------------------------------------------------------------

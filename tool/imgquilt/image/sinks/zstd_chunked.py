@@ -9,9 +9,12 @@ one entry per tar member with its metadata, the sha256 of its data and the offse
 layer descriptor carries `io.containers.zstd-chunked.manifest-checksum` (sha256 of the compressed TOC)
 and `.manifest-position` (offset:length:uncompressed length:1), which is where readers look.
 
-No tar-split is written (the newest containers/storage then pulls the layer whole instead of by parts,
-as it does every such layer). Same tar, same bytes: fixed zstd level, sorted members (the tar writer's),
-times as the tar has them.
+The layer's tar-split follows the TOC (a third skippable frame: the tar stream without the files'
+data, layers.tar_split), named by the TOC's `tarSplitDigest` and the `tarsplit-position` annotation, and
+the footer is containers/storage's 64-byte one that also says where the tar-split is: so the newest
+containers/storage pulls the layer by parts (it refuses a TOC without a tar-split), and imgquilt
+checks the TOC against it instead of walking the stream. Same tar, same bytes: fixed zstd level,
+sorted members (the tar writer's), times as the tar has them.
 """
 from __future__ import annotations
 
@@ -23,7 +26,8 @@ from datetime import datetime, timezone
 from ...errors import UsageError
 from ...fs.content import Data, Spooled, SpoolWriter
 from ..layers.tarwalk import TarWalker
-from ..layers.toc import SKIPPABLE_HEADER, ZSTD_CHECKSUM_KEYS, ZSTD_POSITION_KEYS
+from ..layers.tar_split import TarSplitWriter, crc64_iso
+from ..layers.toc import SKIPPABLE_HEADER, TAR_SPLIT_POSITION_KEY, ZSTD_CHECKSUM_KEYS, ZSTD_POSITION_KEYS
 
 SKIPPABLE_MAGIC = b"\x50\x2a\x4d\x18"
 FOOTER_MAGIC = b"GnUlInUx"
@@ -87,10 +91,11 @@ def _frame(cctx, data: Data, out: _Tape) -> str:
     return data.sha256
 
 
-def zstd_chunked(tar: Data, *, level: int, mtime: int) -> tuple[Data, dict[str, str]]:
+def zstd_chunked(tar: Data, *, level: int, mtime: int | None) -> tuple[Data, dict[str, str]]:
     """The uncompressed layer `tar` (bytes, or a Spooled when large) as a zstd:chunked blob (likewise),
     and the annotations its descriptor needs. `mtime` is the one modification time every member has
-    (layer.resolve_epoch). A large file is compressed into its frame in chunks, never held."""
+    (layer.resolve_epoch; None: each member's own). A large file is compressed into its frame in
+    chunks, never held."""
     import zstandard
 
     def piece(a: int, b: int) -> bytes:
@@ -100,9 +105,12 @@ def zstd_chunked(tar: Data, *, level: int, mtime: int) -> tuple[Data, dict[str, 
     out = _Tape()
     pending = bytearray()  # tar headers (and padding) not yet in a frame
     entries: list[dict] = []
+    split = TarSplitWriter()
     pos = 0
     for e in TarWalker(_DataStream(tar), what="new layer"):
-        pending += piece(pos, e.offset)
+        head = piece(pos, e.offset)
+        pending += head
+        split.segment(head)
         kind = _TYPES.get(e.type)
         if kind is None:  # pragma: no cover - the layer writer makes dirs and regular files only
             raise UsageError(f"zstd:chunked cannot hold the tar member {e.name!r} of type {e.type!r}.")
@@ -117,7 +125,7 @@ def zstd_chunked(tar: Data, *, level: int, mtime: int) -> tuple[Data, dict[str, 
             entry["uid"] = e.uid
         if e.gid:
             entry["gid"] = e.gid
-        entry["modtime"] = _modtime(mtime)
+        entry["modtime"] = _modtime(e.mtime if mtime is None else mtime)
         if kind == "reg" and e.size:
             if pending:
                 out.write(cctx.compress(bytes(pending)))
@@ -126,12 +134,19 @@ def zstd_chunked(tar: Data, *, level: int, mtime: int) -> tuple[Data, dict[str, 
             start = out.size
             sha = _frame(cctx, data, out)
             entry.update(digest="sha256:" + sha, offset=start, endOffset=out.size)
+        split.file(e.name, e.size, crc64_iso(data.chunks() if isinstance(data, Spooled) else (data,)) if e.size else None)
         entries.append(entry)
         pos = e.offset + e.size  # header-only members have size 0
-    pending += piece(pos, len(tar))  # the last padding and the end-of-archive blocks
+    tail = piece(pos, len(tar))  # the last padding and the end-of-archive blocks
+    pending += tail
+    split.segment(tail)
     out.write(cctx.compress(bytes(pending)))
+    split_text = split.text()
+    split_packed = cctx.compress(split_text)
     try:
-        toc = json.dumps({"version": 1, "entries": entries}, separators=(",", ":"), ensure_ascii=False).encode()
+        toc = json.dumps({"version": 1, "entries": entries,
+                          "tarSplitDigest": "sha256:" + hashlib.sha256(split_packed).hexdigest()},
+                         separators=(",", ":"), ensure_ascii=False).encode()
     except UnicodeEncodeError:
         out.out.abort()
         raise UsageError("A path in the layer is not UTF-8, which a zstd:chunked TOC (JSON) cannot name.",
@@ -139,7 +154,11 @@ def zstd_chunked(tar: Data, *, level: int, mtime: int) -> tuple[Data, dict[str, 
     packed = cctx.compress(toc)
     toc_offset = out.size + SKIPPABLE_HEADER
     out.write(_skippable(packed))
-    out.write(_skippable(struct.pack("<QQQQ", toc_offset, len(packed), len(toc), 1) + FOOTER_MAGIC))
+    split_offset = out.size + SKIPPABLE_HEADER
+    out.write(_skippable(split_packed))
+    out.write(_skippable(struct.pack("<QQQQQQQ", toc_offset, len(packed), len(toc), 1, split_offset,
+                                     len(split_packed), len(split_text)) + FOOTER_MAGIC))
     annotations = {CHECKSUM_KEY: "sha256:" + hashlib.sha256(packed).hexdigest(),
-                   POSITION_KEY: f"{toc_offset}:{len(packed)}:{len(toc)}:1"}
+                   POSITION_KEY: f"{toc_offset}:{len(packed)}:{len(toc)}:1",
+                   TAR_SPLIT_POSITION_KEY: f"{split_offset}:{len(split_packed)}:{len(split_text)}"}
     return out.out.finish(), annotations
