@@ -13,7 +13,10 @@ The layer's tar-split follows the TOC (a third skippable frame: the tar stream w
 data, layers.tar_split), named by the TOC's `tarSplitDigest` and the `tarsplit-position` annotation, and
 the footer is containers/storage's 64-byte one that also says where the tar-split is: so the newest
 containers/storage pulls the layer by parts (it refuses a TOC without a tar-split), and imgquilt
-checks the TOC against it instead of walking the stream. Same tar, same bytes: fixed zstd level,
+checks the TOC against it instead of walking the stream. The tar-split records the CRC-64 of each
+file's data, computed here in Python (about 2 MB/s): a layer holding more than TAR_SPLIT_MAX_DATA of
+file data is written without one (the TOC alone, as before: imgquilt then walks the stream, the newest
+containers/storage pulls it whole). Same tar, same bytes: fixed zstd level,
 sorted members (the tar writer's), times as the tar has them.
 """
 from __future__ import annotations
@@ -39,6 +42,9 @@ POSITION_KEY = ZSTD_POSITION_KEYS[1]
 
 def _skippable(data: bytes) -> bytes:
     return SKIPPABLE_MAGIC + struct.pack("<I", len(data)) + data
+
+
+TAR_SPLIT_MAX_DATA = 16 << 20
 
 
 def _modtime(epoch: int) -> str:
@@ -91,11 +97,13 @@ def _frame(cctx, data: Data, out: _Tape) -> str:
     return data.sha256
 
 
-def zstd_chunked(tar: Data, *, level: int, mtime: int | None) -> tuple[Data, dict[str, str]]:
+def zstd_chunked(tar: Data, *, level: int, mtime: int | None, crc64=crc64_iso,
+                 split_max: int = TAR_SPLIT_MAX_DATA) -> tuple[Data, dict[str, str]]:
     """The uncompressed layer `tar` (bytes, or a Spooled when large) as a zstd:chunked blob (likewise),
     and the annotations its descriptor needs. `mtime` is the one modification time every member has
     (layer.resolve_epoch; None: each member's own). A large file is compressed into its frame in
-    chunks, never held."""
+    chunks, never held. `crc64`: the tar-split's checksum of a file's data (chunks -> 8 bytes); no
+    tar-split when the layer's file data is over `split_max` bytes."""
     import zstandard
 
     def piece(a: int, b: int) -> bytes:
@@ -105,12 +113,14 @@ def zstd_chunked(tar: Data, *, level: int, mtime: int | None) -> tuple[Data, dic
     out = _Tape()
     pending = bytearray()  # tar headers (and padding) not yet in a frame
     entries: list[dict] = []
-    split = TarSplitWriter()
+    split: TarSplitWriter | None = TarSplitWriter()
+    data_size = 0
     pos = 0
     for e in TarWalker(_DataStream(tar), what="new layer"):
         head = piece(pos, e.offset)
         pending += head
-        split.segment(head)
+        if split is not None:
+            split.segment(head)
         kind = _TYPES.get(e.type)
         if kind is None:  # pragma: no cover - the layer writer makes dirs and regular files only
             raise UsageError(f"zstd:chunked cannot hold the tar member {e.name!r} of type {e.type!r}.")
@@ -134,19 +144,28 @@ def zstd_chunked(tar: Data, *, level: int, mtime: int | None) -> tuple[Data, dic
             start = out.size
             sha = _frame(cctx, data, out)
             entry.update(digest="sha256:" + sha, offset=start, endOffset=out.size)
-        split.file(e.name, e.size, crc64_iso(data.chunks() if isinstance(data, Spooled) else (data,)) if e.size else None)
+            data_size += e.size
+        if split is not None and data_size > split_max:
+            split = None
+        if split is not None:
+            crc = None
+            if kind == "reg" and e.size:
+                crc = crc64(data.chunks() if isinstance(data, Spooled) else (data,))
+            split.file(e.name, e.size, crc)
         entries.append(entry)
         pos = e.offset + e.size  # header-only members have size 0
     tail = piece(pos, len(tar))  # the last padding and the end-of-archive blocks
     pending += tail
-    split.segment(tail)
     out.write(cctx.compress(bytes(pending)))
-    split_text = split.text()
-    split_packed = cctx.compress(split_text)
+    doc: dict = {"version": 1, "entries": entries}
+    split_text = split_packed = b""
+    if split is not None:
+        split.segment(tail)
+        split_text = split.text()
+        split_packed = cctx.compress(split_text)
+        doc["tarSplitDigest"] = "sha256:" + hashlib.sha256(split_packed).hexdigest()
     try:
-        toc = json.dumps({"version": 1, "entries": entries,
-                          "tarSplitDigest": "sha256:" + hashlib.sha256(split_packed).hexdigest()},
-                         separators=(",", ":"), ensure_ascii=False).encode()
+        toc = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
     except UnicodeEncodeError:
         out.out.abort()
         raise UsageError("A path in the layer is not UTF-8, which a zstd:chunked TOC (JSON) cannot name.",
@@ -154,11 +173,13 @@ def zstd_chunked(tar: Data, *, level: int, mtime: int | None) -> tuple[Data, dic
     packed = cctx.compress(toc)
     toc_offset = out.size + SKIPPABLE_HEADER
     out.write(_skippable(packed))
-    split_offset = out.size + SKIPPABLE_HEADER
-    out.write(_skippable(split_packed))
+    annotations = {CHECKSUM_KEY: "sha256:" + hashlib.sha256(packed).hexdigest(),
+                   POSITION_KEY: f"{toc_offset}:{len(packed)}:{len(toc)}:1"}
+    split_offset = 0
+    if split is not None:
+        split_offset = out.size + SKIPPABLE_HEADER
+        out.write(_skippable(split_packed))
+        annotations[TAR_SPLIT_POSITION_KEY] = f"{split_offset}:{len(split_packed)}:{len(split_text)}"
     out.write(_skippable(struct.pack("<QQQQQQQ", toc_offset, len(packed), len(toc), 1, split_offset,
                                      len(split_packed), len(split_text)) + FOOTER_MAGIC))
-    annotations = {CHECKSUM_KEY: "sha256:" + hashlib.sha256(packed).hexdigest(),
-                   POSITION_KEY: f"{toc_offset}:{len(packed)}:{len(toc)}:1",
-                   TAR_SPLIT_POSITION_KEY: f"{split_offset}:{len(split_packed)}:{len(split_text)}"}
     return out.out.finish(), annotations
