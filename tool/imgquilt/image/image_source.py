@@ -20,12 +20,14 @@ scanned by threads of their own with the same wanted paths, so every core decomp
 when the targets are all decided without them, those scans are cancelled and nothing of them is used
 (a file one did not keep costs a second pass, as above).
 
-Seekable layers (zstd:chunked, eStargz; layers.toc, layers.toc_walk) are not read whole: their table of
-contents, fetched by range and checked against the checksum the manifest gives it, says where each
-file's compressed bytes lie; the layer's tar stream is then walked by range (every header and small
-file, decompressed; the largest files' data skipped) into the index a full read builds, which the TOC
-must match member for member (else the layer is read whole), and a file's bytes are fetched by range
-when they are needed (_fill_data), checked against the length the walk found and the TOC's sha256.
+Seekable layers (zstd:chunked, eStargz; layers.toc, layers.tar_split, layers.toc_walk) are not read
+whole: their table of contents, fetched by range and checked against the checksum the manifest gives
+it, says where each file's compressed bytes lie. The index is built from the layer's tar-split when
+the TOC names one (zstd:chunked from containers/storage 1.47 on: the tar headers without the data,
+fetched by range, verified by the TOC's digest; no walk), else from the layer's tar stream walked by
+range (every header and small file, decompressed; the largest files' data skipped); the TOC must match
+it member for member (else the layer is read whole), and a file's bytes are fetched by range when
+they are needed (_fill_data), checked against the length found and the TOC's sha256.
 Other layers are read whole, since a later member of a layer can replace an earlier one. A second pass over a layer verified earlier in this
 run (or, with a cache directory, in an earlier run) whose file is unchanged (same device, inode,
 size, mtime and ctime) does not hash again; it seeks straight to the member in an uncompressed
@@ -555,8 +557,9 @@ class ImageSource:
         return sha256_digest(f"imgquilt-toc-index\n{digest}\n{ref.kind}\n{ref.digest}".encode())
 
     def _toc_index(self, position: int, ref: TocRef, cancel: threading.Event | None = None) -> LayerIndex:
-        """The layer's index from its tar stream, walked by range with its TOC's help (layers.toc_walk);
-        a walk ahead stops at its next range request once `cancel` is set."""
+        """The layer's index from its tar-split (layers.tar_split) when its TOC names one, else from its
+        tar stream walked by range with its TOC's help (layers.toc_walk); a walk ahead stops at its next
+        range request once `cancel` is set."""
         layer = self._layers[position]
         size = layer.descriptor.size
         fetched = [0]

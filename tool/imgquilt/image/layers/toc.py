@@ -10,9 +10,11 @@ contents (TOC, JSON) that names each tar member and where its compressed bytes l
      gzip member the 51-byte footer at the end of the blob points to;
 2. the TOC is fetched by range and checked against that checksum; the footer, which only says where to
    look, is never trusted for anything else;
-3. the TOC is not believed about the layer's members: layers.toc_walk walks the tar stream itself by
+3. the TOC is not believed about the layer's members: when it names a tar-split (zstd:chunked from
+   containers/storage 1.47 on), layers.tar_split builds the index from the tar-split's own headers and
+   the TOC must match it member for member; otherwise layers.toc_walk walks the tar stream itself by
    range (the TOC only says which runs of frames are the big files' data, to skip) into the index a
-   full read builds, and the TOC must match it member for member;
+   full read builds, and the TOC must match that;
 4. a file's bytes are fetched by range, decompressed and checked against the length the walk found
    and the TOC's sha256 before use.
 A TOC whose checksum does not match is DigestMismatch (exit 6): nothing from it is used. A TOC that
