@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from typing import Iterator
 
 from ...errors import BadImage, ImgquiltError
 from .layer_index import FILE, IndexBuilder, LayerIndex
@@ -113,25 +112,34 @@ def read_tar_split(toc: Toc, read_range, *, what: str) -> bytes | None:
         raise TocUnusable(f"the tar-split does not decompress ({exc})") from None
 
 
-def _entries(text: bytes) -> Iterator[tuple[int, object, object]]:
-    """(type, payload bytes or name, size) of each tar-split line."""
-    for n, line in enumerate(text.splitlines()):
-        if not line.strip():
-            continue
-        try:
-            e = _loads(line)
-        except (ValueError, RecursionError):
-            raise TocUnusable(f"line {n + 1} of the tar-split is not JSON") from None
+def _parse(text: bytes) -> tuple[bytes, list[int], list[tuple[str, int]]]:
+    """The tar-split as (its segments' bytes joined, where each file's data gap falls in them, each
+    file line's (name, size)): the whole document parsed at once (a large layer's has 100,000s of lines)."""
+    import binascii
+
+    body = text.strip(b"\n")
+    try:
+        lines = _loads(b"[" + body.replace(b"\n", b",") + b"]") if body else []
+    except (ValueError, RecursionError):
+        raise TocUnusable("the tar-split is not JSON lines") from None
+    parts: list[bytes] = []
+    at = 0
+    gaps: list[int] = []  # the offset in the joined segments where file k's data (files[k][1] bytes) lies
+    files: list[tuple[str, int]] = []
+    a2b = binascii.a2b_base64
+    for n, e in enumerate(lines):
         if type(e) is not dict:
             raise TocUnusable(f"line {n + 1} of the tar-split is not an object")
         kind = e.get("type")
         if kind == SEGMENT:
             payload = e.get("payload")
-            try:
-                raw = base64.b64decode(payload or "", validate=True)
-            except (ValueError, TypeError):
-                raise TocUnusable(f"segment {n + 1} of the tar-split is not base64") from None
-            yield SEGMENT, raw, 0
+            if payload:
+                try:
+                    raw = a2b(payload, strict_mode=True)
+                except (ValueError, TypeError):
+                    raise TocUnusable(f"segment {n + 1} of the tar-split is not base64") from None
+                parts.append(raw)
+                at += len(raw)
         elif kind == FILE_ENTRY:
             name, size = e.get("name"), e.get("size") or 0
             if name is None and e.get("name_raw") is not None:
@@ -141,9 +149,11 @@ def _entries(text: bytes) -> Iterator[tuple[int, object, object]]:
                     raise TocUnusable(f"file {n + 1} of the tar-split has a bad raw name") from None
             if type(name) is not str or type(size) is not int or size < 0:
                 raise TocUnusable(f"file {n + 1} of the tar-split has a bad name or size")
-            yield FILE_ENTRY, name, size
+            gaps.append(at)
+            files.append((name, size))
         else:
             raise TocUnusable(f"line {n + 1} of the tar-split is of type {kind!r}")
+    return b"".join(parts), gaps, files
 
 
 class _InData(Exception):
@@ -156,50 +166,45 @@ class _SplitStream:
 
     seekable = False
 
-    def __init__(self, items: list[tuple[int, object, object]]) -> None:
-        self._items = items
-        self._i = 0
-        self._chunk = b""
-        self._at = 0
-        self._gap = 0
+    def __init__(self, data: bytes, gaps: list[int], files: list[tuple[str, int]]) -> None:
+        self._data = data
+        self._gaps = [(g, size) for g, (_, size) in zip(gaps, files) if size]  # in order
+        self._g = 0  # the next gap
+        self._at = 0  # in _data
+        self._gap_left = 0  # of the gap being skipped
 
-    def _advance(self) -> bool:
-        while self._i < len(self._items):
-            kind, value, size = self._items[self._i]
-            self._i += 1
-            if kind == SEGMENT:
-                if value:
-                    self._chunk, self._at = value, 0  # type: ignore[assignment]
-                    return True
-            elif size:
-                self._gap = size  # type: ignore[assignment]
-                return True
-        return False
+    def _limit(self) -> int:
+        return self._gaps[self._g][0] if self._g < len(self._gaps) else len(self._data)
 
     def read(self, n: int = -1) -> bytes:
-        while True:
-            if self._at < len(self._chunk):
-                out = self._chunk[self._at:self._at + (n if n >= 0 else len(self._chunk))]
-                self._at += len(out)
-                return out
-            if self._gap:
-                raise _InData()
-            if not self._advance():
-                return b""
+        if self._gap_left:
+            raise _InData()
+        limit = self._limit()
+        if self._at == limit and self._g < len(self._gaps):
+            raise _InData()  # at a gap's start: only a skip may cross it
+        end = limit if n < 0 else min(limit, self._at + n)
+        out = self._data[self._at:end]
+        self._at = end
+        return out
 
     def skip(self, n: int) -> int:
         done = 0
         while done < n:
-            left = len(self._chunk) - self._at
-            if left:
-                step = min(left, n - done)
+            if self._gap_left:
+                step = min(self._gap_left, n - done)
+                self._gap_left -= step
+                done += step
+                if not self._gap_left:
+                    self._g += 1
+                continue
+            limit = self._limit()
+            if self._at < limit:
+                step = min(limit - self._at, n - done)
                 self._at += step
                 done += step
-            elif self._gap:
-                step = min(self._gap, n - done)
-                self._gap -= step
-                done += step
-            elif not self._advance():
+            elif self._g < len(self._gaps):
+                self._gap_left = self._gaps[self._g][1]
+            else:
                 break
         return done
 
@@ -212,9 +217,8 @@ def tar_split_index(toc: Toc, text: bytes, *, position: int, whiteouts: bool, wh
     entries = toc.doc["entries"]
     expected = _expected(entries)
     runs = _runs(entries, toc.data_end)
-    items = list(_entries(text))
-    files = [(name, size) for kind, name, size in items if kind == FILE_ENTRY]
-    walker = TarWalker(_SplitStream(items), what=f"tar-split of the {what}")
+    data, gaps, files = _parse(text)
+    walker = TarWalker(_SplitStream(data, gaps, files), what=f"tar-split of the {what}")
     builder = IndexBuilder(position=position, whiteouts=whiteouts, what=what)
     k = 0
     try:
