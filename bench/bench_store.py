@@ -53,6 +53,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep-store", action="store_true", help="leave the private store for another run")
     ap.add_argument("--tool", type=Path, help="run another checkout's tool/ directory")
+    ap.add_argument("--baseline", type=Path, help="also run the warm audits with this checkout's tool/ (side by side)")
+    ap.add_argument("--seed-only", action="store_true", help="only put the image in the private store")
     args = ap.parse_args()
     work = args.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -65,12 +67,18 @@ def main() -> int:
     if subprocess.run(["podman", "image", "exists", NAME], env=env).returncode != 0:
         say(f"copying the image into the private store ({args.driver}; minutes)")
         subprocess.run(["skopeo", "copy", "--quiet", f"oci:{image}:{TAG}", f"containers-storage:{NAME}"], env=env, check=True)
+    if args.seed_only:
+        return 0
+    base_env = None
+    if args.baseline:
+        base_env = dict(env, **cli_env(work / "pycache-base", work / "shared-cache", args.baseline.resolve()))
+        base_env.update(private_store(store_dir, driver=args.driver))
     loads = [os.getloadavg()[0]]
     rows: dict[str, list[tuple[float, float]]] = {}
 
-    def audit(ref: str, label: str) -> None:
+    def audit(ref: str, label: str, tool_env: dict[str, str] | None = None) -> None:
         shutil.rmtree(q / ".imgquilt", ignore_errors=True)
-        got = run_child([sys.executable, "-m", "imgquilt", "audit", "--image", ref, "--expect", "pending"], env, q)
+        got = run_child([sys.executable, "-m", "imgquilt", "audit", "--image", ref, "--expect", "pending"], tool_env or env, q)
         if got.code != 0:
             raise SystemExit(f"{label} exited {got.code}:\n{got.err.decode(errors='replace')[-2000:]}")
         rows.setdefault(label, []).append((got.seconds, got.cpu_seconds))
@@ -83,11 +91,15 @@ def main() -> int:
         below = sum(p.stat().st_size for p in q.rglob("*") if p.is_file())
         say("warming oci:")
         audit(f"oci:{image}:{TAG}", "audit oci:, first (warming)")
+        steps = [("audit oci:, warm", f"oci:{image}:{TAG}", None),
+                 ("audit containers-storage:, warm", f"containers-storage:{NAME}", None)]
+        if base_env is not None:
+            steps += [("baseline: audit oci:, warm", f"oci:{image}:{TAG}", base_env),
+                      ("baseline: audit containers-storage:, warm", f"containers-storage:{NAME}", base_env)]
         for r in range(args.repeat):
-            for label, ref in (("audit oci:, warm", f"oci:{image}:{TAG}"),
-                               ("audit containers-storage:, warm", f"containers-storage:{NAME}")):
+            for label, ref, tool_env in steps:
                 say(f"round {r + 1}/{args.repeat}: {label}")
-                audit(ref, label)
+                audit(ref, label, tool_env)
     finally:
         if not args.keep_store:
             drop_store(store_dir, env)

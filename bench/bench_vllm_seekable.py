@@ -167,6 +167,7 @@ def main() -> int:
     ap.add_argument("--image", type=Path, default=Path("/tmp/imgquilt-vllm/image"))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tool", type=Path, help="run another checkout's tool/ directory (e.g. before this change)")
+    ap.add_argument("--baseline", type=Path, help="also run every audit with this checkout's tool/ (side by side)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     work = args.workdir.resolve()
@@ -199,13 +200,15 @@ def main() -> int:
             subprocess.run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", f"oci:{layout}:{TAG}", remote[kind]],
                            check=True)
 
-        def audit(ref: str):
+        def audit(ref: str, tool_env: dict[str, str] = env):
             def go():
                 shutil.rmtree(cache, ignore_errors=True)
                 shutil.rmtree(q / ".imgquilt", ignore_errors=True)
                 os.sync()
-                return run_child([sys.executable, "-m", "imgquilt", "audit", "--image", ref, "--expect", "pending"], env, q)
+                return run_child([sys.executable, "-m", "imgquilt", "audit", "--image", ref, "--expect", "pending"], tool_env, q)
             return go
+
+        base_env = cli_env(work / "pycache-base", cache, args.baseline.resolve()) if args.baseline else None
 
         def skopeo():
             shutil.rmtree(work / "copy", ignore_errors=True)
@@ -224,6 +227,9 @@ def main() -> int:
         for kind, layout in layouts.items():
             steps.append((kind, "audit oci:, cold", audit(f"oci:{layout}:{TAG}")))
             steps.append((kind, "audit docker://, cold", audit(remote[kind])))
+            if base_env is not None:
+                steps.append((kind, "baseline: audit oci:, cold", audit(f"oci:{layout}:{TAG}", base_env)))
+                steps.append((kind, "baseline: audit docker://, cold", audit(remote[kind], base_env)))
         for r in range(args.repeat):
             for kind, label, fn in steps:
                 say(f"round {r + 1}/{args.repeat}: {kind}: {label}")
@@ -245,7 +251,7 @@ def main() -> int:
         wall, cpu, fetched = min(runs)
         best[(kind, label)] = (wall, cpu, fetched)
         share = f"{fetched / 2**20:,.1f} MiB of {sizes[kind] / 2**20:,.0f} MiB ({100 * fetched / sizes[kind]:.2f}%)" \
-            if "docker://" in label else "-"
+            if "docker://" in label or "skopeo" in label else "-"
         print(f"| {kind} | {label} | {wall:.2f} s | {cpu:.2f} s | {share} |")
     print()
     g = best[("gzip", "audit oci:, cold")][0]

@@ -260,3 +260,29 @@ def test_an_honest_tar_split_decides_the_layer_without_a_walk(chunked: Path, tmp
     whole_r = imgquilt("audit", "--image", f"oci:{full}:v1", "--json", cwd=q,
                        env={**cli_env, "IMGQUILT_CACHE_DIR": str(tmp_path / "c2")}, check=5)
     assert _states(cold) == _states(warm) == _states(whole_r) == {"app/a.py": "pending", "app/b.py": "live"}
+
+
+def test_the_tar_split_written_is_the_tar_stream_without_its_data(chunked: Path) -> None:
+    """What `apply --compression zstd:chunked` writes: segments and files in order give back the layer's
+    tar byte for byte (as tar-split's asm does), each file line carrying the CRC-64/ISO of its data."""
+    from imgquilt.image.layers.tar_split import crc64_iso
+
+    assert crc64_iso([b"123456789"]).hex() == "b90956c775a41001"  # the CRC-64/GO-ISO check value
+    _, m = manifest(chunked, "v1")
+    diff_id = json.loads(blob_path(chunked, m["config"]["digest"]).read_bytes())["rootfs"]["diff_ids"][-1]
+    _, _, _, lines = _parts(chunked)
+    import io
+
+    import zstandard
+
+    blob = blob_path(chunked, m["layers"][-1]["digest"]).read_bytes()
+    tar = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(blob), read_across_frames=True).read()
+    out = bytearray()
+    for x in lines:
+        if x["type"] == 2:
+            out += base64.b64decode(x["payload"])
+        else:
+            data = tar[len(out):len(out) + x.get("size", 0)]
+            assert x["payload"] is None if not data else base64.b64decode(x["payload"]) == crc64_iso([data])
+            out += data
+    assert bytes(out) == tar and "sha256:" + hashlib.sha256(out).hexdigest() == diff_id
