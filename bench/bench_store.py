@@ -55,6 +55,7 @@ def main() -> int:
     ap.add_argument("--tool", type=Path, help="run another checkout's tool/ directory")
     ap.add_argument("--baseline", type=Path, help="also run the warm audits with this checkout's tool/ (side by side)")
     ap.add_argument("--seed-only", action="store_true", help="only put the image in the private store")
+    ap.add_argument("--warm-only", action="store_true", help="keep the shared cache of an earlier run: no cold step")
     args = ap.parse_args()
     work = args.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -85,12 +86,14 @@ def main() -> int:
         loads.append(os.getloadavg()[0])
 
     try:
-        shutil.rmtree(work / "shared-cache", ignore_errors=True)
-        say("cold containers-storage: (the copy into the shared cache)")
-        audit(f"containers-storage:{NAME}", "audit containers-storage:, cold (copied once)")
+        if not args.warm_only:
+            shutil.rmtree(work / "shared-cache", ignore_errors=True)
+            say("cold containers-storage: (the copy into the shared cache)")
+            audit(f"containers-storage:{NAME}", "audit containers-storage:, cold (copied once)")
         below = sum(p.stat().st_size for p in q.rglob("*") if p.is_file())
-        say("warming oci:")
+        say("warming")
         audit(f"oci:{image}:{TAG}", "audit oci:, first (warming)")
+        audit(f"containers-storage:{NAME}", "audit containers-storage:, first (warming)")
         steps = [("audit oci:, warm", f"oci:{image}:{TAG}", None),
                  ("audit containers-storage:, warm", f"containers-storage:{NAME}", None)]
         if base_env is not None:

@@ -59,10 +59,13 @@ def test_an_unchanged_image_is_copied_once_and_never_below_the_queue(store_env) 
     assert [p["state"] for p in cold["patches"]] == ["pending"]
     assert _copies(log) == 1
     blobs = _blobs(layout)
+    changed = {p.name: p.stat().st_ctime_ns for p in (layout / "blobs" / "sha256").iterdir()}
     warm = _audit(q, env, "localhost/app:one")
     assert warm["patches"] == cold["patches"]
     assert _copies(log) == 1  # resolved to its image ID (skopeo inspect), found complete: not copied again
     assert _blobs(layout) == blobs
+    # not even touched: a changed ctime would make the blobs' verified markers stale and cost a rehash
+    assert {p.name: p.stat().st_ctime_ns for p in (layout / "blobs" / "sha256").iterdir()} == changed
     below = [p for p in q.rglob("*") if p.is_file() and p.stat().st_size > 64 << 10]
     assert below == [], below  # nothing of the image below the queue directory
     assert not (q / ".imgquilt" / "cache" / "skopeo").exists()

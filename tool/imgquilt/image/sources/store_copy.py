@@ -65,9 +65,27 @@ def _blob(layout: Path, digest: object) -> Path | None:
     return path if path.is_file() and not path.is_symlink() else None
 
 
+TOUCH_AFTER = 24 * 3600  # seconds: a blob used is marked used (its mtime) at most once a day
+
+
+def _touch(paths: list[Path]) -> None:
+    """Mark the blobs used for the cache's least-recently-used eviction, but only those not marked for a
+    day: touching a file changes its ctime, which makes the layer's verified marker (device, inode,
+    size, mtime, ctime) stale, and the next read would hash the 2 GB again."""
+    import time
+
+    now = time.time()
+    for p in paths:
+        try:
+            if now - p.stat().st_mtime > TOUCH_AFTER:
+                os.utime(p)
+        except OSError:
+            pass
+
+
 def complete_copy(layout: Path, config_hex: str) -> str | None:
     """The digest of the manifest in `layout` tagged `config_hex` when it is a complete copy of the image
-    with that ID (see the module docstring), else None. Its blobs' mtimes are touched (recently used)."""
+    with that ID (see the module docstring), else None. Its blobs are marked used (_touch)."""
     index = _read_json(layout / "index.json")
     if not isinstance(index, dict) or not isinstance(index.get("manifests"), list):
         return None
@@ -96,11 +114,7 @@ def complete_copy(layout: Path, config_hex: str) -> str | None:
             return None
         if any(b is None for b in blobs):
             return None
-        for b in [path, config_path, *blobs]:
-            try:
-                os.utime(b)  # type: ignore[arg-type]
-            except OSError:
-                pass
+        _touch([path, config_path, *blobs])  # type: ignore[list-item]
         return desc["digest"]
     return None
 
