@@ -75,6 +75,7 @@ def main() -> int:
         base_env = dict(env, **cli_env(work / "pycache-base", work / "shared-cache", args.baseline.resolve()))
         base_env.update(private_store(store_dir, driver=args.driver))
     loads = [os.getloadavg()[0]]
+    below = None
     rows: dict[str, list[tuple[float, float]]] = {}
 
     def audit(ref: str, label: str, tool_env: dict[str, str] | None = None) -> None:
@@ -90,7 +91,7 @@ def main() -> int:
             shutil.rmtree(work / "shared-cache", ignore_errors=True)
             say("cold containers-storage: (the copy into the shared cache)")
             audit(f"containers-storage:{NAME}", "audit containers-storage:, cold (copied once)")
-        below = sum(p.stat().st_size for p in q.rglob("*") if p.is_file())
+            below = sum(p.stat().st_size for p in q.rglob("*") if p.is_file())
         say("warming")
         audit(f"oci:{image}:{TAG}", "audit oci:, first (warming)")
         audit(f"containers-storage:{NAME}", "audit containers-storage:, first (warming)")
@@ -113,7 +114,8 @@ def main() -> int:
         print(f"| {label} | {wall:.2f} s | {cpu:.2f} s |")
     cs, oci = min(rows["audit containers-storage:, warm"])[0], min(rows["audit oci:, warm"])[0]
     print(f"\nwarm containers-storage: / warm oci: = {cs / oci:.2f}x (goal <= 1.5x)")
-    print(f"bytes below the queue directory after the cold run: {below:,}")
+    if below is not None:
+        print(f"bytes below the queue directory after the cold run: {below:,}")
     print(f"load average (1 min) during the runs: {min(loads):.2f}-{max(loads):.2f} (2 cores, shared)")
     return 0
 

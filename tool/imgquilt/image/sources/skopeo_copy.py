@@ -40,14 +40,30 @@ def copy_from_store(ref: str, *, platform: str | None) -> tuple[Path, str]:
     (the OCI layout, the manifest digest to open). Nothing is written below the queue."""
     from ...cache import cache_root
     from ...cache.layers import cache_disabled
-    from ..containers_store import resolve
-    from .store_copy import copy_store_image, store_layout
+    from ..containers_store import podman, podman_image_id, resolve, split_specifier
+    from .store_copy import _HEX64, complete_copy, copy_store_image, store_layout
 
     skopeo = _skopeo(ref)
     want = Platform.parse(platform or DEFAULT_PLATFORM)
-    found = resolve(ref.partition(":")[2], error=BadImage)
     layout = store_layout(_default_cache() if cache_disabled() else cache_root())
-    digest = copy_store_image(skopeo, found.skopeo_ref, want, ref=ref, store=f" ({found.store.describe()})", layout=layout)
+    rest = ref.partition(":")[2]
+    spec, name = split_specifier(rest)
+    image_id = None
+    if spec is None and podman() is not None:
+        # podman names the image it shows (its own store, its own short-name rules) by ID, in one quick
+        # call; an image copied before is then opened without asking anything else
+        image_id = podman_image_id(name)
+        if image_id is not None and _HEX64.match(image_id):
+            found_copy = complete_copy(layout, image_id)
+            if found_copy is not None:
+                return layout, found_copy
+        else:
+            image_id = None
+    found = resolve(rest, error=BadImage)
+    src = found.skopeo_ref
+    if image_id is not None:  # copy exactly the image podman named, even if the name moves meanwhile
+        src = f"containers-storage:{found.store.specifier}@{image_id}"
+    digest = copy_store_image(skopeo, src, want, ref=ref, store=f" ({found.store.describe()})", layout=layout)
     return layout, digest
 
 

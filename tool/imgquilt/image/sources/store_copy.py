@@ -1,8 +1,10 @@
 """`containers-storage:` (podman's and buildah's store), copied once per image into the shared cache.
 
-The reference is first resolved to its image ID: the sha256 of the image's config, which skopeo reads
-from the store (`skopeo inspect --config --raw`, no layer touched) in the store podman uses
-(image.containers_store). The image is copied (`skopeo copy`) into one OCI layout in the shared cache
+The reference is first resolved to its image ID (the sha256 of the image's config): by `podman image
+inspect` when podman is installed and the reference names no store (the image podman shows, in one
+quick call: an image copied before is then opened without `podman info` or skopeo, and a new one is
+copied by that ID), else by skopeo reading the config from the store (`skopeo inspect --config
+--raw`, no layer touched) in the store podman uses (image.containers_store). The image is copied (`skopeo copy`) into one OCI layout in the shared cache
 (`store-images/`), tagged by that ID:
 
 - an image whose ID has a complete copy there is not copied again (a tag that moved, or a new image,
@@ -23,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -32,6 +35,7 @@ from ..skopeo_text import skopeo_message
 from .platforms import Platform
 
 PART = "store-images"
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _UNCOMPRESSED = ("application/vnd.oci.image.layer.v1.tar", "application/vnd.docker.image.rootfs.diff.tar")
 _OCI_LAYOUT = b'{"imageLayoutVersion":"1.0.0"}'
 
