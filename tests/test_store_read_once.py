@@ -66,6 +66,10 @@ def test_an_unchanged_image_is_copied_once_and_never_below_the_queue(store_env) 
     assert _blobs(layout) == blobs
     # not even touched: a changed ctime would make the blobs' verified markers stale and cost a rehash
     assert {p.name: p.stat().st_ctime_ns for p in (layout / "blobs" / "sha256").iterdir()} == changed
+    # the same verdicts as the image read from its OCI layout
+    from_layout = json.loads(imgquilt("--json", "audit", "--image", f"oci:{q.parent / 'one'}:v1", cwd=q, env=env, check=5).out)
+    assert [(p["name"], p["state"], p["files"]) for p in from_layout["patches"]] == \
+        [(p["name"], p["state"], p["files"]) for p in warm["patches"]]
     below = [p for p in q.rglob("*") if p.is_file() and p.stat().st_size > 64 << 10]
     assert below == [], below  # nothing of the image below the queue directory
     assert not (q / ".imgquilt" / "cache" / "skopeo").exists()
