@@ -625,7 +625,7 @@ class ImageSource:
             if data is None:
                 raise mismatch(
                     f"The bytes of member {rec.ordinal} of the {self._what(position)} (fetched by range) do not "
-                    "decompress to what the walk of its tar stream found.",
+                    "decompress to the length its tar-split or the walk of its tar stream gives.",
                     hint="The blob was altered, the registry served other bytes, or the layer's TOC says a run of "
                          "its frames holds less than it does.")
             if hashlib.sha256(data).hexdigest() != rec.extent[0]:
