@@ -286,3 +286,21 @@ def test_the_tar_split_written_is_the_tar_stream_without_its_data(chunked: Path)
             assert x["payload"] is None if not data else base64.b64decode(x["payload"]) == crc64_iso([data])
             out += data
     assert bytes(out) == tar and "sha256:" + hashlib.sha256(out).hexdigest() == diff_id
+
+
+def test_a_layer_over_the_tar_split_cap_is_written_without_one_and_walked(tmp_path: Path) -> None:
+    """The writer's CRC-64 is pure Python: past `split_max` bytes of file data it writes the TOC alone
+    (as before), and such a layer is walked, with the same bytes as a full read."""
+    from imgquilt.image.sinks.zstd_chunked import zstd_chunked
+
+    layout = build_oci(tmp_path / "img", [[file("app/a.py", OLD), file("app/pad.txt", PAD)]], tag="v1")
+    _, m = manifest(layout, "v1")
+    desc = m["layers"][-1]
+    blob, annotations = zstd_chunked(uncompressed_layer(layout, desc["digest"]), level=3, mtime=None, split_max=1024)
+    assert "io.github.containers.zstd-chunked.tarsplit-position" not in annotations
+    desc.update(mediaType=ZSTD_LAYER, digest=put_blob(layout, bytes(blob)), size=len(blob), annotations=annotations)
+    set_manifest(layout, "v1", m)
+    ref = f"oci:{layout}:v1"
+    src = ImageSource(open_image(ref), verified=VerifiedBlobs(None), ref=ref)
+    assert src.read_targets(["app/a.py"])["app/a.py"].data == OLD
+    assert src.stats.layers_from_toc and src.stats.layers_by_tar_split == 0 and not src.stats.toc_unusable
