@@ -41,6 +41,8 @@ ENTRY = {  # part: (fan-out directory pattern or None, entry name pattern)
     "verified": (None, _entry(r"sha(?:256|384|512)-[0-9a-f]{64,128}-[0-9a-f]{16}")),
     "pycheck": (None, re.compile(r"^findings\.sqlite(?:-journal|-wal|-shm)?$")),
     "rootfs": (None, _DIGEST_ENTRY),  # the marker of an unpacked tree (cache.rootfs); prune removes the trees too
+    # the OCI layout containers-storage images are copied into (image.sources.store_copy): its blobs
+    "store-images": ("blobs/sha256", _DIGEST_ENTRY),
 }
 assert set(ENTRY) == set(PARTS)
 
@@ -84,7 +86,12 @@ def _entries(root: Path) -> Iterator[tuple[Path, int, int]]:
                 continue
         except OSError:
             continue
-        dirs = [base] if fanout is None else [d for d in _listing(base) if fanout.match(d.name) and _is_dir(d)]
+        if fanout is None:
+            dirs = [base]
+        elif isinstance(fanout, str):  # a fixed directory below the part (an OCI layout's blobs/sha256)
+            dirs = [base / fanout] if _is_dir(base / fanout) and not _linked(base, fanout) else []
+        else:
+            dirs = [d for d in _listing(base) if fanout.match(d.name) and _is_dir(d)]
         for d in dirs:
             for path in _listing(d):
                 if not name.match(path.name):
@@ -102,6 +109,19 @@ def _listing(d: Path) -> list[Path]:
         return [Path(e.path) for e in os.scandir(d)]
     except OSError:
         return []
+
+
+def _linked(base: Path, rel: str) -> bool:
+    """Whether a directory on the way from `base` to `base/rel` is a link (never followed)."""
+    at = base
+    for name in rel.split("/"):
+        at = at / name
+        try:
+            if stat.S_ISLNK(os.lstat(at).st_mode):
+                return True
+        except OSError:
+            return True
+    return False
 
 
 def _is_dir(p: Path) -> bool:
@@ -145,7 +165,9 @@ def prune(root: Path | None = None) -> Usage:
         entries += 1
     _prune_trees(root / "rootfs")
     for part, (fanout, _) in ENTRY.items():  # directories go only once empty (rmdir refuses otherwise)
-        if fanout is not None:
+        if isinstance(fanout, str):
+            _rmdir(root / part / fanout)
+        elif fanout is not None:
             for d in _listing(root / part):
                 if fanout.match(d.name) and _is_dir(d):
                     _rmdir(d)
@@ -169,8 +191,9 @@ def _rmdir(d: Path) -> None:
         pass
 
 
-def trim(root: Path | None = None, cap: int | None = None) -> Usage:
-    """Evict least recently used entries until the cache is under its cap; returns what was evicted."""
+def trim(root: Path | None = None, cap: int | None = None, keep: frozenset[Path] = frozenset()) -> Usage:
+    """Evict least recently used entries until the cache is under its cap (never those in `keep`: what
+    the running command is about to read); returns what was evicted."""
     root = root or cache_root()
     cap = size_cap() if cap is None else cap
     if cap <= 0 or not root.is_dir():
@@ -181,6 +204,8 @@ def trim(root: Path | None = None, cap: int | None = None) -> Usage:
     for path, size, _ in sorted(entries, key=lambda e: e[2]):
         if total <= cap:
             break
+        if path in keep:
+            continue
         try:
             path.unlink()
         except OSError:

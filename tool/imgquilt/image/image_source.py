@@ -20,12 +20,14 @@ scanned by threads of their own with the same wanted paths, so every core decomp
 when the targets are all decided without them, those scans are cancelled and nothing of them is used
 (a file one did not keep costs a second pass, as above).
 
-Seekable layers (zstd:chunked, eStargz; layers.toc, layers.toc_walk) are not read whole: their table of
-contents, fetched by range and checked against the checksum the manifest gives it, says where each
-file's compressed bytes lie; the layer's tar stream is then walked by range (every header and small
-file, decompressed; the largest files' data skipped) into the index a full read builds, which the TOC
-must match member for member (else the layer is read whole), and a file's bytes are fetched by range
-when they are needed (_fill_data), checked against the length the walk found and the TOC's sha256.
+Seekable layers (zstd:chunked, eStargz; layers.toc, layers.tar_split, layers.toc_walk) are not read
+whole: their table of contents, fetched by range and checked against the checksum the manifest gives
+it, says where each file's compressed bytes lie. The index is built from the layer's tar-split when
+the TOC names one (zstd:chunked from containers/storage 1.47 on: the tar headers without the data,
+fetched by range, verified by the TOC's digest; no walk), else from the layer's tar stream walked by
+range (every header and small file, decompressed; the largest files' data skipped); the TOC must match
+it member for member (else the layer is read whole), and a file's bytes are fetched by range when
+they are needed (_fill_data), checked against the length found and the TOC's sha256.
 Other layers are read whole, since a later member of a layer can replace an earlier one. A second pass over a layer verified earlier in this
 run (or, with a cache directory, in an earlier run) whose file is unchanged (same device, inode,
 size, mtime and ctime) does not hash again; it seeks straight to the member in an uncompressed
@@ -60,6 +62,7 @@ from .layers.index_codec import dump_index, load_index
 from .layers.layer_index import DIR, FILE, HARDLINK, OTHER, SYMLINK, LayerIndex, Rec, scan_layer
 from .layers.merged_view import UNKNOWN, Absent, Deletion, Found, MergedView, _ancestors, hider
 from .layers.tarwalk import TarWalker, member_path
+from .layers.tar_split import read_tar_split, tar_split_index
 from .layers.toc import TocRef, TocUnusable, read_toc, toc_ref
 from .layers.toc_walk import HOLE_MIN, LOCAL_HOLE_MIN, LOCAL_MAX_HOLES, MAX_HOLES, run_bytes, walk_index
 
@@ -103,6 +106,7 @@ class ScanStats:
     files_by_range: int = 0
     range_bytes: int = 0  # compressed bytes fetched by range (TOCs, the walks of the tar streams, file frames)
     runs_skipped: int = 0  # the largest files' data runs the walks skipped
+    layers_by_tar_split: int = 0  # seekable layers whose TOC was checked against their tar-split (no walk)
 
 
 @dataclass(frozen=True)
@@ -553,8 +557,9 @@ class ImageSource:
         return sha256_digest(f"imgquilt-toc-index\n{digest}\n{ref.kind}\n{ref.digest}".encode())
 
     def _toc_index(self, position: int, ref: TocRef, cancel: threading.Event | None = None) -> LayerIndex:
-        """The layer's index from its tar stream, walked by range with its TOC's help (layers.toc_walk);
-        a walk ahead stops at its next range request once `cancel` is set."""
+        """The layer's index from its tar-split (layers.tar_split) when its TOC names one, else from its
+        tar stream walked by range with its TOC's help (layers.toc_walk); a walk ahead stops at its next
+        range request once `cancel` is set."""
         layer = self._layers[position]
         size = layer.descriptor.size
         fetched = [0]
@@ -568,6 +573,13 @@ class ImageSource:
 
         try:
             toc = read_toc(ref, size, read_range, what=self._what(position))
+            split = read_tar_split(toc, read_range, what=self._what(position))
+            if split is not None:  # checked against the tar-split, as containers/storage does: no walk
+                index = tar_split_index(toc, split, position=position, whiteouts=self._view.whiteouts,
+                                        what=self._what(position))
+                with self._kept_lock:
+                    self.stats.layers_by_tar_split += 1
+                return index
             local = getattr(layer, "location", None) is not None  # a positioned read, not a round trip
             walked = walk_index(toc, size, read_range, position=position, whiteouts=self._view.whiteouts,
                                 what=self._what(position), hole_min=LOCAL_HOLE_MIN if local else HOLE_MIN,
@@ -613,7 +625,7 @@ class ImageSource:
             if data is None:
                 raise mismatch(
                     f"The bytes of member {rec.ordinal} of the {self._what(position)} (fetched by range) do not "
-                    "decompress to what the walk of its tar stream found.",
+                    "decompress to the length its tar-split or the walk of its tar stream gives.",
                     hint="The blob was altered, the registry served other bytes, or the layer's TOC says a run of "
                          "its frames holds less than it does.")
             if hashlib.sha256(data).hexdigest() != rec.extent[0]:

@@ -205,6 +205,12 @@ def open_transport(parsed: ImageRef, *, platform: str | None = None, cache_dir: 
         from .sources.registry import open_registry_image
 
         return open_registry_image(ref, platform=platform)
+    if t == "skopeo" and ref.startswith("containers-storage:"):
+        from .sources.oci_layout import open_oci_layout
+        from .sources.skopeo_copy import copy_from_store
+
+        layout, digest = copy_from_store(ref, platform=platform)
+        return open_oci_layout(layout, ref=ref, tag=None, digest=digest, platform=platform)
     if t == "skopeo":
         from .sources.dir_layout import open_dir_layout
         from .sources.skopeo_copy import copy_with_skopeo

@@ -10,9 +10,11 @@ contents (TOC, JSON) that names each tar member and where its compressed bytes l
      gzip member the 51-byte footer at the end of the blob points to;
 2. the TOC is fetched by range and checked against that checksum; the footer, which only says where to
    look, is never trusted for anything else;
-3. the TOC is not believed about the layer's members: layers.toc_walk walks the tar stream itself by
+3. the TOC is not believed about the layer's members: when it names a tar-split (zstd:chunked from
+   containers/storage 1.47 on), layers.tar_split builds the index from the tar-split's own headers and
+   the TOC must match it member for member; otherwise layers.toc_walk walks the tar stream itself by
    range (the TOC only says which runs of frames are the big files' data, to skip) into the index a
-   full read builds, and the TOC must match it member for member;
+   full read builds, and the TOC must match that;
 4. a file's bytes are fetched by range, decompressed and checked against the length the walk found
    and the TOC's sha256 before use.
 A TOC whose checksum does not match is DigestMismatch (exit 6): nothing from it is used. A TOC that
@@ -39,6 +41,7 @@ ZSTD_CHECKSUM_KEYS = ("io.github.containers.zstd-chunked.manifest-checksum",
                       "io.containers.zstd-chunked.manifest-checksum")
 ZSTD_POSITION_KEYS = ("io.github.containers.zstd-chunked.manifest-position",
                       "io.containers.zstd-chunked.manifest-position")
+TAR_SPLIT_POSITION_KEY = "io.github.containers.zstd-chunked.tarsplit-position"  # offset:length:uncompressed
 ESTARGZ_DIGEST_KEY = "containerd.io/snapshot/stargz/toc.digest"
 ESTARGZ_TOC_NAME = "stargz.index.json"
 ESTARGZ_FOOTER = 51
@@ -64,6 +67,7 @@ class TocRef:
     offset: int = 0  # zstd:chunked only: the compressed TOC's place in the blob
     length: int = 0
     size: int = 0  # its uncompressed size
+    tar_split: tuple[int, int, int] | None = None  # zstd:chunked: where the tar-split lies (offset, length, size)
 
     @property
     def compression(self) -> str:
@@ -108,7 +112,19 @@ def toc_ref(annotations: dict[str, str], blob_size: int, compression: str) -> To
         raise TocUnusable(f"the TOC is bigger than imgquilt holds in memory ({MAX_TOC >> 20} MiB)")
     if offset < SKIPPABLE_HEADER or offset + length > blob_size:
         raise TocUnusable("the zstd:chunked TOC position lies outside the blob")
-    return TocRef("zstd:chunked", digest, offset, length, size)
+    return TocRef("zstd:chunked", digest, offset, length, size, _tar_split_position(annotations, blob_size))
+
+
+def _tar_split_position(annotations: dict[str, str], blob_size: int) -> tuple[int, int, int] | None:
+    """Where the tar-split lies, as the annotation says (None: it says nothing usable; a TOC that names
+    a tar-split then cannot be checked against it, and is walked)."""
+    parts = annotations.get(TAR_SPLIT_POSITION_KEY, "").split(":")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return None
+    offset, length, size = (int(p) for p in parts)
+    if offset < SKIPPABLE_HEADER or offset + length > blob_size or length > MAX_TOC or size > MAX_TOC:
+        return None
+    return offset, length, size
 
 
 # --- reading the TOC --------------------------------------------------------------------------

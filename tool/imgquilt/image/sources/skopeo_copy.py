@@ -1,9 +1,10 @@
 """Any other skopeo transport (containers-storage:, docker-daemon:, ...): copied first (docker:// is read natively).
 
 A `containers-storage:` reference is read from the store podman uses (image.containers_store), so
-what is read is the image `podman images` shows.
+what is read is the image `podman images` shows; it is copied once per image ID into the shared cache
+(copy_from_store, sources.store_copy), never below the queue.
 
-`skopeo copy` writes the image into the cache as a `dir:` image, which keeps the source's manifest
+For the other transports, `skopeo copy` writes the image into the cache as a `dir:` image, which keeps the source's manifest
 byte for byte (so the digest is the source's). A reference by digest is immutable, so a finished
 copy of it is reused; anything else is copied afresh every time (a tag may have moved). The copy
 is made under a temporary name and renamed into place whole.
@@ -34,8 +35,39 @@ def _default_cache() -> Path:
     return path
 
 
-def copy_with_skopeo(ref: str, *, platform: str | None, cache_dir: Path | None) -> Path:
-    """Copy `ref` into the cache with skopeo; return the `dir:` image directory."""
+def copy_from_store(ref: str, *, platform: str | None) -> tuple[Path, str]:
+    """A `containers-storage:` image, copied once per image ID into the shared cache (sources.store_copy):
+    (the OCI layout, the manifest digest to open). Nothing is written below the queue."""
+    from ...cache import cache_root
+    from ...cache.layers import cache_disabled
+    from ..containers_store import podman, podman_image_id, resolve, split_specifier
+    from .store_copy import _HEX64, complete_copy, copy_store_image, store_layout
+
+    skopeo = _skopeo(ref)
+    want = Platform.parse(platform or DEFAULT_PLATFORM)
+    layout = store_layout(_default_cache() if cache_disabled() else cache_root())
+    rest = ref.partition(":")[2]
+    spec, name = split_specifier(rest)
+    image_id = None
+    if spec is None and podman() is not None:
+        # podman names the image it shows (its own store, its own short-name rules) by ID, in one quick
+        # call; an image copied before is then opened without asking anything else
+        image_id = podman_image_id(name)
+        if image_id is not None and _HEX64.match(image_id):
+            found_copy = complete_copy(layout, image_id)
+            if found_copy is not None:
+                return layout, found_copy
+        else:
+            image_id = None
+    found = resolve(rest, error=BadImage)
+    src = found.skopeo_ref
+    if image_id is not None:  # copy exactly the image podman named, even if the name moves meanwhile
+        src = f"containers-storage:{found.store.specifier}@{image_id}"
+    digest = copy_store_image(skopeo, src, want, ref=ref, store=f" ({found.store.describe()})", layout=layout)
+    return layout, digest
+
+
+def _skopeo(ref: str) -> str:
     skopeo = shutil.which("skopeo")
     if skopeo is None:
         raise BadImage(
@@ -43,13 +75,14 @@ def copy_with_skopeo(ref: str, *, platform: str | None, cache_dir: Path | None) 
             hint="Install skopeo, or save the image to a file first (e.g. `docker save -o img.tar IMAGE`) "
                  "and pass docker-archive:img.tar.",
         )
+    return skopeo
+
+
+def copy_with_skopeo(ref: str, *, platform: str | None, cache_dir: Path | None) -> Path:
+    """Copy `ref` into the cache with skopeo; return the `dir:` image directory."""
+    skopeo = _skopeo(ref)
     want = Platform.parse(platform or DEFAULT_PLATFORM)
     src, store = ref, ""
-    if ref.startswith("containers-storage:"):  # the store podman uses, not the one skopeo would guess
-        from ..containers_store import resolve
-
-        found = resolve(ref.partition(":")[2], error=BadImage)
-        src, store = found.skopeo_ref, f" ({found.store.describe()})"
     base = (cache_dir if cache_dir is not None else _default_cache()) / "skopeo"
     key = hashlib.sha256(f"{src}\0{want}".encode()).hexdigest()[:24]
     dest = base / key
