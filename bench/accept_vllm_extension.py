@@ -125,9 +125,9 @@ class Flow:
         self.log.write(f"$ imgquilt {' '.join(args)}   # {self.label}, {r.seconds:.1f} s\n{out}{err}[exit {r.code}]\n\n")
         self.log.flush()
         self.steps.append({"flow": self.label, "command": "imgquilt " + " ".join(args), "exit": r.code,
-                           "seconds": round(r.seconds, 2)})
+                           "seconds": round(r.seconds, 2), "cpu_seconds": round(r.cpu_seconds, 2)})
         say(f"  [{self.label}] imgquilt {' '.join(a if len(a) < 60 else '...' + a[-40:] for a in args)}: "
-            f"exit {r.code} in {r.seconds:.1f} s")
+            f"exit {r.code} in {r.seconds:.1f} s ({r.cpu_seconds:.1f} s CPU)")
         problems = []
         if r.code == 1 or "internal error" in text:
             problems.append("exit 1 (internal error)")
