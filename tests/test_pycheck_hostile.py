@@ -204,3 +204,36 @@ def test_rebase_and_continue_onto_an_image_with_spooled_modules(tmp_path: Path, 
     r = imgquilt("rebase", "--continue", cwd=q, env=env, check=0)
     assert "Rebased 1 patch(es)" in r.out
     imgquilt("apply", "--image", f"rootfs:{new}", "--locked", "--layer", str(tmp_path / "l.tar"), cwd=q, env=env, check=0)
+
+
+# --- point 3, more shapes at the default IMGQUILT_SPOOL_AT: a module over it that is source, and
+# sourceless bytecode of that size: both "cannot tell", through apply, lock and refresh ---------------
+BIG = {
+    # a 9 MiB .py module (spooled; larger than the check parses): "too large"
+    "large-source": (f"{SITE}/vllm/big.py", b"def cdiv(a, b):\n    return -(a // -b)\n", b"from vllm.big import cdiv\n"),
+    # sourceless bytecode (spooled too): "cannot tell", never read
+    "sourceless": (f"{SITE}/vllm/compiled.pyc", b"\x6f\x0d\x0d\x0a" + b"\0" * 12, b"from vllm.compiled import cdiv\n"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(BIG))
+def test_a_large_imported_module_at_the_default_spool_setting(tmp_path: Path, cli_env, shape: str) -> None:
+    env = {k: v for k, v in cli_env.items() if k != "IMGQUILT_SPOOL_AT"}
+    rel, head, line = BIG[shape]
+    root = _vllm_root(tmp_path / "root")
+    with open(root / rel, "wb") as f:
+        f.write(head)
+        f.write(b"# padding\n" * ((9 << 20) // 10))
+    fix = line + CUDA_BASE
+    q = _queue(tmp_path / "q", fix)
+    r = imgquilt("apply", "--image", f"rootfs:{root}", "--layer", str(tmp_path / "l.tar"), cwd=q, env=env, check=0)
+    assert f"{CUDA}:1:1: cannot tell" in r.out + r.err
+    imgquilt("lock", "--image", f"rootfs:{root}", cwd=q, env=env, check=0)
+    w = tmp_path / "w"
+    w.mkdir()
+    imgquilt("init", cwd=w, env=env, check=0)
+    imgquilt("new", "0001-cuda.patch", cwd=w, env=env, check=0)
+    imgquilt("add", "--image", f"rootfs:{root}", CUDA, cwd=w, env=env, check=0)
+    (w / ".imgquilt/work" / CUDA).write_bytes(fix)
+    r = imgquilt("refresh", cwd=w, env=env, check=0)
+    assert f"{CUDA}:1:1: cannot tell" in r.err

@@ -104,3 +104,32 @@ def test_rebase_with_the_check_marks_nothing(tmp_path: Path, cli_env) -> None:
     imgquilt("rebase", "--image", f"rootfs:{new}", "--from", f"rootfs:{old}", cwd=q, env=cli_env, check=0)
     assert not any(MARK in p.read_bytes() for p in (q / "patches").iterdir())
     imgquilt("check", "--strict", cwd=q, env=cli_env, check=0)
+
+
+def test_continue_without_the_check_after_a_python_stop_marks_what_it_carries(tmp_path: Path, cli_env) -> None:
+    """The issue's own shape: the rebase stops on a Python finding, the user goes on with
+    `rebase --continue --no-python-check`; the patches carried from there on are marked, the one merged
+    before with the check on is not, and check / check --strict / apply say which."""
+    from test_rebase import SITE311, WEIGHTS
+
+    q, old, _ = _rebase_session(tmp_path, cli_env)
+    # upstream renamed load_checkpoint's `verify` to `check`: 0002's new line still says `verify`
+    renamed = WEIGHTS_V2.replace(b"*, verify: bool = False) -> list[ShardSpec]", b"*, check: bool = False) -> list[ShardSpec]")
+    renamed = renamed.replace(b"iter_shards(root, verify=verify)", b"iter_shards(root, verify=check)")
+    new = make_root(tmp_path / "renamed", renamed)
+    r = imgquilt("rebase", "--image", f"rootfs:{new}", "--from", f"rootfs:{old}", cwd=q, env=cli_env, check=4)
+    assert "0002-log-verify.patch" in r.err and "verify" in r.err
+    assert b"<<<<<<<" not in (q / ".imgquilt/work" / SITE311 / WEIGHTS).read_bytes()  # a clean merge, wrong code
+    r = imgquilt("rebase", "--continue", "--no-python-check", cwd=q, env=cli_env, check=0)
+    assert "Rebased 3 patch(es)" in r.out
+    assert MARK not in _patch(q, "0001-log-shard-tensors.patch")  # merged with the check on
+    marked = ["0002-log-verify.patch", "0003-spawn-workers.patch"]
+    for name in marked:
+        assert MARK in _patch(q, name).split(b"\nIndex: ")[0], name
+    r = imgquilt("check", cwd=q, env=cli_env, check=0)
+    assert UNCHECKED in r.out and all(n in r.out for n in marked) and "0001-log-shard-tensors.patch" not in r.out
+    r = imgquilt("check", "--strict", cwd=q, env=cli_env, check=6)
+    assert all(f"{n}: {UNCHECKED}" in r.err for n in marked)
+    r = imgquilt("apply", "--image", f"rootfs:{new}", "--layer", str(tmp_path / "l.tar"), "--no-python-check", cwd=q,
+                 env=cli_env, check=0)
+    assert "Never Python-checked" in r.out + r.err and all(n in r.out + r.err for n in marked)

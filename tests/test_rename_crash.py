@@ -10,6 +10,10 @@ the second. `header --set` of the second rewrites its file (and the pins that fo
 file from the top patch rewrites the top patch and puts the work file back. `rename` of the second writes the renamed patch file, the third's Requires, the snapshots
 and the applied list, removes the old file, then series (the commit). `delete -r` of the top pops it
 (the work copy and the state change), removes its file, then series.
+
+On a queue whose work tree was never used (no `.imgquilt/state`), `move`, `header --set` and `remove`
+(refused there: nothing is applied) are killed at every call before the journal too, where the
+work-tree lock is taken: taking it makes no file, so none of them leaves a state directory behind.
 """
 from __future__ import annotations
 
@@ -53,8 +57,9 @@ def _world(tmp: Path) -> Path:
     return q
 
 
-def _world_of_three_files(tmp: Path) -> Path:
-    """For `move`: three patches on three files (so any order applies), locked, the first one applied."""
+def _world_of_three_files(tmp: Path, *, push: bool = True) -> Path:
+    """For `move`: three patches on three files (so any order applies), locked, the first one applied
+    (`push=False`: none, and the work tree never used)."""
     image = tmp / "image"
     (image / "usr/lib/app").mkdir(parents=True)
     q = empty_queue(tmp / "old")
@@ -64,7 +69,8 @@ def _world_of_three_files(tmp: Path) -> Path:
         write_patch(q, name, [(path, b"X = %d\n" % k, b"X = %d\n" % (k + 10))])
     env = _cli(q)
     imgquilt("lock", "--image", f"rootfs:{image}", cwd=q, env=env, check=0)
-    imgquilt("push", cwd=q, env=env, check=0)
+    if push:
+        imgquilt("push", cwd=q, env=env, check=0)
     return q
 
 
@@ -98,30 +104,60 @@ def _choose(points: list[tuple[str, int, str]], start: int) -> list[tuple[str, i
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_kill_inside_a_rewriting_verb_leaves_old_or_new(tmp_path: Path, command: str) -> None:
-    assert os.access(STRACE, os.X_OK), f"strace is needed for the crash test (not found at {STRACE})"
-    args = COMMANDS[command]
     old = (_world_of_three_files if command == "move" else _world)(tmp_path)
+    _kill_everywhere(tmp_path, old, command, COMMANDS[command])
+
+
+# issue 35: the same verbs on a queue whose work tree was never used (no .imgquilt/state yet): before the
+# journal, the command takes the work-tree lock, which made the state directory and its lock file, so a
+# kill there left a state directory that was neither before (none) nor after
+FRESH = {
+    "move": (["move", "03-c.patch", "--after", "01-a.patch"], 0),
+    "header": (["header", "-P", "02-b.patch", "--set", "X-Reviewed=yes"], 0),
+    "remove": (["remove", "usr/lib/app/f0.py"], 2),  # nothing is applied: refused, nothing written
+}
+
+
+@pytest.mark.parametrize("command", sorted(FRESH))
+def test_kill_inside_a_rewriting_verb_on_a_fresh_queue(tmp_path: Path, command: str) -> None:
+    old = _world_of_three_files(tmp_path, push=False)
+    assert not (old / ".imgquilt/state").exists()
+    args, code = FRESH[command]
+    _kill_everywhere(tmp_path, old, command, args, fresh=True, code=code)
+
+
+def _kill_everywhere(tmp_path: Path, old: Path, command: str, args: list[str], *, fresh: bool = False,
+                     code: int = 0) -> None:
+    """Kill `args` at the chosen calls of its transaction (on a fresh queue: at every call before it
+    too); each must end exactly old or exactly new (`code`: the exit of the run that is not killed)."""
+    assert os.access(STRACE, os.X_OK), f"strace is needed for the crash test (not found at {STRACE})"
     work = [tmp_path / f"w{k}" for k in range(2)]
     _fresh(old, work[0])
     done = _run(work[0], args, log=tmp_path / "trace.log")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == code, done.stderr
     states = {"old": _state(old), "new": _state(work[0])}
-    assert states["old"][0] != states["new"][0]
-    assert (states["old"][1] != states["new"][1]) is (command not in ("header", "move"))  # these leave the work tree as it is
+    if code == 0:
+        assert states["old"][0] != states["new"][0]
+        changes_work = command not in ("header", "move") and not fresh  # these leave the work tree as it is
+        assert (states["old"][1] != states["new"][1]) is changes_work
+    else:
+        assert states["new"] == states["old"], "a refusal writes nothing"
     # what check says of each, run on copies (the lock still names a deleted patch: that is the lock's business)
     checks = {}
     for k, src in (("old", old), ("new", work[0])):
         _fresh(src, tmp_path / "probe" / k)
         checks[k] = imgquilt("check", cwd=tmp_path / "probe" / k, env=_cli(tmp_path / "probe" / k)).code
     points = _kill_points(tmp_path / "trace.log")
-    start = next(i for i, p in enumerate(points) if f'"{command}"' in p[2])  # .imgquilt/COMMAND/: the journal's
-    chosen = _choose(points, start)
+    journal = next((i for i, p in enumerate(points) if f'"{command}"' in p[2]), len(points))  # .imgquilt/COMMAND/
+    before = points[:journal] if fresh else []  # on a fresh queue: where the lock was taken
+    chosen = before + _choose(points, journal)
+    assert chosen
 
     def one(k: int, q: Path) -> str:
         name, n, _ = chosen[k]
         _fresh(old, q)
         p = _run(q, args, inject=f"{name}:signal=SIGKILL:when={n}")
-        if p.returncode == 0:
+        if p.returncode == code:
             return "new" if _state(q) == states["new"] else f"{name}#{n}: finished, but not new"
         if p.returncode != -9:
             return f"{name}#{n}: not killed (exit {p.returncode}): {p.stderr[-300:]}"
@@ -138,7 +174,7 @@ def test_kill_inside_a_rewriting_verb_leaves_old_or_new(tmp_path: Path, command:
             return f"{name}#{n}: recovered {got}, but check says {r.code} (not {checks[got]}): {r.err[-300:]}"
         if got == "old":
             again = imgquilt(*args, cwd=q, env=_cli(q))
-            if again.code != 0 or _state(q) != states["new"]:
+            if again.code != code or _state(q) != states["new"]:
                 return f"{name}#{n}: recovered old, but the command again gave exit {again.code}: {again.err[-300:]}"
         return got
 
@@ -146,6 +182,8 @@ def test_kill_inside_a_rewriting_verb_leaves_old_or_new(tmp_path: Path, command:
         shares = pool.map(lambda w: [one(k, work[w]) for k in range(w, len(chosen), len(work))], range(len(work)))
         results = [r for share in shares for r in share]
     bad = [r for r in results if r not in ("old", "new")]
-    print(f"kill points: {len(chosen)} of {len(points) - start} in the transaction; old: {results.count('old')}, new: {results.count('new')}")
+    print(f"kill points: {len(chosen)} of {len(points)} ({len(before)} before the journal); "
+          f"old: {results.count('old')}, new: {results.count('new')}")
     assert not bad, f"{len(bad)} bad kill points:\n" + "\n".join(bad[:20])
-    assert results.count("old") > 0 and results.count("new") > 0
+    if code == 0:
+        assert results.count("old") > 0 and results.count("new") > 0

@@ -220,7 +220,7 @@ def _resolve_and_go_on(root: Path, st: RebaseState, opener: Opener) -> RebaseRep
     patch = q.patches[st.next]
     strip = q.entries[st.next].strip
     sections = [CarriedSection.from_json(d) for d in st.current["sections"]]
-    resolved = take_resolutions(root, store, patch, sections, strip)
+    resolved = take_resolutions(root, store, patch, sections, strip, python_check=st.python_check)
     resolved = _refuse_findings(st, store, patch, sections, resolved, NewImage(opener, st, whole.link_paths()))
     finish_patch(st, store, patch, resolved, strip)
     st.phase = "running"

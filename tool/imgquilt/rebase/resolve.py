@@ -17,8 +17,11 @@ from .state import CarriedSection
 from .work_files import work_read
 
 
-def take_resolutions(root: Path, store: ObjectStore, patch: Patch, sections: list[CarriedSection], strip: int) -> list[CarriedSection]:
-    """The sections with every conflict resolved from its work-tree file; RebaseConflict while any is not."""
+def take_resolutions(root: Path, store: ObjectStore, patch: Patch, sections: list[CarriedSection], strip: int, *,
+                     python_check: bool = True) -> list[CarriedSection]:
+    """The sections with every conflict resolved from its work-tree file; RebaseConflict while any is not.
+    `python_check=False` (--continue --no-python-check): a resolved .py file is taken as it is, its new
+    syntax or name errors too (the patch is then marked `Python-Check: skipped`)."""
     unresolved: list[str] = []
     resolved: list[CarriedSection] = []
     for s in sections:
@@ -34,7 +37,7 @@ def take_resolutions(root: Path, store: ObjectStore, patch: Patch, sections: lis
                 unresolved.append(f"{oc.work}: conflict markers remain at line(s) {', '.join(map(str, left[:10]))}")
                 continue
         nb = stored_bytes(store, oc.new_base, oc.path, patch.name)
-        errs = new_python_errors(nb, data, oc.path) if data is not None and oc.path.endswith(".py") else []
+        errs = new_python_errors(nb, data, oc.path) if python_check and data is not None and oc.path.endswith(".py") else []
         if errs:
             unresolved.append(f"{oc.work}: new Python errors: {'; '.join(located(data, oc.path, errs))}")
             continue

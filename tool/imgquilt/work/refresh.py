@@ -176,6 +176,19 @@ class _LazyImage:
     def __init__(self, wt: WorkTree) -> None:
         self._wt = wt
         self._src = None
+        self._keep: tuple | None = None
+
+    def keep_also(self, wanted, budget: int) -> None:
+        """Passed on to the image once it is opened (image.ImageSource.keep_also): the modules of a
+        package looked up are kept as its layer is read, not read again in a second pass each."""
+        self._keep = (wanted, budget)
+        if self._src is not None:
+            self._forward_keep()
+
+    def _forward_keep(self) -> None:
+        keep = getattr(self._src, "keep_also", None)
+        if self._keep is not None and callable(keep):
+            keep(*self._keep)
 
     def _open(self):
         from ..errors import ImgquiltError
@@ -185,6 +198,7 @@ class _LazyImage:
                 self._src = self._wt.bases.image()
             except ImgquiltError as exc:
                 raise _NoImage(exc.message) from None
+            self._forward_keep()
         return self._src
 
     def info(self):

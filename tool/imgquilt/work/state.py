@@ -5,7 +5,9 @@
                           before the patch (quilt's .pc/<patch>/ backups); <name> is %-quoted
     image                 the last --image bases were read from (used when there is no targets.lock)
     profile               the profile the work tree follows (`imgquilt select NAME`; none: the default)
-    lock                  flock'ed while a command changes the work tree
+
+The work-tree lock is an flock on `.imgquilt/` itself (no file: see WorkState.locked); versions before
+it flock'ed `state/lock`, which is left alone where it exists.
 """
 from __future__ import annotations
 
@@ -110,14 +112,13 @@ class WorkState:
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold the work-tree lock: one changing command at a time."""
-        self._ensure()
-        with self._state.opened(create=True) as dfd:
-            try:
-                fd = os.open("lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644, dir_fd=dfd)
-            except OSError as exc:
-                raise BadInput(f"{self.dir / 'lock'} cannot be opened as the work-tree lock ({exc.strerror}).",
-                               hint=f"Remove {self.dir / 'lock'}; imgquilt recreates it.") from None
+        """Hold the work-tree lock: one changing command at a time. It is an flock on the queue's
+        `.imgquilt/` directory itself, so taking it makes no file: a command that changes no work-tree
+        state (`header --set`, `move` with nothing applied, a refusal) leaves a queue whose work tree
+        was never used without a state directory, killed or not (issue 35)."""
+        with StateDir(self.queue_root).opened(create=True) as dfd:
+            assert dfd is not None
+            fd = os.dup(dfd)  # held past opened(), which turns any OSError in its body into a state error
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -27,7 +27,7 @@ import struct
 from datetime import datetime, timezone
 
 from ...errors import UsageError
-from ...fs.content import Data, SpoolWriter, is_spooled, pread_of, slice_of
+from ...fs.content import Data, SpoolWriter, chunks_of, is_spooled, pread_of, slice_of
 from ..layers.tarwalk import TarWalker
 from ..layers.tar_split import TarSplitWriter, crc64_iso
 from ..layers.toc import SKIPPABLE_HEADER, TAR_SPLIT_POSITION_KEY, ZSTD_CHECKSUM_KEYS, ZSTD_POSITION_KEYS
@@ -150,7 +150,7 @@ def zstd_chunked(tar: Data, *, level: int, mtime: int | None, crc64=crc64_iso,
         if split is not None:
             crc = None
             if kind == "reg" and e.size:
-                crc = crc64(data.chunks() if isinstance(data, Spooled) else (data,))
+                crc = crc64(chunks_of(data))
             split.file(e.name, e.size, crc)
         entries.append(entry)
         pos = e.offset + e.size  # header-only members have size 0
