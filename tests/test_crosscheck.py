@@ -278,14 +278,16 @@ def test_refresh_keeps_a_package_s_modules_as_the_layer_is_read(images, monkeypa
     are kept while its layer is read, so the next module needs no second pass over the layer. (Before,
     refresh's lazily opened image did not pass the request on: on the vLLM image a cold refresh of a fix
     to platforms/cuda.py made 24 second passes, 4x apply's time.)"""
+    from imgquilt.work.push import push
+    from imgquilt.work.refresh import refresh
     from imgquilt.work.tree import WorkTree
 
     monkeypatch.setenv("IMGQUILT_NO_CACHE", "1")
     old, _ = images
     q = bt.make_queue(tmp_path / "q")
-    WorkTree(q, open_image=lambda: open_source(f"oci:{old}:latest"), image_explicit=True).push(all=True)
+    push(WorkTree(q, open_image=lambda: open_source(f"oci:{old}:latest"), image_explicit=True), all=True)
     src = open_source(f"oci:{old}:latest")  # refresh: a command of its own, the image opened anew
-    done = WorkTree(q, open_image=lambda: src, image_explicit=True).refresh("0001-tinyfix.patch")
+    done = refresh(WorkTree(q, open_image=lambda: src, image_explicit=True), "0001-tinyfix.patch")
     assert any("cannot tell: whether tinylib.lazy has 'lazy_anything'" in n for n in done.notes), done.notes
     assert src.stats.layers_scanned  # the check read the image
     assert src.stats.second_passes == []  # tinylib's modules were kept as its layer was read
