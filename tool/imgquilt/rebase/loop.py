@@ -251,8 +251,8 @@ def _carried(whole: Queue, st: RebaseState) -> Queue:
 
 
 def _pins_of(st: RebaseState, q: Queue, i: int) -> list[str | None]:
-    """The pins that carry patch `i` of the carried queue, the first of them in focus."""
-    pins = selecting(q.entries[i], [(p, st.lane(p)["select"]) for p in st.pins])
+    """The pins that carry patch `i` of the carried queue (by name), the first of them in focus."""
+    pins = sorted(selecting(q.entries[i], [(p, st.lane(p)["select"]) for p in st.pins]), key=lambda p: p or "")
     st.focus(pins[0])
     return pins
 
