@@ -19,6 +19,8 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -284,3 +286,71 @@ def test_a_crash_in_the_finish_of_a_split_rebase_ends_old_or_new(queue, lines, m
             assert api.rebase_continue(q).status == "done"
             lock = (q / "targets.lock").read_text()
             assert lines["v2"] in lock and lines["v2r"] in lock and "0001-shared-rocm.patch" in (q / "series").read_text()
+
+
+def test_kill_9_in_the_finish_of_a_bump_of_every_deployment_ends_old_or_new(queue, lines, tmp_path: Path) -> None:
+    """kill -9 at the calls of the finish (the copy, the rewritten patches, series, targets.lock with both
+    pins, the state's removal): the next command leaves the queue exactly as before the rebase
+    (`rebase --abort`) or exactly rebased (`rebase --continue`), and no rebase behind. A sample of the
+    calls (every 4th kill on its own, the last 4); IMGQUILT_CRASH_FULL=1 kills at every one."""
+    from support.killpoints import STRACE, driver_env, fresh, kill_points, queue_hash, traced
+
+    assert os.access(STRACE, os.X_OK), f"strace is needed for the crash test (not found at {STRACE})"
+    q, env = queue
+    old_hash = queue_hash(q)
+    imgquilt("rebase", "--profile", "all", "--image", f"cuda={lines['v2']}", "--image", f"rocm={lines['v2r']}", "--split",
+             cwd=q, env=env, check=4)
+    _resolve(q, "app/shared.py", SHARED_ROCM2.replace(b"x or 0", b"x if x is not None else 0"))
+    imgquilt("rebase", "--continue", cwd=q, env=env, check=4)
+    _resolve(q, "app/common.py", COMMON_PATCHED.replace(b"90", b"120"))
+    stopped = tmp_path / "stopped"
+    fresh(q, stopped)
+    run_env = {**driver_env(), "HOME": env["HOME"], "SOURCE_DATE_EPOCH": "0"}
+
+    def run(where: Path, *args: str, inject: str | None = None, log: Path | None = None) -> subprocess.CompletedProcess:
+        cmd = traced(log, inject) if (inject or log) else []
+        return subprocess.run(cmd + [sys.executable, "-m", "imgquilt", *args], cwd=where, env=run_env, capture_output=True, text=True)
+
+    done = run(q, "rebase", "--continue", log=tmp_path / "trace.log")
+    assert done.returncode == 0, done.stderr
+    new_hash = queue_hash(q)
+    assert new_hash != old_hash and (q / "patches/0001-shared-rocm.patch").exists()
+    points = kill_points(tmp_path / "trace.log")
+    start = next(i for i, p in enumerate(points) if "0001-shared-rocm.patch" in p[2])  # the finish's first queue write
+    tail = points[start - 2:]
+    chosen = tail if os.environ.get("IMGQUILT_CRASH_FULL") == "1" else sorted(
+        {*range(0, len(tail), 4), *range(max(len(tail) - 4, 0), len(tail))})
+    seen = {"old": 0, "new": 0}
+    bad = []
+    for k in chosen:
+        name, n, _ = tail[k] if isinstance(k, int) else k
+        w = tmp_path / "w"
+        fresh(stopped, w)
+        p = run(w, "rebase", "--continue", inject=f"{name}:signal=SIGKILL:when={n}")
+        if p.returncode == 0:
+            got = "new" if queue_hash(w) == new_hash else "finished, but not new"
+        else:
+            assert p.returncode == -9, p.stderr[-300:]
+            if not (w / ".imgquilt/rebase").exists():
+                got = "new" if queue_hash(w) == new_hash else "no rebase left, but not new"
+            else:
+                for dirpath, _dirs, files in os.walk(w):  # the dead command's temp files: older than the sweep's grace
+                    for f in files:
+                        os.utime(os.path.join(dirpath, f), (time.time() - 60, time.time() - 60), follow_symlinks=False)
+                end = "--abort" if k % 2 == 0 else "--continue"
+                r = run(w, "rebase", end)
+                want = old_hash if end == "--abort" else new_hash
+                ok = r.returncode == 0 and queue_hash(w) == want and not (w / ".imgquilt/rebase").exists()
+                got = ("old" if end == "--abort" else "new") if ok else (
+                    f"{end}: exit {r.returncode}: {r.stderr[-300:]}; left: {sorted(set(_files(w)) ^ set(_files(stopped)))}")
+        if got in seen:
+            seen[got] += 1
+        else:
+            bad.append(f"{name}#{n}: {got}")
+    print(f"kill points: {len(chosen)} of {len(tail)}; old: {seen['old']}, new: {seen['new']}")
+    assert not bad, "\n".join(bad)
+    assert seen["old"] > 0 and seen["new"] > 0
+
+
+def _files(q: Path) -> list[str]:
+    return [str(p.relative_to(q)) for p in q.rglob("*") if ".imgquilt" not in p.relative_to(q).parts]

@@ -17,6 +17,7 @@ from ..fs.types import read_targets
 from ..errors import BadInput, BaseDrift, ImgquiltError, RebaseConflict, UsageError
 from ..queue.check import chain_breaks
 from ..queue.hunks import ABSENT, sha256_hex
+from ..queue.interrupted import sweep
 from ..queue.lock import read_lock_file
 from ..queue.queue import Queue, load_queue
 from ..store import ObjectStore
@@ -327,6 +328,7 @@ def continue_rebase(root: Path, opener: Opener, *, python_check: bool = True) ->
     """Take the resolved work-tree files of the stopped patch, then go on (`python_check=False`: the
     Python checks stay off for the rest of this rebase)."""
     require_git("rebase --continue")
+    sweep(root)  # the temps a killed finish left
     st = load_state(root)
     if not python_check and st.python_check:
         st.python_check = False
@@ -412,6 +414,7 @@ def abort_rebase(root: Path) -> tuple[RebaseReport | None, list[str]]:
     """Restore series, patches/ and targets.lock as they were; end the rebase."""
     if not rebase_dir(root).exists():
         raise UsageError("No rebase in progress.", hint="Nothing to abort.")
+    sweep(root)  # the temps a killed finish left
     if not rebase_in_progress(root):
         remove_state(root)  # crashed before its journal existed: nothing was changed
         return None, []
