@@ -107,6 +107,15 @@ def _merge_file(tmp: Path, ours: bytes, base: bytes, theirs: bytes) -> tuple[int
     return p.returncode, p.stdout
 
 
+def _valid(doc: dict) -> dict:
+    """The document holds to docs/schemas/rebase.schema.json."""
+    from test_schemas import validator
+
+    errors = [e.message for e in validator("rebase").iter_errors(doc)]
+    assert not errors, errors
+    return doc
+
+
 def _resolve(q: Path, path: str, data: bytes) -> None:
     (q / ".imgquilt/work" / path).write_bytes(data)
 
@@ -127,7 +136,7 @@ def test_a_bump_of_every_deployment_stops_before_any_merge_then_splits_and_finis
 
     # 2. --split: 0001 kept for cuda, a copy for rocm; the copy's merge is rocm's conflict
     r = imgquilt("--json", *bump, "--split", cwd=q, env=env, check=4)
-    doc = json.loads(r.out)
+    doc = _valid(json.loads(r.out))
     assert doc["status"] == "stopped" and doc["conflict"]["patch"] == "0001-shared-rocm.patch"
     assert doc["conflict"]["profiles"] == ["rocm"]
     assert any("0001-shared.patch split" in n and "0001-shared-rocm.patch" in n for n in doc["notes"])
@@ -154,7 +163,7 @@ def test_a_bump_of_every_deployment_stops_before_any_merge_then_splits_and_finis
     assert n == 1
     _resolve(q, "app/common.py", b"TIMEOUT = 120\nWORKERS = 2\n")
     r = imgquilt("--json", "rebase", "--continue", cwd=q, env=env, check=0)
-    doc = json.loads(r.out)
+    doc = _valid(json.loads(r.out))
     assert doc["status"] == "done"
     assert [(p["name"], p.get("profiles")) for p in doc["patches"]] == [
         ("0001-shared.patch", ["cuda"]), ("0001-shared-rocm.patch", ["rocm"]), ("0002-timeout.patch", ["cuda", "rocm"]),
@@ -213,7 +222,7 @@ def test_every_refusal_writes_nothing_and_leaves_no_rebase(queue, lines) -> None
         assert not (q / ".imgquilt/rebase").exists(), args
     # --force takes the other profile's image, and the report says whose differences these are
     r = imgquilt("--json", "rebase", "--profile", "rocm", "--image", lines["v1"], "--force", cwd=q, env=env)
-    doc = json.loads(r.out)
+    doc = _valid(json.loads(r.out))
     assert doc["vendor"] == "cuda" and any("not upstream's" in n for n in doc["notes"])
     assert doc["status"] == "done" and doc["image"]["new"]["ref"] == lines["v1"]
     before = snapshot(q)
@@ -354,3 +363,33 @@ def test_kill_9_in_the_finish_of_a_bump_of_every_deployment_ends_old_or_new(queu
 
 def _files(q: Path) -> list[str]:
     return [str(p.relative_to(q)) for p in q.rglob("*") if ".imgquilt" not in p.relative_to(q).parts]
+
+
+def test_repository_names_a_registry_or_store_repository_without_tag_or_digest() -> None:
+    from imgquilt.rebase.lanes import repository
+
+    d = "sha256:" + "a" * 64
+    assert repository("docker://docker.io/rocm/vllm:0.10.2") == "docker://docker.io/rocm/vllm"
+    assert repository(f"docker://localhost:5000/vllm/vllm-openai@{d}") == "docker://localhost:5000/vllm/vllm-openai"
+    assert repository("containers-storage:[overlay@/var/lib/c]quay.io/x/y:1") == "containers-storage:quay.io/x/y"
+    assert repository("oci:/images/vllm:0.10.2") is None and repository("rootfs:/srv/root") is None
+
+
+def test_a_profile_moved_to_another_repository_is_refused_without_force(queue, lines) -> None:
+    from imgquilt.errors import LineageBroken
+    from imgquilt.queue.lock import parse_lock_file
+    from imgquilt.rebase.lanes import lineage
+
+    q, _ = queue
+    text = (q / "targets.lock").read_text().replace(lines["v1r"], "docker://registry.example/rocm/vllm:0.10.1")
+    lf = parse_lock_file(text.encode())
+    new = "sha256:" + "b" * 64
+    assert lineage(lf, "rocm", "docker://registry.example/rocm/vllm:0.10.2", new, force=False) is None
+    with pytest.raises(LineageBroken, match="from repository docker://registry.example/vllm/vllm-openai"):
+        lineage(lf, "rocm", "docker://registry.example/vllm/vllm-openai:0.10.2", new, force=False)
+    assert lineage(lf, "rocm", "docker://registry.example/vllm/vllm-openai:0.10.2", new, force=True) is None
+    cuda = lf.profile("cuda").lock.image.digest
+    with pytest.raises(LineageBroken, match="the image profile cuda pins") as e:
+        lineage(lf, "rocm", "docker://registry.example/rocm/vllm:0.10.2", cuda, force=False)
+    assert e.value.exit_code == 3
+    assert lineage(lf, "rocm", "docker://registry.example/rocm/vllm:0.10.2", cuda, force=True) == "cuda"

@@ -107,7 +107,7 @@ def refuse_disagreements(found: list[Disagreement], command: str) -> SplitNeeded
         "bases, so one rebased patch could not fit them all; nothing was changed:\n"
         + "\n".join(f"  - {d.render()}" for d in found),
         hint=f"Split each such patch: `{command} --split` keeps it for the profiles that agree and carries a guarded copy "
-             "(NAME-PROFILE.patch, +PROFILE) onto the others' base by a 3-way merge. Or rebase the profiles one at a time.")
+             "(NAME-PROFILE.patch, +PROFILE) onto the others' base by a 3-way merge.")
 
 
 def _guard_for(lane: Lane, kept: Sequence[Lane]) -> str:
