@@ -97,14 +97,19 @@ def queue(tmp_path: Path, lines) -> tuple[Path, dict]:
     return q, env
 
 
-def _merge_file(tmp: Path, ours: bytes, base: bytes, theirs: bytes) -> tuple[int, bytes]:
-    """`git merge-file -p` of the three sides: (conflicts, result)."""
+def _merge_file(tmp: Path, ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str] | None = None) -> tuple[int, bytes]:
+    """`git merge-file -p` of the three sides (with `labels`: --diff3 and those marker labels): (conflicts, result)."""
     paths = []
     for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
         paths.append(tmp / f"mf-{name}")
         paths[-1].write_bytes(data)
-    p = subprocess.run(["git", "merge-file", "-p", *map(str, paths)], capture_output=True)
+    extra = ["--diff3", *(x for label in labels for x in ("-L", label))] if labels else []
+    p = subprocess.run(["git", "merge-file", "-p", *extra, *map(str, paths)], capture_output=True)
     return p.returncode, p.stdout
+
+
+def _labels(patch: str, new_ref: str) -> tuple[str, str, str]:
+    return f"{patch} (old image + patch)", "old image", f"{new_ref} (new image)"
 
 
 def _valid(doc: dict) -> dict:
@@ -144,11 +149,10 @@ def test_a_bump_of_every_deployment_stops_before_any_merge_then_splits_and_finis
     assert {d["profile"]: d["new"]["ref"] for d in doc["profiles"]} == {"cuda": lines["v2"], "rocm": lines["v2r"]}
     first = {p["name"]: p for p in doc["patches"]}
     assert first["0001-shared.patch"]["state"] == "merged" and first["0001-shared.patch"]["profiles"] == ["cuda"]
-    # the work file is exactly git merge-file's three sides (old base + patch, old base, rocm's new base)
-    n, merged = _merge_file(tmp_path, SHARED_PATCHED, SHARED, SHARED_ROCM2)
+    # the work file is exactly git merge-file's of the three sides (old base + patch, old base, rocm's new base)
+    n, merged = _merge_file(tmp_path, SHARED_PATCHED, SHARED, SHARED_ROCM2, _labels("0001-shared-rocm.patch", lines["v2r"]))
     assert n == 1 and b"<<<<<<<" in merged
-    work = (q / ".imgquilt/work/app/shared.py").read_bytes()
-    assert work.replace(b"\r", b"").split(b"<<<<<<<")[0] == merged.split(b"<<<<<<<")[0]
+    assert (q / ".imgquilt/work/app/shared.py").read_bytes() == merged
     assert snapshot(q) == before  # nothing of the queue is written until the end
     rocm_shared = SHARED_ROCM2.replace(b"return x or 0", b"return x if x is not None else 0")
     _resolve(q, "app/shared.py", rocm_shared)
@@ -159,8 +163,8 @@ def test_a_bump_of_every_deployment_stops_before_any_merge_then_splits_and_finis
     assert doc["conflict"]["patch"] == "0002-timeout.patch" and doc["conflict"]["profiles"] == ["cuda", "rocm"]
     r = imgquilt("rebase", "--status", cwd=q, env=env, check=0)
     assert "one resolution serves them all" in r.err
-    n, merged = _merge_file(tmp_path, COMMON_PATCHED, COMMON, COMMON2)
-    assert n == 1
+    n, merged = _merge_file(tmp_path, COMMON_PATCHED, COMMON, COMMON2, _labels("0002-timeout.patch", lines["v2"]))
+    assert n == 1 and (q / ".imgquilt/work/app/common.py").read_bytes() == merged  # once, for both profiles
     _resolve(q, "app/common.py", b"TIMEOUT = 120\nWORKERS = 2\n")
     r = imgquilt("--json", "rebase", "--continue", cwd=q, env=env, check=0)
     doc = _valid(json.loads(r.out))
@@ -393,3 +397,29 @@ def test_a_profile_moved_to_another_repository_is_refused_without_force(queue, l
         lineage(lf, "rocm", "docker://registry.example/rocm/vllm:0.10.2", cuda, force=False)
     assert e.value.exit_code == 3
     assert lineage(lf, "rocm", "docker://registry.example/rocm/vllm:0.10.2", cuda, force=True) == "cuda"
+
+
+def test_a_shared_patch_is_merged_once_for_every_profile_that_agrees(queue, lines, tmp_path: Path, monkeypatch) -> None:
+    """In-process, counting git merge-file runs: with new images that agree on every shared file, each
+    (patch, file) whose base changed is merged exactly once, whatever the number of profiles."""
+    from imgquilt import api
+    import imgquilt.rebase.carry as carry
+
+    q, env = queue
+    monkeypatch.setenv("HOME", env["HOME"])
+    same = tmp_path / "same"
+    shutil.copytree(lines["rocm"], same)
+    umoci_edit(same, "v1r", _bump(SHARED_CUDA2), new_tag="v2s")
+    merges: list[str] = []
+    real = carry.merge3
+
+    def counted(base, ours, theirs, **kw):
+        merges.append(kw["ours_label"])
+        return real(base, ours, theirs, **kw)
+
+    monkeypatch.setattr(carry, "merge3", counted)
+    report = api.rebase(q, profile="cuda,rocm", images={"cuda": lines["v2"], "rocm": f"oci:{same}:v2s"})
+    assert report.status == "stopped" and report.conflict_profiles == ("cuda", "rocm")
+    _resolve(q, "app/common.py", COMMON_PATCHED.replace(b"90", b"120"))
+    assert api.rebase_continue(q).status == "done"
+    assert merges == ["0001-shared.patch (old image + patch)", "0002-timeout.patch (old image + patch)"]
