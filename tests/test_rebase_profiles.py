@@ -423,3 +423,54 @@ def test_a_shared_patch_is_merged_once_for_every_profile_that_agrees(queue, line
     _resolve(q, "app/common.py", COMMON_PATCHED.replace(b"90", b"120"))
     assert api.rebase_continue(q).status == "done"
     assert merges == ["0001-shared.patch (old image + patch)", "0002-timeout.patch (old image + patch)"]
+
+
+def test_a_forced_repin_never_calls_the_other_profiles_differences_upstreams() -> None:
+    """The report's words, text and JSON, for a profile --force'd onto the image another profile pins."""
+    from imgquilt.pycheck.regions import Region, RegionChange
+    from imgquilt.rebase.report import FileOutcome, PatchOutcome, RebaseReport
+
+    change = RegionChange("app/rocm.py", Region("function", "launch", 4, 5), "changed", lines_added=1, lines_removed=1)
+    f = FileOutcome("app/rocm.py", "merged", "a" * 64, "b" * 64, "c" * 64, "d" * 64, merged=True, upstream=(change,))
+    p = PatchOutcome("0003-rocm-kernel.patch", "merged", (f,))
+    forced = RebaseReport("done", {"ref": "oci:r:1"}, {"ref": "oci:c:1"}, (p,), (), None, "rocm", vendor="cuda")
+    assert p.headline(forced.who) == "merged, profile cuda's image (not upstream) changed 1 function it edits"
+    assert forced.to_json()["vendor"] == "cuda"
+    plain = RebaseReport("done", {"ref": "oci:r:1"}, {"ref": "oci:r:2"}, (p,), (), None, "rocm")
+    assert p.headline(plain.who) == "merged, upstream changed 1 function it edits" and "vendor" not in plain.to_json()
+
+
+def test_a_journal_whose_other_profile_names_a_path_outside_the_root_is_refused(queue, lines, monkeypatch) -> None:
+    """The lanes of a rebase of several profiles are checked like the first: sealed, and every path inside the root."""
+    from imgquilt import api
+    from imgquilt.errors import BadInput
+    from imgquilt.rebase.state import load_state, save_state
+
+    q, env = queue
+    monkeypatch.setenv("HOME", env["HOME"])
+    assert api.rebase(q, profile="all", images={"cuda": lines["v2"], "rocm": lines["v2r"]}, split=True).status == "stopped"
+    st = load_state(q)
+    assert [o["profile"] for o in st.others] == ["rocm"] or st.profile == "rocm"
+    lane = st.others[0]
+    lane["paths"]["../../etc/passwd"] = "../../etc/passwd"
+    save_state(q, st)  # sealed with the user's key: only the path check stands in the way
+    with pytest.raises(BadInput, match="cannot be read"):
+        load_state(q)
+    api.rebase_abort(q)
+
+
+def test_skip_of_a_shared_conflict_drops_it_for_every_profile(queue, lines, monkeypatch) -> None:
+    from imgquilt import api
+
+    q, env = queue
+    monkeypatch.setenv("HOME", env["HOME"])
+    assert api.rebase(q, profile="all", images={"cuda": lines["v2"], "rocm": lines["v2r"]}, split=True).status == "stopped"
+    _resolve(q, "app/shared.py", SHARED_ROCM2.replace(b"x or 0", b"x if x is not None else 0"))
+    report = api.rebase_continue(q)
+    assert report.conflict_patch == "0002-timeout.patch" and report.conflict_profiles == ("cuda", "rocm")
+    done = api.rebase_skip(q)
+    assert done.status == "done"
+    skipped = next(p for p in done.patches if p.name == "0002-timeout.patch")
+    assert skipped.dropped and skipped.profiles == ("cuda", "rocm")
+    assert "0002-timeout.patch" not in (q / "series").read_text() and not (q / "patches/0002-timeout.patch").exists()
+    imgquilt("check", "--allow-unselected", cwd=q, env=env, check=0)

@@ -400,7 +400,8 @@ def _skip_and_go_on(root: Path, st: RebaseState, opener: Opener) -> RebaseReport
         for s in sections:  # the old series moves past the patch; the new one stays where it is
             lane["old_chain"][s.old_path] = s.outcome.old_patched
     note = "Skipped (rebase --skip): dropped from series; the old version stays in git and in the backup until the rebase ends."
-    st.done.append({**PatchOutcome(name, patch_state(outcomes), outcomes, True, (note,)).to_json(), "raw_sha": None})
+    st.done.append({**PatchOutcome(name, patch_state(outcomes), outcomes, True, (note,),
+                                   tuple(st.current.get("profiles", ()))).to_json(), "raw_sha": None})  # type: ignore[union-attr]
     st.next += 1
     st.current = None
     st.phase = "running"
