@@ -216,6 +216,10 @@ def test_every_refusal_writes_nothing_and_leaves_no_rebase(queue, lines) -> None
          "Did you mean 'rocm'"),
         (("rebase", "--profile", "all", "--image", f"cuda={lines['v2']}", "--image", f"rocm={lines['v2r']}",
           "--from", lines["v1"]), 2, "--from names one old image"),
+        # one profile alone would rewrite the shared patches under the other: refused before any merge, naming the
+        # command that rebases both (the dead end of issue 34: no order of one-profile rebases finishes)
+        (("rebase", "--profile", "cuda", "--image", lines["v2"]), 3,
+         f"imgquilt rebase --profile cuda,rocm --image cuda={lines['v2']} --image rocm=NEWREF"),
         # the shared file differs between the new images: before any merge (exit 3)
         (("rebase", "--profile", "all", "--image", f"cuda={lines['v2']}", "--image", f"rocm={lines['v2r']}"), 3, "--split"),
     ]

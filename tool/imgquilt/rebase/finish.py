@@ -18,6 +18,7 @@ from ..util.atomic import atomic_write
 from ..util.regular import read_regular_file
 from ..verbs.lock import lock_queue
 from ..work.queuefiles import QueueFiles
+from .lanes import together
 from .options import Opener
 from .report import RebaseReport
 from .state import RebaseState, remove_state, save_state
@@ -122,8 +123,7 @@ def _refuse_broken_pins(current: bytes | None, new: Queue, st: RebaseState, chan
         raise ProfileChainBroken(
             f"Refused: the rebase rewrites {which}, which other pins select too, and there the rebased patch no longer "
             f"chains on their image; nothing was written:\n" + "\n".join(f"  - {p}" for p in problems),
-            hint="Rebase those pins in the same rebase, each onto its own new image (`imgquilt rebase --profile "
-            + ",".join(str(p) for p in [*st.pins, *others]) + "".join(f" --image {p}={st.lane(p)['new_ref']}" for p in st.pins)
-            + "".join(f" --image {o}=NEWREF" for o in others) + "`; add --split if their new images differ in a file the "
-            "shared patch changes), or give this profile its own copy of the shared patch (`imgquilt guard`), then rebase again.",
+            hint=f"Rebase those pins in the same rebase, each onto its own new image (`{together([(p, st.lane(p)['new_ref']) for p in st.pins], others)}`; "
+            "add --split if their new images differ in a file the shared patch changes), or give this profile its own copy of the "
+            "shared patch (`imgquilt guard`), then rebase again.",
             problems=problems)

@@ -214,3 +214,47 @@ def lineage(lf: LockFile, pin: str | None, new_ref: str, new_digest: str | None,
         f"Refused: re-pinning profile {pin} would leave its lineage: {'; and '.join(why)}. Nothing was changed.",
         hint=f"Give profile {pin} its own new image (`--image {pin}=REF`). If this is meant, add --force: the report then "
              "calls the differences that image's, not upstream's.")
+
+
+def outside_breaks(whole: Queue, lanes: Sequence[Lane], outside: Sequence[tuple[str | None, Sequence[str], object]]) -> tuple[list[str], list[str]]:
+    """Before any merge: the pins this rebase does not re-pin (`outside`: (profile or None, select,
+    Lock or None)) that select a patch the rebase rewrites for sure (the first patch of a file whose
+    bytes the new image changed), where that patch is their first of the file too and their image
+    holds other bytes: they would no longer chain. The finish checks the rest (a rewrite that only a
+    merge decides). Returns (problems, the pins to rebase as well)."""
+    problems: list[str] = []
+    pins: list[str] = []
+    for pin, select, lock in outside:
+        label = f"profile {pin}" if pin is not None else "the default pin"
+        theirs = whole.selection(select)
+        first_of: dict[str, str] = {}
+        for p in theirs.patches:
+            for s in p.sections:
+                first_of.setdefault(s.path, p.name)
+        pinned = {t.path: t.base_sha256 for t in getattr(lock, "targets", ())}
+        for ln in lanes:
+            seen: set[str] = set()
+            for p in whole.selection(ln.select).patches:
+                for s in p.sections:
+                    if s.path in seen:
+                        continue
+                    seen.add(s.path)
+                    new = ln.new_chain[s.path]
+                    if first_of.get(s.path) != p.name or (new == s.base_sha256 and ln.paths[s.path] == s.path):
+                        continue
+                    held = pinned.get(s.path, s.base_sha256)
+                    if held != new:
+                        line = (f"{label}: {p.name}: {s.path}: the rebase gives it the base {new[:12]}… ({ln.label}'s new image), "
+                                f"{label}'s image holds {held[:12]}…")
+                        if line not in problems:
+                            problems.append(line)
+                        if (pin or "(default)") not in pins:
+                            pins.append(pin or "(default)")
+    return problems, pins
+
+
+def together(rebased: Sequence[tuple[str | None, str]], others: Sequence[str]) -> str:
+    """The command that rebases the other pins in the same rebase, each onto its own new image."""
+    names = [str(p) for p, _ in rebased] + list(others)
+    return ("imgquilt rebase --profile " + ",".join(names) + "".join(f" --image {p}={ref}" for p, ref in rebased)
+            + "".join(f" --image {o}=NEWREF" for o in others))

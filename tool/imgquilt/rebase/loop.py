@@ -28,7 +28,9 @@ from .boot import NewImage, locate_moves, step_findings, with_findings
 from .carry import finish_patch, rebase_section
 from .finish import finish
 from .moves import plan_paths
-from .lanes import Lane, carried, disagreements, left_out, lineage, plan_split, refuse_disagreements, selecting, with_copies
+from .lanes import (
+    Lane, carried, disagreements, left_out, lineage, outside_breaks, plan_split, refuse_disagreements, selecting, together, with_copies,
+)
 from .options import Opener, RebaseOptions
 from .report import CONFLICT, PatchOutcome, RebaseReport, patch_state
 from .resolve import take_resolutions
@@ -81,6 +83,7 @@ def start_rebase(root: Path, opts: RebaseOptions, opener: Opener) -> RebaseRepor
             vendor[pin] = other
             notes.append(f"profile {pin} is re-pinned onto the image profile {other} pins (--force): what this report says "
                          f"changed under a patch is profile {other}'s image, not upstream's.")
+    _refuse_outside(root, whole, found, wanted)
     series: str | None = None
     copies: dict[str, str] = {}
     split = disagreements(whole, found)
@@ -122,6 +125,25 @@ def start_rebase(root: Path, opts: RebaseOptions, opener: Opener) -> RebaseRepor
         more_hint = "No rebase was started: series, patches/ and targets.lock are as they were."
         exc.hint = f"{exc.hint}\n{more_hint}" if exc.hint else more_hint
         raise
+
+
+def _refuse_outside(root: Path, whole: Queue, found: list[Lane], wanted: list) -> None:
+    """Before any merge: a pin left out of the rebase that would surely no longer chain (lanes.outside_breaks)."""
+    from ..errors import ProfileChainBroken
+
+    lf = read_lock_file(root / "targets.lock")
+    rebased = {pin for pin, _, _ in wanted}
+    outside = ([(None, (), lf.default)] if lf.default is not None and None not in rebased else []) + [
+        (p.name, p.select, p.lock) for p in lf.profiles if p.name not in rebased]
+    problems, others = outside_breaks(whole, found, outside)
+    if problems:
+        raise ProfileChainBroken(
+            "Refused before any merge: the rebase rewrites patches other pins select too, and there they would no longer "
+            "chain on their own image; nothing was changed:\n" + "\n".join(f"  - {p}" for p in problems),
+            hint=f"Rebase those pins in the same rebase, each onto its own new image (`{together([(p, r) for p, _, r in wanted], others)}`; "
+                 "add --split if their new images differ in a file a shared patch changes), or give this profile its own copy "
+                 "of the shared patch (`imgquilt guard`), then rebase again.",
+            problems=problems)
 
 
 def _command(opts: RebaseOptions) -> str:
