@@ -478,3 +478,21 @@ def test_skip_of_a_shared_conflict_drops_it_for_every_profile(queue, lines, monk
     assert skipped.dropped and skipped.profiles == ("cuda", "rocm")
     assert "0002-timeout.patch" not in (q / "series").read_text() and not (q / "patches/0002-timeout.patch").exists()
     imgquilt("check", "--allow-unselected", cwd=q, env=env, check=0)
+
+
+def test_another_profiles_image_from_the_same_repository_is_the_same_line(queue, lines) -> None:
+    """Two deployments of one image line (the same registry repository): re-pinning onto the image the
+    other already took is no change of lineage; from another repository it is."""
+    from imgquilt.errors import LineageBroken
+    from imgquilt.queue.lock import parse_lock_file
+    from imgquilt.rebase.lanes import lineage
+
+    q, _ = queue
+    text = (q / "targets.lock").read_text().replace(lines["v1r"], "docker://registry.example/vllm/vllm-openai:0.10.1")
+    text = text.replace(lines["v1"], "docker://registry.example/vllm/vllm-openai:0.10.2")
+    lf = parse_lock_file(text.encode())
+    cuda = lf.profile("cuda").lock.image.digest
+    assert lineage(lf, "rocm", "docker://registry.example/vllm/vllm-openai:0.10.2", cuda, force=False) is None
+    other = text.replace("docker://registry.example/vllm/vllm-openai:0.10.2", "docker://registry.example/rocm/vllm:0.10.2")
+    with pytest.raises(LineageBroken, match="the image profile cuda pins"):
+        lineage(parse_lock_file(other.encode()), "rocm", "docker://registry.example/vllm/vllm-openai:0.10.2", cuda, force=False)

@@ -198,10 +198,13 @@ def lineage(lf: LockFile, pin: str | None, new_ref: str, new_digest: str | None,
     if own is None:
         return None
     old = own.lock.image
-    others = [p.name for p in lf.profiles if p.name != pin and new_digest is not None and p.lock.image.digest == new_digest]
+    old_repo, new_repo = repository(old.ref), repository(new_ref)
+    # another profile's image: unless it is this profile's own already, or comes from this profile's own
+    # repository (two deployments of one image line; a layout's path names no repository)
+    others = [p.name for p in lf.profiles if p.name != pin and new_digest is not None and p.lock.image.digest == new_digest
+              and (old_repo is None or repository(p.lock.image.ref) != old_repo)]
     if old.digest == new_digest:
         others = []
-    old_repo, new_repo = repository(old.ref), repository(new_ref)
     moved = old_repo is not None and new_repo is not None and old_repo != new_repo
     if force or not (others or moved):
         return others[0] if others else None
