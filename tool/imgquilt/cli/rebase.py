@@ -99,7 +99,7 @@ def _annotate(report: RebaseReport) -> None:
     """--format github: a warning per region upstream changed under a patch, an error per finding."""
     for p in report.patches:
         for u in p.upstream:
-            annotate("warning", f"patches/{p.name}", f"upstream changed {u.region.name or 'lines'}", f"{u.path}: {u.summary()}")
+            annotate("warning", f"patches/{p.name}", f"{report.who} changed {u.region.name or 'lines'}", f"{u.path}: {u.summary()}")
         for f in p.findings:
             level = "notice" if f["kind"] == "cannot-tell" else "error"
             annotate(level, f"patches/{p.name}", f"{f['kind']} on the new image",
