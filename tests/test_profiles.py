@@ -349,7 +349,8 @@ def test_rebase_refuses_to_rewrite_a_shared_patch_under_another_profile(queue, i
     before = snapshot(q)
     r = imgquilt("rebase", "--profile", "qwen", "--image", f"oci:{newer}:latest", cwd=q, env=env, check=3)
     assert "profile glm53: 0001-shared.patch: app/shared.py" in r.err and "profile rocm: 0001-shared.patch" in r.err
-    assert "imgquilt rebase --profile glm53 --image" in r.err
+    assert "Refused before any merge" in r.err and not (q / ".imgquilt/rebase").exists()  # not after the conflicts (issue 34)
+    assert "imgquilt rebase --profile qwen,glm53,rocm --image qwen=" in r.err and "--image glm53=NEWREF" in r.err
     assert snapshot(q) == before  # nothing written
     imgquilt("check", cwd=q, env=env, check=0)
 

@@ -20,7 +20,7 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Sequence
 
 from .errors import BadInput, BaseDrift, ImgquiltError, QueueProblems, UsageError, os_error
 from .verbs.init import InitResult as Initialized, init_queue
@@ -779,14 +779,20 @@ def _opener(root: Path, progress: Progress | None):
                                           progress=progress)
 
 
-def rebase(queue: str | os.PathLike[str] | None = None, *, image: str, from_ref: str | None = None, maps: Sequence[str] = (),
+def rebase(queue: str | os.PathLike[str] | None = None, *, image: str = "", from_ref: str | None = None, maps: Sequence[str] = (),
            keep_empty: bool = False, platform: str | None = None, progress: Progress | None = None,
-           profile: str | None = None, conflict_style: str = "diff3", python_check: bool = True) -> RebaseReport:
+           profile: str | None = None, conflict_style: str = "diff3", python_check: bool = True,
+           images: Mapping[str, str] | None = None, split: bool = False, force: bool = False) -> RebaseReport:
     """Carry the queue onto `image` with 3-way merges. status "done", or "stopped" on a conflict.
 
     `maps`: "OLD=NEW" target paths or directory prefixes that moved. Needs git on PATH (GitMissing, exit 6).
     `profile`: carry the patches that profile selects and re-pin it alone; a rewritten patch that
     another pin selects must still chain there (ProfileChainBroken, exit 3, nothing written).
+    `profile` "all" or "a,b" with `images` {profile: ref}: every named profile carried onto its own new
+    image in one rebase (one journal, one --continue/--abort, re-pinned together); a shared patch whose
+    file their new images hold at different bases is refused before any merge (SplitNeeded, exit 3)
+    unless `split` (a guarded copy for the profiles that differ). A profile re-pinned onto another
+    profile's image or another repository: LineageBroken (exit 3) unless `force`.
     `from_ref`: the old image, when the object store lacks the old bases and the image targets.lock
     pins cannot be opened. `conflict_style`: "diff3" (markers with the old base's section) or "merge".
     `python_check`: after every step, the Python checks (in-file and cross-module) on the new image.
@@ -794,7 +800,8 @@ def rebase(queue: str | os.PathLike[str] | None = None, *, image: str, from_ref:
     from .rebase import RebaseOptions, parse_map, rebase_in_progress, start_rebase
 
     root = queue_root(queue)
-    if not image:
+    images = dict(images or {})
+    if not image and not images:
         if rebase_in_progress(root):
             raise UsageError("A rebase is in progress.", hint="Resolve the conflicts (`imgquilt rebase --status` lists them), "
                              "then `imgquilt rebase --continue`; or `imgquilt rebase --abort`.")
@@ -805,20 +812,50 @@ def rebase(queue: str | os.PathLike[str] | None = None, *, image: str, from_ref:
 
     if conflict_style not in STYLES:
         raise UsageError(f"--conflict-style {conflict_style!r}: expected one of {', '.join(STYLES)}.")
-    select: tuple[str, ...] = ()
-    if profile is not None:
-        from .verbs.profiles import ALL, lock_file, unknown
-
-        if profile == ALL:
-            raise UsageError("A rebase carries one profile onto one new image: name it with --profile NAME.")
-        lf = lock_file(root)
-        found = lf.profile(profile)
-        if found is None:
-            raise unknown(profile, lf)
-        select = found.select
-    opts = RebaseOptions(ref_for_lock(image, root), platform, ref_for_lock(from_ref, root) if from_ref else None, keep_empty,
-                         tuple(parse_map(m) for m in maps), profile, select, conflict_style, python_check)
+    pins = _rebase_pins(root, profile, image, images)
+    first, *more = [(name, select, ref_for_lock(ref, root)) for name, select, ref in pins]
+    opts = RebaseOptions(first[2], platform, ref_for_lock(from_ref, root) if from_ref else None, keep_empty,
+                         tuple(parse_map(m) for m in maps), first[0], first[1], conflict_style, python_check,
+                         tuple((str(n), s, r) for n, s, r in more), split, force)
     return start_rebase(root, opts, _opener(root, progress))
+
+
+def _rebase_pins(root: Path, profile: str | None, image: str, images: dict[str, str]) -> list[tuple[str | None, tuple[str, ...], str]]:
+    """The pins a rebase re-pins, each with its selection and its new image (the profiles resolved here,
+    at the edge): (profile or None, select, new ref)."""
+    from .verbs.profiles import ALL, lock_file, unknown
+
+    if profile is None:
+        if images:
+            raise UsageError(f"--image {next(iter(images))}=REF names a profile; say which with --profile.",
+                             hint="Example: imgquilt rebase --profile all --image cuda=REF --image rocm=REF")
+        return [(None, (), image)]
+    lf = lock_file(root)
+    names = [p.name for p in lf.profiles] if profile == ALL else list(dict.fromkeys(n.strip() for n in profile.split(",")))
+    if not names:
+        raise UsageError("`--profile all`: targets.lock declares no profile.",
+                         hint="Declare one with `imgquilt lock --profile NAME --image REF`.")
+    found = []
+    for name in names:
+        p = lf.profile(name)
+        if p is None:
+            raise unknown(name, lf)
+        found.append(p)
+    for name in images:
+        if name not in names:
+            raise (unknown(name, lf) if lf.profile(name) is None else
+                   UsageError(f"--image {name}=REF: profile {name} is not among those rebased ({', '.join(names)}).",
+                              hint=f"Add it: --profile {','.join([*names, name])}."))
+    if image and len(names) > 1:
+        raise UsageError(f"--image {image}: {len(names)} profiles are rebased ({', '.join(names)}); each needs its own new image.",
+                         hint="Name each: " + " ".join(f"--image {n}=REF" for n in names) + ".")
+    if image and names[0] in images:
+        raise UsageError(f"--image given twice for profile {names[0]}.")
+    missing = [n for n in names if n not in images and not image]
+    if missing:
+        raise UsageError(f"No new image for profile {', '.join(missing)}: a rebase of several profiles takes each one's.",
+                         hint="Name each: " + " ".join(f"--image {n}=REF" for n in names) + ".")
+    return [(p.name, p.select, images.get(p.name, image)) for p in found]
 
 
 def diff_upstream(queue: str | os.PathLike[str] | None = None, *, patch: str, image: str | None = None,

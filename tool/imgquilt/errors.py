@@ -93,6 +93,16 @@ class PythonCheckFailed(Refused):
     """The patched Python source has an error its base did not have."""
 
 
+class SplitNeeded(Refused):
+    """`rebase` of several profiles: a patch they share changes a file their new images hold at different bases
+    (decided before any merge; `--split` makes a guarded copy), or that split cannot be made."""
+
+
+class LineageBroken(Refused):
+    """`rebase --profile`: the new image is another profile's pin, or from another repository than the old pin
+    (`--force` takes it)."""
+
+
 class ProfileChainBroken(Refused):
     """A profile's selected patches do not chain: a Base that only a patch outside the profile produces, a Requires it
     leaves out (`check`), or a shared patch a rebase would rewrite under another profile (`rebase --profile`)."""

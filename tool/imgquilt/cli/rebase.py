@@ -7,7 +7,7 @@ import typer
 
 from ..errors import RebaseConflict, UsageError
 from .annotations import Format, annotate
-from .common import G, ImageOpt, PlatformOpt, ProfileOpt, emit_json, emit_outcome, note, progress, raw_say, say, table
+from .common import G, PlatformOpt, ProfileOpt, emit_json, emit_outcome, note, progress, raw_say, say, table
 
 if TYPE_CHECKING:  # the rebase machinery (and gitpython) load only when rebase runs
     from ..rebase import RebaseReport
@@ -23,10 +23,11 @@ def _rows(report: RebaseReport) -> list[list]:
             where = f.path if not f.moved_from else f"{f.path} (from {f.moved_from})"
             extra = ("merged; " if f.merged and f.state == "moved" else "") + ("resolved by hand" if f.by_hand else f.detail)
             if f.upstream and f.state != "conflict":
-                extra = "; ".join(x for x in (extra, "upstream changed " + ", ".join(u.region.name or f"lines {u.region.start}-{u.region.end}"
+                extra = "; ".join(x for x in (extra, f"{report.who} changed " + ", ".join(u.region.name or f"lines {u.region.start}-{u.region.end}"
                                                                                  for u in f.upstream)) if x)
-            name = p.name + (" (dropped)" if p.dropped and first else "")
-            rows.append([name if first else "", (p.headline(), _STYLE[p.state]) if first else "", where, (f.state, _STYLE[f.state]), extra])
+            name = p.name + (" (dropped)" if p.dropped and first else "") + (f" [{', '.join(p.profiles)}]" if p.profiles else "")
+            rows.append([name if first else "", (p.headline(report.who), _STYLE[p.state]) if first else "", where,
+                         (f.state, _STYLE[f.state]), extra])
             first = False
     return rows
 
@@ -34,8 +35,13 @@ def _rows(report: RebaseReport) -> list[list]:
 def _conflict_error(report: RebaseReport) -> RebaseConflict:
     """Exit 4, naming the patch, each conflicted file and the next commands."""
     files = "\n".join(f"  - {f.path}: {f.detail}\n    edit {f.work}" for f in report.conflicts)
+    where = report.new_image.get("ref")
+    if report.pins:  # one resolution serves every profile the conflict stands in
+        pins = [d for d in report.pins if d["profile"] in report.conflict_profiles]
+        where = "the new image of " + ", ".join(f"profile {d['profile']} ({d['new'].get('ref')})" for d in pins) + \
+            (" (one resolution serves them all)" if len(pins) > 1 else "")
     return RebaseConflict(
-        f"Rebase stopped: {report.conflict_patch} conflicts with {report.new_image.get('ref')} in:\n{files}",
+        f"Rebase stopped: {report.conflict_patch} conflicts with {where} in:\n{files}",
         hint="Edit the file(s) to the result you want (remove every conflict marker), then `imgquilt rebase --continue`;\n"
         "or `imgquilt rebase --skip` to drop this patch, or `imgquilt rebase --abort` to put the queue back as it was.",
     )
@@ -47,7 +53,9 @@ def _render(report: RebaseReport, verbose: bool = False, format: Format = Format
         return
     if format is Format.github:
         _annotate(report)
-    table(f"Rebase onto {report.new_image.get('ref')}", ["patch", "state", "file", "file state", "note"], _rows(report))
+    onto = ("Rebase of " + ", ".join(f"profile {d['profile']} onto {d['new'].get('ref')}" for d in report.pins)
+            if report.pins else f"Rebase onto {report.new_image.get('ref')}")
+    table(onto, ["patch", "state", "file", "file state", "note"], _rows(report))
     for n in report.notes:
         say(f"note: {n}")
     for p in report.patches:
@@ -57,6 +65,11 @@ def _render(report: RebaseReport, verbose: bool = False, format: Format = Format
     counts = {k: v for k, v in report.summary().items() if v}
     summary = ", ".join(f"{v} {k}" for k, v in counts.items())
     if report.status == "done":
+        if report.pins:
+            names = ", ".join(d["profile"] for d in report.pins)
+            say(f"Rebased {len(report.patches)} patch(es) for profiles {names}: {summary}. targets.lock pins each of them to its "
+                "new image (re-pinned together; other pins unchanged).")
+            return
         pin = "targets.lock pins the new image" if report.profile is None else f"targets.lock pins profile {report.profile} to the new image (other pins unchanged)"
         say(f"Rebased {len(report.patches)} patch(es) onto {report.new_image.get('ref')}: {summary}. {pin}.")
 
@@ -67,7 +80,7 @@ def _upstream(report: RebaseReport, verbose: bool) -> None:
     for p in report.patches:
         if not p.upstream and not p.findings:
             continue
-        say(f"{p.name}: {p.headline()}:")
+        say(f"{p.name}: {p.headline(report.who)}:")
         for u in p.upstream:
             say(f"  {u.path}: {u.summary()}")
             if verbose and u.diff:
@@ -86,7 +99,7 @@ def _annotate(report: RebaseReport) -> None:
     """--format github: a warning per region upstream changed under a patch, an error per finding."""
     for p in report.patches:
         for u in p.upstream:
-            annotate("warning", f"patches/{p.name}", f"upstream changed {u.region.name or 'lines'}", f"{u.path}: {u.summary()}")
+            annotate("warning", f"patches/{p.name}", f"{report.who} changed {u.region.name or 'lines'}", f"{u.path}: {u.summary()}")
         for f in p.findings:
             level = "notice" if f["kind"] == "cannot-tell" else "error"
             annotate(level, f"patches/{p.name}", f"{f['kind']} on the new image",
@@ -112,8 +125,28 @@ def _status() -> None:
             note(f"The rebase was interrupted while {report.status}: `imgquilt rebase --continue` goes on, `--abort` gives up.")
 
 
+def _images(values: list[str], profile: str | None) -> tuple[str, dict[str, str]]:
+    """--image REF (one pin) and --image NAME=REF (a profile's, with --profile): the plain one and the named."""
+    import re
+
+    plain: list[str] = []
+    named: dict[str, str] = {}
+    for v in values:
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9_-]{0,63})=(.+)", v, re.S)
+        if profile is not None and m:
+            if m.group(1) in named:
+                raise UsageError(f"--image given twice for profile {m.group(1)}.")
+            named[m.group(1)] = m.group(2)
+        else:
+            plain.append(v)
+    if len(plain) > 1:
+        raise UsageError(f"--image given {len(plain)} times: {', '.join(plain)}.",
+                         hint="One new image per profile: --profile all --image NAME=REF --image NAME=REF.")
+    return (plain[0] if plain else ""), named
+
+
 def rebase_cmd(
-    image: Optional[str] = ImageOpt,
+    image: Optional[List[str]] = typer.Option(None, "--image", "-i", metavar="REF|PROFILE=REF", help="The new image; with --profile all (or A,B), each profile's as PROFILE=REF (repeatable)."),
     from_ref: Optional[str] = typer.Option(None, "--from", metavar="OLDREF", help="The old image (fills the object store with the old bases when it lacks them)."),
     maps: Optional[List[str]] = typer.Option(None, "--map", metavar="OLD=NEW", help="OLD=NEW: a target path or directory prefix that moved (repeatable)."),
     keep_empty: bool = typer.Option(False, "--keep-empty", help="Keep patches whose change is already upstream (as no-op sections) instead of dropping them."),
@@ -123,6 +156,8 @@ def rebase_cmd(
     status: bool = typer.Option(False, "--status", help="Show the stopped rebase: each patch so far and the conflicted files."),
     platform: Optional[str] = PlatformOpt,
     profile: Optional[str] = ProfileOpt,
+    split: bool = typer.Option(False, "--split", help="With several profiles: a shared patch whose file their new images hold at different bases is kept for the profiles that agree, and a guarded copy (NAME-PROFILE.patch, +PROFILE) is carried onto the others' base."),
+    force: bool = typer.Option(False, "--force", help="Re-pin a profile onto the image another profile pins, or onto another repository than its old pin's (refused otherwise, exit 3)."),
     conflict_style: str = typer.Option("diff3", "--conflict-style", metavar="diff3|merge", help="Conflict markers with the old base's section too (diff3, as `git merge-file --diff3`), or the two sides only (merge)."),
     no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the Python checks after every step (in-file and cross-module, on the new image); with --continue, for the rest of the rebase. Each patch carried with a .py section then says `Python-Check: skipped` in its header."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show upstream's diff of every function, class or region it changed under a patch."),
@@ -136,7 +171,12 @@ def rebase_cmd(
 
     With --profile NAME, carry the patches that profile selects onto its new image and re-pin that
     profile only; a patch other profiles select too is rewritten only where each of them still chains
-    (else nothing is written, exit 3, naming the profile to rebase as well).
+    (else nothing is written, exit 3, naming the profile to rebase as well). With --profile all (or
+    A,B) and --image NAME=REF for each, every profile is carried onto its own new image in one rebase:
+    a shared patch is merged once, a conflict shown once for every profile it stands in, and all are
+    re-pinned together at the end. Before any merge, a shared patch whose file the new images hold at
+    different bases is refused (exit 3) unless --split. A profile re-pinned onto another profile's
+    image, or another repository, is refused (exit 3) unless --force.
 
     \b
     Examples:
@@ -149,12 +189,14 @@ def rebase_cmd(
       imgquilt rebase --skip
       imgquilt rebase --abort
       imgquilt rebase --profile qwen --image oci:images/vllm:0.11
+      imgquilt rebase --profile all --image cuda=oci:vllm:0.10.2 --image rocm=oci:vllm-rocm:0.10.2 --split
     """
     from .. import api
 
     if sum((continue_, abort, status, skip)) > 1:
         raise UsageError("--continue, --skip, --abort and --status exclude each other.")
-    if (continue_ or abort or status or skip) and (image or from_ref or maps or keep_empty or profile or conflict_style != "diff3"):
+    if (continue_ or abort or status or skip) and (image or from_ref or maps or keep_empty or profile or split or force
+                                                   or conflict_style != "diff3"):
         raise UsageError("--continue, --skip, --abort and --status take no other options: the rebase remembers them.")
     if no_python_check and (abort or status or skip):
         raise UsageError("--no-python-check goes with a new rebase or --continue.")
@@ -178,7 +220,8 @@ def rebase_cmd(
     elif skip:
         report = api.rebase_skip(G.queue, progress=progress())
     else:
-        report = api.rebase(G.queue, image=image or "", from_ref=from_ref, maps=maps or (), keep_empty=keep_empty,
+        plain, named = _images(image or [], profile)
+        report = api.rebase(G.queue, image=plain, images=named, split=split, force=force, from_ref=from_ref, maps=maps or (), keep_empty=keep_empty,
                             platform=platform, progress=progress(), profile=profile, conflict_style=conflict_style,
                             python_check=not no_python_check)
     if report.status == "stopped" and G.json:

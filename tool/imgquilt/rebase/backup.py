@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import stat
 from pathlib import Path
 
 from ..errors import BadInput, ForeignState, ImgquiltError
 from ..queue.queue import Queue, load_queue
 from ..util.atomic import atomic_write
+from ..work.queuefiles import QueueFiles
 from ..util.sealing import seal, sealed_here
 from .state import rebase_dir, state_dir
 
@@ -22,10 +24,13 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def backup(root: Path, q: Queue) -> None:
-    """Copy series, every listed patch and targets.lock (with their modes) below rebase/backup."""
+def backup(root: Path, q: Queue, *, created: list[str] | None = None) -> None:
+    """Copy series, every listed patch and targets.lock (with their modes) below rebase/backup;
+    `created`: the patches the rebase will add (--split's copies), which --abort removes again."""
     bdir = rebase_dir(root, "backup")
     manifest: dict = {"series": None, "patches": {}, "lock": None, "sha256": {}}
+    if created:
+        manifest["created"] = list(created)
     series = root / "series"
     if series.is_file():
         bdir.write("series", q.series_bytes)
@@ -67,7 +72,9 @@ def _manifest(bdir) -> dict:
                            "from elsewhere, or written by another user); imgquilt never restores a queue from it.",
                            hint="Remove .imgquilt/rebase, and restore series, patches/ and targets.lock from git.")
     try:
-        for name in doc["patches"]:
+        if not isinstance(doc.get("created", []), list):
+            raise BadInput("`created` is not a list")
+        for name in [*doc["patches"], *doc.get("created", [])]:
             check_patch_name(name)
     except ImgquiltError as exc:
         raise ForeignState(f"{bdir.path}/manifest.json names an unusable patch: {exc.message}",
@@ -105,6 +112,10 @@ def restore(root: Path) -> list[str]:
             dest.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(dest, data, mode=mode)
         restored.append(f"patches/{name}")
+    for name in manifest.get("created", []):
+        if name not in manifest["patches"] and os.path.lexists(root / "patches" / name):
+            QueueFiles(root).remove_patch(name, missing_ok=True)
+            restored.append(f"patches/{name} (removed)")  # a copy --split made
     lock = root / "targets.lock"
     if manifest["lock"] is not None:
         atomic_write(lock, files["targets.lock"], mode=manifest["lock"] & 0o777)

@@ -30,7 +30,7 @@ class NewImage:
 
     def __init__(self, opener, st: RebaseState, links: set[str] | frozenset[str] = frozenset()) -> None:
         self._opener = opener
-        self._st = st
+        self._ref, self._platform = st.new_ref, st.platform  # this pin's image: a rebase of several moves its focus
         self._links = {st.paths.get(p, p) for p in links}  # symlink sections: read as the link, never followed
         self._source: Source | None = None
         self._modules: SourceModules | None = None
@@ -39,7 +39,7 @@ class NewImage:
     @property
     def source(self) -> Source:
         if self._source is None:
-            self._source = self._opener(self._st.new_ref, self._st.platform)
+            self._source = self._opener(self._ref, self._platform)
         return self._source
 
     @property

@@ -18,6 +18,7 @@ from ..util.atomic import atomic_write
 from ..util.regular import read_regular_file
 from ..verbs.lock import lock_queue
 from ..work.queuefiles import QueueFiles
+from .lanes import together
 from .options import Opener
 from .report import RebaseReport
 from .state import RebaseState, remove_state, save_state
@@ -42,10 +43,11 @@ def finish(root: Path, st: RebaseState, old: Queue, opener: Opener) -> RebaseRep
     """Verify the rebased queue on the new image, then write patches, series and targets.lock.
 
     `old` is the whole queue as backed up; the rebase carried the patches its pin selects
-    (`st.select`), the others are kept as they are. Before anything is written, every other pin of
+    (`st.select`; with several pins, each one's), the others are kept as they are. Before anything is
+    written, every pin's selection is verified on its own new image, and every other pin of
     targets.lock (the default, the other profiles) that selects a rewritten or dropped patch must
-    still chain over its own image (ProfileChainBroken otherwise); only the rebased pin is
-    re-pinned."""
+    still chain over its own image (ProfileChainBroken otherwise); the rebased pins are re-pinned
+    together, in one write of targets.lock."""
     store = ObjectStore(root)
     st.phase = "finishing"
     save_state(root, st)
@@ -62,12 +64,16 @@ def finish(root: Path, st: RebaseState, old: Queue, opener: Opener) -> RebaseRep
             patches.append(p)  # outside the rebased selection: as it is
     series_bytes = _drop_series_lines(old.series_bytes, {e.line for e in old.entries if e.name in dropped})
     new_whole = Queue(root, series_bytes, tuple(parse_series(series_bytes)), tuple(patches))
-    new_q = new_whole.selection(st.select)
-    source = opener(st.new_ref, st.platform)
-    lock = lock_queue(new_q, source, st.new_ref, python_check=st.python_check)  # verifies the whole rebased series on the new image
+    locks = []
+    for pin in st.pins:  # every pin's selection verified on its own new image before anything is written
+        st.focus(pin)
+        source = opener(st.new_ref, st.platform)
+        lock = lock_queue(new_whole.selection(st.select), source, st.new_ref, python_check=st.python_check)
+        st.new_image = {"ref": st.new_ref, "digest": lock.image.digest}
+        locks.append((pin, lock))
     current = read_regular_file(root / "targets.lock")
-    _refuse_broken_pins(current, new_whole, st, {n for n in kept if store.get(kept[n]) != old.patch(n).raw} | set(dropped))
-    st.new_image = {"ref": st.new_ref, "digest": lock.image.digest}
+    changed = {n for n in kept if store.get(kept[n]) != old.patch(n).raw} | set(dropped) | set(st.copies) | set(st.copies.values())
+    _refuse_broken_pins(current, new_whole, st, changed)
     for p in patches:
         dest = root / "patches" / p.name
         if not dest.is_file() or dest.read_bytes() != p.raw:
@@ -77,7 +83,10 @@ def finish(root: Path, st: RebaseState, old: Queue, opener: Opener) -> RebaseRep
         QueueFiles(root).remove_patch(name, missing_ok=True)  # a patch name (load_state checked), in patches/ only
     if not (root / "series").is_file() or (root / "series").read_bytes() != series_bytes:
         atomic_write(root / "series", series_bytes, mode=_mode_of(root / "series"))
-    atomic_write(root / "targets.lock", lock_with(current, lock, st.profile), mode=_mode_of(root / "targets.lock"))
+    new_lock = current
+    for pin, lock in locks:
+        new_lock = lock_with(new_lock, lock, pin)
+    atomic_write(root / "targets.lock", new_lock, mode=_mode_of(root / "targets.lock"))  # every pin at once
     report = st.report("done")
     release_work(root, st, list(st.work_written))
     remove_state(root)
@@ -99,7 +108,7 @@ def _refuse_broken_pins(current: bytes | None, new: Queue, st: RebaseState, chan
     problems: list[str] = []
     others: list[str] = []
     for name, select, lock in pins:
-        if name == st.profile:
+        if name in st.pins:
             continue
         chosen = {e.name for e in (selected_entries(new.entries, select) if new.guarded else new.entries)}
         if not chosen & changed:
@@ -108,13 +117,13 @@ def _refuse_broken_pins(current: bytes | None, new: Queue, st: RebaseState, chan
         found = selection_breaks(label, list(new.entries), list(new.patches), chosen, lock)
         if found:
             problems += found
-            others.append(f"--profile {name}" if name is not None else "(no --profile)")
+            others.append(name if name is not None else "(default)")
     if problems:
         which = ", ".join(sorted(changed))
         raise ProfileChainBroken(
             f"Refused: the rebase rewrites {which}, which other pins select too, and there the rebased patch no longer "
             f"chains on their image; nothing was written:\n" + "\n".join(f"  - {p}" for p in problems),
-            hint="Rebase those pins onto the new image too (`imgquilt rebase " + "` / `imgquilt rebase ".join(
-                f"{o} --image {st.new_ref}" for o in others) + "`), or give this profile its own copy of the shared patch "
-            "(import it under another name, `imgquilt guard` the two), then rebase again.",
+            hint=f"Rebase those pins in the same rebase, each onto its own new image (`{together([(p, st.lane(p)['new_ref']) for p in st.pins], others)}`; "
+            "add --split if their new images differ in a file the shared patch changes), or give this profile its own copy of the "
+            "shared patch (`imgquilt guard`), then rebase again.",
             problems=problems)

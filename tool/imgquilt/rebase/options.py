@@ -22,6 +22,9 @@ class RebaseOptions:
     select: tuple[str, ...] = ()  # the guards the rebased selection turns on (the profile's)
     conflict_style: str = "diff3"  # diff3 (the base section too) | merge
     python_check: bool = True  # the Python checks after every step (--no-python-check turns them off)
+    more: tuple[tuple[str, tuple[str, ...], str], ...] = ()  # further pins rebased with it: (profile, select, new ref)
+    split: bool = False  # --split: copy a shared patch whose file the pins' new images hold at different bases
+    force: bool = False  # --force: a profile may leave its lineage (another profile's image, another repository)
 
 
 def parse_map(value: str) -> tuple[str, str]:

@@ -57,6 +57,7 @@ class PatchOutcome:
     files: tuple[FileOutcome, ...]
     dropped: bool = False
     notes: tuple[str, ...] = ()
+    profiles: tuple[str, ...] = ()  # a rebase of several profiles: the ones this patch was carried (or stopped) for
 
     @property
     def upstream(self) -> list[RegionChange]:
@@ -66,9 +67,9 @@ class PatchOutcome:
     def findings(self) -> list[dict]:
         return [x for f in self.files for x in f.findings]
 
-    def headline(self) -> str:
-        """The patch's state in words, with what upstream changed under it: "merged, upstream changed
-        2 functions it edits"."""
+    def headline(self, who: str = "upstream") -> str:
+        """The patch's state in words, with what upstream (`who`: the image's maker) changed under it:
+        "merged, upstream changed 2 functions it edits"."""
         words = self.state
         changed = self.upstream
         if changed:
@@ -76,20 +77,24 @@ class PatchOutcome:
             noun = "functions" if kinds == {"function"} else "classes" if kinds == {"class"} else "regions"
             if len(changed) == 1:
                 noun = {"functions": "function", "classes": "class", "regions": "region"}[noun]
-            words += f", upstream changed {len(changed)} {noun} it edits"
+            words += f", {who} changed {len(changed)} {noun} it edits"
         problems = [f for f in self.findings if f.get("kind") != "cannot-tell"]
         if problems:
             words += f", {len(problems)} new Python finding(s) on the new image"
         return words
 
     def to_json(self) -> dict:
-        return {"name": self.name, "state": self.state, "dropped": self.dropped, "notes": list(self.notes),
-                "files": [f.to_json() for f in self.files], "upstream": [u.to_json() for u in self.upstream],
-                "findings": self.findings}
+        doc = {"name": self.name, "state": self.state, "dropped": self.dropped, "notes": list(self.notes),
+               "files": [f.to_json() for f in self.files], "upstream": [u.to_json() for u in self.upstream],
+               "findings": self.findings}
+        if self.profiles:
+            doc["profiles"] = list(self.profiles)
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict) -> PatchOutcome:
-        return cls(doc["name"], doc["state"], tuple(FileOutcome.from_json(f) for f in doc["files"]), doc["dropped"], tuple(doc["notes"]))
+        return cls(doc["name"], doc["state"], tuple(FileOutcome.from_json(f) for f in doc["files"]), doc["dropped"], tuple(doc["notes"]),
+                   tuple(doc.get("profiles", ())))
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,21 @@ class RebaseReport:
     patches: tuple[PatchOutcome, ...]
     notes: tuple[str, ...] = ()
     conflict_patch: str | None = None
-    profile: str | None = None  # the profile rebased (None: the default pin)
+    profile: str | None = None  # the profile rebased (None: the default pin, or several profiles: `pins`)
+    pins: tuple[dict, ...] = ()  # a rebase of several profiles: {"profile", "old", "new", "vendor"} each, by name
+    vendor: str | None = None  # re-pinned (--force) onto the image this other profile pins: its differences are not upstream's
+
+    @property
+    def who(self) -> str:
+        """Who made the differences between the old and the new image, as the report names them."""
+        if self.vendor:
+            return f"profile {self.vendor}'s image (not upstream)"
+        vendors = sorted({d["vendor"] for d in self.pins if d.get("vendor")})
+        return f"upstream or {' / '.join(f'profile {v}' for v in vendors)}'s image" if vendors else "upstream"
+
+    @property
+    def conflict_profiles(self) -> tuple[str, ...]:
+        return next((p.profiles for p in self.patches if p.name == self.conflict_patch and p.state == CONFLICT), ())
 
     @property
     def conflicts(self) -> list[FileOutcome]:
@@ -125,12 +144,18 @@ class RebaseReport:
         }
         if self.profile is not None:
             doc["profile"] = self.profile
+        if self.pins:
+            doc["profiles"] = [dict(d) for d in self.pins]
+        if self.vendor:
+            doc["vendor"] = self.vendor
         if self.status == "stopped":
             doc["conflict"] = {
                 "patch": self.conflict_patch,
                 "files": [{"path": f.path, "work": f.work, "kind": f.conflict, "detail": f.detail} for f in self.conflicts],
                 "next": ["imgquilt rebase --continue", "imgquilt rebase --abort"],
             }
+            if self.pins:  # resolved once for every profile it stands in
+                doc["conflict"]["profiles"] = list(self.conflict_profiles)
         return doc
 
 

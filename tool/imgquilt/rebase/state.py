@@ -24,6 +24,10 @@ from ..util.sealing import seal, sealed_here
 from ..util.statedir import StateDir
 from .report import FileOutcome, PatchOutcome, RebaseReport, patch_state
 
+# the fields that make one pin's part of a rebase (a "lane"): a rebase of several profiles keeps the
+# one it works on at the top of the journal and the others in `others`, and swaps them (focus)
+LANE_KEYS = ("profile", "select", "new_ref", "platform", "paths", "old_chain", "new_chain", "old_image", "new_image")
+
 STATE_VERSION = 2  # 2: sealed (a version-1 journal is refused: `rebase --abort`, or remove .imgquilt/rebase)
 REBASE_DIR = Path(".imgquilt") / "rebase"
 
@@ -72,6 +76,31 @@ class RebaseState:
     version: int = STATE_VERSION
     profile: str | None = None  # the pin re-pinned at the end (None: the default)
     select: list[str] = field(default_factory=list)  # the guards its selection turns on
+    others: list[dict] = field(default_factory=list)  # the other pins rebased in this transaction (LANE_KEYS each)
+    series: str | None = None  # the series carried, when --split rewrote it (None: the backup's)
+    copies: dict[str, str] = field(default_factory=dict)  # --split: copy's name -> the patch it copies
+    vendor: dict[str, str] = field(default_factory=dict)  # pin -> the other profile whose image it was re-pinned onto (--force)
+
+    @property
+    def pins(self) -> list[str | None]:
+        """Every pin this rebase re-pins, the one in focus first."""
+        return [self.profile, *(o["profile"] for o in self.others)]
+
+    def focus(self, pin: str | None) -> None:
+        """Put `pin`'s lane at the top of the journal (the fields every rebase step reads)."""
+        if pin == self.profile:
+            return
+        i = next(i for i, o in enumerate(self.others) if o["profile"] == pin)
+        mine = {k: getattr(self, k) for k in LANE_KEYS}
+        for k in LANE_KEYS:
+            setattr(self, k, self.others[i][k])
+        self.others[i] = mine
+
+    def lane(self, pin: str | None) -> dict:
+        """`pin`'s lane (LANE_KEYS), read only."""
+        if pin == self.profile:
+            return {k: getattr(self, k) for k in LANE_KEYS}
+        return next(o for o in self.others if o["profile"] == pin)
 
     def report(self, status: str) -> RebaseReport:
         patches = [PatchOutcome.from_json(d) for d in self.done]
@@ -79,9 +108,17 @@ class RebaseState:
         if self.current is not None:
             secs = [CarriedSection.from_json(d) for d in self.current["sections"]]
             outs = tuple(s.outcome for s in secs)
-            patches.append(PatchOutcome(self.current["name"], patch_state(outs), outs))
+            patches.append(PatchOutcome(self.current["name"], patch_state(outs), outs,
+                                        profiles=tuple(self.current.get("profiles", ()))))
             conflict_patch = self.current["name"]
-        return RebaseReport(status, self.old_image, self.new_image, tuple(patches), tuple(self.notes), conflict_patch, self.profile)
+        if not self.others:
+            return RebaseReport(status, self.old_image, self.new_image, tuple(patches), tuple(self.notes), conflict_patch,
+                                self.profile, vendor=self.vendor.get(self.profile or "") or None)
+        lanes = sorted((self.lane(p) for p in self.pins), key=lambda d: d["profile"] or "")
+        pins = tuple({"profile": d["profile"], "old": d["old_image"], "new": d["new_image"], "vendor": self.vendor.get(d["profile"] or "")}
+                     for d in lanes)
+        return RebaseReport(status, lanes[0]["old_image"], lanes[0]["new_image"], tuple(patches), tuple(self.notes),
+                            conflict_patch, None, pins=pins)
 
 
 def state_dir(root: Path) -> Path:
@@ -137,6 +174,11 @@ def _check_names(st: RebaseState) -> None:
 
     names = [d["name"] for d in st.done] + ([st.current["name"]] if st.current is not None else [])
     paths = [*st.paths, *st.paths.values(), *st.old_chain, *st.new_chain, *st.work_written, *st.work_saved]
+    for o in st.others:
+        if set(o) != set(LANE_KEYS):
+            raise ValueError("a pin of the rebase without its fields")
+        paths += [*o["paths"], *o["paths"].values(), *o["old_chain"], *o["new_chain"]]
+    names += [*st.copies, *st.copies.values()]
     try:
         for name in names:
             check_patch_name(name)
