@@ -41,7 +41,7 @@ __all__ = [
     "Applied", "Audit", "CheckResult", "Initialized", "Locked", "Progress", "RebaseAborted",
     "apply", "apply_profiles", "audit", "audit_profiles", "boot", "check", "diff_upstream", "import_items", "import_patches", "init",
     "load_queue", "lock", "lock_profiles", "overlay_args", "profiles", "rebase", "rebase_abort", "rebase_continue",
-    "rebase_in_progress", "rebase_skip", "rebase_status", "restore", "reverse", "verify",
+    "rebase_forget", "rebase_in_progress", "rebase_skip", "rebase_status", "restore", "reverse", "verify",
 ]
 
 Progress = Callable[[int, int, str], None]
@@ -835,6 +835,13 @@ def rebase_abort(queue: str | os.PathLike[str] | None = None) -> RebaseAborted:
 
     report, restored = abort_rebase(queue_root(queue))
     return RebaseAborted(report, tuple(restored))
+
+
+def rebase_forget(queue: str | os.PathLike[str] | None = None) -> int:
+    """Drop every kept resolution (.imgquilt/resolutions/, as `git rerere forget`); how many were dropped."""
+    from .rebase.rerere import forget
+
+    return forget(queue_root(queue))
 
 
 def rebase_in_progress(queue: str | os.PathLike[str] | None = None) -> bool:

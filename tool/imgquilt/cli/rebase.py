@@ -21,7 +21,8 @@ def _rows(report: RebaseReport) -> list[list]:
         first = True
         for f in p.files:
             where = f.path if not f.moved_from else f"{f.path} (from {f.moved_from})"
-            extra = ("merged; " if f.merged and f.state == "moved" else "") + ("resolved by hand" if f.by_hand else f.detail)
+            extra = ("merged; " if f.merged and f.state == "moved" else "") + (
+                ("resolved by hand" if not f.reused else "kept resolution reused") if f.by_hand else f.detail)
             if f.upstream and f.state != "conflict":
                 extra = "; ".join(x for x in (extra, "upstream changed " + ", ".join(u.region.name or f"lines {u.region.start}-{u.region.end}"
                                                                                  for u in f.upstream)) if x)
@@ -112,6 +113,18 @@ def _status() -> None:
             note(f"The rebase was interrupted while {report.status}: `imgquilt rebase --continue` goes on, `--abort` gives up.")
 
 
+def _forget(other: object) -> None:
+    from .. import api
+
+    if other:
+        raise UsageError("--forget takes no other option: it drops the kept resolutions, nothing else.")
+    n = api.rebase_forget(G.queue)
+    if G.json:
+        emit_json({"status": "forgotten", "forgotten": n})
+    else:
+        say(f"Forgot {n} kept resolution(s).")
+
+
 def rebase_cmd(
     image: Optional[str] = ImageOpt,
     from_ref: Optional[str] = typer.Option(None, "--from", metavar="OLDREF", help="The old image (fills the object store with the old bases when it lacks them)."),
@@ -121,6 +134,7 @@ def rebase_cmd(
     abort: bool = typer.Option(False, "--abort", help="Stop the rebase and restore series, patches/ and targets.lock."),
     skip: bool = typer.Option(False, "--skip", help="Drop the conflicted patch from the rebased series and go on."),
     status: bool = typer.Option(False, "--status", help="Show the stopped rebase: each patch so far and the conflicted files."),
+    forget: bool = typer.Option(False, "--forget", help="Drop every kept resolution (a conflict resolved once is otherwise taken again by the next rebase or port that meets the same three sides)."),
     platform: Optional[str] = PlatformOpt,
     profile: Optional[str] = ProfileOpt,
     conflict_style: str = typer.Option("diff3", "--conflict-style", metavar="diff3|merge", help="Conflict markers with the old base's section too (diff3, as `git merge-file --diff3`), or the two sides only (merge)."),
@@ -138,6 +152,10 @@ def rebase_cmd(
     profile only; a patch other profiles select too is rewritten only where each of them still chains
     (else nothing is written, exit 3, naming the profile to rebase as well).
 
+    A conflict resolved once is kept (.imgquilt/resolutions/, as `git rerere`), also when the rebase
+    is then aborted, refused or killed; the next rebase or port that meets the same three sides takes
+    it and says so. --forget drops them.
+
     \b
     Examples:
       imgquilt rebase --image oci:vllm:0.10.2
@@ -148,6 +166,7 @@ def rebase_cmd(
       imgquilt rebase --continue
       imgquilt rebase --skip
       imgquilt rebase --abort
+      imgquilt rebase --forget      (drop the kept resolutions)
       imgquilt rebase --profile qwen --image oci:images/vllm:0.11
     """
     from .. import api
@@ -158,6 +177,9 @@ def rebase_cmd(
         raise UsageError("--continue, --skip, --abort and --status take no other options: the rebase remembers them.")
     if no_python_check and (abort or status or skip):
         raise UsageError("--no-python-check goes with a new rebase or --continue.")
+    if forget:
+        _forget(continue_ or abort or status or skip or image or from_ref or maps or keep_empty or profile or no_python_check)
+        return
     if status:
         _status()
         return

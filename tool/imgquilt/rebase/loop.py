@@ -25,6 +25,7 @@ from .backup import backup, backup_queue, restore
 from .boot import NewImage, locate_moves, step_findings, with_findings
 from .carry import finish_patch, rebase_section
 from .finish import finish
+from .kept import FORGET, keep_abandoned, keep_taken, reuse_kept
 from .moves import plan_paths
 from .options import Opener, RebaseOptions
 from .report import CONFLICT, PatchOutcome, RebaseReport, patch_state
@@ -192,7 +193,10 @@ def _advance(root: Path, st: RebaseState, opener: Opener) -> RebaseReport:
         if any(s.outcome.state == CONFLICT for s in sections):
             st.phase = "conflict"
             st.current = {"name": patch.name, "sections": [s.to_json() for s in sections]}
+            every = reuse_kept(root, st, sections)  # resolved before (rebase.rerere): taken as the user's
             save_state(root, st)
+            if every:
+                return _resolve_and_go_on(root, st, opener)
             return st.report("stopped")
         finish_patch(st, store, patch, sections, strip)
         save_state(root, st)
@@ -220,8 +224,9 @@ def _resolve_and_go_on(root: Path, st: RebaseState, opener: Opener) -> RebaseRep
     patch = q.patches[st.next]
     strip = q.entries[st.next].strip
     sections = [CarriedSection.from_json(d) for d in st.current["sections"]]
-    resolved = take_resolutions(root, store, patch, sections, strip)
+    resolved = take_resolutions(root, store, patch, sections, strip, frozenset(st.current.get("reused", ())))
     resolved = _refuse_findings(st, store, patch, sections, resolved, NewImage(opener, st, whole.link_paths()))
+    keep_taken(root, store, sections, resolved)  # from now on an abort, a refusal or a kill loses none of them
     finish_patch(st, store, patch, resolved, strip)
     st.phase = "running"
     save_state(root, st)  # journal the resolution before its files leave the work tree
@@ -288,9 +293,12 @@ def abort_rebase(root: Path) -> tuple[RebaseReport | None, list[str]]:
         st: RebaseState | None = load_state(root)
     except ImgquiltError:
         st = None
+    kept = keep_abandoned(root, st, ObjectStore(root)) if st is not None else []
     restored = restore(root)
     report = None
     if st is not None:
+        if kept:
+            st.notes.append(f"Kept the resolution of {', '.join(kept)} for the next rebase that meets the same three sides; {FORGET}.")
         report = st.report("aborted")
         release_work(root, st, list(st.work_written))
     remove_state(root)
