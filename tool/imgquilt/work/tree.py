@@ -247,8 +247,8 @@ class WorkTree:
                    new_guard: bool = False) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
         return _series_edit.set_guards(self, name, guards, new_guard=new_guard)
 
-    def new(self, name: str, header: Header) -> Patch:
-        return _series_edit.new(self, name, header)
+    def new(self, name: str, header: Header, guards: tuple[str, ...] = (), *, new_guard: bool = False) -> Patch:
+        return _series_edit.new(self, name, header, guards, new_guard=new_guard)
 
     def delete(self, name: str | None = None, *, remove: bool = False, force: bool = False) -> str:
         return _series_edit.delete(self, name, remove=remove, force=force)
