@@ -4,6 +4,7 @@ A user's sessions through the real console script, on old/new rootfs trees: the 
 file is resolved, and then the rebase is abandoned (--abort, kill -9 of --continue); the next
 identical rebase takes the resolution, says so in text and JSON, and finishes.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,17 @@ import pytest
 
 from qtools import imgquilt
 from support.killpoints import driver_env, fresh, kill_points, sample, traced
-from test_rebase import DEBUG_LINE, LOADED_LINE, LOADED_VERIFY, SITE311, WEIGHTS, WEIGHTS_V1, WEIGHTS_V2, make_patches, make_root
+from test_rebase import (
+    DEBUG_LINE,
+    LOADED_LINE,
+    LOADED_VERIFY,
+    SITE311,
+    WEIGHTS,
+    WEIGHTS_V1,
+    WEIGHTS_V2,
+    make_patches,
+    make_root,
+)
 
 W311 = f"{SITE311}/{WEIGHTS}"
 UPSTREAM_LINE = b'logger.debug("loading shard %s from %s", shard.name, model_dir)'
@@ -151,7 +162,9 @@ def test_kill_9_of_continue_after_resolving_then_a_new_rebase_finds_the_resoluti
     killed = 0
     for name, n, _ in points:
         fresh(start, q)
-        p = subprocess.run(traced(inject=f"{name}:signal=SIGKILL:when={n}") + cmd, cwd=q, env=run_env, capture_output=True)
+        p = subprocess.run(
+            traced(inject=f"{name}:signal=SIGKILL:when={n}") + cmd, cwd=q, env=run_env, capture_output=True
+        )
         if p.returncode == 0:
             continue  # the kill point was past the end
         killed += 1

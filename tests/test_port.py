@@ -1,6 +1,7 @@
 """`imgquilt port PATCH --profile NAME` (issue 34, point 3), and `new --guard`: a user's sessions through
 the real console script, on two OCI images built by umoci (a CUDA one and a ROCm variant that differs
 in two files), checked against GNU `patch -p1` and `git merge-file`."""
+
 from __future__ import annotations
 
 import json
@@ -26,15 +27,27 @@ SHARED_ROCM = b"# vendored for ROCm\n" + SHARED
 
 
 def image(layout: Path, kern: bytes, conf: bytes, shared: bytes = SHARED) -> Path:
-    return build_oci(layout, [[file("app/kern.py", kern), file("app/conf.toml", conf), file("app/shared.py", shared),
-                               file("app/README", b"not a target\n")]])
+    return build_oci(
+        layout,
+        [
+            [
+                file("app/kern.py", kern),
+                file("app/conf.toml", conf),
+                file("app/shared.py", shared),
+                file("app/README", b"not a target\n"),
+            ]
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory) -> dict[str, Path]:
     work = tmp_path_factory.mktemp("port-images")
-    return {"cuda": image(work / "cuda", KERN, CONF), "rocm": image(work / "rocm", KERN_ROCM, CONF_ROCM),
-            "rocm-shared": image(work / "rocm-shared", KERN_ROCM, CONF_ROCM, SHARED_ROCM)}
+    return {
+        "cuda": image(work / "cuda", KERN, CONF),
+        "rocm": image(work / "rocm", KERN_ROCM, CONF_ROCM),
+        "rocm-shared": image(work / "rocm-shared", KERN_ROCM, CONF_ROCM, SHARED_ROCM),
+    }
 
 
 def env_of(tmp: Path) -> dict[str, str]:
@@ -56,14 +69,39 @@ def make_queue(tmp: Path, images, rocm: str = "rocm") -> tuple[Path, dict]:
         imgquilt("guard", "--new-guard", name, "+cuda", cwd=q, env=env, check=0)
     if rocm == "rocm-shared":  # ROCm vendors shared.py: 0001 is CUDA's for now
         imgquilt("guard", "--new-guard", "0001-shared.patch", "+cuda", cwd=q, env=env, check=0)
-    imgquilt("lock", "--profile", "cuda", "--image", f"oci:{images['cuda']}:latest", "--env", "CUDA_ON=1", cwd=q, env=env, check=0)
-    imgquilt("lock", "--profile", "rocm", "--image", f"oci:{images[rocm]}:latest", "--env", "HIP_FORCE=1", cwd=q, env=env, check=0)
+    imgquilt(
+        "lock",
+        "--profile",
+        "cuda",
+        "--image",
+        f"oci:{images['cuda']}:latest",
+        "--env",
+        "CUDA_ON=1",
+        cwd=q,
+        env=env,
+        check=0,
+    )
+    imgquilt(
+        "lock",
+        "--profile",
+        "rocm",
+        "--image",
+        f"oci:{images[rocm]}:latest",
+        "--env",
+        "HIP_FORCE=1",
+        cwd=q,
+        env=env,
+        check=0,
+    )
     return q, env
 
 
 def snapshot(q: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(q)): p.read_bytes() for p in sorted(q.rglob("*"))
-            if p.is_file() and ".imgquilt" not in p.relative_to(q).parts}
+    return {
+        str(p.relative_to(q)): p.read_bytes()
+        for p in sorted(q.rglob("*"))
+        if p.is_file() and ".imgquilt" not in p.relative_to(q).parts
+    }
 
 
 def restore(q: Path, snap: dict[str, bytes]) -> None:
@@ -97,8 +135,11 @@ def applied_as_gnu_patch_and_imgquilt(q: Path, env, images, tmp: Path, copy: str
     imgquilt("select", "--none", cwd=q, env=env, check=0)
     assert copy in chosen
     for name in chosen:
-        p = subprocess.run(["patch", "-p1", "--batch", "--no-backup-if-mismatch", "-d", str(gnu), "-i", str(q / "patches" / name)],
-                           capture_output=True, text=True)
+        p = subprocess.run(
+            ["patch", "-p1", "--batch", "--no-backup-if-mismatch", "-d", str(gnu), "-i", str(q / "patches" / name)],
+            capture_output=True,
+            text=True,
+        )
         assert p.returncode == 0, p.stdout + p.stderr
     out = {}
     for rel in ("app/kern.py", "app/conf.toml", "app/shared.py"):
@@ -120,7 +161,9 @@ def test_port_merges_cleanly_onto_the_profiles_image_and_keeps_the_lock_fresh(im
     assert lines[lines.index("0002-kern.patch #+cuda") + 1] == "0002-kern-rocm.patch #+rocm"
     assert b"Ported-From: 0002-kern.patch" in (q / "patches/0002-kern-rocm.patch").read_bytes()
     imgquilt("check", cwd=q, env=env, check=0)  # every pin chains, the lock is fresh
-    imgquilt("apply", "--profile", "all", "--locked", "--layer", str(tmp_path / "{profile}.tar"), cwd=q, env=env, check=0)
+    imgquilt(
+        "apply", "--profile", "all", "--locked", "--layer", str(tmp_path / "{profile}.tar"), cwd=q, env=env, check=0
+    )
     got = applied_as_gnu_patch_and_imgquilt(q, env, images, tmp_path, "0002-kern-rocm.patch")
     (tmp_path / "m").mkdir()
     assert got["app/kern.py"] == merge_file(KERN_PATCHED, KERN, KERN_ROCM, tmp_path / "m")
@@ -169,7 +212,9 @@ def test_a_conflicting_port_stops_finishes_after_resolution_and_the_resolution_i
 
 
 @pytest.mark.skipif(shutil.which("umoci") is None, reason="umoci not installed")
-def test_a_shared_patch_that_no_longer_chains_on_the_profile_gets_minus_guard_and_a_copy(images, tmp_path: Path) -> None:
+def test_a_shared_patch_that_no_longer_chains_on_the_profile_gets_minus_guard_and_a_copy(
+    images, tmp_path: Path
+) -> None:
     q, env = make_queue(tmp_path, images, rocm="rocm-shared")
     # the guard taken off by hand: rocm now selects 0001, which does not chain on its image
     (q / "series").write_text((q / "series").read_text().replace("0001-shared.patch #+cuda", "0001-shared.patch"))
@@ -186,13 +231,16 @@ def test_a_shared_patch_that_no_longer_chains_on_the_profile_gets_minus_guard_an
 
 
 @pytest.mark.skipif(shutil.which("umoci") is None, reason="umoci not installed")
-@pytest.mark.parametrize("args, says", [
-    (["0002-kern.patch", "--profile", "rcom"], "Did you mean 'rocm'?"),
-    (["0001-shared.patch", "--profile", "rocm"], "already selects 0001-shared.patch"),
-    (["0002-kern.patch", "--profile", "rocm", "--copy-exists"], "0002-kern-rocm.patch is taken"),
-    (["0009-none.patch", "--profile", "rocm"], "not in series"),
-    (["--continue"], "No port in progress"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["0002-kern.patch", "--profile", "rcom"], "Did you mean 'rocm'?"),
+        (["0001-shared.patch", "--profile", "rocm"], "already selects 0001-shared.patch"),
+        (["0002-kern.patch", "--profile", "rocm", "--copy-exists"], "0002-kern-rocm.patch is taken"),
+        (["0009-none.patch", "--profile", "rocm"], "not in series"),
+        (["--continue"], "No port in progress"),
+    ],
+)
 def test_refusals_come_first_and_write_nothing(images, tmp_path: Path, args, says) -> None:
     q, env = make_queue(tmp_path, images)
     if "--copy-exists" in args:

@@ -838,12 +838,12 @@ def rebase_abort(queue: str | os.PathLike[str] | None = None) -> RebaseAborted:
 
 
 def port(queue: str | os.PathLike[str] | None = None, *, patch: str, profile: str, progress: Progress | None = None):
-    """A guarded copy of `patch` for `profile` on its pinned image by a 3-way merge (verbs.port):
+    """A guarded copy of `patch` for `profile` on its pinned image by a 3-way merge (rebase.port):
     `Ported` with status "done", or "stopped" on a conflict (nothing written; `port_continue` /
     `port_abort`). Refused first: an unknown profile (naming the nearest), a patch the profile selects
     and that applies there as it is, a copy name that exists, a rebase or port in progress."""
     from .sources import ref_in_queue
-    from .verbs.port import port as run
+    from .rebase.port import port as run
 
     root = queue_root(queue)
     return run(root, patch, profile, lambda lock: open_ref(ref_in_queue(lock.image.ref, root), lock.image.platform, root=root,
@@ -852,14 +852,14 @@ def port(queue: str | os.PathLike[str] | None = None, *, patch: str, profile: st
 
 def port_continue(queue: str | os.PathLike[str] | None = None):
     """Take the resolved work-tree files of a stopped port and write the copy."""
-    from .verbs.port import port_continue as run
+    from .rebase.port import port_continue as run
 
     return run(queue_root(queue))
 
 
 def port_abort(queue: str | os.PathLike[str] | None = None):
     """Drop a stopped port; resolutions already made are kept (rebase --forget drops them)."""
-    from .verbs.port import port_abort as run
+    from .rebase.port import port_abort as run
 
     return run(queue_root(queue))
 

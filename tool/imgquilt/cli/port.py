@@ -1,4 +1,5 @@
 """`port`: a guarded copy of a patch for another profile, by a 3-way merge onto its image; `--continue` and `--abort`."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
@@ -9,9 +10,16 @@ from ..errors import RebaseConflict, UsageError
 from .common import G, emit_json, emit_outcome, note, patch_names, progress, say, say_lock, table
 
 if TYPE_CHECKING:
-    from ..verbs.port import Ported
+    from ..rebase.port import Ported
 
-_STYLE = {"carried": "green", "merged": "cyan", "upstream": "blue", "reused": "cyan", "resolved": "cyan", "conflict": "bold red"}
+_STYLE = {
+    "carried": "green",
+    "merged": "cyan",
+    "upstream": "blue",
+    "reused": "cyan",
+    "resolved": "cyan",
+    "conflict": "bold red",
+}
 
 
 def _conflict_error(r: Ported) -> RebaseConflict:
@@ -30,8 +38,11 @@ def _render(r: Ported) -> None:
         else:
             emit_json(r.to_json())
     else:
-        table(f"Port of {r.patch} to profile {r.profile} ({r.image.get('ref')})", ["file", "state", "note"],
-              [[f.path, (f.state, _STYLE.get(f.state, "")), f.detail] for f in r.files])
+        table(
+            f"Port of {r.patch} to profile {r.profile} ({r.image.get('ref')})",
+            ["file", "state", "note"],
+            [[f.path, (f.state, _STYLE.get(f.state, "")), f.detail] for f in r.files],
+        )
         for n in r.notes:
             say(f"note: {n}")
     if r.status == "stopped":
@@ -48,9 +59,18 @@ def _render(r: Ported) -> None:
 
 
 def port_cmd(
-    patch: Optional[str] = typer.Argument(None, metavar="PATCH", help="The patch to copy for the profile.", autocompletion=patch_names("series")),
-    profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME", help="The profile (declared in targets.lock) the copy is for; it must select its own name as a guard."),
-    continue_: bool = typer.Option(False, "--continue", help="Go on after resolving the conflicted files in .imgquilt/work/."),
+    patch: Optional[str] = typer.Argument(
+        None, metavar="PATCH", help="The patch to copy for the profile.", autocompletion=patch_names("series")
+    ),
+    profile: Optional[str] = typer.Option(
+        None,
+        "--profile",
+        metavar="NAME",
+        help="The profile (declared in targets.lock) the copy is for; it must select its own name as a guard.",
+    ),
+    continue_: bool = typer.Option(
+        False, "--continue", help="Go on after resolving the conflicted files in .imgquilt/work/."
+    ),
     abort: bool = typer.Option(False, "--abort", help="Drop the stopped port (nothing in the queue was changed yet)."),
 ) -> None:
     """Copy a patch to another profile's image by a 3-way merge (its base, its result, the profile's file).

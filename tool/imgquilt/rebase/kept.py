@@ -5,6 +5,7 @@ it is abandoned.
 The three sides of a section's merge are its old base, its old result (the patch applied on the old
 base: "ours") and the new base ("theirs"): FileOutcome's old_base, old_patched and new_base.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -48,12 +49,16 @@ def reuse_kept(root: Path, st: RebaseState, sections: Sequence[CarriedSection]) 
     st.current["reused"] = filled
     name = st.current["name"]
     left = len(conflicts) - len(filled)
-    st.notes.append(f"{name}: reused the kept resolution of {', '.join(filled)} (the same three sides were resolved "
-                    f"before, as git rerere)" + (f"; {left} other conflict(s) to resolve" if left else "") + f"; {FORGET}.")
+    st.notes.append(
+        f"{name}: reused the kept resolution of {', '.join(filled)} (the same three sides were resolved "
+        f"before, as git rerere)" + (f"; {left} other conflict(s) to resolve" if left else "") + f"; {FORGET}."
+    )
     return not left
 
 
-def keep_taken(root: Path, store: ObjectStore, before: Sequence[CarriedSection], after: Sequence[CarriedSection]) -> None:
+def keep_taken(
+    root: Path, store: ObjectStore, before: Sequence[CarriedSection], after: Sequence[CarriedSection]
+) -> None:
     """Keep every resolution `--continue` just took (the ones not already kept)."""
     for b, a in zip(before, after):
         if b.outcome.state != CONFLICT or a.outcome.reused:

@@ -16,6 +16,7 @@ same three sides takes it, says so, and goes on through the same checks a hand r
 Entries go with `rebase --forget`. Keeping is best effort: a queue whose `.imgquilt/` cannot be
 written still rebases, it just remembers nothing.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -85,12 +86,20 @@ def find(root: Path, base: str, ours: str, theirs: str) -> Kept | None:
 def keep(root: Path, base: str, ours: str, theirs: str, path: str, result: bytes | None) -> bool:
     """Keep `result` as the resolution of these three sides (best effort: False when it could not be written)."""
     key = key_of(base, ours, theirs)
-    doc = {"version": VERSION, "base": base, "ours": ours, "theirs": theirs, "path": path,
-           "result": ABSENT if result is None else sha256_hex(result)}
+    doc = {
+        "version": VERSION,
+        "base": base,
+        "ours": ours,
+        "theirs": theirs,
+        "path": path,
+        "result": ABSENT if result is None else sha256_hex(result),
+    }
     doc["seal"] = seal(doc)
     try:
         if result is not None:
-            _dir(root).write(f"{key}.data", result, 0o600)  # first: an entry is only ever written over bytes that are there
+            _dir(root).write(
+                f"{key}.data", result, 0o600
+            )  # first: an entry is only ever written over bytes that are there
         _dir(root).write(f"{key}.json", (json.dumps(doc, sort_keys=True) + "\n").encode(), 0o600)
         return True
     except (ImgquiltError, OSError):

@@ -12,6 +12,7 @@ until `port --continue` takes the resolutions; `port --abort` drops the port. Th
 stopped port is `.imgquilt/port/state.json`, sealed like every journal imgquilt acts on
 (util.sealing). Resolutions are kept and reused as a rebase's are (rebase.rerere).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,15 @@ from typing import Callable
 
 from ..engine.apply import HunkError, apply_section
 from ..engine.merge import leftover_markers, merge3
-from ..errors import BadInput, ForeignState, ImgquiltError, MalformedPatch, ProfileChainBroken, RebaseConflict, UsageError
+from ..errors import (
+    BadInput,
+    ForeignState,
+    ImgquiltError,
+    MalformedPatch,
+    ProfileChainBroken,
+    RebaseConflict,
+    UsageError,
+)
 from ..fs.content import held_or_none
 from ..fs.paths import check_member_path
 from ..fs.types import Source
@@ -32,19 +41,26 @@ from ..queue.lock import Lock, LockFile, LockUpdate, read_lock_file
 from ..queue.patchfile import FileSection, Patch, parse_patch
 from ..queue.queue import Queue, load_queue
 from ..queue.series import SeriesEntry, guarded, inserted, pushable
-from ..rebase import rerere
-from ..rebase.sections import rewritten
+from . import rerere
+from .sections import rewritten
 from ..store import ObjectStore
 from ..util.names import did_you_mean
 from ..util.sealing import seal, sealed_here
 from ..util.statedir import StateDir
-from .profiles import unknown
+from ..verbs.profiles import unknown
 
 PinOpener = Callable[[Lock], Source]
 STATE_DIR = "port"
 VERSION = 1
 # file states of a port
-CARRIED, MERGED, UPSTREAM, CONFLICT, REUSED, RESOLVED = "carried", "merged", "upstream", "conflict", "reused", "resolved"
+CARRIED, MERGED, UPSTREAM, CONFLICT, REUSED, RESOLVED = (
+    "carried",
+    "merged",
+    "upstream",
+    "conflict",
+    "reused",
+    "resolved",
+)
 
 
 @dataclass(frozen=True)
@@ -80,14 +96,25 @@ class Ported:
         return [f for f in self.files if f.state == CONFLICT]
 
     def to_json(self) -> dict:
-        doc = {"status": self.status, "patch": self.patch, "profile": self.profile, "copy": self.copy,
-               "guards": list(self.guards), "copy_guards": list(self.copy_guards), "image": dict(self.image),
-               "files": [f.to_json() for f in self.files], "notes": list(self.notes), "kept": list(self.kept)}
+        doc = {
+            "status": self.status,
+            "patch": self.patch,
+            "profile": self.profile,
+            "copy": self.copy,
+            "guards": list(self.guards),
+            "copy_guards": list(self.copy_guards),
+            "image": dict(self.image),
+            "files": [f.to_json() for f in self.files],
+            "notes": list(self.notes),
+            "kept": list(self.kept),
+        }
         if self.lock is not None:
             doc["targets_lock"] = self.lock.to_json()
         if self.status == "stopped":
-            doc["conflict"] = {"files": [{"path": f.path, "work": f.work, "kind": f.kind, "detail": f.detail} for f in self.conflicts],
-                               "next": ["imgquilt port --continue", "imgquilt port --abort"]}
+            doc["conflict"] = {
+                "files": [{"path": f.path, "work": f.work, "kind": f.kind, "detail": f.detail} for f in self.conflicts],
+                "next": ["imgquilt port --continue", "imgquilt port --abort"],
+            }
         return doc
 
 
@@ -115,49 +142,75 @@ def port(root: Path, name: str, profile: str, open_pin: PinOpener) -> Ported:
     if prof is None:
         raise unknown(profile, lf)
     if name not in q.names:
-        raise UsageError(f"Patch {name} is not in series." + did_you_mean(name, q.names), hint="`imgquilt series` lists the patches.")
+        raise UsageError(
+            f"Patch {name} is not in series." + did_you_mean(name, q.names), hint="`imgquilt series` lists the patches."
+        )
     if profile not in prof.select:
-        raise UsageError(f"Profile {profile} does not select guard {profile!r} (it selects {', '.join(prof.select) or 'no guard'}), "
-                         f"so a copy guarded +{profile} would be in none of its images.",
-                         hint=f"Make it select its own name: `imgquilt lock --profile {profile} --select {','.join((*prof.select, profile))}`.")
+        raise UsageError(
+            f"Profile {profile} does not select guard {profile!r} (it selects {', '.join(prof.select) or 'no guard'}), "
+            f"so a copy guarded +{profile} would be in none of its images.",
+            hint=f"Make it select its own name: `imgquilt lock --profile {profile} --select {','.join((*prof.select, profile))}`.",
+        )
     copy = copy_name(name, profile)
     if copy in q.names or (root / "patches" / copy).exists():
-        raise UsageError(f"The copy's name {copy} is taken (in series or patches/); nothing was done.",
-                         hint=f"Rename or delete that patch first (`imgquilt rename`), or port from another patch.")
+        raise UsageError(
+            f"The copy's name {copy} is taken (in series or patches/); nothing was done.",
+            hint="Rename or delete that patch first (`imgquilt rename`), or port from another patch.",
+        )
     idx = q.names.index(name)
     entry, patch = q.entries[idx], q.patches[idx]
     selected = pushable(entry.guards, prof.select)[0]
     paths = [s.path for s in patch.sections]
-    later = [e.name for e, p in zip(q.entries[idx + 1:], q.patches[idx + 1:])
-             if pushable(e.guards, prof.select)[0] and any(s.path in paths for s in p.sections)]
+    later = [
+        e.name
+        for e, p in zip(q.entries[idx + 1 :], q.patches[idx + 1 :])
+        if pushable(e.guards, prof.select)[0] and any(s.path in paths for s in p.sections)
+    ]
     if later:
         raise ProfileChainBroken(
             f"Refused: {', '.join(later)} (selected by profile {profile}) change(s) a file {name} changes, after it; a copy "
             f"inserted after {name} would change their base. Nothing was written.",
-            hint=f"Port into a queue where {name} is the last of {profile}'s patches on its files, or rebase those too.")
+            hint=f"Port into a queue where {name} is the last of {profile}'s patches on its files, or rebase those too.",
+        )
     if not patch.sections:
         raise UsageError(f"{name} changes no file: there is nothing to port.")
     store = ObjectStore(root)
     theirs = _chain_at(root, store, q, profile, prof.select, prof.lock, idx, patch, open_pin)
     if selected and all(sha256_hex(theirs[s.path]) == s.base_sha256 for s in patch.sections):
-        raise UsageError(f"Profile {profile} already selects {name}, and it applies on {profile}'s image as it is: "
-                         "there is nothing to port.", hint="`imgquilt select " + profile + "` lists what it selects.")
+        raise UsageError(
+            f"Profile {profile} already selects {name}, and it applies on {profile}'s image as it is: "
+            "there is nothing to port.",
+            hint="`imgquilt select " + profile + "` lists what it selects.",
+        )
     old = _old_bases(root, store, q, lf, idx, patch, open_pin)
     guards = _original_guards(entry.guards, profile, selected)
     files, raws, work = _merge(root, store, patch, entry.strip, copy, old, theirs)
     image = {"ref": prof.lock.image.ref, "digest": prof.lock.image.digest}
-    doc = {"version": VERSION, "patch": name, "profile": profile, "copy": copy, "strip": entry.strip,
-           "series_sha": sha256_hex(q.series_bytes), "patch_sha": sha256_hex(patch.raw), "guards": list(guards),
-           "image": image, "files": [f.to_json() for f in files], "raws": raws,
-           "sides": {s.path: [s.base_sha256, s.patched_sha256, sha256_hex(theirs[s.path])] for s in patch.sections}}
+    doc = {
+        "version": VERSION,
+        "patch": name,
+        "profile": profile,
+        "copy": copy,
+        "strip": entry.strip,
+        "series_sha": sha256_hex(q.series_bytes),
+        "patch_sha": sha256_hex(patch.raw),
+        "guards": list(guards),
+        "image": image,
+        "files": [f.to_json() for f in files],
+        "raws": raws,
+        "sides": {s.path: [s.base_sha256, s.patched_sha256, sha256_hex(theirs[s.path])] for s in patch.sections},
+    }
     if any(f.state == CONFLICT for f in files):
         from ..work.files import WorkFiles
 
         wf = WorkFiles(root)
         for f in files:
             if f.state == CONFLICT and wf.read(check_member_path(f.path)).data is not None:
-                raise UsageError(f".imgquilt/work/{f.path} exists: the work tree holds a file where the port would put its "
-                                 "conflict; nothing was written.", hint="Remove it (the quilt work tree has nothing applied), then port again.")
+                raise UsageError(
+                    f".imgquilt/work/{f.path} exists: the work tree holds a file where the port would put its "
+                    "conflict; nothing was written.",
+                    hint="Remove it (the quilt work tree has nothing applied), then port again.",
+                )
         _save(root, doc)  # journal first: an abort after a crash removes the work files it lists
         for f in files:
             if f.state == CONFLICT:
@@ -167,18 +220,24 @@ def port(root: Path, name: str, profile: str, open_pin: PinOpener) -> Ported:
 
 
 def _refuse_busy(root: Path) -> None:
-    from ..rebase.state import rebase_in_progress
+    from .state import rebase_in_progress
     from ..work.tree import WorkTree
 
     if rebase_in_progress(root):
-        raise UsageError("A rebase is in progress in this queue.",
-                         hint="Finish it (`imgquilt rebase --continue`) or `imgquilt rebase --abort`, then port.")
+        raise UsageError(
+            "A rebase is in progress in this queue.",
+            hint="Finish it (`imgquilt rebase --continue`) or `imgquilt rebase --abort`, then port.",
+        )
     if port_in_progress(root):
-        raise UsageError("A port is already in progress.", hint="Resolve and `imgquilt port --continue`, or `imgquilt port --abort`.")
+        raise UsageError(
+            "A port is already in progress.", hint="Resolve and `imgquilt port --continue`, or `imgquilt port --abort`."
+        )
     applied = WorkTree(root).applied()
     if applied:
-        raise UsageError(f"{len(applied)} patch(es) are applied in the work tree ({', '.join(applied)}); a port writes series and patches/.",
-                         hint="`imgquilt refresh` what you want to keep, then `imgquilt pop -a`, and port again.")
+        raise UsageError(
+            f"{len(applied)} patch(es) are applied in the work tree ({', '.join(applied)}); a port writes series and patches/.",
+            hint="`imgquilt refresh` what you want to keep, then `imgquilt pop -a`, and port again.",
+        )
 
 
 def _original_guards(guards: tuple[str, ...], profile: str, selected: bool) -> tuple[str, ...]:
@@ -195,19 +254,33 @@ def _pin_source(lock: Lock, open_pin: PinOpener, who: str) -> Callable[[], Sourc
         if lock.image.kind != "rootfs" and digest != lock.image.digest:
             from ..errors import BaseDrift
 
-            raise BaseDrift(f"{lock.image.ref} is no longer the image {who} pins ({lock.image.digest}); nothing was written.",
-                            hint=f"Re-pin it (`imgquilt lock{' --profile ' + who if who != 'the default pin' else ''}`) or rebase, then port.")
+            raise BaseDrift(
+                f"{lock.image.ref} is no longer the image {who} pins ({lock.image.digest}); nothing was written.",
+                hint=f"Re-pin it (`imgquilt lock{' --profile ' + who if who != 'the default pin' else ''}`) or rebase, then port.",
+            )
         return src
+
     return opened
 
 
-def _chain_at(root: Path, store: ObjectStore, q: Queue, pin: str | None, select: tuple[str, ...], lock: Lock, idx: int,
-              patch: Patch, open_pin: PinOpener) -> dict[str, bytes | None]:
+def _chain_at(
+    root: Path,
+    store: ObjectStore,
+    q: Queue,
+    pin: str | None,
+    select: tuple[str, ...],
+    lock: Lock,
+    idx: int,
+    patch: Patch,
+    open_pin: PinOpener,
+) -> dict[str, bytes | None]:
     """Each of `patch`'s files as the pin's own patches before position `idx` leave it on its image."""
     from ..work.bases import Bases
 
     who = f"profile {pin}" if pin else "the default pin"
-    bases = Bases(root, store, _pin_source(lock, open_pin, pin or "the default pin"), image_explicit=False, pin=lambda: pin)
+    bases = Bases(
+        root, store, _pin_source(lock, open_pin, pin or "the default pin"), image_explicit=False, pin=lambda: pin
+    )
     paths = [s.path for s in patch.sections]
     links = [s.path for s in patch.sections if s.link]
     out: dict[str, bytes | None] = {p: held_or_none(t.data, p) for p, t in bases.targets(paths, links=links).items()}
@@ -218,9 +291,11 @@ def _chain_at(root: Path, store: ObjectStore, q: Queue, pin: str | None, select:
             if s.path not in out:
                 continue
             if sha256_hex(out[s.path]) != s.base_sha256:
-                raise ProfileChainBroken(f"{who}: {p.name}: {s.path} does not chain on its image (the file is at "
-                                         f"{sha256_hex(out[s.path])[:12]}…, the patch wants {s.base_sha256[:12]}…); nothing was written.",
-                                         hint="`imgquilt check` names every break; fix that first.")
+                raise ProfileChainBroken(
+                    f"{who}: {p.name}: {s.path} does not chain on its image (the file is at "
+                    f"{sha256_hex(out[s.path])[:12]}…, the patch wants {s.base_sha256[:12]}…); nothing was written.",
+                    hint="`imgquilt check` names every break; fix that first.",
+                )
             try:
                 out[s.path] = held_or_none(apply_section(out[s.path], s), s.path)
             except HunkError as exc:
@@ -228,8 +303,9 @@ def _chain_at(root: Path, store: ObjectStore, q: Queue, pin: str | None, select:
     return out
 
 
-def _old_bases(root: Path, store: ObjectStore, q: Queue, lf: LockFile, idx: int, patch: Patch,
-               open_pin: PinOpener) -> dict[str, bytes | None]:
+def _old_bases(
+    root: Path, store: ObjectStore, q: Queue, lf: LockFile, idx: int, patch: Patch, open_pin: PinOpener
+) -> dict[str, bytes | None]:
     """PATCH's own bases: from the object store, else from a pin that selects it."""
     out: dict[str, bytes | None] = {}
     for s in patch.sections:
@@ -239,7 +315,9 @@ def _old_bases(root: Path, store: ObjectStore, q: Queue, lf: LockFile, idx: int,
     if len(out) == len(patch.sections):
         return out
     entry = q.entries[idx]
-    pins = ([(None, (), lf.default)] if lf.default is not None else []) + [(p.name, p.select, p.lock) for p in lf.profiles]
+    pins = ([(None, (), lf.default)] if lf.default is not None else []) + [
+        (p.name, p.select, p.lock) for p in lf.profiles
+    ]
     for pname, select, lock in pins:
         if lock is None or (q.guarded and not pushable(entry.guards, select)[0]):
             continue
@@ -253,9 +331,11 @@ def _old_bases(root: Path, store: ObjectStore, q: Queue, lf: LockFile, idx: int,
         if len(out) == len(patch.sections):
             return out
     missing = [s.path for s in patch.sections if s.path not in out]
-    raise BadInput(f"{patch.name}: the bytes of its base of {', '.join(missing)} are neither in .imgquilt/objects nor in the "
-                   "image of a pin that selects it; a 3-way merge needs them. Nothing was written.",
-                   hint="Pin the image the patch was made for (`imgquilt lock [--profile NAME] --image REF`), then port again.")
+    raise BadInput(
+        f"{patch.name}: the bytes of its base of {', '.join(missing)} are neither in .imgquilt/objects nor in the "
+        "image of a pin that selects it; a 3-way merge needs them. Nothing was written.",
+        hint="Pin the image the patch was made for (`imgquilt lock [--profile NAME] --image REF`), then port again.",
+    )
 
 
 def _merge(root: Path, store: ObjectStore, patch: Patch, strip: int, copy: str, old: dict, theirs: dict):
@@ -283,28 +363,61 @@ def _merge(root: Path, store: ObjectStore, patch: Patch, strip: int, copy: str, 
         kept = rerere.find(root, s.base_sha256, s.patched_sha256, t_sha)
         if kept is not None:
             raws[s.path] = store.put(_section(s, tb, kept.result, strip, copy).raw) or ""
-            files.append(PortedFile(s.path, REUSED, "resolved by a kept resolution (the same three sides were resolved before)"))
+            files.append(
+                PortedFile(s.path, REUSED, "resolved by a kept resolution (the same three sides were resolved before)")
+            )
             continue
-        whole = ours is None or tb is None or s.binary is not None or s.link or any(is_binary(x) for x in (ob, ours, tb) if x is not None)
+        whole = (
+            ours is None
+            or tb is None
+            or s.binary is not None
+            or s.link
+            or any(is_binary(x) for x in (ob, ours, tb) if x is not None)
+        )
         if whole:
             work[s.path] = tb
-            what = ("the patch deletes the file, the profile's image changed it: delete the work-tree file to keep the deletion"
-                    if ours is None else "a whole-file change (binary, link or new file): the work-tree file is the profile's version, "
-                                         "make it the patched one")
-            files.append(PortedFile(s.path, CONFLICT, what, f".imgquilt/work/{s.path}", "delete" if ours is None else "binary"))
+            what = (
+                "the patch deletes the file, the profile's image changed it: delete the work-tree file to keep the deletion"
+                if ours is None
+                else "a whole-file change (binary, link or new file): the work-tree file is the profile's version, "
+                "make it the patched one"
+            )
+            files.append(
+                PortedFile(s.path, CONFLICT, what, f".imgquilt/work/{s.path}", "delete" if ours is None else "binary")
+            )
             continue
-        m = merge3(ob or b"", ours, tb, ours_label=f"{patch.name} (patch)", base_label="its base",
-                   theirs_label=f"{copy} (the profile's file)")
+        m = merge3(
+            ob or b"",
+            ours,
+            tb,
+            ours_label=f"{patch.name} (patch)",
+            base_label="its base",
+            theirs_label=f"{copy} (the profile's file)",
+        )
         if not m.clean:
             work[s.path] = m.data
-            files.append(PortedFile(s.path, CONFLICT, f"{m.conflicts} conflict(s) marked in the file", f".imgquilt/work/{s.path}",
-                                    "binary" if m.binary else "markers"))
+            files.append(
+                PortedFile(
+                    s.path,
+                    CONFLICT,
+                    f"{m.conflicts} conflict(s) marked in the file",
+                    f".imgquilt/work/{s.path}",
+                    "binary" if m.binary else "markers",
+                )
+            )
             continue
         errs = new_python_errors(tb, m.data, s.path) if s.path.endswith(".py") else []
         if errs:
             work[s.path] = m.data
-            files.append(PortedFile(s.path, CONFLICT, "merged without markers, but with new Python errors: "
-                                    + "; ".join(located(m.data, s.path, errs)), f".imgquilt/work/{s.path}", "python"))
+            files.append(
+                PortedFile(
+                    s.path,
+                    CONFLICT,
+                    "merged without markers, but with new Python errors: " + "; ".join(located(m.data, s.path, errs)),
+                    f".imgquilt/work/{s.path}",
+                    "python",
+                )
+            )
             continue
         raws[s.path] = store.put(_section(s, tb, m.data, strip, copy).raw) or ""
         files.append(PortedFile(s.path, MERGED, "3-way merged onto the profile's file"))
@@ -330,11 +443,16 @@ def _finish(root: Path, doc: dict, files: list[PortedFile], patch: Patch) -> Por
             continue
         data = store.get(sha)
         if data is None:
-            raise BadInput(f"The object store lost the ported section of {s.path}.", hint="`imgquilt port --abort` and port again.")
+            raise BadInput(
+                f"The object store lost the ported section of {s.path}.", hint="`imgquilt port --abort` and port again."
+            )
         raws.append(bytes(data))
     if not raws:
-        raise UsageError(f"Profile {doc['profile']}'s image already has every change {doc['patch']} makes: there is nothing to port.",
-                         hint="Nothing was written." + (" `imgquilt port --abort` ends the stopped port." if port_in_progress(root) else ""))
+        raise UsageError(
+            f"Profile {doc['profile']}'s image already has every change {doc['patch']} makes: there is nothing to port.",
+            hint="Nothing was written."
+            + (" `imgquilt port --abort` ends the stopped port." if port_in_progress(root) else ""),
+        )
     copy = doc["copy"]
     header = patch.header.with_field("Ported-From", doc["patch"])
     raw = header.raw + b"".join(raws)
@@ -343,25 +461,50 @@ def _finish(root: Path, doc: dict, files: list[PortedFile], patch: Patch) -> Por
     with wt.locked():
         series = wt.queue.series_bytes()
         if sha256_hex(series) != doc["series_sha"] or sha256_hex(wt.read_patch(doc["patch"]).raw) != doc["patch_sha"]:
-            raise UsageError(f"series or {doc['patch']} changed since the port started; nothing was written.",
-                             hint="`imgquilt port --abort`, then port again.")
+            raise UsageError(
+                f"series or {doc['patch']} changed since the port started; nothing was written.",
+                hint="`imgquilt port --abort`, then port again.",
+            )
         entry = next(e for e in wt.queue.entries() if e.name == doc["patch"])
         if tuple(doc["guards"]) != entry.guards:
             series = guarded(series, doc["patch"], doc["guards"])
         series = inserted(series, [SeriesEntry(copy, doc["strip"], 0, (f"+{doc['profile']}",))], doc["patch"])
-        update = commit(wt, "port", [Change(f"patches/{copy}", raw), Change("series", series)], series=series, patches={copy: made})
+        update = commit(
+            wt, "port", [Change(f"patches/{copy}", raw), Change("series", series)], series=series, patches={copy: made}
+        )
     _end(root, doc)
     return _ported(doc, "done", files, lock=update)
 
 
-def _ported(doc: dict, status: str, files: list[PortedFile], *, lock: LockUpdate | None = None, kept: tuple[str, ...] = (),
-            notes: tuple[str, ...] = ()) -> Ported:
+def _ported(
+    doc: dict,
+    status: str,
+    files: list[PortedFile],
+    *,
+    lock: LockUpdate | None = None,
+    kept: tuple[str, ...] = (),
+    notes: tuple[str, ...] = (),
+) -> Ported:
     reused = [f.path for f in files if f.state == REUSED]
     if reused:
-        notes = (*notes, f"Reused the kept resolution of {', '.join(reused)} (the same three sides were resolved before, as git "
-                         "rerere); `imgquilt rebase --forget` drops kept resolutions.")
-    return Ported(status, doc["patch"], doc["profile"], doc["copy"], tuple(doc["guards"]), (f"+{doc['profile']}",), tuple(files),
-                  doc["image"], lock, kept, notes)
+        notes = (
+            *notes,
+            f"Reused the kept resolution of {', '.join(reused)} (the same three sides were resolved before, as git "
+            "rerere); `imgquilt rebase --forget` drops kept resolutions.",
+        )
+    return Ported(
+        status,
+        doc["patch"],
+        doc["profile"],
+        doc["copy"],
+        tuple(doc["guards"]),
+        (f"+{doc['profile']}",),
+        tuple(files),
+        doc["image"],
+        lock,
+        kept,
+        notes,
+    )
 
 
 # --- a stopped port ----------------------------------------------------------------------------
@@ -389,8 +532,10 @@ def _load(root: Path) -> dict:
     except (ValueError, KeyError, TypeError, RecursionError, ImgquiltError):
         ok = False
     if not ok:
-        raise ForeignState(f"{shown} is not a port journal sealed with your imgquilt journal key; imgquilt never acts on it.",
-                           hint="Remove .imgquilt/port (and the files it put in .imgquilt/work/); series and patches/ were not changed by a port.")
+        raise ForeignState(
+            f"{shown} is not a port journal sealed with your imgquilt journal key; imgquilt never acts on it.",
+            hint="Remove .imgquilt/port (and the files it put in .imgquilt/work/); series and patches/ were not changed by a port.",
+        )
     return doc
 
 
@@ -417,7 +562,9 @@ def port_continue(root: Path) -> Ported:
     store = ObjectStore(root)
     q = load_queue(root)
     if doc["patch"] not in q.names or sha256_hex(q.patch(doc["patch"]).raw) != doc["patch_sha"]:
-        raise UsageError(f"{doc['patch']} changed since the port started.", hint="`imgquilt port --abort`, then port again.")
+        raise UsageError(
+            f"{doc['patch']} changed since the port started.", hint="`imgquilt port --abort`, then port again."
+        )
     patch = q.patch(doc["patch"])
     sections = {s.path: s for s in patch.sections}
     files: list[PortedFile] = []
@@ -439,13 +586,17 @@ def port_continue(root: Path) -> Ported:
         rerere.keep(root, base, ours, theirs, pf.path, data)  # kept before anything else can fail
         files.append(PortedFile(pf.path, RESOLVED, "resolved by hand"))
     if left:
-        raise RebaseConflict(f"The port of {doc['patch']} is still conflicted:\n" + "\n".join(f"  - {x}" for x in left),
-                             hint="Edit the file(s), then `imgquilt port --continue`; or `imgquilt port --abort`.")
+        raise RebaseConflict(
+            f"The port of {doc['patch']} is still conflicted:\n" + "\n".join(f"  - {x}" for x in left),
+            hint="Edit the file(s), then `imgquilt port --continue`; or `imgquilt port --abort`.",
+        )
     _save(root, doc)
     return _finish(root, doc, files, patch)
 
 
-def _unresolved(store: ObjectStore, pf: PortedFile, data: bytes | None, sides: tuple[str, str, str], tb: bytes | None) -> str:
+def _unresolved(
+    store: ObjectStore, pf: PortedFile, data: bytes | None, sides: tuple[str, str, str], tb: bytes | None
+) -> str:
     """Why the work-tree file is not a resolution yet ("" when it is)."""
     if pf.kind == "markers" and data is not None:
         known = [store.get(x) or b"" for x in sides if x != ABSENT]
@@ -480,6 +631,12 @@ def port_abort(root: Path) -> Ported:
                 kept.append(pf.path)
     _end(root, doc)
     files = [PortedFile(f["path"], f["state"], f["detail"], f["work"], f["kind"]) for f in doc["files"]]
-    notes = (f"Kept the resolution of {', '.join(kept)} for the next port or rebase that meets the same three sides; "
-             "`imgquilt rebase --forget` drops kept resolutions.",) if kept else ()
+    notes = (
+        (
+            f"Kept the resolution of {', '.join(kept)} for the next port or rebase that meets the same three sides; "
+            "`imgquilt rebase --forget` drops kept resolutions.",
+        )
+        if kept
+        else ()
+    )
     return _ported(doc, "aborted", files, kept=tuple(kept), notes=notes)
