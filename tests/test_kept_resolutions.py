@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import imgquilt
+from qtools import imgquilt, write_patch
 from support.killpoints import driver_env, fresh, kill_points, sample, traced
 from test_rebase import (
     DEBUG_LINE,
@@ -179,3 +179,40 @@ def test_kill_9_of_continue_after_resolving_then_a_new_rebase_finds_the_resoluti
         assert r.code == 0 and doc["status"] == "done", (name, n, r.err)
         assert doc["patches"][0]["files"][0]["reused"] is True, (name, n)
     assert killed >= 2
+
+
+def test_a_patch_with_one_kept_and_one_new_conflict_stops_for_the_new_one_only(tmp_path: Path, cli_env) -> None:
+    env = cli_env
+    texts = {name: b"".join(b"%s line %d\n" % (name.encode(), i) for i in range(1, 9)) for name in ("a", "b")}
+    old, new = tmp_path / "old", tmp_path / "new"
+    for root, tail in ((old, b""), (new, b" upstream")):
+        (root / "etc").mkdir(parents=True)
+        for name, text in texts.items():
+            (root / "etc" / f"{name}.conf").write_bytes(text.replace(b"line 2\n", b"line 2" + tail + b"\n"))
+    q = tmp_path / "queue"
+    q.mkdir()
+    (q / "series").write_text("")
+    changes = [(f"etc/{n}.conf", t, t.replace(b"line 2\n", b"line 2 ours\n")) for n, t in texts.items()]
+    write_patch(q, "0001-both.patch", changes)
+    imgquilt("lock", "--image", f"rootfs:{old}", cwd=q, env=env, check=0)
+    imgquilt("rebase", "--image", f"rootfs:{new}", cwd=q, env=env, check=4)
+    a, b = q / ".imgquilt/work/etc/a.conf", q / ".imgquilt/work/etc/b.conf"
+    mine_a = texts["a"].replace(b"line 2\n", b"line 2 ours, upstream\n")
+    a.write_bytes(mine_a)  # b is left with its markers
+    imgquilt("rebase", "--abort", cwd=q, env=env, check=0)
+
+    r = imgquilt("--json", "rebase", "--image", f"rootfs:{new}", cwd=q, env=env, check=4)
+    doc = json.loads(r.out)
+    notes = [n for n in doc["notes"] if "reused the kept resolution of etc/a.conf (" in n]
+    assert notes and "1 other conflict(s) to resolve" in notes[0]
+    assert a.read_bytes() == mine_a and b.read_bytes().count(b"<<<<<<< ") == 1
+    mine_b = texts["b"].replace(b"line 2\n", b"line 2 ours, upstream\n")
+    b.write_bytes(mine_b)
+    doc = json.loads(imgquilt("--json", "rebase", "--continue", cwd=q, env=env, check=0).out)
+    files = {f["path"]: f for f in doc["patches"][0]["files"]}
+    assert files["etc/a.conf"]["reused"] is True and files["etc/b.conf"]["reused"] is False
+    assert files["etc/b.conf"]["by_hand"] is True
+    copy = tmp_path / "applied"
+    shutil.copytree(new, copy)
+    imgquilt("apply", "--root", str(copy), cwd=q, env=env, check=0)
+    assert (copy / "etc/a.conf").read_bytes() == mine_a and (copy / "etc/b.conf").read_bytes() == mine_b
