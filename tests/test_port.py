@@ -285,3 +285,43 @@ def test_a_resolution_followed_by_a_refusal_is_kept_for_the_next_rebase(images, 
     assert snapshot(q) == before and not (q / ".imgquilt/rebase").exists()
     imgquilt("rebase", "--forget", cwd=q, env=env, check=0)
     imgquilt("rebase", "--profile", "cuda", "--image", f"oci:{newer}:latest", cwd=q, env=env, check=4)
+
+
+@pytest.mark.skipif(shutil.which("umoci") is None or shutil.which("strace") is None, reason="needs umoci and strace")
+def test_kill_9_of_port_continue_ends_exactly_old_or_new(images, tmp_path: Path) -> None:
+    """`port --continue` killed at sampled calls that change files: the next `port --continue` (when a port
+    is still there) finishes it; the queue then holds the copy once, checks clean and applies as it should."""
+    import sys
+
+    from support.killpoints import driver_env, fresh, kill_points, sample, traced
+
+    q, env = make_queue(tmp_path, images)
+    imgquilt("port", "0003-conf.patch", "--profile", "rocm", cwd=q, env=env, check=4)
+    resolved = CONF.replace(b"timeout = 30", b"timeout = 90  # hip")
+    (q / ".imgquilt/work/app/conf.toml").write_bytes(resolved)
+    start = tmp_path / "start"
+    shutil.copytree(q, start, symlinks=True)
+    run_env = {
+        **driver_env(),
+        "HOME": env["HOME"],
+        "IMGQUILT_CACHE_DIR": env["IMGQUILT_CACHE_DIR"],
+        "SOURCE_DATE_EPOCH": "0",
+    }
+    cmd = [sys.executable, "-m", "imgquilt", "port", "--continue"]
+    log = tmp_path / "trace.log"
+    subprocess.run(traced(log) + cmd, cwd=q, env=run_env, capture_output=True, check=True)
+    done = snapshot(q)
+    killed = 0
+    for name, n, _ in sample(kill_points(log), 8, sampled=True):
+        fresh(start, q)
+        p = subprocess.run(
+            traced(inject=f"{name}:signal=SIGKILL:when={n}") + cmd, cwd=q, env=run_env, capture_output=True
+        )
+        if p.returncode == 0:
+            continue
+        killed += 1
+        if (q / ".imgquilt/port/state.json").exists():
+            imgquilt("port", "--continue", cwd=q, env=env, check=0)
+        assert snapshot(q) == done, (name, n)
+        assert not (q / ".imgquilt/port").exists() and not (q / ".imgquilt/work/app/conf.toml").exists()
+    assert killed >= 3

@@ -16,6 +16,8 @@ stopped port is `.imgquilt/port/state.json`, sealed like every journal imgquilt 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -46,6 +48,7 @@ from .sections import rewritten
 from ..store import ObjectStore
 from ..util.names import did_you_mean
 from ..util.sealing import seal, sealed_here
+from ..util.atomic import rename_at
 from ..util.statedir import StateDir
 from ..verbs.profiles import unknown
 
@@ -136,6 +139,7 @@ def port(root: Path, name: str, profile: str, open_pin: PinOpener) -> Ported:
     """Make the guarded copy of `name` for `profile` (see the module docstring); every refusal comes
     before anything is read from an image or written."""
     _refuse_busy(root)
+    _clear_leftovers(root)
     q = load_queue(root)
     lf = read_lock_file(root / "targets.lock")
     prof = lf.profile(profile)
@@ -458,6 +462,10 @@ def _finish(root: Path, doc: dict, files: list[PortedFile], patch: Patch) -> Por
     raw = header.raw + b"".join(raws)
     made = parse_patch(raw, copy, strip=doc["strip"])
     wt = WorkTree(root)
+    if port_in_progress(root):
+        _save(
+            root, {**doc, "finishing": True}
+        )  # from here a --continue after a crash ends the port, once the copy is in series
     with wt.locked():
         series = wt.queue.series_bytes()
         if sha256_hex(series) != doc["series_sha"] or sha256_hex(wt.read_patch(doc["patch"]).raw) != doc["patch_sha"]:
@@ -540,9 +548,8 @@ def _load(root: Path) -> dict:
 
 
 def _end(root: Path, doc: dict) -> None:
-    """Take the conflict files out of the work tree, then the journal (the port is over at its removal)."""
-    import shutil
-
+    """Take the conflict files out of the work tree, then the journal: renamed away first, so the port
+    ends at one instant (as a rebase's state does), then removed."""
     from ..work.files import WorkFiles
 
     wf = WorkFiles(root)
@@ -551,7 +558,19 @@ def _end(root: Path, doc: dict) -> None:
             wf.write(check_member_path(f["path"]), None, None)
     with StateDir(root).opened() as top:
         if top is not None:
-            shutil.rmtree(STATE_DIR, dir_fd=top, ignore_errors=True)
+            gone = f"{STATE_DIR}.done-{os.getpid()}"
+            rename_at(top, STATE_DIR, gone)
+            shutil.rmtree(gone, dir_fd=top, ignore_errors=True)
+
+
+def _clear_leftovers(root: Path) -> None:
+    """Before a start: what an ended port left (a directory renamed away, or one with no journal)."""
+    with StateDir(root).opened() as top:
+        if top is None:
+            return
+        for name in os.listdir(top):
+            if name.startswith(f"{STATE_DIR}.done-") or (name == STATE_DIR and not port_in_progress(root)):
+                shutil.rmtree(name, dir_fd=top, ignore_errors=True)
 
 
 def port_continue(root: Path) -> Ported:
@@ -561,6 +580,13 @@ def port_continue(root: Path) -> Ported:
     doc = _load(root)
     store = ObjectStore(root)
     q = load_queue(root)
+    if doc["copy"] in q.names and doc.get("finishing"):
+        # the copy was written (one queue transaction) before a crash took the journal's end: end it now
+        _end(root, doc)
+        files = [PortedFile(f["path"], f["state"], f["detail"], f["work"], f["kind"]) for f in doc["files"]]
+        return _ported(
+            doc, "done", files, notes=("The port was interrupted after it wrote the copy; it is ended now.",)
+        )
     if doc["patch"] not in q.names or sha256_hex(q.patch(doc["patch"]).raw) != doc["patch_sha"]:
         raise UsageError(
             f"{doc['patch']} changed since the port started.", hint="`imgquilt port --abort`, then port again."
@@ -617,6 +643,18 @@ def port_abort(root: Path) -> Ported:
 
     doc = _load(root)
     store = ObjectStore(root)
+    if doc.get("finishing") and doc["copy"] in load_queue(root).names:
+        _end(root, doc)
+        files = [PortedFile(f["path"], f["state"], f["detail"], f["work"], f["kind"]) for f in doc["files"]]
+        return _ported(
+            doc,
+            "done",
+            files,
+            notes=(
+                f"The port was interrupted after it wrote {doc['copy']}: there was nothing "
+                f"left to abort. `imgquilt delete -r {doc['copy']}` (and series from git) undo it.",
+            ),
+        )
     kept: list[str] = []
     for f in doc["files"]:
         if f["state"] != CONFLICT:
