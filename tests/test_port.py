@@ -325,3 +325,18 @@ def test_kill_9_of_port_continue_ends_exactly_old_or_new(images, tmp_path: Path)
         assert snapshot(q) == done, (name, n)
         assert not (q / ".imgquilt/port").exists() and not (q / ".imgquilt/work/app/conf.toml").exists()
     assert killed >= 3
+
+
+@pytest.mark.skipif(shutil.which("umoci") is None, reason="umoci not installed")
+def test_a_port_journal_imgquilt_did_not_seal_is_never_acted_on(images, tmp_path: Path) -> None:
+    q, env = make_queue(tmp_path, images)
+    imgquilt("port", "0003-conf.patch", "--profile", "rocm", cwd=q, env=env, check=4)
+    journal = q / ".imgquilt/port/state.json"
+    doc = json.loads(journal.read_text())
+    doc["files"][0]["path"] = "../../etc/passwd"  # what a cloned queue could plant
+    journal.write_text(json.dumps(doc))
+    before = snapshot(q)
+    for args in (["--continue"], ["--abort"]):
+        r = imgquilt("port", *args, cwd=q, env=env, check=6)
+        assert "not a port journal sealed with your imgquilt journal key" in r.err
+    assert snapshot(q) == before and (q / ".imgquilt/work/app/conf.toml").exists()

@@ -556,6 +556,8 @@ def _end(root: Path, doc: dict) -> None:
     for f in doc["files"]:
         if f["state"] == CONFLICT:
             wf.write(check_member_path(f["path"]), None, None)
+    if not StateDir(root, STATE_DIR).exists():
+        return  # a port that never stopped kept no journal
     with StateDir(root).opened() as top:
         if top is not None:
             gone = f"{STATE_DIR}.done-{os.getpid()}"
