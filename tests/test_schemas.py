@@ -144,6 +144,11 @@ def successes(tmp_path_factory, env) -> list[tuple[str, tuple[str, ...], Run]]:
     run("audit", "--profile", "all", "--root", str(new), "--expect", "pending")
     run("audit", "--profile", "p1", "--root", str(new), "--expect", "pending")
     run("move", "0003-app-config-longer-timeouts.patch", "--after", "0004-demosvc-healthcheck.patch")
+    # port (docs/profiles.md): a patch kept out of p1, copied onto p1's image
+    imgquilt("guard", "--new-guard", "0002-demo-tool-honour-no-color.patch", "-p1", cwd=q, env=env, check=0)
+    run("port", "0002-demo-tool-honour-no-color.patch", "--profile", "p1")
+    run("new", "0008-p1-only.patch", "--guard", "+p1")
+    run("rebase", "--forget")
     run("cache")
     run("cache", "prune")
     return runs
@@ -262,6 +267,7 @@ def failure_runs(tmp: Path, env: dict[str, str]) -> list[tuple[str, tuple[str, .
     run(6, "overlay-args", str(tmp))  # no mounts.tsv
     run(2, "guard", "0001-which-skip-empty-path-elements.patch", "+bad guard")
     run(2, "select", "no-such-profile")
+    run(2, "port", "0001-which-skip-empty-path-elements.patch", "--profile", "no-such-profile")
     run(2, "apply", "--profile", "no-such-profile")
     for command in ("top", "applied", "unapplied", "series", "files", "next", "previous"):
         run(2, command, cwd=nowhere)

@@ -41,7 +41,7 @@ __all__ = [
     "Applied", "Audit", "CheckResult", "Initialized", "Locked", "Progress", "RebaseAborted",
     "apply", "apply_profiles", "audit", "audit_profiles", "boot", "check", "diff_upstream", "import_items", "import_patches", "init",
     "load_queue", "lock", "lock_profiles", "overlay_args", "profiles", "rebase", "rebase_abort", "rebase_continue",
-    "rebase_in_progress", "rebase_skip", "rebase_status", "restore", "reverse", "verify",
+    "port", "port_abort", "port_continue", "rebase_forget", "rebase_in_progress", "rebase_skip", "rebase_status", "restore", "reverse", "verify",
 ]
 
 Progress = Callable[[int, int, str], None]
@@ -903,6 +903,40 @@ def rebase_abort(queue: str | os.PathLike[str] | None = None) -> RebaseAborted:
 
     report, restored = abort_rebase(queue_root(queue))
     return RebaseAborted(report, tuple(restored))
+
+
+def port(queue: str | os.PathLike[str] | None = None, *, patch: str, profile: str, progress: Progress | None = None):
+    """A guarded copy of `patch` for `profile` on its pinned image by a 3-way merge (rebase.port):
+    `Ported` with status "done", or "stopped" on a conflict (nothing written; `port_continue` /
+    `port_abort`). Refused first: an unknown profile (naming the nearest), a patch the profile selects
+    and that applies there as it is, a copy name that exists, a rebase or port in progress."""
+    from .sources import ref_in_queue
+    from .rebase.port import port as run
+
+    root = queue_root(queue)
+    return run(root, patch, profile, lambda lock: open_ref(ref_in_queue(lock.image.ref, root), lock.image.platform, root=root,
+                                                           progress=progress))
+
+
+def port_continue(queue: str | os.PathLike[str] | None = None):
+    """Take the resolved work-tree files of a stopped port and write the copy."""
+    from .rebase.port import port_continue as run
+
+    return run(queue_root(queue))
+
+
+def port_abort(queue: str | os.PathLike[str] | None = None):
+    """Drop a stopped port; resolutions already made are kept (rebase --forget drops them)."""
+    from .rebase.port import port_abort as run
+
+    return run(queue_root(queue))
+
+
+def rebase_forget(queue: str | os.PathLike[str] | None = None) -> int:
+    """Drop every kept resolution (.imgquilt/resolutions/, as `git rerere forget`); how many were dropped."""
+    from .rebase.rerere import forget
+
+    return forget(queue_root(queue))
 
 
 def rebase_in_progress(queue: str | os.PathLike[str] | None = None) -> bool:

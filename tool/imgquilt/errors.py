@@ -134,7 +134,7 @@ class NotAttested(Refused):
 
 # --- 4: conflict ----------------------------------------------------------------------------
 class RebaseConflict(ImgquiltError):
-    """A 3-way merge during rebase left conflicts to resolve by hand."""
+    """A 3-way merge during rebase (or port) left conflicts to resolve by hand."""
 
     exit_code = 4
 

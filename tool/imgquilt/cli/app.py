@@ -69,6 +69,7 @@ COMMAND_MODULES: dict[str, str] = {
     "push": "stack", "pop": "stack", "top": "stack", "applied": "stack", "unapplied": "stack", "series": "stack", "next": "stack",
     "previous": "stack",
     "header": "patch_meta", "delete": "patch_meta", "rename": "patch_meta", "move": "patch_meta", "guard": "guards", "select": "guards",
+    "port": "port",
     "import": "importing",
     "lock": "apply", "apply": "apply", "restore": "apply", "check": "apply", "overlay-args": "overlay",
     "audit": "audit",

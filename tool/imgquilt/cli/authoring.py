@@ -31,12 +31,19 @@ def new_cmd(
     requires: List[str] = typer.Option([], "--requires", metavar="PATCH", help="A patch this one needs (repeatable)."),
     status: Optional[str] = typer.Option(None, "--status", metavar="TEXT", help="Status field, e.g. wip."),
     field: List[str] = typer.Option([], "--field", metavar="FIELD=VALUE", help="Any other header field (repeatable)."),
+    guard: List[str] = typer.Option([], "--guard", metavar="+G|-G", help="A guard on its series line (repeatable): +G only in profiles that select G, -G in none of them."),
+    new_guard: bool = typer.Option(False, "--new-guard", help="Accept a guard no profile of targets.lock selects yet (else refused: a typo would drop the fix)."),
 ) -> None:
     """Create a patch after the top one and make it the top (its header only, until `refresh`).
+
+    With --guard the patch is guarded from the start (as `imgquilt guard` sets it; a guard no profile
+    selects is refused without --new-guard). When the guards keep it out of the profile the work tree
+    follows, it is inserted but not applied: `imgquilt select NAME`, then `push` it.
 
     \b
     Example:
       imgquilt new 0003-fix-port.patch -d "Serve on port 9000" --author "Ops <ops@example.org>"
+      imgquilt new 0004-hip-timeouts.patch --guard +rocm
     """
     from ..queue.patchfile import Header
     from ..work.series_edit import new
@@ -46,10 +53,16 @@ def new_cmd(
     pairs = header_fields(description if description is not None else default_description(name), author, requires, status, field)
     for key, value in pairs:
         header = header.with_field(key, value)
-    patch = new(wt, name, header)
+    patch = new(wt, name, header, tuple(guard), new_guard=new_guard)
+    top = wt.top()
     if G.json:
-        emit_json({"patch": name, "file": str(wt.patches_dir / name), "top": name, "header": patch.header.raw.decode("utf-8", "replace"),
-                   "targets_lock": lock_json(wt)})
+        emit_json({"patch": name, "file": str(wt.patches_dir / name), "top": top, "header": patch.header.raw.decode("utf-8", "replace"),
+                   "guards": list(dict.fromkeys(guard)), "targets_lock": lock_json(wt)})
+        return
+    if top != name:
+        say(f"Patch {name} is in series ({' '.join(dict.fromkeys(guard))}) but not applied: the work tree's profile does not select it. "
+            "`imgquilt select PROFILE`, then `imgquilt push` it.")
+        say_lock(wt.lock_update)
         return
     say(f"Patch {name} is now on top (patches/{name}).")
     say("Next: `imgquilt add PATH` (or `edit PATH`), change the files under .imgquilt/work/, then `imgquilt refresh`.")

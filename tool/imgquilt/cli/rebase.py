@@ -21,7 +21,8 @@ def _rows(report: RebaseReport) -> list[list]:
         first = True
         for f in p.files:
             where = f.path if not f.moved_from else f"{f.path} (from {f.moved_from})"
-            extra = ("merged; " if f.merged and f.state == "moved" else "") + ("resolved by hand" if f.by_hand else f.detail)
+            extra = ("merged; " if f.merged and f.state == "moved" else "") + (
+                ("resolved by hand" if not f.reused else "kept resolution reused") if f.by_hand else f.detail)
             if f.upstream and f.state != "conflict":
                 extra = "; ".join(x for x in (extra, f"{report.who} changed " + ", ".join(u.region.name or f"lines {u.region.start}-{u.region.end}"
                                                                                  for u in f.upstream)) if x)
@@ -143,6 +144,16 @@ def _images(values: list[str], profile: str | None) -> tuple[str, dict[str, str]
         raise UsageError(f"--image given {len(plain)} times: {', '.join(plain)}.",
                          hint="One new image per profile: --profile all --image NAME=REF --image NAME=REF.")
     return (plain[0] if plain else ""), named
+def _forget(other: object) -> None:
+    from .. import api
+
+    if other:
+        raise UsageError("--forget takes no other option: it drops the kept resolutions, nothing else.")
+    n = api.rebase_forget(G.queue)
+    if G.json:
+        emit_json({"status": "forgotten", "forgotten": n})
+    else:
+        say(f"Forgot {n} kept resolution(s).")
 
 
 def rebase_cmd(
@@ -154,6 +165,7 @@ def rebase_cmd(
     abort: bool = typer.Option(False, "--abort", help="Stop the rebase and restore series, patches/ and targets.lock."),
     skip: bool = typer.Option(False, "--skip", help="Drop the conflicted patch from the rebased series and go on."),
     status: bool = typer.Option(False, "--status", help="Show the stopped rebase: each patch so far and the conflicted files."),
+    forget: bool = typer.Option(False, "--forget", help="Drop every kept resolution (a conflict resolved once is otherwise taken again by the next rebase or port that meets the same three sides)."),
     platform: Optional[str] = PlatformOpt,
     profile: Optional[str] = ProfileOpt,
     split: bool = typer.Option(False, "--split", help="With several profiles: a shared patch whose file their new images hold at different bases is kept for the profiles that agree, and a guarded copy (NAME-PROFILE.patch, +PROFILE) is carried onto the others' base."),
@@ -178,6 +190,10 @@ def rebase_cmd(
     different bases is refused (exit 3) unless --split. A profile re-pinned onto another profile's
     image, or another repository, is refused (exit 3) unless --force.
 
+    A conflict resolved once is kept (.imgquilt/resolutions/, as `git rerere`), also when the rebase
+    is then aborted, refused or killed; the next rebase or port that meets the same three sides takes
+    it and says so. --forget drops them.
+
     \b
     Examples:
       imgquilt rebase --image oci:vllm:0.10.2
@@ -188,6 +204,7 @@ def rebase_cmd(
       imgquilt rebase --continue
       imgquilt rebase --skip
       imgquilt rebase --abort
+      imgquilt rebase --forget      (drop the kept resolutions)
       imgquilt rebase --profile qwen --image oci:images/vllm:0.11
       imgquilt rebase --profile all --image cuda=oci:vllm:0.10.2 --image rocm=oci:vllm-rocm:0.10.2 --split
     """
@@ -200,6 +217,9 @@ def rebase_cmd(
         raise UsageError("--continue, --skip, --abort and --status take no other options: the rebase remembers them.")
     if no_python_check and (abort or status or skip):
         raise UsageError("--no-python-check goes with a new rebase or --continue.")
+    if forget:
+        _forget(continue_ or abort or status or skip or image or from_ref or maps or keep_empty or profile or no_python_check)
+        return
     if status:
         _status()
         return

@@ -69,7 +69,8 @@ FILE_CAP = 1 << 30  # a work copy is an image file; backups and reads are capped
 # the commands that write the queue as one transaction (their journal's directory), as the user types them
 COMMANDS = {"import": "imgquilt import", "rehash": "imgquilt refresh --rehash", "move": "imgquilt move",
             "refresh": "imgquilt refresh", "new": "imgquilt new", "delete": "imgquilt delete", "rename": "imgquilt rename",
-            "header": "imgquilt header", "remove": "imgquilt remove", "guard": "imgquilt guard"}
+            "header": "imgquilt header", "remove": "imgquilt remove", "guard": "imgquilt guard",
+            "port": "imgquilt port"}
 
 
 def _temps(root: Path) -> list[Path]:

@@ -11,6 +11,9 @@
     finish      verify the rebased queue on the new image, write it, end the rebase
     loop        start / continue / skip / abort
     report      per-file and per-patch outcomes, the report and its JSON
+    rerere      kept resolutions, keyed by the three sides of a merge (as `git rerere`)
+    kept        the rebase's side of them: reuse, keep at --continue, keep at --abort
+    port        `port PATCH --profile NAME`: a guarded copy by a 3-way merge onto a profile's image
 """
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ from .backup import backup, backup_queue, restore
 from .boot import NewImage, locate_moves, step_findings, with_findings
 from .carry import finish_patch, rebase_section
 from .finish import finish
+from .kept import FORGET, keep_abandoned, keep_taken, reuse_kept
 from .moves import plan_paths
 from .lanes import (
     Lane, carried, disagreements, left_out, lineage, outside_breaks, plan_split, refuse_disagreements, selecting, together, with_copies,
@@ -338,7 +339,10 @@ def _advance(root: Path, st: RebaseState, opener: Opener) -> RebaseReport:
             st.current = {"name": patch.name, "sections": [s.to_json() for s in sections]}
             if len(st.pins) > 1:
                 st.current["profiles"] = [str(p) for p in pins]
+            every = reuse_kept(root, st, sections)  # resolved before (rebase.rerere): taken as the user's
             save_state(root, st)
+            if every:
+                return _resolve_and_go_on(root, st, opener)
             return st.report("stopped")
         finish_patch(st, store, patch, sections, strip)
         _carry_on(st, pins, sections)
@@ -369,11 +373,13 @@ def _resolve_and_go_on(root: Path, st: RebaseState, opener: Opener) -> RebaseRep
     strip = q.entries[st.next].strip
     pins = _pins_of(st, q, st.next)
     sections = [CarriedSection.from_json(d) for d in st.current["sections"]]
-    resolved = take_resolutions(root, store, patch, sections, strip, python_check=st.python_check)
+    resolved = take_resolutions(root, store, patch, sections, strip, frozenset(st.current.get("reused", ())),
+                                python_check=st.python_check)
     for pin in pins:  # a resolution must hold on every image it stands in
         st.focus(pin)
         resolved = _refuse_findings(st, store, patch, sections, resolved, NewImage(opener, st, whole.link_paths()))
     st.focus(pins[0])
+    keep_taken(root, store, sections, resolved)  # from now on an abort, a refusal or a kill loses none of them
     finish_patch(st, store, patch, resolved, strip)
     _carry_on(st, pins, resolved)
     st.phase = "running"
@@ -445,9 +451,12 @@ def abort_rebase(root: Path) -> tuple[RebaseReport | None, list[str]]:
         st: RebaseState | None = load_state(root)
     except ImgquiltError:
         st = None
+    kept = keep_abandoned(root, st, ObjectStore(root)) if st is not None else []
     restored = restore(root)
     report = None
     if st is not None:
+        if kept:
+            st.notes.append(f"Kept the resolution of {', '.join(kept)} for the next rebase that meets the same three sides; {FORGET}.")
         report = st.report("aborted")
         release_work(root, st, list(st.work_written))
     remove_state(root)

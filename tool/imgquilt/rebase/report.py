@@ -29,6 +29,7 @@ class FileOutcome:
     detail: str = ""
     upstream: tuple[RegionChange, ...] = ()  # what upstream changed in the regions the section edits
     findings: tuple[dict, ...] = ()  # the cross-module check's new findings on the new image (crosscheck.Finding.to_json)
+    reused: bool = False  # resolved by a kept resolution of the same three sides (rebase.rerere)
 
     def to_json(self) -> dict:
         return {
@@ -36,7 +37,7 @@ class FileOutcome:
             "by_hand": self.by_hand, "old_base": self.old_base, "old_patched": self.old_patched,
             "new_base": self.new_base, "new_patched": self.new_patched, "conflict": self.conflict,
             "work": self.work, "detail": self.detail, "upstream": [u.to_json() for u in self.upstream],
-            "findings": [dict(f) for f in self.findings],
+            "findings": [dict(f) for f in self.findings], "reused": self.reused,
         }
 
     @classmethod
@@ -46,7 +47,7 @@ class FileOutcome:
             new_base=doc["new_base"], new_patched=doc["new_patched"], moved_from=doc["from"], merged=doc["merged"],
             by_hand=doc["by_hand"], conflict=doc["conflict"], work=doc["work"], detail=doc["detail"],
             upstream=tuple(RegionChange.from_json(u) for u in doc.get("upstream", [])),
-            findings=tuple(dict(f) for f in doc.get("findings", [])),
+            findings=tuple(dict(f) for f in doc.get("findings", [])), reused=bool(doc.get("reused", False)),
         )
 
 

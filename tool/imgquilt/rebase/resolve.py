@@ -16,10 +16,13 @@ from .sections import original_section, rewritten
 from .state import CarriedSection
 from .work_files import work_read
 
+REUSED = "resolved by a kept resolution (the same three sides were resolved before)"
 
-def take_resolutions(root: Path, store: ObjectStore, patch: Patch, sections: list[CarriedSection], strip: int, *,
-                     python_check: bool = True) -> list[CarriedSection]:
+
+def take_resolutions(root: Path, store: ObjectStore, patch: Patch, sections: list[CarriedSection], strip: int,
+                     reused: frozenset[str] = frozenset(), *, python_check: bool = True) -> list[CarriedSection]:
     """The sections with every conflict resolved from its work-tree file; RebaseConflict while any is not.
+    `reused`: the paths whose work-tree file a kept resolution filled (rebase.rerere), said so.
     `python_check=False` (--continue --no-python-check): a resolved .py file is taken as it is, its new
     syntax or name errors too (the patch is then marked `Python-Check: skipped`)."""
     unresolved: list[str] = []
@@ -41,14 +44,17 @@ def take_resolutions(root: Path, store: ObjectStore, patch: Patch, sections: lis
         if errs:
             unresolved.append(f"{oc.work}: new Python errors: {'; '.join(located(data, oc.path, errs))}")
             continue
+        again = oc.path in reused
         if sha256_hex(data) == oc.new_base:
-            resolved.append(replace(s, outcome=replace(oc, state=UPSTREAM, by_hand=True, new_patched=oc.new_base, work=None)))
+            resolved.append(replace(s, outcome=replace(oc, state=UPSTREAM, by_hand=True, new_patched=oc.new_base, work=None,
+                                                       reused=again, detail=REUSED if again else oc.detail)))
             continue
         sec = rewritten(oc.path, nb, data, original_section(patch, s.old_path), strip, patch.name)
         if data is not None:
             store.put(data)
         state = MOVED if oc.moved_from else MERGED
-        new = replace(oc, state=state, merged=True, by_hand=True, new_patched=sec.patched_sha256, work=None, detail="resolved by hand")
+        new = replace(oc, state=state, merged=True, by_hand=True, new_patched=sec.patched_sha256, work=None,
+                      detail=REUSED if again else "resolved by hand", reused=again)
         resolved.append(replace(s, outcome=new, raw_sha=store.put(sec.raw)))
     if unresolved:
         raise RebaseConflict(

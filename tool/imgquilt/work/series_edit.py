@@ -28,9 +28,17 @@ if TYPE_CHECKING:
     from .tree import WorkTree
 
 
-def new(wt: WorkTree, name: str, header: Header) -> Patch:
-    """Create patches/NAME (header only), insert it after the top patch and make it the top."""
+def new(wt: WorkTree, name: str, header: Header, guards: tuple[str, ...] = (), *, new_guard: bool = False) -> Patch:
+    """Create patches/NAME (header only), insert it after the top patch and make it the top. With
+    `guards` (`+G`/`-G`, checked as `guard` checks them) its series line carries them; when they keep
+    it out of the work tree's selection it is inserted there but not applied."""
+    from ..queue.series import check_guard, pushable
+
     check_patch_name(name)
+    for g in guards:
+        check_guard(g)
+    if guards and not new_guard:
+        _selected_guards(wt, list(guards))
     with wt.locked():
         applied = wt.consistent()
         if name in wt.series():
@@ -39,10 +47,12 @@ def new(wt: WorkTree, name: str, header: Header) -> Patch:
             raise UsageError(f"patches/{name} already exists (not in series).", hint="Import it with `imgquilt import`, or pick another name.")
         raw = check_header(header.raw, name).raw
         patch = Patch(name, Header(raw), (), raw)
-        series = wt.queue.inserted([name], applied[-1] if applied else None)
+        guards = tuple(dict.fromkeys(guards))
+        series = wt.queue.inserted([name], applied[-1] if applied else None, {name: guards})
         staged = Staged(wt, {name: patch})
-        staged.tree.record.write_snapshot(name, [])
-        staged.tree.record.write_applied(applied + [name])
+        if pushable(guards, wt.guards())[0]:
+            staged.tree.record.write_snapshot(name, [])
+            staged.tree.record.write_applied(applied + [name])
         changes = [Change(f"patches/{name}", raw), *staged.changes(), Change("series", series)]
         commit(wt, "new", changes, series=series, patches={name: patch})
         return patch
