@@ -68,27 +68,17 @@ class Sandbox:
     timeout: float = 120.0
     memory: int | None = None
     cwd: str = "/"
+    user: tuple[int, int] | None = None  # (uid, gid) the program runs as (the image's User); None: 0
+    base_staged: Sequence[Staged] = ()  # files shown over the root on the base too (a rebase's queue so far)
+    seconds: float = 0.0  # the wall time of every program run so far (the probes' own time)
     _work: Path | None = field(default=None, repr=False)
 
     def __enter__(self) -> "Sandbox":
         check_available()
         self._work = Path(tempfile.mkdtemp(prefix="imgquilt-boot-"))
         (self._work / "mnt").mkdir()
-        files = self._work / "files"
-        files.mkdir()
-        for s in self.staged:
-            dest = files / s.rel
-            if s.data is None:
-                dest.mkdir(parents=True, exist_ok=True)
-                continue
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                for chunk in chunks_of(s.data):
-                    os.write(fd, chunk)
-                os.fchmod(fd, s.mode & 0o7777)
-            finally:
-                os.close(fd)
+        _stage(self._work / "files", self.staged)
+        _stage(self._work / "base", self.base_staged)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -101,8 +91,8 @@ class Sandbox:
         deployment does; a new one comes in a read-only overlay on its nearest directory the base has
         (the topmost such directory, once), as does a --mount-queue point the base lacks."""
         assert self._work is not None
-        files, points = self._work / "files", self._work / "points"
-        staged = list(self.staged) if patched else []
+        files, points = self._work / ("files" if patched else "base"), self._work / "points"
+        staged = list(self.staged if patched else self.base_staged)
         need: set[str] = set()
         for s in staged:
             if s.data is None or not self.is_file(s.rel):
@@ -114,7 +104,7 @@ class Sandbox:
         tops = [""] if "" in need else sorted(o for o in need if not any(t != o and o.startswith(t + "/") for t in need))
         overlays = []
         for top in tops:
-            lowers = [str(d / top) for d in ((files, points) if patched else (points,)) if (d / top).is_dir()]
+            lowers = [str(d / top) for d in (files, points) if (d / top).is_dir()]
             if lowers:
                 overlays.append([lowers, top])
         binds = [[str(files / s.rel), s.rel] for s in staged
@@ -167,7 +157,7 @@ class Sandbox:
         overlays, binds = self._mounts(patched)
         spec = {"mountpoint": str(self._work / "mnt"), "root": str(Path(self.root).absolute()), "overlays": overlays,
                 "binds": binds, "tmp_bytes": TMP_BYTES, "argv": list(argv), "env": dict(env), "cwd": self.cwd,
-                "memory": self.memory}
+                "memory": self.memory, "user": list(self.user) if self.user else None}
         cmd = [*unshare_argv(), sys.executable, "-I", "-S", str(CHILD), json.dumps(spec)]
         start = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -177,17 +167,37 @@ class Sandbox:
         except subprocess.TimeoutExpired:
             _kill(proc)
             out, err = proc.communicate()
+            self.seconds += time.monotonic() - start
             return Ran(None, out, err, time.monotonic() - start, timed_out=True)
         except BaseException:
             _kill(proc)
             raise
         ran = Ran(proc.returncode, out, err, time.monotonic() - start)
+        self.seconds += ran.seconds
         if ran.code == SETUP_FAILED and b"imgquilt-sandbox: " in err:
             why = err.decode("utf-8", "replace").strip().splitlines()[-1].removeprefix("imgquilt-sandbox: ")
             raise SandboxUnavailable(f"The sandbox could not be made: {why}.",
                                      hint="It needs unprivileged user namespaces with mount, pid and network namespaces, "
                                           "tmpfs and overlayfs in them (Linux 5.11 or later); see docs/boot.md.")
         return ran
+
+
+def _stage(files: Path, staged: Sequence[Staged]) -> None:
+    """Write the staged files under `files` (a new directory of ours), each with its mode."""
+    files.mkdir()
+    for s in staged:
+        dest = files / s.rel
+        if s.data is None:
+            dest.mkdir(parents=True, exist_ok=True)
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            for chunk in chunks_of(s.data):
+                os.write(fd, chunk)
+            os.fchmod(fd, s.mode & 0o7777)
+        finally:
+            os.close(fd)
 
 
 def _kill(proc: subprocess.Popen) -> None:
