@@ -750,7 +750,8 @@ def _opener(root: Path, progress: Progress | None):
 
 def rebase(queue: str | os.PathLike[str] | None = None, *, image: str, from_ref: str | None = None, maps: Sequence[str] = (),
            keep_empty: bool = False, platform: str | None = None, progress: Progress | None = None,
-           profile: str | None = None, conflict_style: str = "diff3", python_check: bool = True) -> RebaseReport:
+           profile: str | None = None, conflict_style: str = "diff3", python_check: bool = True,
+           boot: bool = False) -> RebaseReport:
     """Carry the queue onto `image` with 3-way merges. status "done", or "stopped" on a conflict.
 
     `maps`: "OLD=NEW" target paths or directory prefixes that moved. Needs git on PATH (GitMissing, exit 6).
@@ -759,6 +760,9 @@ def rebase(queue: str | os.PathLike[str] | None = None, *, image: str, from_ref:
     `from_ref`: the old image, when the object store lacks the old bases and the image targets.lock
     pins cannot be opened. `conflict_style`: "diff3" (markers with the old base's section) or "merge".
     `python_check`: after every step, the Python checks (in-file and cross-module) on the new image.
+    `boot`: after every step, the patch's modules imported with the new image's own Python in a sandbox
+    (as `boot`, docs/boot.md); a module that fails where the new image with the queue so far imports
+    it stops the rebase (a conflict of kind boot).
     """
     from .rebase import RebaseOptions, parse_map, rebase_in_progress, start_rebase
 
@@ -786,7 +790,7 @@ def rebase(queue: str | os.PathLike[str] | None = None, *, image: str, from_ref:
             raise unknown(profile, lf)
         select = found.select
     opts = RebaseOptions(ref_for_lock(image, root), platform, ref_for_lock(from_ref, root) if from_ref else None, keep_empty,
-                         tuple(parse_map(m) for m in maps), profile, select, conflict_style, python_check)
+                         tuple(parse_map(m) for m in maps), profile, select, conflict_style, python_check, boot)
     return start_rebase(root, opts, _opener(root, progress))
 
 

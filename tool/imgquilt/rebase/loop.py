@@ -23,6 +23,7 @@ from ..util.gitexe import require_git
 from ..work import WorkTree
 from .backup import backup, backup_queue, restore
 from .boot import NewImage, locate_moves, step_findings, with_findings
+from .bootprobe import boot_step, refuse_boot
 from .carry import finish_patch, rebase_section
 from .finish import finish
 from .moves import plan_paths
@@ -118,6 +119,7 @@ def start_rebase(root: Path, opts: RebaseOptions, opener: Opener) -> RebaseRepor
         select=list(opts.select),
         conflict_style=opts.conflict_style,
         python_check=opts.python_check,
+        boot=opts.boot,
     )
     rebase_dir(root).ensure()
     backup(root, whole)
@@ -189,6 +191,7 @@ def _advance(root: Path, st: RebaseState, opener: Opener) -> RebaseReport:
         sections = [rebase_section(root, st, store, patch, s, strip) for s in patch.sections]
         sections = locate_moves(sections, image)
         sections = with_findings(root, st, store, patch, sections, step_findings(st, store, patch, sections, image))
+        sections = boot_step(root, st, store, patch, sections, image)
         if any(s.outcome.state == CONFLICT for s in sections):
             st.phase = "conflict"
             st.current = {"name": patch.name, "sections": [s.to_json() for s in sections]}
@@ -221,7 +224,9 @@ def _resolve_and_go_on(root: Path, st: RebaseState, opener: Opener) -> RebaseRep
     strip = q.entries[st.next].strip
     sections = [CarriedSection.from_json(d) for d in st.current["sections"]]
     resolved = take_resolutions(root, store, patch, sections, strip)
-    resolved = _refuse_findings(st, store, patch, sections, resolved, NewImage(opener, st, whole.link_paths()))
+    image = NewImage(opener, st, whole.link_paths())
+    resolved = _refuse_findings(st, store, patch, sections, resolved, image)
+    resolved = refuse_boot(st, store, patch, sections, resolved, image)
     finish_patch(st, store, patch, resolved, strip)
     st.phase = "running"
     save_state(root, st)  # journal the resolution before its files leave the work tree

@@ -22,6 +22,7 @@ class RebaseOptions:
     select: tuple[str, ...] = ()  # the guards the rebased selection turns on (the profile's)
     conflict_style: str = "diff3"  # diff3 (the base section too) | merge
     python_check: bool = True  # the Python checks after every step (--no-python-check turns them off)
+    boot: bool = False  # --boot: after every step, the patch's modules imported on the new image (bootprobe.py)
 
 
 def parse_map(value: str) -> tuple[str, str]:

@@ -24,11 +24,12 @@ class FileOutcome:
     moved_from: str | None = None
     merged: bool = False  # the diff was rewritten by a 3-way merge (also for moved files)
     by_hand: bool = False  # a conflict resolved in the work tree
-    conflict: str | None = None  # markers | binary | delete | python
+    conflict: str | None = None  # markers | binary | delete | python | boot
     work: str | None = None  # the work-tree file to resolve, relative to the queue
     detail: str = ""
     upstream: tuple[RegionChange, ...] = ()  # what upstream changed in the regions the section edits
     findings: tuple[dict, ...] = ()  # the cross-module check's new findings on the new image (crosscheck.Finding.to_json)
+    boot: tuple[dict, ...] = ()  # rebase --boot: the probes of its module on the new image (verbs.boot.Probe.json)
 
     def to_json(self) -> dict:
         return {
@@ -36,7 +37,7 @@ class FileOutcome:
             "by_hand": self.by_hand, "old_base": self.old_base, "old_patched": self.old_patched,
             "new_base": self.new_base, "new_patched": self.new_patched, "conflict": self.conflict,
             "work": self.work, "detail": self.detail, "upstream": [u.to_json() for u in self.upstream],
-            "findings": [dict(f) for f in self.findings],
+            "findings": [dict(f) for f in self.findings], "boot": [dict(b) for b in self.boot],
         }
 
     @classmethod
@@ -46,7 +47,7 @@ class FileOutcome:
             new_base=doc["new_base"], new_patched=doc["new_patched"], moved_from=doc["from"], merged=doc["merged"],
             by_hand=doc["by_hand"], conflict=doc["conflict"], work=doc["work"], detail=doc["detail"],
             upstream=tuple(RegionChange.from_json(u) for u in doc.get("upstream", [])),
-            findings=tuple(dict(f) for f in doc.get("findings", [])),
+            findings=tuple(dict(f) for f in doc.get("findings", [])), boot=tuple(dict(b) for b in doc.get("boot", [])),
         )
 
 
@@ -80,6 +81,9 @@ class PatchOutcome:
         problems = [f for f in self.findings if f.get("kind") != "cannot-tell"]
         if problems:
             words += f", {len(problems)} new Python finding(s) on the new image"
+        fails = [b for f in self.files for b in f.boot if b.get("verdict") == "fails"]
+        if fails:
+            words += f", {len(fails)} module(s) fail to boot on the new image"
         return words
 
     def to_json(self) -> dict:

@@ -563,7 +563,7 @@ def boot_queue(q: Queue, *, image: str | None, root: Path | None, overlay: Path 
     if img is None:
         raise BadInput(f"{ref} is not an image with layers; boot a root filesystem with --root DIR.")
     result = patched_result(chosen.queue, source, chosen.lock, image_bytes(q.root, chosen.lock))
-    image_env, cwd, user = _config_of(img.config_bytes)
+    image_env, cwd, user = config_of(img.config_bytes)
     with materialized(img, progress=progress) as base_root:
         plan = BootPlan(base_root, result, boot_env(image_env, chosen.env), cwd, timeout, memory, user_of(user, base_root),
                         command, mounts, _overlay_files(overlay, result), importers)
@@ -591,7 +591,7 @@ def _overlay_files(overlay: Path | None, result: ApplyResult) -> tuple[Staged, .
     return staged
 
 
-def _config_of(config: bytes) -> tuple[dict[str, str] | None, str, str]:
+def config_of(config: bytes) -> tuple[dict[str, str] | None, str, str]:
     """The image config's Env, WorkingDir and User."""
     try:
         cfg = (json.loads(config).get("config") or {})
