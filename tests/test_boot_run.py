@@ -349,6 +349,23 @@ def test_apply_boot_writes_nothing_when_a_patch_fails(layout: Path, tmp_path: Pa
     assert booted["predicate"]["result"] == "PASSED" and booted["predicate"]["passedTests"] == ["svc.util"]
     names = {c["name"]: c["digest"]["sha256"] for c in booted["predicate"]["configuration"]}
     assert "sha256:" + names["patched"] == v["image"]["digest"] and names["base"] == doc["boot"]["image"]["digest"].split(":")[1]
+    # the apply record holds the boot result: verdicts, probes and both digests, and no times, so it stays reproducible
+    record = v["attestation"]["predicate"]["record"]["boot"]
+    assert record["patches"] == [{"name": "0004-fine.patch", "verdict": "boots", "why": ""}]
+    assert record["base_digest"] == doc["boot"]["image"]["digest"] and record["patched_digest"] == doc["boot"]["patched_digest"]
+    assert record["probes"][0]["module"] == "svc.util" and record["probes"][0]["patched"] == {"state": "ok", "failure": None}
+    layers = [tmp_path / "a.tar", tmp_path / "b.tar", tmp_path / "plain.tar"]
+    for layer, extra in zip(layers, (["--boot"], ["--boot"], [])):
+        imgquilt("apply", "--image", ref, *extra, "--layer", str(layer), cwd=q2, env=cli_env, check=0)
+    assert layers[0].read_bytes() == layers[1].read_bytes()
+    import tarfile
+
+    def applied(layer: Path) -> dict:
+        with tarfile.open(layer) as tf:
+            member = next(m for m in tf.getmembers() if m.name.lstrip("./") == "var/lib/imgquilt/applied.json")
+            return json.loads(tf.extractfile(member).read())  # type: ignore[union-attr]
+
+    assert applied(layers[0])["boot"] == record and "boot" not in applied(layers[2])
 
 
 def test_a_probe_past_the_memory_limit_fails_with_memory_error(root: Path, tmp_path: Path, cli_env) -> None:

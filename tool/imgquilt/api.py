@@ -441,7 +441,8 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
             key = _with(key, boot=booted)
     with _naming(chosen.name), _other_pin(chosen, theirs):
         result, written = apply_queue(chosen.queue, source, pinned, outputs, open_base, locked=locked, python_check=python_check,
-                                      attest=key, env=chosen.env, image_bytes=_image_bytes(q.root, pinned, platform, progress))
+                                      attest=key, env=chosen.env, image_bytes=_image_bytes(q.root, pinned, platform, progress),
+                                      boot=booted.record() if booted is not None else None)
     return Applied(result, written, chosen.name, booted)
 
 

@@ -151,6 +151,7 @@ class BootReport:
     env: tuple[tuple[str, str], ...] = ()
     timeout: float = DEFAULT_TIMEOUT
     sandbox_seconds: float = 0.0  # the wall time of every sandboxed process: the probes' own time
+    patched_digest: str | None = None  # over the files shown over the base (queue.lock.rootfs_digest of path, sha256)
 
     @property
     def failed(self) -> bool:
@@ -174,7 +175,19 @@ class BootReport:
         return {"image": {"ref": self.ref, "digest": self.digest}, "profile": self.profile, "env": dict(self.env),
                 "timeout": self.timeout, "patches": [p.json() for p in self.patches], "probes": [p.json() for p in self.probes],
                 "command": None if self.command is None else self.command.json(), "ok": not self.failed,
-                "sandbox_seconds": round(self.sandbox_seconds, 3)}
+                "sandbox_seconds": round(self.sandbox_seconds, 3), "patched_digest": self.patched_digest}
+
+    def record(self) -> dict:
+        """What `apply --boot` keeps in the apply record (docs/applied-record.md): the verdicts and the
+        probes without times or output, so the same boot gives the same record bytes."""
+        def side(o: Outcome | None) -> dict | None:
+            return None if o is None else {"state": o.state, "failure": None if o.failure is None else o.failure.json()}
+
+        return {"base_digest": self.digest, "patched_digest": self.patched_digest, "profile": self.profile,
+                "timeout": self.timeout, "patches": [{"name": p.name, "verdict": p.verdict, "why": p.why} for p in self.patches],
+                "probes": [{"path": p.path, "module": p.module, "verdict": p.verdict, "why": p.why,
+                            "attributed_to": p.blamed, "importer_of": p.importer_of, "base": side(p.base),
+                            "patched": side(p.patched)} for p in self.probes]}
 
 
 @dataclass(frozen=True)
@@ -233,7 +246,24 @@ def run_boot(plan: BootPlan, *, ref: str, digest: str | None, profile: str | Non
     held = {p for f in result.files if not f.changed and f.final is not None and f.target.path != RECORD_PATH
             and f.resolved.endswith(".py") for p in f.patches}
     return BootReport(ref, digest, profile, verdicts(result.patches, changes, probes, held), tuple(probes), command,
-                      env_shown, plan.timeout, box.seconds)
+                      env_shown, plan.timeout, box.seconds, tree_digest(staged))
+
+
+def tree_digest(staged: Sequence[Staged]) -> str:
+    """A digest of the files a probe sees over the base: over their (path, sha256) pairs."""
+    import hashlib
+
+    from ..fs.content import chunks_of
+    from ..queue.lock import rootfs_digest
+
+    pairs = []
+    for s in staged:
+        if s.data is not None:
+            h = hashlib.sha256()
+            for chunk in chunks_of(s.data):
+                h.update(chunk)
+            pairs.append((s.rel, h.hexdigest()))
+    return rootfs_digest(pairs)
 
 
 def probe_changes(box: Sandbox, env: Mapping[str, str], changes: Sequence[Change], importers: int,
