@@ -18,7 +18,10 @@ interleaved, best of --repeat:
 - `apply cold`: `apply --image REF --layer OUT` with an empty shared cache;
 - `boot cold`: `boot --image REF --format json` with an empty shared cache (the base filesystem is
   unpacked into it);
-- `boot warm`: the same again (the tree is in the cache).
+- `boot warm`: the same again (the tree is in the cache);
+- `tar -x floor`: GNU tar (C) unpacking the same four layer blobs into an empty directory, one
+  after the other (`tar -xzf BLOB -C DIR`, no whiteouts): what writing this filesystem costs here at
+  the least, the floor under a cold boot's unpack.
 
 The probes' own time is the report's `sandbox_seconds` (the wall time of every sandboxed process).
 The goal: boot cold - probes <= 1.5 x apply cold; boot warm - probes <= 0.5 s.
@@ -108,6 +111,20 @@ def make_queue(vllm: Path, work: Path) -> Path:
     return q
 
 
+def untar(ref: str, work: Path) -> Run:
+    layout = Path(ref.split(":")[1])
+    index = json.loads((layout / "index.json").read_text())
+    blobs = layout / "blobs" / "sha256"
+    manifest = json.loads((blobs / index["manifests"][0]["digest"].split(":")[1]).read_bytes())
+    dest = work / "untar"
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir()
+    script = " && ".join(f"tar -xzf {blobs / d['digest'].split(':')[1]} -C {dest}" for d in manifest["layers"])
+    run = run_child(["sh", "-c", script], dict(os.environ))
+    shutil.rmtree(dest, ignore_errors=True)
+    return run
+
+
 def imgquilt(env: dict[str, str], *args: str, ok: tuple[int, ...] = (0,)) -> Run:
     r = run_child([sys.executable, "-m", "imgquilt", *args], env)
     if r.code not in ok:
@@ -135,12 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     env["IMGQUILT_CACHE_DIR"] = str(cache)
     rows: dict[str, list[tuple[Run, float, dict]]] = {}
     for r in range(args.repeat):
-        for key in ("apply cold", "boot cold", "boot warm"):
+        for key in ("apply cold", "boot cold", "boot warm", "tar -x floor"):
             if key.endswith("cold"):
                 shutil.rmtree(cache, ignore_errors=True)
                 shutil.rmtree(q / ".imgquilt", ignore_errors=True)
             os.sync()
-            if key.startswith("apply"):
+            if key.startswith("tar"):
+                run, probes, doc = untar(ref, work), 0.0, {}
+            elif key.startswith("apply"):
                 out = work / "out.tar"
                 out.unlink(missing_ok=True)
                 run = imgquilt(env, "--queue", str(q), "apply", "--image", ref, "--layer", str(out))

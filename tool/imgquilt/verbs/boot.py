@@ -434,17 +434,31 @@ def _importers_of(box: Sandbox, entries, module: str, limit: int, seen: set[str]
                 try:
                     with open(os.path.join(dirpath, name), "rb", opener=lambda p, fl: os.open(p, fl | os.O_NOFOLLOW)) as fh:
                         text = fh.read(4 << 20)
-                    if last.encode() not in text:
+                    if last.encode() not in text or not _names_in_import(text, last):
                         continue
                     tree = ast.parse(text)
                 except (OSError, SyntaxError, ValueError):
                     continue
-                if _imports(tree, mod, name == "__init__.py", module):
+                if _imports(tree, mod, name == "__init__.py", module):  # (parsed only when an import line names it)
                     found.append((rel, mod))
                     if len(found) >= limit:
                         return found
         break  # the first sys.path entry that has the package is the one Python imports it from
     return found
+
+
+def _names_in_import(text: bytes, last: str) -> bool:
+    """A cheap screen before the parse: does a line that starts an import statement (or continues
+    one in parentheses) name `last`? A file that only mentions it elsewhere is not parsed."""
+    word = re.compile(rb"\b" + re.escape(last.encode()) + rb"\b")
+    in_parens = False
+    for line in text.splitlines():
+        s = line.lstrip()
+        if in_parens or s.startswith((b"import ", b"from ")):
+            if word.search(line):
+                return True
+            in_parens = ((in_parens or b"(" in s) and b")" not in s) or s.rstrip().endswith(b"\\")
+    return False
 
 
 def _imports(tree, mod: str, is_pkg: bool, target: str) -> bool:
@@ -592,9 +606,11 @@ def boot_queue(q: Queue, *, image: str | None, root: Path | None, overlay: Path 
     img = getattr(source, "image", None)
     if img is None:
         raise BadInput(f"{ref} is not an image with layers; boot a root filesystem with --root DIR.")
-    result = patched_result(chosen.queue, source, chosen.lock, image_bytes(q.root, chosen.lock))
     image_env, cwd, user = config_of(img.config_bytes)
     with materialized(img, progress=progress) as base_root:
+        # the series verified on the unpacked tree (it is the image's filesystem): the layers are read
+        # once, to unpack them, not a second time to plan (docs/decisions.md)
+        result = patched_result(chosen.queue, RootfsSource(base_root, ref=ref), chosen.lock, image_bytes(q.root, chosen.lock))
         plan = BootPlan(base_root, result, boot_env(image_env, chosen.env), cwd, timeout, memory, user_of(user, base_root),
                         command, mounts, _overlay_files(overlay, result), importers)
         return run_boot(plan, ref=ref, digest=img.manifest_digest, profile=chosen.name, env_shown=chosen.env,
