@@ -107,3 +107,26 @@ def test_a_boot_over_the_cap_gives_the_same_verdicts_and_leaves_the_cache_under_
     rootfs = Path(cli_env["IMGQUILT_CACHE_DIR"]) / "rootfs"
     assert not [p for p in rootfs.iterdir() if p.name != "pool"]
     assert not any(p.is_file() for p in (rootfs / "pool").rglob("*"))
+
+
+def test_an_image_with_no_python_is_cannot_tell_not_an_error(images, tmp_path: Path, cli_env) -> None:
+    """Bad input of the acceptance: an image with no interpreter, a module outside any site-packages, a
+    command path that is no executable of the image, a User the image does not have: "cannot tell" or
+    a clear error with its exit code, never 1 (qtools.imgquilt asserts that for every run)."""
+    import subprocess
+
+    q = tmp_path / "q"
+    q.mkdir()
+    (q / "series").write_text("")
+    write_patch(q, "0001-mod.patch", [(f"{PKG}/mod.py", b"VALUE = 1\n" * 1000, b"VALUE = 1\n" * 1000 + b"OTHER = 2\n")])
+    write_patch(q, "0002-outside.patch", [("opt/app/run.py", None, b"X = 1\n")])
+    r = imgquilt("boot", "--image", images[0], cwd=q, env=cli_env, check=0)
+    assert "cannot tell  0001-mod.patch" in r.out and "the image has no python3.11 (nor python3) on its PATH" in r.out
+    assert "cannot tell  0002-outside.patch" in r.out and "not under a directory an image's Python imports from" in r.out
+    r = imgquilt("boot", "--image", images[0], "--", "/usr/share/doc/big.txt", cwd=q, env=cli_env, check=6)
+    assert "The command '/usr/share/doc/big.txt' is not an executable file in the image." in r.err
+    layout = Path(images[0].split(":")[1])
+    subprocess.run(["umoci", "config", "--image", f"{layout}:latest", "--tag", "named", "--config.user", "app"],
+                   check=True, capture_output=True)
+    r = imgquilt("boot", "--image", f"oci:{layout}:named", cwd=q, env=cli_env, check=6)
+    assert "The image's User 'app': no 'app' in the image's /etc/passwd." in r.err

@@ -98,3 +98,18 @@ def test_rebase_boot_skip_drops_the_patch_that_fails(roots, tmp_path: Path, cli_
     imgquilt("rebase", "--image", f"rootfs:{new}", "--boot", cwd=q, env=cli_env, check=4)
     imgquilt("rebase", "--skip", cwd=q, env=cli_env, check=0)
     assert (q / "series").read_text() == "0001-util.patch\n"
+
+
+def test_rebase_boot_without_a_sandbox_is_exit_6_and_starts_nothing(roots, tmp_path: Path, cli_env) -> None:
+    old, new = roots
+    q = _queue(tmp_path / "q", old, cli_env)
+    before = {p.name: p.read_bytes() for p in (q / "patches").iterdir()}, (q / "series").read_bytes()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "unshare").write_text("#!/bin/sh\necho 'unshare: unshare failed: Operation not permitted' >&2\nexit 1\n")
+    (bin_dir / "unshare").chmod(0o755)
+    env = {**cli_env, "PATH": f"{bin_dir}:{cli_env['PATH']}", "IMGQUILT_SANDBOX": "unshare"}
+    r = imgquilt("rebase", "--image", f"rootfs:{new}", "--boot", cwd=q, env=env, check=6)
+    assert "No sandbox to run the image's Python in: tried unshare(1)" in r.err and "No rebase was started" in r.err
+    assert ({p.name: p.read_bytes() for p in (q / "patches").iterdir()}, (q / "series").read_bytes()) == before
+    assert not (q / ".imgquilt/rebase").exists()
