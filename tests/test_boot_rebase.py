@@ -113,3 +113,18 @@ def test_rebase_boot_without_a_sandbox_is_exit_6_and_starts_nothing(roots, tmp_p
     assert "No sandbox to run the image's Python in: tried unshare(1)" in r.err and "No rebase was started" in r.err
     assert ({p.name: p.read_bytes() for p in (q / "patches").iterdir()}, (q / "series").read_bytes()) == before
     assert not (q / ".imgquilt/rebase").exists()
+
+
+def test_rebase_boot_onto_an_image_unpacks_it_once_and_stops_the_same(roots, tmp_path: Path, cli_env) -> None:
+    from imagetools import build_oci
+
+    old, new = roots
+    layout = build_oci(tmp_path / "new-image", [new])
+    q = _queue(tmp_path / "q", old, cli_env)
+    r = imgquilt("rebase", "--image", f"oci:{layout}:latest", "--from", f"rootfs:{old}", "--boot", cwd=q, env=cli_env,
+                 check=4)
+    assert ("carried, but it fails to boot on the new image: cyc.a: "
+            f"{DIST}/cyc/a.py:1: ImportError: cannot import name 'A' from partially initialized module 'cyc.a'") in r.err
+    trees = list((Path(cli_env["IMGQUILT_CACHE_DIR"]) / "rootfs").glob("*.tree"))
+    assert len(trees) == 1  # unpacked once for both steps
+    imgquilt("rebase", "--skip", cwd=q, env=cli_env, check=0)
