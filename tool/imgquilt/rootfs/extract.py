@@ -45,24 +45,26 @@ class _Tree:
         self.dir_modes: dict[str, int] = {}
         self.pool = pool
         self.bytes = 0  # of the regular files written
-        self._last: tuple[str, int, str] | None = None  # (head, its fd, resolved): a tar lists a directory's files together
+        # head -> (its fd, resolved), the most recent few: a tar lists a directory's files together
+        self._known: dict[str, tuple[int, str]] = {}
 
     def close(self) -> None:
         self.forget()
         os.close(self.fd)
 
     def forget(self) -> None:
-        """Drop the remembered parent: a link, a whiteout or a replaced directory may change what a path resolves to."""
-        if self._last is not None:
-            os.close(self._last[1])
-            self._last = None
+        """Drop the remembered parents: a link, a whiteout or a replaced directory may change what a path resolves to."""
+        for fd, _ in self._known.values():
+            os.close(fd)
+        self._known.clear()
 
     def parent(self, rel: str) -> tuple[int, str, str]:
         """(fd of the resolved parent directory, made as needed; the name in it; the resolved path)."""
         head, _, name = rel.rpartition("/")
-        if self._last is not None and self._last[0] == head:
-            resolved = self._last[2]
-            return os.dup(self._last[1]), name, f"{resolved}/{name}" if resolved else name
+        known = self._known.get(head)
+        if known is not None:
+            resolved = known[1]
+            return os.dup(known[0]), name, f"{resolved}/{name}" if resolved else name
         resolved = ""
         if head:
             try:
@@ -76,8 +78,10 @@ class _Tree:
             fd = open_dir(self.fd, resolved.split("/") if resolved else [], create=True)
         except (OSError, BadInput):
             raise _Skip() from None
-        self.forget()
-        self._last = (head, os.dup(fd), resolved)
+        if len(self._known) >= 64:
+            old = next(iter(self._known))
+            os.close(self._known.pop(old)[0])
+        self._known[head] = (os.dup(fd), resolved)
         return fd, name, f"{resolved}/{name}" if resolved else name
 
     def remove(self, dfd: int, name: str) -> None:
