@@ -73,6 +73,7 @@ class Sandbox:
     base_staged: Sequence[Staged] = ()  # files shown over the root on the base too (a rebase's queue so far)
     way: str = "unshare"  # how it is made (sandbox_ways: the first that works)
     seconds: float = 0.0  # the wall time of every program run so far (the probes' own time)
+    cpu_seconds: float = 0.0  # their CPU time (user + system, the sandbox's own processes included)
     _work: Path | None = field(default=None, repr=False)
 
     def __enter__(self) -> "Sandbox":
@@ -161,6 +162,7 @@ class Sandbox:
                 "binds": binds, "tmp_bytes": TMP_BYTES, "argv": list(argv), "env": dict(env), "cwd": self.cwd,
                 "memory": self.memory, "user": list(self.user) if self.user else None}
         cmd, penv, limit = self._command(spec, patched)
+        cpu0 = _children_cpu()
         start = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True, env=penv, preexec_fn=limit)
@@ -170,12 +172,14 @@ class Sandbox:
             _kill(proc)
             out, err = proc.communicate()
             self.seconds += time.monotonic() - start
+            self.cpu_seconds += _children_cpu() - cpu0
             return Ran(None, out, err, time.monotonic() - start, timed_out=True)
         except BaseException:
             _kill(proc)
             raise
         ran = Ran(proc.returncode, out, err, time.monotonic() - start)
         self.seconds += ran.seconds
+        self.cpu_seconds += _children_cpu() - cpu0
         why = self._setup_failed(ran)
         if why is not None:
             raise SandboxUnavailable(f"The sandbox ({self.way}) could not be made: {why}.",
@@ -215,6 +219,13 @@ class Sandbox:
         if self.way == "podman" and ran.code in (125, 126) and any(x.startswith("Error: ") for x in err):
             return next(x for x in err if x.startswith("Error: "))
         return None
+
+
+def _children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def _stage(files: Path, staged: Sequence[Staged]) -> None:

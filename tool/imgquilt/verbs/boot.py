@@ -151,6 +151,7 @@ class BootReport:
     env: tuple[tuple[str, str], ...] = ()
     timeout: float = DEFAULT_TIMEOUT
     sandbox_seconds: float = 0.0  # the wall time of every sandboxed process: the probes' own time
+    sandbox_cpu_seconds: float = 0.0  # their CPU time
     patched_digest: str | None = None  # over the files shown over the base (queue.lock.rootfs_digest of path, sha256)
 
     @property
@@ -175,7 +176,8 @@ class BootReport:
         return {"image": {"ref": self.ref, "digest": self.digest}, "profile": self.profile, "env": dict(self.env),
                 "timeout": self.timeout, "patches": [p.json() for p in self.patches], "probes": [p.json() for p in self.probes],
                 "command": None if self.command is None else self.command.json(), "ok": not self.failed,
-                "sandbox_seconds": round(self.sandbox_seconds, 3), "patched_digest": self.patched_digest}
+                "sandbox_seconds": round(self.sandbox_seconds, 3), "sandbox_cpu_seconds": round(self.sandbox_cpu_seconds, 3),
+                "patched_digest": self.patched_digest}
 
     def record(self) -> dict:
         """What `apply --boot` keeps in the apply record (docs/applied-record.md): the verdicts and the
@@ -246,7 +248,7 @@ def run_boot(plan: BootPlan, *, ref: str, digest: str | None, profile: str | Non
     held = {p for f in result.files if not f.changed and f.final is not None and f.target.path != RECORD_PATH
             and f.resolved.endswith(".py") for p in f.patches}
     return BootReport(ref, digest, profile, verdicts(result.patches, changes, probes, held), tuple(probes), command,
-                      env_shown, plan.timeout, box.seconds, tree_digest(staged))
+                      env_shown, plan.timeout, box.seconds, box.cpu_seconds, tree_digest(staged))
 
 
 def tree_digest(staged: Sequence[Staged]) -> str:
