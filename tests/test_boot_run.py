@@ -299,23 +299,104 @@ def test_the_same_verdicts_for_the_overlay_apply_wrote(root: Path, tmp_path: Pat
     assert f"does not hold the series' result on this base for 1 file(s): {DIST}/svc/util.py" in r.err
 
 
-def test_no_sandbox_is_exit_6_naming_what_was_tried(root: Path, tmp_path: Path, cli_env) -> None:
-    """Where user namespaces are turned off, unshare fails as this stand-in does; nothing is run on the host."""
-    q = _queue(tmp_path / "q", [SHAPES[3]])
+def _failing_unshare(tmp_path: Path) -> Path:
+    """Where user namespaces are turned off, unshare fails as this stand-in does."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "unshare"
     fake.write_text("#!/bin/sh\necho 'unshare: unshare failed: Operation not permitted' >&2\nexit 1\n")
     fake.chmod(0o755)
-    env = {**cli_env, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    return bin_dir
+
+
+def _tools_but(tmp_path: Path, *without: str) -> Path:
+    """A PATH directory with this machine's tools (python3 for imgquilt's own children, skopeo, ...),
+    `without` those named."""
+    d = tmp_path / "tools"
+    d.mkdir()
+    for name in ("unshare", "bwrap", "podman", "git", "skopeo", "umoci", "sh", "true"):
+        found = shutil.which(name)
+        if found and name not in without:
+            os.symlink(found, d / name)
+    return d
+
+
+def test_no_sandbox_is_exit_6_naming_each_way_tried(root: Path, tmp_path: Path, cli_env) -> None:
+    """Nothing is run on the host when no way works: unshare (namespaces off), bwrap (not installed)
+    and podman (this machine's crun cannot set its rlimits: detected, reported, never a crash)."""
+    q = _queue(tmp_path / "q", [SHAPES[3]])
+    env = {**cli_env, "PATH": f"{_failing_unshare(tmp_path)}:{_tools_but(tmp_path, 'unshare', 'bwrap')}"}
     r = imgquilt("boot", "--root", str(root), cwd=q, env=env, check=6)
-    assert ("tried unshare(1) with user, mount, pid and network namespaces: unshare: unshare failed: Operation not "
-            "permitted") in r.err
-    assert "Booted" not in r.out
+    assert ("No sandbox to run the image's Python in: tried unshare(1) with user, mount, pid and network namespaces: "
+            "unshare: unshare failed: Operation not permitted; bubblewrap (bwrap): bwrap is not on PATH (Debian package "
+            "bubblewrap); podman run --network none --read-only --rootfs: ") in r.err
+    assert "Nothing was run." in r.err and "Booted" not in r.out
+    if shutil.which("podman"):  # the suite's machine: podman is there but cannot run a container
+        assert "podman is not on PATH" not in r.err
     r = imgquilt("boot", "--root", str(root), cwd=q, env={**cli_env, "PATH": str(tmp_path / "empty")}, check=6)
-    assert "unshare is not on PATH" in r.err
+    assert ("unshare is not on PATH (util-linux); bubblewrap (bwrap): bwrap is not on PATH (Debian package bubblewrap); "
+            "podman run --network none --read-only --rootfs: podman is not on PATH") in r.err
     doc = json.loads(imgquilt("--json", "boot", "--root", str(root), cwd=q, env=env, check=6).out)
     assert doc["error"]["kind"] == "sandbox-unavailable"
+    # one way named by the setting: only that one is tried
+    r = imgquilt("boot", "--root", str(root), cwd=q, env={**env, "IMGQUILT_SANDBOX": "unshare"}, check=6)
+    assert "tried unshare(1) with user, mount, pid and network namespaces: unshare: unshare failed" in r.err
+    assert "bwrap" not in r.err
+    r = imgquilt("boot", "--root", str(root), cwd=q, env={**cli_env, "IMGQUILT_SANDBOX": "chroot"}, check=2)
+    assert "IMGQUILT_SANDBOX='chroot': expected auto, or one or more of unshare, bwrap, podman" in r.err
+
+
+@pytest.mark.skipif(shutil.which("podman") is None, reason="podman is installed on the suite's machine")
+def test_podman_that_cannot_run_a_container_is_reported_not_used(root: Path, tmp_path: Path, cli_env) -> None:
+    q = _queue(tmp_path / "q", [SHAPES[3]])
+    probe = __import__("subprocess").run(["podman", "run", "--rm", "--network", "none", "--read-only", "--rootfs",
+                                          f"{root}:O", "/usr/bin/python3", "-c", "print(1)"], capture_output=True, text=True)
+    r = imgquilt("boot", "--root", str(root), cwd=q, env={**cli_env, "IMGQUILT_SANDBOX": "podman"},
+                 check=0 if probe.returncode == 0 else 6)
+    if probe.returncode != 0:  # this machine: crun's setrlimit is refused
+        assert "tried podman run --network none --read-only --rootfs: Error: " in r.err
+        assert probe.stderr.strip().splitlines()[-1].strip() in r.err
+    else:
+        assert "boots        0004-fine.patch" in r.out
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is installed by .ci/install-tools")
+def test_bwrap_gives_the_same_verdicts_as_unshare(root: Path, tmp_path: Path, cli_env) -> None:
+    """Forced (the setting), and as the fallback where unshare fails: the five shapes' verdicts, lines
+    and the base's error are those unshare gives; the root is as it was."""
+    q = _queue(tmp_path / "q")
+    before = tree_hash(root)
+    ref = json.loads(imgquilt("boot", "--root", str(root), "--format", "json", cwd=q,
+                              env={**cli_env, "IMGQUILT_SANDBOX": "unshare"}, check=3).out)
+    forced = json.loads(imgquilt("boot", "--root", str(root), "--format", "json", cwd=q,
+                                 env={**cli_env, "IMGQUILT_SANDBOX": "bwrap"}, check=3).out)
+    fallback_env = {**cli_env, "PATH": f"{_failing_unshare(tmp_path)}:{os.environ['PATH']}"}
+    fallback = json.loads(imgquilt("boot", "--root", str(root), "--format", "json", cwd=q, env=fallback_env, check=3).out)
+
+    def said(doc: dict) -> list:
+        return [(p["name"], p["verdict"], [(f["module"], f["type"], f["path"], f["line"]) for f in p["failures"]])
+                for p in doc["patches"]] + [(p["module"], p["verdict"], p["why"]) for p in doc["probes"]]
+
+    assert _verdicts(ref) == {"0001-cycle.patch": "fails", "0002-env.patch": "fails", "0003-cext.patch": "fails",
+                              "0004-fine.patch": "boots", "0005-gpu.patch": "cannot tell"}
+    assert said(forced) == said(ref) and said(fallback) == said(ref)
+    assert tree_hash(root) == before
+    # the network is out of reach there too
+    q2 = tmp_path / "q2"
+    q2.mkdir()
+    (q2 / "series").write_text("")
+    util = f"{DIST}/svc/util.py"
+    write_patch(q2, "0001-net.patch", [(util, BASE[util], BASE[util] + b"import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=3)\n")])
+    r = imgquilt("boot", "--root", str(root), cwd=q2, env={**cli_env, "IMGQUILT_SANDBOX": "bwrap"}, check=3)
+    assert "OSError: [Errno 101] Network is unreachable" in r.out
+    # a new module needs an overlay, which bubblewrap 0.8 (Debian 12) cannot make: said, exit 6, never a probe without it
+    q3 = _queue(tmp_path / "q3", [SHAPES[3]])
+    write_patch(q3, "0002-new.patch", [(f"{DIST}/brandnew.py", None, b"X = 1\n")])
+    from imgquilt.rootfs.sandbox_ways import bwrap_has_overlay
+
+    if not bwrap_has_overlay():
+        r = imgquilt("boot", "--root", str(root), cwd=q3, env={**cli_env, "IMGQUILT_SANDBOX": "bwrap"}, check=6)
+        assert f"bubblewrap cannot show the new files under /{DIST} over the root: it has no --overlay-src" in r.err
 
 
 def test_apply_boot_writes_nothing_when_a_patch_fails(layout: Path, tmp_path: Path, cli_env) -> None:
@@ -349,6 +430,23 @@ def test_apply_boot_writes_nothing_when_a_patch_fails(layout: Path, tmp_path: Pa
     assert booted["predicate"]["result"] == "PASSED" and booted["predicate"]["passedTests"] == ["svc.util"]
     names = {c["name"]: c["digest"]["sha256"] for c in booted["predicate"]["configuration"]}
     assert "sha256:" + names["patched"] == v["image"]["digest"] and names["base"] == doc["boot"]["image"]["digest"].split(":")[1]
+    # the apply record holds the boot result: verdicts, probes and both digests, and no times, so it stays reproducible
+    record = v["attestation"]["predicate"]["record"]["boot"]
+    assert record["patches"] == [{"name": "0004-fine.patch", "verdict": "boots", "why": ""}]
+    assert record["base_digest"] == doc["boot"]["image"]["digest"] and record["patched_digest"] == doc["boot"]["patched_digest"]
+    assert record["probes"][0]["module"] == "svc.util" and record["probes"][0]["patched"] == {"state": "ok", "failure": None}
+    layers = [tmp_path / "a.tar", tmp_path / "b.tar", tmp_path / "plain.tar"]
+    for layer, extra in zip(layers, (["--boot"], ["--boot"], [])):
+        imgquilt("apply", "--image", ref, *extra, "--layer", str(layer), cwd=q2, env=cli_env, check=0)
+    assert layers[0].read_bytes() == layers[1].read_bytes()
+    import tarfile
+
+    def applied(layer: Path) -> dict:
+        with tarfile.open(layer) as tf:
+            member = next(m for m in tf.getmembers() if m.name.lstrip("./") == "var/lib/imgquilt/applied.json")
+            return json.loads(tf.extractfile(member).read())  # type: ignore[union-attr]
+
+    assert applied(layers[0])["boot"] == record and "boot" not in applied(layers[2])
 
 
 def test_a_probe_past_the_memory_limit_fails_with_memory_error(root: Path, tmp_path: Path, cli_env) -> None:
@@ -380,3 +478,48 @@ def test_check_boot_lints_then_boots(root: Path, tmp_path: Path, cli_env) -> Non
     validator("check").validate(doc)
     assert doc["ok"] is False and doc["boot"]["ok"] is False and doc["error"]["code"] == 3
     assert any("0003-cext.patch: fastjson: " in p for p in doc["problems"])
+
+
+@pytest.mark.parametrize("way", ["unshare", "bwrap"])
+def test_the_probe_runs_as_the_images_user_in_its_working_directory(way: str, layout: Path, tmp_path: Path, cli_env) -> None:
+    """An image whose config sets User 1234:1234 and WorkingDir /usr: the command and the probes run as
+    that uid and gid, there (a root has no config: root, /)."""
+    if way == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is installed by .ci/install-tools")
+    import subprocess
+
+    img = tmp_path / "img"
+    shutil.copytree(layout, img)
+    subprocess.run(["umoci", "config", "--image", f"{img}:latest", "--tag", "user", "--config.user", "1234:1234",
+                    "--config.workingdir", "/usr"], check=True, capture_output=True)
+    q = _queue(tmp_path / "q", [SHAPES[3]])
+    util = f"{DIST}/svc/util.py"
+    write_patch(q, "0002-whoami.patch", [(util, PATCHED[util], PATCHED[util] + b"import os\nWHO = (os.getuid(), os.getgid())\n"
+                                                                              b"assert WHO == (1234, 1234), WHO\n")])
+    env = {**cli_env, "IMGQUILT_SANDBOX": way}
+    doc = json.loads(imgquilt("boot", "--image", f"oci:{img}:user", "--format", "json", "--", "python3", "-c",
+                              "import os; print(os.getuid(), os.getgid(), os.getcwd())", cwd=q, env=env, check=0).out)
+    assert doc["command"]["patched"]["stdout_tail"] == "1234 1234 /usr\n"
+    assert doc["command"]["base"]["stdout_tail"] == "1234 1234 /usr\n"
+    assert _verdicts(doc)["0002-whoami.patch"] == "boots"
+    # the same image with no User: uid 0 of the sandbox, and the probe that asserts the uid fails
+    doc = json.loads(imgquilt("boot", "--image", f"oci:{img}:latest", "--format", "json", "--", "python3", "-c",
+                              "import os; print(os.getuid(), os.getcwd())", cwd=q, env=env, check=3).out)
+    assert doc["command"]["patched"]["stdout_tail"] == "0 /\n"
+    who = next(p for p in doc["patches"] if p["name"] == "0002-whoami.patch")
+    assert who["verdict"] == "fails" and (who["failures"][0]["type"], who["failures"][0]["message"]) == ("AssertionError", "(0, 0)")
+
+
+def test_a_named_user_is_looked_up_in_the_images_passwd(tmp_path: Path) -> None:
+    from imgquilt.errors import BadInput
+    from imgquilt.verbs.boot import user_of
+
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/passwd").write_text("root:x:0:0::/root:/bin/sh\napp:x:1001:1002::/home/app:/bin/sh\n")
+    (tmp_path / "etc/group").write_text("root:x:0:\nstaff:x:50:\n")
+    assert user_of("app", tmp_path) == (1001, 1002)
+    assert user_of("app:staff", tmp_path) == (1001, 50)
+    assert user_of("77", tmp_path) == (77, 0) and user_of("77:88", tmp_path) == (77, 88)
+    assert user_of("root", tmp_path) is None and user_of("", tmp_path) is None
+    with pytest.raises(BadInput, match="no 'nobody' in the image's /etc/passwd"):
+        user_of("nobody", tmp_path)

@@ -441,7 +441,8 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
             key = _with(key, boot=booted)
     with _naming(chosen.name), _other_pin(chosen, theirs):
         result, written = apply_queue(chosen.queue, source, pinned, outputs, open_base, locked=locked, python_check=python_check,
-                                      attest=key, env=chosen.env, image_bytes=_image_bytes(q.root, pinned, platform, progress))
+                                      attest=key, env=chosen.env, image_bytes=_image_bytes(q.root, pinned, platform, progress),
+                                      boot=booted.record() if booted is not None else None)
     return Applied(result, written, chosen.name, booted)
 
 
@@ -782,7 +783,8 @@ def _opener(root: Path, progress: Progress | None):
 def rebase(queue: str | os.PathLike[str] | None = None, *, image: str = "", from_ref: str | None = None, maps: Sequence[str] = (),
            keep_empty: bool = False, platform: str | None = None, progress: Progress | None = None,
            profile: str | None = None, conflict_style: str = "diff3", python_check: bool = True,
-           images: Mapping[str, str] | None = None, split: bool = False, force: bool = False) -> RebaseReport:
+           images: Mapping[str, str] | None = None, split: bool = False, force: bool = False,
+           boot: bool = False) -> RebaseReport:
     """Carry the queue onto `image` with 3-way merges. status "done", or "stopped" on a conflict.
 
     `maps`: "OLD=NEW" target paths or directory prefixes that moved. Needs git on PATH (GitMissing, exit 6).
@@ -796,6 +798,9 @@ def rebase(queue: str | os.PathLike[str] | None = None, *, image: str = "", from
     `from_ref`: the old image, when the object store lacks the old bases and the image targets.lock
     pins cannot be opened. `conflict_style`: "diff3" (markers with the old base's section) or "merge".
     `python_check`: after every step, the Python checks (in-file and cross-module) on the new image.
+    `boot`: after every step, the patch's modules imported with the new image's own Python in a sandbox
+    (as `boot`, docs/boot.md); a module that fails where the new image with the queue so far imports
+    it stops the rebase (a conflict of kind boot).
     """
     from .rebase import RebaseOptions, parse_map, rebase_in_progress, start_rebase
 
@@ -816,7 +821,7 @@ def rebase(queue: str | os.PathLike[str] | None = None, *, image: str = "", from
     first, *more = [(name, select, ref_for_lock(ref, root)) for name, select, ref in pins]
     opts = RebaseOptions(first[2], platform, ref_for_lock(from_ref, root) if from_ref else None, keep_empty,
                          tuple(parse_map(m) for m in maps), first[0], first[1], conflict_style, python_check,
-                         tuple((str(n), s, r) for n, s, r in more), split, force)
+                         tuple((str(n), s, r) for n, s, r in more), split, force, boot=boot)
     return start_rebase(root, opts, _opener(root, progress))
 
 

@@ -157,6 +157,14 @@ VARS: tuple[Var, ...] = (
         "runtime-truth.md",
     ),
     Var(
+        "IMGQUILT_SANDBOX",
+        "sandbox",
+        "`auto` (unshare, then bwrap, then podman)",
+        "How `boot` makes its sandbox: `unshare`, `bwrap` or `podman`, or several comma-separated in the order to try; "
+        "the first that works is used, and when none does, exit 6 names each one tried and why it failed.",
+        "boot.md",
+    ),
+    Var(
         "IMGQUILT_NO_RUFF",
         "no_ruff",
         "unset (ruff screens the files when it is installed)",
@@ -190,6 +198,7 @@ class Settings:
     pyc_cpu_seconds: str | None = None
     pyc_children: str | None = None
     no_ruff: str | None = None
+    sandbox: str | None = None
     # global flags only (no variable)
     json: bool = False
     debug: bool = False

@@ -1,18 +1,30 @@
 """Root filesystems of images, unpacked once per manifest digest in the shared cache (`rootfs/`).
 
 `rootfs/<hex>.tree/` is the unpacked filesystem; `rootfs/<hex>` is its marker, written after the
-tree is complete and holding a seal (cache.seal) over the digest and the tree directory's device,
-inode and change time. A tree is used only when its marker's seal verifies under this user's cache key, so a tree
+tree is complete and holding a seal (cache.seal) over the digest, the tree directory's device,
+inode and change time and the tree's size (the bytes of its regular files), then that size.
+
+The trees count in the cache's cap (IMGQUILT_CACHE_MAX, cache.usage): a tree is one entry of its
+size, least recently used first (reading its marker touches it), and evicting it removes the tree.
+A tree in use holds a shared lock on its marker, so no other process evicts it under a probe. Files
+with the same bytes, mode and owner are stored once (`rootfs/pool/`, see rootfs.extract): each tree
+holds hard links to the pool's copy, so two images that share files share their inodes; a tree still
+counts its full size (the cache then uses at most what it counts). Pool files no tree links to any
+more go when a tree is evicted. A tree is used only when its marker's seal verifies under this user's cache key, so a tree
 restored from another machine or job, planted, half-written by a crash, or put back under the same
 name is not believed: it is removed and unpacked again. `imgquilt cache prune` removes trees too.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
+import stat
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from . import cache_root
 from .seal import entry_seal, entry_sealed
@@ -37,46 +49,119 @@ class RootfsCache:
     def tree(self, digest: str) -> Path:
         return self.dir / f"{self._hex(digest)}.tree"
 
-    def _fields(self, digest: str) -> tuple[str, ...] | None:
+    @property
+    def pool(self) -> Path:
+        return self.dir / "pool"
+
+    def _fields(self, digest: str, size: int) -> tuple[str, ...] | None:
         try:
             st = os.lstat(self.tree(digest))
         except OSError:
             return None
         if not os.path.isdir(self.tree(digest)) or os.path.islink(self.tree(digest)):
             return None
-        return digest, str(st.st_dev), str(st.st_ino), str(st.st_ctime_ns)
+        return digest, str(st.st_dev), str(st.st_ino), str(st.st_ctime_ns), str(size)
 
     def believed(self, digest: str) -> Path | None:
         """The tree of `digest` when its marker's seal verifies; None otherwise (a stray tree removed)."""
         hexd = self._hex(digest)
         words = (self.part.read(hexd, cap=1 << 10) or b"").decode("ascii", "replace").split()
-        fields = self._fields(digest)
-        if fields is not None and len(words) == 1 and entry_sealed(words[0], _KIND, *fields):
+        fields = self._fields(digest, int(words[1])) if len(words) == 2 and words[1].isdigit() else None
+        if fields is not None and entry_sealed(words[0], _KIND, *fields):
             return self.tree(digest)
         self.discard(digest)
         return None
+
+    @contextmanager
+    def held(self, digest: str) -> Iterator[None]:
+        """A shared lock on the marker of `digest` while its tree is used: eviction passes it by."""
+        try:
+            fd = os.open(self.dir / self._hex(digest), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)
 
     def staging(self) -> Path:
         """An empty directory in the part, to unpack into before it is sealed."""
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix=".unpack-", dir=self.dir))
 
-    def seal(self, digest: str, staged: Path) -> Path | None:
-        """Move `staged` into place as the tree of `digest` and write its marker; None when there is no
-        cache key (nothing sealed is then believed, so the caller uses `staged` once and removes it)."""
+    def seal(self, digest: str, staged: Path, size: int = 0) -> Path | None:
+        """Move `staged` into place as the tree of `digest` (`size` bytes of files) and write its marker;
+        None when there is no cache key (nothing sealed is then believed, so the caller uses `staged`
+        once and removes it)."""
         hexd = self._hex(digest)
         self.discard(digest)
         os.rename(staged, self.tree(digest))
-        fields = self._fields(digest)
+        fields = self._fields(digest, size)
         tag = entry_seal(_KIND, *fields) if fields is not None else None
         if tag is None:
             return None
-        self.part.write(hexd, f"{tag}\n".encode(), mode=0o600)
+        self.part.write(hexd, f"{tag} {size}\n".encode(), mode=0o600)
         return self.tree(digest)
 
     def discard(self, digest: str) -> None:
         self.part.unlink(self._hex(digest))
         _rmtree(self.tree(digest))
+
+
+def marker_size(marker: Path) -> int:
+    """The size a tree's marker gives (its second word), 0 when it gives none."""
+    try:
+        with open(marker, "rb", opener=lambda p, fl: os.open(p, fl | os.O_NOFOLLOW)) as f:
+            words = f.read(1 << 10).split()
+    except OSError:
+        return 0
+    return int(words[1]) if len(words) == 2 and words[1].isdigit() else 0
+
+
+def evict(marker: Path) -> bool:
+    """Remove the marker `rootfs/<hex>` and its tree unless a process uses it (its shared lock), then
+    the pool files no tree links to any more; True when it went."""
+    try:
+        fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # in use
+        os.unlink(marker)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    _rmtree(marker.with_name(marker.name + ".tree"))
+    collect_pool(marker.parent / "pool")
+    return True
+
+
+def collect_pool(pool: Path) -> None:
+    """Remove the pool's files that no tree links to (a link count of 1: the pool's own name)."""
+    for sub in _scan(pool):
+        if not sub.is_dir(follow_symlinks=False):
+            continue
+        for entry in _scan(Path(sub.path)):
+            try:
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                    os.unlink(entry.path)
+            except OSError:
+                continue
+
+
+def _scan(d: Path) -> list[os.DirEntry]:
+    try:
+        with os.scandir(d) as it:
+            return list(it)
+    except OSError:
+        return []
 
 
 def _rmtree(path: Path) -> None:

@@ -101,7 +101,14 @@ def _entries(root: Path) -> Iterator[tuple[Path, int, int]]:
                 except OSError:
                     continue
                 if stat.S_ISREG(st.st_mode):
-                    yield path, st.st_size, st.st_mtime_ns
+                    # an unpacked tree's marker stands for the tree: its size is the tree's (cache.rootfs)
+                    yield path, (_tree_size(path) if part == "rootfs" else st.st_size), st.st_mtime_ns
+
+
+def _tree_size(marker: Path) -> int:
+    from .rootfs import marker_size
+
+    return marker_size(marker)
 
 
 def _listing(d: Path) -> list[Path]:
@@ -180,7 +187,7 @@ def _prune_trees(part: Path) -> None:
     from .rootfs import _rmtree
 
     for d in _listing(part):
-        if re.match(r"^(?:[0-9a-f]{64}\.tree|\.unpack-.+)$", d.name) and _is_dir(d):
+        if re.match(r"^(?:[0-9a-f]{64}\.tree|\.unpack-.+|pool)$", d.name) and _is_dir(d):
             _rmtree(d)
 
 
@@ -206,10 +213,16 @@ def trim(root: Path | None = None, cap: int | None = None, keep: frozenset[Path]
             break
         if path in keep:
             continue
-        try:
-            path.unlink()
-        except OSError:
-            continue
+        if path.parent.name == "rootfs" and _DIGEST_ENTRY.match(path.name) and len(path.name) == 64:
+            from .rootfs import evict
+
+            if not evict(path):  # a tree in use stays
+                continue
+        else:
+            try:
+                path.unlink()
+            except OSError:
+                continue
         total -= size
         evicted += 1
         freed += size

@@ -172,6 +172,7 @@ def rebase_cmd(
     force: bool = typer.Option(False, "--force", help="Re-pin a profile onto the image another profile pins, or onto another repository than its old pin's (refused otherwise, exit 3)."),
     conflict_style: str = typer.Option("diff3", "--conflict-style", metavar="diff3|merge", help="Conflict markers with the old base's section too (diff3, as `git merge-file --diff3`), or the two sides only (merge)."),
     no_python_check: bool = typer.Option(False, "--no-python-check", help="Skip the Python checks after every step (in-file and cross-module, on the new image); with --continue, for the rest of the rebase. Each patch carried with a .py section then says `Python-Check: skipped` in its header."),
+    boot: bool = typer.Option(False, "--boot", help="After every step, import the patch's modules with the new image's own Python in a sandbox (as `imgquilt boot`); a module that fails where the image with the queue so far imports it stops the rebase (a conflict of kind boot)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show upstream's diff of every function, class or region it changed under a patch."),
     format: Format = typer.Option(Format.text, "--format", metavar="text|github", help="text (default) or github: a warning annotation per region upstream changed under a patch, an error per new Python finding."),
 ) -> None:
@@ -213,7 +214,7 @@ def rebase_cmd(
     if sum((continue_, abort, status, skip)) > 1:
         raise UsageError("--continue, --skip, --abort and --status exclude each other.")
     if (continue_ or abort or status or skip) and (image or from_ref or maps or keep_empty or profile or split or force
-                                                   or conflict_style != "diff3"):
+                                                   or conflict_style != "diff3" or boot):
         raise UsageError("--continue, --skip, --abort and --status take no other options: the rebase remembers them.")
     if no_python_check and (abort or status or skip):
         raise UsageError("--no-python-check goes with a new rebase or --continue.")
@@ -243,7 +244,7 @@ def rebase_cmd(
         plain, named = _images(image or [], profile)
         report = api.rebase(G.queue, image=plain, images=named, split=split, force=force, from_ref=from_ref, maps=maps or (), keep_empty=keep_empty,
                             platform=platform, progress=progress(), profile=profile, conflict_style=conflict_style,
-                            python_check=not no_python_check)
+                            python_check=not no_python_check, boot=boot)
     if report.status == "stopped" and G.json:
         emit_outcome(report.to_json(), _conflict_error(report))
     _render(report, verbose, format)

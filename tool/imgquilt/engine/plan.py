@@ -513,7 +513,8 @@ class Gate:
 
 def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked: bool = False,
                      python: PythonChecks | None = None, bytecode_source: Source | None = None, env: tuple[tuple[str, str], ...] = (),
-                     module_source: Source | None = None, image_bytes: ImageBytes | None = None) -> tuple[ApplyResult, Gate]:
+                     module_source: Source | None = None, image_bytes: ImageBytes | None = None,
+                     boot: dict | None = None) -> tuple[ApplyResult, Gate]:
     """plan_apply, with the Python check left running: every other verification is done and refused
     here; the result may be staged but not made visible before `gate.check()` passed.
 
@@ -523,7 +524,8 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     in-place apply looks in the root it writes). `env`: environment defaults for the image's config,
     carried in the result and its record. `module_source`: where the cross-module Python check reads
     the modules the patched files import (default: `source`). `image_bytes`: the image's bytes of a
-    path by sha256 (the object store), to show a hand edit of a root as a diff."""
+    path by sha256 (the object store), to show a hand edit of a root as a diff. `boot`: apply --boot's
+    result, kept in the record."""
     check_lock_fresh(queue, lock, locked=locked)
     paths = queue.target_paths()
     check_link_parents(queue)
@@ -577,7 +579,7 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     # an index has its own), else (a rootfs) the lock's pin, else a digest over the targets
     image_digest = info.digest or (lock.image.digest if lock else rootfs_digest([(t.resolved, sha256_hex(t.data)) for t in targets.values()]))
     bytecode = () if done else stale_bytecode(bytecode_source or source, states, targets)
-    record_data = record_bytes(queue, image_digest, recorded_ref(info.ref), targets, bytecode, env)
+    record_data = record_bytes(queue, image_digest, recorded_ref(info.ref), targets, bytecode, env, boot)
     files.append(FileResult(record_target, record_data, record_target.mode if record_target.data is not None else 0o644, record_target.uid, record_target.gid, ()))
     files.sort(key=lambda f: f.resolved)
     result = ApplyResult(info, queue.series_sha256, tuple(queue.names), tuple(files), lock is not None, tuple(notes), bytecode,

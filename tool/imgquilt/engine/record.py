@@ -27,10 +27,11 @@ def recorded_ref(ref: str) -> str | None:
 
 
 def record_bytes(queue: Queue, image_digest: str | None, image_ref: str | None, targets: dict[str, TargetFile],
-                 bytecode: Sequence[Bytecode] = (), env: Sequence[tuple[str, str]] = ()) -> bytes:
+                 bytecode: Sequence[Bytecode] = (), env: Sequence[tuple[str, str]] = (), boot: dict | None = None) -> bytes:
     """What was applied, reproducible (no timestamps); `bytecode`: the stale bytecode the apply
     removes, `env`: the environment defaults it sets in the image's config (each listed only when
-    there is some, so a record without them is as it always was)."""
+    there is some, so a record without them is as it always was); `boot`: apply --boot's result
+    (verbs.boot.BootReport.record())."""
     doc = {
         "imgquilt_version": __version__,
         "series_sha256": queue.series_sha256,
@@ -50,6 +51,8 @@ def record_bytes(queue: Queue, image_digest: str | None, image_ref: str | None, 
         doc["env"] = dict(env)
     if bytecode:
         doc["bytecode"] = [{"path": b.path, "source": b.source, "action": "removed"} for b in bytecode]
+    if boot is not None:  # apply --boot: the probes and verdicts that let this be written
+        doc["boot"] = boot
     return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
 
 

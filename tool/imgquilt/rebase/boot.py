@@ -100,6 +100,21 @@ def step_findings(st: RebaseState, store: ObjectStore, patch: Patch, sections: l
             if cs.outcome.state not in (CONFLICT, UPSTREAM) and cs.outcome.path.endswith(".py")]
     if not todo or not st.python_check:
         return {}
+    before, after, files, index, named = step_trees(st, store, patch, sections, image, todo)
+    if not files:
+        return {}
+    changed = [(rp, before.get(rp), data) for rp, data in after.items() if data != before.get(rp)]
+    out: dict[int, StepFindings] = {}
+    for ff in cross_check(files, changed, image.modules.view(after, named), image.modules.view(before, named)):
+        out[index[ff.check.resolved]] = StepFindings(ff.findings, ff.notes, ff.check.path)
+    return out
+
+
+def step_trees(st: RebaseState, store: ObjectStore, patch: Patch, sections: list[CarriedSection], image: NewImage,
+               todo: list[int]):
+    """The queue's files on the new image (resolved path -> bytes, None: absent) before this patch (the
+    rebased queue so far) and after it; the `todo` sections whose result differs (as FileChecks, and
+    their index by resolved path); the queue's paths resolved."""
     new_paths = {old: st.paths[old] for old in st.new_chain}
     resolved = image.resolved(sorted(set(new_paths.values())))
     before: dict[str, bytes | None] = {}
@@ -122,14 +137,8 @@ def step_findings(st: RebaseState, store: ObjectStore, patch: Patch, sections: l
         if i in todo and data is not None and rp in before and data != before[rp]:
             files.append(FileCheck(cs.outcome.path, rp, before[rp], data))
             index[rp] = i
-    if not files:
-        return {}
     named = {new_paths[old]: resolved[new_paths[old]] for old in new_paths}
-    changed = [(rp, before.get(rp), data) for rp, data in after.items() if data != before.get(rp)]
-    out: dict[int, StepFindings] = {}
-    for ff in cross_check(files, changed, image.modules.view(after, named), image.modules.view(before, named)):
-        out[index[ff.check.resolved]] = StepFindings(ff.findings, ff.notes, ff.check.path)
-    return out
+    return before, after, files, index, named
 
 
 def with_findings(root, st: RebaseState, store: ObjectStore, patch: Patch, sections: list[CarriedSection],

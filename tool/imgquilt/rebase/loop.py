@@ -25,6 +25,7 @@ from ..util.gitexe import require_git
 from ..work import WorkTree
 from .backup import backup, backup_queue, restore
 from .boot import NewImage, locate_moves, step_findings, with_findings
+from .bootprobe import boot_step, refuse_boot
 from .carry import finish_patch, rebase_section
 from .finish import finish
 from .kept import FORGET, keep_abandoned, keep_taken, reuse_kept
@@ -108,6 +109,7 @@ def start_rebase(root: Path, opts: RebaseOptions, opener: Opener) -> RebaseRepor
         notes=notes,
         conflict_style=opts.conflict_style,
         python_check=opts.python_check,
+        boot=opts.boot,
         others=lanes[1:],
         series=series,
         copies=copies,
@@ -330,9 +332,10 @@ def _advance(root: Path, st: RebaseState, opener: Opener) -> RebaseReport:
         _agree(st, patch, pins)
         sections = [rebase_section(root, st, store, patch, s, strip) for s in patch.sections]
         sections = locate_moves(sections, images[pins[0]])
-        for pin in pins:  # the Python checks on each pin's own new image
+        for pin in pins:  # the Python checks (and --boot's probes) on each pin's own new image
             st.focus(pin)
             sections = with_findings(root, st, store, patch, sections, step_findings(st, store, patch, sections, images[pin]))
+            sections = boot_step(root, st, store, patch, sections, images[pin])
         st.focus(pins[0])
         if any(s.outcome.state == CONFLICT for s in sections):
             st.phase = "conflict"
@@ -377,7 +380,9 @@ def _resolve_and_go_on(root: Path, st: RebaseState, opener: Opener) -> RebaseRep
                                 python_check=st.python_check)
     for pin in pins:  # a resolution must hold on every image it stands in
         st.focus(pin)
-        resolved = _refuse_findings(st, store, patch, sections, resolved, NewImage(opener, st, whole.link_paths()))
+        image = NewImage(opener, st, whole.link_paths())
+        resolved = _refuse_findings(st, store, patch, sections, resolved, image)
+        resolved = refuse_boot(st, store, patch, sections, resolved, image)
     st.focus(pins[0])
     keep_taken(root, store, sections, resolved)  # from now on an abort, a refusal or a kill loses none of them
     finish_patch(st, store, patch, resolved, strip)

@@ -25,6 +25,7 @@ class RebaseOptions:
     more: tuple[tuple[str, tuple[str, ...], str], ...] = ()  # further pins rebased with it: (profile, select, new ref)
     split: bool = False  # --split: copy a shared patch whose file the pins' new images hold at different bases
     force: bool = False  # --force: a profile may leave its lineage (another profile's image, another repository)
+    boot: bool = False  # --boot: after every step, the patch's modules imported on the new image (bootprobe.py)
 
 
 def parse_map(value: str) -> tuple[str, str]:

@@ -24,12 +24,13 @@ class FileOutcome:
     moved_from: str | None = None
     merged: bool = False  # the diff was rewritten by a 3-way merge (also for moved files)
     by_hand: bool = False  # a conflict resolved in the work tree
-    conflict: str | None = None  # markers | binary | delete | python
+    conflict: str | None = None  # markers | binary | delete | python | boot
     work: str | None = None  # the work-tree file to resolve, relative to the queue
     detail: str = ""
     upstream: tuple[RegionChange, ...] = ()  # what upstream changed in the regions the section edits
     findings: tuple[dict, ...] = ()  # the cross-module check's new findings on the new image (crosscheck.Finding.to_json)
     reused: bool = False  # resolved by a kept resolution of the same three sides (rebase.rerere)
+    boot: tuple[dict, ...] = ()  # rebase --boot: the probes of its module on the new image (verbs.boot.Probe.json)
 
     def to_json(self) -> dict:
         return {
@@ -37,7 +38,7 @@ class FileOutcome:
             "by_hand": self.by_hand, "old_base": self.old_base, "old_patched": self.old_patched,
             "new_base": self.new_base, "new_patched": self.new_patched, "conflict": self.conflict,
             "work": self.work, "detail": self.detail, "upstream": [u.to_json() for u in self.upstream],
-            "findings": [dict(f) for f in self.findings], "reused": self.reused,
+            "findings": [dict(f) for f in self.findings], "reused": self.reused, "boot": [dict(b) for b in self.boot],
         }
 
     @classmethod
@@ -48,6 +49,7 @@ class FileOutcome:
             by_hand=doc["by_hand"], conflict=doc["conflict"], work=doc["work"], detail=doc["detail"],
             upstream=tuple(RegionChange.from_json(u) for u in doc.get("upstream", [])),
             findings=tuple(dict(f) for f in doc.get("findings", [])), reused=bool(doc.get("reused", False)),
+            boot=tuple(dict(b) for b in doc.get("boot", [])),
         )
 
 
@@ -82,6 +84,9 @@ class PatchOutcome:
         problems = [f for f in self.findings if f.get("kind") != "cannot-tell"]
         if problems:
             words += f", {len(problems)} new Python finding(s) on the new image"
+        fails = [b for f in self.files for b in f.boot if b.get("verdict") == "fails"]
+        if fails:
+            words += f", {len(fails)} module(s) fail to boot on the new image"
         return words
 
     def to_json(self) -> dict:

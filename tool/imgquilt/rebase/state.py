@@ -73,6 +73,7 @@ class RebaseState:
     notes: list[str] = field(default_factory=list)
     conflict_style: str = "diff3"  # --conflict-style
     python_check: bool = True  # --no-python-check turns it off
+    boot: bool = False  # --boot: the patch's modules probed on the new image after each step (bootprobe.py)
     version: int = STATE_VERSION
     profile: str | None = None  # the pin re-pinned at the end (None: the default)
     select: list[str] = field(default_factory=list)  # the guards its selection turns on

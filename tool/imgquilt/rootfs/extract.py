@@ -7,9 +7,15 @@ Nothing is ever written outside `dest`: a member name that is absolute or holds 
 relative and normalized, and every parent directory is resolved inside `dest` (symlinks re-rooted at
 `dest`, as in the container) and then opened component by component without following a link.
 Directory modes are set last, so a read-only directory of a lower layer does not stop a later one.
+
+With a `pool` directory (cache.rootfs's, on the same filesystem), each regular file is hashed as it is
+written and then stored once: the first file with those bytes, mode and owner is linked into the pool
+as `<sha256[:2]>/<sha256>-<mode>-<uid>-<gid>`, and a later one (of this tree or another image's) is
+replaced by a hard link to it, so two trees that share files hold them once.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import stat
@@ -33,17 +39,32 @@ def _norm(name: str) -> str | None:
 
 
 class _Tree:
-    def __init__(self, dest: Path) -> None:
+    def __init__(self, dest: Path, pool: Path | None = None) -> None:
         self.dest = dest
         self.fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.dir_modes: dict[str, int] = {}
+        self.pool = pool
+        self.bytes = 0  # of the regular files written
+        # head -> (its fd, resolved), the most recent few: a tar lists a directory's files together
+        self._known: dict[str, tuple[int, str]] = {}
 
     def close(self) -> None:
+        self.forget()
         os.close(self.fd)
+
+    def forget(self) -> None:
+        """Drop the remembered parents: a link, a whiteout or a replaced directory may change what a path resolves to."""
+        for fd, _ in self._known.values():
+            os.close(fd)
+        self._known.clear()
 
     def parent(self, rel: str) -> tuple[int, str, str]:
         """(fd of the resolved parent directory, made as needed; the name in it; the resolved path)."""
         head, _, name = rel.rpartition("/")
+        known = self._known.get(head)
+        if known is not None:
+            resolved = known[1]
+            return os.dup(known[0]), name, f"{resolved}/{name}" if resolved else name
         resolved = ""
         if head:
             try:
@@ -57,6 +78,10 @@ class _Tree:
             fd = open_dir(self.fd, resolved.split("/") if resolved else [], create=True)
         except (OSError, BadInput):
             raise _Skip() from None
+        if len(self._known) >= 64:
+            old = next(iter(self._known))
+            os.close(self._known.pop(old)[0])
+        self._known[head] = (os.dup(fd), resolved)
         return fd, name, f"{resolved}/{name}" if resolved else name
 
     def remove(self, dfd: int, name: str) -> None:
@@ -64,6 +89,8 @@ class _Tree:
             st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
         except FileNotFoundError:
             return
+        if not stat.S_ISREG(st.st_mode):
+            self.forget()
         if stat.S_ISDIR(st.st_mode):
             sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
             try:
@@ -80,10 +107,12 @@ class _Skip(Exception):
     """A member that cannot be placed inside the root (its parent is a file, or a link loop)."""
 
 
-def extract_layers(dest: Path, layers: Iterable[tuple[str, BinaryIO]]) -> int:
+def extract_layers(dest: Path, layers: Iterable[tuple[str, BinaryIO]], *, pool: Path | None = None,
+                   written: list[int] | None = None) -> int:
     """Unpack `layers` (digest, uncompressed tar stream), bottom first, into the empty directory
-    `dest`; returns how many members were skipped."""
-    tree = _Tree(dest)
+    `dest`; returns how many members were skipped. `pool`: store identical files once (see the module
+    docstring); `written`: gets the bytes of regular files written appended."""
+    tree = _Tree(dest, pool)
     skipped = 0
     try:
         for digest, stream in layers:
@@ -99,7 +128,36 @@ def extract_layers(dest: Path, layers: Iterable[tuple[str, BinaryIO]]) -> int:
                 pass
     finally:
         tree.close()
+    if written is not None:
+        written.append(tree.bytes)
     return skipped
+
+
+def _pooled(tree: _Tree, dfd: int, name: str, key: str, size: int) -> None:
+    """Store the file just written once: into the pool when it has no such file, else a hard link to
+    the pool's in its place (never to anything but a regular file of that size)."""
+    assert tree.pool is not None
+    sub = tree.pool / key[:2]
+    target = sub / key
+    for _ in range(2):
+        try:
+            os.link(name, target, src_dir_fd=dfd, follow_symlinks=False)
+            return
+        except FileNotFoundError:
+            os.makedirs(sub, mode=0o700, exist_ok=True)
+        except FileExistsError:
+            break
+        except OSError:
+            return  # a pool that cannot be written (another filesystem, full): the tree keeps its copy
+    try:
+        st = os.lstat(target)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+            return
+        tmp = f".{name}.imgquilt-link"
+        os.link(target, tmp, dst_dir_fd=dfd, follow_symlinks=False)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except OSError:
+        return
 
 
 def _layer(tree: _Tree, tar: tarfile.TarFile) -> int:
@@ -136,12 +194,17 @@ def _layer(tree: _Tree, tar: tarfile.TarFile) -> int:
             elif m.isreg():
                 tree.remove(dfd, name)
                 fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+                digest = hashlib.sha256() if tree.pool is not None else None
+                size = 0
                 try:
                     src = tar.extractfile(m)
                     while src is not None:
                         chunk = src.read(1 << 20)
                         if not chunk:
                             break
+                        size += len(chunk)
+                        if digest is not None:
+                            digest.update(chunk)
                         view = memoryview(chunk)
                         while view:
                             view = view[os.write(fd, view):]
@@ -150,9 +213,14 @@ def _layer(tree: _Tree, tar: tarfile.TarFile) -> int:
                     os.fchmod(fd, m.mode & 0o7777)
                 finally:
                     os.close(fd)
+                tree.bytes += size
+                if digest is not None:
+                    uid, gid = (m.uid, m.gid) if _AS_ROOT else (os.geteuid(), os.getegid())
+                    _pooled(tree, dfd, name, f"{digest.hexdigest()}-{m.mode & 0o7777:o}-{uid}-{gid}", size)
                 made.add(resolved)
             elif m.issym():
                 tree.remove(dfd, name)
+                tree.forget()
                 os.symlink(m.linkname, name, dir_fd=dfd)
                 _own(dfd, name, m)
                 made.add(resolved)

@@ -27,6 +27,7 @@ from typing import Mapping, Sequence
 
 from ..errors import SandboxUnavailable
 from ..fs.content import Data, chunks_of
+from .sandbox_ways import argv_bwrap, argv_podman, choose, unshare_argv
 
 CHILD = Path(__file__).with_name("sandbox_child.py")
 SETUP_FAILED = 125
@@ -68,27 +69,19 @@ class Sandbox:
     timeout: float = 120.0
     memory: int | None = None
     cwd: str = "/"
+    user: tuple[int, int] | None = None  # (uid, gid) the program runs as (the image's User); None: 0
+    base_staged: Sequence[Staged] = ()  # files shown over the root on the base too (a rebase's queue so far)
+    way: str = "unshare"  # how it is made (sandbox_ways: the first that works)
+    seconds: float = 0.0  # the wall time of every program run so far (the probes' own time)
+    cpu_seconds: float = 0.0  # their CPU time (user + system, the sandbox's own processes included)
     _work: Path | None = field(default=None, repr=False)
 
     def __enter__(self) -> "Sandbox":
-        check_available()
+        self.way = choose()
         self._work = Path(tempfile.mkdtemp(prefix="imgquilt-boot-"))
         (self._work / "mnt").mkdir()
-        files = self._work / "files"
-        files.mkdir()
-        for s in self.staged:
-            dest = files / s.rel
-            if s.data is None:
-                dest.mkdir(parents=True, exist_ok=True)
-                continue
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                for chunk in chunks_of(s.data):
-                    os.write(fd, chunk)
-                os.fchmod(fd, s.mode & 0o7777)
-            finally:
-                os.close(fd)
+        _stage(self._work / "files", self.staged)
+        _stage(self._work / "base", self.base_staged)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -101,8 +94,8 @@ class Sandbox:
         deployment does; a new one comes in a read-only overlay on its nearest directory the base has
         (the topmost such directory, once), as does a --mount-queue point the base lacks."""
         assert self._work is not None
-        files, points = self._work / "files", self._work / "points"
-        staged = list(self.staged) if patched else []
+        files, points = self._work / ("files" if patched else "base"), self._work / "points"
+        staged = list(self.staged if patched else self.base_staged)
         need: set[str] = set()
         for s in staged:
             if s.data is None or not self.is_file(s.rel):
@@ -114,7 +107,7 @@ class Sandbox:
         tops = [""] if "" in need else sorted(o for o in need if not any(t != o and o.startswith(t + "/") for t in need))
         overlays = []
         for top in tops:
-            lowers = [str(d / top) for d in ((files, points) if patched else (points,)) if (d / top).is_dir()]
+            lowers = [str(d / top) for d in (files, points) if (d / top).is_dir()]
             if lowers:
                 overlays.append([lowers, top])
         binds = [[str(files / s.rel), s.rel] for s in staged
@@ -167,27 +160,90 @@ class Sandbox:
         overlays, binds = self._mounts(patched)
         spec = {"mountpoint": str(self._work / "mnt"), "root": str(Path(self.root).absolute()), "overlays": overlays,
                 "binds": binds, "tmp_bytes": TMP_BYTES, "argv": list(argv), "env": dict(env), "cwd": self.cwd,
-                "memory": self.memory}
-        cmd = [*unshare_argv(), sys.executable, "-I", "-S", str(CHILD), json.dumps(spec)]
+                "memory": self.memory, "user": list(self.user) if self.user else None}
+        cmd, penv, limit = self._command(spec, patched)
+        cpu0 = _children_cpu()
         start = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+                                start_new_session=True, env=penv, preexec_fn=limit)
         try:
             out, err = proc.communicate(stdin, timeout=self.timeout)
         except subprocess.TimeoutExpired:
             _kill(proc)
             out, err = proc.communicate()
+            self.seconds += time.monotonic() - start
+            self.cpu_seconds += _children_cpu() - cpu0
             return Ran(None, out, err, time.monotonic() - start, timed_out=True)
         except BaseException:
             _kill(proc)
             raise
         ran = Ran(proc.returncode, out, err, time.monotonic() - start)
-        if ran.code == SETUP_FAILED and b"imgquilt-sandbox: " in err:
-            why = err.decode("utf-8", "replace").strip().splitlines()[-1].removeprefix("imgquilt-sandbox: ")
-            raise SandboxUnavailable(f"The sandbox could not be made: {why}.",
-                                     hint="It needs unprivileged user namespaces with mount, pid and network namespaces, "
-                                          "tmpfs and overlayfs in them (Linux 5.11 or later); see docs/boot.md.")
+        self.seconds += ran.seconds
+        self.cpu_seconds += _children_cpu() - cpu0
+        why = self._setup_failed(ran)
+        if why is not None:
+            raise SandboxUnavailable(f"The sandbox ({self.way}) could not be made: {why}.",
+                                     hint="unshare needs unprivileged user namespaces with mount, pid and network namespaces, "
+                                          "tmpfs and overlayfs in them (Linux 5.11 or later); IMGQUILT_SANDBOX picks another "
+                                          "way; see docs/boot.md.")
         return ran
+
+    def _command(self, spec: dict, patched: bool):
+        """(argv, its environment, a pre-exec limit) of one run, by the way this sandbox is made."""
+        host = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        if self.way == "bwrap":
+            def limit() -> None:  # bwrap has no option for it: the limit is inherited by the program
+                if self.memory:
+                    import resource
+
+                    resource.setrlimit(resource.RLIMIT_AS, (self.memory, self.memory))
+
+            return argv_bwrap(spec, Path(self.root).absolute(), self._work / "files"), dict(spec["env"]), limit  # type: ignore[operator]
+        if self.way == "podman":
+            assert self._work is not None
+            files = self._work / ("files" if patched else "base")
+            staged = self.staged if patched else self.base_staged
+            shown = [(str(files / s.rel), s.rel) for s in staged if s.data is not None]
+            shown += [(str(host_dir), rel) for host_dir, rel in self.binds]
+            return argv_podman(spec, Path(self.root).absolute(), shown, self.timeout), host, None
+        return [*unshare_argv(), sys.executable, "-I", "-S", str(CHILD), json.dumps(spec)], host, None
+
+    def _setup_failed(self, ran: Ran) -> str | None:
+        """Why the sandbox itself failed (not the program in it), else None."""
+        err = ran.stderr.decode("utf-8", "replace").strip().splitlines()
+        last = err[-1] if err else ""
+        if self.way == "unshare" and ran.code == SETUP_FAILED and "imgquilt-sandbox: " in last:
+            return last.removeprefix("imgquilt-sandbox: ")
+        if self.way == "bwrap" and ran.code == 1 and last.startswith("bwrap: "):
+            return last
+        if self.way == "podman" and ran.code in (125, 126) and any(x.startswith("Error: ") for x in err):
+            return next(x for x in err if x.startswith("Error: "))
+        return None
+
+
+def _children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _stage(files: Path, staged: Sequence[Staged]) -> None:
+    """Write the staged files under `files` (a new directory of ours), each with its mode."""
+    files.mkdir()
+    for s in staged:
+        dest = files / s.rel
+        if s.data is None:
+            dest.mkdir(parents=True, exist_ok=True)
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            for chunk in chunks_of(s.data):
+                os.write(fd, chunk)
+            os.fchmod(fd, s.mode & 0o7777)
+        finally:
+            os.close(fd)
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -199,35 +255,6 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def unshare_argv() -> list[str]:
-    return ["unshare", "--user", "--map-root-user", "--net", "--mount", "--pid", "--fork", "--kill-child"]
-
-
-_available: dict[str, str | None] = {}
-
-
 def check_available() -> None:
-    """Make one empty sandbox (memoized per process); SandboxUnavailable naming what was tried."""
-    key = os.environ.get("PATH", "")
-    if key not in _available:
-        _available[key] = _try_unshare()
-    why = _available[key]
-    if why is not None:
-        raise SandboxUnavailable(
-            f"No sandbox to run the image's Python in: tried unshare(1) with user, mount, pid and network namespaces: {why}. "
-            "(bubblewrap and podman are not driven by this version.) Nothing was run.",
-            hint="Run where unprivileged user namespaces are allowed (sysctl kernel.unprivileged_userns_clone=1, "
-                 "user.max_user_namespaces > 0; AppArmor's kernel.apparmor_restrict_unprivileged_userns=0), see docs/boot.md.")
-
-
-def _try_unshare() -> str | None:
-    exe = shutil.which("unshare")
-    if exe is None:
-        return "unshare is not on PATH (util-linux)"
-    try:
-        r = subprocess.run([*unshare_argv(), "true"], capture_output=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"{exe} could not run ({exc})"
-    if r.returncode != 0:
-        return (r.stderr.decode("utf-8", "replace").strip().splitlines() or [f"exit {r.returncode}"])[-1]
-    return None
+    """Some way to make a sandbox works (sandbox_ways.choose); SandboxUnavailable naming each tried."""
+    choose()

@@ -10,7 +10,7 @@ It builds the probe's root from the spec it is given (argv[1], JSON) and execs t
 3. /tmp is a private tmpfs, /dev a tmpfs with the host's null, zero, full, random and urandom bound in,
    /proc the new pid namespace's own (each only where the root has that directory);
 4. pivot_root into it and the host's root is detached: nothing of the host is reachable by path;
-5. the working directory, an address-space limit, no new privileges, every capability dropped (so
+5. the image's user (a user namespace mapping it, see become()), the working directory, an address-space limit, no new privileges, every capability dropped (so
    the probe, uid 0 of the user namespace, cannot remount the root read-write), then execve.
 
 Any step that fails prints `imgquilt-sandbox: STEP: WHY` on stderr and exits 125.
@@ -100,17 +100,47 @@ def build(spec):
         except Failed:
             pass  # a kernel that refuses it (a masked /proc on the host): the probe runs without one
     os.chdir(new_root)
+    proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if spec.get("user") else None
     number = _PIVOT_ROOT.get(platform.machine())
     if number is None:
         raise Failed("pivot_root: not known on %s" % platform.machine())
     _check(_libc.syscall(ctypes.c_long(number), b".", b"."), "pivot_root")
     _check(_libc.umount2(b".", MNT_DETACH), "detach the host's root")
     os.chdir("/")
+    if proc_fd is not None:
+        try:
+            become(spec["user"], proc_fd)
+        finally:
+            os.close(proc_fd)
     cwd = spec.get("cwd") or "/"
     try:
         os.chdir(cwd)
     except OSError:
         os.chdir("/")
+
+
+CLONE_NEWUSER = 0x10000000
+
+
+def become(user, proc_fd):
+    """Run as the image's User: a user namespace of its own in which this process's uid and gid (0
+    of the sandbox's) are the image's, so getuid() is what the image says (files of the root show as
+    that user's). The mounts are made already; the namespace gives no power over them."""
+    uid, gid = int(user[0]), int(user[1])
+    if uid == 0 and gid == 0:
+        return
+    _check(_libc.unshare(CLONE_NEWUSER), "a user namespace for the image's user")
+
+    def write(name, text):
+        fd = os.open("self/" + name, os.O_WRONLY | os.O_CLOEXEC, dir_fd=proc_fd)  # the host's /proc: this process
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+    write("setgroups", "deny")
+    write("uid_map", "%d 0 1" % uid)
+    write("gid_map", "%d 0 1" % gid)
 
 
 class _CapHeader(ctypes.Structure):

@@ -284,11 +284,12 @@ def write_outputs(outputs: Outputs, result: ApplyResult, open_base: Callable[[],
 def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Outputs, open_base: Callable[[], Image], *,
                 locked: bool = False, python_check: bool = True, attest: Attester | None = None,
                 env: tuple[tuple[str, str], ...] = (),
-                image_bytes: Callable[[str, str], tuple[bool, bytes | None]] | None = None) -> tuple[ApplyResult, dict[str, dict[str, Any]]]:
+                image_bytes: Callable[[str, str], tuple[bool, bytes | None]] | None = None,
+                boot: dict | None = None) -> tuple[ApplyResult, dict[str, dict[str, Any]]]:
     """The whole apply: check destinations, verify in memory, keep the bytes for rebase, write (and
     sign, with `attest`). `env`: environment defaults for the config of `outputs.image` (recorded).
     `image_bytes`: the pinned image's bytes of a path by sha256, for the diff of a file edited by hand
-    in a root (default: the object store's)."""
+    in a root (default: the object store's). `boot`: apply --boot's result, kept in the record."""
     from ..rootfs.inplace import hold_root
     from ..rootfs.source import RootfsSource
 
@@ -300,7 +301,8 @@ def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Output
         # in place, the bytecode to remove is the root's own (it may differ from an --image's)
         bytecode_source = RootfsSource(outputs.root) if outputs.root is not None else None
         result, gate = plan_apply_gated(queue, source, lock, locked=locked, python=python, bytecode_source=bytecode_source, env=env,
-                                        image_bytes=image_bytes or (lambda _path, sha: ObjectStore(queue.root).get_or_absent(sha)))
+                                        image_bytes=image_bytes or (lambda _path, sha: ObjectStore(queue.root).get_or_absent(sha)),
+                                        boot=boot)
         try:
             check_result(outputs, result)
             root = outputs.root

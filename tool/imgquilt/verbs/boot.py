@@ -150,6 +150,9 @@ class BootReport:
     command: CommandBoot | None = None
     env: tuple[tuple[str, str], ...] = ()
     timeout: float = DEFAULT_TIMEOUT
+    sandbox_seconds: float = 0.0  # the wall time of every sandboxed process: the probes' own time
+    sandbox_cpu_seconds: float = 0.0  # their CPU time
+    patched_digest: str | None = None  # over the files shown over the base (queue.lock.rootfs_digest of path, sha256)
 
     @property
     def failed(self) -> bool:
@@ -172,7 +175,21 @@ class BootReport:
     def json(self) -> dict:
         return {"image": {"ref": self.ref, "digest": self.digest}, "profile": self.profile, "env": dict(self.env),
                 "timeout": self.timeout, "patches": [p.json() for p in self.patches], "probes": [p.json() for p in self.probes],
-                "command": None if self.command is None else self.command.json(), "ok": not self.failed}
+                "command": None if self.command is None else self.command.json(), "ok": not self.failed,
+                "sandbox_seconds": round(self.sandbox_seconds, 3), "sandbox_cpu_seconds": round(self.sandbox_cpu_seconds, 3),
+                "patched_digest": self.patched_digest}
+
+    def record(self) -> dict:
+        """What `apply --boot` keeps in the apply record (docs/applied-record.md): the verdicts and the
+        probes without times or output, so the same boot gives the same record bytes."""
+        def side(o: Outcome | None) -> dict | None:
+            return None if o is None else {"state": o.state, "failure": None if o.failure is None else o.failure.json()}
+
+        return {"base_digest": self.digest, "patched_digest": self.patched_digest, "profile": self.profile,
+                "timeout": self.timeout, "patches": [{"name": p.name, "verdict": p.verdict, "why": p.why} for p in self.patches],
+                "probes": [{"path": p.path, "module": p.module, "verdict": p.verdict, "why": p.why,
+                            "attributed_to": p.blamed, "importer_of": p.importer_of, "base": side(p.base),
+                            "patched": side(p.patched)} for p in self.probes]}
 
 
 @dataclass(frozen=True)
@@ -185,6 +202,7 @@ class BootPlan:
     cwd: str = "/"
     timeout: float = DEFAULT_TIMEOUT
     memory: int | None = None
+    user: tuple[int, int] | None = None  # the image's User (uid, gid); None: root
     command: tuple[str, ...] = ()
     mounts: tuple[tuple[Path, str], ...] = ()  # (host directory, path in the root): --mount-queue
     staged: tuple[Staged, ...] | None = None  # the files shown over the root (None: the series' results)
@@ -198,6 +216,22 @@ def patched_result(queue: Queue, source: Source, lock: Lock | None, image_bytes=
     return plan_apply(queue, source, lock, image_bytes=image_bytes)
 
 
+@dataclass(frozen=True)
+class Change:
+    """One file the series changes, as the probes see it: its path in the root (resolved), whether the
+    base has it, whether the series leaves it (not deleted), and the patches that touch it."""
+
+    resolved: str
+    on_base: bool
+    kept: bool
+    patches: tuple[str, ...]
+
+
+def changes_of(result: ApplyResult) -> list[Change]:
+    return [Change(f.resolved, f.target.data is not None, f.final is not None, tuple(f.patches)) for f in result.files
+            if f.changed and f.target.path != RECORD_PATH]
+
+
 def run_boot(plan: BootPlan, *, ref: str, digest: str | None, profile: str | None,
              env_shown: tuple[tuple[str, str], ...] = (), on_probe: Callable[[str], None] | None = None) -> BootReport:
     result = plan.result
@@ -206,42 +240,69 @@ def run_boot(plan: BootPlan, *, ref: str, digest: str | None, profile: str | Non
                                                                   if f.final is not None and not f.link]
     if plan.staged is None:  # stale bytecode apply removes: an empty file over it, as the overlay covers it (CPython ignores it)
         staged += [Staged(b.path, b"", 0o644) for b in result.bytecode]
-    owners = {f.resolved: f.patches for f in changed}
-    with Sandbox(plan.root, staged, binds=plan.mounts, timeout=plan.timeout, memory=plan.memory, cwd=plan.cwd) as box:
-        pythons = _Pythons(box, plan)
-        probes = []
-        for f in changed:
-            if not f.resolved.endswith(".py"):
-                continue
-            if on_probe is not None:
-                on_probe(f.resolved)
-            probes.append(_probe(box, plan, pythons, f, owners))
-        seen = {f.resolved for f in changed}
-        by_path = {f.resolved: f for f in changed}
-        for pr in list(probes):
-            if plan.importers <= 0 or pr.module is None or pr.python is None or pr.verdict == CANNOT_TELL and not pr.base:
-                continue
-            for path, module in _importers_of(box, pythons.sys_path(pr.python), pr.module, plan.importers, seen):
-                seen.add(path)
-                probes.append(_probe_importer(box, plan, pr, by_path[pr.path], path, module, owners))
+    changes = changes_of(result)
+    with Sandbox(plan.root, staged, binds=plan.mounts, timeout=plan.timeout, memory=plan.memory, cwd=plan.cwd,
+                 user=plan.user) as box:
+        probes = probe_changes(box, plan.env, changes, plan.importers, on_probe)
         command = _command(box, plan) if plan.command else None
     held = {p for f in result.files if not f.changed and f.final is not None and f.target.path != RECORD_PATH
             and f.resolved.endswith(".py") for p in f.patches}
-    return BootReport(ref, digest, profile, _verdicts(result.patches, changed, probes, held), tuple(probes), command,
-                      env_shown, plan.timeout)
+    return BootReport(ref, digest, profile, verdicts(result.patches, changes, probes, held), tuple(probes), command,
+                      env_shown, plan.timeout, box.seconds, box.cpu_seconds, tree_digest(staged))
+
+
+def tree_digest(staged: Sequence[Staged]) -> str:
+    """A digest of the files a probe sees over the base: over their (path, sha256) pairs."""
+    import hashlib
+
+    from ..fs.content import chunks_of
+    from ..queue.lock import rootfs_digest
+
+    pairs = []
+    for s in staged:
+        if s.data is not None:
+            h = hashlib.sha256()
+            for chunk in chunks_of(s.data):
+                h.update(chunk)
+            pairs.append((s.rel, h.hexdigest()))
+    return rootfs_digest(pairs)
+
+
+def probe_changes(box: Sandbox, env: Mapping[str, str], changes: Sequence[Change], importers: int,
+                  on_probe: Callable[[str], None] | None = None) -> list[Probe]:
+    """Probe every changed `.py` module on the base and the patched tree of `box`, then up to
+    `importers` modules of its package that import it."""
+    owners = {c.resolved: c.patches for c in changes}
+    pythons = _Pythons(box, env)
+    probes = []
+    for f in changes:
+        if not f.resolved.endswith(".py"):
+            continue
+        if on_probe is not None:
+            on_probe(f.resolved)
+        probes.append(_probe(box, env, pythons, f, owners))
+    seen = {f.resolved for f in changes}
+    by_path = {f.resolved: f for f in changes}
+    for pr in list(probes):
+        if importers <= 0 or pr.module is None or pr.python is None or pr.verdict == CANNOT_TELL and not pr.base:
+            continue
+        for path, module in _importers_of(box, pythons.sys_path(pr.python), pr.module, importers, seen):
+            seen.add(path)
+            probes.append(_probe_importer(box, env, pr, by_path[pr.path], path, module, owners))
+    return probes
 
 
 class _Pythons:
     """The image's interpreters, found on its PATH by version, and their sys.path (asked once each)."""
 
-    def __init__(self, box: Sandbox, plan: BootPlan) -> None:
-        self.box, self.plan = box, plan
+    def __init__(self, box: Sandbox, env: Mapping[str, str]) -> None:
+        self.box, self.env = box, env
         self._paths: dict[str, list[str] | str] = {}
 
     def find(self, version: str) -> str | None:
         names = [f"python{version}"] + (["python3"] if version != "3" else [])
         for name in names:
-            for d in self.plan.env.get("PATH", DEFAULT_PATH).split(":"):
+            for d in self.env.get("PATH", DEFAULT_PATH).split(":"):
                 if d.startswith("/") and _executable(self.box, f"{d.rstrip('/')}/{name}"):
                     return f"{d.rstrip('/')}/{name}"
         return None
@@ -249,7 +310,7 @@ class _Pythons:
     def sys_path(self, python: str) -> list[str] | str:
         """Its sys.path entries (absolute), or why they could not be read."""
         if python not in self._paths:
-            ran = self.box.run([python, "-B", "-c", PATHS], self.plan.env, patched=False)
+            ran = self.box.run([python, "-B", "-c", PATHS], self.env, patched=False)
             try:
                 self._paths[python] = list(json.loads(ran.stdout.decode().strip().splitlines()[-1]))
             except (ValueError, IndexError, UnicodeDecodeError):
@@ -289,7 +350,7 @@ def _module_of(path: str, entries: Sequence[str]) -> str | None:
     return ".".join(parts)
 
 
-def _probe(box: Sandbox, plan: BootPlan, pythons: _Pythons, f, owners) -> Probe:
+def _probe(box: Sandbox, env: Mapping[str, str], pythons: _Pythons, f: Change, owners) -> Probe:
     m = _SITE.search(f.resolved)
     if m is None:
         return Probe(f.resolved, None, None, CANNOT_TELL, "not under a directory an image's Python imports from "
@@ -297,22 +358,22 @@ def _probe(box: Sandbox, plan: BootPlan, pythons: _Pythons, f, owners) -> Probe:
     python = pythons.find(m.group(1))
     if python is None:
         return Probe(f.resolved, None, None, CANNOT_TELL,
-                     f"the image has no python{m.group(1)} (nor python3) on its PATH ({plan.env.get('PATH', DEFAULT_PATH)})")
+                     f"the image has no python{m.group(1)} (nor python3) on its PATH ({env.get('PATH', DEFAULT_PATH)})")
     entries = pythons.sys_path(python)
     if isinstance(entries, str):
         return Probe(f.resolved, None, python, CANNOT_TELL, entries)
     module = _module_of(f.resolved, entries)
     if module is None:
         return Probe(f.resolved, None, python, CANNOT_TELL, f"not importable by name from {python}'s sys.path")
-    if f.final is None:
+    if not f.kept:
         return Probe(f.resolved, module, python, CANNOT_TELL, "the series deletes it (a probe cannot hide the base's file)")
     if module.rpartition(".")[2] == "__main__":
         return Probe(f.resolved, module, python, CANNOT_TELL, "a __main__ module runs the program when imported: give it "
                      "a command (`imgquilt boot -- ...`) instead")
-    patched = _run_probe(box, plan, python, module, patched=True, owners=owners)
+    patched = _run_probe(box, env, python, module, patched=True, owners=owners)
     if patched.state == "ok":
         return Probe(f.resolved, module, python, BOOTS, patched=patched)
-    base = _run_probe(box, plan, python, module, patched=False, owners=owners) if f.target.data is not None else None
+    base = _run_probe(box, env, python, module, patched=False, owners=owners) if f.on_base else None
     if base is not None and base.state != "ok":
         said = base.failure.render() if base.failure else base.state
         return Probe(f.resolved, module, python, CANNOT_TELL, f"it fails on the base too: {said}", base, patched)
@@ -320,14 +381,14 @@ def _probe(box: Sandbox, plan: BootPlan, pythons: _Pythons, f, owners) -> Probe:
     return Probe(f.resolved, module, python, FAILS, "", base, patched, blamed)
 
 
-def _probe_importer(box: Sandbox, plan: BootPlan, of: Probe, f, path: str, module: str, owners) -> Probe:
+def _probe_importer(box: Sandbox, env: Mapping[str, str], of: Probe, f: Change, path: str, module: str, owners) -> Probe:
     """A module of the package that imports a patched one: probed the same way; its failure is the
     patch's whose file the traceback ends in (else the imported module's patch)."""
     assert of.python is not None and of.module is not None
-    patched = _run_probe(box, plan, of.python, module, patched=True, owners=owners)
+    patched = _run_probe(box, env, of.python, module, patched=True, owners=owners)
     if patched.state == "ok":
         return Probe(path, module, of.python, BOOTS, patched=patched, importer_of=of.module)
-    base = _run_probe(box, plan, of.python, module, patched=False, owners=owners)
+    base = _run_probe(box, env, of.python, module, patched=False, owners=owners)
     if base.state != "ok":
         said = base.failure.render() if base.failure else base.state
         return Probe(path, module, of.python, CANNOT_TELL, f"it fails on the base too: {said}", base, patched,
@@ -375,17 +436,31 @@ def _importers_of(box: Sandbox, entries, module: str, limit: int, seen: set[str]
                 try:
                     with open(os.path.join(dirpath, name), "rb", opener=lambda p, fl: os.open(p, fl | os.O_NOFOLLOW)) as fh:
                         text = fh.read(4 << 20)
-                    if last.encode() not in text:
+                    if last.encode() not in text or not _names_in_import(text, last):
                         continue
                     tree = ast.parse(text)
                 except (OSError, SyntaxError, ValueError):
                     continue
-                if _imports(tree, mod, name == "__init__.py", module):
+                if _imports(tree, mod, name == "__init__.py", module):  # (parsed only when an import line names it)
                     found.append((rel, mod))
                     if len(found) >= limit:
                         return found
         break  # the first sys.path entry that has the package is the one Python imports it from
     return found
+
+
+def _names_in_import(text: bytes, last: str) -> bool:
+    """A cheap screen before the parse: does a line that starts an import statement (or continues
+    one in parentheses) name `last`? A file that only mentions it elsewhere is not parsed."""
+    word = re.compile(rb"\b" + re.escape(last.encode()) + rb"\b")
+    in_parens = False
+    for line in text.splitlines():
+        s = line.lstrip()
+        if in_parens or s.startswith((b"import ", b"from ")):
+            if word.search(line):
+                return True
+            in_parens = ((in_parens or b"(" in s) and b")" not in s) or s.rstrip().endswith(b"\\")
+    return False
 
 
 def _imports(tree, mod: str, is_pkg: bool, target: str) -> bool:
@@ -411,17 +486,17 @@ def _imports(tree, mod: str, is_pkg: bool, target: str) -> bool:
     return False
 
 
-def _blame(outcome: Outcome, f, owners) -> str:
+def _blame(outcome: Outcome, f: Change, owners) -> str:
     fl = outcome.failure
     if fl is not None and fl.path in owners and owners[fl.path]:
         return owners[fl.path][-1]
     return f.patches[-1]
 
 
-def _run_probe(box: Sandbox, plan: BootPlan, python: str, module: str, *, patched: bool, owners) -> Outcome:
-    ran = box.run([python, "-B", "-c", PROBE, module], plan.env, patched=patched)
+def _run_probe(box: Sandbox, env: Mapping[str, str], python: str, module: str, *, patched: bool, owners) -> Outcome:
+    ran = box.run([python, "-B", "-c", PROBE, module], env, patched=patched)
     if ran.timed_out:
-        return Outcome("timeout", ran.seconds, Failure("Timeout", f"killed after {plan.timeout:g} s (--timeout)"),
+        return Outcome("timeout", ran.seconds, Failure("Timeout", f"killed after {box.timeout:g} s (--timeout)"),
                        stderr=ran.tail())
     line = ran.stdout.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
     try:
@@ -441,7 +516,8 @@ def _run_probe(box: Sandbox, plan: BootPlan, python: str, module: str, *, patche
     return Outcome("error", ran.seconds, failure, ran.code, ran.tail())
 
 
-def _verdicts(names: Sequence[str], changed, probes: Sequence[Probe], held: set[str]) -> tuple[PatchBoot, ...]:
+def verdicts(names: Sequence[str], changed: Sequence[Change], probes: Sequence[Probe], held: set[str] = frozenset()) -> tuple[PatchBoot, ...]:
+    """Each patch's verdict from its modules' probes (the module docstring's rule)."""
     by_path = {p.path: p for p in probes}
     out = []
     for name in names:
@@ -515,7 +591,7 @@ def boot_queue(q: Queue, *, image: str | None, root: Path | None, overlay: Path 
             raise BadInput(f"Root filesystem {root} does not exist or is not a directory.")
         source: Source = RootfsSource(root)
         result = patched_result(chosen.queue, source, chosen.lock, image_bytes(q.root, chosen.lock))
-        plan = BootPlan(root, result, boot_env(None, chosen.env), cwd, timeout, memory, command, mounts,
+        plan = BootPlan(root, result, boot_env(None, chosen.env), cwd, timeout, memory, None, command, mounts,
                         _overlay_files(overlay, result), importers)
         return run_boot(plan, ref=f"rootfs:{root}", digest=None, profile=chosen.name, env_shown=chosen.env,
                         on_probe=on_probe)
@@ -532,11 +608,13 @@ def boot_queue(q: Queue, *, image: str | None, root: Path | None, overlay: Path 
     img = getattr(source, "image", None)
     if img is None:
         raise BadInput(f"{ref} is not an image with layers; boot a root filesystem with --root DIR.")
-    result = patched_result(chosen.queue, source, chosen.lock, image_bytes(q.root, chosen.lock))
-    image_env, cwd = _config_of(img.config_bytes)
+    image_env, cwd, user = config_of(img.config_bytes)
     with materialized(img, progress=progress) as base_root:
-        plan = BootPlan(base_root, result, boot_env(image_env, chosen.env), cwd, timeout, memory, command, mounts,
-                        _overlay_files(overlay, result), importers)
+        # the series verified on the unpacked tree (it is the image's filesystem): the layers are read
+        # once, to unpack them, not a second time to plan (docs/decisions.md)
+        result = patched_result(chosen.queue, RootfsSource(base_root, ref=ref), chosen.lock, image_bytes(q.root, chosen.lock))
+        plan = BootPlan(base_root, result, boot_env(image_env, chosen.env), cwd, timeout, memory, user_of(user, base_root),
+                        command, mounts, _overlay_files(overlay, result), importers)
         return run_boot(plan, ref=ref, digest=img.manifest_digest, profile=chosen.name, env_shown=chosen.env,
                         on_probe=on_probe)
 
@@ -561,16 +639,67 @@ def _overlay_files(overlay: Path | None, result: ApplyResult) -> tuple[Staged, .
     return staged
 
 
-def _config_of(config: bytes) -> tuple[dict[str, str] | None, str]:
-    """The image config's Env and WorkingDir."""
+def config_of(config: bytes) -> tuple[dict[str, str] | None, str, str]:
+    """The image config's Env, WorkingDir and User."""
     try:
         cfg = (json.loads(config).get("config") or {})
     except (ValueError, AttributeError):
-        return None, "/"
+        return None, "/", ""
     env = cfg.get("Env") if isinstance(cfg.get("Env"), list) else []
     wd = cfg.get("WorkingDir")
+    user = cfg.get("User")
     return (dict(e.partition("=")[::2] for e in env if isinstance(e, str)) or None,
-            wd if isinstance(wd, str) and wd.startswith("/") else "/")
+            wd if isinstance(wd, str) and wd.startswith("/") else "/", user if isinstance(user, str) else "")
+
+
+def user_of(spec: str, root: Path) -> tuple[int, int] | None:
+    """The image's `User` (uid, name, uid:gid, name:group) as numbers, names looked up in the root's
+    /etc/passwd and /etc/group as a container runtime does; None for root or none given."""
+    if not spec:
+        return None
+    name, _, group = spec.partition(":")
+
+    def lookup(table: str, key: str) -> tuple[int, int] | None:
+        if key.isdigit():
+            return int(key), -1
+        for line in _read_in_root(root, f"etc/{table}").splitlines():
+            fields = line.split(":")
+            if len(fields) >= 4 and fields[0] == key and fields[2].isdigit():
+                return int(fields[2]), int(fields[3]) if fields[3].isdigit() else -1
+        raise BadInput(f"The image's User {spec!r}: no {key!r} in the image's /etc/{table}.",
+                       hint="Set the image's User to a uid (e.g. 1000:1000), or add the user to its /etc/passwd.")
+
+    found = lookup("passwd", name)
+    assert found is not None
+    uid, gid = found[0], found[1] if not name.isdigit() else 0
+    if group:
+        g = lookup("group", group)
+        assert g is not None
+        gid = g[0]
+    gid = max(gid, 0)
+    return None if uid == 0 and gid == 0 else (uid, gid)
+
+
+def _read_in_root(root: Path, rel: str) -> str:
+    """A small text file of the root, its links resolved inside the root ("" when absent)."""
+    import os
+
+    from ..fs.resolve import resolve
+    from ..rootfs.dirfd import open_root
+    from ..rootfs.source import RootfsSource
+
+    fd = open_root(root)
+    try:
+        r = resolve(rel, RootfsSource._lookup(fd))
+    except BadInput:
+        return ""
+    finally:
+        os.close(fd)
+    if r.node is None or r.node.kind != "file":
+        return ""
+    from ..util.regular import read_regular_file
+
+    return (read_regular_file(Path(root) / r.resolved) or b"")[: 1 << 20].decode("utf-8", "replace")
 
 
 def _mount_point(queue_root: Path, where: str) -> tuple[Path, str]:

@@ -1,6 +1,8 @@
 """An image's filesystem as a directory to boot: unpacked once per manifest digest into the shared
-cache (cache.rootfs, sealed), then reused; with the cache off (IMGQUILT_NO_CACHE=1) or no cache key,
-unpacked into a temporary directory for this run only and removed after it."""
+cache (cache.rootfs, sealed; identical files stored once across trees; the trees counted in the
+cache's cap, IMGQUILT_CACHE_MAX, and evicted least recently used first, never while in use), then
+reused; with the cache off (IMGQUILT_NO_CACHE=1) or no cache key, unpacked into a temporary directory
+for this run only and removed after it."""
 from __future__ import annotations
 
 import shutil
@@ -14,7 +16,8 @@ from ..image.model import Image
 from ..rootfs.extract import extract_layers
 
 
-def _unpack(img: Image, dest: Path, progress=None) -> None:
+def _unpack(img: Image, dest: Path, progress=None, pool: Path | None = None) -> int:
+    """Unpack the layers into `dest`; the bytes of regular files written."""
     layers = img.layers
 
     def streams():
@@ -29,7 +32,9 @@ def _unpack(img: Image, dest: Path, progress=None) -> None:
             finally:
                 tar.close()
 
-    extract_layers(dest, streams())
+    written: list[int] = []
+    extract_layers(dest, streams(), pool=pool, written=written)
+    return written[0] if written else 0
 
 
 @contextmanager
@@ -37,26 +42,35 @@ def materialized(img: Image, progress=None) -> Iterator[Path]:
     """The unpacked filesystem of `img`, read only to every user of it."""
     if not cache_disabled():
         from ..cache.rootfs import RootfsCache
+        from ..cache.usage import trim
 
         cache = RootfsCache()
-        found = cache.believed(img.manifest_digest)
+        digest = img.manifest_digest
+        found = cache.believed(digest)
         if found is not None:
-            yield found
-            return
+            with cache.held(digest):
+                if cache.believed(digest) == found:  # not evicted between the look and the lock
+                    yield found
+                    return
         staged = cache.staging()
         try:
-            _unpack(img, staged, progress)
+            size = _unpack(img, staged, progress, pool=cache.pool)
         except BaseException:
             shutil.rmtree(staged, ignore_errors=True)
             raise
-        tree = cache.seal(img.manifest_digest, staged)
+        tree = cache.seal(digest, staged, size)
         if tree is not None:
-            yield tree
+            try:
+                with cache.held(digest):
+                    trim()  # the cache back under its cap; this tree, in use, stays until it is done
+                    yield tree
+            finally:
+                trim()
             return
         try:
-            yield cache.tree(img.manifest_digest)
+            yield cache.tree(digest)
         finally:
-            cache.discard(img.manifest_digest)
+            cache.discard(digest)
         return
     tmp = Path(tempfile.mkdtemp(prefix="imgquilt-rootfs-"))
     try:
