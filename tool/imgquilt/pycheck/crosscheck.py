@@ -37,7 +37,7 @@ from typing import Iterable
 from ..fs.content import Data, held, held_or_none, sha256_of
 from .pyiface import CLASS, DEF, IMPORT, Binding, Interface, Signature, Unreadable, bind, interface_of, parse
 from .pysearch import (
-    BYTECODE, LARGE, MISSING, NAMESPACE, NATIVE, Finder, ModuleFiles, Place, Spec, is_stdlib, place_of,
+    BYTECODE, FILE, LARGE, MISSING, NAMESPACE, NATIVE, UNKNOWN, Finder, Look, ModuleFiles, Place, Spec, is_stdlib, place_of,
 )
 
 MAX_FOLLOW = 12  # re-exports, star imports and base classes followed in a row
@@ -871,53 +871,158 @@ def place_of_settled(place: Place, view: ModuleFiles) -> Place:
     return place_of(path, view, settle=True) or place
 
 
-MEMO_VERSION = "imgquilt-crosscheck-1"
+MEMO_VERSION = "imgquilt-crosscheck-2"
 
 
 def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, bytes | None]], final_view: ModuleFiles,
                 base_view: ModuleFiles, changed_lines: dict[str, list[bytes]] | None = None, memo=None) -> list[FileFindings]:
     """check_files, after deciding whether the patched modules changed what they offer. With
     `changed_lines` (resolved path -> the lines its patches add and remove), only the files whose
-    changes may matter are parsed (pyscreen.py). With `memo` (pycheck.Memo), an earlier answer for
-    the same files is taken when every file it looked up in the image still holds what it held.
+    changes may matter are parsed (pyscreen.py).
+
+    With `memo` (pycheck.Memo), each file's answer is kept on its own, by content: the key holds the
+    file's base and final bytes, its changed lines and what the screen decided for it (whether its
+    shared shapes are judged again, and which of the names a patched module changed it names); the
+    row holds every path the file's check looked up, in both views, and what it saw there (a file's
+    sha256, nothing, or a native/bytecode file's presence). A later run takes the answer when every
+    one of those paths still holds the same; one changed module re-checks the files that looked it
+    up (those importing it), and nothing else. The rows of all files are asked for in one query.
 
     A patched .py file may come spooled (larger than IMGQUILT_SPOOL_AT): it is held whole here, once
     (within IMGQUILT_IN_MEMORY_MAX), as every other reader of a module's text needs it; the other
     files changed (an extension module, data) are only compared and hashed, never read whole."""
     files = [replace(fc, base=held_or_none(fc.base, fc.path), final=held(fc.final, fc.path)) for fc in files]
     changed = [(p, held_or_none(b, p), held_or_none(a, p)) if p.endswith(".py") else (p, b, a) for p, b, a in changed]
-    files_of = getattr(final_view, "files", None)  # the SourceModules behind the views, when they are those
-    key = _memo_key(files, changed, changed_lines, final_view) if memo is not None and files_of is not None else None
-    if key is not None:
-        kept = memo.get_many([key]).get(key)
-        doc = _memo_doc(kept)
-        if doc is not None and files_of.unchanged(doc["seen"]):
-            return _decoded(doc, files)
-    results = _cross_check(files, changed, final_view, base_view, changed_lines)
-    if key is not None:
-        memo.put_many({key: [json.dumps({"seen": files_of.seen, "files": _encoded(results)})]})
-    return results
+    trees = Trees()
+    names: set[str] | None = None
+    recheck: set[str] | None = None
+    if changed_lines is None:
+        todo, views_differ = files, interfaces_differ(changed, trees)
+    else:
+        from .pyscreen import imported_names, may_add_items, names_in
+
+        found, everything = changed_names(changed, changed_lines, trees)
+        names = None if everything else found
+        todo, recheck = [], set()
+        for fc in files:
+            again = everything or names_in(fc.final, found)
+            if again:
+                recheck.add(fc.resolved)
+            if again or fc.base is None or may_add_items(changed_lines.get(fc.resolved, ()), imported_names(fc.final, fc.base)):
+                todo.append(fc)
+        views_differ = bool(recheck)
+    keys: dict[str, str] = {}
+    if memo is not None and todo:
+        platform = final_view.platform()
+        for fc in todo:
+            rejudge = views_differ and (recheck is None or fc.resolved in recheck)
+            keys[fc.resolved] = _file_key(fc, platform, changed_lines, rejudge, names)
+    kept = memo.get_many(list(keys.values())) if keys else {}
+    docs = {r: _memo_doc(kept.get(k)) for r, k in keys.items()}
+    fresh = _still_seen([d for d in docs.values() if d is not None], final_view, base_view)
+    out: list[FileFindings] = []
+    store: dict[str, list[str]] = {}
+    for fc in todo:
+        doc = docs.get(fc.resolved)
+        if doc is not None and all(fresh.get(_seen_key(x), False) for x in doc["seen"]):
+            out += _decoded(doc, [fc])
+            continue
+        final_rec, base_rec = _Recorder(final_view, "f"), _Recorder(base_view, "b")
+        got = check_files([fc], final_rec, base_rec, views_differ=views_differ, trees=trees, recheck=recheck, names=names)
+        out += got
+        if fc.resolved in keys:
+            seen = [list(x) for x in {**final_rec.seen, **base_rec.seen}.values()]
+            store[keys[fc.resolved]] = [json.dumps({"seen": seen, "files": _encoded(got)})]
+    if store:
+        memo.put_many(store)
+    return out
 
 
-def _memo_key(files: list[FileCheck], changed, changed_lines, view) -> str:
-    h = hashlib.sha256(f"{MEMO_VERSION}\0{view.platform()}\0".encode())
+def _file_key(fc: FileCheck, platform: str | None, changed_lines: dict[str, list[bytes]] | None, rejudge: bool,
+              names: set[str] | None) -> str:
+    """The memo key of one file's check: all it depends on but the modules it looks up (those are
+    kept in the row and checked again)."""
+    h = hashlib.sha256(f"{MEMO_VERSION}\0{platform}\0".encode())
     sha = lambda d: b"-" if d is None else sha256_of(d).encode()  # noqa: E731  (a large file: spooled)
-    for fc in sorted(files, key=lambda f: f.resolved):
-        h.update(fc.path.encode() + b"\0" + fc.resolved.encode() + b"\0" + sha(fc.base) + sha(fc.final))
-    for path, before, after in sorted(changed, key=lambda c: c[0]):
-        h.update(b"c" + path.encode() + b"\0" + sha(before) + sha(after))
-    for path in sorted(changed_lines or {}):
-        h.update(b"l" + path.encode() + b"\0" + hashlib.sha256(b"\n".join(changed_lines[path])).digest())
-    for named, resolved in sorted(getattr(view, "named", {}).items()):
-        h.update(b"n" + named.encode() + b"\0" + resolved.encode())
-    h.update(b"screen" if changed_lines is not None else b"all")
+    h.update(fc.path.encode() + b"\0" + fc.resolved.encode() + b"\0" + sha(fc.base) + sha(fc.final))
+    if changed_lines is None:
+        h.update(b"all")
+    else:
+        h.update(b"screen" + hashlib.sha256(b"\n".join(changed_lines.get(fc.resolved, ()))).digest())
+    h.update(b"rejudge" if rejudge else b"new only")
+    if rejudge:
+        if names is None:
+            h.update(b"\0*")
+        else:
+            from .pyscreen import words_of
+
+            words = words_of(fc.final)
+            for n in sorted(n for n in names if n in words):
+                h.update(b"\0" + n.encode())
     return h.hexdigest()
+
+
+class _Recorder:
+    """A ModuleFiles that notes what each lookup saw (a file's memo row holds them)."""
+
+    def __init__(self, view: ModuleFiles, tag: str) -> None:
+        self.view, self.tag = view, tag
+        self.seen: dict[tuple[str, str], tuple] = {}
+
+    def platform(self) -> str | None:
+        return self.view.platform()
+
+    def look(self, paths, *, settle: bool):
+        got = self.view.look(paths, settle=settle)
+        for p, lk in got.items():
+            self.seen.setdefault((self.tag, p), (self.tag, p, *_look_state(lk)))
+        return got
+
+
+def _look_state(lk: Look) -> tuple:
+    """What one lookup saw, JSON-able: a module's sha256 (or that it is too large to read), a file whose
+    bytes are never read (an extension module, a pyc), nothing, or not known yet; where it resolved."""
+    if lk.kind == FILE:
+        what = "large" if lk.too_large else ("present" if lk.data is None else sha256_of(lk.data))
+    else:
+        what = ""
+    return (lk.kind, what, lk.resolved, list(lk.dirs))
+
+
+def _seen_key(x: list) -> tuple:
+    return tuple(tuple(v) if isinstance(v, list) else v for v in x)
+
+
+def _still_seen(docs: list[dict], final_view: ModuleFiles, base_view: ModuleFiles) -> dict[tuple, bool]:
+    """Whether each (view, path, what was seen) of the rows still holds, every path looked up once
+    (settled: as deep as it takes) in one batch per view. A path that was not decided then must
+    hold no file now."""
+    wanted: dict[str, dict[str, list[tuple]]] = {"f": {}, "b": {}}
+    for doc in docs:
+        for x in doc["seen"]:
+            if isinstance(x, list) and len(x) == 6 and x[0] in wanted and isinstance(x[1], str):
+                wanted[x[0]].setdefault(x[1], []).append(_seen_key(x))
+    out: dict[tuple, bool] = {}
+    for tag, view in (("f", final_view), ("b", base_view)):
+        paths = wanted[tag]
+        if not paths:
+            continue
+        now = view.look(list(paths), settle=True)
+        for p, olds in paths.items():
+            cur = (tag, p, *_look_state(now[p])) if p in now else None
+            cur_key = _seen_key(list(cur)) if cur is not None else None
+            for old in olds:
+                if old[2] == UNKNOWN:
+                    out[old] = cur is not None and cur[2] != FILE
+                else:
+                    out[old] = cur_key == old
+    return out
 
 
 def _memo_doc(kept: list[str] | None) -> dict | None:
     try:
         doc = json.loads(kept[0]) if kept else None
-        return doc if isinstance(doc, dict) and isinstance(doc.get("seen"), dict) and isinstance(doc.get("files"), list) else None
+        return doc if isinstance(doc, dict) and isinstance(doc.get("seen"), list) and isinstance(doc.get("files"), list) else None
     except (ValueError, TypeError):
         return None
 
@@ -945,26 +1050,6 @@ def _decoded(doc: dict, files: list[FileCheck]) -> list[FileFindings]:
         out.append(FileFindings(by_resolved[d["resolved"]], Place(tuple(entries), module, is_package, version, site),
                                 tuple(finding(x) for x in d["findings"]), tuple(finding(x) for x in d["notes"])))
     return out
-
-
-def _cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, bytes | None]], final_view: ModuleFiles,
-                 base_view: ModuleFiles, changed_lines: dict[str, list[bytes]] | None) -> list[FileFindings]:
-    trees = Trees()
-    if changed_lines is None:
-        return check_files(files, final_view, base_view, views_differ=interfaces_differ(changed, trees), trees=trees)
-    from .pyscreen import imported_names, may_add_items, names_in
-
-    names, everything = changed_names(changed, changed_lines, trees)
-    todo: list[FileCheck] = []
-    recheck: set[str] = set()
-    for fc in files:
-        again = everything or names_in(fc.final, names)
-        if again:
-            recheck.add(fc.resolved)
-        if again or fc.base is None or may_add_items(changed_lines.get(fc.resolved, ()), imported_names(fc.final, fc.base)):
-            todo.append(fc)
-    return check_files(todo, final_view, base_view, views_differ=bool(recheck), trees=trees, recheck=recheck,
-                       names=None if everything else names)
 
 
 def _names_one(item: Item, names: set[str]) -> bool:
