@@ -901,7 +901,7 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
     else:
         from .pyscreen import imported_names, may_add_items, names_in
 
-        found, everything = changed_names(changed, changed_lines, trees)
+        found, everything = changed_names(changed, changed_lines, trees, memo)
         names = None if everything else found
         todo, recheck = [], set()
         for fc in files:
@@ -1057,39 +1057,78 @@ def _names_one(item: Item, names: set[str]) -> bool:
 
 
 def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed_lines: dict[str, list[bytes]],
-                  trees: Trees) -> tuple[set[str], bool]:
+                  trees: Trees, memo=None) -> tuple[set[str], bool]:
     """The names whose binding a patched module changed (a module it creates or deletes: its own
     name and all its names), and whether anything may have changed (a __getattr__, a star import,
-    an extension module...)."""
+    an extension module...). With `memo`, each module's part is kept by its path and both its
+    contents (parsing a thousand modules twice is most of a warm check), all asked for at once."""
     from .pyscreen import may_change_interface
 
-    names: set[str] = set()
+    todo: list[tuple[str, bytes | None, bytes | None]] = []
     for path, before, after in changed:
         if path.endswith((".so", ".pyc", ".pyd")):
-            return names, True
+            return set(), True
         if not path.endswith(".py"):
             continue
         if before is not None and after is not None and not may_change_interface(changed_lines.get(path, ())):
             continue
-        faces = []
-        for data in (before, after):
-            face = trees.interface(data, path) if data is not None else None
-            if data is not None and face is None:
-                return names, True
-            faces.append(face)
-        old, new = faces
-        stem = path.rsplit("/", 1)[-1][:-3]
-        if old is None or new is None:
-            names.add(path.rsplit("/", 2)[-2] if stem == "__init__" and "/" in path else stem)
-            names.update((old or new).names)  # type: ignore[union-attr]
-            continue
-        if (old.all_names, old.stars, old.getattr, old.dynamic, old.path_changed) != \
-                (new.all_names, new.stars, new.getattr, new.dynamic, new.path_changed):
-            return names, True
-        for n in set(old.names) | set(new.names) | set(old.deleted) | set(new.deleted):
-            if _bindings(old, n) != _bindings(new, n):
-                names.add(n)
-    return names, False
+        todo.append((path, before, after))
+    keys = {}
+    if memo is not None:
+        for path, before, after in todo:
+            h = hashlib.sha256(f"{MEMO_VERSION}\0names\0".encode() + path.encode())
+            for d in (before, after):
+                h.update(b"\0-" if d is None else b"\0" + sha256_of(d).encode())
+            keys[path] = h.hexdigest()
+    kept = memo.get_many(list(keys.values())) if keys else {}
+    names: set[str] = set()
+    store: dict[str, list[str]] = {}
+    everything = False
+    for path, before, after in todo:
+        got = _names_doc(kept.get(keys.get(path, "")))
+        if got is None:
+            got = _module_names(path, before, after, trees)
+            if path in keys:
+                store[keys[path]] = [json.dumps({"all": got[1], "names": sorted(got[0])})]
+        names |= got[0]
+        if got[1]:
+            everything = True
+            break
+    if store:
+        memo.put_many(store)
+    return names, everything
+
+
+def _names_doc(kept: list[str] | None) -> tuple[set[str], bool] | None:
+    try:
+        doc = json.loads(kept[0]) if kept else None
+    except (ValueError, TypeError):
+        return None
+    if isinstance(doc, dict) and isinstance(doc.get("all"), bool) and isinstance(doc.get("names"), list) \
+            and all(isinstance(n, str) for n in doc["names"]):
+        return set(doc["names"]), doc["all"]
+    return None
+
+
+def _module_names(path: str, before: bytes | None, after: bytes | None, trees: Trees) -> tuple[set[str], bool]:
+    """One patched module's part of changed_names."""
+    faces = []
+    for data in (before, after):
+        face = trees.interface(data, path) if data is not None else None
+        if data is not None and face is None:
+            return set(), True
+        faces.append(face)
+    old, new = faces
+    stem = path.rsplit("/", 1)[-1][:-3]
+    if old is None or new is None:
+        names = {path.rsplit("/", 2)[-2] if stem == "__init__" and "/" in path else stem}
+        names.update((old or new).names)  # type: ignore[union-attr]
+        return names, False
+    if (old.all_names, old.stars, old.getattr, old.dynamic, old.path_changed) != \
+            (new.all_names, new.stars, new.getattr, new.dynamic, new.path_changed):
+        return set(), True
+    return {n for n in set(old.names) | set(new.names) | set(old.deleted) | set(new.deleted)
+            if _bindings(old, n) != _bindings(new, n)}, False
 
 
 def _bindings(face: Interface, name: str) -> tuple:
