@@ -258,7 +258,7 @@ def test_a_remembered_answer_is_used_only_while_what_it_read_is_unchanged(tmp_pa
                           {me: final.splitlines(keepends=True)}, memo)
         return [x for ff in got for f in ff.findings for x in f.located(me)], files.reads
 
-    assert run()[0] == [] and len(memo.saved) == 2  # the file's row, and its module's changed names
+    assert run()[0] == [] and len(memo.saved) == 3  # the file's row; its module's changed names; the names it names
     assert run()[0] == []  # from the memo (every path it looked up still holds what it held)
     # the image changed under the same queue: the answer is not taken from the memo
     (root / SITE / "lib.py").write_text("def call(a, b):\n    pass\n\ndef other():\n    pass\n")
@@ -285,7 +285,7 @@ class CountingMemo(Memo):
         return super().get_many(keys)
 
     def put_many(self, entries) -> None:
-        files = {k for k, v in entries.items() if '"seen"' in v[0]}  # a file's row (not a module's names)
+        files = {k for k, v in entries.items() if v and '"seen"' in v[0]}  # a file's row (not a module's names)
         if files:
             self.puts.append(files)
         super().put_many(entries)

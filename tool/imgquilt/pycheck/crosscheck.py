@@ -896,16 +896,19 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
     trees = Trees()
     names: set[str] | None = None
     recheck: set[str] | None = None
+    named: dict[str, list[str]] = {}  # resolved -> the changed names the file names
     if changed_lines is None:
         todo, views_differ = files, interfaces_differ(changed, trees)
     else:
-        from .pyscreen import imported_names, may_add_items, names_in
+        from .pyscreen import imported_names, may_add_items, words_of
 
         found, everything = changed_names(changed, changed_lines, trees, memo)
         names = None if everything else found
         todo, recheck = [], set()
+        if found and not everything:
+            named = _named_in(files, found, memo, words_of)
         for fc in files:
-            again = everything or names_in(fc.final, found)
+            again = everything or bool(named.get(fc.resolved))
             if again:
                 recheck.add(fc.resolved)
             if again or fc.base is None or may_add_items(changed_lines.get(fc.resolved, ()), imported_names(fc.final, fc.base)):
@@ -916,7 +919,7 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
         platform = final_view.platform()
         for fc in todo:
             rejudge = views_differ and (recheck is None or fc.resolved in recheck)
-            keys[fc.resolved] = _file_key(fc, platform, changed_lines, rejudge, names)
+            keys[fc.resolved] = _file_key(fc, platform, changed_lines, rejudge, None if names is None else named.get(fc.resolved, []))
     kept = memo.get_many(list(keys.values())) if keys else {}
     docs = {r: _memo_doc(kept.get(k)) for r, k in keys.items()}
     fresh = _still_seen([d for d in docs.values() if d is not None], final_view, base_view)
@@ -938,10 +941,34 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
     return out
 
 
+def _named_in(files: list[FileCheck], found: set[str], memo, words_of) -> dict[str, list[str]]:
+    """The changed names each file names (resolved -> sorted names). Reading every word of a thousand
+    files is most of a warm screen: with `memo`, each answer is kept by the file's bytes and the set
+    of changed names, all asked for at once."""
+    digest = hashlib.sha256("\0".join(sorted(found)).encode()).hexdigest()
+    keys = {fc.resolved: hashlib.sha256(f"{MEMO_VERSION}\0named\0{digest}\0{sha256_of(fc.final)}".encode()).hexdigest()
+            for fc in files} if memo is not None else {}
+    kept = memo.get_many(list(keys.values())) if keys else {}
+    out: dict[str, list[str]] = {}
+    store: dict[str, list[str]] = {}
+    for fc in files:
+        got = kept.get(keys.get(fc.resolved, ""))
+        if got is not None and all(n in found for n in got):
+            out[fc.resolved] = got
+            continue
+        out[fc.resolved] = sorted(found & words_of(fc.final))
+        if fc.resolved in keys:
+            store[keys[fc.resolved]] = out[fc.resolved]
+    if store:
+        memo.put_many(store)
+    return out
+
+
 def _file_key(fc: FileCheck, platform: str | None, changed_lines: dict[str, list[bytes]] | None, rejudge: bool,
-              names: set[str] | None) -> str:
+              names: list[str] | None) -> str:
     """The memo key of one file's check: all it depends on but the modules it looks up (those are
-    kept in the row and checked again)."""
+    kept in the row and checked again). `names`: the changed names the file names (None: all may have
+    changed)."""
     h = hashlib.sha256(f"{MEMO_VERSION}\0{platform}\0".encode())
     sha = lambda d: b"-" if d is None else sha256_of(d).encode()  # noqa: E731  (a large file: spooled)
     h.update(fc.path.encode() + b"\0" + fc.resolved.encode() + b"\0" + sha(fc.base) + sha(fc.final))
@@ -954,10 +981,7 @@ def _file_key(fc: FileCheck, platform: str | None, changed_lines: dict[str, list
         if names is None:
             h.update(b"\0*")
         else:
-            from .pyscreen import words_of
-
-            words = words_of(fc.final)
-            for n in sorted(n for n in names if n in words):
+            for n in names:
                 h.update(b"\0" + n.encode())
     return h.hexdigest()
 
