@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
 from ..errors import BadImage, BadInput, ImgquiltError, UnsafePath
-from ..fs.content import Data, held, in_memory_max, sha256_of
+from ..fs.content import Data, held, in_memory_max
 from ..fs.types import DirListing, HasRootDir, ListsDirs, PeeksTargets, ReadsFirst, Source, TargetFile
 
 FILE, ABSENT, UNKNOWN = "file", "absent", "unknown"
