@@ -871,7 +871,7 @@ def place_of_settled(place: Place, view: ModuleFiles) -> Place:
     return place_of(path, view, settle=True) or place
 
 
-MEMO_VERSION = "imgquilt-crosscheck-2"
+MEMO_VERSION = "imgquilt-crosscheck-3"
 
 
 def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, bytes | None]], final_view: ModuleFiles,
@@ -925,16 +925,17 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
     fresh = _still_seen([d for d in docs.values() if d is not None], final_view, base_view)
     out: list[FileFindings] = []
     store: dict[str, list[str]] = {}
+    shared: tuple[dict, dict] = ({}, {})
     for fc in todo:
         doc = docs.get(fc.resolved)
-        if doc is not None and all(fresh.get(_seen_key(x), False) for x in doc["seen"]):
+        if doc is not None and all(isinstance(x, list) and fresh.get(tuple(x), False) for x in doc["seen"]):
             out += _decoded(doc, [fc])
             continue
-        final_rec, base_rec = _Recorder(final_view, "f"), _Recorder(base_view, "b")
+        final_rec, base_rec = _Recorder(final_view, "f", shared[0]), _Recorder(base_view, "b", shared[1])
         got = check_files([fc], final_rec, base_rec, views_differ=views_differ, trees=trees, recheck=recheck, names=names)
         out += got
         if fc.resolved in keys:
-            seen = [list(x) for x in {**final_rec.seen, **base_rec.seen}.values()]
+            seen = [*final_rec.seen.values(), *base_rec.seen.values()]
             store[keys[fc.resolved]] = [json.dumps({"seen": seen, "files": _encoded(got)})]
     if store:
         memo.put_many(store)
@@ -987,45 +988,57 @@ def _file_key(fc: FileCheck, platform: str | None, changed_lines: dict[str, list
 
 
 class _Recorder:
-    """A ModuleFiles that notes what each lookup saw (a file's memo row holds them)."""
+    """A ModuleFiles that notes what each lookup saw (a file's memo row holds them). `shared`: the
+    decided lookups of one view, shared by the recorders of every file (a Look is made once)."""
 
-    def __init__(self, view: ModuleFiles, tag: str) -> None:
-        self.view, self.tag = view, tag
-        self.seen: dict[tuple[str, str], tuple] = {}
+    def __init__(self, view: ModuleFiles, tag: str, shared: dict) -> None:
+        self.view, self.tag, self.shared = view, tag, shared
+        self.seen: dict[str, list] = {}
 
     def platform(self) -> str | None:
         return self.view.platform()
 
     def look(self, paths, *, settle: bool):
-        got = self.view.look(paths, settle=settle)
-        for p, lk in got.items():
-            self.seen.setdefault((self.tag, p), (self.tag, p, *_look_state(lk)))
+        got: dict[str, Look] = {}
+        rest = []
+        for p in paths:
+            known = self.shared.get(p)
+            if known is not None:
+                got[p] = known[0]
+                self.seen.setdefault(p, known[1])
+            else:
+                rest.append(p)
+        if rest:
+            for p, lk in self.view.look(rest, settle=settle).items():
+                got[p] = lk
+                state = [self.tag, p, lk.kind, _state_digest(lk)]
+                if lk.kind != UNKNOWN:  # decided: the same for every file of this run
+                    self.shared[p] = (lk, state)
+                self.seen.setdefault(p, state)
         return got
 
 
-def _look_state(lk: Look) -> tuple:
-    """What one lookup saw, JSON-able: a module's sha256 (or that it is too large to read), a file whose
-    bytes are never read (an extension module, a pyc), nothing, or not known yet; where it resolved."""
+def _state_digest(lk: Look) -> str:
+    """What one lookup saw, as a short digest (a row holds hundreds): a module's sha256 (or that it is
+    too large to read), a file whose bytes are never read (an extension module, a pyc), nothing, or
+    not known yet; where it resolved and the directories on its way."""
     if lk.kind == FILE:
         what = "large" if lk.too_large else ("present" if lk.data is None else sha256_of(lk.data))
     else:
         what = ""
-    return (lk.kind, what, lk.resolved, list(lk.dirs))
-
-
-def _seen_key(x: list) -> tuple:
-    return tuple(tuple(v) if isinstance(v, list) else v for v in x)
+    raw = "\0".join([lk.kind, what, lk.resolved, *lk.dirs])
+    return hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
 def _still_seen(docs: list[dict], final_view: ModuleFiles, base_view: ModuleFiles) -> dict[tuple, bool]:
-    """Whether each (view, path, what was seen) of the rows still holds, every path looked up once
+    """Whether each (view, path, kind, digest) of the rows still holds, every path looked up once
     (settled: as deep as it takes) in one batch per view. A path that was not decided then must
     hold no file now."""
     wanted: dict[str, dict[str, list[tuple]]] = {"f": {}, "b": {}}
     for doc in docs:
         for x in doc["seen"]:
-            if isinstance(x, list) and len(x) == 6 and x[0] in wanted and isinstance(x[1], str):
-                wanted[x[0]].setdefault(x[1], []).append(_seen_key(x))
+            if isinstance(x, list) and len(x) == 4 and x[0] in wanted and all(isinstance(v, str) for v in x):
+                wanted[x[0]].setdefault(x[1], []).append(tuple(x))
     out: dict[tuple, bool] = {}
     for tag, view in (("f", final_view), ("b", base_view)):
         paths = wanted[tag]
@@ -1033,13 +1046,14 @@ def _still_seen(docs: list[dict], final_view: ModuleFiles, base_view: ModuleFile
             continue
         now = view.look(list(paths), settle=True)
         for p, olds in paths.items():
-            cur = (tag, p, *_look_state(now[p])) if p in now else None
-            cur_key = _seen_key(list(cur)) if cur is not None else None
+            lk = now.get(p)
             for old in olds:
-                if old[2] == UNKNOWN:
-                    out[old] = cur is not None and cur[2] != FILE
+                if lk is None:
+                    out[old] = False
+                elif old[2] == UNKNOWN:
+                    out[old] = lk.kind != FILE
                 else:
-                    out[old] = cur_key == old
+                    out[old] = (tag, p, lk.kind, _state_digest(lk)) == old
     return out
 
 
