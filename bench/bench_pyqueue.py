@@ -13,10 +13,12 @@ check ON, on the vLLM 0.10.1 image (bench/build_vllm.py):
                                    [--history-repo /path/to/click.git] [--repeat 3] [--json]
 
 The image layout is copied into WORKDIR once (the warm --output-image links its blobs, which changes
-their ctime: the build's own copy stays untouched). Each patch adds one line of code at the end of its
-file; one in eight adds a call of something the file imports (`os.getcwd()` after `import os` is not
-assumed: the call names the file's own first imported module), so the cross-module check has modules
-to read. Every step is a process of its own, start-up included; the rounds interleave the steps and
+their ctime: the build's own copy stays untouched). Each patch adds one module-level line at the end
+of its file (a new name: the module's interface changes, so the screen parses it before and after);
+one in eight reads an attribute of the first module the file imports (`_x = torch.__name__`), so the
+cross-module check has the image's modules to read. The history queue's rootfs holds click's first
+commit; its early history is Python 2 code, so PYFLAKES_BUILTINS declares Python 2's builtins (as a
+user checking such code would). Every step is a process of its own, start-up included; the rounds interleave the steps and
 the least and the median of --repeat rounds are printed, CPU (user + system, all threads) beside wall
 time, with the load average (the machine is shared).
 """
