@@ -1037,7 +1037,7 @@ def _still_seen(docs: list[dict], final_view: ModuleFiles, base_view: ModuleFile
     wanted: dict[str, dict[str, list[tuple]]] = {"f": {}, "b": {}}
     for doc in docs:
         for x in doc["seen"]:
-            if isinstance(x, list) and len(x) == 4 and x[0] in wanted and all(isinstance(v, str) for v in x):
+            if isinstance(x, list) and len(x) == 4 and x[0] in wanted and isinstance(x[1], str):
                 wanted[x[0]].setdefault(x[1], []).append(tuple(x))
     out: dict[tuple, bool] = {}
     for tag, view in (("f", final_view), ("b", base_view)):
@@ -1047,13 +1047,14 @@ def _still_seen(docs: list[dict], final_view: ModuleFiles, base_view: ModuleFile
         now = view.look(list(paths), settle=True)
         for p, olds in paths.items():
             lk = now.get(p)
+            digest = _state_digest(lk) if lk is not None else None  # once per path, however many rows name it
             for old in olds:
                 if lk is None:
                     out[old] = False
                 elif old[2] == UNKNOWN:
                     out[old] = lk.kind != FILE
                 else:
-                    out[old] = (tag, p, lk.kind, _state_digest(lk)) == old
+                    out[old] = old[2] == lk.kind and old[3] == digest
     return out
 
 

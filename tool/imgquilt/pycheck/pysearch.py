@@ -26,6 +26,7 @@ with every lookup settled (`settle=True`: read as deep as needed to decide every
 """
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
@@ -260,7 +261,7 @@ class _View:
             return Look(ABSENT, None, t.resolved, dirs) if data is None else self._sized(data, t.resolved, dirs, t.path)
         if t.data is None:
             # a directory the patches create holds what they put there
-            extra = tuple(d for d in _ancestors(t.resolved) if d in self._overlay_dirs and d not in dirs)
+            extra = tuple(d for d in _ancestors(t.resolved) if d in self._overlay_dirs and d not in dirs) if self._overlay_dirs else ()
             return Look(ABSENT, None, t.resolved, dirs + extra)
         return self._sized(t.data, t.resolved, dirs, t.path)
 
@@ -271,9 +272,11 @@ def _read_whole(path: str) -> bool:
     return path.endswith(".py")
 
 
-def _ancestors(path: str) -> list[str]:
+@functools.lru_cache(maxsize=1 << 14)
+def _ancestors(path: str) -> tuple[str, ...]:
+    """The directories above `path`, root first (asked for the same paths by every file's lookups)."""
     parts = path.split("/")
-    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+    return tuple("/".join(parts[:i]) for i in range(1, len(parts)))
 
 
 # --- the search path of a patched file ---------------------------------------------------------
