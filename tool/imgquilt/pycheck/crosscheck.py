@@ -871,7 +871,7 @@ def place_of_settled(place: Place, view: ModuleFiles) -> Place:
     return place_of(path, view, settle=True) or place
 
 
-MEMO_VERSION = "imgquilt-crosscheck-3"
+MEMO_VERSION = "imgquilt-crosscheck-4"
 
 
 def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, bytes | None]], final_view: ModuleFiles,
@@ -928,7 +928,7 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
     shared: tuple[dict, dict] = ({}, {})
     for fc in todo:
         doc = docs.get(fc.resolved)
-        if doc is not None and all(isinstance(x, list) and fresh.get(tuple(x), False) for x in doc["seen"]):
+        if doc is not None and fresh.issuperset(doc["seen"]):
             out += _decoded(doc, [fc])
             continue
         final_rec, base_rec = _Recorder(final_view, "f", shared[0]), _Recorder(base_view, "b", shared[1])
@@ -993,7 +993,7 @@ class _Recorder:
 
     def __init__(self, view: ModuleFiles, tag: str, shared: dict) -> None:
         self.view, self.tag, self.shared = view, tag, shared
-        self.seen: dict[str, list] = {}
+        self.seen: dict[str, str] = {}
 
     def platform(self) -> str | None:
         return self.view.platform()
@@ -1011,35 +1011,35 @@ class _Recorder:
         if rest:
             for p, lk in self.view.look(rest, settle=settle).items():
                 got[p] = lk
-                state = [self.tag, p, lk.kind, _state_digest(lk)]
+                state = _entry(self.tag, p, lk)
                 if lk.kind != UNKNOWN:  # decided: the same for every file of this run
                     self.shared[p] = (lk, state)
                 self.seen.setdefault(p, state)
         return got
 
 
-def _state_digest(lk: Look) -> str:
-    """What one lookup saw, as a short digest (a row holds hundreds): a module's sha256 (or that it is
-    too large to read), a file whose bytes are never read (an extension module, a pyc), nothing, or
-    not known yet; where it resolved and the directories on its way."""
+def _entry(tag: str, path: str, lk: Look) -> str:
+    """What one lookup saw, as one string of a row ("tag NUL path NUL kind NUL digest"; a row holds
+    hundreds): the digest of a module's sha256 (or that it is too large to read), of a file whose
+    bytes are never read (an extension module, a pyc), or of nothing; where it resolved and the
+    directories on its way."""
     if lk.kind == FILE:
         what = "large" if lk.too_large else ("present" if lk.data is None else sha256_of(lk.data))
     else:
         what = ""
     raw = "\0".join([lk.kind, what, lk.resolved, *lk.dirs])
-    return hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return f"{tag}\0{path}\0{lk.kind}\0" + hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
-def _still_seen(docs: list[dict], final_view: ModuleFiles, base_view: ModuleFiles) -> dict[tuple, bool]:
-    """Whether each (view, path, kind, digest) of the rows still holds, every path looked up once
-    (settled: as deep as it takes) in one batch per view. A path that was not decided then must
-    hold no file now."""
-    wanted: dict[str, dict[str, list[tuple]]] = {"f": {}, "b": {}}
-    for doc in docs:
-        for x in doc["seen"]:
-            if isinstance(x, list) and len(x) == 4 and x[0] in wanted and isinstance(x[1], str):
-                wanted[x[0]].setdefault(x[1], []).append(tuple(x))
-    out: dict[tuple, bool] = {}
+def _still_seen(docs: list[dict], final_view: ModuleFiles, base_view: ModuleFiles) -> set[str]:
+    """The entries of the rows that still hold, every path looked up once (settled: as deep as it
+    takes) in one batch per view. A path that was not decided then must hold no file now."""
+    wanted: dict[str, dict[str, list[str]]] = {"f": {}, "b": {}}
+    for entry in {x for doc in docs for x in doc["seen"] if isinstance(x, str)}:
+        tag, path, kind, _ = (entry.split("\0") + ["", "", ""])[:4]
+        if tag in wanted and path:
+            wanted[tag].setdefault(path, []).append(entry)
+    good: set[str] = set()
     for tag, view in (("f", final_view), ("b", base_view)):
         paths = wanted[tag]
         if not paths:
@@ -1047,21 +1047,21 @@ def _still_seen(docs: list[dict], final_view: ModuleFiles, base_view: ModuleFile
         now = view.look(list(paths), settle=True)
         for p, olds in paths.items():
             lk = now.get(p)
-            digest = _state_digest(lk) if lk is not None else None  # once per path, however many rows name it
+            if lk is None:
+                continue
+            current = _entry(tag, p, lk)  # once per path, however many rows name it
             for old in olds:
-                if lk is None:
-                    out[old] = False
-                elif old[2] == UNKNOWN:
-                    out[old] = lk.kind != FILE
-                else:
-                    out[old] = old[2] == lk.kind and old[3] == digest
-    return out
+                if old == current or (old.split("\0")[2] == UNKNOWN and lk.kind != FILE):
+                    good.add(old)
+    return good
 
 
 def _memo_doc(kept: list[str] | None) -> dict | None:
     try:
         doc = json.loads(kept[0]) if kept else None
-        return doc if isinstance(doc, dict) and isinstance(doc.get("seen"), list) and isinstance(doc.get("files"), list) else None
+        ok = isinstance(doc, dict) and isinstance(doc.get("seen"), list) and isinstance(doc.get("files"), list) \
+            and all(isinstance(x, str) for x in doc["seen"])
+        return doc if ok else None
     except (ValueError, TypeError):
         return None
 

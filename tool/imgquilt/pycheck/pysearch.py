@@ -272,11 +272,18 @@ def _read_whole(path: str) -> bool:
     return path.endswith(".py")
 
 
-@functools.lru_cache(maxsize=1 << 14)
 def _ancestors(path: str) -> tuple[str, ...]:
-    """The directories above `path`, root first (asked for the same paths by every file's lookups)."""
-    parts = path.split("/")
-    return tuple("/".join(parts[:i]) for i in range(1, len(parts)))
+    """The directories above `path`, root first."""
+    parent = path.rpartition("/")[0]
+    return _dirs_to(parent) if parent else ()
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _dirs_to(directory: str) -> tuple[str, ...]:
+    """`directory` and the directories above it, root first (every candidate of a module search in
+    one directory asks for the same ones)."""
+    parent = directory.rpartition("/")[0]
+    return (_dirs_to(parent) if parent else ()) + (directory,)
 
 
 # --- the search path of a patched file ---------------------------------------------------------
