@@ -741,17 +741,25 @@ class Trees:
     def __init__(self) -> None:
         self._trees: dict[tuple[str, str], ast.Module | None] = {}
         self._faces: dict[tuple[str, str], Interface | None] = {}
+        self._sha: dict[int, tuple[Data, str]] = {}
+
+    def sha(self, data: Data) -> str:
+        """sha256 of `data`, once per object of one check (the keys of its rows and trees all ask)."""
+        got = self._sha.get(id(data))
+        if got is None or got[0] is not data:
+            got = self._sha[id(data)] = (data, sha256_of(data))  # the object is held: its id stays its own
+        return got[1]
 
     def interface(self, data: Data, name: str) -> Interface | None:
         """The module's interface (pyiface), once per content; None: it does not parse."""
-        key = (name, sha256_of(data))
+        key = (name, self.sha(data))
         if key not in self._faces:
             tree = self.get(data, name)
             self._faces[key] = interface_of(tree) if tree is not None else None
         return self._faces[key]
 
     def get(self, data: Data, name: str) -> ast.Module | None:
-        key = (name, sha256_of(data))  # the name: a SyntaxError's text names the file
+        key = (name, self.sha(data))  # the name: a SyntaxError's text names the file
         if key not in self._trees:
             try:
                 self._trees[key] = parse(held(data, name), name)
@@ -906,7 +914,7 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
         names = None if everything else found
         todo, recheck = [], set()
         if found and not everything:
-            named = _named_in(files, found, memo, words_of)
+            named = _named_in(files, found, memo, words_of, trees)
         for fc in files:
             again = everything or bool(named.get(fc.resolved))
             if again:
@@ -919,7 +927,8 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
         platform = final_view.platform()
         for fc in todo:
             rejudge = views_differ and (recheck is None or fc.resolved in recheck)
-            keys[fc.resolved] = _file_key(fc, platform, changed_lines, rejudge, None if names is None else named.get(fc.resolved, []))
+            keys[fc.resolved] = _file_key(fc, platform, changed_lines, rejudge, None if names is None else named.get(fc.resolved, []),
+                                          trees.sha)
     kept = memo.get_many(list(keys.values())) if keys else {}
     docs = {r: _memo_doc(kept.get(k)) for r, k in keys.items()}
     fresh = _still_seen([d for d in docs.values() if d is not None], final_view, base_view)
@@ -942,12 +951,12 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
     return out
 
 
-def _named_in(files: list[FileCheck], found: set[str], memo, words_of) -> dict[str, list[str]]:
+def _named_in(files: list[FileCheck], found: set[str], memo, words_of, trees: Trees) -> dict[str, list[str]]:
     """The changed names each file names (resolved -> sorted names). Reading every word of a thousand
     files is most of a warm screen: with `memo`, each answer is kept by the file's bytes and the set
     of changed names, all asked for at once."""
     digest = hashlib.sha256("\0".join(sorted(found)).encode()).hexdigest()
-    keys = {fc.resolved: hashlib.sha256(f"{MEMO_VERSION}\0named\0{digest}\0{sha256_of(fc.final)}".encode()).hexdigest()
+    keys = {fc.resolved: hashlib.sha256(f"{MEMO_VERSION}\0named\0{digest}\0{trees.sha(fc.final)}".encode()).hexdigest()
             for fc in files} if memo is not None else {}
     kept = memo.get_many(list(keys.values())) if keys else {}
     out: dict[str, list[str]] = {}
@@ -966,12 +975,12 @@ def _named_in(files: list[FileCheck], found: set[str], memo, words_of) -> dict[s
 
 
 def _file_key(fc: FileCheck, platform: str | None, changed_lines: dict[str, list[bytes]] | None, rejudge: bool,
-              names: list[str] | None) -> str:
+              names: list[str] | None, digest=sha256_of) -> str:
     """The memo key of one file's check: all it depends on but the modules it looks up (those are
     kept in the row and checked again). `names`: the changed names the file names (None: all may have
     changed)."""
     h = hashlib.sha256(f"{MEMO_VERSION}\0{platform}\0".encode())
-    sha = lambda d: b"-" if d is None else sha256_of(d).encode()  # noqa: E731  (a large file: spooled)
+    sha = lambda d: b"-" if d is None else digest(d).encode()  # noqa: E731  (a large file: spooled)
     h.update(fc.path.encode() + b"\0" + fc.resolved.encode() + b"\0" + sha(fc.base) + sha(fc.final))
     if changed_lines is None:
         h.update(b"all")
@@ -1117,7 +1126,7 @@ def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed
         for path, before, after in todo:
             h = hashlib.sha256(f"{MEMO_VERSION}\0names\0".encode() + path.encode())
             for d in (before, after):
-                h.update(b"\0-" if d is None else b"\0" + sha256_of(d).encode())
+                h.update(b"\0-" if d is None else b"\0" + trees.sha(d).encode())
             keys[path] = h.hexdigest()
     kept = memo.get_many(list(keys.values())) if keys else {}
     names: set[str] = set()
