@@ -70,3 +70,23 @@ def test_a_forged_row_in_the_shared_cache_is_not_believed(tmp_path: Path, cli_en
     assert forged >= 1
     r = imgquilt("lock", "--image", ref, cwd=q2, env=env, check=3)
     assert "call() takes 1 positional argument but 2 were given" in r.out + r.err
+
+
+def test_refresh_keeps_its_cross_module_answers_in_the_shared_cache(tmp_path: Path, cli_env) -> None:
+    """A refresh of a file that imports a module of the image leaves its row: the next refresh of the
+    same patch checks again only what changed (and a row that names a changed module is not taken)."""
+    ref, _ = _setup(tmp_path)
+    env = dict(cli_env)
+    q = tmp_path / "w"
+    q.mkdir()
+    imgquilt("init", cwd=q, env=env, check=0)
+    imgquilt("new", "0001-a.patch", cwd=q, env=env, check=0)
+    imgquilt("add", "--image", ref, f"{SITE}/a.py", cwd=q, env=env, check=0)
+    (q / ".imgquilt/work" / SITE / "a.py").write_text("X = 1\nfrom lib import call\ncall(1)\n")
+    imgquilt("refresh", cwd=q, env=env, check=0)
+    db = Path(env["IMGQUILT_CACHE_DIR"]) / "pycheck" / "findings.sqlite"
+    rows = [r for (r,) in sqlite3.connect(db).execute("SELECT errors FROM findings") if "seen" in r]
+    assert len(rows) == 1 and "lib.py" in rows[0]
+    (q / ".imgquilt/work" / SITE / "a.py").write_text("X = 1\nfrom lib import call\ncall(1, 2)\n")
+    r = imgquilt("refresh", cwd=q, env=env, check=3)
+    assert "call() takes 1 positional argument but 2 were given" in r.err
