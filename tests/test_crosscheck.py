@@ -256,9 +256,9 @@ def test_a_remembered_answer_is_used_only_while_what_it_read_is_unchanged(tmp_pa
         files = SourceModules(RootfsSource(root))
         got = cross_check([FileCheck(me, me, None, final)], [(me, None, final)], files.view({me: final}), files.view(),
                           {me: final.splitlines(keepends=True)}, memo)
-        return [x for ff in got for f in ff.findings for x in f.located(me)], len(files.seen)
+        return [x for ff in got for f in ff.findings for x in f.located(me)], files.reads
 
-    assert run()[0] == [] and len(memo.saved) == 1
+    assert run()[0] == [] and len(memo.saved) == 3  # the file's row; its module's changed names; the names it names
     assert run()[0] == []  # from the memo (every path it looked up still holds what it held)
     # the image changed under the same queue: the answer is not taken from the memo
     (root / SITE / "lib.py").write_text("def call(a, b):\n    pass\n\ndef other():\n    pass\n")
@@ -291,3 +291,119 @@ def test_refresh_keeps_a_package_s_modules_as_the_layer_is_read(images, monkeypa
     assert any("cannot tell: whether tinylib.lazy has 'lazy_anything'" in n for n in done.notes), done.notes
     assert src.stats.layers_scanned  # the check read the image
     assert src.stats.second_passes == []  # tinylib's modules were kept as its layer was read
+
+
+class CountingMemo(Memo):
+    def __init__(self) -> None:
+        super().__init__()
+        self.asks: list[int] = []
+        self.puts: list[set[str]] = []
+
+    def get_many(self, keys):
+        keys = list(keys)
+        self.asks.append(len(keys))
+        return super().get_many(keys)
+
+    def put_many(self, entries) -> None:
+        files = {k for k, v in entries.items() if v and '"seen"' in v[0]}  # a file's row (not a module's names)
+        if files:
+            self.puts.append(files)
+        super().put_many(entries)
+
+
+def _series_check(root: Path, finals: dict[str, bytes], bases: dict[str, bytes | None], memo) -> dict[str, list[str]]:
+    """The cross-module check of several patched files at once, as the engine asks it; findings and
+    notes by file, rendered."""
+    files = SourceModules(RootfsSource(root))
+    changed = [(p, bases.get(p), b) for p, b in finals.items()]
+    lines = {p: [ln for ln in b.splitlines(keepends=True)] for p, b in finals.items()}
+    got = cross_check([FileCheck(p, p, bases.get(p), b) for p, b in finals.items()], changed, files.view(finals),
+                      files.view(), lines, memo)
+    return {ff.check.path: [x for f in ff.findings + ff.notes for x in f.located(ff.check.path)] for ff in got}
+
+
+def test_each_file_is_remembered_on_its_own_and_rechecked_only_with_what_it_imports(tmp_path: Path) -> None:
+    """Point 1 of issue 37: a file's answer is kept by its bytes and what its imports resolved to; a
+    change to one module re-checks the files that looked it up, and no other; one query for all."""
+    root = _root(tmp_path, {f"{SITE}/lib.py": "def call(a):\n    pass\n",
+                            f"{SITE}/other.py": "def go(x):\n    pass\n",
+                            f"{SITE}/dyn.py": "def __getattr__(name):\n    pass\n"})
+    a, b, c = f"{SITE}/a.py", f"{SITE}/b.py", f"{SITE}/c.py"
+    finals = {a: b"from lib import call\ncall(1, 2)\n", b: b"from other import go\ngo(1)\n",
+              c: b"from dyn import thing\nthing()\n"}
+    memo = CountingMemo()
+    cold = _series_check(root, finals, {}, memo)
+    assert cold[a] == [f"{a}:2:1: TypeError: call() takes 1 positional argument but 2 were given ({SITE}/lib.py: line 1: def call(a))"]
+    assert b not in cold and cold[c] and all("__getattr__" in x for x in cold[c])
+    assert memo.asks[-1] == 3 and len(memo.puts) == 1 and len(memo.puts[0]) == 3
+    # warm: the same findings and notes, nothing checked again (nothing stored)
+    assert _series_check(root, finals, {}, memo) == cold
+    assert memo.asks[-1] == 3 and len(memo.puts) == 1
+    # a module one file imports changes in the image: that file alone is checked again
+    (root / SITE / "lib.py").write_text("def call(a, b):\n    pass\n")
+    again = _series_check(root, finals, {}, memo)
+    assert a not in again and again[c] == cold[c]
+    assert len(memo.puts) == 2 and len(memo.puts[1]) == 1
+    # a patched file changes: it, and the patched file importing it, are checked again; c is not
+    finals2 = dict(finals, **{b: b"from other import go\nfrom a import call\ngo(1)\ncall(1)\n",
+                               a: b"from lib import call\ncall(1, 2)\nX = 1\n"})
+    _series_check(root, finals2, {}, memo)
+    assert memo.puts[2] and len(memo.puts[2]) == 2
+    finals3 = dict(finals2, **{a: b"from lib import call\ncall(1, 2)\nX = 2\n"})  # b imports a: both again
+    _series_check(root, finals3, {}, memo)
+    assert len(memo.puts[3]) == 2
+
+
+def test_remembered_answers_equal_fresh_ones(tmp_path: Path) -> None:
+    """Warm and cold give the same findings and notes, shape by shape (a memo, none, a memo again)."""
+    root = _root(tmp_path, {f"{SITE}/lib.py": "class K:\n    def __init__(self, a):\n        pass\n\ndef f(*, k):\n    pass\n",
+                            f"{SITE}/pkg/__init__.py": "from .inner import *\n",
+                            f"{SITE}/pkg/inner.py": "def g():\n    pass\n"})
+    finals = {f"{SITE}/m{i}.py": src for i, src in enumerate([
+        b"from lib import K, f\nK()\nf(1)\n", b"import pkg\npkg.g(1)\npkg.h()\n", b"from lib import missing\n",
+        b"import nowhere_at_all\n", b"from pkg import inner\ninner.g()\n"])}
+    bases = {f"{SITE}/m4.py": b"from pkg import inner\n"}
+    fresh = _series_check(root, finals, bases, None)
+    memo = Memo()
+    assert _series_check(root, finals, bases, memo) == fresh
+    assert _series_check(root, finals, bases, memo) == fresh
+    assert any(fresh.values())
+
+
+def test_a_forged_or_unsealed_row_is_not_believed(tmp_path: Path, monkeypatch) -> None:
+    """The rows live in the shared cache's sealed SQLite file: a row whose seal does not verify (planted,
+    or from another cache key) is dropped and the file checked again."""
+    import json
+    import sqlite3
+
+    from imgquilt.pycheck.rows import PyCheckResults
+
+    monkeypatch.setenv("IMGQUILT_CACHE_KEY", "k" * 40)
+    root = _root(tmp_path / "root", {f"{SITE}/lib.py": "def call(a):\n    pass\n"})
+    a = f"{SITE}/a.py"
+    finals = {a: b"from lib import call\ncall(1, 2)\n"}
+    rows = PyCheckResults("v1", tmp_path / "cache")
+    cold = _series_check(root, finals, {}, rows)
+    assert len(cold[a]) == 1
+    db = sqlite3.connect(rows.path)
+    (key, raw), = [r for r in db.execute("SELECT key, errors FROM findings").fetchall() if 'seen' in r[1]]
+    doc = json.loads(json.loads(raw)[0])
+    doc["files"] = []  # "no findings"
+    forged = json.dumps([json.dumps(doc)])
+    db.execute("UPDATE findings SET errors = ? WHERE key = ?", (forged, key))  # the old seal: does not verify
+    db.commit()
+    assert _series_check(root, finals, {}, PyCheckResults("v1", tmp_path / "cache")) == cold
+    # sealed under another key (a cache restored from elsewhere): not believed either
+    from imgquilt.cache import seal
+
+    monkeypatch.setenv("IMGQUILT_CACHE_KEY", "z" * 40)
+    other = seal.entry_seal("pycheck", key, "v1", forged)
+    monkeypatch.setenv("IMGQUILT_CACHE_KEY", "k" * 40)
+    db.execute("UPDATE findings SET errors = ?, sum = ? WHERE key = ?", (forged, other, key))
+    db.commit()
+    assert _series_check(root, finals, {}, PyCheckResults("v1", tmp_path / "cache")) == cold
+    # and a row sealed by this key is believed: the same answer, nothing stored again
+    memo = CountingMemo()
+    _series_check(root, finals, {}, memo)
+    _series_check(root, finals, {}, memo)
+    assert len(memo.puts) == 1

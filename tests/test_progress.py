@@ -200,3 +200,54 @@ def test_progress_of_a_local_image_loads_no_registry_client(queue, env, tmp_path
              "print('exit', code, 'httpx' in sys.modules, 'imgquilt.image.sources.registry' in sys.modules)\n")
     r = subprocess.run([sys.executable, "-c", probe], cwd=queue, env=env, capture_output=True, text=True)
     assert r.stdout.strip().splitlines()[-1] == "exit 0 False False", (r.stdout, r.stderr)
+
+
+SITE = "usr/local/lib/python3.11/site-packages"
+
+
+def _modules_image(tmp_path):
+    """A local image whose patched module imports one from a lower layer: the modules' bytes are not
+    kept by the first read (`add` reads only the target), so the Python check reads that layer again."""
+    layout = tmp_path / "img"
+    build_oci(layout, [[file(f"{SITE}/lib/__init__.py", "def call(a):\n    pass\n"), file(f"{SITE}/lib/big.bin", os.urandom(1 << 20))],
+                       [file(f"{SITE}/app.py", "X = 1\n")]], tag="v1")
+    return f"oci:{layout}:v1"
+
+
+def test_the_python_check_reading_modules_from_an_image_shows_the_layer_it_reads(env, tmp_path) -> None:
+    """Issue 37, point 7: `add`, then `refresh` of a file that gains an import, then `lock` and `rebase`:
+    the layer read again for the imported module is shown, off a terminal (plain lines) and on one (a
+    pty: `script`), never a silent wait."""
+    from qtools import imgquilt
+
+    ref = _modules_image(tmp_path)
+    q = tmp_path / "work"
+    q.mkdir()
+    plain = {**env, "IMGQUILT_PROGRESS": "plain"}
+    imgquilt("init", cwd=q, env=plain, check=0)
+    imgquilt("new", "0001-call.patch", cwd=q, env=plain, check=0)
+    added = imgquilt("add", "--image", ref, f"{SITE}/app.py", cwd=q, env=plain, check=0)
+    assert re.search(r"imgquilt: read .*layer [12]/2 sha256:[0-9a-f]{12}", added.err), added.err
+    (q / ".imgquilt/work" / SITE / "app.py").write_text("X = 1\nfrom lib import call\ncall(1)\n")
+    layer = r"imgquilt: reading .*layer 2/2 sha256:[0-9a-f]{12}"  # the bottom layer, where lib/ is
+    r = imgquilt("refresh", cwd=q, env=plain, check=0)
+    assert re.search(layer, r.err), r.err
+    shutil.rmtree(env["IMGQUILT_CACHE_DIR"] + "/files", ignore_errors=True)  # the module's bytes: read again
+    locked = imgquilt("lock", "--image", ref, cwd=q, env=plain, check=0)
+    assert re.search(layer, locked.err), locked.err
+    imgquilt("pop", "-a", cwd=q, env=plain, check=0)
+    shutil.rmtree(env["IMGQUILT_CACHE_DIR"] + "/files", ignore_errors=True)
+    rebased = imgquilt("rebase", "--image", ref, cwd=q, env=plain)
+    assert rebased.code == 0 and re.search(layer, rebased.err), rebased.err
+    # on a terminal: the bar of that layer is drawn (then taken away before the report)
+    imgquilt("push", "-a", cwd=q, env=plain, check=0)
+    (q / ".imgquilt/work" / SITE / "app.py").write_text("X = 1\nfrom lib import call\ncall(2)\n")
+    shutil.rmtree(env["IMGQUILT_CACHE_DIR"] + "/files", ignore_errors=True)
+    tty_env = {k: v for k, v in env.items() if k not in ("IMGQUILT_PROGRESS",)}
+    tty_env["PYTHONPATH"] = str(TOOL)
+    cmd = f"{sys.executable} -m imgquilt refresh"
+    shown = subprocess.run(["script", "-q", "-e", "-c", cmd, "/dev/null"], cwd=q, env=tty_env, capture_output=True, text=True,
+                           stdin=subprocess.DEVNULL, timeout=120)
+    assert shown.returncode == 0, shown.stdout
+    assert re.search(r"\x1b\[2K.*layer 2/2 sha256.*/1\.0 MB", shown.stdout), repr(shown.stdout[-2000:])  # its bar
+    assert "Refreshed patch 0001-call.patch." in shown.stdout

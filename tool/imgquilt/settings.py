@@ -246,8 +246,10 @@ def use(settings: Settings) -> Iterator[Settings]:
 
 
 def amend(**changes: object) -> None:
-    """Change the settings in force (the CLI's late flags: `--tls-verify BOOL` parsed by typer)."""
-    if _in_force:
+    """Change the settings in force (the CLI's late flags: `--tls-verify BOOL` parsed by typer). A flag
+    not given (None) leaves its variable's value, as in from_env (IMGQUILT_PROGRESS=plain was lost so)."""
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if _in_force and changes:
         _in_force[-1] = replace(_in_force[-1], **changes)  # type: ignore[arg-type]
 
 

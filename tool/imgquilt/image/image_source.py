@@ -759,35 +759,50 @@ class ImageSource:
             # keep_also(): a pass for one module keeps its package's other modules too, reading the layer
             # to its end (one more pass instead of one per module)
             also = self._also is not None and index is not None and self._also_budget > 0
-            with layer.open_stream(trusted=trusted) as stream:
-                walker = TarWalker(stream, what=what)
-                by_ordinal = {rec.ordinal: rec for rec in recs}
-                for entry in walker:
-                    if entry.ordinal in wanted:
-                        rec = by_ordinal[entry.ordinal]
-                        if (entry.offset, entry.size) != (rec.offset, rec.size):
-                            # the index was not made from this stream (a seekable layer's walk skipped data that
-                            # held more than its TOC said): nothing from it is used
-                            raise mismatch(f"Member {rec.ordinal} of the {what} is not where the walk of the layer "
-                                           "by its TOC found it.",
-                                           hint="The layer's TOC says a run of its frames holds less than it does.")
-                        found[entry.ordinal] = walker.read_content()
-                    elif also and entry.type in ("0", "\0") and not entry.sparse and index is not None:
-                        path = _member_path_or_none(entry.name)
-                        rec = index.entries.get(path) if path else None
-                        if rec is not None and rec.ordinal == entry.ordinal and rec.data is None and rec.kind == FILE \
-                                and self._also_keep(path, entry.size):
-                            rec.data = walker.read_data()  # a module kept for the Python check: small
-                    if trusted and entry.ordinal >= last and not also:
-                        break
-                if not trusted:
-                    walker.finish()  # verify before using anything
-                    if stream.verified and digest is not None:
-                        self._verified.mark(digest, layer.location, stream.fingerprint)
+            # shown like the first read: a second pass for modules the Python check asks for, or a file
+            # not kept, may take as long as the first (issue 37: no silent waits)
+            on_bytes = self._sized_bar(position) if self.on_layer_sized is not None else \
+                (self.on_layer(position, len(self._layers), self._label(position)) if self.on_layer else None)
+            try:
+                self._walk_again(layer, trusted, what, recs, wanted, last, also, index, digest, found, on_bytes)
+            finally:
+                close = getattr(on_bytes, "close", None) if self.on_layer_sized is not None else None
+                if close is not None:
+                    close()
         for rec in recs:
             if rec.ordinal not in found:
                 raise BadImage(f"The {what} changed while imgquilt read it (member {rec.ordinal} is gone).")
             rec.data = found[rec.ordinal]
+
+    def _walk_again(self, layer, trusted: bool, what: str, recs: list[Rec], wanted: set[int], last: int, also: bool,
+                    index, digest: str | None, found: dict[int, object], on_bytes: Callable[[int], None] | None) -> None:
+        """The second pass's walk of a compressed layer (see _second_pass)."""
+        with layer.open_stream(trusted=trusted) as raw_stream:
+            stream = raw_stream if on_bytes is None else _Counted(raw_stream, on_bytes, stored=self.on_layer_sized is not None)
+            walker = TarWalker(stream, what=what)
+            by_ordinal = {rec.ordinal: rec for rec in recs}
+            for entry in walker:
+                if entry.ordinal in wanted:
+                    rec = by_ordinal[entry.ordinal]
+                    if (entry.offset, entry.size) != (rec.offset, rec.size):
+                        # the index was not made from this stream (a seekable layer's walk skipped data that
+                        # held more than its TOC said): nothing from it is used
+                        raise mismatch(f"Member {rec.ordinal} of the {what} is not where the walk of the layer "
+                                       "by its TOC found it.",
+                                       hint="The layer's TOC says a run of its frames holds less than it does.")
+                    found[entry.ordinal] = walker.read_content()
+                elif also and entry.type in ("0", "\0") and not entry.sparse and index is not None:
+                    path = _member_path_or_none(entry.name)
+                    rec = index.entries.get(path) if path else None
+                    if rec is not None and rec.ordinal == entry.ordinal and rec.data is None and rec.kind == FILE \
+                            and self._also_keep(path, entry.size):
+                        rec.data = walker.read_data()  # a module kept for the Python check: small
+                if trusted and entry.ordinal >= last and not also:
+                    break
+            if not trusted:
+                walker.finish()  # verify before using anything
+                if raw_stream.verified and digest is not None:
+                    self._verified.mark(digest, layer.location, raw_stream.fingerprint)
 
     def _label(self, position: int) -> str:
         return self.layer_digest(position) or f"tar:{self._layers[position].location.path}"

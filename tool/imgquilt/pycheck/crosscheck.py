@@ -37,7 +37,7 @@ from typing import Iterable
 from ..fs.content import Data, held, held_or_none, sha256_of
 from .pyiface import CLASS, DEF, IMPORT, Binding, Interface, Signature, Unreadable, bind, interface_of, parse
 from .pysearch import (
-    BYTECODE, LARGE, MISSING, NAMESPACE, NATIVE, Finder, ModuleFiles, Place, Spec, is_stdlib, place_of,
+    BYTECODE, FILE, LARGE, MISSING, NAMESPACE, NATIVE, UNKNOWN, Finder, Look, ModuleFiles, Place, Spec, is_stdlib, place_of,
 )
 
 MAX_FOLLOW = 12  # re-exports, star imports and base classes followed in a row
@@ -741,17 +741,25 @@ class Trees:
     def __init__(self) -> None:
         self._trees: dict[tuple[str, str], ast.Module | None] = {}
         self._faces: dict[tuple[str, str], Interface | None] = {}
+        self._sha: dict[int, tuple[Data, str]] = {}
+
+    def sha(self, data: Data) -> str:
+        """sha256 of `data`, once per object of one check (the keys of its rows and trees all ask)."""
+        got = self._sha.get(id(data))
+        if got is None or got[0] is not data:
+            got = self._sha[id(data)] = (data, sha256_of(data))  # the object is held: its id stays its own
+        return got[1]
 
     def interface(self, data: Data, name: str) -> Interface | None:
         """The module's interface (pyiface), once per content; None: it does not parse."""
-        key = (name, sha256_of(data))
+        key = (name, self.sha(data))
         if key not in self._faces:
             tree = self.get(data, name)
             self._faces[key] = interface_of(tree) if tree is not None else None
         return self._faces[key]
 
     def get(self, data: Data, name: str) -> ast.Module | None:
-        key = (name, sha256_of(data))  # the name: a SyntaxError's text names the file
+        key = (name, self.sha(data))  # the name: a SyntaxError's text names the file
         if key not in self._trees:
             try:
                 self._trees[key] = parse(held(data, name), name)
@@ -871,53 +879,198 @@ def place_of_settled(place: Place, view: ModuleFiles) -> Place:
     return place_of(path, view, settle=True) or place
 
 
-MEMO_VERSION = "imgquilt-crosscheck-1"
+MEMO_VERSION = "imgquilt-crosscheck-4"
 
 
 def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, bytes | None]], final_view: ModuleFiles,
                 base_view: ModuleFiles, changed_lines: dict[str, list[bytes]] | None = None, memo=None) -> list[FileFindings]:
     """check_files, after deciding whether the patched modules changed what they offer. With
     `changed_lines` (resolved path -> the lines its patches add and remove), only the files whose
-    changes may matter are parsed (pyscreen.py). With `memo` (pycheck.Memo), an earlier answer for
-    the same files is taken when every file it looked up in the image still holds what it held.
+    changes may matter are parsed (pyscreen.py).
+
+    With `memo` (pycheck.Memo), each file's answer is kept on its own, by content: the key holds the
+    file's base and final bytes, its changed lines and what the screen decided for it (whether its
+    shared shapes are judged again, and which of the names a patched module changed it names); the
+    row holds every path the file's check looked up, in both views, and what it saw there (a file's
+    sha256, nothing, or a native/bytecode file's presence). A later run takes the answer when every
+    one of those paths still holds the same; one changed module re-checks the files that looked it
+    up (those importing it), and nothing else. The rows of all files are asked for in one query.
 
     A patched .py file may come spooled (larger than IMGQUILT_SPOOL_AT): it is held whole here, once
     (within IMGQUILT_IN_MEMORY_MAX), as every other reader of a module's text needs it; the other
     files changed (an extension module, data) are only compared and hashed, never read whole."""
     files = [replace(fc, base=held_or_none(fc.base, fc.path), final=held(fc.final, fc.path)) for fc in files]
     changed = [(p, held_or_none(b, p), held_or_none(a, p)) if p.endswith(".py") else (p, b, a) for p, b, a in changed]
-    files_of = getattr(final_view, "files", None)  # the SourceModules behind the views, when they are those
-    key = _memo_key(files, changed, changed_lines, final_view) if memo is not None and files_of is not None else None
-    if key is not None:
-        kept = memo.get_many([key]).get(key)
-        doc = _memo_doc(kept)
-        if doc is not None and files_of.unchanged(doc["seen"]):
-            return _decoded(doc, files)
-    results = _cross_check(files, changed, final_view, base_view, changed_lines)
-    if key is not None:
-        memo.put_many({key: [json.dumps({"seen": files_of.seen, "files": _encoded(results)})]})
-    return results
+    trees = Trees()
+    names: set[str] | None = None
+    recheck: set[str] | None = None
+    named: dict[str, list[str]] = {}  # resolved -> the changed names the file names
+    if changed_lines is None:
+        todo, views_differ = files, interfaces_differ(changed, trees)
+    else:
+        from .pyscreen import imported_names, may_add_items, words_of
+
+        found, everything = changed_names(changed, changed_lines, trees, memo)
+        names = None if everything else found
+        todo, recheck = [], set()
+        if found and not everything:
+            named = _named_in(files, found, memo, words_of, trees)
+        for fc in files:
+            again = everything or bool(named.get(fc.resolved))
+            if again:
+                recheck.add(fc.resolved)
+            if again or fc.base is None or may_add_items(changed_lines.get(fc.resolved, ()), imported_names(fc.final, fc.base)):
+                todo.append(fc)
+        views_differ = bool(recheck)
+    keys: dict[str, str] = {}
+    if memo is not None and todo:
+        platform = final_view.platform()
+        for fc in todo:
+            rejudge = views_differ and (recheck is None or fc.resolved in recheck)
+            keys[fc.resolved] = _file_key(fc, platform, changed_lines, rejudge, None if names is None else named.get(fc.resolved, []),
+                                          trees.sha)
+    kept = memo.get_many(list(keys.values())) if keys else {}
+    docs = {r: _memo_doc(kept.get(k)) for r, k in keys.items()}
+    fresh = _still_seen([d for d in docs.values() if d is not None], final_view, base_view)
+    out: list[FileFindings] = []
+    store: dict[str, list[str]] = {}
+    shared: tuple[dict, dict] = ({}, {})
+    for fc in todo:
+        doc = docs.get(fc.resolved)
+        if doc is not None and fresh.issuperset(doc["seen"]):
+            out += _decoded(doc, [fc])
+            continue
+        final_rec, base_rec = _Recorder(final_view, "f", shared[0]), _Recorder(base_view, "b", shared[1])
+        got = check_files([fc], final_rec, base_rec, views_differ=views_differ, trees=trees, recheck=recheck, names=names)
+        out += got
+        if fc.resolved in keys:
+            seen = [*final_rec.seen.values(), *base_rec.seen.values()]
+            store[keys[fc.resolved]] = [json.dumps({"seen": seen, "files": _encoded(got)})]
+    if store:
+        memo.put_many(store)
+    return out
 
 
-def _memo_key(files: list[FileCheck], changed, changed_lines, view) -> str:
-    h = hashlib.sha256(f"{MEMO_VERSION}\0{view.platform()}\0".encode())
-    sha = lambda d: b"-" if d is None else sha256_of(d).encode()  # noqa: E731  (a large file: spooled)
-    for fc in sorted(files, key=lambda f: f.resolved):
-        h.update(fc.path.encode() + b"\0" + fc.resolved.encode() + b"\0" + sha(fc.base) + sha(fc.final))
-    for path, before, after in sorted(changed, key=lambda c: c[0]):
-        h.update(b"c" + path.encode() + b"\0" + sha(before) + sha(after))
-    for path in sorted(changed_lines or {}):
-        h.update(b"l" + path.encode() + b"\0" + hashlib.sha256(b"\n".join(changed_lines[path])).digest())
-    for named, resolved in sorted(getattr(view, "named", {}).items()):
-        h.update(b"n" + named.encode() + b"\0" + resolved.encode())
-    h.update(b"screen" if changed_lines is not None else b"all")
+def _named_in(files: list[FileCheck], found: set[str], memo, words_of, trees: Trees) -> dict[str, list[str]]:
+    """The changed names each file names (resolved -> sorted names). Reading every word of a thousand
+    files is most of a warm screen: with `memo`, each answer is kept by the file's bytes and the set
+    of changed names, all asked for at once."""
+    digest = hashlib.sha256("\0".join(sorted(found)).encode()).hexdigest()
+    keys = {fc.resolved: hashlib.sha256(f"{MEMO_VERSION}\0named\0{digest}\0{trees.sha(fc.final)}".encode()).hexdigest()
+            for fc in files} if memo is not None else {}
+    kept = memo.get_many(list(keys.values())) if keys else {}
+    out: dict[str, list[str]] = {}
+    store: dict[str, list[str]] = {}
+    for fc in files:
+        got = kept.get(keys.get(fc.resolved, ""))
+        if got is not None and all(n in found for n in got):
+            out[fc.resolved] = got
+            continue
+        out[fc.resolved] = sorted(found & words_of(fc.final))
+        if fc.resolved in keys:
+            store[keys[fc.resolved]] = out[fc.resolved]
+    if store:
+        memo.put_many(store)
+    return out
+
+
+def _file_key(fc: FileCheck, platform: str | None, changed_lines: dict[str, list[bytes]] | None, rejudge: bool,
+              names: list[str] | None, digest=sha256_of) -> str:
+    """The memo key of one file's check: all it depends on but the modules it looks up (those are
+    kept in the row and checked again). `names`: the changed names the file names (None: all may have
+    changed)."""
+    h = hashlib.sha256(f"{MEMO_VERSION}\0{platform}\0".encode())
+    sha = lambda d: b"-" if d is None else digest(d).encode()  # noqa: E731  (a large file: spooled)
+    h.update(fc.path.encode() + b"\0" + fc.resolved.encode() + b"\0" + sha(fc.base) + sha(fc.final))
+    if changed_lines is None:
+        h.update(b"all")
+    else:
+        h.update(b"screen" + hashlib.sha256(b"\n".join(changed_lines.get(fc.resolved, ()))).digest())
+    h.update(b"rejudge" if rejudge else b"new only")
+    if rejudge:
+        if names is None:
+            h.update(b"\0*")
+        else:
+            for n in names:
+                h.update(b"\0" + n.encode())
     return h.hexdigest()
+
+
+class _Recorder:
+    """A ModuleFiles that notes what each lookup saw (a file's memo row holds them). `shared`: the
+    decided lookups of one view, shared by the recorders of every file (a Look is made once)."""
+
+    def __init__(self, view: ModuleFiles, tag: str, shared: dict) -> None:
+        self.view, self.tag, self.shared = view, tag, shared
+        self.seen: dict[str, str] = {}
+
+    def platform(self) -> str | None:
+        return self.view.platform()
+
+    def look(self, paths, *, settle: bool):
+        got: dict[str, Look] = {}
+        rest = []
+        for p in paths:
+            known = self.shared.get(p)
+            if known is not None:
+                got[p] = known[0]
+                self.seen.setdefault(p, known[1])
+            else:
+                rest.append(p)
+        if rest:
+            for p, lk in self.view.look(rest, settle=settle).items():
+                got[p] = lk
+                state = _entry(self.tag, p, lk)
+                if lk.kind != UNKNOWN:  # decided: the same for every file of this run
+                    self.shared[p] = (lk, state)
+                self.seen.setdefault(p, state)
+        return got
+
+
+def _entry(tag: str, path: str, lk: Look) -> str:
+    """What one lookup saw, as one string of a row ("tag NUL path NUL kind NUL digest"; a row holds
+    hundreds): the digest of a module's sha256 (or that it is too large to read), of a file whose
+    bytes are never read (an extension module, a pyc), or of nothing; where it resolved and the
+    directories on its way."""
+    if lk.kind == FILE:
+        what = "large" if lk.too_large else ("present" if lk.data is None else sha256_of(lk.data))
+    else:
+        what = ""
+    raw = "\0".join([lk.kind, what, lk.resolved, *lk.dirs])
+    return f"{tag}\0{path}\0{lk.kind}\0" + hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+def _still_seen(docs: list[dict], final_view: ModuleFiles, base_view: ModuleFiles) -> set[str]:
+    """The entries of the rows that still hold, every path looked up once (settled: as deep as it
+    takes) in one batch per view. A path that was not decided then must hold no file now."""
+    wanted: dict[str, dict[str, list[str]]] = {"f": {}, "b": {}}
+    for entry in {x for doc in docs for x in doc["seen"] if isinstance(x, str)}:
+        tag, path, kind, _ = (entry.split("\0") + ["", "", ""])[:4]
+        if tag in wanted and path:
+            wanted[tag].setdefault(path, []).append(entry)
+    good: set[str] = set()
+    for tag, view in (("f", final_view), ("b", base_view)):
+        paths = wanted[tag]
+        if not paths:
+            continue
+        now = view.look(list(paths), settle=True)
+        for p, olds in paths.items():
+            lk = now.get(p)
+            if lk is None:
+                continue
+            current = _entry(tag, p, lk)  # once per path, however many rows name it
+            for old in olds:
+                if old == current or (old.split("\0")[2] == UNKNOWN and lk.kind != FILE):
+                    good.add(old)
+    return good
 
 
 def _memo_doc(kept: list[str] | None) -> dict | None:
     try:
         doc = json.loads(kept[0]) if kept else None
-        return doc if isinstance(doc, dict) and isinstance(doc.get("seen"), dict) and isinstance(doc.get("files"), list) else None
+        ok = isinstance(doc, dict) and isinstance(doc.get("seen"), list) and isinstance(doc.get("files"), list) \
+            and all(isinstance(x, str) for x in doc["seen"])
+        return doc if ok else None
     except (ValueError, TypeError):
         return None
 
@@ -947,64 +1100,83 @@ def _decoded(doc: dict, files: list[FileCheck]) -> list[FileFindings]:
     return out
 
 
-def _cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, bytes | None]], final_view: ModuleFiles,
-                 base_view: ModuleFiles, changed_lines: dict[str, list[bytes]] | None) -> list[FileFindings]:
-    trees = Trees()
-    if changed_lines is None:
-        return check_files(files, final_view, base_view, views_differ=interfaces_differ(changed, trees), trees=trees)
-    from .pyscreen import imported_names, may_add_items, names_in
-
-    names, everything = changed_names(changed, changed_lines, trees)
-    todo: list[FileCheck] = []
-    recheck: set[str] = set()
-    for fc in files:
-        again = everything or names_in(fc.final, names)
-        if again:
-            recheck.add(fc.resolved)
-        if again or fc.base is None or may_add_items(changed_lines.get(fc.resolved, ()), imported_names(fc.final, fc.base)):
-            todo.append(fc)
-    return check_files(todo, final_view, base_view, views_differ=bool(recheck), trees=trees, recheck=recheck,
-                       names=None if everything else names)
-
-
 def _names_one(item: Item, names: set[str]) -> bool:
     return item.name in names or item.attr in names or item.module.rsplit(".", 1)[-1] in names
 
 
 def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed_lines: dict[str, list[bytes]],
-                  trees: Trees) -> tuple[set[str], bool]:
+                  trees: Trees, memo=None) -> tuple[set[str], bool]:
     """The names whose binding a patched module changed (a module it creates or deletes: its own
     name and all its names), and whether anything may have changed (a __getattr__, a star import,
-    an extension module...)."""
+    an extension module...). With `memo`, each module's part is kept by its path and both its
+    contents (parsing a thousand modules twice is most of a warm check), all asked for at once."""
     from .pyscreen import may_change_interface
 
-    names: set[str] = set()
+    todo: list[tuple[str, bytes | None, bytes | None]] = []
     for path, before, after in changed:
         if path.endswith((".so", ".pyc", ".pyd")):
-            return names, True
+            return set(), True
         if not path.endswith(".py"):
             continue
         if before is not None and after is not None and not may_change_interface(changed_lines.get(path, ())):
             continue
-        faces = []
-        for data in (before, after):
-            face = trees.interface(data, path) if data is not None else None
-            if data is not None and face is None:
-                return names, True
-            faces.append(face)
-        old, new = faces
-        stem = path.rsplit("/", 1)[-1][:-3]
-        if old is None or new is None:
-            names.add(path.rsplit("/", 2)[-2] if stem == "__init__" and "/" in path else stem)
-            names.update((old or new).names)  # type: ignore[union-attr]
-            continue
-        if (old.all_names, old.stars, old.getattr, old.dynamic, old.path_changed) != \
-                (new.all_names, new.stars, new.getattr, new.dynamic, new.path_changed):
-            return names, True
-        for n in set(old.names) | set(new.names) | set(old.deleted) | set(new.deleted):
-            if _bindings(old, n) != _bindings(new, n):
-                names.add(n)
-    return names, False
+        todo.append((path, before, after))
+    keys = {}
+    if memo is not None:
+        for path, before, after in todo:
+            h = hashlib.sha256(f"{MEMO_VERSION}\0names\0".encode() + path.encode())
+            for d in (before, after):
+                h.update(b"\0-" if d is None else b"\0" + trees.sha(d).encode())
+            keys[path] = h.hexdigest()
+    kept = memo.get_many(list(keys.values())) if keys else {}
+    names: set[str] = set()
+    store: dict[str, list[str]] = {}
+    everything = False
+    for path, before, after in todo:
+        got = _names_doc(kept.get(keys.get(path, "")))
+        if got is None:
+            got = _module_names(path, before, after, trees)
+            if path in keys:
+                store[keys[path]] = [json.dumps({"all": got[1], "names": sorted(got[0])})]
+        names |= got[0]
+        if got[1]:
+            everything = True
+            break
+    if store:
+        memo.put_many(store)
+    return names, everything
+
+
+def _names_doc(kept: list[str] | None) -> tuple[set[str], bool] | None:
+    try:
+        doc = json.loads(kept[0]) if kept else None
+    except (ValueError, TypeError):
+        return None
+    if isinstance(doc, dict) and isinstance(doc.get("all"), bool) and isinstance(doc.get("names"), list) \
+            and all(isinstance(n, str) for n in doc["names"]):
+        return set(doc["names"]), doc["all"]
+    return None
+
+
+def _module_names(path: str, before: bytes | None, after: bytes | None, trees: Trees) -> tuple[set[str], bool]:
+    """One patched module's part of changed_names."""
+    faces = []
+    for data in (before, after):
+        face = trees.interface(data, path) if data is not None else None
+        if data is not None and face is None:
+            return set(), True
+        faces.append(face)
+    old, new = faces
+    stem = path.rsplit("/", 1)[-1][:-3]
+    if old is None or new is None:
+        names = {path.rsplit("/", 2)[-2] if stem == "__init__" and "/" in path else stem}
+        names.update((old or new).names)  # type: ignore[union-attr]
+        return names, False
+    if (old.all_names, old.stars, old.getattr, old.dynamic, old.path_changed) != \
+            (new.all_names, new.stars, new.getattr, new.dynamic, new.path_changed):
+        return set(), True
+    return {n for n in set(old.names) | set(new.names) | set(old.deleted) | set(new.deleted)
+            if _bindings(old, n) != _bindings(new, n)}, False
 
 
 def _bindings(face: Interface, name: str) -> tuple:

@@ -81,6 +81,11 @@ def may_change_interface(changed: Iterable[bytes]) -> bool:
     return False
 
 
+def words_of(source: bytes) -> set[str]:
+    """Every word of the source (a name it may use)."""
+    return {w.decode() for w in set(_WORD.findall(source))}  # ASCII words: decode() cannot fail
+
+
 def names_in(source: bytes, wanted: set[str]) -> bool:
     """Whether the source names one of `wanted` as a word."""
     if not wanted:

@@ -26,12 +26,13 @@ with every lookup settled (`settle=True`: read as deep as needed to decide every
 """
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
 from ..errors import BadImage, BadInput, ImgquiltError, UnsafePath
-from ..fs.content import Data, held, in_memory_max, sha256_of
+from ..fs.content import Data, held, in_memory_max
 from ..fs.types import DirListing, HasRootDir, ListsDirs, PeeksTargets, ReadsFirst, Source, TargetFile
 
 FILE, ABSENT, UNKNOWN = "file", "absent", "unknown"
@@ -94,8 +95,6 @@ class SourceModules:
         # an image reads a layer whole: have it keep the .py files of the packages looked up in it, so
         # the next module of the package needs no second pass over the layer (bounded: KEEP_BUDGET)
         self._packages: set[str] = set()
-        # every path looked up and what was seen there (crosscheck's memo checks them again)
-        self.seen: dict[str, tuple] = {}
         keep = getattr(source, "keep_also", None)
         if callable(keep):
             keep(self._wanted_module, KEEP_BUDGET)
@@ -158,24 +157,7 @@ class SourceModules:
                 elif not lazy:
                     self._settled[p] = None
                     out[p] = None
-        for p in dict.fromkeys(paths):
-            state = _state(out[p], self.cap) if p in out else ("unknown",)
-            if state[0] != "unknown" or p not in self.seen:
-                self.seen[p] = state
         return out
-
-    def unchanged(self, seen: dict[str, tuple]) -> bool:
-        """Whether every path still holds what `seen` says it held (read settled; a path that was not
-        decided then must hold no file now)."""
-        now = self.raw(list(seen), True)
-        for p, state in seen.items():
-            got = _state(now.get(p), self.cap)
-            if state[0] == "unknown":
-                if got[0] == "file":
-                    return False
-            elif got != tuple(tuple(x) if isinstance(x, list) else x for x in state):
-                return False
-        return True
 
     def _unlisted(self, paths: list[str], out: dict[str, TargetFile | None]) -> list[str]:
         """Settle the paths whose directory does not hold their name (into `out`); the rest still to read."""
@@ -279,24 +261,9 @@ class _View:
             return Look(ABSENT, None, t.resolved, dirs) if data is None else self._sized(data, t.resolved, dirs, t.path)
         if t.data is None:
             # a directory the patches create holds what they put there
-            extra = tuple(d for d in _ancestors(t.resolved) if d in self._overlay_dirs and d not in dirs)
+            extra = tuple(d for d in _ancestors(t.resolved) if d in self._overlay_dirs and d not in dirs) if self._overlay_dirs else ()
             return Look(ABSENT, None, t.resolved, dirs + extra)
         return self._sized(t.data, t.resolved, dirs, t.path)
-
-
-def _state(t: TargetFile | None, cap: int) -> tuple:
-    """What a lookup saw, comparable and JSON-able: ("file", sha256, resolved, parents) or ("absent", resolved, parents).
-    A file whose bytes the check never reads (not a .py file: an extension module, a pyc; or a .py
-    file over the cap) is there by its size alone ("file", "size:N", ...): a 363 MB `_C.abi3.so` is
-    never hashed."""
-    if t is None:
-        return ("absent", "", ())
-    parents = tuple(d.path for d in t.parents)
-    if t.data is None:
-        return ("absent", t.resolved, parents)
-    if not _read_whole(t.path) or len(t.data) > min(cap, in_memory_max()):
-        return ("file", f"size:{len(t.data)}", t.resolved, parents)
-    return ("file", sha256_of(t.data), t.resolved, parents)
 
 
 def _read_whole(path: str) -> bool:
@@ -305,9 +272,18 @@ def _read_whole(path: str) -> bool:
     return path.endswith(".py")
 
 
-def _ancestors(path: str) -> list[str]:
-    parts = path.split("/")
-    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+def _ancestors(path: str) -> tuple[str, ...]:
+    """The directories above `path`, root first."""
+    parent = path.rpartition("/")[0]
+    return _dirs_to(parent) if parent else ()
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _dirs_to(directory: str) -> tuple[str, ...]:
+    """`directory` and the directories above it, root first (every candidate of a module search in
+    one directory asks for the same ones)."""
+    parent = directory.rpartition("/")[0]
+    return (_dirs_to(parent) if parent else ()) + (directory,)
 
 
 # --- the search path of a patched file ---------------------------------------------------------

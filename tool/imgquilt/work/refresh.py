@@ -251,8 +251,15 @@ def _cross_check(wt: WorkTree, name: str, patch: Patch) -> list[str]:
         return []
     changed = [(r, before_all[r], after_all[r]) for r in mine if before_all[r] != after_all[r]]
     image = SourceModules(_LazyImage(wt))  # type: ignore[arg-type]
+    from ..cache.layers import cache_disabled
+    from ..pycheck.names import checker_version
+    from ..pycheck.rows import PyCheckResults
+
+    # the shared cache's rows (issue 37): a refresh re-checks only the files whose bytes, or whose
+    # modules, changed since the last check
+    memo = None if cache_disabled() else PyCheckResults(checker_version())
     try:
-        results = check(files, image.view(after_all, named), image.view(before_all, named), changed=changed)
+        results = check(files, image.view(after_all, named), image.view(before_all, named), changed=changed, memo=memo)
     except _NoImage as exc:
         return [f"The cross-module Python check did not run: {exc}"]
     found = [x for ff in results for f in ff.findings for x in f.located(ff.check.path)]
