@@ -277,7 +277,11 @@ def test_a_refusal_for_another_profile_comes_before_any_resolution_is_asked(imag
     r = imgquilt("rebase", "--profile", "cuda", "--image", f"oci:{newer}:latest", cwd=q, env=env, check=3)
     assert "Refused before any merge" in r.err and "profile rocm" in r.err and "app/shared.py" in r.err
     assert "--profile cuda,rocm" in r.err
-    assert snapshot(q) == before and not (q / ".imgquilt/rebase").exists() and not (q / ".imgquilt/work/app/shared.py").exists()
+    assert (
+        snapshot(q) == before
+        and not (q / ".imgquilt/rebase").exists()
+        and not (q / ".imgquilt/work/app/shared.py").exists()
+    )
 
 
 @pytest.mark.skipif(shutil.which("umoci") is None or shutil.which("strace") is None, reason="needs umoci and strace")
