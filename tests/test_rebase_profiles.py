@@ -496,3 +496,66 @@ def test_another_profiles_image_from_the_same_repository_is_the_same_line(queue,
     other = text.replace("docker://registry.example/vllm/vllm-openai:0.10.2", "docker://registry.example/rocm/vllm:0.10.2")
     with pytest.raises(LineageBroken, match="the image profile cuda pins"):
         lineage(parse_lock_file(other.encode()), "rocm", "docker://registry.example/vllm/vllm-openai:0.10.2", cuda, force=False)
+
+
+def test_an_image_whose_base_annotations_name_another_profiles_pin_is_another_lineage(queue, lines, tmp_path: Path) -> None:
+    """Point 10 feeds point 5: an OCI layout names no repository, so the base annotations imgquilt writes
+    are the only lineage it carries. An image built on cuda's pin is cuda's line: re-pinning rocm onto it
+    is refused (exit 3, both named, nothing written, no rebase), --force takes it; an image built on
+    rocm's own pin is rocm's line."""
+    q, env = queue
+    out = tmp_path / "out"
+    for profile in ("cuda", "rocm"):
+        imgquilt("apply", "--profile", profile, "--output-image", f"oci:{out}:{profile}", cwd=q, env=env, check=0)
+    from imgquilt.image.base_image import base_of
+    from imgquilt.sources import open_image
+
+    assert base_of(open_image(f"oci:{out}:cuda")).name == lines["v1"]
+    before = snapshot(q)
+    q2 = tmp_path / "q2"
+    shutil.copytree(q, q2)
+    for args in (("rebase", "--profile", "rocm", "--image", f"oci:{out}:cuda"),
+                 ("rebase", "--profile", "cuda,rocm", "--image", f"cuda={lines['v1']}", "--image", f"rocm=oci:{out}:cuda")):
+        r = imgquilt(*args, cwd=q, env=env, check=3)
+        assert "was built on the image profile cuda pins" in r.err and f"its base annotations name {lines['v1']}" in r.err, r.err
+        assert "re-pinning profile rocm" in r.err and lines["v1r"] in r.err
+        assert snapshot(q) == before and not (q / ".imgquilt/rebase").exists()
+    # each profile's own line: an image imgquilt built on its own pin (both together: the shared patches)
+    r = imgquilt("--json", "rebase", "--profile", "all", "--image", f"cuda=oci:{out}:cuda", "--image", f"rocm=oci:{out}:rocm",
+                 cwd=q, env=env, check=0)
+    doc = _valid(json.loads(r.out))
+    assert doc["status"] == "done" and "vendor" not in doc
+    # --force takes cuda's line, and the report says whose differences these are
+    r = imgquilt("--json", "rebase", "--profile", "all", "--image", f"cuda=oci:{out}:cuda", "--image", f"rocm=oci:{out}:cuda",
+                 "--force", cwd=q2, env=env, check=0)
+    doc = _valid(json.loads(r.out))
+    assert {p["profile"]: p.get("vendor") for p in doc["profiles"]} == {"cuda": None, "rocm": "cuda"}, doc["profiles"]
+
+
+def test_lineage_reads_a_registry_base_name_as_its_repository(queue, lines) -> None:
+    """A layout whose base annotations name a registry image: its repository is the one of that name."""
+    from imgquilt.errors import LineageBroken
+    from imgquilt.image.base_image import BaseImage
+    from imgquilt.queue.lock import parse_lock_file
+    from imgquilt.rebase.lanes import base_repository, lineage
+
+    assert base_repository("reg.example/rocm/vllm:0.10.2") == "docker://reg.example/rocm/vllm"
+    assert base_repository("oci:examples/demo-image:latest") is None and base_repository(None) is None
+    q, _ = queue
+    text = (q / "targets.lock").read_text().replace(lines["v1r"], "docker://reg.example/rocm/vllm:0.10.1")
+    text = text.replace(lines["v1"], "docker://reg.example/vllm/vllm-openai:0.10.1")
+    lf = parse_lock_file(text.encode())
+    new = "sha256:" + "b" * 64
+    other = "sha256:" + "c" * 64
+    own_line = BaseImage("reg.example/rocm/vllm:0.10.2", other)
+    assert lineage(lf, "rocm", "oci:/tmp/built:1", new, force=False, base=own_line) is None
+    cuda_line = BaseImage("reg.example/vllm/vllm-openai:0.10.2", other)
+    with pytest.raises(LineageBroken, match="was built on the image profile cuda pins") as e:
+        lineage(lf, "rocm", "oci:/tmp/built:1", new, force=False, base=cuda_line)
+    assert e.value.exit_code == 3 and "docker://reg.example/rocm/vllm:0.10.1" in e.value.message
+    assert lineage(lf, "rocm", "oci:/tmp/built:1", new, force=True, base=cuda_line) == "cuda"
+    elsewhere = BaseImage("quay.io/someone/vllm:0.10.2", None)
+    with pytest.raises(LineageBroken, match=r"from repository docker://quay.io/someone/vllm \(its base annotations' name\)"):
+        lineage(lf, "rocm", "oci:/tmp/built:1", new, force=False, base=elsewhere)
+    # no annotations: a layout says nothing of its line, as before
+    assert lineage(lf, "rocm", "oci:/tmp/built:1", new, force=False, base=None) is None
