@@ -559,3 +559,40 @@ def test_lineage_reads_a_registry_base_name_as_its_repository(queue, lines) -> N
         lineage(lf, "rocm", "oci:/tmp/built:1", new, force=False, base=elsewhere)
     # no annotations: a layout says nothing of its line, as before
     assert lineage(lf, "rocm", "oci:/tmp/built:1", new, force=False, base=None) is None
+
+
+def test_diff_upstream_during_a_stopped_bump_shows_each_profiles_upstream(queue, lines) -> None:
+    """Each profile of a stopped rebase has its own old pin and new image: `diff --upstream` shows the
+    change under the patch in each profile that carries it, a --split copy in the profiles it is made
+    for, and `--profile NAME` that profile's alone."""
+    from test_schemas import validator
+
+    q, env = queue
+    imgquilt("rebase", "--profile", "all", "--image", f"cuda={lines['v2']}", "--image", f"rocm={lines['v2r']}", "--split",
+             cwd=q, env=env, check=4)
+    state = (q / ".imgquilt/rebase/state.json").read_bytes()
+    # the split copy: rocm's line, where upstream changed prep (the function the patch edits)
+    r = imgquilt("diff", "--upstream", "0001-shared-rocm.patch", cwd=q, env=env, check=0)
+    assert f"profile rocm: Upstream's change, {lines['v1r']} -> {lines['v2r']}, of what 0001-shared-rocm.patch edits:" in r.out
+    assert "app/shared.py: function prep" in r.out and "cuda" not in r.out
+    # the original, kept for cuda: cuda's line changed scale, not prep
+    r = imgquilt("diff", "--upstream", "0001-shared.patch", cwd=q, env=env, check=0)
+    assert r.out.strip() == f"profile cuda: Between {lines['v1']} and {lines['v2']}, upstream changed nothing in what 0001-shared.patch edits."
+    # a patch both carry: each profile's images in turn, text and JSON
+    r = imgquilt("diff", "--upstream", "0002-timeout.patch", cwd=q, env=env, check=0)
+    assert f"profile cuda: Upstream's change, {lines['v1']} -> {lines['v2']}" in r.out
+    assert f"profile rocm: Upstream's change, {lines['v1r']} -> {lines['v2r']}" in r.out
+    doc = json.loads(imgquilt("--json", "diff", "--upstream", "0002-timeout.patch", cwd=q, env=env, check=0).out)
+    validator("diff", "upstream").validate(doc)
+    assert [(d["profile"], d["old"]["ref"], d["new"]["ref"]) for d in doc["profiles"]] == \
+        [("cuda", lines["v1"], lines["v2"]), ("rocm", lines["v1r"], lines["v2r"])]
+    assert all(d["upstream"] and d["upstream"][0]["path"] == "app/common.py" for d in doc["profiles"])
+    # --profile: that profile's alone
+    doc = json.loads(imgquilt("--json", "diff", "--upstream", "0002-timeout.patch", "--profile", "rocm", cwd=q, env=env, check=0).out)
+    assert doc["profile"] == "rocm" and doc["old"]["ref"] == lines["v1r"] and "profiles" not in doc
+    r = imgquilt("diff", "--upstream", "0001-shared-rocm.patch", "--profile", "cuda", cwd=q, env=env, check=2)
+    assert "Profile cuda does not carry 0001-shared-rocm.patch" in r.err
+    r = imgquilt("diff", "--upstream", "0002-timeout.patch", "--image", lines["v2"], cwd=q, env=env, check=2)
+    assert "--profile NAME --image NEWREF" in r.err
+    assert (q / ".imgquilt/rebase/state.json").read_bytes() == state  # a diff changes nothing
+    imgquilt("rebase", "--abort", cwd=q, env=env, check=0)
