@@ -596,3 +596,32 @@ def test_diff_upstream_during_a_stopped_bump_shows_each_profiles_upstream(queue,
     assert "--profile NAME --image NEWREF" in r.err
     assert (q / ".imgquilt/rebase/state.json").read_bytes() == state  # a diff changes nothing
     imgquilt("rebase", "--abort", cwd=q, env=env, check=0)
+
+
+def test_a_bump_abandoned_after_resolving_is_finished_by_the_same_bump_without_asking_again(queue, lines) -> None:
+    """The acceptance's second item on the bump itself: both conflicts (rocm's split copy, and the one
+    0002 stands in for both profiles) resolved, the rebase --abort'ed; the identical bump then takes
+    both kept resolutions, says so, stops nowhere, and gives the trees the resolutions said."""
+    q, env = queue
+    before = snapshot(q)
+    bump = ("rebase", "--profile", "all", "--image", f"cuda={lines['v2']}", "--image", f"rocm={lines['v2r']}", "--split")
+    imgquilt(*bump, cwd=q, env=env, check=4)
+    rocm_shared = SHARED_ROCM2.replace(b"return x or 0", b"return x if x is not None else 0")
+    _resolve(q, "app/shared.py", rocm_shared)
+    r = imgquilt("--json", "rebase", "--continue", cwd=q, env=env, check=4)
+    assert json.loads(r.out)["conflict"]["patch"] == "0002-timeout.patch"
+    _resolve(q, "app/common.py", b"TIMEOUT = 120\nWORKERS = 2\n")
+    imgquilt("rebase", "--abort", cwd=q, env=env, check=0)
+    assert snapshot(q) == before and not (q / ".imgquilt/rebase").exists()
+    r = imgquilt("--json", *bump, cwd=q, env=env, check=0)
+    doc = _valid(json.loads(r.out))
+    assert doc["status"] == "done" and "conflict" not in doc
+    reused = {p["name"]: [f["path"] for f in p["files"] if f.get("reused")] for p in doc["patches"]}
+    assert reused["0001-shared-rocm.patch"] == ["app/shared.py"] and reused["0002-timeout.patch"] == ["app/common.py"]
+    assert sum(1 for n in doc["notes"] if "reused the kept resolution" in n.lower()) == 2, doc["notes"]
+    out = q.parent / "out"
+    imgquilt("apply", "--profile", "all", "--output-image", f"oci:{out}:{{profile}}", cwd=q, env=env, check=0)
+    rocm = files_of(unpack(out, "rocm", q.parent / "got-rocm"))
+    cuda = files_of(unpack(out, "cuda", q.parent / "got-cuda"))
+    assert rocm["app/shared.py"] == rocm_shared
+    assert rocm["app/common.py"] == cuda["app/common.py"] == b"TIMEOUT = 120\nWORKERS = 2\n"
