@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..fs.types import read_targets
 from ..engine.apply import apply_section
@@ -28,6 +29,9 @@ from ..queue.lock import Lock
 from ..queue.queue import Queue, load_queue
 from ..store import ObjectStore
 from .options import Opener
+
+if TYPE_CHECKING:
+    from .state import RebaseState
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,7 @@ def upstream_of(root: Path, name: str, opener: Opener, *, image: str | None, fro
     return replace(_one(root, q, name, opener, image, from_ref, platform, old, {}), profile=profile)
 
 
-def _lanes(root: Path, st, whole: Queue, name: str, opener: Opener, image: str | None, from_ref: str | None,
+def _lanes(root: Path, st: RebaseState, whole: Queue, name: str, opener: Opener, image: str | None, from_ref: str | None,
            platform: str | None, profile: str | None) -> UpstreamDiff:
     """A stopped rebase of several profiles: the patch (a --split copy is its original's bytes) in
     each lane that carries it, from that lane's old pin to its new image."""
