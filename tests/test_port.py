@@ -265,23 +265,47 @@ def test_new_with_a_guard_makes_a_guarded_patch_and_refuses_a_typo(images, tmp_p
 
 
 @pytest.mark.skipif(shutil.which("umoci") is None, reason="umoci not installed")
-def test_a_refusal_for_another_profile_comes_before_any_resolution_is_asked(images, tmp_path: Path) -> None:
-    """rebase --profile cuda where 0001 (shared with rocm) would no longer chain on rocm's image: the issue's
-    user resolved the conflict first and was refused after it. Now the refusal comes before any merge
-    (exit 3, nothing changed, no rebase left), so no resolution is asked for in vain; the rebase of both
-    profiles it names is the way on. (A resolution kept across an --abort, a kill or a finished rebase:
-    tests/test_kept_resolutions.py.)"""
-    q, env = make_queue(tmp_path, images)
-    before = snapshot(q)
-    newer = image(tmp_path / "cuda2", KERN, CONF, SHARED.replace(b"return x\n", b"return x or 0\n"))
-    r = imgquilt("rebase", "--profile", "cuda", "--image", f"oci:{newer}:latest", cwd=q, env=env, check=3)
-    assert "Refused before any merge" in r.err and "profile rocm" in r.err and "app/shared.py" in r.err
-    assert "--profile cuda,rocm" in r.err
-    assert (
-        snapshot(q) == before
-        and not (q / ".imgquilt/rebase").exists()
-        and not (q / ".imgquilt/work/app/shared.py").exists()
+def test_a_resolution_followed_by_a_refusal_is_kept_for_the_next_rebase(images, tmp_path: Path) -> None:
+    """rebase --profile cuda: 0001 (shared with rocm) conflicts; after it is resolved the finish is refused
+    (exit 3: the rebased 0001 no longer chains on rocm's image). --abort, then the same rebase: it reaches
+    that refusal again without asking for the resolution (exit 3, not 4).
+
+    The refusal can only come at the finish where the start cannot foresee it (a pin left out that would
+    surely break is refused before any merge): each profile reaches app/shared.py's base for 0001 through
+    a patch of its own (0000-cuda-pre +cuda, 0000-rocm-pre +rocm, the same bytes), so only the rebased
+    0001's new base tells that rocm's chain breaks."""
+    env = env_of(tmp_path)
+    q = tmp_path / "queue"
+    q.mkdir()
+    (q / "series").write_text("")
+    pre = b"# pre\n" + SHARED
+    write_patch(q, "0000-cuda-pre.patch", [("app/shared.py", SHARED, pre)])
+    write_patch(q, "0000-rocm-pre.patch", [("app/shared.py", SHARED, pre)])
+    write_patch(
+        q,
+        "0001-shared.patch",
+        [("app/shared.py", pre, pre.replace(b"return x\n", b"return x if x is not None else 0\n"))],
     )
+    imgquilt("guard", "--new-guard", "0000-cuda-pre.patch", "+cuda", cwd=q, env=env, check=0)
+    imgquilt("guard", "--new-guard", "0000-rocm-pre.patch", "+rocm", cwd=q, env=env, check=0)
+    for name in ("cuda", "rocm"):
+        imgquilt("lock", "--profile", name, "--image", f"oci:{images[name]}:latest", cwd=q, env=env, check=0)
+    imgquilt("check", cwd=q, env=env, check=0)
+    newer = image(tmp_path / "cuda2", KERN, CONF, SHARED.replace(b"return x\n", b"return x or 0\n"))
+    r = imgquilt("rebase", "--profile", "cuda", "--image", f"oci:{newer}:latest", cwd=q, env=env, check=4)
+    assert "app/shared.py" in r.err
+    work = q / ".imgquilt/work/app/shared.py"
+    work.write_bytes(pre.replace(b"return x\n", b"return (x or 0) if x is not None else 0\n"))
+    r = imgquilt("rebase", "--continue", cwd=q, env=env, check=3)
+    assert "profile rocm" in r.err
+    imgquilt("rebase", "--abort", cwd=q, env=env, check=0)
+    before = snapshot(q)
+    # without the kept resolution this would stop on the conflict again (exit 4)
+    r = imgquilt("rebase", "--profile", "cuda", "--image", f"oci:{newer}:latest", cwd=q, env=env, check=3)
+    assert "profile rocm" in r.err and "No rebase was started" in r.err
+    assert snapshot(q) == before and not (q / ".imgquilt/rebase").exists()
+    imgquilt("rebase", "--forget", cwd=q, env=env, check=0)
+    imgquilt("rebase", "--profile", "cuda", "--image", f"oci:{newer}:latest", cwd=q, env=env, check=4)
 
 
 @pytest.mark.skipif(shutil.which("umoci") is None or shutil.which("strace") is None, reason="needs umoci and strace")

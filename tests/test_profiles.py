@@ -659,3 +659,16 @@ def test_diff_upstream_takes_a_profile_and_never_says_none(untouched, images) ->
     r = imgquilt("diff", "--upstream", "0005-extra-b.patch", "--profile", "rocm", "--image", f"oci:{images['a']}:latest",
                  cwd=q, env=env, check=2)
     assert "Profile rocm does not select 0005-extra-b.patch" in r.err
+
+
+def test_select_on_a_profiles_only_queue_never_names_a_default_pin(queue, images) -> None:
+    """Point 9: with no default pin, the bases of patches pushed without a followed profile are the
+    image push was given, and select says so (not "the default pin's")."""
+    q, env = queue
+    from imgquilt.queue.lock import read_lock_file
+
+    assert read_lock_file(q / "targets.lock").default is None and read_lock_file(q / "targets.lock").profiles
+    imgquilt("push", "--image", f"oci:{images['a']}:latest", "0001-shared.patch", cwd=q, env=env, check=0)
+    r = imgquilt("select", "rocm", cwd=q, env=env, check=2)
+    assert "their bases are the default selection's (targets.lock has no default pin: the image push was given)" in r.err
+    assert "default pin's" not in r.err

@@ -275,7 +275,7 @@ def test_a_crash_in_the_finish_of_a_split_rebase_ends_old_or_new(queue, lines, m
     images = {"cuda": lines["v2"], "rocm": lines["v2r"]}
 
     def stopped_at_the_last_conflict() -> None:
-        api.rebase_forget(q)  # the resolutions the last round kept would be reused (rebase.rerere): ask again
+        api.rebase_forget(q)  # the abort below keeps the resolutions (point 4): without this the next rebase takes them
         report = api.rebase(q, profile="all", images=images, split=True)
         assert report.status == "stopped"
         _resolve(q, "app/shared.py", SHARED_ROCM2.replace(b"x or 0", b"x if x is not None else 0"))
@@ -497,3 +497,132 @@ def test_another_profiles_image_from_the_same_repository_is_the_same_line(queue,
     other = text.replace("docker://registry.example/vllm/vllm-openai:0.10.2", "docker://registry.example/rocm/vllm:0.10.2")
     with pytest.raises(LineageBroken, match="the image profile cuda pins"):
         lineage(parse_lock_file(other.encode()), "rocm", "docker://registry.example/vllm/vllm-openai:0.10.2", cuda, force=False)
+
+
+def test_an_image_whose_base_annotations_name_another_profiles_pin_is_another_lineage(queue, lines, tmp_path: Path) -> None:
+    """Point 10 feeds point 5: an OCI layout names no repository, so the base annotations imgquilt writes
+    are the only lineage it carries. An image built on cuda's pin is cuda's line: re-pinning rocm onto it
+    is refused (exit 3, both named, nothing written, no rebase), --force takes it; an image built on
+    rocm's own pin is rocm's line."""
+    q, env = queue
+    out = tmp_path / "out"
+    for profile in ("cuda", "rocm"):
+        imgquilt("apply", "--profile", profile, "--output-image", f"oci:{out}:{profile}", cwd=q, env=env, check=0)
+    from imgquilt.image.base_image import base_of
+    from imgquilt.sources import open_image
+
+    assert base_of(open_image(f"oci:{out}:cuda")).name == lines["v1"]
+    before = snapshot(q)
+    q2 = tmp_path / "q2"
+    shutil.copytree(q, q2)
+    for args in (("rebase", "--profile", "rocm", "--image", f"oci:{out}:cuda"),
+                 ("rebase", "--profile", "cuda,rocm", "--image", f"cuda={lines['v1']}", "--image", f"rocm=oci:{out}:cuda")):
+        r = imgquilt(*args, cwd=q, env=env, check=3)
+        assert "was built on the image profile cuda pins" in r.err and f"its base annotations name {lines['v1']}" in r.err, r.err
+        assert "re-pinning profile rocm" in r.err and lines["v1r"] in r.err
+        assert snapshot(q) == before and not (q / ".imgquilt/rebase").exists()
+    # each profile's own line: an image imgquilt built on its own pin (both together: the shared patches)
+    r = imgquilt("--json", "rebase", "--profile", "all", "--image", f"cuda=oci:{out}:cuda", "--image", f"rocm=oci:{out}:rocm",
+                 cwd=q, env=env, check=0)
+    doc = _valid(json.loads(r.out))
+    assert doc["status"] == "done" and "vendor" not in doc
+    # --force takes cuda's line, and the report says whose differences these are
+    r = imgquilt("--json", "rebase", "--profile", "all", "--image", f"cuda=oci:{out}:cuda", "--image", f"rocm=oci:{out}:cuda",
+                 "--force", cwd=q2, env=env, check=0)
+    doc = _valid(json.loads(r.out))
+    assert {p["profile"]: p.get("vendor") for p in doc["profiles"]} == {"cuda": None, "rocm": "cuda"}, doc["profiles"]
+
+
+def test_lineage_reads_a_registry_base_name_as_its_repository(queue, lines) -> None:
+    """A layout whose base annotations name a registry image: its repository is the one of that name."""
+    from imgquilt.errors import LineageBroken
+    from imgquilt.image.base_image import BaseImage
+    from imgquilt.queue.lock import parse_lock_file
+    from imgquilt.rebase.lanes import base_repository, lineage
+
+    assert base_repository("reg.example/rocm/vllm:0.10.2") == "docker://reg.example/rocm/vllm"
+    assert base_repository("oci:examples/demo-image:latest") is None and base_repository(None) is None
+    q, _ = queue
+    text = (q / "targets.lock").read_text().replace(lines["v1r"], "docker://reg.example/rocm/vllm:0.10.1")
+    text = text.replace(lines["v1"], "docker://reg.example/vllm/vllm-openai:0.10.1")
+    lf = parse_lock_file(text.encode())
+    new = "sha256:" + "b" * 64
+    other = "sha256:" + "c" * 64
+    own_line = BaseImage("reg.example/rocm/vllm:0.10.2", other)
+    assert lineage(lf, "rocm", "oci:/tmp/built:1", new, force=False, base=own_line) is None
+    cuda_line = BaseImage("reg.example/vllm/vllm-openai:0.10.2", other)
+    with pytest.raises(LineageBroken, match="was built on the image profile cuda pins") as e:
+        lineage(lf, "rocm", "oci:/tmp/built:1", new, force=False, base=cuda_line)
+    assert e.value.exit_code == 3 and "docker://reg.example/rocm/vllm:0.10.1" in e.value.message
+    assert lineage(lf, "rocm", "oci:/tmp/built:1", new, force=True, base=cuda_line) == "cuda"
+    elsewhere = BaseImage("quay.io/someone/vllm:0.10.2", None)
+    with pytest.raises(LineageBroken, match=r"from repository docker://quay.io/someone/vllm \(its base annotations' name\)"):
+        lineage(lf, "rocm", "oci:/tmp/built:1", new, force=False, base=elsewhere)
+    # no annotations: a layout says nothing of its line, as before
+    assert lineage(lf, "rocm", "oci:/tmp/built:1", new, force=False, base=None) is None
+
+
+def test_diff_upstream_during_a_stopped_bump_shows_each_profiles_upstream(queue, lines) -> None:
+    """Each profile of a stopped rebase has its own old pin and new image: `diff --upstream` shows the
+    change under the patch in each profile that carries it, a --split copy in the profiles it is made
+    for, and `--profile NAME` that profile's alone."""
+    from test_schemas import validator
+
+    q, env = queue
+    imgquilt("rebase", "--profile", "all", "--image", f"cuda={lines['v2']}", "--image", f"rocm={lines['v2r']}", "--split",
+             cwd=q, env=env, check=4)
+    state = (q / ".imgquilt/rebase/state.json").read_bytes()
+    # the split copy: rocm's line, where upstream changed prep (the function the patch edits)
+    r = imgquilt("diff", "--upstream", "0001-shared-rocm.patch", cwd=q, env=env, check=0)
+    assert f"profile rocm: Upstream's change, {lines['v1r']} -> {lines['v2r']}, of what 0001-shared-rocm.patch edits:" in r.out
+    assert "app/shared.py: function prep" in r.out and "cuda" not in r.out
+    # the original, kept for cuda: cuda's line changed scale, not prep
+    r = imgquilt("diff", "--upstream", "0001-shared.patch", cwd=q, env=env, check=0)
+    assert r.out.strip() == f"profile cuda: Between {lines['v1']} and {lines['v2']}, upstream changed nothing in what 0001-shared.patch edits."
+    # a patch both carry: each profile's images in turn, text and JSON
+    r = imgquilt("diff", "--upstream", "0002-timeout.patch", cwd=q, env=env, check=0)
+    assert f"profile cuda: Upstream's change, {lines['v1']} -> {lines['v2']}" in r.out
+    assert f"profile rocm: Upstream's change, {lines['v1r']} -> {lines['v2r']}" in r.out
+    doc = json.loads(imgquilt("--json", "diff", "--upstream", "0002-timeout.patch", cwd=q, env=env, check=0).out)
+    validator("diff", "upstream").validate(doc)
+    assert [(d["profile"], d["old"]["ref"], d["new"]["ref"]) for d in doc["profiles"]] == \
+        [("cuda", lines["v1"], lines["v2"]), ("rocm", lines["v1r"], lines["v2r"])]
+    assert all(d["upstream"] and d["upstream"][0]["path"] == "app/common.py" for d in doc["profiles"])
+    # --profile: that profile's alone
+    doc = json.loads(imgquilt("--json", "diff", "--upstream", "0002-timeout.patch", "--profile", "rocm", cwd=q, env=env, check=0).out)
+    assert doc["profile"] == "rocm" and doc["old"]["ref"] == lines["v1r"] and "profiles" not in doc
+    r = imgquilt("diff", "--upstream", "0001-shared-rocm.patch", "--profile", "cuda", cwd=q, env=env, check=2)
+    assert "Profile cuda does not carry 0001-shared-rocm.patch" in r.err
+    r = imgquilt("diff", "--upstream", "0002-timeout.patch", "--image", lines["v2"], cwd=q, env=env, check=2)
+    assert "--profile NAME --image NEWREF" in r.err
+    assert (q / ".imgquilt/rebase/state.json").read_bytes() == state  # a diff changes nothing
+    imgquilt("rebase", "--abort", cwd=q, env=env, check=0)
+
+
+def test_a_bump_abandoned_after_resolving_is_finished_by_the_same_bump_without_asking_again(queue, lines) -> None:
+    """The acceptance's second item on the bump itself: both conflicts (rocm's split copy, and the one
+    0002 stands in for both profiles) resolved, the rebase --abort'ed; the identical bump then takes
+    both kept resolutions, says so, stops nowhere, and gives the trees the resolutions said."""
+    q, env = queue
+    before = snapshot(q)
+    bump = ("rebase", "--profile", "all", "--image", f"cuda={lines['v2']}", "--image", f"rocm={lines['v2r']}", "--split")
+    imgquilt(*bump, cwd=q, env=env, check=4)
+    rocm_shared = SHARED_ROCM2.replace(b"return x or 0", b"return x if x is not None else 0")
+    _resolve(q, "app/shared.py", rocm_shared)
+    r = imgquilt("--json", "rebase", "--continue", cwd=q, env=env, check=4)
+    assert json.loads(r.out)["conflict"]["patch"] == "0002-timeout.patch"
+    _resolve(q, "app/common.py", b"TIMEOUT = 120\nWORKERS = 2\n")
+    imgquilt("rebase", "--abort", cwd=q, env=env, check=0)
+    assert snapshot(q) == before and not (q / ".imgquilt/rebase").exists()
+    r = imgquilt("--json", *bump, cwd=q, env=env, check=0)
+    doc = _valid(json.loads(r.out))
+    assert doc["status"] == "done" and "conflict" not in doc
+    reused = {p["name"]: [f["path"] for f in p["files"] if f.get("reused")] for p in doc["patches"]}
+    assert reused["0001-shared-rocm.patch"] == ["app/shared.py"] and reused["0002-timeout.patch"] == ["app/common.py"]
+    assert sum(1 for n in doc["notes"] if "reused the kept resolution" in n.lower()) == 2, doc["notes"]
+    out = q.parent / "out"
+    imgquilt("apply", "--profile", "all", "--output-image", f"oci:{out}:{{profile}}", cwd=q, env=env, check=0)
+    rocm = files_of(unpack(out, "rocm", q.parent / "got-rocm"))
+    cuda = files_of(unpack(out, "cuda", q.parent / "got-cuda"))
+    assert rocm["app/shared.py"] == rocm_shared
+    assert rocm["app/common.py"] == cuda["app/common.py"] == b"TIMEOUT = 120\nWORKERS = 2\n"

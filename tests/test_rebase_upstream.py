@@ -211,3 +211,19 @@ def test_the_report_names_the_file_a_function_moved_to(tmp_path: Path, cli_env) 
         ("connect", "moved", "pkg.net", f"{site}/net.py")
     r = imgquilt("rebase", "--status", cwd=q, env=cli_env, check=0)
     assert f"{site}/core.py: function connect moved to {site}/net.py" in r.out
+
+
+def test_diff_upstream_during_a_stopped_rebase_takes_its_old_pin_and_new_image(session) -> None:
+    """A rebase of the default pin stopped on a conflict: with no --image, the diff goes from the pin the
+    rebase started from to the image it rebases onto, and names no profile."""
+    tmp, q, old, env = session
+    upstream = b'logger.debug("loading shard %s from %s", shard.name, model_dir)'
+    new = make_root(tmp / "new", WEIGHTS_V2.replace(DEBUG_LINE, upstream))
+    imgquilt("rebase", "--image", f"rootfs:{new}", cwd=q, env=env, check=4)
+    r = imgquilt("diff", "--upstream", "0001-log-shard-tensors.patch", cwd=q, env=env, check=0)
+    assert r.out.startswith(f"Upstream's change, rootfs:{old} -> rootfs:{new}, of what 0001-log-shard-tensors.patch edits:")
+    assert "profile" not in r.out and "None" not in r.out
+    doc = json.loads(imgquilt("--json", "diff", "--upstream", "0001-log-shard-tensors.patch", cwd=q, env=env, check=0).out)
+    validator("diff", "upstream").validate(doc)
+    assert doc["old"]["ref"] == f"rootfs:{old}" and doc["new"]["ref"] == f"rootfs:{new}" and "profile" not in doc
+    imgquilt("rebase", "--abort", cwd=q, env=env, check=0)

@@ -868,20 +868,24 @@ def diff_upstream(queue: str | os.PathLike[str] | None = None, *, patch: str, im
                   profile: str | None = None):
     """What upstream changed in the functions, classes and regions `patch` edits, between the old image
     (`from_ref`, else the one targets.lock pins: `profile`'s pin with a profile) and the new one
-    (`image`, else a rebase's under way)."""
+    (`image`, else a rebase's under way). While a rebase of several profiles is stopped, every profile
+    carrying the patch is shown (`lanes`, each with its `profile`), or `profile`'s alone."""
     from .rebase.upstream import upstream_of
     from .sources import ref_for_lock
     from .verbs.profiles import lock_file, resolve
 
+    from .rebase.state import rebase_in_progress
+
     root = queue_root(queue)
     selection = None
-    if profile is not None:
+    if profile is not None and not rebase_in_progress(root):  # a rebase under way: its own lanes name the profiles
         chosen = resolve(load_queue(root), profile, lock_file(root))
         if patch not in chosen.queue.names:
             raise UsageError(f"Profile {profile} does not select {patch}.", hint=f"`imgquilt select {profile}` lists what it selects.")
         selection = (chosen.queue, chosen.lock)
     return upstream_of(root, patch, _opener(root, progress), image=ref_for_lock(image, root) if image else None,
-                       from_ref=ref_for_lock(from_ref, root) if from_ref else None, platform=platform, selection=selection)
+                       from_ref=ref_for_lock(from_ref, root) if from_ref else None, platform=platform, selection=selection,
+                       profile=profile)
 
 
 def rebase_continue(queue: str | os.PathLike[str] | None = None, *, progress: Progress | None = None,

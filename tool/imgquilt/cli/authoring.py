@@ -229,7 +229,7 @@ def diff_cmd(
     image: Optional[str] = typer.Option(None, "--image", "-i", metavar="NEWREF", help="With --upstream: the new image (default: the one a rebase under way goes to)."),
     from_ref: Optional[str] = typer.Option(None, "--from", metavar="OLDREF", help="With --upstream: the old image (default: the one targets.lock pins)."),
     platform: Optional[str] = PlatformOpt,
-    profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME", help="With --upstream: the old image is that profile's pin (and the patch its selection's)."),
+    profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME", help="With --upstream: the old image is that profile's pin (and the patch its selection's); during a rebase of several profiles, that profile's images alone (default: each profile carrying the patch)."),
 ) -> None:
     """Show the diff of a patch's files, snapshot -> current work tree (what `refresh` would write);
     with --upstream PATCH, what upstream changed under that patch between two images.
@@ -267,18 +267,20 @@ def _diff_upstream(name: str, image: str | None, from_ref: str | None, platform:
     from .common import progress, raw_say
 
     got = diff_upstream(G.queue, patch=name, image=image, from_ref=from_ref, platform=platform, progress=progress(), profile=profile)
-    old = got.old["ref"] or "the queue's bases (.imgquilt/objects)"
     if G.json:
         emit_json(got.to_json())
         return
-    if not got.changes:
-        say(f"Between {old} and {got.new['ref']}, upstream changed nothing in what {name} edits.")
-        return
-    say(f"Upstream's change, {old} -> {got.new['ref']}, of what {name} edits:")
-    for c in got.changes:
-        say(f"{c.path}: {c.summary()}")
-        if c.diff:
-            raw_say(c.diff.rstrip("\n"))
+    for one in got.lanes or (got,):  # a stopped rebase of several profiles: each profile's images in turn
+        who = f"profile {one.profile}: " if got.lanes or (one.profile is not None and profile is None) else ""
+        old = one.old["ref"] or "the queue's bases (.imgquilt/objects)"
+        if not one.changes:
+            say(f"{who}Between {old} and {one.new['ref']}, upstream changed nothing in what {name} edits.")
+            continue
+        say(f"{who}Upstream's change, {old} -> {one.new['ref']}, of what {name} edits:")
+        for c in one.changes:
+            say(f"{c.path}: {c.summary()}")
+            if c.diff:
+                raw_say(c.diff.rstrip("\n"))
 
 
 def fold_cmd(

@@ -8,6 +8,7 @@ pin, new image), with one journal. What is decided here, before the first merge:
     plan_split  --split: such a patch is kept for the pins that agree, and a guarded copy is made for
                 each other group (0005-x.patch gets -rocm, 0005-x-rocm.patch gets +rocm)
     lineage     a profile re-pinned onto the image another profile pins, or onto another repository
+                (the image's own reference, else the base its OCI annotations name)
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import LineageBroken, SplitNeeded
+from ..image.base_image import BaseImage
 from ..queue.lock import LockFile
 from ..queue.queue import Queue
 from ..queue.series import SeriesEntry, guarded, inserted, parse_series, pushable, selection_text
@@ -188,10 +190,36 @@ def repository(ref: str | None) -> str | None:
     return None
 
 
-def lineage(lf: LockFile, pin: str | None, new_ref: str, new_digest: str | None, *, force: bool) -> str | None:
+def base_repository(name: str | None) -> str | None:
+    """The repository an image's base.name annotation names: a registry name (the spec's form, no
+    transport: reg.example.com/app:1.0) as `docker://`, a store reference as repository() reads it;
+    None for a layout, an archive or no name."""
+    if not name:
+        return None
+    if re.match(r"^(oci|oci-archive|docker-archive|dir|tar|rootfs|ostree|sif|tarball):", name):
+        return None
+    return repository(name if re.match(r"^(docker://|containers-storage:|docker-daemon:)", name) else f"docker://{name}")
+
+
+def _names_pin(base: BaseImage, ref: str, digest: str | None) -> bool:
+    """Whether an image's base annotations name the pin (ref, digest): its digest, or its reference
+    (a local one as targets.lock keeps it, a registry one by its repository)."""
+    if base.digest is not None and base.digest == digest:
+        return True
+    if base.name is None:
+        return False
+    repo = base_repository(base.name)
+    return base.name == ref or (repo is not None and repo == repository(ref))
+
+
+def lineage(lf: LockFile, pin: str | None, new_ref: str, new_digest: str | None, *, force: bool,
+            base: BaseImage | None = None) -> str | None:
     """A profile keeps its lineage: refused (LineageBroken) when its new image is the one another
     profile pins (and not its own already), or comes from another repository than its old pin, unless
-    `force`. Returns the other profile whose image it is (forced), else None."""
+    `force`. `base`, the new image's base annotations (base_image.base_of), are its lineage too: an
+    image built on another profile's pin (its digest, its reference or its repository) is that
+    profile's line, one built on this profile's own pin is this one's, and a layout or an archive
+    takes the repository its base names. Returns the other profile whose image it is (forced), else None."""
     if pin is None:
         return None
     own = lf.profile(pin)
@@ -205,14 +233,27 @@ def lineage(lf: LockFile, pin: str | None, new_ref: str, new_digest: str | None,
               and (old_repo is None or repository(p.lock.image.ref) != old_repo)]
     if old.digest == new_digest:
         others = []
-    moved = old_repo is not None and new_repo is not None and old_repo != new_repo
-    if force or not (others or moved):
-        return others[0] if others else None
+    built_on: list[str] = []
+    if base is not None and old.digest != new_digest and not _names_pin(base, old.ref, old.digest):
+        built_on = [p.name for p in lf.profiles if p.name != pin and p.name not in others
+                    and _names_pin(base, p.lock.image.ref, p.lock.image.digest)
+                    and (old_repo is None or repository(p.lock.image.ref) != old_repo)]
+        if new_repo is None and not built_on:
+            new_repo = base_repository(base.name)  # a layout or an archive: the repository its base came from
+    moved = old_repo is not None and new_repo is not None and old_repo != new_repo and not built_on
+    if force or not (others or built_on or moved):
+        return (others + built_on)[0] if others or built_on else None
     why = []
     if others:
         why.append(f"{new_ref} is the image profile {', '.join(others)} pins ({new_digest})")
+    if built_on:
+        named = " ".join(x for x in (base.name if base else None, f"({base.digest})" if base and base.digest else None) if x)
+        why.append(f"{new_ref} was built on the image profile {', '.join(built_on)} pins: its base annotations name {named}, "
+                   f"profile {pin}'s pin is {old.ref} ({old.digest})")
     if moved:
-        why.append(f"{new_ref} is from repository {new_repo}, profile {pin}'s pin {old.ref} from {old_repo}")
+        why.append(f"{new_ref} is from repository {new_repo}"
+                   + (" (its base annotations' name)" if repository(new_ref) is None else "")
+                   + f", profile {pin}'s pin {old.ref} from {old_repo}")
     raise LineageBroken(
         f"Refused: re-pinning profile {pin} would leave its lineage: {'; and '.join(why)}. Nothing was changed.",
         hint=f"Give profile {pin} its own new image (`--image {pin}=REF`). If this is meant, add --force: the report then "

@@ -14,6 +14,7 @@ from typing import Callable
 
 from ..engine.plan import run_series
 from ..fs.types import read_targets
+from ..image.base_image import base_of_source
 from ..errors import BadInput, BaseDrift, ImgquiltError, RebaseConflict, UsageError
 from ..queue.check import chain_breaks
 from ..queue.hunks import ABSENT, sha256_hex
@@ -170,7 +171,8 @@ def _prepare(root: Path, whole: Queue, opts: RebaseOptions, opener: Opener) -> t
     old_lock = _pin(root, opts.profile)
     source = opener(opts.new_ref, opts.platform)
     info = source.info()
-    other = lineage(read_lock_file(root / "targets.lock"), opts.profile, opts.new_ref, info.digest, force=opts.force)
+    other = lineage(read_lock_file(root / "targets.lock"), opts.profile, opts.new_ref, info.digest, force=opts.force,
+                    base=base_of_source(source) if opts.profile is not None else None)
     paths, new_data, notes = plan_paths(q, source, opts.maps)
     if opts.more:
         notes = [f"profile {opts.profile}: {n}" for n in notes]
