@@ -160,8 +160,23 @@ def test_cold_apply_and_refresh_never_store_the_extension(tmp_path: Path, cli_en
             imgquilt("init", cwd=q, env=env, check=0)
             imgquilt("new", "0001-cuda.patch", cwd=q, env=env, check=0)
             imgquilt("add", "--image", image, CUDA, cwd=q, env=env, check=0)
+            (q / ".imgquilt/work" / CUDA).write_bytes(CUDA_IMPORT)
+            imgquilt("refresh", cwd=q, env=env, check=0)
+            imgquilt("lock", "--image", image, cwd=q, env=env, check=0)
+            # a refresh keeps the lock fresh: its check runs again on the bases the lock pins
             (q / ".imgquilt/work" / CUDA).write_bytes(CUDA_NATIVE)
             r = imgquilt("refresh", cwd=q, env=env, check=0)
+            assert "targets.lock" in r.out + r.err and "not updated" not in r.out + r.err, r.out + r.err
         assert f"{CUDA}:1:1: cannot tell: whether vllm._C has 'ops'" in r.out + r.err
         assert "a native extension" in r.out + r.err
         assert cache.is_dir() and _large_files(cache) == [], verb
+        assert _large_files(q / ".imgquilt") == [], verb  # nor kept in the queue's object store
+    # `lock` again, on the image it pins (its bases from the queue's store), with a cold cache of its own
+    env = {**cli_env, "IMGQUILT_CACHE_DIR": str(tmp_path / "cache-lock")}
+    env.pop("IMGQUILT_SPOOL_AT", None)
+    imgquilt("lock", cwd=tmp_path / "refresh", env=env, check=0)  # its check's notes are not shown
+    assert _large_files(tmp_path / "cache-lock") == [] and _large_files(tmp_path / "refresh" / ".imgquilt") == []
+    # `refresh --rehash` verifies the series on the bases the lock pins (work.bases.as_source)
+    env["IMGQUILT_CACHE_DIR"] = str(tmp_path / "cache-rehash")
+    imgquilt("refresh", "--rehash", "0001-cuda.patch", cwd=tmp_path / "refresh", env=env, check=0)
+    assert _large_files(tmp_path / "cache-rehash") == [] and _large_files(tmp_path / "refresh" / ".imgquilt") == []
