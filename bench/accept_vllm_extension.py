@@ -23,8 +23,9 @@ the flow twice: cold (empty cache, new queue) and warm (the cache the cold run l
 
 It asserts: no command exits 1 (or says "internal error"), every exit code is the one expected, the
 check says "cannot tell" naming vllm._C for the native import, the fix lands in the patch. The whole
-transcript (command, exit code, output) goes to --out/transcript.txt; a summary with wall times and the
-load average is printed. `--tool` runs another checkout's tool/ (e.g. one before the fix: it exits 1).
+transcript (command, exit code, output) goes to --out/transcript.txt; a summary with wall times, each
+command's own bytes read and written (its /proc/self/io at exit), the largest file the shared cache's
+files/ holds after each flow, and the load average is printed. `--tool` runs another checkout's tool/ (e.g. one before the fix: it exits 1).
 """
 from __future__ import annotations
 
