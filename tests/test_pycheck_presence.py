@@ -180,3 +180,26 @@ def test_cold_apply_and_refresh_never_store_the_extension(tmp_path: Path, cli_en
     env["IMGQUILT_CACHE_DIR"] = str(tmp_path / "cache-rehash")
     imgquilt("refresh", "--rehash", "0001-cuda.patch", cwd=tmp_path / "refresh", env=env, check=0)
     assert _large_files(tmp_path / "cache-rehash") == [] and _large_files(tmp_path / "refresh" / ".imgquilt") == []
+
+
+def test_an_uncompressed_layer_is_not_copied_out_either(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An uncompressed layer's member is read by offset in a second pass (copied to a spool file when
+    large): a located extension never is."""
+    from imgquilt.image import image_source
+
+    ext = _extension()
+    layout = build_oci(tmp_path / "img", _shapes(ext)["present"][0], compression=None)
+    copied: list[int | None] = []
+    real = image_source.copy_to_spool
+
+    def copy_to_spool(fd, **kw):
+        copied.append(kw.get("size"))
+        return real(fd, **kw)
+
+    monkeypatch.setattr(image_source, "copy_to_spool", copy_to_spool)
+    counted = _Counted(monkeypatch)
+    src = open_source(f"oci:{layout}:latest")
+    said = _findings(SourceModules(src), CUDA_NATIVE)
+    assert any("cannot tell" in x and "native extension" in x for x in said), said
+    assert len(ext) not in counted.sizes + copied
+    assert _large_files(Path(os.environ["IMGQUILT_CACHE_DIR"])) == []
