@@ -203,3 +203,19 @@ def test_an_uncompressed_layer_is_not_copied_out_either(tmp_path: Path, monkeypa
     assert any("cannot tell" in x and "native extension" in x for x in said), said
     assert len(ext) not in counted.sizes + copied
     assert _large_files(Path(os.environ["IMGQUILT_CACHE_DIR"])) == []
+
+
+def test_a_zstd_chunked_layer_fetches_nothing_of_it_by_range(tmp_path: Path) -> None:
+    """A seekable layer (skopeo's zstd:chunked) is decided from its TOC and a file's bytes fetched by
+    range when needed: a located extension's never are (its layer's frames stay where they are)."""
+    from seekable_tools import zstd_chunked_copy
+
+    ext = _extension()
+    gz = build_oci(tmp_path / "img", _shapes(ext)["present"][0])
+    ref = zstd_chunked_copy(f"oci:{gz}:latest", tmp_path / "zc", "v1")
+    src = open_source(ref)
+    said = _findings(SourceModules(src), CUDA_NATIVE)
+    assert any("cannot tell" in x and "native extension" in x for x in said), said
+    assert len(src.stats.layers_from_toc) >= 1  # the layer holding the extension was read from its TOC
+    assert src.stats.range_bytes < len(ext) // 4, src.stats  # its data was never fetched
+    assert _large_files(Path(os.environ["IMGQUILT_CACHE_DIR"])) == []
