@@ -23,8 +23,9 @@ the flow twice: cold (empty cache, new queue) and warm (the cache the cold run l
 
 It asserts: no command exits 1 (or says "internal error"), every exit code is the one expected, the
 check says "cannot tell" naming vllm._C for the native import, the fix lands in the patch. The whole
-transcript (command, exit code, output) goes to --out/transcript.txt; a summary with wall times and the
-load average is printed. `--tool` runs another checkout's tool/ (e.g. one before the fix: it exits 1).
+transcript (command, exit code, output) goes to --out/transcript.txt; a summary with wall times, each
+command's own bytes read and written (its /proc/self/io at exit), the largest file the shared cache's
+files/ holds after each flow, and the load average is printed. `--tool` runs another checkout's tool/ (e.g. one before the fix: it exits 1).
 """
 from __future__ import annotations
 
@@ -113,21 +114,50 @@ def read_base(layout: Path, tag: str) -> bytes:
     return read_in_image(layout, tag, CUDA)
 
 
+# the child's own I/O (/proc/self/io at its exit, every thread's included): rchar/wchar are the bytes its
+# read/write calls moved (a spool file written counts in wchar), read_bytes/write_bytes what reached storage
+_IO_CHILD = """import atexit, os, runpy, sys
+def _io():
+    with open("/proc/self/io") as f, open(os.environ["ACCEPT_IO_OUT"], "w") as o:
+        o.write(f.read())
+atexit.register(_io)
+sys.argv = ["imgquilt", *sys.argv[1:]]
+runpy.run_module("imgquilt", run_name="__main__", alter_sys=True)
+"""
+
+
+def _child_io(path: Path) -> dict[str, int]:
+    try:
+        pairs = (line.split(":") for line in path.read_text().splitlines())
+        return {k.strip(): int(v) for k, v in pairs if k.strip() in ("rchar", "wchar", "read_bytes", "write_bytes")}
+    except (OSError, ValueError):
+        return {}
+
+
+def largest_file(top: Path) -> int:
+    """The size of the largest file under `top` (the shared cache's files/: a stored extension shows)."""
+    return max((p.stat().st_size for p in top.rglob("*") if p.is_file() and not p.is_symlink()), default=0)
+
+
 class Flow:
     def __init__(self, env: dict[str, str], log, label: str) -> None:
         self.env, self.log, self.label = env, log, label
         self.steps: list[dict[str, object]] = []
 
     def run(self, cwd: Path, *args: str, want: int, says: tuple[str, ...] = ()) -> str:
-        r = run_child([sys.executable, "-m", "imgquilt", *args], self.env, cwd)
+        io_out = cwd.parent / f".io-{self.label}"
+        io_out.unlink(missing_ok=True)
+        r = run_child([sys.executable, "-c", _IO_CHILD, *args], {**self.env, "ACCEPT_IO_OUT": str(io_out)}, cwd)
+        io = _child_io(io_out)
         out, err = r.out.decode(errors="replace"), r.err.decode(errors="replace")
         text = out + err
         self.log.write(f"$ imgquilt {' '.join(args)}   # {self.label}, {r.seconds:.1f} s\n{out}{err}[exit {r.code}]\n\n")
         self.log.flush()
         self.steps.append({"flow": self.label, "command": "imgquilt " + " ".join(args), "exit": r.code,
-                           "seconds": round(r.seconds, 2), "cpu_seconds": round(r.cpu_seconds, 2)})
+                           "seconds": round(r.seconds, 2), "cpu_seconds": round(r.cpu_seconds, 2), "io": io})
         say(f"  [{self.label}] imgquilt {' '.join(a if len(a) < 60 else '...' + a[-40:] for a in args)}: "
-            f"exit {r.code} in {r.seconds:.1f} s ({r.cpu_seconds:.1f} s CPU)")
+            f"exit {r.code} in {r.seconds:.1f} s ({r.cpu_seconds:.1f} s CPU; read {io.get('rchar', 0) / 1e6:.0f} MB, "
+            f"wrote {io.get('wchar', 0) / 1e6:.0f} MB)")
         problems = []
         if r.code == 1 or "internal error" in text:
             problems.append("exit 1 (internal error)")
@@ -177,10 +207,13 @@ def main() -> int:
                 run_flow(f, out / f"queue-{label}", image, nxt, out / f"fix-{label}.tar")
             finally:
                 steps += f.steps
+            files = largest_file(cache / "files") if (cache / "files").is_dir() else 0
+            say(f"  [{label}] the largest file in the shared cache's files/: {files / 1e6:.1f} MB")
+            steps.append({"flow": label, "largest_cached_file": files})
     wall = time.perf_counter() - t0
     said = {"image": image, "next": nxt, "steps": steps, "wall_seconds": round(wall, 1),
             "load_average": [round(x, 2) for x in (*load, *os.getloadavg())]}
-    say(f"all {len(steps)} commands ended with the expected exit code, none with 1; {wall:.0f} s in all; "
+    say(f"all {sum('command' in s for s in steps)} commands ended with the expected exit code, none with 1; {wall:.0f} s in all; "
         f"load average {load[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end; transcript: {out / 'transcript.txt'}")
     if args.json:
         print(json.dumps(said, indent=2))

@@ -127,6 +127,30 @@ class ReadsFirst(Protocol):
 
 
 @dataclass(frozen=True)
+class Located:
+    """Whether a regular file is at a path (symlinks followed inside the root), its bytes never read:
+    what the Python check asks of an extension module or a pyc, whose contents it never looks at."""
+
+    path: str  # as named
+    resolved: str
+    present: bool  # a regular file is there (False: nothing is)
+    parents: tuple[DirMeta, ...] = field(default=())  # existing parents of `resolved`, root first
+
+
+@runtime_checkable
+class LocatesFiles(Protocol):
+    """A source that can resolve paths without reading the files they lead to (an image: its layer
+    index; a file's bytes are never fetched, kept, spooled or stored to answer)."""
+
+    def locate(self, paths: Sequence[str], *, first: bool, read: Collection[str] = ()) -> dict[str, TargetFile | Located]:
+        """Every path in `read` as read_targets has it, every other one as Located. `first`: as read_first
+        (stop going down once one of `paths` is a file; the undecided ones are left out), else every
+        path decided (as read_targets). A path that is a directory or not a regular file is BadInput,
+        as read_targets has it."""
+        ...
+
+
+@dataclass(frozen=True)
 class DirListing:
     """A directory's entries, as a source knows them: its resolved path, itself and its parents
     (root first, the directory last), and every entry by name (never `.` or `..`)."""

@@ -53,7 +53,7 @@ from ..errors import BadImage, BadInput, UsageError
 from ..fs.content import copy_to_spool, spool_at
 from ..fs.paths import check_member_path
 from ..fs.resolve import resolve
-from ..fs.types import DirListing, DirMeta, ImageInfo, Node, TargetFile
+from ..fs.types import DirListing, DirMeta, ImageInfo, Located, Node, TargetFile
 from .digests import mismatch, sha256_digest
 from .mediatypes import compression_of
 from .layers.blob_layer import BlobLayer
@@ -226,20 +226,51 @@ class ImageSource:
         """Like read_targets, but the read stops going down once one of `paths` is a file (or all are
         decided); paths still undecided then are left out (fs.types.ReadsFirst)."""
         named = {p: check_member_path(p, what="target path") for p in paths}
+        attempts = self._descend(named, first=True, keep=named)
+        return self._finish({p: a for p, a in attempts.items() if isinstance(a, _Decided)})
+
+    def locate(self, paths: Sequence[str], *, first: bool, read: Collection[str] = ()) -> dict[str, TargetFile | Located]:
+        """fs.types.LocatesFiles: the paths in `read` read (as read_first when `first`, else as
+        read_targets), every other one resolved over the layer index only: a Located that says whether
+        a regular file is there. The same resolution as a read (symlinks followed inside the root,
+        whiteouts and opaque directories of upper layers, hard links), but its bytes are never kept as
+        a layer is scanned, fetched by range, read in a second pass, spooled or stored in the cache."""
+        named = {p: check_member_path(p, what="target path") for p in paths}
+        reading = set(read)
+        attempts = self._descend(named, first=first, keep={p: n for p, n in named.items() if p in reading})
+        decided = {p: a for p, a in attempts.items() if isinstance(a, _Decided)}
+        out: dict[str, TargetFile | Located] = dict(self._finish({p: a for p, a in decided.items() if p in reading}))
+        for p, d in decided.items():
+            if p in reading:
+                continue
+            if d.deletion is not None:
+                self._deletions[p] = d.deletion
+            else:
+                self._deletions.pop(p, None)
+            t = d.target
+            out[p] = Located(t.path, t.resolved, d.source is not None, t.parents)
+        return out
+
+    def _descend(self, named: dict[str, str], *, first: bool, keep: dict[str, str]) -> dict[str, _Open | _Decided]:
+        """Resolve every path over the layers read so far, reading the next layer down while some is
+        open (and, `first`, none is a file yet). Only the paths in `keep` have their bytes kept as a
+        layer is scanned; the others are only resolved."""
         try:
             while True:
                 attempts = {p: self._attempt(n) for p, n in named.items()}
-                open_ = [a for a in attempts.values() if isinstance(a, _Open)]
-                found = any(isinstance(a, _Decided) and a.source is not None for a in attempts.values())
+                open_ = [(p, a) for p, a in attempts.items() if isinstance(a, _Open)]
+                found = first and any(isinstance(a, _Decided) and a.source is not None for a in attempts.values())
                 if not open_ or found:
-                    break
+                    return attempts
                 wanted: set[str] = set()
-                for a in open_:
+                kept: set[str] = set()
+                for p, a in open_:
                     wanted |= a.wanted
-                self._scan_next(wanted, ahead=True)
+                    if p in keep:
+                        kept |= a.wanted
+                self._scan_next(wanted, ahead=True, kept=kept)
         finally:
             self._stop_prefetch()
-        return self._finish({p: a for p, a in attempts.items() if isinstance(a, _Decided)})
 
     def keep_also(self, wanted: Callable[[str], bool], budget: int) -> None:
         """From now on, whenever a layer is read (or read again for a file not kept), also keep the
@@ -426,9 +457,11 @@ class ImageSource:
         raise BadImage(f"Target {named!r} ({resolved}): too many hard links in a row.")
 
     # --- reading layers ---
-    def _scan_next(self, wanted: set[str], *, ahead: bool = False) -> None:
+    def _scan_next(self, wanted: set[str], *, ahead: bool = False, kept: set[str] | None = None) -> None:
         """Scan the next layer down (or take its index from the shared cache). `ahead`: meanwhile
-        start scanning the one below it in another thread (see the module docstring)."""
+        start scanning the one below it in another thread (see the module docstring). `kept`: the
+        wanted paths whose bytes are kept (default: all; a path only located keeps none)."""
+        wanted = wanted if kept is None else kept
         position = self._view.scanned
         layer = self._layers[position]
         digest = layer.check_digest

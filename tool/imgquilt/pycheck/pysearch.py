@@ -33,7 +33,7 @@ from typing import Mapping, Protocol, Sequence
 
 from ..errors import BadImage, BadInput, ImgquiltError, UnsafePath
 from ..fs.content import Data, held, in_memory_max
-from ..fs.types import DirListing, HasRootDir, ListsDirs, PeeksTargets, ReadsFirst, Source, TargetFile
+from ..fs.types import DirListing, HasRootDir, ListsDirs, LocatesFiles, Located, PeeksTargets, ReadsFirst, Source, TargetFile
 
 FILE, ABSENT, UNKNOWN = "file", "absent", "unknown"
 MODULE_CAP = 8 << 20  # a module file larger than this is not parsed: "cannot tell"
@@ -79,6 +79,8 @@ class SourceModules:
 
     Lazy lookups use the source's `read_first` (reads layers down until one path is a file) or, without
     it, `peek_targets`; a settled lookup is `read_targets`. A rootfs has neither: every lookup is settled.
+    A source that `locate`s (an image) is asked that instead, with the same laziness: a `.py` module is
+    read, an extension module or a pyc only located (its bytes never read, spooled or stored).
     """
 
     def __init__(self, source: Source, *, cap: int = MODULE_CAP) -> None:
@@ -199,6 +201,10 @@ class SourceModules:
 
     def _read_batch(self, paths: list[str], lazy: bool) -> dict[str, TargetFile]:
         src = self.source
+        if isinstance(src, LocatesFiles):
+            # an extension module's or a pyc's presence is all the check asks: its bytes are never read
+            got = src.locate(paths, first=lazy, read=[p for p in paths if _read_whole(p)])
+            return {p: _stand_in(t) if isinstance(t, Located) else t for p, t in got.items()}
         if lazy and isinstance(src, ReadsFirst):
             return src.read_first(paths)
         if lazy and isinstance(src, PeeksTargets):
@@ -264,6 +270,14 @@ class _View:
             extra = tuple(d for d in _ancestors(t.resolved) if d in self._overlay_dirs and d not in dirs) if self._overlay_dirs else ()
             return Look(ABSENT, None, t.resolved, dirs + extra)
         return self._sized(t.data, t.resolved, dirs, t.path)
+
+
+_PRESENT = b""  # a Located file's stand-in bytes: only ever for a path _read_whole refuses, never read
+
+
+def _stand_in(loc: Located) -> TargetFile:
+    """A Located as the TargetFile the lookups keep: a file that is there (its bytes not read) or none."""
+    return TargetFile(loc.path, loc.resolved, _PRESENT if loc.present else None, parents=loc.parents)
 
 
 def _read_whole(path: str) -> bool:

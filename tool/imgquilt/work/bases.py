@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Sequence
 
 from ..errors import ImgquiltError, UsageError
 from ..fs.content import held_or_none
-from ..fs.types import ImageInfo, TargetFile, read_targets
+from ..fs.types import ImageInfo, LocatesFiles, Located, TargetFile, read_targets
 from ..queue.hunks import ABSENT
 from ..store import ObjectStore, remember
 from ..util.statedir import StateDir
@@ -79,6 +79,23 @@ class Bases:
                 remember(self.root, [targets[p].data for p in need])
             self.seen.update((p, targets[p]) for p in need)
             self._record(self._image().info().digest, [targets[p] for p in need])
+        return out
+
+    def locate(self, paths: list[str], *, read: Collection[str] = ()) -> dict[str, TargetFile | Located]:
+        """`targets`, but a path outside `read` that the lock does not pin (an extension module the
+        Python check looks for) is only located in an image that can (fs.types.LocatesFiles): its bytes
+        are not read, stored or recorded."""
+        lock = self.lock()
+        reading = set(read)
+        loose = [p for p in paths if p not in reading and (lock is None or lock.target(p) is None)]
+        out: dict[str, TargetFile | Located] = {}
+        if loose:
+            src = self._image()
+            if isinstance(src, LocatesFiles):
+                out.update(src.locate(loose, first=False))
+        rest = [p for p in paths if p not in out]
+        if rest:
+            out.update(self.targets(rest))
         return out
 
     def lock(self) -> Lock | None:
@@ -167,6 +184,10 @@ class _PinnedImage:
 
     def read_targets(self, paths: Sequence[str], *, links: Collection[str] = ()) -> dict[str, TargetFile]:
         return self._bases.targets(list(paths), links=links)
+
+    def locate(self, paths: Sequence[str], *, first: bool, read: Collection[str] = ()) -> dict[str, TargetFile | Located]:
+        """fs.types.LocatesFiles: every path decided (`first` or not), an unpinned one only located."""
+        return self._bases.locate(list(paths), read=read)
 
 
 _RECORDS = "bases.json"

@@ -221,6 +221,16 @@ class _LazyImage:
         src = self._open()
         return src.peek_targets(paths) if isinstance(src, PeeksTargets) else src.read_targets(paths)
 
+    def locate(self, paths, *, first, read=()):
+        """The image's own (fs.types.LocatesFiles: an extension module's presence, its bytes not read);
+        a source without it reads every path."""
+        from ..fs.types import LocatesFiles
+
+        src = self._open()
+        if isinstance(src, LocatesFiles):
+            return src.locate(paths, first=first, read=read)
+        return self.read_first(paths) if first else self.read_targets(paths)
+
 
 def _cross_check(wt: WorkTree, name: str, patch: Patch) -> list[str]:
     """The cross-module check (pycheck's `check`) of the patch's .py files: their imports and calls

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
 from ..errors import ImgquiltError
-from ..fs.types import ImageInfo, TargetFile
+from ..fs.types import ImageInfo, LocatesFiles, Located, TargetFile
 from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.interrupted import Change, QueueJournal
 from ..queue.lock import NOTE_FILE, Lock, LockNote, LockUpdate, read_note, render_note
@@ -71,6 +71,23 @@ class StoredBases:
         image = self._lock.image
         # a rootfs's digest is over its targets: relock recomputes it, as `lock` would
         return image if image.kind != "rootfs" else ImageInfo(image.ref, None, image.platform, image.kind)
+
+    def locate(self, paths: Sequence[str], *, first: bool, read: Collection[str] = ()) -> dict[str, TargetFile | Located]:
+        """fs.types.LocatesFiles: every path decided (`first` or not); a module the lock neither pins nor
+        recorded (an extension module the Python check looks for) only located in the image."""
+        recorded = self._wt.bases.recorded(self._lock.image.digest if self._lock.image.kind != "rootfs" else None)
+        reading = set(read)
+        loose = [p for p in paths if p not in reading and p not in self._targets and self._lock.target(p) is None
+                 and p not in recorded]
+        out: dict[str, TargetFile | Located] = {}
+        if loose:
+            src = self._image()
+            if isinstance(src, LocatesFiles):
+                out.update(src.locate(loose, first=False))
+        rest = [p for p in paths if p not in out]
+        if rest:
+            out.update(self.read_targets(rest))
+        return out
 
     def read_targets(self, paths: Sequence[str], *, links: Collection[str] = ()) -> dict[str, TargetFile]:
         recorded = self._wt.bases.recorded(self._lock.image.digest if self._lock.image.kind != "rootfs" else None)
