@@ -11,9 +11,8 @@ from imgquilt.engine.record import parse_record, read_record_seen, record_docume
 from imgquilt.fs.content import SpoolWriter, Spooled, chunks_of, held_if_small, link_content_at, pread_of, slice_of
 
 TOOL = Path(__file__).resolve().parent.parent / "tool" / "imgquilt"
-# left for the branch that caches the Python checks (pycheck/ was not to be touched beside it): the
-# branch there is `source = held(source, filename)`, which holds bytes as they are
-NOT_YET = {"pycheck/names.py"}
+# every module reads bytes and a Spooled alike through fs.content (none is left out)
+NOT_YET: set[str] = set()
 
 
 def _spooled(data: bytes) -> Spooled:

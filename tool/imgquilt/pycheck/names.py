@@ -20,7 +20,7 @@ import sys
 import warnings
 from typing import Callable, Iterable, Protocol
 
-from ..fs.content import Data, Spooled, held
+from ..fs.content import Data, held
 
 PARALLEL_MIN = 8  # fewer unknown files than this are not worth starting worker processes for
 FORK_MIN_BYTES = 256 * 1024  # less source than this compiles faster than a fork
@@ -57,9 +57,8 @@ def checker_version(screen: Screen | None = None) -> str:
 def check_key(source: Data, filename: str) -> str:
     """What the findings of a file depend on besides the checker: its bytes and its name (pyflakes
     defines `__path__` only in an `__init__.py`, and names the file in what it reports)."""
-    if isinstance(source, Spooled):  # a large .py file: its bytes are checked whole, within IMGQUILT_IN_MEMORY_MAX
-        source = held(source, filename)
-    return hashlib.sha256(filename.encode("utf-8", "surrogateescape") + b"\0" + source).hexdigest()
+    data = held(source, filename)  # a large .py file (spooled): its bytes are checked whole, within IMGQUILT_IN_MEMORY_MAX
+    return hashlib.sha256(filename.encode("utf-8", "surrogateescape") + b"\0" + data).hexdigest()
 
 
 def syntax_errors(source: bytes, filename: str) -> set[str]:
