@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection, Literal, Protocol, Sequence, runtime_checkable
+from typing import Callable, Collection, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 from .content import Data
 
@@ -148,6 +148,22 @@ class LocatesFiles(Protocol):
         path decided (as read_targets). A path that is a directory or not a regular file is BadInput,
         as read_targets has it."""
         ...
+
+
+def located_or_read(paths: Sequence[str], loose: Sequence[str], image: Callable[[], object],
+                    read: Callable[[list[str]], Mapping[str, TargetFile]]) -> dict[str, TargetFile | Located]:
+    """Every one of `paths`: those in `loose` only located when `image()` can locate (LocatesFiles; the
+    image is opened only when there is one), the rest (all of them, when it cannot) by `read`. The one
+    rule of the sources that stand between the Python check and an image (work/bases, work/relock)."""
+    out: dict[str, TargetFile | Located] = {}
+    if loose:
+        src = image()
+        if isinstance(src, LocatesFiles):
+            out.update(src.locate(list(loose), first=False))
+    rest = [p for p in paths if p not in out]
+    if rest:
+        out.update(read(rest))
+    return out
 
 
 @dataclass(frozen=True)

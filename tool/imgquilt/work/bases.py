@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Sequence
 
 from ..errors import ImgquiltError, UsageError
 from ..fs.content import held_or_none
-from ..fs.types import ImageInfo, LocatesFiles, Located, TargetFile, read_targets
+from ..fs.types import ImageInfo, Located, TargetFile, located_or_read, read_targets
 from ..queue.hunks import ABSENT
 from ..store import ObjectStore, remember
 from ..util.statedir import StateDir
@@ -88,15 +88,7 @@ class Bases:
         lock = self.lock()
         reading = set(read)
         loose = [p for p in paths if p not in reading and (lock is None or lock.target(p) is None)]
-        out: dict[str, TargetFile | Located] = {}
-        if loose:
-            src = self._image()
-            if isinstance(src, LocatesFiles):
-                out.update(src.locate(loose, first=False))
-        rest = [p for p in paths if p not in out]
-        if rest:
-            out.update(self.targets(rest))
-        return out
+        return located_or_read(paths, loose, self._image, self.targets)
 
     def lock(self) -> Lock | None:
         """The lock bases are taken from (none with an explicit --image, which wins over it): the pin

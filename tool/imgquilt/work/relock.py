@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
 from ..errors import ImgquiltError
-from ..fs.types import ImageInfo, LocatesFiles, Located, TargetFile
+from ..fs.types import ImageInfo, Located, TargetFile, located_or_read
 from ..queue.hunks import ABSENT, sha256_hex
 from ..queue.interrupted import Change, QueueJournal
 from ..queue.lock import NOTE_FILE, Lock, LockNote, LockUpdate, read_note, render_note
@@ -79,15 +79,7 @@ class StoredBases:
         reading = set(read)
         loose = [p for p in paths if p not in reading and p not in self._targets and self._lock.target(p) is None
                  and p not in recorded]
-        out: dict[str, TargetFile | Located] = {}
-        if loose:
-            src = self._image()
-            if isinstance(src, LocatesFiles):
-                out.update(src.locate(loose, first=False))
-        rest = [p for p in paths if p not in out]
-        if rest:
-            out.update(self.read_targets(rest))
-        return out
+        return located_or_read(paths, loose, self._image, self.read_targets)
 
     def read_targets(self, paths: Sequence[str], *, links: Collection[str] = ()) -> dict[str, TargetFile]:
         recorded = self._wt.bases.recorded(self._lock.image.digest if self._lock.image.kind != "rootfs" else None)
