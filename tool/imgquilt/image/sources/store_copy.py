@@ -87,40 +87,48 @@ def _touch(paths: list[Path]) -> None:
             pass
 
 
-def complete_copy(layout: Path, config_hex: str) -> str | None:
-    """The digest of the manifest in `layout` tagged `config_hex` when it is a complete copy of the image
-    with that ID (see the module docstring), else None. Its blobs are marked used (_touch)."""
+def _tagged(layout: Path, config_hex: str) -> tuple[dict, dict, Path | None] | None:
+    """index.json of `layout`, its first manifest descriptor tagged `config_hex` and the blob that
+    descriptor names (None when it names none there); None when no descriptor is so tagged."""
     index = _read_json(layout / "index.json")
     if not isinstance(index, dict) or not isinstance(index.get("manifests"), list):
         return None
     for desc in index["manifests"]:
-        if not isinstance(desc, dict) or (desc.get("annotations") or {}).get("org.opencontainers.image.ref.name") != config_hex:
-            continue
-        path = _blob(layout, desc.get("digest"))
-        data = path.read_bytes() if path is not None else b""
-        if path is None or "sha256:" + hashlib.sha256(data).hexdigest() != desc["digest"]:
-            return None
-        try:
-            m = json.loads(data)
-            config_desc, layers = m["config"], m["layers"]
-            config_path = _blob(layout, config_desc["digest"])
-            if config_desc["digest"] != "sha256:" + config_hex or config_path is None:
-                return None
-            config = config_path.read_bytes()
-            if hashlib.sha256(config).hexdigest() != config_hex:
-                return None
-            diff_ids = json.loads(config)["rootfs"]["diff_ids"]
-            if [layer["digest"] for layer in layers] != diff_ids \
-                    or any(layer.get("mediaType") not in _UNCOMPRESSED or layer.get("annotations") for layer in layers):
-                return None
-            blobs = [_blob(layout, layer["digest"]) for layer in layers]
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
-            return None
-        if any(b is None for b in blobs):
-            return None
-        _touch([path, config_path, *blobs])  # type: ignore[list-item]
-        return desc["digest"]
+        if isinstance(desc, dict) and (desc.get("annotations") or {}).get("org.opencontainers.image.ref.name") == config_hex:
+            return index, desc, _blob(layout, desc.get("digest"))
     return None
+
+
+def complete_copy(layout: Path, config_hex: str) -> str | None:
+    """The digest of the manifest in `layout` tagged `config_hex` when it is a complete copy of the image
+    with that ID (see the module docstring), else None. Its blobs are marked used (_touch)."""
+    found = _tagged(layout, config_hex)
+    if found is None:
+        return None
+    _, desc, path = found
+    data = path.read_bytes() if path is not None else b""
+    if path is None or "sha256:" + hashlib.sha256(data).hexdigest() != desc["digest"]:
+        return None
+    try:
+        m = json.loads(data)
+        config_desc, layers = m["config"], m["layers"]
+        config_path = _blob(layout, config_desc["digest"])
+        if config_desc["digest"] != "sha256:" + config_hex or config_path is None:
+            return None
+        config = config_path.read_bytes()
+        if hashlib.sha256(config).hexdigest() != config_hex:
+            return None
+        diff_ids = json.loads(config)["rootfs"]["diff_ids"]
+        if [layer["digest"] for layer in layers] != diff_ids \
+                or any(layer.get("mediaType") not in _UNCOMPRESSED or layer.get("annotations") for layer in layers):
+            return None
+        blobs = [_blob(layout, layer["digest"]) for layer in layers]
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return None
+    if any(b is None for b in blobs):
+        return None
+    _touch([path, config_path, *blobs])  # type: ignore[list-item]
+    return desc["digest"]
 
 
 def store_layout(cache: Path) -> Path:
@@ -169,27 +177,23 @@ def _normalize(layout: Path, config_hex: str) -> str | None:
     tagged in place of skopeo's. None when skopeo's copy is not the image (config, diff_ids)."""
     from ...util.atomic import atomic_write
 
-    index = _read_json(layout / "index.json")
-    if not isinstance(index, dict) or not isinstance(index.get("manifests"), list):
+    found = _tagged(layout, config_hex)
+    if found is None:
         return None
-    for desc in index["manifests"]:
-        if not isinstance(desc, dict) or (desc.get("annotations") or {}).get("org.opencontainers.image.ref.name") != config_hex:
-            continue
-        path = _blob(layout, desc.get("digest"))
-        m = _read_json(path) if path is not None else None
-        try:
-            layers = [{"mediaType": _UNCOMPRESSED[0], "digest": x["digest"], "size": x["size"]} for x in m["layers"]]  # type: ignore[index]
-            clean = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                     "config": m["config"], "layers": layers}  # type: ignore[index]
-        except (KeyError, TypeError):
-            return None
-        data = json.dumps(clean, separators=(",", ":")).encode()
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        atomic_write(layout / "blobs" / "sha256" / digest[7:], data)
-        desc.update(digest=digest, size=len(data), mediaType=clean["mediaType"])
-        atomic_write(layout / "index.json", json.dumps(index).encode())
-        return complete_copy(layout, config_hex)
-    return None
+    index, desc, path = found
+    m = _read_json(path) if path is not None else None
+    try:
+        layers = [{"mediaType": _UNCOMPRESSED[0], "digest": x["digest"], "size": x["size"]} for x in m["layers"]]  # type: ignore[index]
+        clean = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                 "config": m["config"], "layers": layers}  # type: ignore[index]
+    except (KeyError, TypeError):
+        return None
+    data = json.dumps(clean, separators=(",", ":")).encode()
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    atomic_write(layout / "blobs" / "sha256" / digest[7:], data)
+    desc.update(digest=digest, size=len(data), mediaType=clean["mediaType"])
+    atomic_write(layout / "index.json", json.dumps(index).encode())
+    return complete_copy(layout, config_hex)
 
 
 def _blobs_of(layout: Path, manifest_digest: str) -> list[Path]:
