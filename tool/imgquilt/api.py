@@ -26,6 +26,7 @@ from .errors import BadInput, BaseDrift, ImgquiltError, QueueProblems, UsageErro
 from .verbs.init import InitResult as Initialized, init_queue
 
 if TYPE_CHECKING:
+    from .verbs.lock import Locked
     from .verbs.audit import AuditReport, PatchAudit
     from .engine.result import ApplyResult
     from .fs.types import Source
@@ -47,6 +48,19 @@ __all__ = [
 Progress = Callable[[int, int, str], None]
 """Called as each image layer starts to be read: (index from the top, count, digest)."""
 
+# the values of the verbs that live in verbs/, named here as before; imported when first asked for
+# (the verbs' modules read the engine and images: `import imgquilt.api` stays light)
+_MOVED = {"Locked": "verbs.lock"}
+
+
+def __getattr__(name: str) -> Any:
+    where = _MOVED.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f".{where}", __package__), name)
+
 
 # --- values -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -65,22 +79,6 @@ class CheckResult:
     @property
     def ok(self) -> bool:
         return self.error is None
-
-
-@dataclass(frozen=True)
-class Locked:
-    """The targets.lock written: where, the image it pins and how many targets."""
-
-    path: Path
-    ref: str
-    digest: str
-    platform: str | None
-    series_sha256: str
-    targets: int
-    patches: int
-    profile: str | None = None  # the profile pinned (None: the default pin)
-    select: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -292,95 +290,18 @@ def lock(queue: str | os.PathLike[str] | None = None, *, image: str | None = Non
     other section of targets.lock is kept. A local path in the reference is kept relative to the
     queue directory (docs/targets-lock.md). A new profile within two edits of a declared one is
     refused (a typo would declare a second deployment) unless `new`."""
-    from .queue.lock import Profile, lock_with, render_lock_file
-    from .sources import ref_for_lock
-    from .util.atomic import atomic_write
-    from .util.regular import read_regular_file
-    from .verbs.lock import lock_queue
-    from .verbs.profiles import ALL, check_profile_name, lock_file, parse_env, parse_select
+    from .verbs.lock import LockRequest, lock as run
 
-    q = load_queue(queue)
-    refuse_during_rebase(q.root)
-    if profile is None:
-        if select is not None or env or unset_env:
-            raise UsageError("--select, --env and --unset-env set a profile's selection and defaults; give --profile NAME.")
-        lf = lock_file(q.root)
-        if image is None and lf.default is None and lf.profiles:
-            raise UsageError(f"targets.lock pins only profiles ({', '.join(lf.names)}), no default image to re-pin.",
-                             hint="Re-pin one with --profile NAME (or all), or pin a default with --image REF.")
-        ref = pick_ref(image, lf.default, q.root)
-        stored = ref_for_lock(ref, q.root)
-        new = lock_queue(q.selection(()), open_ref(ref, platform, root=q.root, progress=progress), stored, python_check=python_check)
-        atomic_write(q.lock_path, lock_with(read_regular_file(q.lock_path), new))
-        return Locked(q.lock_path, stored, new.image.digest, new.image.platform, new.series_sha256, len(new.targets),
-                      len(q.selection(()).patches))
-    if profile == ALL:
-        raise UsageError("`lock --profile all` re-pins every profile: use lock_profiles().")
-    check_profile_name(profile)
-    lf = lock_file(q.root)
-    old = lf.profile(profile)
-    if old is None and not new:
-        from .util.names import nearest
-
-        near = nearest(profile, lf.names)
-        if near is not None:
-            raise UsageError(f"Profile {profile!r} is not declared; targets.lock declares {', '.join(lf.names)}. Did you mean {near!r}?",
-                             hint=f"Re-pin it with --profile {near}, or declare {profile!r} as a new profile with "
-                                  "`imgquilt lock --new --profile ...`. Nothing was read or written.")
-    if old is None and not image:
-        raise UsageError(f"Profile {profile!r} is new: give the image it is pinned to with --image REF.",
-                         hint=f"Example: imgquilt lock --profile {profile} --image oci:images/{profile}:latest")
-    guards = parse_select(select) if select is not None else (old.select if old is not None else (profile,))
-    defaults = dict(old.env) if old is not None else {}
-    for key in unset_env:
-        if key not in defaults:
-            raise UsageError(f"--unset-env {key}: profile {profile} sets no {key}.")
-        defaults.pop(key)
-    defaults.update(parse_env(env))
-    ref = pick_ref(image, old.lock if old is not None else None, q.root)
-    stored = ref_for_lock(ref, q.root)
-    chosen = q.selection(guards)
-    with _naming(profile):
-        new = lock_queue(chosen, open_ref(ref, platform, root=q.root, progress=progress), stored, python_check=python_check)
-    prof = Profile(profile, guards, tuple(sorted(defaults.items())), new)
-    atomic_write(q.lock_path, render_lock_file(lf.with_profile(prof)))
-    return Locked(q.lock_path, stored, new.image.digest, new.image.platform, new.series_sha256, len(new.targets),
-                  len(chosen.patches), profile, prof.select, prof.env)
+    return run(LockRequest(queue, image, platform, python_check, progress, profile, select, env, unset_env, new))
 
 
 def lock_profiles(queue: str | os.PathLike[str] | None = None, *, platform: str | None = None, python_check: bool = True,
                   progress: Progress | None = None) -> tuple[Locked, ...]:
     """`lock --profile all`: re-pin every profile on the image it is pinned to; targets.lock is written
     once, when every profile verified (nothing is written otherwise)."""
-    from dataclasses import replace
+    from .verbs.lock import LockRequest, lock_profiles as run
 
-    from .queue.lock import render_lock_file
-    from .sources import ref_for_lock
-    from .util.atomic import atomic_write
-    from .verbs.lock import lock_queue
-    from .verbs.profiles import resolve_many
-
-    q = load_queue(queue)
-    refuse_during_rebase(q.root)
-    from .verbs.profiles import lock_file
-
-    lf = lock_file(q.root)
-    done = []
-    for r in resolve_many(q, "all", lf):
-        ref = pick_ref(None, r.lock, q.root)
-        stored = ref_for_lock(ref, q.root)
-        try:
-            new = lock_queue(r.queue, open_ref(ref, platform, root=q.root, progress=progress), stored, python_check=python_check)
-        except ImgquiltError as exc:
-            exc.message = f"Profile {r.name}: {exc.message}"
-            exc.hint = "\n".join(x for x in (exc.hint, "targets.lock was not written (no profile was re-pinned).") if x)
-            raise
-        prof = lf.profile(r.name)  # type: ignore[arg-type]
-        lf = lf.with_profile(replace(prof, lock=new))  # type: ignore[arg-type]
-        done.append(Locked(q.lock_path, stored, new.image.digest, new.image.platform, new.series_sha256, len(new.targets),
-                           len(r.queue.patches), r.name, r.select, r.env))
-    atomic_write(q.lock_path, render_lock_file(lf))
-    return tuple(done)
+    return run(LockRequest(queue, platform=platform, python_check=python_check, progress=progress, profile="all"))
 
 
 def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, layer: str | os.PathLike[str] | None = None,

@@ -41,14 +41,12 @@ def lock_cmd(
       imgquilt lock --profile rocm --image oci:images/vllm-rocm:0.10 --select rocm,glm53
       imgquilt lock --profile all
     """
-    from ..api import lock, lock_profiles
+    from ..verbs.lock import LockRequest, run_lock
 
-    if profile == "all":
-        if image or select or env or unset_env:
-            raise UsageError("`lock --profile all` re-pins every profile on its own image; give it no --image, --select or --env.",
-                             hint="Change one profile with --profile NAME.")
-        with python_check_named("lock"):
-            done = lock_profiles(G.queue, platform=platform, python_check=not no_python_check, progress=progress())
+    with python_check_named("lock"):
+        done = run_lock(LockRequest(G.queue, image, platform, not no_python_check, progress(), profile, select, env or (),
+                                    unset_env or (), new))
+    if isinstance(done, tuple):  # --profile all
         if G.json:
             emit_json({"lock": str(done[0].path), "profiles": [_locked_json(d) for d in done]})
             return
@@ -56,14 +54,11 @@ def lock_cmd(
             _say_locked(d)
         say(f"Wrote {done[0].path}.")
         return
-    with python_check_named("lock"):
-        done1 = lock(G.queue, image=image, platform=platform, python_check=not no_python_check, progress=progress(),
-                     profile=profile, select=select, env=env or (), unset_env=unset_env or (), new=new)
     if G.json:
-        emit_json(_locked_json(done1))
+        emit_json(_locked_json(done))
         return
-    _say_locked(done1)
-    say(f"Wrote {done1.path}.")
+    _say_locked(done)
+    say(f"Wrote {done.path}.")
 
 
 def _locked_json(done) -> dict:
