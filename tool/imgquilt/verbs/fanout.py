@@ -9,6 +9,7 @@ loops from here; the rule of which combinations each verb refuses is the verb's 
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -113,3 +114,22 @@ def names(sel: Selection, declared: Sequence[str]) -> list[str | None]:
         raise UsageError("`--profile all`: targets.lock declares no profile.",
                          hint="Declare one with `imgquilt lock --profile NAME --image REF`.")
     return list(declared)
+
+
+def boot_profiles(queue: str | os.PathLike[str] | None, profile: str | None, *, image: object = None, root: object = None,
+                  overlay: object = None) -> list[str | None]:
+    """The profiles `boot` runs, one boot each (None: the default), refused first: `--profile all`
+    boots each profile on the image it pins, so it takes no other base. (boot's own request is
+    its verb's; this is the fan-out rule it shares with the others.)"""
+    sel = select(profile)
+    if not sel.every_profile:
+        return [sel.profile]
+    if image is not None or root is not None or overlay is not None:
+        from ..errors import UsageError
+
+        raise UsageError("`boot --profile all` boots each profile on the image it pins; give it no --image, --root or "
+                         "--overlay.", hint="Boot one profile on another base with --profile NAME.")
+    from .profiles import lock_file
+    from .refs import queue_root
+
+    return names(sel, lock_file(queue_root(queue)).names)

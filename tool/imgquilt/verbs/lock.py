@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..engine.plan import plan_lock
 from ..fs.types import Source
@@ -57,15 +57,17 @@ def refuse_lock(req: LockRequest) -> None:
                          hint="Change one profile with --profile NAME.")
 
 
-def run_lock(req: LockRequest) -> Locked | tuple[Locked, ...]:
-    """The CLI's `lock`: one pin (Locked), or with `--profile all` every profile (a tuple)."""
+def run_lock(req: LockRequest, refuse_during_rebase: Callable[[Path], None]) -> Locked | tuple[Locked, ...]:
+    """The CLI's `lock`: one pin (Locked), or with `--profile all` every profile (a tuple).
+    `refuse_during_rebase`: the refusal of a queue a stopped rebase owns (api.refuse_during_rebase:
+    the rebase sits above the verbs, so its rule is handed down)."""
     refuse_lock(req)
     from .fanout import select
 
-    return lock_profiles(req) if select(req.profile).every_profile else lock(req)
+    return lock_profiles(req, refuse_during_rebase) if select(req.profile).every_profile else lock(req, refuse_during_rebase)
 
 
-def lock(req: LockRequest) -> Locked:
+def lock(req: LockRequest, refuse_during_rebase: Callable[[Path], None]) -> Locked:
     """Verify the series on the image (`image`, else the one targets.lock pins) and write targets.lock
     (api.lock says the rest)."""
     from ..queue.lock import Profile, lock_with, render_lock_file
@@ -73,7 +75,7 @@ def lock(req: LockRequest) -> Locked:
     from ..util.atomic import atomic_write
     from ..util.regular import read_regular_file
     from .profiles import ALL, check_profile_name, lock_file, parse_env, parse_select
-    from .refs import load_queue, naming, open_ref, pick_ref, refuse_during_rebase
+    from .refs import load_queue, naming, open_ref, pick_ref
 
     image, platform, python_check, progress, profile = req.image, req.platform, req.python_check, req.progress, req.profile
     select, env, unset_env = req.select, req.env, req.unset_env
@@ -126,7 +128,7 @@ def lock(req: LockRequest) -> Locked:
                   len(chosen.patches), profile, prof.select, prof.env)
 
 
-def lock_profiles(req: LockRequest) -> tuple[Locked, ...]:
+def lock_profiles(req: LockRequest, refuse_during_rebase: Callable[[Path], None]) -> tuple[Locked, ...]:
     """`lock --profile all`: re-pin every profile on the image it is pinned to; targets.lock is written
     once, when every profile verified (nothing is written otherwise)."""
     from dataclasses import replace
@@ -137,7 +139,7 @@ def lock_profiles(req: LockRequest) -> tuple[Locked, ...]:
     from ..util.atomic import atomic_write
     from .fanout import Selection, fan_out
     from .profiles import ALL, lock_file
-    from .refs import load_queue, open_ref, pick_ref, refuse_during_rebase
+    from .refs import load_queue, open_ref, pick_ref
 
     q = load_queue(req.queue)
     refuse_during_rebase(q.root)

@@ -34,18 +34,6 @@ def load_queue(queue: str | os.PathLike[str] | None = None) -> Queue:
     return _load(queue_root(queue))
 
 
-def refuse_during_rebase(root: Path) -> None:
-    """A stopped rebase owns series, patches/ and the work tree until --continue or --abort."""
-    from ..rebase.state import rebase_in_progress
-
-    if rebase_in_progress(root):
-        raise UsageError(
-            "A rebase is in progress in this queue.",
-            hint="See the conflicts with `imgquilt rebase --status`; resolve them, then `imgquilt rebase --continue`, "
-            "or give up with `imgquilt rebase --abort`.",
-        )
-
-
 def cache_dir(root: Path | None) -> Path | None:
     """The queue's own cache dir; the queue is untrusted, so no link may stand on the way to what it writes."""
     if root is None:
