@@ -2,6 +2,7 @@
 gave, and each verb's rule of which combinations it refuses (the UsageError texts the CLI used to
 raise itself). The CLI passes the strings through: cli/ holds no `== "all"`, and a CLI apply or
 audit enters api.py at most once (now never: the CLI calls the verbs)."""
+
 from __future__ import annotations
 
 import os
@@ -71,8 +72,12 @@ def test_fan_out_profiles_in_lock_order(profiled: tuple[Path, Path]) -> None:
         fan_out(Selection("c"), queue)
     # profiles x images
     cells = fan_out(Selection("all", images=("oci:x", "oci:y"), fleet=True), queue)
-    assert [(c.profile.name if c.profile else None, c.image) for c in cells] == [("a", "oci:x"), ("a", "oci:y"),
-                                                                                  ("b", "oci:x"), ("b", "oci:y")]
+    assert [(c.profile.name if c.profile else None, c.image) for c in cells] == [
+        ("a", "oci:x"),
+        ("a", "oci:y"),
+        ("b", "oci:x"),
+        ("b", "oci:y"),
+    ]
 
 
 def test_fan_out_every_profile_needs_one(tmp_path: Path) -> None:
@@ -93,17 +98,32 @@ def test_platforms_of_a_root_filesystem_are_refused(profiled: tuple[Path, Path])
 
 
 # --- the refused combinations, one rule per verb ------------------------------------------------
-@pytest.mark.parametrize("req, text", [
-    (ApplyRequest(boot_check=True, profile="all"), "--boot boots one image: it cannot go with --reverse, --profile all or --platform all."),
-    (ApplyRequest(boot_check=True, platform="all"), "--boot boots one image"),
-    (ApplyRequest(boot_check=True, reverse=True), "--boot boots one image"),
-    (ApplyRequest(profile="all", image="oci:x"), "`apply --profile all` applies each profile on the image it pins; give it no --image, --root or --platform all."),
-    (ApplyRequest(profile="all", platform="all"), "`apply --profile all` applies each profile"),
-    (ApplyRequest(profile="all", root="/srv"), "`apply --profile all` applies each profile"),
-    (ApplyRequest(profile="glm53", platform="all"), "--platform all takes the default selection; give one of --platform all and --profile."),
-    (ApplyRequest(platform="all", layer="x.tar"), "--platform all writes an image index (--output-image) or only verifies; --layer, --root and --overlay take one platform."),
-    (ApplyRequest(platform="all", overlay="o"), "--platform all writes an image index"),
-])
+@pytest.mark.parametrize(
+    "req, text",
+    [
+        (
+            ApplyRequest(boot_check=True, profile="all"),
+            "--boot boots one image: it cannot go with --reverse, --profile all or --platform all.",
+        ),
+        (ApplyRequest(boot_check=True, platform="all"), "--boot boots one image"),
+        (ApplyRequest(boot_check=True, reverse=True), "--boot boots one image"),
+        (
+            ApplyRequest(profile="all", image="oci:x"),
+            "`apply --profile all` applies each profile on the image it pins; give it no --image, --root or --platform all.",
+        ),
+        (ApplyRequest(profile="all", platform="all"), "`apply --profile all` applies each profile"),
+        (ApplyRequest(profile="all", root="/srv"), "`apply --profile all` applies each profile"),
+        (
+            ApplyRequest(profile="glm53", platform="all"),
+            "--platform all takes the default selection; give one of --platform all and --profile.",
+        ),
+        (
+            ApplyRequest(platform="all", layer="x.tar"),
+            "--platform all writes an image index (--output-image) or only verifies; --layer, --root and --overlay take one platform.",
+        ),
+        (ApplyRequest(platform="all", overlay="o"), "--platform all writes an image index"),
+    ],
+)
 def test_apply_refuses(req: ApplyRequest, text: str) -> None:
     with pytest.raises(UsageError) as exc:
         refuse_apply(req)
@@ -111,24 +131,47 @@ def test_apply_refuses(req: ApplyRequest, text: str) -> None:
 
 
 def test_apply_takes_what_it_always_took() -> None:
-    for req in (ApplyRequest(), ApplyRequest(profile="all", layer="{profile}.tar"), ApplyRequest(platform="all", output_image="oci:o"),
-                ApplyRequest(reverse=True, profile="all"), ApplyRequest(profile="a", image="oci:x", boot_check=True)):
+    for req in (
+        ApplyRequest(),
+        ApplyRequest(profile="all", layer="{profile}.tar"),
+        ApplyRequest(platform="all", output_image="oci:o"),
+        ApplyRequest(reverse=True, profile="all"),
+        ApplyRequest(profile="a", image="oci:x", boot_check=True),
+    ):
         refuse_apply(req)
 
 
-@pytest.mark.parametrize("req, text", [
-    (AuditRequest(merge_more=(Path("b.json"),)), "Unexpected argument b.json."),
-    (AuditRequest(merge=(Path("a.json"),), images=("oci:x",)), "--merge reads audit documents, not images: give it no --image, --images-from, --root, --pid, --history or --trust-attestation."),
-    (AuditRequest(merge=(Path("a.json"),), pid=1), "--merge reads audit documents"),
-    (AuditRequest(images=("oci:a", "oci:b"), profile="all"), "A fleet audit judges each image by its own profile"),
-    (AuditRequest(images=("oci:a", "oci:b"), platform="all"), "A fleet audit (several images) takes no --root, --pid, --history or --platform all."),
-    (AuditRequest(images=("oci:a", "oci:b"), history=True), "A fleet audit (several images) takes no"),
-    (AuditRequest(profile="all", history=True), "`audit --profile all` judges one image, root or process per profile; it takes no --history or --platform all."),
-    (AuditRequest(profile="all", platform="all"), "`audit --profile all` judges one image"),
-    (AuditRequest(profile="glm53", platform="all"), "--platform all judges the default selection; give one of --platform all and --profile."),
-    (AuditRequest(platform="all", root="/srv"), "--platform all audits an image's platforms; it takes no --root, --pid or --history."),
-    (AuditRequest(platform="all", pid=1), "--platform all audits an image's platforms"),
-])
+@pytest.mark.parametrize(
+    "req, text",
+    [
+        (AuditRequest(merge_more=(Path("b.json"),)), "Unexpected argument b.json."),
+        (
+            AuditRequest(merge=(Path("a.json"),), images=("oci:x",)),
+            "--merge reads audit documents, not images: give it no --image, --images-from, --root, --pid, --history or --trust-attestation.",
+        ),
+        (AuditRequest(merge=(Path("a.json"),), pid=1), "--merge reads audit documents"),
+        (AuditRequest(images=("oci:a", "oci:b"), profile="all"), "A fleet audit judges each image by its own profile"),
+        (
+            AuditRequest(images=("oci:a", "oci:b"), platform="all"),
+            "A fleet audit (several images) takes no --root, --pid, --history or --platform all.",
+        ),
+        (AuditRequest(images=("oci:a", "oci:b"), history=True), "A fleet audit (several images) takes no"),
+        (
+            AuditRequest(profile="all", history=True),
+            "`audit --profile all` judges one image, root or process per profile; it takes no --history or --platform all.",
+        ),
+        (AuditRequest(profile="all", platform="all"), "`audit --profile all` judges one image"),
+        (
+            AuditRequest(profile="glm53", platform="all"),
+            "--platform all judges the default selection; give one of --platform all and --profile.",
+        ),
+        (
+            AuditRequest(platform="all", root="/srv"),
+            "--platform all audits an image's platforms; it takes no --root, --pid or --history.",
+        ),
+        (AuditRequest(platform="all", pid=1), "--platform all audits an image's platforms"),
+    ],
+)
 def test_audit_refuses(req: AuditRequest, text: str) -> None:
     with pytest.raises(UsageError) as exc:
         refuse_audit(req)
@@ -143,16 +186,31 @@ def test_audit_selection_is_the_requests() -> None:
 
 
 def test_other_verbs_refuse() -> None:
-    with pytest.raises(UsageError, match=re.escape("verify checks the attestation of one image: name the profile it was applied for")):
+    with pytest.raises(
+        UsageError, match=re.escape("verify checks the attestation of one image: name the profile it was applied for")
+    ):
         refuse_verify(VerifyRequest(profile="all", key="k.pub"))
     refuse_verify(VerifyRequest(profile="a", platform="all", key="k.pub"))
-    with pytest.raises(UsageError, match=re.escape("`lock --profile all` re-pins every profile on its own image; give it no --image, --select or --env.")):
+    with pytest.raises(
+        UsageError,
+        match=re.escape(
+            "`lock --profile all` re-pins every profile on its own image; give it no --image, --select or --env."
+        ),
+    ):
         refuse_lock(LockRequest(profile="all", env=("K=V",)))
     refuse_lock(LockRequest(profile="all"))
-    with pytest.raises(UsageError, match=re.escape("`check --boot` boots one image; use `imgquilt boot --profile all` for every profile.")):
+    with pytest.raises(
+        UsageError,
+        match=re.escape("`check --boot` boots one image; use `imgquilt boot --profile all` for every profile."),
+    ):
         refuse_check(CheckRequest(profile="all", boot=True))
     refuse_check(CheckRequest(profile="all"))
-    with pytest.raises(UsageError, match=re.escape("`boot --profile all` boots each profile on the image it pins; give it no --image, --root or --overlay.")):
+    with pytest.raises(
+        UsageError,
+        match=re.escape(
+            "`boot --profile all` boots each profile on the image it pins; give it no --image, --root or --overlay."
+        ),
+    ):
         boot_profiles(None, "all", image="oci:x")
     assert boot_profiles(None, "a", image="oci:x") == ["a"]
 
@@ -169,9 +227,12 @@ def test_merge_of_a_missing_shard(tmp_path: Path) -> None:
 
 # --- the CLI passes the strings; the call path ----------------------------------------------------
 def test_cli_holds_no_all_branch() -> None:
-    found = [f"{p.name}:{n}: {line.strip()}" for p in sorted(CLI.glob("*.py"))
-             for n, line in enumerate(p.read_text().splitlines(), 1)
-             if re.search(r"""[!=]= ?(["']all["']|ALL\b)""", line)]
+    found = [
+        f"{p.name}:{n}: {line.strip()}"
+        for p in sorted(CLI.glob("*.py"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"""[!=]= ?(["']all["']|ALL\b)""", line)
+    ]
     assert found == []
 
 

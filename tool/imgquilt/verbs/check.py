@@ -1,5 +1,6 @@
 """The `check` verb: lint the queue (every profile's chain too) and, with an image or a profile,
 verify the series as apply would."""
+
 from __future__ import annotations
 
 import os
@@ -66,30 +67,36 @@ def check(req: CheckRequest, stale_results: Callable[..., Any]) -> CheckResult:
     problems = [*lint.problems, *lint.selections, *unselected]
     unchecked = tuple(p.name for p in lint.patches if p.header.python_unchecked)
     if strict:
-        problems += [f"{n}: never Python-checked (`Python-Check: skipped`: refreshed or rebased with --no-python-check)"
-                     for n in unchecked]
+        problems += [
+            f"{n}: never Python-checked (`Python-Check: skipped`: refreshed or rebased with --no-python-check)"
+            for n in unchecked
+        ]
     failure: ImgquiltError | None = None
     if unselected and not lint.selections:
         failure = UnselectedPatches(
             f"The queue has {len(problems)} problem(s):\n" + "\n".join(f"  - {p}" for p in problems),
             hint="A guard no profile selects is usually a typo (`imgquilt guard PATCH +NAME` to correct it); declare a "
-                 "profile that selects it (`imgquilt lock --profile NAME --image REF --select GUARD`), or accept it with "
-                 "`imgquilt check --allow-unselected`.",
-            problems=problems)
+            "profile that selects it (`imgquilt lock --profile NAME --image REF --select GUARD`), or accept it with "
+            "`imgquilt check --allow-unselected`.",
+            problems=problems,
+        )
     elif lint.selections:
         from ..errors import ProfileChainBroken
 
         failure = ProfileChainBroken(
             f"The queue has {len(problems)} problem(s):\n" + "\n".join(f"  - {p}" for p in problems),
             hint="A profile's patch depends on a patch that profile does not select: select that patch in the profile "
-                 "too (`imgquilt guard PATCH ...`), or give the profile its own patch built on its own chain.",
-            problems=problems)
+            "too (`imgquilt guard PATCH ...`), or give the profile its own patch built on its own chain.",
+            problems=problems,
+        )
     elif problems:
         failure = QueueProblems(problems)
         if strict and unchecked:
-            failure.hint = ("--strict refuses a patch written with --no-python-check: push it and `imgquilt refresh` "
-                            "(the checks run, and the field goes), or, once it is checked by other means, "
-                            "`imgquilt header NAME --unset Python-Check`.")
+            failure.hint = (
+                "--strict refuses a patch written with --no-python-check: push it and `imgquilt refresh` "
+                "(the checks run, and the field goes), or, once it is checked by other means, "
+                "`imgquilt header NAME --unset Python-Check`."
+            )
     names = [p.name for p in lint.patches]
     if (image or profile) and not problems:
         from ..engine.plan import plan_apply
@@ -106,8 +113,13 @@ def check(req: CheckRequest, stale_results: Callable[..., Any]) -> CheckResult:
         failed: list[tuple[str | None, ImgquiltError]] = []
         for r in chosen:
             try:
-                plan_apply(r.queue, open_ref(pick_ref(image, r.lock, root), platform, root=root, progress=progress), r.lock,
-                           python=python, image_bytes=image_bytes(root, r.lock, platform, progress))
+                plan_apply(
+                    r.queue,
+                    open_ref(pick_ref(image, r.lock, root), platform, root=root, progress=progress),
+                    r.lock,
+                    python=python,
+                    image_bytes=image_bytes(root, r.lock, platform, progress),
+                )
             except ImgquiltError as exc:  # the refusal apply would meet, with its exit code
                 failed.append((r.name, exc))
         for name, exc in failed:

@@ -7,6 +7,7 @@ index's, in its order) and each image of a fleet. lock, apply, audit, verify and
 loops from here; the rule of which combinations each verb refuses is the verb's own (its
 `refuse_*` function, beside its request), so the CLI holds no `all` of its own.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,8 +50,9 @@ class Selection:
         return self.images[0] if self.images else None
 
 
-def select(profile: str | None = None, platform: str | None = None, images: Sequence[str] = (),
-           images_from: Path | None = None) -> Selection:
+def select(
+    profile: str | None = None, platform: str | None = None, images: Sequence[str] = (), images_from: Path | None = None
+) -> Selection:
     """The Selection of the strings given: repeated --image and the lines of --images-from, in their
     order, each once (verbs.fleet); several, or a file, make a fleet."""
     refs: list[str] = list(images)
@@ -88,8 +90,9 @@ def platforms(sel: Selection, ref: str | None, root: Path | None, *, named: bool
     return list(found)
 
 
-def fan_out(sel: Selection, q: Queue | None = None, lf: LockFile | None = None, *, ref: str | None = None,
-            named: bool = True) -> tuple[Cell, ...]:
+def fan_out(
+    sel: Selection, q: Queue | None = None, lf: LockFile | None = None, *, ref: str | None = None, named: bool = True
+) -> tuple[Cell, ...]:
     """profiles x platforms x images: every cell `sel` names, profiles in targets.lock's order, then
     platforms in the index's, then images in the order given. A profile is resolved only when one is
     named (the default is left to the verb, as it resolves it alone); `ref` is the image whose
@@ -111,13 +114,21 @@ def names(sel: Selection, declared: Sequence[str]) -> list[str | None]:
     if not declared:
         from ..errors import UsageError
 
-        raise UsageError("`--profile all`: targets.lock declares no profile.",
-                         hint="Declare one with `imgquilt lock --profile NAME --image REF`.")
+        raise UsageError(
+            "`--profile all`: targets.lock declares no profile.",
+            hint="Declare one with `imgquilt lock --profile NAME --image REF`.",
+        )
     return list(declared)
 
 
-def boot_profiles(queue: str | os.PathLike[str] | None, profile: str | None, *, image: object = None, root: object = None,
-                  overlay: object = None) -> list[str | None]:
+def boot_profiles(
+    queue: str | os.PathLike[str] | None,
+    profile: str | None,
+    *,
+    image: object = None,
+    root: object = None,
+    overlay: object = None,
+) -> list[str | None]:
     """The profiles `boot` runs, one boot each (None: the default), refused first: `--profile all`
     boots each profile on the image it pins, so it takes no other base. (boot's own request is
     its verb's; this is the fan-out rule it shares with the others.)"""
@@ -127,8 +138,10 @@ def boot_profiles(queue: str | os.PathLike[str] | None, profile: str | None, *, 
     if image is not None or root is not None or overlay is not None:
         from ..errors import UsageError
 
-        raise UsageError("`boot --profile all` boots each profile on the image it pins; give it no --image, --root or "
-                         "--overlay.", hint="Boot one profile on another base with --profile NAME.")
+        raise UsageError(
+            "`boot --profile all` boots each profile on the image it pins; give it no --image, --root or --overlay.",
+            hint="Boot one profile on another base with --profile NAME.",
+        )
     from .profiles import lock_file
     from .refs import queue_root
 

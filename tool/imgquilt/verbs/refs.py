@@ -2,6 +2,7 @@
 reference (the one given, else the pin's), the pinned image's bytes for a refusal, the keys that sign
 and verify, and how a refusal names the profile it was met for. Moved here from api.py so the verbs
 reach them without going back up through the public face."""
+
 from __future__ import annotations
 
 import os
@@ -45,7 +46,9 @@ def cache_dir(root: Path | None) -> Path | None:
     return root / ".imgquilt" / "cache"
 
 
-def open_ref(ref: str, platform: str | None = None, *, root: Path | None = None, progress: Progress | None = None) -> Source:
+def open_ref(
+    ref: str, platform: str | None = None, *, root: Path | None = None, progress: Progress | None = None
+) -> Source:
     """Open an image reference (or rootfs:DIR) for reading targets; `root`'s cache keeps copies and verified blobs."""
     from ..sources import open_source
 
@@ -79,7 +82,9 @@ def pinned_image(q: Queue, platform: str | None, progress: Progress | None) -> C
     return pin_opener(q.root, q.lock(), platform, progress)
 
 
-def pin_opener(root: Path, lock: Lock | None, platform: str | None, progress: Progress | None) -> Callable[[], Source] | None:
+def pin_opener(
+    root: Path, lock: Lock | None, platform: str | None, progress: Progress | None
+) -> Callable[[], Source] | None:
     """Opens the image `lock` pins (None: no lock, or it pins a rootfs, whose files may have changed since)."""
     if lock is None or lock.image.kind == "rootfs":
         return None
@@ -118,13 +123,19 @@ def other_pin(chosen: Any, theirs: Sequence[str | None]) -> Iterator[None]:
     try:
         yield
     except ImgquiltError as exc:
-        drifted = any(getattr(p, "kind", None) in ("drift", "missing", "type") for p in getattr(exc, "problems", None) or ())
+        drifted = any(
+            getattr(p, "kind", None) in ("drift", "missing", "type") for p in getattr(exc, "problems", None) or ()
+        )
         if theirs and (drifted or isinstance(exc, BaseDrift)):
             who = " and ".join(f"profile {n}" if n else "the default pin" for n in theirs)
-            way = " or ".join(f"`imgquilt apply --profile {n}`" if n else "`imgquilt apply` (no --profile)" for n in theirs)
+            way = " or ".join(
+                f"`imgquilt apply --profile {n}`" if n else "`imgquilt apply` (no --profile)" for n in theirs
+            )
             exc.message += f" This is the image {who} pins, not {chosen.label}'s."
-            exc.hint = (f"Apply that deployment's own selection to it ({way}), or apply {chosen.label} to its own "
-                        "image (drop --image); `imgquilt rebase` would re-pin this deployment onto another's image.")
+            exc.hint = (
+                f"Apply that deployment's own selection to it ({way}), or apply {chosen.label} to its own "
+                "image (drop --image); `imgquilt rebase` would re-pin this deployment onto another's image."
+            )
         raise
 
 

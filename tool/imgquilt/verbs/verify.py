@@ -1,5 +1,6 @@
 """The `verify` verb: the signed attestations of an image checked against a public key and the
 queue, one Verification per platform (`--platform all`: every platform of the index)."""
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,10 @@ def refuse_verify(req: VerifyRequest) -> None:
     from .fanout import select
 
     if select(req.profile).every_profile:
-        raise UsageError("verify checks the attestation of one image: name the profile it was applied for (--profile NAME).",
-                         hint="`imgquilt audit --profile all --image REF` says which profile an image is.")
+        raise UsageError(
+            "verify checks the attestation of one image: name the profile it was applied for (--profile NAME).",
+            hint="`imgquilt audit --profile all --image REF` says which profile an image is.",
+        )
 
 
 def run_verify(req: VerifyRequest) -> Verified:
@@ -61,5 +64,9 @@ def verify(req: VerifyRequest) -> tuple[Verification, ...]:
     need_pin(chosen, lf, req.image)
     ref = pick_ref(req.image, chosen.lock, q.root)
     cells = fan_out(select(None, req.platform), q, ref=ref, named=False)  # an image that names none: none verified
-    return tuple(verify_image(chosen.queue, open_image(ref, platform=c.platform, cache_dir=cache_dir(q.root)), ref, pub, env=chosen.env)
-                 for c in cells)
+    return tuple(
+        verify_image(
+            chosen.queue, open_image(ref, platform=c.platform, cache_dir=cache_dir(q.root)), ref, pub, env=chosen.env
+        )
+        for c in cells
+    )
