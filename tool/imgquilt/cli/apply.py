@@ -1,7 +1,7 @@
 """`lock`, `apply` and `check`: parse, call the core, render."""
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, List, Optional
 
@@ -179,7 +179,10 @@ def apply_cmd(
     if reverse:
         return _reverse(root, image, platform, profile, layer=layer, output_image=output_image, overlay=overlay, attest=attest,
                         compression=compression, compression_level=compression_level, locked=locked)
-    with python_check_named("apply"):
+    from ..verbs.fanout import select
+
+    # the hint that names --no-python-check, as before: not on `--platform all` (it never had it)
+    with nullcontext() if select(profile, platform).every_platform else python_check_named("apply"):
         done = run_apply(req)
     if isinstance(done, tuple):  # --profile all
         return _say_profiles(done, layer, overlay)

@@ -465,20 +465,19 @@ def apply_profiles(req: ApplyRequest) -> tuple[Applied, ...]:
     from ..errors import ImgquiltError
     from ..sources import open_image
     from .fanout import Selection, fan_out
-    from .profiles import check_placeholders, fill
+    from .profiles import check_placeholders, fill, resolve
     from .refs import cache_dir, load_queue, naming, open_ref, pick_ref, signing_key
 
     platform, progress = req.platform, req.progress
     layer = None if req.layer is None else str(req.layer)
     overlay = None if req.overlay is None else str(req.overlay)
     q = load_queue(req.queue)
-    chosen = [c.profile for c in fan_out(Selection(req.profile), q)]  # one platform: --platform as given
+    chosen = [c.profile or resolve(q, None) for c in fan_out(Selection(req.profile), q)]  # one platform: --platform as given
     check_placeholders(len(chosen), output_image=req.output_image, layer=layer, overlay=overlay)
     key = signing_key(req.attest)
     planned = []
     python = checks(req.python_check)
     for r in chosen:
-        assert r is not None
         ref = pick_ref(None, r.lock, q.root)
         source = open_ref(ref, platform, root=q.root, progress=progress)
         layer_i, overlay_i = fill(layer, r.name), fill(overlay, r.name)
