@@ -76,6 +76,12 @@ def profiles(queue: str | os.PathLike[str] | None = None) -> tuple[Profile, ...]
     return lock_file(queue_root(queue)).profiles
 
 
+def init(path: str | os.PathLike[str] = ".") -> Initialized:
+    """Make a queue in `path`: `series`, `patches/`, and a .gitignore for `.imgquilt/`. Keeps what exists;
+    a file in the way is BadInput, checked before anything is made."""
+    return init_queue(Path(path))
+
+
 def refuse_during_rebase(root: Path) -> None:
     """A stopped rebase owns series, patches/ and the work tree until --continue or --abort."""
     from .rebase.state import rebase_in_progress
@@ -86,12 +92,6 @@ def refuse_during_rebase(root: Path) -> None:
             hint="See the conflicts with `imgquilt rebase --status`; resolve them, then `imgquilt rebase --continue`, "
             "or give up with `imgquilt rebase --abort`.",
         )
-
-
-def init(path: str | os.PathLike[str] = ".") -> Initialized:
-    """Make a queue in `path`: `series`, `patches/`, and a .gitignore for `.imgquilt/`. Keeps what exists;
-    a file in the way is BadInput, checked before anything is made."""
-    return init_queue(Path(path))
 
 
 # --- verbs --------------------------------------------------------------------------------------
