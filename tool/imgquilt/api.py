@@ -17,21 +17,21 @@ A stopped rebase is a result, not an error: `rebase()` returns a report whose `s
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
-from .errors import BadInput, BaseDrift, ImgquiltError, QueueProblems, UsageError, os_error
+from .errors import BadInput, UsageError
 from .verbs.init import InitResult as Initialized, init_queue
+from .verbs.refs import Progress, cache_dir, load_queue, open_ref, pick_ref, public_key, queue_root, signing_key  # noqa: F401  (the public names, as before)
+from .verbs.refs import image_bytes as _image_bytes, pin_opener as _pin_opener, pinned_image as _pinned_image
 
 if TYPE_CHECKING:
-    from .verbs.audit import AuditReport, PatchAudit
-    from .engine.result import ApplyResult
-    from .fs.types import Source
-    from .verbs.history import History
-    from .queue.lock import Lock, Profile
-    from .queue.queue import Queue
+    from .verbs.apply import Applied
+    from .verbs.audit import Audit
+    from .verbs.check import CheckResult
+    from .verbs.lock import Locked
+    from .queue.lock import Profile
     from .rebase import RebaseReport
     from .verbs.attest import Verification
     from .verbs.restore import Restored
@@ -44,78 +44,21 @@ __all__ = [
     "port", "port_abort", "port_continue", "rebase_forget", "rebase_in_progress", "rebase_skip", "rebase_status", "restore", "reverse", "verify",
 ]
 
-Progress = Callable[[int, int, str], None]
-"""Called as each image layer starts to be read: (index from the top, count, digest)."""
+# the values of the verbs that live in verbs/, named here as before; imported when first asked for
+# (the verbs' modules read the engine and images: `import imgquilt.api` stays light)
+_MOVED = {"Locked": "verbs.lock", "CheckResult": "verbs.check", "Applied": "verbs.apply", "Audit": "verbs.audit"}
+
+
+def __getattr__(name: str) -> Any:
+    where = _MOVED.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f".{where}", __package__), name)
 
 
 # --- values -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class CheckResult:
-    """The lint of a queue (and, with an image, the verification apply would make).
-
-    `error` is the error the CLI exits with when `ok` is False (QueueProblems: 6, drift: 3, ...).
-    """
-
-    problems: tuple[str, ...]
-    patches: tuple[str, ...]
-    error: ImgquiltError | None = None
-    profiles: tuple[str, ...] = ()  # the profiles verified on their images (--profile)
-    unchecked: tuple[str, ...] = ()  # patches written with --no-python-check (`Python-Check: skipped`)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-@dataclass(frozen=True)
-class Locked:
-    """The targets.lock written: where, the image it pins and how many targets."""
-
-    path: Path
-    ref: str
-    digest: str
-    platform: str | None
-    series_sha256: str
-    targets: int
-    patches: int
-    profile: str | None = None  # the profile pinned (None: the default pin)
-    select: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class Applied:
-    """A verified apply and what it wrote, per output kind ("layer", "image", "root", "overlay")."""
-
-    result: ApplyResult
-    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    profile: str | None = None  # the profile applied (None: the default)
-    boot: Any = None  # with boot=True: the verbs.boot.BootReport that let the outputs be written
-
-
-@dataclass(frozen=True)
-class Audit:
-    """The states of the queue's patches in a filesystem, the queue's git history if asked.
-
-    `error` (NotLive, exit 5) when some patch is not in the `expect`ed state.
-    """
-
-    report: AuditReport | None
-    history: History | None
-    expect: str
-    failing: tuple[PatchAudit, ...] = ()
-    error: ImgquiltError | None = None
-    profile: str | None = None  # the profile judged (None: the default)
-
-    @property
-    def matches(self) -> bool:
-        """Is the filesystem this profile, in the expected state: every patch in it, every environment
-        default set (live), and an apply record, if any, that agrees?"""
-        from .verbs.audit import matches
-
-        return self.report is not None and matches(self.report, self.expect)
-
-
 @dataclass(frozen=True)
 class RebaseAborted:
     """An aborted rebase: the report so far (None when it stopped before changing anything) and the files restored."""
@@ -125,20 +68,6 @@ class RebaseAborted:
 
 
 # --- the queue ----------------------------------------------------------------------------------
-def queue_root(queue: str | os.PathLike[str] | None = None) -> Path:
-    """The queue directory: `queue`, else IMGQUILT_QUEUE, else the nearest with a `series` file."""
-    from .queue.locate import find_queue
-
-    return find_queue(queue)
-
-
-def load_queue(queue: str | os.PathLike[str] | None = None) -> Queue:
-    """The queue, parsed: series, every listed patch, the lock (`.lock()`)."""
-    from .queue.queue import load_queue as _load
-
-    return _load(queue_root(queue))
-
-
 def profiles(queue: str | os.PathLike[str] | None = None) -> tuple[Profile, ...]:
     """The profiles targets.lock declares, by name: each with its `select`ed guards, its `env`
     defaults and its pin (`lock`: image, targets, series_sha256 over its selection)."""
@@ -165,47 +94,6 @@ def refuse_during_rebase(root: Path) -> None:
         )
 
 
-# --- images -------------------------------------------------------------------------------------
-def cache_dir(root: Path | None) -> Path | None:
-    """The queue's own cache dir; the queue is untrusted, so no link may stand on the way to what it writes."""
-    if root is None:
-        return None
-    from .util.statedir import StateDir
-
-    for sub in ("verified", "skopeo"):
-        StateDir(root, "cache", sub).exists()
-    return root / ".imgquilt" / "cache"
-
-
-def open_ref(ref: str, platform: str | None = None, *, root: Path | None = None, progress: Progress | None = None) -> Source:
-    """Open an image reference (or rootfs:DIR) for reading targets; `root`'s cache keeps copies and verified blobs."""
-    from .sources import open_source
-
-    source = open_source(ref, platform=platform, cache_dir=cache_dir(root))
-    if progress is not None and hasattr(source, "on_layer"):
-        source.on_layer = progress
-        sized = getattr(progress, "sized", None)  # the CLI's bars: totals from the manifest
-        if sized is not None and hasattr(source, "on_layer_sized"):
-            source.on_layer_sized = sized
-        downloads = getattr(progress, "download", None)  # the CLI's bars: registry downloads too
-        if downloads is not None and hasattr(source, "watch_downloads"):
-            source.watch_downloads(downloads)
-    return source
-
-
-def pick_ref(image: str | None, lock: Lock | None, root: Path, remembered: str | None = None) -> str:
-    """`image`, else the image targets.lock pins (a path in it is the queue directory's), else `remembered`."""
-    if image:
-        return image
-    if lock is not None:
-        from .sources import ref_in_queue
-
-        return ref_in_queue(lock.image.ref, root)
-    if remembered:
-        return remembered
-    raise UsageError("No image given and no targets.lock to take one from.", hint="Pass --image REF.")
-
-
 # --- verbs --------------------------------------------------------------------------------------
 def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, platform: str | None = None,
           progress: Progress | None = None, profile: str | None = None, allow_unselected: bool = False,
@@ -216,68 +104,11 @@ def check(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     ProfileChainBroken (exit 3), a patch no pin selects UnselectedPatches (3, unless
     `allow_unselected`), other problems QueueProblems (6). `unchecked` names the patches
     written with --no-python-check; `strict`: each of them is a problem too (QueueProblems)."""
-    from .errors import UnselectedPatches
-    from .queue.check import lint_queue
+    from .verbs.check import CheckRequest, check as run
+
     from .work.rehash import stale_results
 
-    root = queue_root(queue)
-    lint = lint_queue(root, stale_results)
-    unselected = [] if allow_unselected else list(lint.unselected)
-    problems = [*lint.problems, *lint.selections, *unselected]
-    unchecked = tuple(p.name for p in lint.patches if p.header.python_unchecked)
-    if strict:
-        problems += [f"{n}: never Python-checked (`Python-Check: skipped`: refreshed or rebased with --no-python-check)"
-                     for n in unchecked]
-    failure: ImgquiltError | None = None
-    if unselected and not lint.selections:
-        failure = UnselectedPatches(
-            f"The queue has {len(problems)} problem(s):\n" + "\n".join(f"  - {p}" for p in problems),
-            hint="A guard no profile selects is usually a typo (`imgquilt guard PATCH +NAME` to correct it); declare a "
-                 "profile that selects it (`imgquilt lock --profile NAME --image REF --select GUARD`), or accept it with "
-                 "`imgquilt check --allow-unselected`.",
-            problems=problems)
-    elif lint.selections:
-        from .errors import ProfileChainBroken
-
-        failure = ProfileChainBroken(
-            f"The queue has {len(problems)} problem(s):\n" + "\n".join(f"  - {p}" for p in problems),
-            hint="A profile's patch depends on a patch that profile does not select: select that patch in the profile "
-                 "too (`imgquilt guard PATCH ...`), or give the profile its own patch built on its own chain.",
-            problems=problems)
-    elif problems:
-        failure = QueueProblems(problems)
-        if strict and unchecked:
-            failure.hint = ("--strict refuses a patch written with --no-python-check: push it and `imgquilt refresh` "
-                            "(the checks run, and the field goes), or, once it is checked by other means, "
-                            "`imgquilt header NAME --unset Python-Check`.")
-    names = [p.name for p in lint.patches]
-    if (image or profile) and not problems:
-        from .engine.plan import plan_apply
-        from .pycheck import Checks
-        from .verbs.profiles import resolve_many
-
-        python = Checks()  # the check as apply would run it, without the screen and the cache (as before)
-        q = load_queue(root)
-        chosen = resolve_many(q, profile)
-        if image and len(chosen) > 1:
-            raise UsageError("--profile all verifies each profile on the image it pins; give no --image with it.")
-        failed: list[tuple[str | None, ImgquiltError]] = []
-        for r in chosen:
-            try:
-                plan_apply(r.queue, open_ref(pick_ref(image, r.lock, root), platform, root=root, progress=progress), r.lock,
-                           python=python, image_bytes=_image_bytes(root, r.lock, platform, progress))
-            except ImgquiltError as exc:  # the refusal apply would meet, with its exit code
-                failed.append((r.name, exc))
-        for name, exc in failed:
-            found = getattr(exc, "problems", None)
-            lines = [p.render() for p in found] if found else [exc.message]
-            problems += [f"profile {name}: {x}" if name else x for x in lines]
-        if failed:
-            failure = failed[0][1]
-            if profile is not None:
-                failure.message = "\n".join(f"Profile {n}: {e.message}" for n, e in failed)
-        return CheckResult(tuple(problems), tuple(names), failure, tuple(r.name for r in chosen if r.name), unchecked)
-    return CheckResult(tuple(problems), tuple(names), failure, unchecked=unchecked)
+    return run(CheckRequest(queue, image, platform, progress, profile, allow_unselected, strict), stale_results)
 
 
 def lock(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, platform: str | None = None,
@@ -292,95 +123,20 @@ def lock(queue: str | os.PathLike[str] | None = None, *, image: str | None = Non
     other section of targets.lock is kept. A local path in the reference is kept relative to the
     queue directory (docs/targets-lock.md). A new profile within two edits of a declared one is
     refused (a typo would declare a second deployment) unless `new`."""
-    from .queue.lock import Profile, lock_with, render_lock_file
-    from .sources import ref_for_lock
-    from .util.atomic import atomic_write
-    from .util.regular import read_regular_file
-    from .verbs.lock import lock_queue
-    from .verbs.profiles import ALL, check_profile_name, lock_file, parse_env, parse_select
+    from .verbs.lock import LockRequest, lock as run
 
-    q = load_queue(queue)
-    refuse_during_rebase(q.root)
-    if profile is None:
-        if select is not None or env or unset_env:
-            raise UsageError("--select, --env and --unset-env set a profile's selection and defaults; give --profile NAME.")
-        lf = lock_file(q.root)
-        if image is None and lf.default is None and lf.profiles:
-            raise UsageError(f"targets.lock pins only profiles ({', '.join(lf.names)}), no default image to re-pin.",
-                             hint="Re-pin one with --profile NAME (or all), or pin a default with --image REF.")
-        ref = pick_ref(image, lf.default, q.root)
-        stored = ref_for_lock(ref, q.root)
-        new = lock_queue(q.selection(()), open_ref(ref, platform, root=q.root, progress=progress), stored, python_check=python_check)
-        atomic_write(q.lock_path, lock_with(read_regular_file(q.lock_path), new))
-        return Locked(q.lock_path, stored, new.image.digest, new.image.platform, new.series_sha256, len(new.targets),
-                      len(q.selection(()).patches))
-    if profile == ALL:
-        raise UsageError("`lock --profile all` re-pins every profile: use lock_profiles().")
-    check_profile_name(profile)
-    lf = lock_file(q.root)
-    old = lf.profile(profile)
-    if old is None and not new:
-        from .util.names import nearest
-
-        near = nearest(profile, lf.names)
-        if near is not None:
-            raise UsageError(f"Profile {profile!r} is not declared; targets.lock declares {', '.join(lf.names)}. Did you mean {near!r}?",
-                             hint=f"Re-pin it with --profile {near}, or declare {profile!r} as a new profile with "
-                                  "`imgquilt lock --new --profile ...`. Nothing was read or written.")
-    if old is None and not image:
-        raise UsageError(f"Profile {profile!r} is new: give the image it is pinned to with --image REF.",
-                         hint=f"Example: imgquilt lock --profile {profile} --image oci:images/{profile}:latest")
-    guards = parse_select(select) if select is not None else (old.select if old is not None else (profile,))
-    defaults = dict(old.env) if old is not None else {}
-    for key in unset_env:
-        if key not in defaults:
-            raise UsageError(f"--unset-env {key}: profile {profile} sets no {key}.")
-        defaults.pop(key)
-    defaults.update(parse_env(env))
-    ref = pick_ref(image, old.lock if old is not None else None, q.root)
-    stored = ref_for_lock(ref, q.root)
-    chosen = q.selection(guards)
-    with _naming(profile):
-        new = lock_queue(chosen, open_ref(ref, platform, root=q.root, progress=progress), stored, python_check=python_check)
-    prof = Profile(profile, guards, tuple(sorted(defaults.items())), new)
-    atomic_write(q.lock_path, render_lock_file(lf.with_profile(prof)))
-    return Locked(q.lock_path, stored, new.image.digest, new.image.platform, new.series_sha256, len(new.targets),
-                  len(chosen.patches), profile, prof.select, prof.env)
+    return run(LockRequest(queue, image, platform, python_check, progress, profile, select, env, unset_env, new),
+               refuse_during_rebase)
 
 
 def lock_profiles(queue: str | os.PathLike[str] | None = None, *, platform: str | None = None, python_check: bool = True,
                   progress: Progress | None = None) -> tuple[Locked, ...]:
     """`lock --profile all`: re-pin every profile on the image it is pinned to; targets.lock is written
     once, when every profile verified (nothing is written otherwise)."""
-    from dataclasses import replace
+    from .verbs.lock import LockRequest, lock_profiles as run
 
-    from .queue.lock import render_lock_file
-    from .sources import ref_for_lock
-    from .util.atomic import atomic_write
-    from .verbs.lock import lock_queue
-    from .verbs.profiles import resolve_many
-
-    q = load_queue(queue)
-    refuse_during_rebase(q.root)
-    from .verbs.profiles import lock_file
-
-    lf = lock_file(q.root)
-    done = []
-    for r in resolve_many(q, "all", lf):
-        ref = pick_ref(None, r.lock, q.root)
-        stored = ref_for_lock(ref, q.root)
-        try:
-            new = lock_queue(r.queue, open_ref(ref, platform, root=q.root, progress=progress), stored, python_check=python_check)
-        except ImgquiltError as exc:
-            exc.message = f"Profile {r.name}: {exc.message}"
-            exc.hint = "\n".join(x for x in (exc.hint, "targets.lock was not written (no profile was re-pinned).") if x)
-            raise
-        prof = lf.profile(r.name)  # type: ignore[arg-type]
-        lf = lf.with_profile(replace(prof, lock=new))  # type: ignore[arg-type]
-        done.append(Locked(q.lock_path, stored, new.image.digest, new.image.platform, new.series_sha256, len(new.targets),
-                           len(r.queue.patches), r.name, r.select, r.env))
-    atomic_write(q.lock_path, render_lock_file(lf))
-    return tuple(done)
+    return run(LockRequest(queue, platform=platform, python_check=python_check, progress=progress, profile="all"),
+               refuse_during_rebase)
 
 
 def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, layer: str | os.PathLike[str] | None = None,
@@ -401,79 +157,10 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     import the patched modules with the image's own Python in a sandbox (boot(), docs/boot.md); when a
     patch fails to boot, BootFailed (exit 3) and nothing is written.
     """
-    from .verbs.apply import Outputs, apply_queue
-    from .sources import open_image
-    from .verbs.profiles import fill, lock_file, need_profile, other_pins, resolve
+    from .verbs.apply import ApplyRequest, apply as run
 
-    key = signing_key(attest)
-    q = load_queue(queue)
-    lf = lock_file(q.root)
-    chosen = resolve(q, profile, lf)
-    need_profile(chosen, lf)  # stricter than need_pin: also with --image or --root
-    pinned = chosen.lock
-    # `--profile NAME` fills {profile} in an output path as --profile all does
-    layer, output_image, overlay = fill(layer, chosen.name), fill(output_image, chosen.name), fill(overlay, chosen.name)
-    root_dir = Path(root) if root is not None else None
-    ref = f"rootfs:{root_dir}" if image is None and root_dir is not None else pick_ref(image, pinned, q.root)
-    source = open_ref(ref, platform, root=q.root, progress=progress)
-    outputs = Outputs(layer=Path(layer) if layer is not None else None, image=output_image, root=root_dir,
-                      overlay=Path(overlay) if overlay is not None else None, compression=compression,  # type: ignore[arg-type]
-                      compression_level=compression_level)
-    theirs = other_pins(chosen, lf, source.info().digest)
-
-    def open_base():
-        # reuse the image the source already opened (a skopeo transport would be copied twice)
-        return getattr(source, "image", None) or open_image(ref, platform=platform, cache_dir=cache_dir(q.root))
-
-    booted = None
-    if boot_check:  # before any output: a patch that fails to boot writes nothing
-        from .verbs.apply import check_destinations
-
-        check_destinations(outputs, source.info(), key)
-        booted = boot(q.root, image=ref, platform=platform, profile=profile, timeout=boot_timeout, progress=progress)
-        failure = booted.failure()
-        if failure is not None:
-            failure.message += " Nothing was written (apply --boot)."
-            raise failure
-        if key is not None:  # the attestation carries the boot result as an in-toto test-result predicate
-            from dataclasses import replace as _with
-
-            key = _with(key, boot=booted)
-    with _naming(chosen.name), _other_pin(chosen, theirs):
-        result, written = apply_queue(chosen.queue, source, pinned, outputs, open_base, locked=locked, python_check=python_check,
-                                      attest=key, env=chosen.env, image_bytes=_image_bytes(q.root, pinned, platform, progress),
-                                      boot=booted.record() if booted is not None else None)
-    return Applied(result, written, chosen.name, booted)
-
-
-@contextmanager
-def _other_pin(chosen, theirs: Sequence[str]) -> Iterator[None]:
-    """Drift onto an image another pin names is not an image that changed under the queue: say whose
-    image it is (a rebase would re-pin this deployment onto another's)."""
-    try:
-        yield
-    except ImgquiltError as exc:
-        drifted = any(getattr(p, "kind", None) in ("drift", "missing", "type") for p in getattr(exc, "problems", None) or ())
-        if theirs and (drifted or isinstance(exc, BaseDrift)):
-            who = " and ".join(f"profile {n}" if n else "the default pin" for n in theirs)
-            way = " or ".join(f"`imgquilt apply --profile {n}`" if n else "`imgquilt apply` (no --profile)" for n in theirs)
-            exc.message += f" This is the image {who} pins, not {chosen.label}'s."
-            exc.hint = (f"Apply that deployment's own selection to it ({way}), or apply {chosen.label} to its own "
-                        "image (drop --image); `imgquilt rebase` would re-pin this deployment onto another's image.")
-        raise
-
-
-@contextmanager
-def _naming(profile: str | None) -> Iterator[None]:
-    """A refusal while working on a profile names it, and the command that re-pins it."""
-    try:
-        yield
-    except ImgquiltError as exc:
-        if profile is not None:
-            exc.message = f"Profile {profile}: {exc.message}"
-            if exc.hint:
-                exc.hint = exc.hint.replace("`imgquilt lock`", f"`imgquilt lock --profile {profile}`")
-        raise
+    return run(ApplyRequest(queue, image, layer, output_image, root, overlay, platform, locked, python_check, progress, attest,
+                            compression, profile, compression_level, boot_check, boot_timeout))
 
 
 def apply_profiles(queue: str | os.PathLike[str] | None = None, *, profile: str = "all", layer: str | None = None,
@@ -485,42 +172,11 @@ def apply_profiles(queue: str | os.PathLike[str] | None = None, *, profile: str 
     `{profile}` (replaced by each profile's name) when there is more than one profile: UsageError
     before anything is read. Every profile is verified (destinations checked) before any output is
     written; then each profile's outputs are written in turn."""
-    from .engine.plan import plan_apply
-    from .pycheck import checks
-    from .verbs.apply import Outputs, apply_queue, check_destinations
-    from .sources import open_image
-    from .verbs.profiles import check_placeholders, fill, resolve_many
+    from .verbs.apply import ApplyRequest, apply_profiles as run
 
-    q = load_queue(queue)
-    chosen = resolve_many(q, profile)
-    check_placeholders(len(chosen), output_image=output_image, layer=layer, overlay=overlay)
-    key = signing_key(attest)
-    planned = []
-    python = checks(python_check)
-    for r in chosen:
-        ref = pick_ref(None, r.lock, q.root)
-        source = open_ref(ref, platform, root=q.root, progress=progress)
-        layer_i, overlay_i = fill(layer, r.name), fill(overlay, r.name)
-        outputs = Outputs(layer=Path(layer_i) if layer_i is not None else None, image=fill(output_image, r.name),
-                          overlay=Path(overlay_i) if overlay_i is not None else None, compression=compression,  # type: ignore[arg-type]
-                          compression_level=compression_level)
-        try:
-            with _naming(r.name):
-                check_destinations(outputs, source.info(), key)
-                plan_apply(r.queue, source, r.lock, locked=locked, python=python, env=r.env)
-        except ImgquiltError as exc:
-            exc.hint = "\n".join(x for x in (exc.hint, "Nothing was written for any profile.") if x)
-            raise
-        planned.append((r, ref, source, outputs))
-    done = []
-    for r, ref, source, outputs in planned:
-        def open_base(source=source, ref=ref):
-            return getattr(source, "image", None) or open_image(ref, platform=platform, cache_dir=cache_dir(q.root))
-
-        result, written = apply_queue(r.queue, source, r.lock, outputs, open_base, locked=locked, python_check=python_check,
-                                      attest=key, env=r.env)
-        done.append(Applied(result, written, r.name))
-    return tuple(done)
+    return run(ApplyRequest(queue, layer=layer, output_image=output_image, overlay=overlay, platform=platform, locked=locked,
+                            python_check=python_check, progress=progress, attest=attest, compression=compression,
+                            profile=profile, compression_level=compression_level))
 
 
 def restore(queue: str | os.PathLike[str] | None = None, *, root: str | os.PathLike[str], paths: Sequence[str],
@@ -557,43 +213,6 @@ def reverse(queue: str | os.PathLike[str] | None = None, *, root: str | os.PathL
     return reverse_root(q, Path(root), src, _pinned_image(q, platform, progress))
 
 
-def _pinned_image(q: Queue, platform: str | None, progress: Progress | None) -> Callable[[], Source] | None:
-    """Opens the image targets.lock pins (None: no lock, or the lock pins a rootfs)."""
-    return _pin_opener(q.root, q.lock(), platform, progress)
-
-
-def _pin_opener(root: Path, lock: Lock | None, platform: str | None, progress: Progress | None) -> Callable[[], Source] | None:
-    """Opens the image `lock` pins (None: no lock, or it pins a rootfs, whose files may have changed since)."""
-    if lock is None or lock.image.kind == "rootfs":
-        return None
-    return lambda: open_ref(pick_ref(None, lock, root), platform or lock.image.platform, root=root, progress=progress)
-
-
-def _image_bytes(root: Path, lock: Lock | None, platform: str | None, progress: Progress | None):  # noqa: ANN202
-    """The image's bytes of a path by sha256, to show a hand edit of a root as a diff: the object store,
-    else the image `lock` pins (read only on a refusal)."""
-    from .store import ObjectStore
-    from .verbs.restore import ImageBytes
-
-    return ImageBytes(ObjectStore(root), fallback=_pin_opener(root, lock, platform, progress))
-
-
-def signing_key(path: str | os.PathLike[str] | None):
-    """What signs with the private key `path` names (None: none), the key checked before anything is read."""
-    if path is None:
-        return None
-    from .util.dsse import load_private_key
-    from .verbs.attest import Attester
-
-    return Attester(load_private_key(Path(path)))
-
-
-def public_key(path: str | os.PathLike[str]):
-    from .util.dsse import load_public_key
-
-    return load_public_key(Path(path))
-
-
 def verify(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, key: str | os.PathLike[str],
            platform: str | None = None, profile: str | None = None) -> tuple[Verification, ...]:
     """Find the attestations of the image (`image`, else the lock's) and check each with the public `key`:
@@ -601,19 +220,9 @@ def verify(queue: str | os.PathLike[str] | None = None, *, image: str | None = N
     per platform (`platform="all"`: every platform of the index). The CLI exits 3 (NotAttested,
     `v.failure()`) when one has no `verified` candidate. `profile`: the record must match the patches
     that profile selects (and carry its environment defaults); the image defaults to its pin."""
-    from .sources import open_image, platforms_of
-    from .verbs.attest import verify_image
-    from .verbs.profiles import lock_file, need_pin, resolve
+    from .verbs.verify import VerifyRequest, verify as run
 
-    pub = public_key(key)
-    q = load_queue(queue)
-    lf = lock_file(q.root)
-    chosen = resolve(q, profile, lf)
-    need_pin(chosen, lf, image)
-    ref = pick_ref(image, chosen.lock, q.root)
-    platforms = platforms_of(ref, cache_dir=cache_dir(q.root)) if platform == "all" else [platform]
-    return tuple(verify_image(chosen.queue, open_image(ref, platform=p, cache_dir=cache_dir(q.root)), ref, pub, env=chosen.env)
-                 for p in platforms)
+    return run(VerifyRequest(queue, image, key, platform, profile))
 
 
 def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, root: str | os.PathLike[str] | None = None,
@@ -630,75 +239,10 @@ def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     config); without it, a queue with profiles judges the profile the filesystem is: the one whose
     selection its apply record names, else the one pinned to its digest (audit_profiles() judges every one).
     `strict`: `error` also when imgquilt cannot tell which code CPython runs for a live file."""
-    if expect not in ("live", "pending"):
-        raise UsageError(f"expect must be live or pending, not {expect!r}.")
-    if pid is not None and (image or root is not None):
-        raise UsageError("--pid audits the root of a running process: give it no --image or --root.")
-    if trust_attestation is not None and (root is not None or pid is not None):
-        raise UsageError(f"--trust-attestation reads an image's attestations; a {'--root' if root is not None else '--pid'} has none.",
-                         hint="Audit the image the root came from with --image REF --trust-attestation KEY.")
-    from .verbs.profiles import ALL
+    from .verbs.audit import AuditRequest, audit as run
 
-    if profile == ALL:
-        raise UsageError("`audit --profile all` judges every profile: use audit_profiles().")
-    pub = public_key(trust_attestation) if trust_attestation is not None else None
-    q = load_queue(queue)
-    process = None
-    if pid is not None:
-        from .rootfs.process import pin_process
-
-        process = pin_process(pid)  # every read below goes through its root fd, never /proc/PID/root again
-        root = process.root
-    try:
-        return _audit(q, image, root, platform, progress, history, pub, process, expect, strict, profile)
-    finally:
-        if process is not None:
-            process.close()
-
-
-def _audit(q: Queue, image: str | None, root, platform: str | None, progress: Progress | None, history: bool, pub,
-           process, expect: str, strict: bool, profile: str | None) -> Audit:
-    from .verbs.audit import judge_process, not_in_state
-    from .verbs.profiles import identify, lock_file, resolve
-
-    lf = lock_file(q.root)
-    chosen = resolve(q, profile, lf) if profile is not None or not lf.profiles else None
-    pinned = chosen.lock if chosen is not None else (lf.default or lf.profiles[0].lock)
-    if process is not None:
-        from .rootfs.source import RootfsSource
-
-        source: Source | None = RootfsSource(process.root, ref=f"rootfs:{process.shown}")
-    else:
-        source = _audit_source(q.root, image, Path(root) if root is not None else None, platform, pinned, progress)
-    if source is None and not history:
-        raise UsageError("No image given and no targets.lock to take one from.", hint="Pass --image REF or --root DIR.")
-    if chosen is None:
-        chosen = identify(q, lf, source) if source is not None else resolve(q, None, lf)
-    hist = None
-    if history:
-        from .verbs.history import queue_history
-
-        hist = queue_history(q.root, q.names)
-    environ = process.environ() if process is not None and chosen.env else None
-    report = _audit_one(chosen, source, pub, environ) if source is not None else None
-    if report is not None:
-        from .verbs.profiles import with_record_owner
-
-        report = with_record_owner(report, q, lf, chosen)
-    if report is not None and process is not None:
-        report = judge_process(report, source.change_times, process.pid, process.started, process.shown)  # type: ignore[union-attr]
-        process.check()  # still the process pinned, after every read: else nothing is said about it
-    failing = tuple(p for p in report.patches if p.state != expect) if report is not None else ()
-    error = not_in_state(report, expect, strict=strict) if report is not None else None
-    return Audit(report, hist, expect, failing, error, chosen.name)
-
-
-def _audit_one(chosen, source: Source, pub, environ: dict[str, str] | None = None) -> AuditReport:
-    """One selection audited in `source`: its patches, and with a profile its environment defaults
-    (in the image config, or in `environ`: a running process's)."""
-    from .verbs.profiles import audit_as
-
-    return audit_as(chosen, source, pub, environ)
+    return run(AuditRequest(queue, (image,) if image else (), root, platform, history, expect, progress, trust_attestation, pid,
+                            profile, strict))
 
 
 def audit_profiles(queue: str | os.PathLike[str] | None = None, *, image: str | None = None,
@@ -710,66 +254,10 @@ def audit_profiles(queue: str | os.PathLike[str] | None = None, *, image: str | 
     pinned as audit() pins it, its environment checked against each profile's defaults); without
     any, each in the image it pins. `Audit.matches` says which profiles the filesystem is (a fleet
     audit's answer to "which deployment is this container?"). `strict` as audit()'s."""
-    from .verbs.audit import judge_process, not_in_state
-    from .verbs.profiles import lock_file, resolve_many
+    from .verbs.audit import AuditRequest, audit_profiles as run
 
-    if expect not in ("live", "pending"):
-        raise UsageError(f"expect must be live or pending, not {expect!r}.")
-    if pid is not None and (image or root is not None):
-        raise UsageError("--pid audits the root of a running process: give it no --image or --root.")
-    if trust_attestation is not None and (root is not None or pid is not None):
-        raise UsageError(f"--trust-attestation reads an image's attestations; a {'--root' if root is not None else '--pid'} has none.")
-    pub = public_key(trust_attestation) if trust_attestation is not None else None
-    q = load_queue(queue)
-    lf = lock_file(q.root)
-    chosen = resolve_many(q, "all", lf)
-    process = None
-    if pid is not None:
-        from .rootfs.process import pin_process
-
-        process = pin_process(pid)
-    try:
-        shared = None
-        environ = None
-        if process is not None:
-            from .rootfs.source import RootfsSource
-
-            shared = RootfsSource(process.root, ref=f"rootfs:{process.shown}")
-            environ = process.environ()
-        elif image or root is not None:
-            shared = _audit_source(q.root, image, Path(root) if root is not None else None, platform, None, progress)
-        out = []
-        for r in chosen:
-            source = shared or open_ref(pick_ref(None, r.lock, q.root), platform, root=q.root, progress=progress)
-            report = _audit_one(r, source, pub, environ)  # type: ignore[arg-type]
-            if process is not None:
-                report = judge_process(report, source.change_times, process.pid, process.started, process.shown)  # type: ignore[attr-defined]
-            failing = tuple(p for p in report.patches if p.state != expect)
-            out.append(Audit(report, None, expect, failing, not_in_state(report, expect, strict=strict), r.name))
-        if process is not None:
-            process.check()  # still the process pinned, after every read
-        return tuple(out)
-    finally:
-        if process is not None:
-            process.close()
-
-
-def _audit_source(qroot: Path, image: str | None, root: Path | None, platform: str | None, pinned: Lock | None,
-                  progress: Progress | None) -> Source | None:
-    if image and root:
-        raise UsageError("Give --image or --root, not both.")
-    if root is not None:
-        from .rootfs.source import RootfsSource
-
-        try:
-            if not root.is_dir():
-                raise UsageError(f"--root {root}: not a directory.")
-        except OSError as exc:
-            raise os_error(exc, f"--root {str(root)!r}") from None
-        return RootfsSource(root, ref=f"rootfs:{root}")
-    if not image and pinned is None:
-        return None
-    return open_ref(pick_ref(image, pinned, qroot), platform, root=qroot, progress=progress)
+    return run(AuditRequest(queue, (image,) if image else (), root, platform, expect=expect, progress=progress,
+                            trust_attestation=trust_attestation, strict=strict, pid=pid, profile="all"))
 
 
 def _opener(root: Path, progress: Progress | None):

@@ -1,7 +1,7 @@
 """`lock`, `apply` and `check`: parse, call the core, render."""
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, List, Optional
 
@@ -10,8 +10,8 @@ import typer
 from ..errors import PythonCheckFailed, Refused, UsageError, shown, shown_env
 from . import listing
 from .annotations import Format, FormatOpt_help
-from .common import (G, ImageOpt, PlatformOpt, ProfileOpt, VerboseOpt, cache_dir, emit_json, load, note, open_ref, pick_ref,
-                     progress, say, table)
+from .common import (G, ImageOpt, PlatformOpt, ProfileOpt, VerboseOpt, emit_json, note, progress, ref_progress, refuse_during_rebase,
+                     say, table)
 
 if TYPE_CHECKING:
     from ..engine.result import ApplyResult
@@ -41,14 +41,12 @@ def lock_cmd(
       imgquilt lock --profile rocm --image oci:images/vllm-rocm:0.10 --select rocm,glm53
       imgquilt lock --profile all
     """
-    from ..api import lock, lock_profiles
+    from ..verbs.lock import LockRequest, run_lock
 
-    if profile == "all":
-        if image or select or env or unset_env:
-            raise UsageError("`lock --profile all` re-pins every profile on its own image; give it no --image, --select or --env.",
-                             hint="Change one profile with --profile NAME.")
-        with python_check_named("lock"):
-            done = lock_profiles(G.queue, platform=platform, python_check=not no_python_check, progress=progress())
+    with python_check_named("lock"):
+        done = run_lock(LockRequest(G.queue, image, platform, not no_python_check, progress(), profile, select, env or (),
+                                    unset_env or (), new), refuse_during_rebase)
+    if isinstance(done, tuple):  # --profile all
         if G.json:
             emit_json({"lock": str(done[0].path), "profiles": [_locked_json(d) for d in done]})
             return
@@ -56,14 +54,11 @@ def lock_cmd(
             _say_locked(d)
         say(f"Wrote {done[0].path}.")
         return
-    with python_check_named("lock"):
-        done1 = lock(G.queue, image=image, platform=platform, python_check=not no_python_check, progress=progress(),
-                     profile=profile, select=select, env=env or (), unset_env=unset_env or (), new=new)
     if G.json:
-        emit_json(_locked_json(done1))
+        emit_json(_locked_json(done))
         return
-    _say_locked(done1)
-    say(f"Wrote {done1.path}.")
+    _say_locked(done)
+    say(f"Wrote {done.path}.")
 
 
 def _locked_json(done) -> dict:
@@ -175,36 +170,24 @@ def apply_cmd(
       imgquilt apply --reverse --root /srv/rootfs    (take the queue off again)
       imgquilt apply --profile rocm --root /srv/rootfs --reverse
     """
-    from ..api import apply, signing_key
+    from ..verbs.apply import Applied, ApplyRequest, refuse_apply, run_apply
 
-    if boot and (reverse or profile == "all" or platform == "all"):
-        raise UsageError("--boot boots one image: it cannot go with --reverse, --profile all or --platform all.",
-                         hint="Boot each profile or platform on its own: imgquilt apply --boot --profile NAME ...")
+    req = ApplyRequest(G.queue, image, layer, output_image, root, overlay, platform, locked, not no_python_check, progress(),
+                       attest, compression, profile, compression_level, boot, reverse=reverse,
+                       progress_of=ref_progress)
+    refuse_apply(req)
     if reverse:
         return _reverse(root, image, platform, profile, layer=layer, output_image=output_image, overlay=overlay, attest=attest,
                         compression=compression, compression_level=compression_level, locked=locked)
-    if profile == "all":
-        if platform == "all" or image is not None or root is not None:
-            raise UsageError("`apply --profile all` applies each profile on the image it pins; give it no --image, --root "
-                             "or --platform all.", hint="Apply one profile with --profile NAME.")
-        return _apply_profiles(layer, output_image, overlay, platform, locked, not no_python_check, attest, compression,
-                               compression_level)
-    if platform == "all" and profile is not None:
-        raise UsageError("--platform all takes the default selection; give one of --platform all and --profile.")
-    if platform == "all":
-        if layer is not None or root is not None or overlay is not None:
-            raise UsageError("--platform all writes an image index (--output-image) or only verifies; "
-                             "--layer, --root and --overlay take one platform.", hint="Pick one with --platform OS/ARCH.")
-        q = load()
-        lock = q.lock()
-        ref = pick_ref(image, lock)
-        return _apply_all(q, ref, lock, output_image, locked=locked, python_check=not no_python_check, attest=signing_key(attest),
-                          compression=compression, compression_level=compression_level)
+    from ..verbs.fanout import select
 
-    with python_check_named("apply"):
-        done = apply(G.queue, image=image, layer=layer, output_image=output_image, root=root, overlay=overlay, platform=platform,
-                     locked=locked, python_check=not no_python_check, progress=progress(), attest=attest, compression=compression,
-                     profile=profile, compression_level=compression_level, boot_check=boot)
+    # the hint that names --no-python-check, as before: not on `--platform all` (it never had it)
+    with nullcontext() if select(profile, platform).every_platform else python_check_named("apply"):
+        done = run_apply(req)
+    if isinstance(done, tuple):  # --profile all
+        return _say_profiles(done, layer, overlay)
+    if not isinstance(done, Applied):  # --platform all
+        return _say_platforms(done)
     result, written = done.result, done.outputs
     if G.json:
         doc = result_json(result, done.profile)
@@ -271,16 +254,8 @@ def store_line(store: dict) -> str:
     return f"driver {driver}, graph root {store['graph_root']}, run root {store['run_root']} ({by})"
 
 
-def _apply_profiles(layer, output_image, overlay, platform, locked, python_check, attest, compression,
-                    compression_level=None) -> None:
+def _say_profiles(done, layer, overlay) -> None:
     """--profile all: every profile verified on its own image, then each one's outputs written."""
-    from ..api import apply_profiles
-
-    with python_check_named("apply"):
-        done = apply_profiles(G.queue, layer=None if layer is None else str(layer), output_image=output_image,
-                              overlay=None if overlay is None else str(overlay), platform=platform, locked=locked,
-                              python_check=python_check, progress=progress(), attest=attest, compression=compression,
-                              compression_level=compression_level)
     if G.json:
         docs = [{**result_json(d.result, d.profile), "outputs": d.outputs} for d in done]
         emit_json({**docs[0], "profiles": docs})
@@ -362,19 +337,9 @@ def python_check_named(command: str) -> Iterator[None]:
         raise
 
 
-def _apply_all(q, ref: str, lock, output_image: str | None, *, locked: bool, python_check: bool, attest=None,
-               compression: str | None = None, compression_level: int | None = None) -> None:
+def _say_platforms(done) -> None:
     """--platform all: every platform verified on its own bases, then one index written."""
-    from ..errors import BadImage
-    from ..sources import platforms_of
-    from ..verbs.platforms import apply_platforms
-
-    platforms = platforms_of(ref, cache_dir=cache_dir())
-    if not platforms:
-        raise BadImage(f"{ref} names no platform (neither an index nor a config says one).")
-    results, written = apply_platforms(q, platforms, lambda p: open_ref(ref, p), lock, output_image,
-                                       locked=locked, python_check=python_check, attest=attest, compression=compression,
-                                       compression_level=compression_level)
+    ref, results, written = done.ref, done.results, done.written
     if G.json:
         docs = [{**result_json(r), "platform": p} for p, r in results]
         first = {k: v for k, v in docs[0].items() if k != "platform"}

@@ -9,8 +9,8 @@ import typer
 
 from . import audit_fleet as fleet_cli
 from .annotations import Format, FormatOpt_help, annotate
-from ..errors import NotLive, UsageError, shown, shown_env
-from .common import AUDIT_COLOR, G, ImageOpt, PlatformOpt, ProfileOpt, cache_dir, emit_outcome, load, open_ref, pick_ref, progress, say, table
+from ..errors import NotLive, shown, shown_env
+from .common import AUDIT_COLOR, G, ImageOpt, PlatformOpt, ProfileOpt, emit_outcome, progress, ref_progress, say, table
 
 if TYPE_CHECKING:
     from ..verbs.audit import AuditReport, PatchAudit
@@ -28,17 +28,12 @@ def _first(p: PatchAudit) -> str:
     return f"{where} ({d.state}" + (f"; {d.detail}" if d.detail else "") + ")"
 
 
-def _all_platforms(q, ref: str, want: str, format: Format, trust=None, strict: bool = False) -> None:
+def _say_platforms(done, want: str, format: Format, strict: bool = False) -> None:
     """--platform all: each platform audited on its own, one section each."""
-    from ..errors import BadImage
-    from ..sources import platforms_of
     from ..verbs.audit import not_in_state
-    from ..verbs.platforms import audit_platforms, platforms_json
+    from ..verbs.platforms import platforms_json
 
-    platforms = platforms_of(ref, cache_dir=cache_dir())
-    if not platforms:
-        raise BadImage(f"{ref} names no platform (neither an index nor a config says one).")
-    audits = audit_platforms(q, platforms, lambda p: open_ref(ref, p), trust)
+    ref, audits = done.ref, list(done.audits)
     failing = [a for a in audits if not_in_state(a.report, want, strict=strict) is not None]
     failure = None
     if failing:
@@ -178,44 +173,21 @@ def audit_cmd(
       imgquilt audit --profile all --image oci:out:glm53
       imgquilt audit --pid 1234 --profile all
     """
-    from ..api import audit, public_key
-    from ..verbs.audit import RUNTIME_STATES, STATES, report_json
+    from ..verbs.audit import (RUNTIME_STATES, STATES, AuditRequest, FleetAudited, FleetMerged, PlatformsAudited, report_json,
+                               run_audit)
 
-    if merge_more and not merge:
-        raise UsageError(f"Unexpected argument {merge_more[0]}.", hint="Documents to merge follow --merge.")
-    if merge:
-        if image or images_from or root or history or trust_attestation or pid is not None:
-            raise UsageError("--merge reads audit documents, not images: give it no --image, --images-from, --root, "
-                             "--pid, --history or --trust-attestation.")
-        return fleet_cli.merge_cmd([*(merge or []), *(merge_more or [])], expect.value if expect else None, format)
-    want_state = (expect or Expect.live).value
-    refs = fleet_cli.image_refs(image or [], images_from)
-    if len(refs) > 1 or images_from is not None:
-        if profile is not None:
-            raise UsageError("A fleet audit judges each image by its own profile (the one its apply record or digest "
-                             "names, else the one it matches); --profile takes one image.",
-                             hint="Leave --profile out, or audit one image with --profile all.")
-        if root or history or platform == "all" or pid is not None:
-            raise UsageError("A fleet audit (several images) takes no --root, --pid, --history or --platform all.",
-                             hint="Audit a multi-platform image's platforms on its own: --image REF --platform all.")
-        return fleet_cli.fleet_cmd(refs, platform, want_state, format,
-                                   public_key(trust_attestation) if trust_attestation is not None else None, strict=strict)
-    image_ref = refs[0] if refs else None
-    if profile == "all":
-        if history or platform == "all":
-            raise UsageError("`audit --profile all` judges one image, root or process per profile; it takes no --history or --platform all.")
-        return _all_profiles(image_ref, root, platform, want_state, format, trust_attestation, strict=strict, pid=pid)
-    q = load()
-    lock = q.lock()
-    if platform == "all":
-        if profile is not None:
-            raise UsageError("--platform all judges the default selection; give one of --platform all and --profile.")
-        if root is not None or history or pid is not None:
-            raise UsageError("--platform all audits an image's platforms; it takes no --root, --pid or --history.")
-        return _all_platforms(q, pick_ref(image_ref, lock), want_state, format,
-                              public_key(trust_attestation) if trust_attestation is not None else None, strict=strict)
-    done = audit(G.queue, image=image_ref, root=root, platform=platform, history=history, expect=want_state, progress=progress(),
-                 trust_attestation=trust_attestation, pid=pid, profile=profile, strict=strict)
+    req = AuditRequest(G.queue, tuple(image or ()), root, platform, history, expect.value if expect else None, progress(),
+                       trust_attestation, pid, profile, strict, images_from, tuple(merge or ()), tuple(merge_more or ()),
+                       progress_of=ref_progress)
+    done = run_audit(req)
+    if isinstance(done, FleetMerged):
+        return fleet_cli.finish(done.doc, format)
+    if isinstance(done, FleetAudited):
+        return fleet_cli.say_fleet(done, (expect or Expect.live).value, format, strict=strict)
+    if isinstance(done, tuple):  # --profile all
+        return _say_profiles(done, req.image, root, pid, (expect or Expect.live).value, format)
+    if isinstance(done, PlatformsAudited):
+        return _say_platforms(done, (expect or Expect.live).value, format, strict=strict)
     report, hist, want, failing, failure = done.report, done.history, done.expect, done.failing, done.error
     if G.json:
         doc = report_json(report) if report is not None else {"image": None, "patches": [], "summary": {s: 0 for s in STATES if s not in RUNTIME_STATES}}
@@ -237,14 +209,10 @@ def audit_cmd(
         raise failure
 
 
-def _all_profiles(image_ref: str | None, root: Path | None, platform: str | None, want: str, format: Format, trust,
-                  strict: bool = False, pid: int | None = None) -> None:
+def _say_profiles(audits, image_ref: str | None, root: Path | None, pid: int | None, want: str, format: Format) -> None:
     """--profile all: every profile judged; the ones the filesystem (or process) matches named."""
-    from ..api import audit_profiles
     from ..verbs.audit import report_json
 
-    audits = audit_profiles(G.queue, image=image_ref, root=root, platform=platform, expect=want, progress=progress(),  # type: ignore[arg-type]
-                            trust_attestation=trust, strict=strict, pid=pid)
     matching = [a.profile for a in audits if a.matches]
     where = (image_ref or (str(root) if root is not None else None)
              or (f"process {pid}" if pid is not None else "the image each profile pins"))

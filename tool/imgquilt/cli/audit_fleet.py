@@ -2,52 +2,26 @@
 patches x images matrix (a table on a terminal, tab-separated rows in a pipe, one document with --json)."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from ..errors import BadInput, ImgquiltError, NotLive, UsageError
+from ..errors import BadInput, ImgquiltError, NotLive
 from .annotations import Format, annotate
-from .common import AUDIT_COLOR, G, emit_outcome, load, open_ref, say, table
+from .common import AUDIT_COLOR, G, emit_outcome, say, table
 
 
-def image_refs(images: list[str], images_from: Path | None) -> list[str]:
-    from ..verbs.fleet import read_image_list, unique
-
-    return unique([*images, *(read_image_list(images_from) if images_from is not None else [])])
-
-
-def fleet_cmd(refs: list[str], platform: str | None, expect: str, format: Format, trust=None, *, strict: bool = False) -> None:
+def say_fleet(done, expect: str, format: Format, *, strict: bool = False) -> None:
+    """A fleet audit's entries (verbs.audit.FleetAudited) as the patches x images matrix."""
     from ..verbs.audit import report_json
-    from ..verbs.fleet import audit_fleet, fleet_document
+    from ..verbs.fleet import fleet_document
 
-    if not refs:
-        raise UsageError("No image to audit.", hint="Pass --image REF (repeatable) or --images-from FILE.")
-    q = load()
-    entries = audit_fleet(q, refs, lambda ref: open_ref(ref, platform), trust=trust, expect=expect)
     images = []
-    for e in entries:
+    for e in done.entries:
         if e.report is not None:
             images.append({**report_json(e.report), **({"profile_by": e.profile_by} if e.profile_by else {}), "expect": expect})
         else:
-            images.append({"image": {"ref": e.ref, "digest": None, "platform": platform}, "patches": [],
+            images.append({"image": {"ref": e.ref, "digest": None, "platform": done.platform}, "patches": [],
                            "summary": {}, "expect": expect, "error": _error(e.error)})
-    _finish(fleet_document(images, expect, strict=strict), format)
-
-
-def merge_cmd(files: list[Path], expect: str | None, format: Format) -> None:
-    from ..util.regular import read_regular_file
-    from ..verbs.fleet import merge_documents, parse_shard
-
-    docs = []
-    for f in files:
-        try:
-            data = read_regular_file(f)
-        except OSError as exc:
-            raise UsageError(f"--merge {f}: cannot be read ({exc.strerror or exc}).") from None
-        if data is None:
-            raise UsageError(f"--merge {f}: no such file.")
-        docs.append((str(f), parse_shard(str(f), data)))
-    _finish(merge_documents(docs, expect), format)
+    finish(fleet_document(images, expect, strict=strict), format)
 
 
 def _error(exc: ImgquiltError | None) -> dict[str, Any]:
@@ -74,7 +48,7 @@ def _profiles_table(doc: dict[str, Any], expect: str) -> None:
     table("Profile of each image", ["image", "profile", "chosen by", "verdict"], rows)
 
 
-def _finish(doc: dict[str, Any], format: Format) -> None:
+def finish(doc: dict[str, Any], format: Format) -> None:
     from ..verbs.fleet import image_ref, not_as_expected
 
     expect = doc["expect"]

@@ -51,20 +51,10 @@ def boot_cmd(
       imgquilt boot --image oci:images/vllm:0.10.1 --overlay out/overlay
       imgquilt boot --profile glm53 --mount-queue /queue -- python3 -m pytest -q /queue/tests/smoke
     """
-    from ..api import boot, profiles
+    from ..api import boot
+    from ..verbs.fanout import boot_profiles
 
-    if profile == "all":
-        from ..errors import UsageError
-
-        if image is not None or root is not None or overlay is not None:
-            raise UsageError("`boot --profile all` boots each profile on the image it pins; give it no --image, --root or "
-                             "--overlay.", hint="Boot one profile on another base with --profile NAME.")
-        names = [p.name for p in profiles(G.queue)]
-        if not names:
-            raise UsageError("`--profile all`: targets.lock declares no profile.",
-                             hint="Declare one with `imgquilt lock --profile NAME --image REF`.")
-    else:
-        names = [profile]
+    names = boot_profiles(G.queue, profile, image=image, root=root, overlay=overlay)
     shown = progress()
     reports = [boot(G.queue, image=image, root=root, overlay=overlay, platform=platform, profile=name, timeout=timeout,
                     memory=_size(memory), command=command or (), mount_queue=mount_queue, progress=shown,

@@ -286,13 +286,18 @@ def progress(label: str = "") -> Any:
 
 
 def open_ref(ref: str, platform: str | None) -> Source:
-    from ..api import open_ref as api_open
+    from ..verbs.refs import open_ref as verbs_open
 
     try:
         root: Path | None = queue_root()
     except ImgquiltError:
         root = None
-    return api_open(ref, platform, root=root, progress=progress(_short(ref)))
+    return verbs_open(ref, platform, root=root, progress=ref_progress(ref))
+
+
+def ref_progress(ref: str) -> Any:
+    """The progress of reading `ref`, labelled with it (shortened)."""
+    return progress(_short(ref))
 
 
 def _short(ref: str) -> str:
@@ -301,7 +306,7 @@ def _short(ref: str) -> str:
 
 def cache_dir() -> Path | None:
     """The current queue's own cache directory (None outside a queue)."""
-    from ..api import cache_dir as queue_cache
+    from ..verbs.refs import cache_dir as queue_cache
 
     try:
         return queue_cache(queue_root())
@@ -311,7 +316,7 @@ def cache_dir() -> Path | None:
 
 def pick_ref(image: str | None, lock: Lock | None, remembered: str | None = None) -> str:
     """--image, else the image targets.lock pins, else `remembered` (see api.pick_ref)."""
-    from ..api import pick_ref as pick
+    from ..verbs.refs import pick_ref as pick
 
     return pick(image, lock, queue_root(), remembered)
 

@@ -130,18 +130,17 @@ def render_header(name: str, header: Header, changed: bool, *, asked: bool = Fal
 def check(image: str | None, platform: str | None, format: Format, profile: str | None = None,
           allow_unselected: bool = False, strict: bool = False, boot: bool = False) -> None:
     """The body of `imgquilt check` (its options and help are in apply.py)."""
-    from ..api import check
+    from ..verbs.check import CheckRequest, check, refuse_check
+    from ..work.rehash import stale_results
 
-    checked = check(G.queue, image=image, platform=platform, progress=progress(), profile=profile,
-                    allow_unselected=allow_unselected, strict=strict)
+    req = CheckRequest(G.queue, image, platform, progress(), profile, allow_unselected, strict, boot)
+    checked = check(req, stale_results)
     problems, failure = list(checked.problems), checked.error
     booted = None
     if boot and failure is None:  # --boot: the queue is sound; now import its modules on the image (docs/boot.md)
         from ..api import boot as boot_queue
-        from ..errors import UsageError
 
-        if profile == "all":
-            raise UsageError("`check --boot` boots one image; use `imgquilt boot --profile all` for every profile.")
+        refuse_check(req)
         booted = boot_queue(G.queue, image=image, platform=platform, profile=profile, progress=progress())
         failure = booted.failure()
         if failure is not None:

@@ -28,22 +28,18 @@ def verify_cmd(
       imgquilt verify --image oci:out:1.0-fixed --key key.pub
       imgquilt verify --image docker://reg/app:1.0-fixed --key cosign.pub --platform all --json
     """
-    from ..api import verify
     from ..verbs.attest import verification_json
+    from ..verbs.verify import VerifyRequest, run_verify
 
-    if profile == "all":
-        from ..errors import UsageError
-
-        raise UsageError("verify checks the attestation of one image: name the profile it was applied for (--profile NAME).",
-                         hint="`imgquilt audit --profile all --image REF` says which profile an image is.")
-    found = verify(G.queue, image=image, key=key, platform=platform, profile=profile)
+    verified = run_verify(VerifyRequest(G.queue, image, key, platform, profile))
+    found = verified.found
     failing = [v for v in found if v.verified is None]
     failure = failing[0].failure() if failing else None
     if len(failing) > 1:
         failure.message = "\n".join(v.failure().message for v in failing)  # type: ignore[union-attr]
     docs = [verification_json(v) for v in found]
     if G.json:
-        doc = docs[0] if platform != "all" else {
+        doc = docs[0] if not verified.every_platform else {
             "image": {"ref": found[0].ref if found else image, "digest": None, "platform": "all"},
             "key": docs[0]["key"] if docs else None, "verified": not failing, "platforms": docs}
         emit_outcome(doc, failure)

@@ -214,6 +214,23 @@ def _shape_problem(part: Any) -> str | None:
     return None
 
 
+def merge_files(files: Sequence[Path], expect: str | None) -> dict[str, Any]:
+    """`audit --merge FILE...`: each shard read (a regular file, as every queue file) and parsed
+    strictly, then merged (merge_documents)."""
+    from ..util.regular import read_regular_file
+
+    docs = []
+    for f in files:
+        try:
+            data = read_regular_file(f)
+        except OSError as exc:
+            raise UsageError(f"--merge {f}: cannot be read ({exc.strerror or exc}).") from None
+        if data is None:
+            raise UsageError(f"--merge {f}: no such file.")
+        docs.append((str(f), parse_shard(str(f), data)))
+    return merge_documents(docs, expect)
+
+
 def merge_documents(docs: Sequence[tuple[str, Any]], expect: str | None) -> dict[str, Any]:
     """One fleet document from shards' documents (`docs`: (file name, parsed JSON)).
 
