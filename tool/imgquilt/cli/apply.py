@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Iterator, List, Optional
 import typer
 
 from ..errors import PythonCheckFailed, Refused, UsageError, shown, shown_env
-from . import listing
+from . import documents, listing
 from .annotations import Format, FormatOpt_help
 from .common import (G, ImageOpt, PlatformOpt, ProfileOpt, VerboseOpt, cache_dir, emit_json, load, note, open_ref, pick_ref,
                      progress, say, table)
@@ -50,7 +50,7 @@ def lock_cmd(
         with python_check_named("lock"):
             done = lock_profiles(G.queue, platform=platform, python_check=not no_python_check, progress=progress())
         if G.json:
-            emit_json({"lock": str(done[0].path), "profiles": [_locked_json(d) for d in done]})
+            emit_json(documents.lock_profiles_doc(done))
             return
         for d in done:
             _say_locked(d)
@@ -60,18 +60,10 @@ def lock_cmd(
         done1 = lock(G.queue, image=image, platform=platform, python_check=not no_python_check, progress=progress(),
                      profile=profile, select=select, env=env or (), unset_env=unset_env or (), new=new)
     if G.json:
-        emit_json(_locked_json(done1))
+        emit_json(documents.lock_doc(done1))
         return
     _say_locked(done1)
     say(f"Wrote {done1.path}.")
-
-
-def _locked_json(done) -> dict:
-    doc = {"lock": str(done.path), "image": {"ref": done.ref, "digest": done.digest, "platform": done.platform},
-           "series_sha256": done.series_sha256, "targets": done.targets}
-    if done.profile is not None:
-        doc.update(profile=done.profile, select=list(done.select), env=dict(done.env), patches=done.patches)
-    return doc
 
 
 def _say_locked(done) -> None:
@@ -104,28 +96,6 @@ def _files_per_patch(result: ApplyResult) -> dict[str, int]:
         for patch, _, _ in f.steps:
             counts[patch] = counts.get(patch, 0) + 1
     return counts
-
-
-def result_json(result: ApplyResult, profile: str | None = None) -> dict:
-    from ..verbs.apply import changes_image
-    from ..queue.hunks import sha256_hex
-
-    return {
-        **({} if profile is None else {"profile": profile, "env": dict(result.env)}),
-        "image": {"ref": result.info.ref, "digest": result.info.digest, "platform": result.info.platform},
-        "pinned": result.pinned,
-        "series_sha256": result.series_sha256,
-        "patches": list(result.patches),
-        "files": [
-            {"path": f.target.path, "resolved": f.resolved, "base_sha256": sha256_hex(f.target.data),
-             "final_sha256": sha256_hex(f.final), "mode": f"{f.mode:04o}", "uid": f.uid, "gid": f.gid, "patches": list(f.patches),
-             **({"kind": "symlink"} if f.link else {})}
-            for f in result.files
-        ],
-        "notes": list(result.notes),
-        "bytecode": [{"path": b.path, "source": b.source, "action": "removed"} for b in result.bytecode],
-        "changes": changes_image(result),
-    }
 
 
 def _say_bytecode(result: ApplyResult, written: dict, verbose: bool) -> None:
@@ -207,11 +177,7 @@ def apply_cmd(
                      profile=profile, compression_level=compression_level, boot_check=boot)
     result, written = done.result, done.outputs
     if G.json:
-        doc = result_json(result, done.profile)
-        doc["outputs"] = written
-        if done.boot is not None:
-            doc["boot"] = done.boot.json()
-        emit_json(doc)
+        emit_json(documents.apply_doc(result, written, done.profile, done.boot))
         return
     if done.boot is not None:
         for p in done.boot.patches:
@@ -282,8 +248,7 @@ def _apply_profiles(layer, output_image, overlay, platform, locked, python_check
                               python_check=python_check, progress=progress(), attest=attest, compression=compression,
                               compression_level=compression_level)
     if G.json:
-        docs = [{**result_json(d.result, d.profile), "outputs": d.outputs} for d in done]
-        emit_json({**docs[0], "profiles": docs})
+        emit_json(documents.apply_profiles_doc(done))
         return
     from ..verbs.profiles import fill
 
@@ -306,8 +271,7 @@ def _reverse(root: Path | None, image: str | None, platform: str | None, profile
 
 def _say_restored(done, verb: str) -> None:
     if G.json:
-        emit_json({"root": str(done.root), "written": list(done.written), "removed": list(done.removed), "already": list(done.already),
-                   **({"series_sha256": done.series_sha256, "bytecode_not_restored": list(done.bytecode)} if verb == "reverse" else {})})
+        emit_json(documents.restored_doc(done, reverse=verb == "reverse"))
         return
     for p in done.written:
         say(f"removed {p}" if p in done.removed else f"restored {p}")
@@ -376,12 +340,7 @@ def _apply_all(q, ref: str, lock, output_image: str | None, *, locked: bool, pyt
                                        locked=locked, python_check=python_check, attest=attest, compression=compression,
                                        compression_level=compression_level)
     if G.json:
-        docs = [{**result_json(r), "platform": p} for p, r in results]
-        first = {k: v for k, v in docs[0].items() if k != "platform"}
-        emit_json({**first, "image": {"ref": ref, "digest": written.get("image", {}).get("digest"), "platform": "all"},
-                   "files": [{**f, "platform": d["platform"]} for d in docs for f in d["files"]],
-                   "bytecode": [{**b, "platform": d["platform"]} for d in docs for b in d["bytecode"]],
-                   "notes": [n for d in docs for n in d["notes"]], "platforms": docs, "outputs": written})
+        emit_json(documents.apply_platforms_doc(ref, results, written))
         return
     for p, r in results:
         say(f"Verified {len(r.patches)} patch(es) on {p} ({r.info.digest})" + (" (pinned by targets.lock)." if r.pinned else "."))

@@ -33,7 +33,8 @@ def _all_platforms(q, ref: str, want: str, format: Format, trust=None, strict: b
     from ..errors import BadImage
     from ..sources import platforms_of
     from ..verbs.audit import not_in_state
-    from ..verbs.platforms import audit_platforms, platforms_json
+    from ..verbs.platforms import audit_platforms
+    from .documents import audit_platforms_doc
 
     platforms = platforms_of(ref, cache_dir=cache_dir())
     if not platforms:
@@ -46,7 +47,7 @@ def _all_platforms(q, ref: str, want: str, format: Format, trust=None, strict: b
                           + "; ".join(f"{a.platform}: {not_in_state(a.report, want, strict=strict).message}" for a in failing),  # type: ignore[union-attr]
                           hint=not_in_state(failing[0].report, want, strict=strict).hint)  # type: ignore[union-attr]
     if G.json:
-        emit_outcome(platforms_json(ref, audits, want), failure)
+        emit_outcome(audit_platforms_doc(ref, audits, want), failure)
         return
     for a in audits:
         if format is Format.github:
@@ -179,7 +180,6 @@ def audit_cmd(
       imgquilt audit --pid 1234 --profile all
     """
     from ..api import audit, public_key
-    from ..verbs.audit import RUNTIME_STATES, STATES, report_json
 
     if merge_more and not merge:
         raise UsageError(f"Unexpected argument {merge_more[0]}.", hint="Documents to merge follow --merge.")
@@ -218,13 +218,9 @@ def audit_cmd(
                  trust_attestation=trust_attestation, pid=pid, profile=profile, strict=strict)
     report, hist, want, failing, failure = done.report, done.history, done.expect, done.failing, done.error
     if G.json:
-        doc = report_json(report) if report is not None else {"image": None, "patches": [], "summary": {s: 0 for s in STATES if s not in RUNTIME_STATES}}
-        doc["expect"] = want
-        if hist is not None:
-            from ..verbs.history import history_json
+        from .documents import audit_doc
 
-            doc["history"] = history_json(hist)
-        emit_outcome(doc, failure)
+        emit_outcome(audit_doc(report, want, hist), failure)
         return
     if format is Format.github:
         whose = f" (profile {done.profile})" if done.profile else ""
@@ -241,7 +237,7 @@ def _all_profiles(image_ref: str | None, root: Path | None, platform: str | None
                   strict: bool = False, pid: int | None = None) -> None:
     """--profile all: every profile judged; the ones the filesystem (or process) matches named."""
     from ..api import audit_profiles
-    from ..verbs.audit import report_json
+    from .documents import audit_profiles_doc
 
     audits = audit_profiles(G.queue, image=image_ref, root=root, platform=platform, expect=want, progress=progress(),  # type: ignore[arg-type]
                             trust_attestation=trust, strict=strict, pid=pid)
@@ -254,10 +250,7 @@ def _all_profiles(image_ref: str | None, root: Path | None, platform: str | None
                           + "; ".join(f"{a.profile}: {a.error.message if a.error else 'the apply record disagrees'}" for a in audits),
                           hint="Apply the profile it should be (`imgquilt apply --profile NAME --output-image REF`).")
     if G.json:
-        docs = [{**report_json(a.report), "expect": want, "matches": a.matches} for a in audits if a.report is not None]
-        first = docs[0]
-        emit_outcome({"image": first["image"] if (image_ref or root or pid is not None) else None, "patches": [], "summary": {}, "expect": want,
-                      "profiles": docs, "matching": matching}, failure)
+        emit_outcome(audit_profiles_doc(audits, want, matching, bool(image_ref or root or pid is not None)), failure)
         return
     for a in audits:
         if format is Format.github and not a.matches:

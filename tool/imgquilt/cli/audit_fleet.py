@@ -17,7 +17,7 @@ def image_refs(images: list[str], images_from: Path | None) -> list[str]:
 
 
 def fleet_cmd(refs: list[str], platform: str | None, expect: str, format: Format, trust=None, *, strict: bool = False) -> None:
-    from ..verbs.audit import report_json
+    from .documents import fleet_image
     from ..verbs.fleet import audit_fleet, fleet_document
 
     if not refs:
@@ -27,7 +27,7 @@ def fleet_cmd(refs: list[str], platform: str | None, expect: str, format: Format
     images = []
     for e in entries:
         if e.report is not None:
-            images.append({**report_json(e.report), **({"profile_by": e.profile_by} if e.profile_by else {}), "expect": expect})
+            images.append(fleet_image(e.report, expect, e.profile_by))
         else:
             images.append({"image": {"ref": e.ref, "digest": None, "platform": platform}, "patches": [],
                            "summary": {}, "expect": expect, "error": _error(e.error)})

@@ -29,7 +29,7 @@ def verify_cmd(
       imgquilt verify --image docker://reg/app:1.0-fixed --key cosign.pub --platform all --json
     """
     from ..api import verify
-    from ..verbs.attest import verification_json
+    from .documents import verify_doc
 
     if profile == "all":
         from ..errors import UsageError
@@ -41,12 +41,8 @@ def verify_cmd(
     failure = failing[0].failure() if failing else None
     if len(failing) > 1:
         failure.message = "\n".join(v.failure().message for v in failing)  # type: ignore[union-attr]
-    docs = [verification_json(v) for v in found]
     if G.json:
-        doc = docs[0] if platform != "all" else {
-            "image": {"ref": found[0].ref if found else image, "digest": None, "platform": "all"},
-            "key": docs[0]["key"] if docs else None, "verified": not failing, "platforms": docs}
-        emit_outcome(doc, failure)
+        emit_outcome(verify_doc(found, image, platform == "all"), failure)
         return
     for v in found:
         ok = v.verified
