@@ -11,6 +11,7 @@ formats, not documents: their `to_json` stays beside their types.
 Cheap to import (the error tree alone): a renderer loads what it needs when it runs, so a command
 that prints no document never imports the verbs of another.
 """
+
 from __future__ import annotations
 
 import re
@@ -40,8 +41,15 @@ def error_doc(exc: ImgquiltError) -> dict[str, Any]:
     """The JSON document a failing command prints with --json (DESIGN: one document, success or failure)."""
     found = getattr(exc, "problems", None) or []
     problems = [p if isinstance(p, str) else p.render() for p in found]
-    return {"error": {"code": exc.exit_code, "kind": error_kind(exc), "message": exc.message, "hint": exc.hint,
-                      **({"problems": problems} if problems else {})}}
+    return {
+        "error": {
+            "code": exc.exit_code,
+            "kind": error_kind(exc),
+            "message": exc.message,
+            "hint": exc.hint,
+            **({"problems": problems} if problems else {}),
+        }
+    }
 
 
 def error_kind(exc: BaseException) -> str:
@@ -51,8 +59,14 @@ def error_kind(exc: BaseException) -> str:
 
 def bug_doc(exc: BaseException) -> dict[str, Any]:
     """Exit 1: the document of an error imgquilt has no words for (a bug)."""
-    return {"error": {"code": 1, "kind": "internal-error", "message": f"{exc.__class__.__name__}: {exc}",
-                      "hint": "This is a bug; run with --debug for the traceback."}}
+    return {
+        "error": {
+            "code": 1,
+            "kind": "internal-error",
+            "message": f"{exc.__class__.__name__}: {exc}",
+            "hint": "This is a bug; run with --debug for the traceback.",
+        }
+    }
 
 
 # --- parts several documents share ----------------------------------------------------------------
@@ -60,14 +74,25 @@ def targets_lock(update: LockUpdate | None) -> dict | None:
     """`targets_lock`: what a command that changed the queue did about targets.lock (null: the queue has none)."""
     if update is None or not update.pinned:
         return None
-    return {"updated": update.written, "path": str(update.path) if update.path else None, "stale": update.why, "todo": update.todo}
+    return {
+        "updated": update.written,
+        "path": str(update.path) if update.path else None,
+        "stale": update.why,
+        "todo": update.todo,
+    }
 
 
 def patch_files(patch: Patch) -> list[dict]:
     """`files` of a patch: each section's path, hashes and modes."""
     return [
-        {"path": s.path, "base_sha256": s.base_sha256, "patched_sha256": s.patched_sha256, **({"mode": f"{s.mode:04o}"} if s.mode is not None else {}),
-         **({"kind": "symlink"} if s.link else {}), **({"new_mode": f"{s.new_mode:04o}"} if s.new_mode is not None else {})}
+        {
+            "path": s.path,
+            "base_sha256": s.base_sha256,
+            "patched_sha256": s.patched_sha256,
+            **({"mode": f"{s.mode:04o}"} if s.mode is not None else {}),
+            **({"kind": "symlink"} if s.link else {}),
+            **({"new_mode": f"{s.new_mode:04o}"} if s.new_mode is not None else {}),
+        }
         for s in patch.sections
     ]
 
@@ -79,8 +104,12 @@ def init_doc(root: Any, created: list[str]) -> dict:
 
 def locked_doc(done: Any) -> dict:
     """`lock` (verbs' Locked): the pin written, and for a profile its selection."""
-    doc = {"lock": str(done.path), "image": {"ref": done.ref, "digest": done.digest, "platform": done.platform},
-           "series_sha256": done.series_sha256, "targets": done.targets}
+    doc = {
+        "lock": str(done.path),
+        "image": {"ref": done.ref, "digest": done.digest, "platform": done.platform},
+        "series_sha256": done.series_sha256,
+        "targets": done.targets,
+    }
     if done.profile is not None:
         doc.update(profile=done.profile, select=list(done.select), env=dict(done.env), patches=done.patches)
     return doc
@@ -108,9 +137,17 @@ def apply_result(result: ApplyResult, profile: str | None = None) -> dict:
         "series_sha256": result.series_sha256,
         "patches": list(result.patches),
         "files": [
-            {"path": f.target.path, "resolved": f.resolved, "base_sha256": sha256_hex(f.target.data),
-             "final_sha256": sha256_hex(f.final), "mode": f"{f.mode:04o}", "uid": f.uid, "gid": f.gid, "patches": list(f.patches),
-             **({"kind": "symlink"} if f.link else {})}
+            {
+                "path": f.target.path,
+                "resolved": f.resolved,
+                "base_sha256": sha256_hex(f.target.data),
+                "final_sha256": sha256_hex(f.final),
+                "mode": f"{f.mode:04o}",
+                "uid": f.uid,
+                "gid": f.gid,
+                "patches": list(f.patches),
+                **({"kind": "symlink"} if f.link else {}),
+            }
             for f in result.files
         ],
         "notes": list(result.notes),
@@ -138,19 +175,31 @@ def apply_platforms_doc(ref: str, results: Sequence[tuple[str, ApplyResult]], wr
     """`apply --platform all`: every platform's files in one list (each naming its platform), and one document per platform."""
     docs = [{**apply_result(r), "platform": p} for p, r in results]
     first = {k: v for k, v in docs[0].items() if k != "platform"}
-    return {**first, "image": {"ref": ref, "digest": written.get("image", {}).get("digest"), "platform": "all"},
-            "files": [{**f, "platform": d["platform"]} for d in docs for f in d["files"]],
-            "bytecode": [{**b, "platform": d["platform"]} for d in docs for b in d["bytecode"]],
-            "notes": [n for d in docs for n in d["notes"]], "platforms": docs, "outputs": written}
+    return {
+        **first,
+        "image": {"ref": ref, "digest": written.get("image", {}).get("digest"), "platform": "all"},
+        "files": [{**f, "platform": d["platform"]} for d in docs for f in d["files"]],
+        "bytecode": [{**b, "platform": d["platform"]} for d in docs for b in d["bytecode"]],
+        "notes": [n for d in docs for n in d["notes"]],
+        "platforms": docs,
+        "outputs": written,
+    }
 
 
 def restored_doc(done: Any, reverse: bool = False) -> dict:
     """`restore`, and `apply --reverse` (which adds what it took off)."""
-    return {"root": str(done.root), "written": list(done.written), "removed": list(done.removed), "already": list(done.already),
-            **({"series_sha256": done.series_sha256, "bytecode_not_restored": list(done.bytecode)} if reverse else {})}
+    return {
+        "root": str(done.root),
+        "written": list(done.written),
+        "removed": list(done.removed),
+        "already": list(done.already),
+        **({"series_sha256": done.series_sha256, "bytecode_not_restored": list(done.bytecode)} if reverse else {}),
+    }
 
 
-def check_doc(checked: Any, ok: bool, problems: list[str], profiled: bool = False, boot: BootReport | None = None) -> dict:
+def check_doc(
+    checked: Any, ok: bool, problems: list[str], profiled: bool = False, boot: BootReport | None = None
+) -> dict:
     """`check`: whether the queue is sound, what was checked (and booted, with --boot)."""
     doc: dict[str, Any] = {"ok": ok, "problems": problems, "patches": list(checked.patches)}
     if checked.unchecked:  # only when there are: the document of a queue without stays as it was
@@ -168,25 +217,43 @@ def overlay_args_doc(found: list[str] | dict, format: str) -> dict:
 
 # --- boot -------------------------------------------------------------------------------------------
 def _patch_boot(p: PatchBoot) -> dict:
-    return {"name": p.name, "verdict": p.verdict, "modules": list(p.modules), "why": p.why,
-            "failures": [{"module": m, **f.json()} for m, f in p.failures]}
+    return {
+        "name": p.name,
+        "verdict": p.verdict,
+        "modules": list(p.modules),
+        "why": p.why,
+        "failures": [{"module": m, **f.json()} for m, f in p.failures],
+    }
 
 
 def _command_boot(c: CommandBoot) -> dict:
     def side(r: Any) -> dict:
-        return {"exit_code": r.code, "timed_out": r.timed_out, "seconds": round(r.seconds, 3),
-                "stdout_tail": r.tail("stdout"), "stderr_tail": r.tail("stderr")}
+        return {
+            "exit_code": r.code,
+            "timed_out": r.timed_out,
+            "seconds": round(r.seconds, 3),
+            "stdout_tail": r.tail("stdout"),
+            "stderr_tail": r.tail("stderr"),
+        }
 
     return {"argv": list(c.argv), "verdict": c.verdict, "base": side(c.base), "patched": side(c.patched)}
 
 
 def boot_report(r: BootReport) -> dict:
     """One image's boot (a probe's own form, `Probe.json`, is also what the rebase state keeps)."""
-    return {"image": {"ref": r.ref, "digest": r.digest}, "profile": r.profile, "env": dict(r.env),
-            "timeout": r.timeout, "patches": [_patch_boot(p) for p in r.patches], "probes": [p.json() for p in r.probes],
-            "command": None if r.command is None else _command_boot(r.command), "ok": not r.failed,
-            "sandbox_seconds": round(r.sandbox_seconds, 3), "sandbox_cpu_seconds": round(r.sandbox_cpu_seconds, 3),
-            "patched_digest": r.patched_digest}
+    return {
+        "image": {"ref": r.ref, "digest": r.digest},
+        "profile": r.profile,
+        "env": dict(r.env),
+        "timeout": r.timeout,
+        "patches": [_patch_boot(p) for p in r.patches],
+        "probes": [p.json() for p in r.probes],
+        "command": None if r.command is None else _command_boot(r.command),
+        "ok": not r.failed,
+        "sandbox_seconds": round(r.sandbox_seconds, 3),
+        "sandbox_cpu_seconds": round(r.sandbox_cpu_seconds, 3),
+        "patched_digest": r.patched_digest,
+    }
 
 
 def boot_doc(reports: Sequence[BootReport], ok: bool) -> dict:
@@ -206,19 +273,38 @@ def audit_report(report: AuditReport) -> dict:
     trust = report.trust
     return {
         **({} if report.profile is None else {"profile": report.profile}),
-        **({} if report.env is None else {"env": {
-            "expected": dict(report.env.expected),
-            "checked": report.env.found is not None,
-            **({"source": report.env.source} if report.env.found is not None else {}),
-            "missing": [{"key": k, "value": v, "found": got} for k, v, got in report.env.missing],
-        }}),
-        "image": {"ref": info.ref, "digest": info.digest, "platform": info.platform, "kind": info.kind,
-                  "base": None if report.base is None else report.base.json()},
-        **({} if trust is None else {
-            "answered_from": trust.answered_from,
-            "attestation": {"digest": trust.attestation, "key_id": trust.key_id, "note": trust.note,
-                            "rejected": [{"digest": d, "reason": r} for d, r in trust.rejected]},
-        }),
+        **(
+            {}
+            if report.env is None
+            else {
+                "env": {
+                    "expected": dict(report.env.expected),
+                    "checked": report.env.found is not None,
+                    **({"source": report.env.source} if report.env.found is not None else {}),
+                    "missing": [{"key": k, "value": v, "found": got} for k, v, got in report.env.missing],
+                }
+            }
+        ),
+        "image": {
+            "ref": info.ref,
+            "digest": info.digest,
+            "platform": info.platform,
+            "kind": info.kind,
+            "base": None if report.base is None else report.base.json(),
+        },
+        **(
+            {}
+            if trust is None
+            else {
+                "answered_from": trust.answered_from,
+                "attestation": {
+                    "digest": trust.attestation,
+                    "key_id": trust.key_id,
+                    "note": trust.note,
+                    "rejected": [{"digest": d, "reason": r} for d, r in trust.rejected],
+                },
+            }
+        ),
         "series_sha256": report.series_sha256,
         "patches": [
             {
@@ -235,7 +321,9 @@ def audit_report(report: AuditReport) -> dict:
                         "actual": f.actual,
                         "detail": f.detail or None,
                         "record": f.recorded,
-                        "bytecode": [{"path": v.bytecode.path, "verdict": v.verdict, "reason": v.reason} for v in f.bytecode],
+                        "bytecode": [
+                            {"path": v.bytecode.path, "verdict": v.verdict, "reason": v.reason} for v in f.bytecode
+                        ],
                     }
                     for f in p.files
                 ],
@@ -243,7 +331,9 @@ def audit_report(report: AuditReport) -> dict:
             for p in report.patches
         ],
         "summary": report.summary,
-        "record": None if rec is None else {
+        "record": None
+        if rec is None
+        else {
             "path": rec.path,
             "series_sha256": rec.series_sha256,
             "series_matches": rec.series_matches,
@@ -252,18 +342,22 @@ def audit_report(report: AuditReport) -> dict:
             "patches": list(rec.patches),
             "agrees": not rec.problems,
         },
-        "process": None if report.process is None else {
-            "pid": report.process.pid, "root": report.process.root,
+        "process": None
+        if report.process is None
+        else {
+            "pid": report.process.pid,
+            "root": report.process.root,
             "started": iso_time(report.process.started),
         },
-        "record_problems": [] if rec is None else [
-            {"kind": x.kind, "patch": x.patch, "path": x.path, "message": x.message} for x in rec.problems
-        ],
+        "record_problems": []
+        if rec is None
+        else [{"kind": x.kind, "patch": x.patch, "path": x.path, "message": x.message} for x in rec.problems],
     }
 
 
 def history(h: History) -> dict:
     """`audit --history`: what git says happened to each patch."""
+
     def commit(c: Any) -> dict:
         return {"commit": c.hexsha, "short": c.short, "subject": c.subject, "date": c.date, "author": c.author}
 
@@ -272,7 +366,11 @@ def history(h: History) -> dict:
         "queue_path": h.queue_path,
         "commits": h.commits,
         "patches": [
-            {"name": p.name, "in_series": p.in_series, "events": [{"kind": e.kind, **commit(e.commit), "detail": e.detail or None} for e in p.events]}
+            {
+                "name": p.name,
+                "in_series": p.in_series,
+                "events": [{"kind": e.kind, **commit(e.commit), "detail": e.detail or None} for e in p.events],
+            }
             for p in h.patches
         ],
         "flags": [{"kind": f.kind, "patch": f.patch, **commit(f.commit), "message": f.message} for f in h.flags],
@@ -283,7 +381,11 @@ def audit_doc(report: AuditReport | None, expect: str, hist: History | None = No
     """`audit` of one image, root or process (no report: the queue has no patch to judge)."""
     from ..verbs.audit import RUNTIME_STATES, STATES
 
-    doc = audit_report(report) if report is not None else {"image": None, "patches": [], "summary": {s: 0 for s in STATES if s not in RUNTIME_STATES}}
+    doc = (
+        audit_report(report)
+        if report is not None
+        else {"image": None, "patches": [], "summary": {s: 0 for s in STATES if s not in RUNTIME_STATES}}
+    )
     doc["expect"] = expect
     if hist is not None:
         doc["history"] = history(hist)
@@ -294,8 +396,14 @@ def audit_profiles_doc(audits: Sequence[Any], expect: str, matching: list[str], 
     """`audit --profile all`: one document per profile and the ones that match (`named`: one image, root or process was given)."""
     docs = [{**audit_report(a.report), "expect": expect, "matches": a.matches} for a in audits if a.report is not None]
     first = docs[0]
-    return {"image": first["image"] if named else None, "patches": [], "summary": {}, "expect": expect,
-            "profiles": docs, "matching": matching}
+    return {
+        "image": first["image"] if named else None,
+        "patches": [],
+        "summary": {},
+        "expect": expect,
+        "profiles": docs,
+        "matching": matching,
+    }
 
 
 def audit_platforms_doc(ref: str, audits: Sequence[PlatformAudit], expect: str) -> dict:
@@ -309,13 +417,20 @@ def audit_platforms_doc(ref: str, audits: Sequence[PlatformAudit], expect: str) 
     for i, name in enumerate(names):
         states = {a.report.patches[i].state for a in audits}
         files = [{**f, "platform": a.platform} for a, d in zip(audits, docs) for f in d["patches"][i]["files"]]
-        patches.append({"name": name, "state": states.pop() if len(states) == 1 else PARTIAL, "record": None, "files": files})
+        patches.append(
+            {"name": name, "state": states.pop() if len(states) == 1 else PARTIAL, "record": None, "files": files}
+        )
     summary: dict[str, int] = {s: 0 for s in (audits[0].report.summary if audits else {LIVE: 0})}
     for p in patches:
         summary[p["state"]] = summary.get(p["state"], 0) + 1
-    return {"image": {"ref": ref, "digest": None, "platform": "all", "kind": "image"},
-            "series_sha256": audits[0].report.series_sha256 if audits else None,
-            "patches": patches, "summary": summary, "expect": expect, "platforms": docs}
+    return {
+        "image": {"ref": ref, "digest": None, "platform": "all", "kind": "image"},
+        "series_sha256": audits[0].report.series_sha256 if audits else None,
+        "patches": patches,
+        "summary": summary,
+        "expect": expect,
+        "platforms": docs,
+    }
 
 
 def fleet_image(report: AuditReport, expect: str, profile_by: str | None = None) -> dict:
@@ -332,12 +447,27 @@ def verification(v: Verification) -> dict[str, Any]:
         "image": {"ref": v.ref, "digest": v.digest, "platform": v.platform},
         "key": {"path": v.key.path, "key_id": v.key.key_id, "algorithm": v.key.algorithm},
         "verified": ok is not None,
-        "attestation": None if ok is None else {"digest": ok.digest, "where": ok.where, "predicate_type": PREDICATE_TYPE,
-                                                "series_sha256": (ok.record or {}).get("series_sha256"),
-                                                "base_digest": ((ok.record or {}).get("image") or {}).get("digest"),
-                                                "predicate": ok.predicate},
-        "candidates": [{"digest": c.digest, "where": c.where, "verified": c.verified, "kind": c.kind,
-                        "reason": c.reason or None, "key_ids": list(c.key_ids)} for c in v.candidates],
+        "attestation": None
+        if ok is None
+        else {
+            "digest": ok.digest,
+            "where": ok.where,
+            "predicate_type": PREDICATE_TYPE,
+            "series_sha256": (ok.record or {}).get("series_sha256"),
+            "base_digest": ((ok.record or {}).get("image") or {}).get("digest"),
+            "predicate": ok.predicate,
+        },
+        "candidates": [
+            {
+                "digest": c.digest,
+                "where": c.where,
+                "verified": c.verified,
+                "kind": c.kind,
+                "reason": c.reason or None,
+                "key_ids": list(c.key_ids),
+            }
+            for c in v.candidates
+        ],
     }
 
 
@@ -346,8 +476,12 @@ def verify_doc(found: Sequence[Verification], image: str | None, all_platforms: 
     docs = [verification(v) for v in found]
     if not all_platforms:
         return docs[0]
-    return {"image": {"ref": found[0].ref if found else image, "digest": None, "platform": "all"},
-            "key": docs[0]["key"] if docs else None, "verified": all(v.verified is not None for v in found), "platforms": docs}
+    return {
+        "image": {"ref": found[0].ref if found else image, "digest": None, "platform": "all"},
+        "key": docs[0]["key"] if docs else None,
+        "verified": all(v.verified is not None for v in found),
+        "platforms": docs,
+    }
 
 
 # --- rebase, port, diff --upstream --------------------------------------------------------------------
@@ -370,7 +504,9 @@ def rebase_doc(report: RebaseReport) -> dict:
     if report.status == "stopped":
         doc["conflict"] = {
             "patch": report.conflict_patch,
-            "files": [{"path": f.path, "work": f.work, "kind": f.conflict, "detail": f.detail} for f in report.conflicts],
+            "files": [
+                {"path": f.path, "work": f.work, "kind": f.conflict, "detail": f.detail} for f in report.conflicts
+            ],
             "next": ["imgquilt rebase --continue", "imgquilt rebase --abort"],
         }
         if report.pins:  # resolved once for every profile it stands in
@@ -421,8 +557,13 @@ def port_doc(r: Ported) -> dict:
 
 def upstream_doc(d: UpstreamDiff) -> dict:
     """`diff --upstream PATCH`: upstream's change of the regions the patch edits (per profile in a rebase of several)."""
-    doc = {"patch": d.patch, "old": d.old, "new": d.new, "files": list(d.paths),
-           "upstream": [c.to_json() for c in d.changes]}
+    doc = {
+        "patch": d.patch,
+        "old": d.old,
+        "new": d.new,
+        "files": list(d.paths),
+        "upstream": [c.to_json() for c in d.changes],
+    }
     if d.profile is not None:
         doc["profile"] = d.profile
     if d.lanes:
@@ -431,9 +572,17 @@ def upstream_doc(d: UpstreamDiff) -> dict:
 
 
 # --- the quilt workflow --------------------------------------------------------------------------------
-def new_doc(name: str, file: Any, top: str | None, header: Header, guards: Iterable[str], lock: LockUpdate | None) -> dict:
-    return {"patch": name, "file": str(file), "top": top, "header": header.raw.decode("utf-8", "replace"),
-            "guards": list(dict.fromkeys(guards)), "targets_lock": targets_lock(lock)}
+def new_doc(
+    name: str, file: Any, top: str | None, header: Header, guards: Iterable[str], lock: LockUpdate | None
+) -> dict:
+    return {
+        "patch": name,
+        "file": str(file),
+        "top": top,
+        "header": header.raw.decode("utf-8", "replace"),
+        "guards": list(dict.fromkeys(guards)),
+        "targets_lock": targets_lock(lock),
+    }
 
 
 def add_doc(top: str, added: list[str], already: list[str], work: Mapping[str, Any], **extra: Any) -> dict:
@@ -447,28 +596,54 @@ def edit_doc(top: str, added: list[str], already: list[str], work: Mapping[str, 
 
 def refresh_doc(r: Any, file: Any) -> dict:
     """`refresh` (work.refresh.Refreshed)."""
-    return {"patch": r.name, "changed": r.changed, "file": str(file), "files": patch_files(r.patch),
-            "targets_lock": targets_lock(r.lock) if r.lock else None}
+    return {
+        "patch": r.name,
+        "changed": r.changed,
+        "file": str(file),
+        "files": patch_files(r.patch),
+        "targets_lock": targets_lock(r.lock) if r.lock else None,
+    }
 
 
 def rehash_doc(r: Any, file: Any) -> dict:
     """`refresh --rehash` (work.rehash.Rehashed): the hashes re-pinned and the patches re-chained after."""
     changed = [s for s in r.sections if s.old != s.new]
-    return {"patch": r.name, "changed": r.name in r.written, "file": str(file), "files": patch_files(r.patch),
-            "patches": list(r.names), "written": list(r.written),
-            "repinned": [{"patch": s.patch, "path": s.path, "old_patched_sha256": s.old, "patched_sha256": s.new} for s in changed],
-            "rechained": [{"patch": c.patch, "path": c.path, "old_base_sha256": c.old_base, "base_sha256": c.base,
-                           "old_patched_sha256": c.old_patched, "patched_sha256": c.patched} for c in r.rechained],
-            "lock": str(r.lock) if r.lock is not None else None, "notes": list(r.notes)}
+    return {
+        "patch": r.name,
+        "changed": r.name in r.written,
+        "file": str(file),
+        "files": patch_files(r.patch),
+        "patches": list(r.names),
+        "written": list(r.written),
+        "repinned": [
+            {"patch": s.patch, "path": s.path, "old_patched_sha256": s.old, "patched_sha256": s.new} for s in changed
+        ],
+        "rechained": [
+            {
+                "patch": c.patch,
+                "path": c.path,
+                "old_base_sha256": c.old_base,
+                "base_sha256": c.base,
+                "old_patched_sha256": c.old_patched,
+                "patched_sha256": c.patched,
+            }
+            for c in r.rechained
+        ],
+        "lock": str(r.lock) if r.lock is not None else None,
+        "notes": list(r.notes),
+    }
 
 
 def diff_doc(p: Patch) -> dict:
     """`diff` (also `-z`): each file's section with its diff text."""
     from ..fs.content import held
 
-    return {"patch": p.name, "files": [
-        {**f, "diff": held(s.raw, s.path).decode("utf-8", "replace")} for f, s in zip(patch_files(p), p.sections)
-    ]}
+    return {
+        "patch": p.name,
+        "files": [
+            {**f, "diff": held(s.raw, s.path).decode("utf-8", "replace")} for f, s in zip(patch_files(p), p.sections)
+        ],
+    }
 
 
 def fold_doc(top: str, paths: list[str], notes: list[str]) -> dict:
@@ -505,13 +680,23 @@ def unapplied_doc(names: list[str]) -> dict:
 
 
 def series_doc(names: list[str], applied: list[str], guarded: list[str]) -> dict:
-    return {"series": names, "applied": applied, "top": applied[-1] if applied else None, **({"guarded": guarded} if guarded else {})}
+    return {
+        "series": names,
+        "applied": applied,
+        "top": applied[-1] if applied else None,
+        **({"guarded": guarded} if guarded else {}),
+    }
 
 
 def header_doc(name: str, header: Header, changed: bool, asked: bool = False, lock: LockUpdate | None = None) -> dict:
     """`header` (after --set/--unset/--edit: whether it changed, and targets.lock)."""
-    return {"patch": name, "header": header.raw.decode("utf-8", "replace"), "fields": [[k, v] for k, v in header.fields], "changed": changed,
-            **({"targets_lock": targets_lock(lock)} if asked else {})}
+    return {
+        "patch": name,
+        "header": header.raw.decode("utf-8", "replace"),
+        "fields": [[k, v] for k, v in header.fields],
+        "changed": changed,
+        **({"targets_lock": targets_lock(lock)} if asked else {}),
+    }
 
 
 def files_doc(name: str, paths: list[str]) -> dict:
@@ -519,7 +704,12 @@ def files_doc(name: str, paths: list[str]) -> dict:
 
 
 def remove_doc(top: str, paths: list[str], dropped: list[str], lock: LockUpdate | None) -> dict:
-    return {"patch": top, "removed": list(dict.fromkeys(paths)), "sections_dropped": dropped, "targets_lock": targets_lock(lock)}
+    return {
+        "patch": top,
+        "removed": list(dict.fromkeys(paths)),
+        "sections_dropped": dropped,
+        "targets_lock": targets_lock(lock),
+    }
 
 
 def revert_doc(top: str, changed: list[str]) -> dict:
@@ -536,8 +726,14 @@ def rename_doc(old: str, new: str, touched: list[str], lock: LockUpdate | None) 
 
 def move_doc(m: Any, lock_path: Any, top: str | None) -> dict:
     """`move` (work.series_edit.Moved); `lock_path`: targets.lock, written with it."""
-    return {"moved": m.name, "after": m.after, "applied": list(m.applied), "rechained": list(m.rechained),
-            "lock": str(lock_path) if m.lock else None, "top": top}
+    return {
+        "moved": m.name,
+        "after": m.after,
+        "applied": list(m.applied),
+        "rechained": list(m.rechained),
+        "lock": str(lock_path) if m.lock else None,
+        "top": top,
+    }
 
 
 def guard_list_doc(entries: Iterable[Any]) -> dict:
@@ -545,28 +741,60 @@ def guard_list_doc(entries: Iterable[Any]) -> dict:
     return {"guards": {e.name: list(e.guards) for e in entries}}
 
 
-def guard_doc(name: str, guards: Iterable[str], changed: bool, lock: LockUpdate | None = None, set_: bool = False) -> dict:
+def guard_doc(
+    name: str, guards: Iterable[str], changed: bool, lock: LockUpdate | None = None, set_: bool = False
+) -> dict:
     """`guard [PATCH]` (shown) and `guard PATCH +G -G` (`set_`: changed, with targets.lock)."""
-    return {"patch": name, "guards": list(guards), "changed": changed, **({"targets_lock": targets_lock(lock)} if set_ else {})}
+    return {
+        "patch": name,
+        "guards": list(guards),
+        "changed": changed,
+        **({"targets_lock": targets_lock(lock)} if set_ else {}),
+    }
 
 
-def select_doc(profile: str | None, guards: Iterable[str], chosen: list[str], every: list[str], popped: list[str]) -> dict:
-    return {"profile": profile, "select": list(guards), "patches": chosen,
-            "guarded": [n for n in every if n not in chosen], "popped": popped}
+def select_doc(
+    profile: str | None, guards: Iterable[str], chosen: list[str], every: list[str], popped: list[str]
+) -> dict:
+    return {
+        "profile": profile,
+        "select": list(guards),
+        "patches": chosen,
+        "guarded": [n for n in every if n not in chosen],
+        "popped": popped,
+    }
 
 
-def import_doc(done: Sequence[Any], items: Sequence[Any], patches_dir: Any, top: str | None, placed: Sequence[Any],
-               skipped: Iterable[tuple[str, str]], others: Mapping[str, Iterable[str]], lock: LockUpdate | None) -> dict:
+def import_doc(
+    done: Sequence[Any],
+    items: Sequence[Any],
+    patches_dir: Any,
+    top: str | None,
+    placed: Sequence[Any],
+    skipped: Iterable[tuple[str, str]],
+    others: Mapping[str, Iterable[str]],
+    lock: LockUpdate | None,
+) -> dict:
     """`import`: each patch imported (its guards from a vendor series), where they went, what was skipped."""
-    return {"imported": [
-        {"name": d.name, "kind": d.kind, "file": str(patches_dir / d.name), "files": patch_files(d.patch), "notes": list(d.notes),
-         **({"guards": list(g)} if (g := next((it.guards for it in items if it.name == d.name), ())) else {})}
-        for d in done
-    ], "top": top, "after": placed[0].after if placed else None,
+    return {
+        "imported": [
+            {
+                "name": d.name,
+                "kind": d.kind,
+                "file": str(patches_dir / d.name),
+                "files": patch_files(d.patch),
+                "notes": list(d.notes),
+                **({"guards": list(g)} if (g := next((it.guards for it in items if it.name == d.name), ())) else {}),
+            }
+            for d in done
+        ],
+        "top": top,
+        "after": placed[0].after if placed else None,
         "rechained": list(placed[0].rechained) if placed else [],
         "skipped": [{"source": src, "subject": subject, "why": "cover letter"} for src, subject in skipped],
         **({"guarded": {n: list(g) for n, g in others.items()}} if others else {}),
-        "targets_lock": targets_lock(lock)}
+        "targets_lock": targets_lock(lock),
+    }
 
 
 # --- cache ------------------------------------------------------------------------------------------
@@ -575,8 +803,14 @@ def _usage(u: Usage) -> dict:
 
 
 def cache_doc(r: CacheReport) -> dict:
-    return {"cache": {"path": str(r.root), "cap_bytes": r.cap, **_usage(r.total),
-                      "parts": {name: _usage(u) for name, u in r.parts.items()}}}
+    return {
+        "cache": {
+            "path": str(r.root),
+            "cap_bytes": r.cap,
+            **_usage(r.total),
+            "parts": {name: _usage(u) for name, u in r.parts.items()},
+        }
+    }
 
 
 def cache_pruned_doc(removed: Usage, root: Any) -> dict:
