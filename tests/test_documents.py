@@ -166,8 +166,15 @@ def rendered(tmp_path_factory) -> Iterator[Rendered]:
         doc(d.audit_platforms_doc, DEMO, audit_platforms(queue, [platform], lambda p: api.open_ref(DEMO, p)), "live")
         results, written = apply_platforms(queue, [platform], lambda p: api.open_ref(DEMO, p), queue.lock(), None)
         doc(d.apply_platforms_doc, DEMO, results, written)
-        entries = audit_fleet(queue, [DEMO, f"oci:{tmp}/out:patched"], lambda ref: api.open_ref(ref), expect="live")
-        fleet = [doc(d.fleet_image, e.report, "live", e.profile_by) for e in entries]
+        fleet_refs = [DEMO, f"oci:{tmp}/out:patched", f"oci:{tmp}/no-such:image"]
+        entries = audit_fleet(queue, fleet_refs, lambda ref: api.open_ref(ref), expect="live")
+        assert [e.report is None for e in entries] == [False, False, True]
+        fleet = [
+            doc(d.fleet_image, e.report, "live", e.profile_by)
+            if e.report is not None
+            else doc(d.fleet_unreadable, e.ref, None, "live", e.error, branch="failure")
+            for e in entries
+        ]
         out.append(("audit", "fleet", d.fleet_image, fleet_document(fleet, "live")))
         booted = api.boot(root=old)
         doc(d.boot_doc, [booted], booted.failure() is None)

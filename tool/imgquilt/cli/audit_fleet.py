@@ -17,7 +17,7 @@ def image_refs(images: list[str], images_from: Path | None) -> list[str]:
 
 
 def fleet_cmd(refs: list[str], platform: str | None, expect: str, format: Format, trust=None, *, strict: bool = False) -> None:
-    from .documents import fleet_image
+    from .documents import fleet_image, fleet_unreadable
     from ..verbs.fleet import audit_fleet, fleet_document
 
     if not refs:
@@ -29,8 +29,7 @@ def fleet_cmd(refs: list[str], platform: str | None, expect: str, format: Format
         if e.report is not None:
             images.append(fleet_image(e.report, expect, e.profile_by))
         else:
-            images.append({"image": {"ref": e.ref, "digest": None, "platform": platform}, "patches": [],
-                           "summary": {}, "expect": expect, "error": _error(e.error)})
+            images.append(fleet_unreadable(e.ref, platform, expect, e.error))
     _finish(fleet_document(images, expect, strict=strict), format)
 
 
@@ -48,13 +47,6 @@ def merge_cmd(files: list[Path], expect: str | None, format: Format) -> None:
             raise UsageError(f"--merge {f}: no such file.")
         docs.append((str(f), parse_shard(str(f), data)))
     _finish(merge_documents(docs, expect), format)
-
-
-def _error(exc: ImgquiltError | None) -> dict[str, Any]:
-    from .common import error_doc
-
-    assert exc is not None
-    return error_doc(exc)["error"]
 
 
 BY = {"record": "its apply record", "digest": "its digest's pin", "match": "it matches", "closest": "closest match"}

@@ -438,6 +438,18 @@ def fleet_image(report: AuditReport, expect: str, profile_by: str | None = None)
     return {**audit_report(report), **({"profile_by": profile_by} if profile_by else {}), "expect": expect}
 
 
+def fleet_unreadable(ref: str, platform: str | None, expect: str, error: ImgquiltError | None) -> dict:
+    """An image of a fleet audit that could not be read: its reference and why."""
+    assert error is not None
+    return {
+        "image": {"ref": ref, "digest": None, "platform": platform},
+        "patches": [],
+        "summary": {},
+        "expect": expect,
+        "error": error_doc(error)["error"],
+    }
+
+
 def verification(v: Verification) -> dict[str, Any]:
     """One image's attestation check."""
     from ..verbs.attest import PREDICATE_TYPE
@@ -825,7 +837,7 @@ DOCUMENTS: dict[str, tuple[Callable[..., Any], ...]] = {
     "apply": (apply_doc, apply_profiles_doc, apply_platforms_doc, restored_doc),
     "restore": (restored_doc,),
     "overlay-args": (overlay_args_doc,),
-    "audit": (audit_doc, audit_profiles_doc, audit_platforms_doc, fleet_image),
+    "audit": (audit_doc, audit_profiles_doc, audit_platforms_doc, fleet_image, fleet_unreadable),
     "verify": (verify_doc,),
     "rebase": (rebase_doc, rebase_aborted_doc, rebase_none_doc, rebase_forgotten_doc),
     "boot": (boot_doc,),
