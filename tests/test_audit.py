@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from imgquilt.verbs.audit import audit_source, chain_states, report_json, undo_change
+from imgquilt.cli.documents import audit_report
+from imgquilt.verbs.audit import audit_source, chain_states, undo_change
 from imgquilt.engine.apply import nearest_match
 from imgquilt.engine.plan import plan_apply
 from imgquilt.engine.result import RECORD_PATH
@@ -102,7 +103,7 @@ def test_every_state_at_once_in_a_rootfs(tmp_path: Path) -> None:
     q = write_queue(tmp_path / "q", SCENARIO_PATCHES)
     root = write_tree(tmp_path / "root", SCENARIO_NOW)
     report = audit_source(load_queue(q), RootfsSource(root))
-    doc = report_json(report)
+    doc = audit_report(report)
     check_scenario(doc)
     assert doc["record"] is None and doc["record_problems"] == []
     p7 = next(p for p in report.patches if p.name == "0007-partial-g.patch")
@@ -247,7 +248,7 @@ def test_after_in_place_apply_everything_is_live_and_the_record_agrees(tmp_path:
     assert report.all_in("live")
     assert report.record is not None and report.record.series_matches and report.record.problems == ()
     assert {p.record for p in report.patches} == {"applied"}
-    doc = report_json(report)
+    doc = audit_report(report)
     assert doc["record"]["agrees"] is True and doc["record_problems"] == []
 
 

@@ -7,7 +7,8 @@ import git
 import pytest
 
 from imgquilt.errors import UsageError
-from imgquilt.verbs.history import DELETED_WHILE_LISTED, RE_ADDED, SILENT_REMOVAL, history_json, names_patch, queue_history
+from imgquilt.cli.documents import history as history_json
+from imgquilt.verbs.history import DELETED_WHILE_LISTED, RE_ADDED, SILENT_REMOVAL, names_patch, queue_history
 from imgquilt.queue.patchfile import Header, build_patch, make_section
 
 

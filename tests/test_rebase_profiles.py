@@ -433,6 +433,7 @@ def test_a_shared_patch_is_merged_once_for_every_profile_that_agrees(queue, line
 def test_a_forced_repin_never_calls_the_other_profiles_differences_upstreams() -> None:
     """The report's words, text and JSON, for a profile --force'd onto the image another profile pins."""
     from imgquilt.pycheck.regions import Region, RegionChange
+    from imgquilt.cli.documents import rebase_doc
     from imgquilt.rebase.report import FileOutcome, PatchOutcome, RebaseReport
 
     change = RegionChange("app/rocm.py", Region("function", "launch", 4, 5), "changed", lines_added=1, lines_removed=1)
@@ -440,9 +441,9 @@ def test_a_forced_repin_never_calls_the_other_profiles_differences_upstreams() -
     p = PatchOutcome("0003-rocm-kernel.patch", "merged", (f,))
     forced = RebaseReport("done", {"ref": "oci:r:1"}, {"ref": "oci:c:1"}, (p,), (), None, "rocm", vendor="cuda")
     assert p.headline(forced.who) == "merged, profile cuda's image (not upstream) changed 1 function it edits"
-    assert forced.to_json()["vendor"] == "cuda"
+    assert rebase_doc(forced)["vendor"] == "cuda"
     plain = RebaseReport("done", {"ref": "oci:r:1"}, {"ref": "oci:r:2"}, (p,), (), None, "rocm")
-    assert p.headline(plain.who) == "merged, upstream changed 1 function it edits" and "vendor" not in plain.to_json()
+    assert p.headline(plain.who) == "merged, upstream changed 1 function it edits" and "vendor" not in rebase_doc(plain)
 
 
 def test_a_journal_whose_other_profile_names_a_path_outside_the_root_is_refused(queue, lines, monkeypatch) -> None:

@@ -65,6 +65,7 @@ SLOW: dict[str, str] = {
     "test_rebase.py::test_missing_old_bases_need_from_and_a_filled_store_does_not": "1.1 s",
     "test_rebase.py::test_same_image_again_carries_everything_unchanged": "1.1 s",
     "test_rebase.py::test_the_quilt_work_tree_is_left_as_it_was": "1.3 s",
+    "test_documents.py::test_each_renderer_renders_a_real_result_its_schema_accepts": "the verbs' session on the demo queue, 17-30 s",
 }
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Iterator, List, Optional
 import typer
 
 from ..errors import PythonCheckFailed, Refused, UsageError, shown, shown_env
-from . import listing
+from . import documents, listing
 from .annotations import Format, FormatOpt_help
 from .common import (G, ImageOpt, PlatformOpt, ProfileOpt, VerboseOpt, emit_json, note, progress, ref_progress, refuse_during_rebase,
                      say, table)
@@ -48,25 +48,17 @@ def lock_cmd(
                                     unset_env or (), new), refuse_during_rebase)
     if isinstance(done, tuple):  # --profile all
         if G.json:
-            emit_json({"lock": str(done[0].path), "profiles": [_locked_json(d) for d in done]})
+            emit_json(documents.lock_profiles_doc(done))
             return
         for d in done:
             _say_locked(d)
         say(f"Wrote {done[0].path}.")
         return
     if G.json:
-        emit_json(_locked_json(done))
+        emit_json(documents.lock_doc(done))
         return
     _say_locked(done)
     say(f"Wrote {done.path}.")
-
-
-def _locked_json(done) -> dict:
-    doc = {"lock": str(done.path), "image": {"ref": done.ref, "digest": done.digest, "platform": done.platform},
-           "series_sha256": done.series_sha256, "targets": done.targets}
-    if done.profile is not None:
-        doc.update(profile=done.profile, select=list(done.select), env=dict(done.env), patches=done.patches)
-    return doc
 
 
 def _say_locked(done) -> None:
@@ -99,28 +91,6 @@ def _files_per_patch(result: ApplyResult) -> dict[str, int]:
         for patch, _, _ in f.steps:
             counts[patch] = counts.get(patch, 0) + 1
     return counts
-
-
-def result_json(result: ApplyResult, profile: str | None = None) -> dict:
-    from ..verbs.apply import changes_image
-    from ..queue.hunks import sha256_hex
-
-    return {
-        **({} if profile is None else {"profile": profile, "env": dict(result.env)}),
-        "image": {"ref": result.info.ref, "digest": result.info.digest, "platform": result.info.platform},
-        "pinned": result.pinned,
-        "series_sha256": result.series_sha256,
-        "patches": list(result.patches),
-        "files": [
-            {"path": f.target.path, "resolved": f.resolved, "base_sha256": sha256_hex(f.target.data),
-             "final_sha256": sha256_hex(f.final), "mode": f"{f.mode:04o}", "uid": f.uid, "gid": f.gid, "patches": list(f.patches),
-             **({"kind": "symlink"} if f.link else {})}
-            for f in result.files
-        ],
-        "notes": list(result.notes),
-        "bytecode": [{"path": b.path, "source": b.source, "action": "removed"} for b in result.bytecode],
-        "changes": changes_image(result),
-    }
 
 
 def _say_bytecode(result: ApplyResult, written: dict, verbose: bool) -> None:
@@ -190,11 +160,7 @@ def apply_cmd(
         return _say_platforms(done)
     result, written = done.result, done.outputs
     if G.json:
-        doc = result_json(result, done.profile)
-        doc["outputs"] = written
-        if done.boot is not None:
-            doc["boot"] = done.boot.json()
-        emit_json(doc)
+        emit_json(documents.apply_doc(result, written, done.profile, done.boot))
         return
     if done.boot is not None:
         for p in done.boot.patches:
@@ -257,8 +223,7 @@ def store_line(store: dict) -> str:
 def _say_profiles(done, layer, overlay) -> None:
     """--profile all: every profile verified on its own image, then each one's outputs written."""
     if G.json:
-        docs = [{**result_json(d.result, d.profile), "outputs": d.outputs} for d in done]
-        emit_json({**docs[0], "profiles": docs})
+        emit_json(documents.apply_profiles_doc(done))
         return
     from ..verbs.profiles import fill
 
@@ -281,8 +246,7 @@ def _reverse(root: Path | None, image: str | None, platform: str | None, profile
 
 def _say_restored(done, verb: str) -> None:
     if G.json:
-        emit_json({"root": str(done.root), "written": list(done.written), "removed": list(done.removed), "already": list(done.already),
-                   **({"series_sha256": done.series_sha256, "bytecode_not_restored": list(done.bytecode)} if verb == "reverse" else {})})
+        emit_json(documents.restored_doc(done, reverse=verb == "reverse"))
         return
     for p in done.written:
         say(f"removed {p}" if p in done.removed else f"restored {p}")
@@ -341,12 +305,7 @@ def _say_platforms(done) -> None:
     """--platform all: every platform verified on its own bases, then one index written."""
     ref, results, written = done.ref, done.results, done.written
     if G.json:
-        docs = [{**result_json(r), "platform": p} for p, r in results]
-        first = {k: v for k, v in docs[0].items() if k != "platform"}
-        emit_json({**first, "image": {"ref": ref, "digest": written.get("image", {}).get("digest"), "platform": "all"},
-                   "files": [{**f, "platform": d["platform"]} for d in docs for f in d["files"]],
-                   "bytecode": [{**b, "platform": d["platform"]} for d in docs for b in d["bytecode"]],
-                   "notes": [n for d in docs for n in d["notes"]], "platforms": docs, "outputs": written})
+        emit_json(documents.apply_platforms_doc(ref, results, written))
         return
     for p, r in results:
         say(f"Verified {len(r.patches)} patch(es) on {p} ({r.info.digest})" + (" (pinned by targets.lock)." if r.pinned else "."))

@@ -31,7 +31,7 @@ def _first(p: PatchAudit) -> str:
 def _say_platforms(done, want: str, format: Format, strict: bool = False) -> None:
     """--platform all: each platform audited on its own, one section each."""
     from ..verbs.audit import not_in_state
-    from ..verbs.platforms import platforms_json
+    from .documents import audit_platforms_doc
 
     ref, audits = done.ref, list(done.audits)
     failing = [a for a in audits if not_in_state(a.report, want, strict=strict) is not None]
@@ -41,7 +41,7 @@ def _say_platforms(done, want: str, format: Format, strict: bool = False) -> Non
                           + "; ".join(f"{a.platform}: {not_in_state(a.report, want, strict=strict).message}" for a in failing),  # type: ignore[union-attr]
                           hint=not_in_state(failing[0].report, want, strict=strict).hint)  # type: ignore[union-attr]
     if G.json:
-        emit_outcome(platforms_json(ref, audits, want), failure)
+        emit_outcome(audit_platforms_doc(ref, audits, want), failure)
         return
     for a in audits:
         if format is Format.github:
@@ -173,8 +173,7 @@ def audit_cmd(
       imgquilt audit --profile all --image oci:out:glm53
       imgquilt audit --pid 1234 --profile all
     """
-    from ..verbs.audit import (RUNTIME_STATES, STATES, AuditRequest, FleetAudited, FleetMerged, PlatformsAudited, report_json,
-                               run_audit)
+    from ..verbs.audit import AuditRequest, FleetAudited, FleetMerged, PlatformsAudited, run_audit
 
     req = AuditRequest(G.queue, tuple(image or ()), root, platform, history, expect.value if expect else None, progress(),
                        trust_attestation, pid, profile, strict, images_from, tuple(merge or ()), tuple(merge_more or ()),
@@ -190,13 +189,9 @@ def audit_cmd(
         return _say_platforms(done, (expect or Expect.live).value, format, strict=strict)
     report, hist, want, failing, failure = done.report, done.history, done.expect, done.failing, done.error
     if G.json:
-        doc = report_json(report) if report is not None else {"image": None, "patches": [], "summary": {s: 0 for s in STATES if s not in RUNTIME_STATES}}
-        doc["expect"] = want
-        if hist is not None:
-            from ..verbs.history import history_json
+        from .documents import audit_doc
 
-            doc["history"] = history_json(hist)
-        emit_outcome(doc, failure)
+        emit_outcome(audit_doc(report, want, hist), failure)
         return
     if format is Format.github:
         whose = f" (profile {done.profile})" if done.profile else ""
@@ -211,7 +206,7 @@ def audit_cmd(
 
 def _say_profiles(audits, image_ref: str | None, root: Path | None, pid: int | None, want: str, format: Format) -> None:
     """--profile all: every profile judged; the ones the filesystem (or process) matches named."""
-    from ..verbs.audit import report_json
+    from .documents import audit_profiles_doc
 
     matching = [a.profile for a in audits if a.matches]
     where = (image_ref or (str(root) if root is not None else None)
@@ -222,10 +217,7 @@ def _say_profiles(audits, image_ref: str | None, root: Path | None, pid: int | N
                           + "; ".join(f"{a.profile}: {a.error.message if a.error else 'the apply record disagrees'}" for a in audits),
                           hint="Apply the profile it should be (`imgquilt apply --profile NAME --output-image REF`).")
     if G.json:
-        docs = [{**report_json(a.report), "expect": want, "matches": a.matches} for a in audits if a.report is not None]
-        first = docs[0]
-        emit_outcome({"image": first["image"] if (image_ref or root or pid is not None) else None, "patches": [], "summary": {}, "expect": want,
-                      "profiles": docs, "matching": matching}, failure)
+        emit_outcome(audit_profiles_doc(audits, want, matching, bool(image_ref or root or pid is not None)), failure)
         return
     for a in audits:
         if format is Format.github and not a.matches:

@@ -11,24 +11,16 @@ from .common import AUDIT_COLOR, G, emit_outcome, say, table
 
 def say_fleet(done, expect: str, format: Format, *, strict: bool = False) -> None:
     """A fleet audit's entries (verbs.audit.FleetAudited) as the patches x images matrix."""
-    from ..verbs.audit import report_json
     from ..verbs.fleet import fleet_document
+    from .documents import fleet_image, fleet_unreadable
 
     images = []
     for e in done.entries:
         if e.report is not None:
-            images.append({**report_json(e.report), **({"profile_by": e.profile_by} if e.profile_by else {}), "expect": expect})
+            images.append(fleet_image(e.report, expect, e.profile_by))
         else:
-            images.append({"image": {"ref": e.ref, "digest": None, "platform": done.platform}, "patches": [],
-                           "summary": {}, "expect": expect, "error": _error(e.error)})
+            images.append(fleet_unreadable(e.ref, done.platform, expect, e.error))
     finish(fleet_document(images, expect, strict=strict), format)
-
-
-def _error(exc: ImgquiltError | None) -> dict[str, Any]:
-    from .common import error_doc
-
-    assert exc is not None
-    return error_doc(exc)["error"]
 
 
 BY = {"record": "its apply record", "digest": "its digest's pin", "match": "it matches", "closest": "closest match"}

@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from ..fs.content import chunks_of, held
+from ..fs.content import chunks_of
 from ..errors import UsageError
 
-from .common import (G, ImageOpt, PlatformOpt, editor, emit_json, files_json, header_fields, note, patch_names, run_editor, say,
-                     lock_json, one_patch, say_lock, tree, write_bytes)
+from . import documents
+from .common import (G, ImageOpt, PlatformOpt, editor, emit_json, header_fields, note, patch_names, run_editor, say,
+                     one_patch, say_lock, tree, write_bytes)
 
 if TYPE_CHECKING:
     from ..work import WorkTree
@@ -56,8 +57,7 @@ def new_cmd(
     patch = new(wt, name, header, tuple(guard), new_guard=new_guard)
     top = wt.top()
     if G.json:
-        emit_json({"patch": name, "file": str(wt.patches_dir / name), "top": top, "header": patch.header.raw.decode("utf-8", "replace"),
-                   "guards": list(dict.fromkeys(guard)), "targets_lock": lock_json(wt)})
+        emit_json(documents.new_doc(name, wt.patches_dir / name, top, patch.header, guard, wt.lock_update))
         return
     if top != name:
         say(f"Patch {name} is in series ({' '.join(dict.fromkeys(guard))}) but not applied: the work tree's profile does not select it. "
@@ -79,7 +79,7 @@ def _add(paths: list[str], image: str | None, platform: str | None, new: bool) -
 
 def _report_add(wt: WorkTree, top: str, added: list[str], already: list[str], **extra) -> None:
     if G.json:
-        emit_json({"patch": top, "added": added, "already": already, "work": {p: str(wt.work / wt.location(p)) for p in added + already}, **extra})
+        emit_json(documents.add_doc(top, added, already, {p: wt.work / wt.location(p) for p in added + already}, **extra))
         return
     for p in added:
         say(f"File {p} added to patch {top} ({wt.work / wt.location(p)}).")
@@ -168,8 +168,7 @@ def refresh_cmd(
     wt = tree()
     r = refresh(wt, names[0] if names else None, python_check=not no_python_check)
     if G.json:
-        emit_json({"patch": r.name, "changed": r.changed, "file": str(wt.patches_dir / r.name), "files": files_json(r.patch),
-                   "targets_lock": r.lock.to_json() if r.lock else None})
+        emit_json(documents.refresh_doc(r, wt.patches_dir / r.name))
         return
     for n in r.notes:
         note(f"note: {n}")
@@ -194,12 +193,7 @@ def _rehash(names: list[str], *, python_check: bool) -> None:
         r = rehash(wt, names, python_check=python_check)
     changed = [s for s in r.sections if s.old != s.new]
     if G.json:
-        emit_json({"patch": r.name, "changed": r.name in r.written, "file": str(wt.patches_dir / r.name), "files": files_json(r.patch),
-                   "patches": list(r.names), "written": list(r.written),
-                   "repinned": [{"patch": s.patch, "path": s.path, "old_patched_sha256": s.old, "patched_sha256": s.new} for s in changed],
-                   "rechained": [{"patch": c.patch, "path": c.path, "old_base_sha256": c.old_base, "base_sha256": c.base,
-                                  "old_patched_sha256": c.old_patched, "patched_sha256": c.patched} for c in r.rechained],
-                   "lock": str(r.lock) if r.lock is not None else None, "notes": list(r.notes)})
+        emit_json(documents.rehash_doc(r, wt.patches_dir / r.name))
         return
     for n in r.notes:
         note(f"note: {n}")
@@ -253,9 +247,7 @@ def diff_cmd(
     wt = tree(guard=False)
     p = diff_unrefreshed(wt, patch) if unrefreshed else diff(wt, patch)
     if G.json:
-        emit_json({"patch": p.name, "files": [
-            {**f, "diff": held(s.raw, s.path).decode("utf-8", "replace")} for f, s in zip(files_json(p), p.sections)
-        ]})
+        emit_json(documents.diff_doc(p))
         return
     for s in p.sections:  # a section of a large patch file streams out in chunks, never held
         for chunk in chunks_of(s.raw):
@@ -268,7 +260,7 @@ def _diff_upstream(name: str, image: str | None, from_ref: str | None, platform:
 
     got = diff_upstream(G.queue, patch=name, image=image, from_ref=from_ref, platform=platform, progress=progress(), profile=profile)
     if G.json:
-        emit_json(got.to_json())
+        emit_json(documents.upstream_doc(got))
         return
     for one in got.lanes or (got,):  # a stopped rebase of several profiles: each profile's images in turn
         who = f"profile {one.profile}: " if got.lanes or (one.profile is not None and profile is None) else ""
@@ -307,7 +299,7 @@ def fold_cmd(
     wt = tree(image, platform)
     top, paths, notes = fold(wt, data, strip=strip, source="<stdin>" if file == "-" else file, check_git_index=not ignore_git_index)
     if G.json:
-        emit_json({"patch": top, "files": paths, "notes": notes})
+        emit_json(documents.fold_doc(top, paths, notes))
         return
     for n in notes:
         note(f"note: {n}")

@@ -64,9 +64,9 @@ def boot_cmd(
     if failure is not None and len(reports) > 1:
         failure.message = "; ".join(f"Profile {r.profile}: {r.failure().message}" for r in reports if r.failed)
     if G.json or format is BootFormat.json:
-        doc = reports[0].json() if len(reports) == 1 else {**reports[0].json(), "profiles": [r.json() for r in reports],
-                                                           "ok": failure is None}
-        emit_outcome(doc, failure)
+        from .documents import boot_doc
+
+        emit_outcome(boot_doc(reports, failure is None), failure)
         return
     for report in reports:
         if format is BootFormat.github:

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 import typer
 
 from .common import G, emit_json, say
+from .documents import cache_doc, cache_pruned_doc
 
 if TYPE_CHECKING:  # the cache package loads on use, as every core module does (see common.py)
-    from ..cache import Usage
-    from ..cache.usage import CacheReport
+    pass
 
 cache_app = typer.Typer(no_args_is_help=False, add_completion=False, rich_markup_mode=None,
                         context_settings={"help_option_names": ["-h", "--help"]},
@@ -23,15 +23,6 @@ def _size(n: int) -> str:
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024  # type: ignore[assignment]
     return f"{n} B"  # pragma: no cover
-
-
-def _usage(u: "Usage") -> dict:
-    return {"entries": u.entries, "bytes": u.bytes}
-
-
-def report_json(r: "CacheReport") -> dict:
-    return {"cache": {"path": str(r.root), "cap_bytes": r.cap, **_usage(r.total),
-                      "parts": {name: _usage(u) for name, u in r.parts.items()}}}
 
 
 @cache_app.callback(invoke_without_command=True)
@@ -50,7 +41,7 @@ def cache_cmd(ctx: typer.Context) -> None:
 
     r = report()
     if G.json:
-        emit_json(report_json(r))
+        emit_json(cache_doc(r))
         return
     cap = _size(r.cap) if r.cap else "no cap"
     say(f"{r.root}: {_size(r.total.bytes)} in {r.total.entries} entries (cap {cap}).")
@@ -65,7 +56,7 @@ def prune_cmd() -> None:
 
     removed = prune()
     if G.json:
-        emit_json({"pruned": _usage(removed), "cache": {"path": str(report().root)}})
+        emit_json(cache_pruned_doc(removed, report().root))
         return
     say(f"Removed {removed.entries} entries ({_size(removed.bytes)}).")
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import ImgquiltError, QueueNotFound, UsageError, shown, shown_lines  # shown: the one rule
+from .documents import error_doc  # the failure branch of every document
 
 if TYPE_CHECKING:
     from ..settings import Settings
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
 
     from ..fs.types import Source
     from ..queue.lock import Lock
-    from ..queue.patchfile import Patch
     from ..queue.queue import Queue
     from ..work import WorkTree
 
@@ -193,11 +193,6 @@ def say_lock(update: Any) -> None:
         say(line)
 
 
-def lock_json(wt: WorkTree) -> dict | None:
-    """--json of what a command that changed the queue did about targets.lock (null: the queue has none)."""
-    return wt.lock_update.to_json() if wt.lock_update is not None else None
-
-
 def emit_json(doc: Any) -> None:
     """The document, indented; `##[` inside a string is written `#\\u0023[` (the same JSON value, but
     no runner command: see defuse). A line of it never starts with `::` (strings are quoted)."""
@@ -239,19 +234,6 @@ def emit_outcome(doc: dict[str, Any], failure: ImgquiltError | None) -> None:
         import typer
 
         raise typer.Exit(failure.exit_code)
-
-
-def error_doc(exc: ImgquiltError) -> dict[str, Any]:
-    """The JSON document a failing command prints with --json (DESIGN: one document, success or failure)."""
-    found = getattr(exc, "problems", None) or []
-    problems = [p if isinstance(p, str) else p.render() for p in found]
-    return {"error": {"code": exc.exit_code, "kind": error_kind(exc), "message": exc.message, "hint": exc.hint,
-                      **({"problems": problems} if problems else {})}}
-
-
-def error_kind(exc: BaseException) -> str:
-    """A stable kebab-case kind from the error class: BaseDrift -> base-drift."""
-    return re.sub(r"(?<!^)(?=[A-Z])", "-", type(exc).__name__).lower()
 
 
 # --- the queue --------------------------------------------------------------------------------
@@ -426,11 +408,3 @@ def header_fields(description: str | None, author: str | None, requires: list[st
     if status is not None:
         pairs.append(("Status", status))
     return pairs + field_pairs(fields)
-
-
-def files_json(patch: Patch) -> list[dict]:
-    return [
-        {"path": s.path, "base_sha256": s.base_sha256, "patched_sha256": s.patched_sha256, **({"mode": f"{s.mode:04o}"} if s.mode is not None else {}),
-         **({"kind": "symlink"} if s.link else {}), **({"new_mode": f"{s.new_mode:04o}"} if s.new_mode is not None else {})}
-        for s in patch.sections
-    ]

@@ -6,7 +6,8 @@ from typing import List, Optional
 import typer
 
 from ..queue.pathquote import quote_name
-from .common import G, emit_json, lock_json, one_patch, patch_names, say, say_lock, shown, tree
+from . import documents
+from .common import G, emit_json, one_patch, patch_names, say, say_lock, shown, tree
 
 
 def files_cmd(name: Optional[str] = typer.Argument(None, metavar="PATCH", help="A patch in series (default: the top).",
@@ -24,16 +25,16 @@ def files_cmd(name: Optional[str] = typer.Argument(None, metavar="PATCH", help="
 
     name, paths = files(tree(guard=False), one_patch(name, patch))
     if G.json:
-        emit_json({"patch": name, "files": paths})
+        emit_json(documents.files_doc(name, paths))
         return
     for p in paths:  # one per line: a name holding a newline or tab is C-quoted, as `git ls-files` does
         say(quote_name(p).decode("utf-8", "surrogateescape"))
 
 
 def _each(paths: list[str], top: str, hit: list[str], doc: dict, yes: str, no: str) -> None:
-    """One line per named file: `yes` for the ones the verb acted on, `no` for the others."""
+    """One line per named file: `yes` for the ones the verb acted on, `no` for the others (`doc`: the --json document)."""
     if G.json:
-        emit_json({"patch": top, **doc})
+        emit_json(doc)
         return
     for p in dict.fromkeys(paths):
         say((yes if p in hit else no).format(path=shown(p), top=top))
@@ -50,7 +51,7 @@ def remove_cmd(paths: List[str] = typer.Argument(..., metavar="FILE", help="Imag
 
     wt = tree()
     top, dropped = remove(wt, paths)
-    _each(paths, top, dropped, {"removed": list(dict.fromkeys(paths)), "sections_dropped": dropped, "targets_lock": lock_json(wt)},
+    _each(paths, top, dropped, documents.remove_doc(top, paths, dropped, wt.lock_update),
           "File {path} removed from patch {top} (its section left the patch file).", "File {path} removed from patch {top}.")
     if not G.json:
         say_lock(wt.lock_update)
@@ -66,7 +67,7 @@ def revert_cmd(paths: List[str] = typer.Argument(..., metavar="FILE", help="Imag
     from ..work.unrefreshed import revert
 
     top, changed = revert(tree(), paths)
-    _each(paths, top, changed, {"reverted": changed},
+    _each(paths, top, changed, documents.revert_doc(top, changed),
           "Changes to {path} in patch {top} reverted.", "File {path} in patch {top} has no changes to revert.")
 
 

@@ -7,7 +7,8 @@ from typing import List, Optional
 import typer
 
 from ..errors import UsageError
-from .common import G, emit_json, lock_json, patch_names, say, say_lock, shown, tree
+from . import documents
+from .common import G, emit_json, patch_names, say, say_lock, shown, tree
 
 
 def _shown(guards: tuple[str, ...] | list[str]) -> str:
@@ -42,7 +43,7 @@ def guard_cmd(
             raise UsageError("--list takes no patch and no guard.")
         entries = wt.queue.entries()
         if G.json:
-            emit_json({"guards": {e.name: list(e.guards) for e in entries}})
+            emit_json(documents.guard_list_doc(entries))
             return
         for e in entries:
             say(f"{e.name}: {_shown(e.guards)}")
@@ -56,7 +57,7 @@ def guard_cmd(
         if entry is None:
             raise UsageError(f"Patch {name} is not in series.", hint="`imgquilt series` lists the patches.")
         if G.json:
-            emit_json({"patch": name, "guards": list(entry.guards), "changed": False})
+            emit_json(documents.guard_doc(name, entry.guards, False))
             return
         say(f"{name}: {_shown(entry.guards)}")
         return
@@ -64,7 +65,7 @@ def guard_cmd(
 
     name, old, new = set_guards(wt, name, args, new_guard=new_guard)
     if G.json:
-        emit_json({"patch": name, "guards": list(new), "changed": old != new, "targets_lock": lock_json(wt)})
+        emit_json(documents.guard_doc(name, new, old != new, wt.lock_update, set_=True))
         return
     say(f"{name}: {_shown(new)}" + ("" if old != new else " (unchanged)"))
     say_lock(wt.lock_update)
@@ -99,8 +100,7 @@ def select_cmd(
         raise UsageError("--pop goes with a change of profile: `imgquilt select NAME --pop`.")
     current, guards, chosen, every = wt.profile(), wt.guards(), wt.selected(), wt.series()
     if G.json:
-        emit_json({"profile": current, "select": list(guards), "patches": chosen,
-                   "guarded": [n for n in every if n not in chosen], "popped": popped})
+        emit_json(documents.select_doc(current, guards, chosen, every, popped))
         return
     for p in popped:
         say(f"Removing patch {p}")

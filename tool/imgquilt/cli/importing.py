@@ -6,7 +6,8 @@ from typing import List, Optional
 import typer
 
 from ..errors import UsageError
-from .common import G, ImageOpt, PlatformOpt, emit_json, files_json, header_fields, lock_json, note, say, say_lock, tree
+from . import documents
+from .common import G, ImageOpt, PlatformOpt, emit_json, header_fields, note, say, say_lock, tree
 
 
 def import_cmd(
@@ -78,15 +79,7 @@ def import_cmd(
                           prefix=prefix or "", after=after, before=before, through_links=through_links, placed=placed,
                           guard_others=others)
     if G.json:
-        emit_json({"imported": [
-            {"name": d.name, "kind": d.kind, "file": str(wt.patches_dir / d.name), "files": files_json(d.patch), "notes": list(d.notes),
-             **({"guards": list(g)} if (g := next((it.guards for it in items if it.name == d.name), ())) else {})}
-            for d in done
-        ], "top": wt.top(), "after": placed[0].after if placed else None,
-            "rechained": list(placed[0].rechained) if placed else [],
-            "skipped": [{"source": src, "subject": subject, "why": "cover letter"} for src, subject in skipped],
-            **({"guarded": {n: list(g) for n, g in others.items()}} if others else {}),
-            "targets_lock": lock_json(wt)})
+        emit_json(documents.import_doc(done, items, wt.patches_dir, wt.top(), placed, skipped, others, wt.lock_update))
         return
     for src, subject in skipped:
         note(f"note: skipped {src}: a cover letter ({subject!r}), no diff; as `git am` does")

@@ -6,9 +6,11 @@ from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from .annotations import Format, annotate, problem_file
+from . import documents
 from .common import G, emit_json, emit_outcome, progress, say, tree, write_bytes
 
 if TYPE_CHECKING:
+    from ..queue.lock import LockUpdate
     from ..queue.patchfile import Header
 
 
@@ -22,7 +24,7 @@ def top_cmd() -> None:
     wt = tree(guard=False)
     top = wt.top()
     if G.json:
-        emit_json({"top": top})
+        emit_json(documents.top_doc(top))
         return
     if top is None:
         raise UsageError("No patches applied.")
@@ -31,7 +33,7 @@ def top_cmd() -> None:
 
 def _neighbour(key: str, name: str | None, none: str) -> None:
     if G.json:
-        emit_json({key: name})
+        emit_json(documents.next_doc(name) if key == "next" else documents.previous_doc(name))
         return
     if name is None:
         raise UsageError(none)
@@ -64,7 +66,7 @@ def previous_cmd() -> None:
 
 def _names(key: str, names: list[str]) -> None:
     if G.json:
-        emit_json({key: names})
+        emit_json(documents.applied_doc(names) if key == "applied" else documents.unapplied_doc(names))
         return
     for n in names:
         say(n)
@@ -97,7 +99,7 @@ def series(verbose: bool) -> None:
     chosen = wt.selected()  # every name unless series holds guards
     out = [n for n in names if n not in chosen]
     if G.json:
-        emit_json({"series": names, "applied": applied, "top": applied[-1] if applied else None, **({"guarded": out} if out else {})})
+        emit_json(documents.series_doc(names, applied, out))
         return
     for n in names:
         if not verbose:
@@ -115,11 +117,10 @@ def show_header(name: str | None) -> None:
     render_header(name, header, False)
 
 
-def render_header(name: str, header: Header, changed: bool, *, asked: bool = False, lock: dict | None = None) -> None:
+def render_header(name: str, header: Header, changed: bool, *, asked: bool = False, lock: LockUpdate | None = None) -> None:
     """The header printed; after --set/--unset/--edit, whether it changed (nothing is written when not)."""
     if G.json:
-        emit_json({"patch": name, "header": header.raw.decode("utf-8", "replace"), "fields": [[k, v] for k, v in header.fields], "changed": changed,
-                   **({"targets_lock": lock} if asked else {})})
+        emit_json(documents.header_doc(name, header, changed, asked, lock))
         return
     if asked:
         say(f"Header of {name} updated." if changed else f"Header of {name} unchanged.")
@@ -146,14 +147,7 @@ def check(image: str | None, platform: str | None, format: Format, profile: str 
         if failure is not None:
             problems += list(failure.problems)
     if G.json:
-        doc = {"ok": failure is None, "problems": problems, "patches": list(checked.patches)}
-        if checked.unchecked:  # only when there are: the document of a queue without stays as it was
-            doc["unchecked"] = list(checked.unchecked)
-        if profile is not None:
-            doc["profiles"] = list(checked.profiles)
-        if booted is not None:
-            doc["boot"] = booted.json()
-        emit_outcome(doc, failure)
+        emit_outcome(documents.check_doc(checked, failure is None, problems, profile is not None, booted), failure)
         return
     if booted is not None:
         for p in booted.patches:

@@ -153,8 +153,9 @@ def _guarded(call: Callable[[], Any]) -> int:
 def _bug(exc: BaseException) -> int:
     """Exit 1: an error imgquilt has no words for is a bug."""
     if G.json:
-        emit_json({"error": {"code": 1, "kind": "internal-error", "message": f"{exc.__class__.__name__}: {exc}",
-                             "hint": "This is a bug; run with --debug for the traceback."}})
+        from .documents import bug_doc
+
+        emit_json(bug_doc(exc))
     if G.debug:
         import traceback
 

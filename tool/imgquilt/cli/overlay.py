@@ -40,7 +40,9 @@ def overlay_args_cmd(
 
     found = overlay_args(overlay, format.value)
     if G.json:
-        emit_json(found if isinstance(found, dict) else {"format": format.value, "args": found})
+        from .documents import overlay_args_doc
+
+        emit_json(overlay_args_doc(found, format.value))
         return
     if isinstance(found, list):
         say(" ".join(shlex.quote(a) for a in found))

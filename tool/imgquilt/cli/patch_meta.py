@@ -10,7 +10,8 @@ import typer
 
 from ..errors import UsageError
 from . import listing
-from .common import G, editor, emit_json, field_pairs, lock_json, one_patch, patch_names, run_editor, say, say_lock, tree
+from . import documents
+from .common import G, editor, emit_json, field_pairs, one_patch, patch_names, run_editor, say, say_lock, tree
 
 
 def header_cmd(
@@ -50,7 +51,7 @@ def header_cmd(
             header = set_header(wt, name, Header(Path(tmp).read_bytes())).header
         finally:
             os.unlink(tmp)
-    listing.render_header(name, header, header.raw != before, asked=bool(set_ or unset or edit), lock=lock_json(wt))
+    listing.render_header(name, header, header.raw != before, asked=bool(set_ or unset or edit), lock=wt.lock_update)
     if not G.json:
         say_lock(wt.lock_update)
 
@@ -74,7 +75,7 @@ def delete_cmd(
     wt = tree()
     gone = delete(wt, one_patch(name, patch), remove=remove, force=force)
     if G.json:
-        emit_json({"deleted": gone, "removed_file": remove, "top": wt.top(), "targets_lock": lock_json(wt)})
+        emit_json(documents.delete_doc(gone, remove, wt.top(), wt.lock_update))
         return
     say(f"Removed patch {gone} from series" + (" and deleted its file." if remove else f" (patches/{gone} is kept; -r removes it)."))
     say_lock(wt.lock_update)
@@ -104,7 +105,7 @@ def rename_cmd(
     wt = tree()
     old, touched = rename(wt, new_name, patch)
     if G.json:
-        emit_json({"renamed": old, "to": new_name, "requires_updated": touched, "targets_lock": lock_json(wt)})
+        emit_json(documents.rename_doc(old, new_name, touched, wt.lock_update))
         return
     say(f"Patch {old} renamed to {new_name}.")
     for t in touched:
@@ -141,8 +142,7 @@ def move_cmd(
     with python_check_named(f"move {name}"):
         m = move(wt, name, after=after, before=before, top=top, python_check=not no_python_check)
     if G.json:
-        emit_json({"moved": m.name, "after": m.after, "applied": list(m.applied), "rechained": list(m.rechained),
-                   "lock": str(wt.root / "targets.lock") if m.lock else None, "top": wt.top()})
+        emit_json(documents.move_doc(m, wt.root / "targets.lock", wt.top()))
         return
     say(f"Moved {m.name} " + (f"after {m.after}." if m.after else "to the start of series."))
     for n in m.rechained:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from ..errors import RebaseConflict, UsageError
+from .documents import port_doc
 from .common import G, emit_json, emit_outcome, note, patch_names, progress, say, say_lock, table
 
 if TYPE_CHECKING:
@@ -34,9 +35,9 @@ def _conflict_error(r: Ported) -> RebaseConflict:
 def _render(r: Ported) -> None:
     if G.json:
         if r.status == "stopped":
-            emit_outcome(r.to_json(), _conflict_error(r))
+            emit_outcome(port_doc(r), _conflict_error(r))
         else:
-            emit_json(r.to_json())
+            emit_json(port_doc(r))
     else:
         table(
             f"Port of {r.patch} to profile {r.profile} ({r.image.get('ref')})",

@@ -7,6 +7,7 @@ import typer
 
 from ..errors import RebaseConflict, UsageError
 from .annotations import Format, annotate
+from . import documents
 from .common import G, PlatformOpt, ProfileOpt, emit_json, emit_outcome, note, progress, raw_say, say, table
 
 if TYPE_CHECKING:  # the rebase machinery (and gitpython) load only when rebase runs
@@ -50,7 +51,7 @@ def _conflict_error(report: RebaseReport) -> RebaseConflict:
 
 def _render(report: RebaseReport, verbose: bool = False, format: Format = Format.text) -> None:
     if G.json:
-        emit_json(report.to_json())
+        emit_json(documents.rebase_doc(report))
         return
     if format is Format.github:
         _annotate(report)
@@ -113,7 +114,7 @@ def _status() -> None:
 
     if not rebase_in_progress(G.queue):  # a question with an answer: exit 0
         if G.json:
-            emit_json({"status": "none"})
+            emit_json(documents.rebase_none_doc())
         else:
             say("No rebase in progress.")
         return
@@ -151,7 +152,7 @@ def _forget(other: object) -> None:
         raise UsageError("--forget takes no other option: it drops the kept resolutions, nothing else.")
     n = api.rebase_forget(G.queue)
     if G.json:
-        emit_json({"status": "forgotten", "forgotten": n})
+        emit_json(documents.rebase_forgotten_doc(n))
     else:
         say(f"Forgot {n} kept resolution(s).")
 
@@ -228,9 +229,7 @@ def rebase_cmd(
         aborted = api.rebase_abort(G.queue)
         report, restored = aborted.report, list(aborted.restored)
         if G.json:
-            doc = report.to_json() if report else {"status": "aborted"}
-            doc["restored"] = restored
-            emit_json(doc)
+            emit_json(documents.rebase_aborted_doc(report, restored))
         elif report:
             say(f"Rebase aborted: series, patches/ and targets.lock are back as they were ({len(restored)} file(s) restored).")
         else:
@@ -246,7 +245,7 @@ def rebase_cmd(
                             platform=platform, progress=progress(), profile=profile, conflict_style=conflict_style,
                             python_check=not no_python_check, boot=boot)
     if report.status == "stopped" and G.json:
-        emit_outcome(report.to_json(), _conflict_error(report))
+        emit_outcome(documents.rebase_doc(report), _conflict_error(report))
     _render(report, verbose, format)
     if report.status == "stopped":
         raise _conflict_error(report)

@@ -25,7 +25,9 @@ def init_cmd() -> None:
     done = init(current().queue or ".")  # --queue, else IMGQUILT_QUEUE
     root, created = done.root, list(done.created)
     if G.json:
-        emit_json({"queue": str(root), "created": created})
+        from .documents import init_doc
+
+        emit_json(init_doc(root, created))
         return
     if created:
         say(f"Initialized a queue in {root} ({', '.join(created)}).")

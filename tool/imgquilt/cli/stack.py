@@ -7,6 +7,7 @@ import typer
 
 from ..errors import ImgquiltError
 from . import listing
+from . import documents
 from .common import G, ImageOpt, PlatformOpt, emit_json, emit_outcome, note, one_patch, patch_names, say, shown, tree
 
 if TYPE_CHECKING:
@@ -50,12 +51,12 @@ def push_cmd(
     except ImgquiltError as exc:
         pushed = getattr(exc, "pushed", [])
         if G.json:  # the patches before the refused one stay applied: say which
-            emit_outcome({"pushed": [p.name for p in pushed], "files": {p.name: list(p.files) for p in pushed}, "top": wt.top()}, exc)
+            emit_outcome(documents.push_doc(pushed, wt.top()), exc)
         for p in pushed:
             note(f"Applied patch {p.name}.")
         raise
     if G.json:
-        emit_json({"pushed": [p.name for p in done], "files": {p.name: list(p.files) for p in done}, "top": wt.top()})
+        emit_json(documents.push_doc(done, wt.top()))
         return
     for p in done:
         say(f"Applying patch {p.name}")
@@ -89,7 +90,7 @@ def pop_cmd(
     popped = pop(wt, name, all=all, count=count, force=force)
     top = wt.top()
     if G.json:
-        emit_json({"popped": popped, "top": top})
+        emit_json(documents.pop_doc(popped, top))
         return
     for p in popped:
         say(f"Removing patch {p}")

@@ -28,8 +28,8 @@ def verify_cmd(
       imgquilt verify --image oci:out:1.0-fixed --key key.pub
       imgquilt verify --image docker://reg/app:1.0-fixed --key cosign.pub --platform all --json
     """
-    from ..verbs.attest import verification_json
     from ..verbs.verify import VerifyRequest, run_verify
+    from .documents import verify_doc
 
     verified = run_verify(VerifyRequest(G.queue, image, key, platform, profile))
     found = verified.found
@@ -37,12 +37,8 @@ def verify_cmd(
     failure = failing[0].failure() if failing else None
     if len(failing) > 1:
         failure.message = "\n".join(v.failure().message for v in failing)  # type: ignore[union-attr]
-    docs = [verification_json(v) for v in found]
     if G.json:
-        doc = docs[0] if not verified.every_platform else {
-            "image": {"ref": found[0].ref if found else image, "digest": None, "platform": "all"},
-            "key": docs[0]["key"] if docs else None, "verified": not failing, "platforms": docs}
-        emit_outcome(doc, failure)
+        emit_outcome(verify_doc(found, image, verified.every_platform), failure)
         return
     for v in found:
         ok = v.verified

@@ -116,11 +116,6 @@ class LockUpdate:
             lines.append(f"{what}: {self.why}; {todo[:1].lower() + todo[1:]}")
         return "\n".join(lines) or None
 
-    def to_json(self) -> dict | None:
-        if not self.pinned:
-            return None
-        return {"updated": self.written, "path": str(self.path) if self.path else None, "stale": self.why, "todo": self.todo}
-
 
 def patch_hashes(names: list[str], raws: list[Data]) -> tuple[tuple[str, str], ...]:
     return tuple((n, sha256_hex(raw)) for n, raw in zip(names, raws))

@@ -98,28 +98,6 @@ class Ported:
     def conflicts(self) -> list[PortedFile]:
         return [f for f in self.files if f.state == CONFLICT]
 
-    def to_json(self) -> dict:
-        doc = {
-            "status": self.status,
-            "patch": self.patch,
-            "profile": self.profile,
-            "copy": self.copy,
-            "guards": list(self.guards),
-            "copy_guards": list(self.copy_guards),
-            "image": dict(self.image),
-            "files": [f.to_json() for f in self.files],
-            "notes": list(self.notes),
-            "kept": list(self.kept),
-        }
-        if self.lock is not None:
-            doc["targets_lock"] = self.lock.to_json()
-        if self.status == "stopped":
-            doc["conflict"] = {
-                "files": [{"path": f.path, "work": f.work, "kind": f.kind, "detail": f.detail} for f in self.conflicts],
-                "next": ["imgquilt port --continue", "imgquilt port --abort"],
-            }
-        return doc
-
 
 def copy_name(patch: str, profile: str) -> str:
     stem = patch[: -len(".patch")] if patch.endswith(".patch") else patch

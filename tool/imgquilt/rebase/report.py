@@ -140,30 +140,6 @@ class RebaseReport:
         counts["dropped"] = sum(1 for p in self.patches if p.dropped)
         return counts
 
-    def to_json(self) -> dict:
-        doc = {
-            "status": self.status,
-            "image": {"old": self.old_image, "new": self.new_image},
-            "patches": [p.to_json() for p in self.patches],
-            "summary": self.summary(),
-            "notes": list(self.notes),
-        }
-        if self.profile is not None:
-            doc["profile"] = self.profile
-        if self.pins:
-            doc["profiles"] = [dict(d) for d in self.pins]
-        if self.vendor:
-            doc["vendor"] = self.vendor
-        if self.status == "stopped":
-            doc["conflict"] = {
-                "patch": self.conflict_patch,
-                "files": [{"path": f.path, "work": f.work, "kind": f.conflict, "detail": f.detail} for f in self.conflicts],
-                "next": ["imgquilt rebase --continue", "imgquilt rebase --abort"],
-            }
-            if self.pins:  # resolved once for every profile it stands in
-                doc["conflict"]["profiles"] = list(self.conflict_profiles)
-        return doc
-
 
 def patch_state(files: Sequence[FileOutcome]) -> str:
     """A patch takes the most telling state of its files."""

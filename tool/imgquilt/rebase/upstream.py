@@ -44,15 +44,6 @@ class UpstreamDiff:
     profile: str | None = None  # the profile whose images these are (a rebase of several profiles, or --profile)
     lanes: tuple[UpstreamDiff, ...] = ()  # a stopped rebase of several profiles: one per profile carrying the patch
 
-    def to_json(self) -> dict:
-        doc = {"patch": self.patch, "old": self.old, "new": self.new, "files": list(self.paths),
-               "upstream": [c.to_json() for c in self.changes]}
-        if self.profile is not None:
-            doc["profile"] = self.profile
-        if self.lanes:
-            doc["profiles"] = [d.to_json() for d in self.lanes]
-        return doc
-
 
 @dataclass(frozen=True)
 class _Old:

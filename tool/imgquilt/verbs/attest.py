@@ -249,21 +249,6 @@ def verify_image(queue: Queue, image: Image, ref: str, key: PublicKey, env: tupl
     return Verification(ref, digest, image.platform, key, tuple(candidates), looked)
 
 
-def verification_json(v: Verification) -> dict[str, Any]:
-    ok = v.verified
-    return {
-        "image": {"ref": v.ref, "digest": v.digest, "platform": v.platform},
-        "key": {"path": v.key.path, "key_id": v.key.key_id, "algorithm": v.key.algorithm},
-        "verified": ok is not None,
-        "attestation": None if ok is None else {"digest": ok.digest, "where": ok.where, "predicate_type": PREDICATE_TYPE,
-                                                "series_sha256": (ok.record or {}).get("series_sha256"),
-                                                "base_digest": ((ok.record or {}).get("image") or {}).get("digest"),
-                                                "predicate": ok.predicate},
-        "candidates": [{"digest": c.digest, "where": c.where, "verified": c.verified, "kind": c.kind,
-                        "reason": c.reason or None, "key_ids": list(c.key_ids)} for c in v.candidates],
-    }
-
-
 # --- audit from an attestation --------------------------------------------------------------------
 def trust_check(v: Verification) -> TrustCheck:
     ok = v.verified

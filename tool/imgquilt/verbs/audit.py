@@ -536,73 +536,10 @@ def matches(report: AuditReport, want: str) -> bool:
     return want != LIVE or report.record is None or not report.record.problems
 
 
-def report_json(report: AuditReport) -> dict:
-    """The document of docs/json.md (docs/schemas/audit.schema.json): image, patches, summary, and the record check."""
-    info = report.info
-    rec = report.record
-    trust = report.trust
-    return {
-        **({} if report.profile is None else {"profile": report.profile}),
-        **({} if report.env is None else {"env": {
-            "expected": dict(report.env.expected),
-            "checked": report.env.found is not None,
-            **({"source": report.env.source} if report.env.found is not None else {}),
-            "missing": [{"key": k, "value": v, "found": got} for k, v, got in report.env.missing],
-        }}),
-        "image": {"ref": info.ref, "digest": info.digest, "platform": info.platform, "kind": info.kind,
-                  "base": None if report.base is None else report.base.json()},
-        **({} if trust is None else {
-            "answered_from": trust.answered_from,
-            "attestation": {"digest": trust.attestation, "key_id": trust.key_id, "note": trust.note,
-                            "rejected": [{"digest": d, "reason": r} for d, r in trust.rejected]},
-        }),
-        "series_sha256": report.series_sha256,
-        "patches": [
-            {
-                "name": p.name,
-                "state": p.state,
-                "record": p.record,
-                "files": [
-                    {
-                        "path": f.path,
-                        "resolved": f.resolved,
-                        "state": f.state,
-                        "expected_base": f.expected_base,
-                        "expected_patched": f.expected_patched,
-                        "actual": f.actual,
-                        "detail": f.detail or None,
-                        "record": f.recorded,
-                        "bytecode": [{"path": v.bytecode.path, "verdict": v.verdict, "reason": v.reason} for v in f.bytecode],
-                    }
-                    for f in p.files
-                ],
-            }
-            for p in report.patches
-        ],
-        "summary": report.summary,
-        "record": None if rec is None else {
-            "path": rec.path,
-            "series_sha256": rec.series_sha256,
-            "series_matches": rec.series_matches,
-            "image": {"ref": rec.image_ref, "digest": rec.image_digest},
-            "imgquilt_version": rec.imgquilt_version,
-            "patches": list(rec.patches),
-            "agrees": not rec.problems,
-        },
-        "process": None if report.process is None else {
-            "pid": report.process.pid, "root": report.process.root,
-            "started": iso_time(report.process.started),
-        },
-        "record_problems": [] if rec is None else [
-            {"kind": x.kind, "patch": x.patch, "path": x.path, "message": x.message} for x in rec.problems
-        ],
-    }
-
-
 __all__ = [
     "ABSENT", "AuditReport", "EnvCheck", "matches", "with_env", "FileAudit", "PatchAudit", "RecordCheck", "RecordProblem", "STATES", "TrustCheck",
     "audit_files", "audit_source", "audit_targets", "chain_states", "check_record", "read_record_seen",
-    "patch_state", "report_json", "undo_change",
+    "patch_state", "undo_change",
 ]
 
 

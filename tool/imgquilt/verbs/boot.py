@@ -120,10 +120,6 @@ class PatchBoot:
     failures: tuple[tuple[str, Failure], ...] = ()  # (module, failure)
     why: str = ""
 
-    def json(self) -> dict:
-        return {"name": self.name, "verdict": self.verdict, "modules": list(self.modules), "why": self.why,
-                "failures": [{"module": m, **f.json()} for m, f in self.failures]}
-
 
 @dataclass(frozen=True)
 class CommandBoot:
@@ -131,13 +127,6 @@ class CommandBoot:
     verdict: str
     base: Ran
     patched: Ran
-
-    def json(self) -> dict:
-        def side(r: Ran) -> dict:
-            return {"exit_code": r.code, "timed_out": r.timed_out, "seconds": round(r.seconds, 3),
-                    "stdout_tail": r.tail("stdout"), "stderr_tail": r.tail("stderr")}
-
-        return {"argv": list(self.argv), "verdict": self.verdict, "base": side(self.base), "patched": side(self.patched)}
 
 
 @dataclass(frozen=True)
@@ -171,13 +160,6 @@ class BootReport:
         return BootFailed("; ".join(what) + ".", hint="Each failure names the patched file and line; fix the patch and run "
                                                        "`imgquilt boot` again.",
                           problems=[f"{p.name}: {m}: {f.render()}" for p in self.patches for m, f in p.failures])
-
-    def json(self) -> dict:
-        return {"image": {"ref": self.ref, "digest": self.digest}, "profile": self.profile, "env": dict(self.env),
-                "timeout": self.timeout, "patches": [p.json() for p in self.patches], "probes": [p.json() for p in self.probes],
-                "command": None if self.command is None else self.command.json(), "ok": not self.failed,
-                "sandbox_seconds": round(self.sandbox_seconds, 3), "sandbox_cpu_seconds": round(self.sandbox_cpu_seconds, 3),
-                "patched_digest": self.patched_digest}
 
     def record(self) -> dict:
         """What `apply --boot` keeps in the apply record (docs/applied-record.md): the verdicts and the

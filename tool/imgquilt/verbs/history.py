@@ -242,19 +242,3 @@ def queue_history(queue_root: Path, listed: list[str] | None = None) -> History:
     )
     kept = tuple(f for f in flags if f.patch in ever_listed)
     return History(str(repo.working_tree_dir), rel or ".", len(hexshas), patches, kept)
-
-
-def history_json(h: History) -> dict:
-    def commit(c: CommitInfo) -> dict:
-        return {"commit": c.hexsha, "short": c.short, "subject": c.subject, "date": c.date, "author": c.author}
-
-    return {
-        "repo": h.repo,
-        "queue_path": h.queue_path,
-        "commits": h.commits,
-        "patches": [
-            {"name": p.name, "in_series": p.in_series, "events": [{"kind": e.kind, **commit(e.commit), "detail": e.detail or None} for e in p.events]}
-            for p in h.patches
-        ],
-        "flags": [{"kind": f.kind, "patch": f.patch, **commit(f.commit), "message": f.message} for f in h.flags],
-    }

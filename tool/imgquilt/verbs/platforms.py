@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .audit import LIVE, PARTIAL, AuditReport, audit_source, report_json
+from .audit import AuditReport, audit_source
 from ..fs.types import Source
 
 
@@ -26,24 +26,6 @@ def audit_platforms(queue, platforms: list[str], open_platform: Callable[[str], 
 
         return [PlatformAudit(p, audit_trusting(queue, open_platform(p), trust)) for p in platforms]
     return [PlatformAudit(p, audit_source(queue, open_platform(p))) for p in platforms]
-
-
-def platforms_json(ref: str, audits: list[PlatformAudit], expect: str) -> dict:
-    """One document: per patch the state every platform shares (else partial), and `platforms`, one
-    single-image document per platform."""
-    docs = [{**report_json(a.report), "expect": expect} for a in audits]
-    names = [p.name for p in audits[0].report.patches] if audits else []
-    patches = []
-    for i, name in enumerate(names):
-        states = {a.report.patches[i].state for a in audits}
-        files = [{**f, "platform": a.platform} for a, d in zip(audits, docs) for f in d["patches"][i]["files"]]
-        patches.append({"name": name, "state": states.pop() if len(states) == 1 else PARTIAL, "record": None, "files": files})
-    summary: dict[str, int] = {s: 0 for s in (audits[0].report.summary if audits else {LIVE: 0})}
-    for p in patches:
-        summary[p["state"]] = summary.get(p["state"], 0) + 1
-    return {"image": {"ref": ref, "digest": None, "platform": "all", "kind": "image"},
-            "series_sha256": audits[0].report.series_sha256 if audits else None,
-            "patches": patches, "summary": summary, "expect": expect, "platforms": docs}
 
 
 # --- apply ----------------------------------------------------------------------------------------
