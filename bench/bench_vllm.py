@@ -124,7 +124,7 @@ def main() -> int:
     results: dict[str, list[tuple[float, float]]] = {}
     loads = [os.getloadavg()[0]]
     try:
-        reg_ref = server.ref("vllm:v1") if server is not None else "docker://unused/vllm:v1"
+        reg_ref = server.ref("vllm:v1") if server is not None else ""
         if server is not None:
             run = run_child(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", local_ref, reg_ref], env)
             if run.code:
@@ -176,7 +176,7 @@ def main() -> int:
             steps = [t for label, fn in steps for t in [(label, fn)] + (
                 [(label + " (baseline)", cold(local_ref if "local" in label else reg_ref, base_env))]
                 if label.startswith("audit, cold") else [])]
-        steps = [s for s in steps if chosen(s[0])]
+        steps = [s for s in steps if chosen(s[0]) and (server is not None or "docker://" not in s[0])]
         for r in range(args.repeat):
             for label, fn in steps:
                 if label.endswith("warm") and not (q / "targets.lock").is_file():
