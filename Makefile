@@ -29,7 +29,7 @@ test: venv tools
 # mypy checks the packages [tool.mypy] lists in pyproject.toml; the unit tests are those with no marker
 # that tests/conftest.py sets from what a test runs (tools, crash, network) and none in the slow table.
 FORMATTED := tests/support tests/test_gate.py tests/test_settings.py tests/test_content_model.py tool/imgquilt/settings.py \
-	tool/imgquilt/util/reader.py \
+	tool/imgquilt/util/reader.py tests/test_reader_base.py tests/test_json_members.py \
 	tool/imgquilt/rebase/rerere.py tool/imgquilt/rebase/kept.py tool/imgquilt/rebase/port.py tool/imgquilt/cli/port.py tests/test_port.py tests/test_kept_resolutions.py
 UNIT := not tools and not crash and not network and not slow
 # the layering checker and its picture live with the project's shared tooling, beside the clone (CI's copy

@@ -53,8 +53,10 @@ def test_layout_marker_and_registry_answers():
         with pytest.raises(BadImage, match="has an unreadable oci-layout file"):
             check_layout_marker(bad, "dir x")
     check_layout_marker(b'{"imageLayoutVersion": "1.0.0"}', "dir x")
-    assert _declared_media_type(b'{"mediaType": "application/vnd.oci.image.index.v1+json"}') \
+    assert (
+        _declared_media_type(b'{"mediaType": "application/vnd.oci.image.index.v1+json"}')
         == "application/vnd.oci.image.index.v1+json"
+    )
     assert _declared_media_type(DEEP) is None and _declared_media_type(b'{"mediaType": 1}') is None
     answer = httpx.Response(400, content=b'{"errors": [{"code": "DENIED", "message": "no"}, 5]}')
     assert registry_messages(answer) == "DENIED: no"
