@@ -514,7 +514,7 @@ def read_verified(loc: BlobLocation, digest: str, *, what: str, limit: int) -> b
     if loc.size > limit:
         raise BadImage(f"The {what} {digest} is {loc.size} bytes; more than imgquilt accepts ({limit}).")
     with FileRange(loc, what=what) as f:
-        data = f.read()
+        data = f.read_exactly(loc.size)
     if len(data) != loc.size:
         raise BadImage(f"The {what} at {loc.describe()} is truncated.")
     verify_digest(digest, _hash(digest, data), what=what, where=loc.describe())
