@@ -31,7 +31,8 @@ test: venv tools
 FORMATTED := tests/support tests/test_gate.py tests/test_settings.py tests/test_content_model.py tool/imgquilt/settings.py \
 	tool/imgquilt/rebase/rerere.py tool/imgquilt/rebase/kept.py tool/imgquilt/rebase/port.py tool/imgquilt/cli/port.py tests/test_port.py tests/test_kept_resolutions.py \
 	tool/imgquilt/verbs/refs.py tool/imgquilt/verbs/fanout.py tool/imgquilt/verbs/check.py tool/imgquilt/verbs/verify.py tests/test_fanout.py \
-	tool/imgquilt/cli/documents.py tests/test_documents.py
+	tool/imgquilt/cli/documents.py tests/test_documents.py \
+	tool/imgquilt/util/reader.py tests/test_reader_base.py tests/test_json_members.py
 UNIT := not tools and not crash and not network and not slow
 # the layering checker and its picture live with the project's shared tooling, beside the clone (CI's copy
 # too); a clone without them skips this step (docs/architecture.md says what it enforces)

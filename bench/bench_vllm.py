@@ -6,7 +6,11 @@
   127.0.0.1) serving the same image, against `skopeo copy docker://... dir:` of it;
 - warm `apply --layer` against warm `apply --output-image oci:` (base blobs linked, not copied or hashed).
 
-    python3 bench/bench_vllm.py [--workdir /tmp/imgquilt-vllm] [--repeat 3] [--json]
+    python3 bench/bench_vllm.py [--workdir /tmp/imgquilt-vllm] [--repeat 3] [--json] [--tool DIR]
+        [--baseline DIR] [--only SUBSTRINGS]
+
+--baseline runs each cold audit a second time per round with another checkout's tool/ (e.g. main's), the
+two taking turns, and prints the ratio of each to its baseline twin.
 
 The image is bench/build_vllm.py's (built first when missing). The queue patches one file in each layer
 (the Python standard library in the base, transformers in the dependencies, vllm itself), so a cold
@@ -93,6 +97,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--tool", type=Path, help="run another checkout's tool/ directory (e.g. before this change)")
+    ap.add_argument("--baseline", type=Path, help="also run each cold audit with this checkout's tool/ (side by side)")
     ap.add_argument("--only", help="comma-separated substrings: run only the steps whose label has one")
     args = ap.parse_args()
     work = args.workdir
@@ -109,23 +114,31 @@ def main() -> int:
         env["PYTHONPATH"] = str(args.tool.resolve())
     from registry_server import start_registry
 
-    shutil.rmtree(work / "registry", ignore_errors=True)
-    server = start_registry(work / "registry")
+    def chosen(label: str) -> bool:
+        return not args.only or any(w in label for w in args.only.split(","))
+
+    server = None
+    if chosen("registry docker://") or chosen("skopeo copy docker:// -> dir:"):
+        shutil.rmtree(work / "registry", ignore_errors=True)
+        server = start_registry(work / "registry")
     results: dict[str, list[tuple[float, float]]] = {}
     loads = [os.getloadavg()[0]]
     try:
-        reg_ref = server.ref("vllm:v1")
-        run = run_child(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", local_ref, reg_ref], env)
-        if run.code:
-            raise SystemExit(run.err.decode(errors="replace"))
+        reg_ref = server.ref("vllm:v1") if server is not None else ""
+        if server is not None:
+            run = run_child(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", local_ref, reg_ref], env)
+            if run.code:
+                raise SystemExit(run.err.decode(errors="replace"))
         cache = Path(env["IMGQUILT_CACHE_DIR"])
+        base_env = dict(env, PYTHONPATH=str(args.baseline.resolve())) if args.baseline is not None else None
 
-        def cold(ref: str):
+        def cold(ref: str, with_env: dict[str, str] | None = None):
             def go():
                 shutil.rmtree(cache, ignore_errors=True)
                 shutil.rmtree(q / ".imgquilt", ignore_errors=True)
                 os.sync()
-                return run_child([sys.executable, "-m", "imgquilt", "audit", "--image", ref, "--expect", "pending"], env, q)
+                return run_child([sys.executable, "-m", "imgquilt", "audit", "--image", ref, "--expect", "pending"],
+                                 with_env or env, q)
             return go
 
         def skopeo():
@@ -159,8 +172,11 @@ def main() -> int:
             ("apply --layer, warm", warm("--layer", "{OUT}/fix.tar.gz")),
             ("apply --output-image oci:, warm", warm("--output-image", "oci:{OUT}/image:patched")),
         ]
-        if args.only:
-            steps = [s for s in steps if any(w in s[0] for w in args.only.split(","))]
+        if base_env is not None:  # each cold audit's baseline twin runs right after it
+            steps = [t for label, fn in steps for t in [(label, fn)] + (
+                [(label + " (baseline)", cold(local_ref if "local" in label else reg_ref, base_env))]
+                if label.startswith("audit, cold") else [])]
+        steps = [s for s in steps if chosen(s[0]) and (server is not None or "docker://" not in s[0])]
         for r in range(args.repeat):
             for label, fn in steps:
                 if label.endswith("warm") and not (q / "targets.lock").is_file():
@@ -175,7 +191,8 @@ def main() -> int:
                 results.setdefault(label, []).append((got.seconds, got.cpu_seconds))
                 loads.append(os.getloadavg()[0])
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
         shutil.rmtree(work / "copy", ignore_errors=True)
         shutil.rmtree(work / "out", ignore_errors=True)
     summary = {}
@@ -186,7 +203,14 @@ def main() -> int:
                           "cpu_median": statistics.median(cpus)}
         s = summary[label]
         print(f"{label:40} {s['wall_min']:9.2f} {s['wall_median']:9.2f} {s['cpu_min']:8.2f} {s['cpu_median']:8.2f}")
+    for label in list(summary):
+        twin = summary.get(label + " (baseline)")
+        if twin is not None:
+            s = summary[label]
+            print(f"{label} / its baseline: wall min {s['wall_min'] / twin['wall_min']:.3f}x, "
+                  f"CPU min {s['cpu_min'] / twin['cpu_min']:.3f}x")
     if len(summary) < len(steps) or args.only:
+        print(f"load average (1 min) during the runs: {min(loads):.2f}-{max(loads):.2f} (2 cores, shared)")
         return 0
     f, lc, rc, sk = (summary[k] for k in ("floor: isal decompress of every layer", "audit, cold, local oci:",
                                           "audit, cold, registry docker://", "skopeo copy docker:// -> dir:"))

@@ -13,10 +13,11 @@ so `podman load` / `docker load` name what they load (docs/image-references.md).
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from ..util.jsonin import member_or_none
 
 BASE_DIGEST = "org.opencontainers.image.base.digest"
 BASE_NAME = "org.opencontainers.image.base.name"
@@ -44,11 +45,7 @@ def base_of(image: Any) -> BaseImage | None:
     data = getattr(image, "manifest_bytes", None)
     if not isinstance(data, (bytes, bytearray)):
         return None
-    try:
-        doc = json.loads(data)
-    except ValueError:
-        return None
-    notes = doc.get("annotations") if isinstance(doc, dict) else None
+    notes = member_or_none(data, "annotations")
     if not isinstance(notes, dict):
         return None
     name, digest = notes.get(BASE_NAME), notes.get(BASE_DIGEST)

@@ -54,6 +54,7 @@ from ..fs.content import copy_to_spool, spool_at
 from ..fs.paths import check_member_path
 from ..fs.resolve import resolve
 from ..fs.types import DirListing, DirMeta, ImageInfo, Located, Node, TargetFile
+from ..util.reader import Wrapper
 from .digests import mismatch, sha256_digest
 from .mediatypes import compression_of
 from .layers.blob_layer import BlobLayer
@@ -857,25 +858,25 @@ class _Cancelled(Exception):
     """A scan ahead that is no longer wanted."""
 
 
-class _Cancellable:
+class _Cancellable(Wrapper):
     """A layer's tar stream that stops (raises _Cancelled) once `cancel` is set."""
 
     def __init__(self, stream, cancel: threading.Event) -> None:
-        self._stream = stream
+        super().__init__(stream)
         self._cancel = cancel
 
-    def read(self, n: int = -1) -> bytes:
+    def _read_some(self, n: int) -> bytes:
         if self._cancel.is_set():
             raise _Cancelled()
-        return self._stream.read(n)
+        return self._inner.read(n)
 
-    def skip(self, n: int) -> int:
+    def _skip_some(self, n: int) -> int:
         if self._cancel.is_set():
             raise _Cancelled()
-        return self._stream.skip(n)
+        return self._inner.skip(n)
 
     def __getattr__(self, name: str):
-        return getattr(self._stream, name)
+        return getattr(self._inner, name)
 
 
 class _LateCounter:
@@ -936,13 +937,13 @@ class _Prefetch:
         self._thread.join()
 
 
-class _Counted:
+class _Counted(Wrapper):
     """A layer's tar stream that reports the bytes read or skipped through it (for a progress bar):
     the tar's, or (`stored`) the stored blob's, read by the decompressor so far, in the manifest's unit
     (a download reports its own: ImageSource.watch_downloads)."""
 
     def __init__(self, stream, on_bytes: Callable[[int], None], *, stored: bool = False) -> None:
-        self._stream = stream
+        super().__init__(stream)
         self._on_bytes = on_bytes
         self._stored = stored
         self._last = 0
@@ -951,20 +952,20 @@ class _Counted:
         if not self._stored:
             self._on_bytes(n)
             return
-        now = getattr(self._stream, "stored_read", None)
+        now = getattr(self._inner, "stored_read", None)
         if isinstance(now, int) and now > self._last:
             self._on_bytes(now - self._last)
             self._last = now
 
-    def read(self, n: int = -1) -> bytes:
-        data = self._stream.read(n)
+    def _read_some(self, n: int) -> bytes:
+        data = self._inner.read(n)
         self._report(len(data))
         return data
 
-    def skip(self, n: int) -> int:
-        done = self._stream.skip(n)
+    def _skip_some(self, n: int) -> int:
+        done = self._inner.skip(n)
         self._report(done)
         return done
 
     def __getattr__(self, name: str):
-        return getattr(self._stream, name)
+        return getattr(self._inner, name)

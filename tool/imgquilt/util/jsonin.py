@@ -18,6 +18,13 @@ def loads_or_none(data: bytes | str) -> Any | None:
         return None
 
 
+def member_or_none(data: bytes | str, key: str) -> Any | None:
+    """The value of `key` in the JSON object in `data`; None when `data` is not JSON (or too deep to
+    parse), not an object, or has no such member. The caller checks the value's type."""
+    doc = loads_or_none(data)
+    return doc.get(key) if isinstance(doc, dict) else None
+
+
 def unreadable(exc: BaseException) -> bool:
     """Whether `exc` is what json.loads raises on bytes that are not a readable document."""
     return isinstance(exc, (ValueError, RecursionError))

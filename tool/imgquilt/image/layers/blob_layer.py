@@ -10,31 +10,24 @@ from .blobio import (BlobFile, BlobLocation, CheckedRange, FileRange, Fingerprin
 from .compression import Decompressed, detect
 from ..mediatypes import LAYER_MEDIA_TYPES, Compression
 from ..model import Descriptor
+from ...util.reader import Wrapper
 
 Verify = Literal["blob", "diff_id"] | None
 
 
-class TarStream:
+class TarStream(Wrapper):
     """A layer's uncompressed tar stream plus what reading its blob to the end proves."""
 
     def __init__(self, tar, raw, checker, *, seekable: bool, fingerprint: Fingerprint) -> None:
+        super().__init__(tar)
         self._tar = tar
         self.raw = raw
         self.fingerprint = fingerprint  # of the file when the stream was opened
         self._checker = checker  # the object whose .verified turns True once the digest matched
         self.seekable = seekable
 
-    def read(self, n: int = -1) -> bytes:
-        return self._tar.read(n)
-
-    def skip(self, n: int) -> int:
-        return self._tar.skip(n)
-
     def pread(self, n: int, pos: int) -> bytes:
         return self._tar.pread(n, pos)
-
-    def drain(self) -> None:
-        self._tar.drain()
 
     @property
     def verified(self) -> bool:
@@ -46,15 +39,6 @@ class TarStream:
         reports its own progress)."""
         found = getattr(self._tar, "stored_offset", None)
         return found if isinstance(found, int) else getattr(self.raw, "offset", None)
-
-    def close(self) -> None:
-        self._tar.close()
-
-    def __enter__(self) -> "TarStream":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class BlobLayer:

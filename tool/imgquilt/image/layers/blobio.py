@@ -1,6 +1,7 @@
 """Reading blobs where they lie (a file in a layout, or a member of an archive at an offset).
 
-Three raw streams share one small interface (`read`, `skip`, `peek`, `drain`, `close`):
+Three raw streams on the one reader base (util.reader: `read`, `skip`, `drain`, `close`; each gives its
+`_read_some`), with `peek` beside:
 - `FileRange`: positional reads of a byte range; `skip` seeks. Used where no digest is to be checked
   (a flat tar) or where the blob was already verified and its file has not changed since.
 - `CheckedRange`: a FileRange whose digest a second thread computes over the whole range while the
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from ...cache.seal import entry_seal, entry_sealed
 from ...errors import BadImage, BadInput
+from ...util.reader import Reader
 from ...util.regular import read_regular_file
 from ..digests import CopyCheck, new_hasher, sha256_digest, split_digest, verify_digest
 
@@ -170,8 +172,8 @@ def _open_fd(loc: BlobLocation, what: str, *, check_size: bool = True) -> int:
     return fd
 
 
-class _OwnsFd:
-    """A reader that owns one file descriptor: closing it, and `with` support."""
+class _OwnsFd(Reader):
+    """A reader that owns one file descriptor: closing closes it."""
 
     _fd: int
 
@@ -187,17 +189,12 @@ class _OwnsFd:
             os.close(self._fd)
             self._fd = -1
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 class FileRange(_OwnsFd):
     """A byte range of a file, read with pread; skipping seeks. Nothing is verified."""
 
     seekable = True
+    chunk = CHUNK
 
     def __init__(self, loc: BlobLocation, *, what: str = "blob", fd: int | None = None) -> None:
         self.loc = loc
@@ -214,10 +211,8 @@ class FileRange(_OwnsFd):
         """The same range of the same open file (not of whatever the path names by now)."""
         return FileRange(self.loc, fd=os.dup(self._fd))
 
-    def read(self, n: int = -1) -> bytes:
-        left = self.loc.size - self._pos
-        if n < 0 or n > left:
-            n = left
+    def _read_some(self, n: int) -> bytes:
+        n = min(n, self.loc.size - self._pos)
         if n <= 0:
             return b""
         data = os.pread(self._fd, n, self.loc.offset + self._pos)
@@ -244,16 +239,13 @@ class FileRange(_OwnsFd):
     def peek(self, n: int) -> bytes:
         return self.pread(n, self._pos)
 
-    def skip(self, n: int) -> int:
+    def _skip_some(self, n: int) -> int:
         n = max(0, min(n, self.loc.size - self._pos))
         self._pos += n
         return n
 
     def tell(self) -> int:
         return self._pos
-
-    def drain(self) -> None:
-        self._pos = self.loc.size
 
 
 
@@ -348,24 +340,17 @@ class FoldedRange(FileRange):
                 self._fold.pos += n
             return n
 
-    def read(self, n: int = -1) -> bytes:
+    def _read_some(self, n: int) -> bytes:
         with self._fold.lock:
             if self._fold.done:
                 return b""
-            data = super().read(n)
+            data = super()._read_some(n)
             if data:
                 self._fold.hasher.update(data)
                 self._fold.pos += len(data)
             return data
 
-    def skip(self, n: int) -> int:
-        done = 0
-        while done < n:
-            part = self.read(min(CHUNK, n - done))
-            if not part:
-                break
-            done += len(part)
-        return done
+    _skip_some = Reader._skip_some  # by reading: every byte goes through the digest
 
 
 class CheckedRange(FileRange):
@@ -424,9 +409,9 @@ class CheckedRange(FileRange):
                                hint="Run again once nothing else writes to the image.")
         self.verified = True
 
-    def read(self, n: int = -1) -> bytes:
-        data = super().read(n)
-        if not data and n != 0:
+    def _read_some(self, n: int) -> bytes:
+        data = super()._read_some(n)
+        if not data:
             self._verify()
         return data
 
@@ -441,31 +426,14 @@ class CheckedRange(FileRange):
         super().close()
 
 
-class _ReadToSkip:
-    """skip() and drain() by reading: the bytes must pass through the hash."""
-
-    def skip(self, n: int) -> int:
-        done = 0
-        while done < n:
-            part = self.read(min(CHUNK, n - done))  # type: ignore[attr-defined]
-            if not part:
-                break
-            done += len(part)
-        return done
-
-    def drain(self) -> None:
-        """Read to the end: raises DigestMismatch (or truncation) if the blob is bad."""
-        while self.read(CHUNK):  # type: ignore[attr-defined]
-            pass
-
-
-class HashingRange(_ReadToSkip, _OwnsFd):
+class HashingRange(_OwnsFd):
     """A byte range read sequentially and hashed in line; b"" (the end) only after the digest matched.
+    Skipping and draining read (the base's): the bytes must pass through the hash.
 
     With `copy`, a short file is no truncation error of its own: the byte count is checked with the digest.
     """
 
-    seekable = False
+    chunk = CHUNK
 
     def __init__(self, loc: BlobLocation, digest: str, *, what: str = "blob", copy: CopyCheck | None = None) -> None:
         self.loc = loc
@@ -485,10 +453,8 @@ class HashingRange(_ReadToSkip, _OwnsFd):
                       copy=self.copy, read=self.bytes_read)
         self.verified = True
 
-    def read(self, n: int = -1) -> bytes:
-        left = self.loc.size - self._pos
-        if n < 0 or n > left:
-            n = left
+    def _read_some(self, n: int) -> bytes:
+        n = min(n, self.loc.size - self._pos)
         if n <= 0:
             if not self._done:
                 self._finish()
@@ -504,22 +470,17 @@ class HashingRange(_ReadToSkip, _OwnsFd):
         self.bytes_read += len(data)
         return data
 
-    def readinto(self, b) -> int:
-        data = self.read(len(b))
-        n = len(data)
-        b[:n] = data
-        return n
-
     def peek(self, n: int) -> bytes:
         n = max(0, min(n, self.loc.size - self._pos))
         return os.pread(self._fd, n, self.loc.offset + self._pos) if n else b""
 
 
 
-class HashingStream(_ReadToSkip):
-    """Hash whatever passes through another stream (for digests over decompressed data)."""
+class HashingStream(Reader):
+    """Hash whatever passes through another stream (for digests over decompressed data); skipping and
+    draining read through the hash."""
 
-    seekable = False
+    chunk = CHUNK
 
     def __init__(self, inner, digest: str, *, what: str, copy: CopyCheck | None = None) -> None:
         self._inner = inner
@@ -534,17 +495,18 @@ class HashingStream(_ReadToSkip):
         verify_digest(self.digest, self._hasher.hexdigest(), what=self.what, copy=self.copy, read=self.bytes_read)
         self.verified = True
 
-    def read(self, n: int = -1) -> bytes:
+    def _read_some(self, n: int) -> bytes:
         data = self._inner.read(n)
         if data:
             self._hasher.update(data)
             self.bytes_read += len(data)
-        elif n != 0 and not self.verified:
+        elif not self.verified:
             self._check_end()
         return data
 
     def close(self) -> None:
         self._inner.close()
+        super().close()
 
 
 def read_verified(loc: BlobLocation, digest: str, *, what: str, limit: int) -> bytes:
@@ -552,7 +514,7 @@ def read_verified(loc: BlobLocation, digest: str, *, what: str, limit: int) -> b
     if loc.size > limit:
         raise BadImage(f"The {what} {digest} is {loc.size} bytes; more than imgquilt accepts ({limit}).")
     with FileRange(loc, what=what) as f:
-        data = f.read()
+        data = f.read_exactly(loc.size)
     if len(data) != loc.size:
         raise BadImage(f"The {what} at {loc.describe()} is truncated.")
     verify_digest(digest, _hash(digest, data), what=what, where=loc.describe())

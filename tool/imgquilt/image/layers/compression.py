@@ -6,7 +6,7 @@ and checks every member's CRC and length), falling back to the standard gzip mod
 thread of its own into a short queue of chunks, and the tar walk (and the digest thread) run
 beside it on another core. Compressed bytes are read with preadv straight into the decompressor's
 buffer (a memory map measured no faster beyond noise, and would turn a file truncated under us
-into SIGBUS). Decompressed streams expose the same `read`/`skip` interface as the raw ones;
+into SIGBUS). Decompressed streams are on the same reader base as the raw ones (util.reader);
 skipping drops whole chunks, since neither format can seek.
 """
 from __future__ import annotations
@@ -150,3 +150,4 @@ class Decompressed(ChunkQueue):
         self._stop = True
         self._join()
         self.raw.close()
+        super().close()

@@ -1,7 +1,8 @@
 """Streams whose bytes a thread of its own produces into a short queue of chunks.
 
-`ChunkQueue` is the shared machinery (a producing thread, a bounded queue, `read`/`skip` over the
-chunks, errors handed to the reader, a stop that unblocks the producer). Two streams use it:
+`ChunkQueue` is the shared machinery (a producing thread, a bounded queue, reading and skipping over
+the chunks as the primitives of the reader base, util.reader; errors handed to the reader, a stop that
+unblocks the producer). Two streams use it:
 compression.Decompressed (the thread decompresses) and ReadAhead here (the thread reads a raw stream:
 for a download, receiving and hashing then run on one core while another decompresses, instead of
 one thread doing all three in turn).
@@ -11,18 +12,18 @@ from __future__ import annotations
 import queue
 import threading
 
+from ...util.reader import Reader
+
 CHUNK = 1 << 20
 DEPTH = 8  # chunks ReadAhead's thread may run ahead (8 MiB of compressed bytes)
 
 
-class ChunkQueue:
+class ChunkQueue(Reader):
     """Chunks produced by `_produce` (run in a thread started on the first read), read in order.
 
     `_produce` hands each chunk to `_put` (False: stop producing), then b"" at the end; an exception
-    it raises is handed to the reader through `_error`.
+    it raises is handed to the reader through `_error`. Skipping drops what the chunks hold unread.
     """
-
-    seekable = False
 
     def __init__(self, depth: int) -> None:
         self._queue: queue.Queue = queue.Queue(depth)
@@ -78,15 +79,8 @@ class ChunkQueue:
         self._chunk, self._at = item, 0
         return True
 
-    def read(self, n: int = -1) -> bytes:
-        """Up to n bytes (at most one chunk's worth); b"" at the end. n < 0: everything left."""
-        if n < 0:
-            parts = []
-            while part := self.read(1 << 30):
-                parts.append(part)
-            return b"".join(parts)
-        if n == 0:
-            return b""
+    def _read_some(self, n: int) -> bytes:
+        """Up to n bytes (at most one chunk's worth); b"" at the end."""
         if self._at >= len(self._chunk) and not self._next_chunk():
             return b""
         chunk, at = self._chunk, self._at
@@ -97,18 +91,15 @@ class ChunkQueue:
         self._at = at + len(data)
         return data
 
-    def skip(self, n: int) -> int:
-        done = 0
-        while done < n:
-            left = len(self._chunk) - self._at
-            if left <= 0:
-                if not self._next_chunk():
-                    break
-                continue
-            step = min(left, n - done)
-            self._at += step
-            done += step
-        return done
+    def _skip_some(self, n: int) -> int:
+        left = len(self._chunk) - self._at
+        if left <= 0:
+            if not self._next_chunk():
+                return 0
+            left = len(self._chunk)
+        step = min(left, n)
+        self._at += step
+        return step
 
     def _join(self) -> None:
         """Stop the producing thread and wait for it (after `_stop` was set)."""
@@ -139,23 +130,13 @@ class ReadAhead(ChunkQueue):
             if not self._put(data) or not data:
                 return
 
-    def read(self, n: int = -1) -> bytes:
+    def _read_some(self, n: int) -> bytes:
         with self._lock:
-            return super().read(n)
+            return super()._read_some(n)
 
-    def readinto(self, b) -> int:
-        data = self.read(len(b))
-        b[:len(data)] = data
-        return len(data)
-
-    def skip(self, n: int) -> int:
+    def _skip_some(self, n: int) -> int:
         with self._lock:
-            return super().skip(n)
-
-    def drain(self) -> None:
-        """Read to the end: the inner stream's digest is checked there."""
-        while self.read(CHUNK):
-            pass
+            return super()._skip_some(n)
 
     @property
     def verified(self) -> bool:
@@ -174,19 +155,12 @@ class ReadAhead(ChunkQueue):
         self._join()
 
 
-class SharedHandle:
+class SharedHandle(Reader):
     """Another reader's handle on a stream (for the decompressing thread): reads go to it (which
     serialises them), closing the handle closes nothing."""
 
     def __init__(self, stream) -> None:
         self._stream = stream
-        self.closed = False
 
-    def read(self, n: int = -1) -> bytes:
+    def _read_some(self, n: int) -> bytes:
         return self._stream.read(n)
-
-    def readinto(self, b) -> int:
-        return self._stream.readinto(b)
-
-    def close(self) -> None:
-        self.closed = True

@@ -20,6 +20,7 @@ import base64
 import hashlib
 
 from ...errors import BadImage, ImgquiltError
+from ...util.reader import Reader
 from .layer_index import FILE, IndexBuilder, LayerIndex
 from .tarwalk import TarWalker
 from .toc import MAX_TOC, Toc, TocUnusable, _loads
@@ -160,11 +161,9 @@ class _InData(Exception):
     """The tar reader wants bytes where the tar-split says a file's data lies."""
 
 
-class _SplitStream:
+class _SplitStream(Reader):
     """The tar stream a tar-split describes: its segments' bytes, and each file's data as a gap that can
     only be skipped (a read inside one: the headers do not fit the sizes the tar-split gives)."""
-
-    seekable = False
 
     def __init__(self, data: bytes, gaps: list[int], files: list[tuple[str, int]]) -> None:
         self._data = data
@@ -176,37 +175,32 @@ class _SplitStream:
     def _limit(self) -> int:
         return self._gaps[self._g][0] if self._g < len(self._gaps) else len(self._data)
 
-    def read(self, n: int = -1) -> bytes:
+    def _read_some(self, n: int) -> bytes:
         if self._gap_left:
             raise _InData()
         limit = self._limit()
         if self._at == limit and self._g < len(self._gaps):
             raise _InData()  # at a gap's start: only a skip may cross it
-        end = limit if n < 0 else min(limit, self._at + n)
+        end = min(limit, self._at + n)
         out = self._data[self._at:end]
         self._at = end
         return out
 
-    def skip(self, n: int) -> int:
-        done = 0
-        while done < n:
-            if self._gap_left:
-                step = min(self._gap_left, n - done)
-                self._gap_left -= step
-                done += step
-                if not self._gap_left:
-                    self._g += 1
-                continue
+    def _skip_some(self, n: int) -> int:
+        if not self._gap_left:
             limit = self._limit()
             if self._at < limit:
-                step = min(limit - self._at, n - done)
+                step = min(limit - self._at, n)
                 self._at += step
-                done += step
-            elif self._g < len(self._gaps):
-                self._gap_left = self._gaps[self._g][1]
-            else:
-                break
-        return done
+                return step
+            if self._g >= len(self._gaps):
+                return 0
+            self._gap_left = self._gaps[self._g][1]  # at a gap's start: into it
+        step = min(self._gap_left, n)
+        self._gap_left -= step
+        if not self._gap_left:
+            self._g += 1
+        return step
 
 
 def tar_split_index(toc: Toc, text: bytes, *, position: int, whiteouts: bool, what: str) -> LayerIndex:

@@ -13,6 +13,8 @@ import re
 from typing import Iterator, Protocol
 
 from ...errors import BadImage, UnsafePath
+from ...fs.content import Data, pread_of
+from ...util.reader import Reader
 
 BLOCK = 512
 READ_CHUNK = 1 << 20  # per read of a seekable stream: after a skip, the next header is somewhere near
@@ -38,22 +40,23 @@ class Stream(Protocol):
     def skip(self, n: int) -> int: ...
 
 
-class BytesStream:
-    """Bytes in memory as the stream TarWalker reads (a TOC's member, a layer being written)."""
+class BytesStream(Reader):
+    """A content (bytes, or a Spooled read from its file) as the stream TarWalker reads (a TOC's member,
+    a layer being written)."""
 
-    seekable = False
-
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: Data) -> None:
         self._data = data
         self._at = 0
 
-    def read(self, n: int = -1) -> bytes:
-        end = len(self._data) if n < 0 else self._at + n
-        out = self._data[self._at:end]
+    def _read_some(self, n: int) -> bytes:
+        n = min(n, len(self._data) - self._at)
+        if n <= 0:
+            return b""
+        out = pread_of(self._data, n, self._at)
         self._at += len(out)
         return out
 
-    def skip(self, n: int) -> int:
+    def _skip_some(self, n: int) -> int:
         n = max(0, min(n, len(self._data) - self._at))
         self._at += n
         return n

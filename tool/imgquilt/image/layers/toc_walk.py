@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from ...errors import BadImage, ImgquiltError
+from ...util.reader import Reader
 from .layer_index import FILE, IndexBuilder, LayerIndex
 from .tarwalk import TarWalker, member_path
 from .toc import EMPTY_SHA256, ESTARGZ_TOC_NAME, Toc, TocUnusable, _modtime
@@ -393,11 +394,9 @@ class _InHole(Exception):
     """The tar walk wants bytes where the TOC says a file's data lies, unread."""
 
 
-class _WalkStream:
+class _WalkStream(Reader):
     """The layer's tar stream over walked segments: decompressed bytes, and holes that can only be
     skipped (a read inside one means the tar stream has a header where the TOC says data is)."""
-
-    seekable = False
 
     def __init__(self, segments: Iterator[tuple[str, object]]) -> None:
         self._segments = segments
@@ -428,10 +427,10 @@ class _WalkStream:
         self._bytes = None
         self._kind = ""
 
-    def read(self, n: int = -1) -> bytes:
+    def _read_some(self, n: int) -> bytes:
         while True:
             if self._at < len(self._chunk):
-                out = self._chunk[self._at:self._at + (n if n >= 0 else len(self._chunk))]
+                out = self._chunk[self._at:self._at + n]
                 self._at += len(out)
                 return out
             if self._kind == "bytes" and self._bytes is not None:
@@ -442,26 +441,22 @@ class _WalkStream:
             if not self._advance():
                 return b""
 
-    def skip(self, n: int) -> int:
-        done = 0
-        while done < n:
+    def _skip_some(self, n: int) -> int:
+        while True:
             left = len(self._chunk) - self._at
             if left:
-                step = min(left, n - done)
+                step = min(left, n)
                 self._at += step
-                done += step
-                continue
+                return step
             if self._kind == "hole" and self._hole_left:
-                step = min(self._hole_left, n - done)
+                step = min(self._hole_left, n)
                 self._hole_left -= step
-                done += step
-                continue
+                return step
             if self._kind == "bytes" and self._bytes is not None:
                 self._next_piece()
                 continue
             if not self._advance():
-                break
-        return done
+                return 0
 
 
 # --- the walk -------------------------------------------------------------------------------------------

@@ -3,8 +3,8 @@
 Every chunk is awaited under the request's deadline (deadline.py): the first IMGQUILT_REGISTRY_DEADLINE
 seconds plus one second per MIN_RATE bytes received, so a trickling registry is cut off.
 
-Same small interface as the local raw streams (`read`, `readinto`, `skip`, `peek`, `drain`, `close`),
-so layer readers take it where they take a file range (a layer download is read ahead by
+On the same reader base as the local raw streams (util.reader: `read`, `readinto`, `skip`, `drain`,
+`close`, this stream giving `_read_some`; `peek` beside), so layer readers take it where they take a file range (a layer download is read ahead by
 layers.readahead.ReadAhead, which the decompressing thread reads). Reads are serialised by a lock;
 each byte is hashed once, in order.
 """
@@ -16,16 +16,15 @@ from typing import BinaryIO, Callable, Iterator
 import httpx
 
 from ...errors import BadImage
+from ...util.reader import Reader
 from ..digests import CopyCheck, new_hasher, verify_digest
 from .deadline import DEADLINE_ENV, Deadline, DeadlinePolicy
 
-CHUNK = 1 << 20
 
 
-class RegistryBlobStream:
-    """The body of a blob GET; `size` (from the manifest descriptor) is checked if given."""
-
-    seekable = False
+class RegistryBlobStream(Reader):
+    """The body of a blob GET; `size` (from the manifest descriptor) is checked if given. Skipping and
+    draining read (the base's): every byte is hashed."""
 
     def __init__(self, response: httpx.Response, digest: str, *, size: int | None, what: str,
                  deadline: Deadline | None = None) -> None:
@@ -114,19 +113,17 @@ class RegistryBlobStream:
         finally:
             self._ended()
 
-    def read(self, n: int = -1) -> bytes:
+    def _read_some(self, n: int) -> bytes:
         with self._lock:
             return self._read(n)
 
     def _read(self, n: int) -> bytes:
-        if n == 0:
-            return b""
-        self._fill(n if n > 0 else 1 << 62)
+        self._fill(n)
         if not self._buffer:
             if not self.verified:
                 self._finish()
             return b""
-        take = len(self._buffer) if n < 0 else min(n, len(self._buffer))
+        take = min(n, len(self._buffer))
         if take == len(self._buffer):
             data = bytes(self._buffer)  # one copy (a slice first would make two)
             self._buffer.clear()
@@ -135,8 +132,6 @@ class RegistryBlobStream:
                 data = bytes(view[:take])
             del self._buffer[:take]
         self.bytes_read += take
-        if n < 0:
-            self._finish()  # the whole rest was asked for: check it before handing it out
         return data
 
     def read_chunk(self) -> bytes:
@@ -152,42 +147,13 @@ class RegistryBlobStream:
                         return chunk
             return self._read(len(self._buffer) or 1)  # what is buffered; at the end b"", once verified
 
-    def readinto(self, b) -> int:
-        data = self.read(len(b))
-        b[:len(data)] = data
-        return len(data)
-
     def peek(self, n: int) -> bytes:
         with self._lock:
             self._fill(n)
             return bytes(self._buffer[:n])
 
-    def skip(self, n: int) -> int:
-        done = 0
-        while done < n:
-            part = self.read(min(CHUNK, n - done))
-            if not part:
-                break
-            done += len(part)
-        return done
-
-    def drain(self) -> None:
-        """Read to the end: raises DigestMismatch (or BadImage) if the blob is bad."""
-        while self.read(CHUNK):
-            pass
-
     def close(self) -> None:
         self._closed = True
         self._response.close()
         self._ended()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def __enter__(self) -> "RegistryBlobStream":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 

@@ -16,7 +16,6 @@ compressed body cannot grow past a cap.
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 import time
 from contextlib import closing
@@ -27,6 +26,7 @@ import httpx
 
 from ... import __version__
 from ...errors import BadImage
+from ...util.jsonin import member_or_none
 from ..digests import check_digest, digest_of, new_hasher, split_digest, verify_digest
 from ..mediatypes import DOCKER_MANIFEST_V1, DOCKER_MANIFEST_V1_SIGNED, INDEXES, MANIFESTS, OCI_INDEX
 from .auth import Authenticator, repository_scope
@@ -138,10 +138,7 @@ def _late(what: str, deadline: Deadline) -> BadImage:
 
 
 def _declared_media_type(data: bytes) -> str | None:
-    try:
-        declared = json.loads(data).get("mediaType")
-    except (ValueError, AttributeError, RecursionError):
-        return None
+    declared = member_or_none(data, "mediaType")
     return declared if isinstance(declared, str) else None
 
 
@@ -583,10 +580,7 @@ class RegistryClient:
                 raise self._fail(response, what)
             with closing(response):
                 data = self._read_limited(response, what)
-            try:
-                manifests = json.loads(data).get("manifests")
-            except (ValueError, AttributeError, RecursionError):
-                manifests = None
+            manifests = member_or_none(data, "manifests")
             if not isinstance(manifests, list):
                 raise BadImage(f"The registry {self.domain} answered the {what} with something that is not an image index.")
             found += [m for m in manifests if isinstance(m, dict)]

@@ -1,11 +1,10 @@
 """What a registry's error answer means, in one paragraph with what to do (all exit 6, BadImage)."""
 from __future__ import annotations
 
-import json
-
 import httpx
 
 from ...errors import BadImage, shown
+from ...util.jsonin import member_or_none
 
 
 def registry_messages(response: httpx.Response) -> str:
@@ -13,9 +12,9 @@ def registry_messages(response: httpx.Response) -> str:
     client, capped; control characters are shown escaped, so they cannot start a line of output)."""
     try:
         body = response.read()
-        errors = json.loads(body).get("errors") if body else None
-    except (ValueError, AttributeError, RecursionError, httpx.HTTPError):
-        errors = None
+    except httpx.HTTPError:
+        body = b""
+    errors = member_or_none(body, "errors") if body else None
     if not isinstance(errors, list):
         return ""
     parts = []

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from ...errors import BadImage
+from ...util.jsonin import member_or_none
 from ..base_image import BASE_DIGEST, BASE_NAME, annotation_name
 from ..mediatypes import OCI_CONFIG, OCI_INDEX, OCI_MANIFEST, oci_media_type
 from ..model import Descriptor, Image
@@ -109,11 +110,7 @@ def new_config(base_config: bytes, add: Addendum) -> bytes:
 
 def created_of(config: bytes) -> str | None:
     """The base config's `created`, as written (None: none, or not a date-time string)."""
-    try:
-        cfg = json.loads(config)
-    except ValueError:
-        return None
-    value = cfg.get("created") if isinstance(cfg, dict) else None
+    value = member_or_none(config, "created")
     if not isinstance(value, str):
         return None
     try:  # RFC 3339 as Go writes it (fractions up to nanoseconds, Z or an offset)

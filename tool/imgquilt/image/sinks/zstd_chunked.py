@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 
 from ...errors import UsageError
 from ...fs.content import Data, SpoolWriter, chunks_of, is_spooled, pread_of, slice_of
-from ..layers.tarwalk import TarWalker
+from ..layers.tarwalk import BytesStream, TarWalker
 from ..layers.tar_split import TarSplitWriter, crc64_iso
 from ..layers.toc import SKIPPABLE_HEADER, TAR_SPLIT_POSITION_KEY, ZSTD_CHECKSUM_KEYS, ZSTD_POSITION_KEYS
 
@@ -63,27 +63,6 @@ class _Tape:
         self.size += len(data)
 
 
-class _DataStream:
-    """A content (bytes or Spooled) as the stream TarWalker reads."""
-
-    seekable = False
-
-    def __init__(self, data: Data) -> None:
-        self._data = data
-        self._at = 0
-
-    def read(self, n: int = -1) -> bytes:
-        end = len(self._data) if n < 0 else min(len(self._data), self._at + n)
-        out = pread_of(self._data, end - self._at, self._at)
-        self._at += len(out)
-        return out
-
-    def skip(self, n: int) -> int:
-        n = max(0, min(n, len(self._data) - self._at))
-        self._at += n
-        return n
-
-
 def _frame(cctx, data: Data, out: _Tape) -> str:
     """One zstd frame of `data` (streamed for a large file, its size in the frame header as one-shot
     compression writes it); returns the data's sha256."""
@@ -116,7 +95,7 @@ def zstd_chunked(tar: Data, *, level: int, mtime: int | None, crc64=crc64_iso,
     split: TarSplitWriter | None = TarSplitWriter()
     data_size = 0
     pos = 0
-    for e in TarWalker(_DataStream(tar), what="new layer"):
+    for e in TarWalker(BytesStream(tar), what="new layer"):
         head = piece(pos, e.offset)
         pending += head
         if split is not None:

@@ -1,10 +1,10 @@
 """`oci:DIR[:TAG|@DIGEST]`: an OCI image layout directory (oci-layout, index.json, blobs/)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ...errors import BadImage
+from ...util.jsonin import member_or_none
 from ..layers.blobio import BlobLocation, file_location
 from ..digests import split_digest
 from .oci_reader import index_entries, load_image, parse_json, select_top
@@ -26,10 +26,7 @@ class LayoutStore:
 def check_layout_marker(data: bytes | None, where: str) -> None:
     if data is None:
         raise BadImage(f"{where} is not an OCI image layout: it has no oci-layout file.")
-    try:
-        version = json.loads(data).get("imageLayoutVersion")
-    except (ValueError, AttributeError, RecursionError):
-        version = None
+    version = member_or_none(data, "imageLayoutVersion")
     if not isinstance(version, str):
         raise BadImage(f"{where} has an unreadable oci-layout file.")
 
