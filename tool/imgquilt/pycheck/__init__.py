@@ -108,12 +108,14 @@ def check(files: Sequence[tuple[str, str, Any, Any]], image_view: ModuleFiles, b
     every file the patches change, .py or not (default: `files`'); `lines`: resolved -> the lines
     its patches add and remove, so only files whose changes may matter are parsed. Returns one
     crosscheck.FileFindings per file checked (its `findings` and "cannot tell" `notes`)."""
+    from ..util.gcpause import collector_paused
     from .crosscheck import FileCheck, cross_check
 
     fcs = [FileCheck(path, resolved, base, final) for path, resolved, base, final in files]
     if changed is None:
         changed = [(fc.resolved, fc.base, fc.final) for fc in fcs]
-    return cross_check(fcs, list(changed), image_view, base_view if base_view is not None else image_view, lines, memo)
+    with collector_paused():  # the check holds every tree it parses: collections would walk them all, again and again
+        return cross_check(fcs, list(changed), image_view, base_view if base_view is not None else image_view, lines, memo)
 
 
 def judge_bytecode(items: Sequence[Seen]) -> list[Verdict]:

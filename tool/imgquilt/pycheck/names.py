@@ -21,6 +21,7 @@ import warnings
 from typing import Callable, Iterable, Protocol
 
 from ..fs.content import Data, held
+from ..util.gcpause import collector_paused
 
 PARALLEL_MIN = 8  # fewer unknown files than this are not worth starting worker processes for
 FORK_MIN_BYTES = 256 * 1024  # less source than this compiles faster than a fork
@@ -168,6 +169,10 @@ class PendingErrors:
     def result(self) -> dict[str, set[str]]:
         if self._done is not None:
             return self._done
+        with collector_paused():  # pyflakes' trees and scopes: collections would walk them and find nothing
+            return self._result()
+
+    def _result(self) -> dict[str, set[str]]:
         if self._screening is not None:
             compiling, flagged_by_screen = self._screening
             syntax = compiling.result()
