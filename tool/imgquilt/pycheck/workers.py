@@ -98,8 +98,13 @@ class _Pool:
             return False
         try:
             task_r, task_w = os.pipe()
+        except OSError:
+            return False
+        try:
             res_r, res_w = os.pipe()
         except OSError:
+            os.close(task_r)
+            os.close(task_w)
             return False
         try:
             pid = os.fork()
@@ -107,13 +112,15 @@ class _Pool:
             for fd in (task_r, task_w, res_r, res_w):
                 os.close(fd)
             return False
-        if pid == 0:  # the worker: nothing of the parent's cleanup runs here
+        if pid:
+            self.kids[pid] = (task_w, res_r, -1)  # first: from here on, `run`'s cleanup kills and reaps it
+        else:  # the worker: nothing of the parent's cleanup runs here
             code = 1
             try:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)  # a ^C ends it at once; the parent reaps it
                 os.close(task_w)
                 os.close(res_r)
-                for _pid, (tw, rr, _c) in self.kids.items():  # the other workers' ends: their EOF is theirs
+                for _pid, (tw, rr, _c) in self.kids.items():  # the other workers' ends (its own is not there): their EOF is theirs
                     os.close(tw)
                     os.close(rr)
                 _serve(self.fn, self.items, self.chunks, task_r, res_w)
@@ -122,7 +129,6 @@ class _Pool:
                 os._exit(code)
         os.close(task_r)
         os.close(res_w)
-        self.kids[pid] = (task_w, res_r, -1)
         self.buffers[pid] = bytearray()
         sel.register(res_r, selectors.EVENT_READ, pid)
         self._hand(sel, pid)
