@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..cache import cache_root
-from ..cache.seal import entry_seal, entry_sealed
+from ..cache.seal import entry_checker, entry_seal
 from ..cache.trust import CacheDir
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -83,14 +83,17 @@ class PyCheckResults:
             return {}
         found: dict[str, list[str]] = {}
         bad: list[str] = []
+        sealed = entry_checker("pycheck")
         try:
             for i in range(0, len(wanted), _BATCH):
                 part = wanted[i:i + _BATCH]
                 rows = db.execute(f"SELECT key, errors, sum FROM findings WHERE version = ? AND key IN "
                                   f"({','.join('?' * len(part))})", [self.version, *part]).fetchall()
                 for key, raw, total in rows:
-                    errors = _decode(raw)
-                    if errors is not None and entry_sealed(total, "pycheck", key, self.version, json.dumps(errors)):
+                    # the seal covers the text stored (put_many seals json.dumps of the findings and stores that
+                    # text): checked as read, not re-encoded; a row whose text does not decode is not believed
+                    errors = _decode(raw) if isinstance(raw, str) and sealed(total, "pycheck", key, self.version, raw) else None
+                    if errors is not None:
                         found[key] = errors
                     else:
                         bad.append(key)
