@@ -92,7 +92,7 @@ class PyCheckResults:
                 for key, raw, total in rows:
                     # the seal covers the text stored (put_many seals json.dumps of the findings and stores that
                     # text): checked as read, not re-encoded; a row whose text does not decode is not believed
-                    errors = _decode(raw) if isinstance(raw, str) and sealed(total, "pycheck", key, self.version, raw) else None
+                    errors = _decode(raw) if isinstance(raw, str) and sealed(total, key, self.version, raw) else None
                     if errors is not None:
                         found[key] = errors
                     else:
