@@ -70,27 +70,51 @@ class _Pool:
         self.done: dict[int, Any] = {}
         self.kids: dict[int, tuple[int, int, int]] = {}  # pid -> (task write end, result read end, chunk or -1)
         self.buffers: dict[int, bytearray] = {}
+        self.open_fds: set[int] = set()  # the parent's pipe ends not closed yet
 
     def run(self) -> list[Any]:
         sel = selectors.DefaultSelector()
         try:
-            for _ in range(self.n):
-                if not self._start(sel):
-                    break
-            while self.kids:
-                for key, _ in sel.select():
-                    if key.data in self.kids:  # not ended by an earlier key of this round
-                        self._read(sel, key.data)
-            # what no worker did (none started, or one failed): here, as the serial path would
-            for chunk in self.chunks:
-                for i in chunk:
-                    if i not in self.done:
-                        self.done[i] = self.fn(self.items[i])
-            return [self.done[i] for i in range(len(self.items))]
-        finally:
-            for pid in list(self.kids):
-                self._end(sel, pid, kill=True)
-            sel.close()
+            values = self._run(sel)
+        except BaseException:
+            self._reap_all(sel)  # a second ^C while reaping is absorbed: the first one is raised
+            raise
+        interrupted = self._reap_all(sel)
+        if interrupted is not None:
+            raise interrupted
+        return values
+
+    def _run(self, sel: selectors.BaseSelector) -> list[Any]:
+        for _ in range(self.n):
+            if not self._start(sel):
+                break
+        while self.kids:
+            for key, _ in sel.select():
+                if key.data in self.kids:  # not ended by an earlier key of this round
+                    self._read(sel, key.data)
+        # what no worker did (none started, or one failed): here, as the serial path would
+        for chunk in self.chunks:
+            for i in chunk:
+                if i not in self.done:
+                    self.done[i] = self.fn(self.items[i])
+        return [self.done[i] for i in range(len(self.items))]
+
+    def _reap_all(self, sel: selectors.BaseSelector) -> KeyboardInterrupt | None:
+        """Kill and reap every worker still there, whatever interrupts this; the interrupt it absorbed."""
+        interrupted: KeyboardInterrupt | None = None
+        while self.kids:
+            try:
+                for pid in list(self.kids):
+                    try:
+                        os.kill(pid, signal.SIGKILL)  # all of them first: none goes on working meanwhile
+                    except ProcessLookupError:  # pragma: no cover - gone already
+                        pass
+                for pid in list(self.kids):
+                    self._end(sel, pid, kill=True)
+            except KeyboardInterrupt as exc:  # the next round takes up where this one stopped
+                interrupted = exc
+        sel.close()
+        return interrupted
 
     def _start(self, sel: selectors.BaseSelector) -> bool:
         """Fork one worker and hand it a chunk; False when it cannot be started."""
@@ -114,15 +138,15 @@ class _Pool:
             return False
         if pid:
             self.kids[pid] = (task_w, res_r, -1)  # first: from here on, `run`'s cleanup kills and reaps it
+            self.open_fds.update((task_w, res_r))
         else:  # the worker: nothing of the parent's cleanup runs here
             code = 1
             try:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)  # a ^C ends it at once; the parent reaps it
                 os.close(task_w)
                 os.close(res_r)
-                for _pid, (tw, rr, _c) in self.kids.items():  # the other workers' ends (its own is not there): their EOF is theirs
-                    os.close(tw)
-                    os.close(rr)
+                for fd in self.open_fds:  # the other workers' ends (its own are not there): their EOF is theirs
+                    os.close(fd)
                 _serve(self.fn, self.items, self.chunks, task_r, res_w)
                 code = 0
             finally:
@@ -179,27 +203,29 @@ class _Pool:
             self._end(sel, pid, kill=True)
 
     def _end(self, sel: selectors.BaseSelector, pid: int, *, kill: bool) -> None:
-        task_w, res_r, _ = self.kids.pop(pid)
-        self.buffers.pop(pid, None)
-        try:
-            sel.unregister(res_r)
-        except (KeyError, ValueError):  # pragma: no cover - never registered
-            pass
-        os.close(task_w)  # a waiting worker reads EOF and exits
-        os.close(res_r)
+        """Close `pid`'s pipes, kill it if asked, reap it; interrupted, a second call finishes the job
+        (each pipe end is closed at most once, the worker is forgotten only once reaped)."""
+        task_w, res_r, _ = self.kids[pid]
+        if res_r in self.open_fds:
+            try:
+                sel.unregister(res_r)
+            except (KeyError, ValueError):  # never registered
+                pass
+        for fd in (task_w, res_r):  # a waiting worker reads EOF and exits
+            if fd in self.open_fds:
+                self.open_fds.discard(fd)
+                os.close(fd)
         if kill:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:  # pragma: no cover - gone already
                 pass
-        while True:
-            try:
-                os.waitpid(pid, 0)
-                break
-            except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
-                continue
-            except ChildProcessError:  # pragma: no cover - reaped elsewhere
-                break
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:  # reaped by an interrupted call before
+            pass
+        self.kids.pop(pid, None)
+        self.buffers.pop(pid, None)
 
 
 def _serve(fn: Callable[[Any], Any], items: Sequence[Any], chunks: list[range], task_r: int, res_w: int) -> None:
