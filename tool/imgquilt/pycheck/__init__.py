@@ -6,6 +6,8 @@ What it holds (docs/decisions.md, "pycheck/: the Python checks"):
 - rows.py: the findings of the name check (and the cross-module check's answers) in the shared cache;
 - crosscheck.py, pyiface.py, pysearch.py, pyscreen.py: the cross-module check (the imports and calls
   of patched modules against the image's modules, found as CPython would find them);
+- workers.py: the pure steps of those checks (parsing, a module's names, a file's items) in forked
+  worker processes, when a run has enough source;
 - bytecode.py: what CPython would run of the bytecode beside a source (audit's verdicts);
 - regions.py: the regions (functions, classes, sections) a patch touches, and what upstream changed
   in them (rebase's report).
