@@ -233,3 +233,18 @@ def test_the_setting_says_how_many(monkeypatch) -> None:
     assert workers.workers_wanted() == 5
     monkeypatch.setenv("IMGQUILT_PYCHECK_WORKERS", "zero")
     assert workers.workers_wanted() == (os.cpu_count() or 1)
+
+
+def test_the_name_check_of_many_files_in_workers_equals_the_serial_one(monkeypatch, forks) -> None:
+    from imgquilt.pycheck.names import PARALLEL_MIN, errors_of_many
+
+    files = [(f"import os\nvalue_{i} = os.sep\n".encode() + (b"print(nowhere)\n" if i % 3 == 0 else b"")
+              + (b"def f(:\n" if i == 5 else b""), f"m{i}.py") for i in range(PARALLEL_MIN + 4)]
+    monkeypatch.setenv("IMGQUILT_PYCHECK_WORKERS", "1")
+    serial = errors_of_many(files)
+    assert forks == []
+    monkeypatch.setenv("IMGQUILT_PYCHECK_WORKERS", "2")
+    assert errors_of_many(files) == serial
+    assert len(forks) == 2 and _gone(forks)
+    assert sum(1 for errs in serial.values() if any("nowhere" in e for e in errs)) == 4
+    assert any(e.startswith("SyntaxError") for errs in serial.values() for e in errs)
