@@ -27,9 +27,10 @@ from typing import Any, Callable, Sequence, TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
-# Below this much source the serial path is faster: measured on the vLLM image (docs/performance.md), a
-# fork of the ~1 GB `lock` process and the round trip of the results cost about 30 ms a worker, and
-# parsing and reading a module's items costs ~0.5 ms per KiB: 256 KiB is ~0.13 s of work.
+# Below this much source the serial path is as fast: measured here (docs/performance.md), a pool of two
+# workers costs 10-15 ms to fork, answer and reap (load 8, with or without 1 GB held), and parsing a
+# module and reading its names and items costs ~0.5 ms per KiB (13.9 s for 29 MB of vLLM sources):
+# break-even near 64 KiB on two idle cores; 256 KiB (~0.12 s of work) leaves room for loaded ones.
 WORKERS_MIN_BYTES = 256 * 1024
 CHUNKS_PER_WORKER = 8  # chunks handed out per worker: small enough to even out a loaded core
 
