@@ -87,3 +87,13 @@ def entry_checker(kind: str) -> Callable[..., bool]:
         return isinstance(tag, str) and key is not None and hmac.compare_digest(tag, _mac(key, kind, fields))
 
     return sealed
+
+
+def entry_sealer(kind: str) -> Callable[..., str | None]:
+    """entry_seal for many entries of `kind`, the cache key found once (None: no key, nothing stored)."""
+    key = cache_key()
+
+    def seal(*fields: str | bytes) -> str | None:
+        return None if key is None else _mac(key, kind, fields)
+
+    return seal
