@@ -11,6 +11,7 @@ check ON, on the vLLM 0.10.1 image (bench/build_vllm.py):
 
     python3 bench/bench_pyqueue.py [--workdir /tmp/imgquilt-pyqueue] [--image-dir /tmp/imgquilt-vllm]
                                    [--history-repo /path/to/click.git] [--repeat 3] [--json]
+                                   [--only "cold lock,history"] [--baseline OTHER-CHECKOUT/tool]
 
 The image layout is copied into WORKDIR once (the warm --output-image links its blobs, which changes
 their ctime: the build's own copy stays untouched). Each patch adds one module-level line at the end
@@ -108,6 +109,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", help="comma-separated substrings: run only the steps whose label has one")
     ap.add_argument("--tool", type=Path, help="another checkout's tool/ directory")
+    ap.add_argument("--baseline", type=Path, help="a second checkout's tool/ directory, run side by side (interleaved)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     work = args.workdir
@@ -136,80 +138,95 @@ def main() -> int:
         say(f"replaying {args.history_repo}'s history as a queue ...")
         build_history_queue(args.history_repo, hist_dir)
     hist_patches = len((hist_dir / "queue" / "series").read_text().split())
-    env = cli_env(work / "pycache", work / "cache", args.tool.resolve() if args.tool else REPO / "tool")
     py = [sys.executable, "-m", "imgquilt"]
     results: dict[str, list[tuple[float, float]]] = {}
     loads = [os.getloadavg()[0]]
     steps = []
-    for n, q in queues.items():
-        cache = work / f"cache-{n}"
-        env_n = dict(env, IMGQUILT_CACHE_DIR=str(cache))
+    # this checkout's tool (or --tool), and with --baseline another checkout's, each with its own queue
+    # copies and caches; the two run step by step, interleaved, so both see the same load
+    sides = [("", args.tool.resolve() if args.tool else REPO / "tool", work)]
+    if args.baseline:
+        sides.append((" [baseline]", args.baseline.resolve(), work / "baseline"))
+    for tag, tool, side in sides:
+        side.mkdir(parents=True, exist_ok=True)
+        env = cli_env(work / "pycache", side / "cache", tool)
+        for n, q0 in queues.items():
+            q = side / f"py-{n}"
+            if q != q0 and not (q / "series").is_file():
+                shutil.copytree(q0 / "patches", q / "patches")
+                shutil.copy2(q0 / "series", q / "series")
+            cache = side / f"cache-{n}"
+            env_n = dict(env, IMGQUILT_CACHE_DIR=str(cache))
+            out = side / "out"
 
-        def cold_lock(n=n, q=q, cache=cache, env_n=env_n):
-            shutil.rmtree(cache, ignore_errors=True)
-            shutil.rmtree(q / ".imgquilt", ignore_errors=True)
-            (q / "targets.lock").unlink(missing_ok=True)
-            os.sync()
-            timed(f"cold lock {n}", [*py, "lock", "--image", ref], env_n, q, results)
-
-        def warm_layer(n=n, q=q, env_n=env_n):
-            out = work / "out"
-            shutil.rmtree(out, ignore_errors=True)
-            out.mkdir()
-            os.sync()
-            timed(f"warm apply --layer {n}", [*py, "apply", "--layer", str(out / "l.tar.gz")], env_n, q, results)
-
-        def warm_layer_unchecked(n=n, q=q, env_n=env_n):
-            out = work / "out"
-            shutil.rmtree(out, ignore_errors=True)
-            out.mkdir()
-            os.sync()
-            timed(f"warm apply --layer {n}, --no-python-check", [*py, "apply", "--layer", str(out / "l.tar.gz"),
-                                                                 "--no-python-check"], env_n, q, results)
-
-        steps += [(f"cold lock {n}", cold_lock), (f"warm apply --layer {n}", warm_layer),
-                  (f"warm apply --layer {n}, --no-python-check", warm_layer_unchecked)]
-        if n == min(SIZES):
-            def warm_image(n=n, q=q, env_n=env_n):
-                out = work / "out"
-                shutil.rmtree(out, ignore_errors=True)  # removing an earlier output: its links' ctime change
-                out.mkdir()
-                # the base blobs' ctime changed when that output was removed: a --layer first, as a user's
-                # earlier run would have, re-records them verified (not timed)
-                run_child([*py, "apply", "--layer", str(out / "l.tar.gz")], env_n, q)
+            def cold_lock(n=n, q=q, cache=cache, env_n=env_n, tag=tag):
+                shutil.rmtree(cache, ignore_errors=True)
+                shutil.rmtree(q / ".imgquilt", ignore_errors=True)
+                (q / "targets.lock").unlink(missing_ok=True)
                 os.sync()
-                timed(f"warm apply --output-image {n}", [*py, "apply", "--output-image", f"oci:{out}/img:p"], env_n, q, results)
-                # and the --layer right after, in the same state, for the side-by-side difference
-                timed(f"warm apply --layer {n} (beside --output-image)", [*py, "apply", "--layer", str(out / "l2.tar.gz")], env_n, q, results)
+                timed(f"cold lock {n}{tag}", [*py, "lock", "--image", ref], env_n, q, results)
 
-            steps.append((f"warm apply --output-image {n}", warm_image))
-    hq, hroot = hist_dir / "queue", hist_dir / "rootfs"
-    target = hist_dir / "target"
-    hcache = work / "cache-history"
-    # click's early history is Python 2 code: its builtins are declared, as a user of such code would
-    env_h = dict(env, IMGQUILT_CACHE_DIR=str(hcache), PYFLAKES_BUILTINS=PY2_BUILTINS)
+            def warm_layer(n=n, q=q, env_n=env_n, tag=tag, out=out):
+                shutil.rmtree(out, ignore_errors=True)
+                out.mkdir()
+                os.sync()
+                timed(f"warm apply --layer {n}{tag}", [*py, "apply", "--layer", str(out / "l.tar.gz")], env_n, q, results)
 
-    def history(label: str, *extra: str, wipe: bool = False):
-        def go():
-            shutil.rmtree(target, ignore_errors=True)
-            shutil.copytree(hroot, target, symlinks=True)
-            if wipe:
-                shutil.rmtree(hcache / "pycheck", ignore_errors=True)
-            os.sync()
-            timed(label, [*py, "--queue", str(hq), "apply", "--root", str(target), *extra], env_h, None, results)
-        return go
+            def warm_layer_unchecked(n=n, q=q, env_n=env_n, tag=tag, out=out):
+                shutil.rmtree(out, ignore_errors=True)
+                out.mkdir()
+                os.sync()
+                timed(f"warm apply --layer {n}, --no-python-check{tag}", [*py, "apply", "--layer", str(out / "l.tar.gz"),
+                                                                          "--no-python-check"], env_n, q, results)
 
-    steps += [("history, --no-python-check", history("history, --no-python-check", "--no-python-check")),
-              ("history, check, cold", history("history, check, cold", wipe=True)),
-              ("history, check, warm", history("history, check, warm"))]
+            steps += [(f"cold lock {n}{tag}", cold_lock), (f"warm apply --layer {n}{tag}", warm_layer),
+                      (f"warm apply --layer {n}, --no-python-check{tag}", warm_layer_unchecked)]
+            if n == min(SIZES):
+                def warm_image(n=n, q=q, env_n=env_n, tag=tag, out=out):
+                    shutil.rmtree(out, ignore_errors=True)  # removing an earlier output: its links' ctime change
+                    out.mkdir()
+                    # the base blobs' ctime changed when that output was removed: a --layer first, as a user's
+                    # earlier run would have, re-records them verified (not timed)
+                    run_child([*py, "apply", "--layer", str(out / "l.tar.gz")], env_n, q)
+                    os.sync()
+                    timed(f"warm apply --output-image {n}{tag}", [*py, "apply", "--output-image", f"oci:{out}/img:p"], env_n, q, results)
+                    # and the --layer right after, in the same state, for the side-by-side difference
+                    timed(f"warm apply --layer {n} (beside --output-image){tag}", [*py, "apply", "--layer", str(out / "l2.tar.gz")],
+                          env_n, q, results)
+
+                steps.append((f"warm apply --output-image {n}{tag}", warm_image))
+        hq, hroot = hist_dir / "queue", hist_dir / "rootfs"
+        target = side / "history-target"
+        hcache = side / "cache-history"
+        # click's early history is Python 2 code: its builtins are declared, as a user of such code would
+        env_h = dict(env, IMGQUILT_CACHE_DIR=str(hcache), PYFLAKES_BUILTINS=PY2_BUILTINS)
+
+        def history(label: str, *extra: str, wipe: bool = False, target=target, hcache=hcache, env_h=env_h):
+            def go():
+                shutil.rmtree(target, ignore_errors=True)
+                shutil.copytree(hroot, target, symlinks=True)
+                if wipe:
+                    shutil.rmtree(hcache / "pycheck", ignore_errors=True)
+                os.sync()
+                timed(label, [*py, "--queue", str(hq), "apply", "--root", str(target), *extra], env_h, None, results)
+            return go
+
+        steps += [(f"history, --no-python-check{tag}", history(f"history, --no-python-check{tag}", "--no-python-check")),
+                  (f"history, check, cold{tag}", history(f"history, check, cold{tag}", wipe=True)),
+                  (f"history, check, warm{tag}", history(f"history, check, warm{tag}"))]
+    if len(sides) > 1:  # step by step: this tool's, then the baseline's
+        mine = [st for st in steps if not st[0].endswith(sides[1][0])]
+        theirs = {st[0]: st for st in steps if st[0].endswith(sides[1][0])}
+        steps = [x for st in mine for x in (st, theirs[st[0] + sides[1][0]])]
     if args.only:
-        steps = [s for s in steps if any(w in s[0] for w in args.only.split(","))]
+        steps = [st for st in steps if any(w in st[0] for w in args.only.split(","))]
     for r in range(args.repeat):
         for label, fn in steps:
             say(f"round {r + 1}/{args.repeat}: {label}")
             fn()
             loads.append(os.getloadavg()[0])
-    shutil.rmtree(work / "out", ignore_errors=True)
+    for _tag, _tool, side in sides:
+        shutil.rmtree(side / "out", ignore_errors=True)
     summary = {}
     print(f"{'step':46} {'wall min':>9} {'wall med':>9} {'CPU min':>8} {'CPU med':>8}")
     for label, runs in results.items():
@@ -219,24 +236,26 @@ def main() -> int:
         print(f"{label:46} {s['wall_min']:9.2f} {s['wall_median']:9.2f} {s['cpu_min']:8.2f} {s['cpu_median']:8.2f}")
     lo, hi = SIZES
     goals = []
+    for tag, _tool, _side in sides:
 
-    def ratio(text: str, a: str, b: str, goal: float) -> None:
-        if a in summary and b in summary:
-            x, y = summary[a], summary[b]
-            goals.append((text, y["wall_min"] / x["wall_min"], y["wall_median"] / x["wall_median"],
-                          y["cpu_min"] / x["cpu_min"], goal, "x"))
+        def ratio(text: str, a: str, b: str, goal: float, tag: str = tag) -> None:
+            text, a, b = text + tag, a + tag, b + tag
+            if a in summary and b in summary:
+                x, y = summary[a], summary[b]
+                goals.append((text, y["wall_min"] / x["wall_min"], y["wall_median"] / x["wall_median"],
+                              y["cpu_min"] / x["cpu_min"], goal, "x"))
 
-    ratio(f"cold lock, {hi} / {lo} .py patches <= 2x", f"cold lock {lo}", f"cold lock {hi}", 2.0)
-    ratio(f"warm apply --layer, {hi} / {lo} .py patches <= 3x", f"warm apply --layer {lo}", f"warm apply --layer {hi}", 3.0)
-    ratio(f"warm apply --layer --no-python-check, {hi} / {lo} (for reference: the rest of the apply)",
-          f"warm apply --layer {lo}, --no-python-check", f"warm apply --layer {hi}, --no-python-check", float("inf"))
-    ratio(f"history ({hist_patches} patches), check cold / no check <= 1.2x", "history, --no-python-check", "history, check, cold", 1.2)
-    ratio(f"history ({hist_patches} patches), check warm / no check <= 1.2x", "history, --no-python-check", "history, check, warm", 1.2)
-    li, ll = f"warm apply --output-image {lo}", f"warm apply --layer {lo} (beside --output-image)"
-    if li in summary and ll in summary:
-        x, y = summary[ll], summary[li]
-        goals.append((f"warm --output-image - warm --layer ({lo} patches) <= 0.2 s", y["wall_min"] - x["wall_min"],
-                      y["wall_median"] - x["wall_median"], y["cpu_min"] - x["cpu_min"], 0.2, "s"))
+        ratio(f"cold lock, {hi} / {lo} .py patches <= 2x", f"cold lock {lo}", f"cold lock {hi}", 2.0)
+        ratio(f"warm apply --layer, {hi} / {lo} .py patches <= 3x", f"warm apply --layer {lo}", f"warm apply --layer {hi}", 3.0)
+        ratio(f"warm apply --layer --no-python-check, {hi} / {lo} (for reference: the rest of the apply)",
+              f"warm apply --layer {lo}, --no-python-check", f"warm apply --layer {hi}, --no-python-check", float("inf"))
+        ratio(f"history ({hist_patches} patches), check cold / no check <= 1.2x", "history, --no-python-check", "history, check, cold", 1.2)
+        ratio(f"history ({hist_patches} patches), check warm / no check <= 1.2x", "history, --no-python-check", "history, check, warm", 1.2)
+        li, ll = f"warm apply --output-image {lo}{tag}", f"warm apply --layer {lo} (beside --output-image){tag}"
+        if li in summary and ll in summary:
+            x, y = summary[ll], summary[li]
+            goals.append((f"warm --output-image - warm --layer ({lo} patches) <= 0.2 s{tag}", y["wall_min"] - x["wall_min"],
+                          y["wall_median"] - x["wall_median"], y["cpu_min"] - x["cpu_min"], 0.2, "s"))
     print()
     for text, v, vm, vc, goal, unit in goals:
         verdict = "" if goal == float("inf") else (" met" if v <= goal else " NOT met")

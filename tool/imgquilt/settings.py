@@ -157,6 +157,14 @@ VARS: tuple[Var, ...] = (
         "runtime-truth.md",
     ),
     Var(
+        "IMGQUILT_PYCHECK_WORKERS",
+        "pycheck_workers",
+        "the number of cores",
+        "How many worker processes the Python check parses files in, when a run has enough source to "
+        "pay for them (256 KiB); 1 checks everything in imgquilt's own process.",
+        "performance.md",
+    ),
+    Var(
         "IMGQUILT_SANDBOX",
         "sandbox",
         "`auto` (unshare, then bwrap, then podman)",
@@ -197,6 +205,7 @@ class Settings:
     key_password: str | None = None
     pyc_cpu_seconds: str | None = None
     pyc_children: str | None = None
+    pycheck_workers: str | None = None
     no_ruff: str | None = None
     sandbox: str | None = None
     # global flags only (no variable)

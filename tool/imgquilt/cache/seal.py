@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from typing import Callable
 
 from ..errors import BadCacheKey, UnsafeStateKey
 
@@ -75,3 +76,24 @@ def entry_sealed(tag: object, kind: str, *fields: str | bytes) -> bool:
     """Whether `tag` is the seal of that entry under the cache key (False without a key or a tag)."""
     key = cache_key()
     return isinstance(tag, str) and key is not None and hmac.compare_digest(tag, _mac(key, kind, fields))
+
+
+def entry_checker(kind: str) -> Callable[..., bool]:
+    """entry_sealed for many entries of `kind`: the cache key found once (a batch of rows checks
+    hundreds of seals; finding the key is a settings and home-directory lookup each time)."""
+    key = cache_key()
+
+    def sealed(tag: object, *fields: str | bytes) -> bool:
+        return isinstance(tag, str) and key is not None and hmac.compare_digest(tag, _mac(key, kind, fields))
+
+    return sealed
+
+
+def entry_sealer(kind: str) -> Callable[..., str | None]:
+    """entry_seal for many entries of `kind`, the cache key found once (None: no key, nothing stored)."""
+    key = cache_key()
+
+    def seal(*fields: str | bytes) -> str | None:
+        return None if key is None else _mac(key, kind, fields)
+
+    return seal

@@ -6,6 +6,8 @@ What it holds (docs/decisions.md, "pycheck/: the Python checks"):
 - rows.py: the findings of the name check (and the cross-module check's answers) in the shared cache;
 - crosscheck.py, pyiface.py, pysearch.py, pyscreen.py: the cross-module check (the imports and calls
   of patched modules against the image's modules, found as CPython would find them);
+- workers.py: the pure steps of those checks (parsing, a module's names, a file's items) in forked
+  worker processes, when a run has enough source;
 - bytecode.py: what CPython would run of the bytecode beside a source (audit's verdicts);
 - regions.py: the regions (functions, classes, sections) a patch touches, and what upstream changed
   in them (rebase's report).
@@ -108,12 +110,14 @@ def check(files: Sequence[tuple[str, str, Any, Any]], image_view: ModuleFiles, b
     every file the patches change, .py or not (default: `files`'); `lines`: resolved -> the lines
     its patches add and remove, so only files whose changes may matter are parsed. Returns one
     crosscheck.FileFindings per file checked (its `findings` and "cannot tell" `notes`)."""
+    from ..util.gcpause import collector_paused
     from .crosscheck import FileCheck, cross_check
 
     fcs = [FileCheck(path, resolved, base, final) for path, resolved, base, final in files]
     if changed is None:
         changed = [(fc.resolved, fc.base, fc.final) for fc in fcs]
-    return cross_check(fcs, list(changed), image_view, base_view if base_view is not None else image_view, lines, memo)
+    with collector_paused():  # the check holds every tree it parses: collections would walk them all, again and again
+        return cross_check(fcs, list(changed), image_view, base_view if base_view is not None else image_view, lines, memo)
 
 
 def judge_bytecode(items: Sequence[Seen]) -> list[Verdict]:

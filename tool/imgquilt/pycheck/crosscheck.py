@@ -742,6 +742,10 @@ class Trees:
         self._trees: dict[tuple[str, str], ast.Module | None] = {}
         self._faces: dict[tuple[str, str], Interface | None] = {}
         self._sha: dict[int, tuple[Data, str]] = {}
+        # (name, sha256, place) -> items_of (None: it does not parse), computed ahead in worker processes
+        self.items_ahead: dict[tuple[str, str, Place], list[Item] | None] = {}
+        # (path, sha256 before, sha256 after) -> _module_names, computed ahead likewise
+        self.names_ahead: dict[tuple[str, str, str], tuple[set[str], bool]] = {}
 
     def sha(self, data: Data) -> str:
         """sha256 of `data`, once per object of one check (the keys of its rows and trees all ask)."""
@@ -789,8 +793,40 @@ def _dataclass_options(info) -> tuple[bool, bool] | str:
 def _items(data: bytes | None, name: str, place: Place | None, trees: Trees) -> list[Item] | None:
     if data is None or place is None:
         return [] if data is None else None
+    key = (name, trees.sha(data), place)
+    if key in trees.items_ahead:
+        return trees.items_ahead[key]
     tree = trees.get(data, name)
     return None if tree is None else items_of(tree, place)  # None: the syntax check names it
+
+
+def _items_job(job: tuple[bytes, str, Place]) -> list[Item] | None:
+    """A worker's part of _items: a function of the bytes, the name and the place only."""
+    data, name, place = job
+    return _items(data, name, place, Trees())
+
+
+def _items_in_workers(files: list[FileCheck], final_view: ModuleFiles, base_view: ModuleFiles, trees: Trees) -> None:
+    """The items of each file's final and base bytes, computed ahead by worker processes (workers.py)
+    when there is enough source: check_files then finds them in `trees`. Each is keyed by the Place
+    found here (lazily, as check_files finds it); a file whose Place is another by then is parsed there."""
+    from .workers import mapped, worth_workers
+
+    if not worth_workers(sum(len(fc.final) + len(fc.base or b"") for fc in files)):
+        return
+    jobs: list[tuple[bytes, str, Place]] = []
+    for fc in files:
+        place = place_of(fc.resolved, final_view, settle=False)
+        if place is None:
+            continue
+        jobs.append((fc.final, fc.resolved, place))
+        base_place = place_of(fc.resolved, base_view, settle=False) if fc.base is not None else None
+        if fc.base is not None and base_place is not None:
+            jobs.append((fc.base, fc.resolved, base_place))
+    for (data, name, place), got in zip(jobs, mapped(_items_job, jobs, sum(len(j[0]) for j in jobs))):
+        trees.items_ahead[(name, trees.sha(data), place)] = got
+
+
 
 
 def interfaces_differ(changed: Iterable[tuple[str, bytes | None, bytes | None]], trees: Trees | None = None) -> bool:
@@ -932,6 +968,8 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
     kept = memo.get_many(list(keys.values())) if keys else {}
     docs = {r: _memo_doc(kept.get(k)) for r, k in keys.items()}
     fresh = _still_seen([d for d in docs.values() if d is not None], final_view, base_view)
+    misses = [fc for fc in todo if not ((doc := docs.get(fc.resolved)) is not None and fresh.issuperset(doc["seen"]))]
+    _items_in_workers(misses, final_view, base_view, trees)
     out: list[FileFindings] = []
     store: dict[str, list[str]] = {}
     shared: tuple[dict, dict] = ({}, {})
@@ -1129,13 +1167,15 @@ def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed
                 h.update(b"\0-" if d is None else b"\0" + trees.sha(d).encode())
             keys[path] = h.hexdigest()
     kept = memo.get_many(list(keys.values())) if keys else {}
+    _names_in_workers([t for t in todo if _names_doc(kept.get(keys.get(t[0], ""))) is None], trees)
     names: set[str] = set()
     store: dict[str, list[str]] = {}
     everything = False
     for path, before, after in todo:
         got = _names_doc(kept.get(keys.get(path, "")))
         if got is None:
-            got = _module_names(path, before, after, trees)
+            ahead = (path, "-" if before is None else trees.sha(before), "-" if after is None else trees.sha(after))
+            got = trees.names_ahead.get(ahead) or _module_names(path, before, after, trees)
             if path in keys:
                 store[keys[path]] = [json.dumps({"all": got[1], "names": sorted(got[0])})]
         names |= got[0]
@@ -1145,6 +1185,22 @@ def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed
     if store:
         memo.put_many(store)
     return names, everything
+
+
+def _names_job(job: tuple[str, bytes | None, bytes | None]) -> tuple[set[str], bool]:
+    """A worker's part of changed_names: one module's, a function of its path and bytes only."""
+    return _module_names(*job, Trees())
+
+
+def _names_in_workers(todo: list[tuple[str, bytes | None, bytes | None]], trees: Trees) -> None:
+    """_module_names of each patched module, computed ahead by worker processes when there is enough source."""
+    from .workers import mapped, worth_workers
+
+    size = sum(len(b or b"") + len(a or b"") for _, b, a in todo)
+    if not worth_workers(size):
+        return
+    for (path, before, after), got in zip(todo, mapped(_names_job, todo, size)):
+        trees.names_ahead[(path, "-" if before is None else trees.sha(before), "-" if after is None else trees.sha(after))] = got
 
 
 def _names_doc(kept: list[str] | None) -> tuple[set[str], bool] | None:

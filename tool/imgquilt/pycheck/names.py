@@ -21,6 +21,7 @@ import warnings
 from typing import Callable, Iterable, Protocol
 
 from ..fs.content import Data, held
+from ..util.gcpause import collector_paused
 
 PARALLEL_MIN = 8  # fewer unknown files than this are not worth starting worker processes for
 FORK_MIN_BYTES = 256 * 1024  # less source than this compiles faster than a fork
@@ -168,6 +169,10 @@ class PendingErrors:
     def result(self) -> dict[str, set[str]]:
         if self._done is not None:
             return self._done
+        with collector_paused():  # pyflakes' trees and scopes: collections would walk them and find nothing
+            return self._result()
+
+    def _result(self) -> dict[str, set[str]]:
         if self._screening is not None:
             compiling, flagged_by_screen = self._screening
             syntax = compiling.result()
@@ -206,11 +211,11 @@ def start_errors_of_many(contents: Iterable[tuple[Data, str]], memo: Memo | None
 
 
 def _checked(items: list[tuple[bytes, str]]) -> list[list[str]]:
-    """The full check of every item, in worker processes when there are enough."""
-    workers = min(os.cpu_count() or 1, 4)
-    if workers > 1 and len(items) >= PARALLEL_MIN:
-        return _in_parallel(items, workers)
-    return [_check_one(i) for i in items]
+    """The full check of every item, in worker processes (workers.py) when there are enough."""
+    from .workers import mapped, workers_wanted
+
+    many = len(items) >= PARALLEL_MIN
+    return mapped(_check_one, items, sum(len(d) for d, _ in items), workers=min(workers_wanted(), 4) if many else 1, min_bytes=0)
 
 
 class _Compiling:
@@ -309,16 +314,3 @@ def _start_compile(items: list[tuple[bytes, str]]) -> _Compiling:
     os.close(w)
     os.set_blocking(r, False)
     return _Compiling(items, (pid, r))
-
-
-def _in_parallel(items: list[tuple[bytes, str]], workers: int) -> list[list[str]]:
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    try:
-        ctx = multiprocessing.get_context("fork")  # the workers inherit what is imported already
-    except ValueError:  # pragma: no cover - no fork on this platform
-        return [_check_one(i) for i in items]
-    chunk = max(1, len(items) // (workers * 4))
-    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        return list(pool.map(_check_one, items, chunksize=chunk))

@@ -18,16 +18,11 @@ from pathlib import Path
 from typing import Iterable
 
 from ..cache import cache_root
-from ..cache.seal import entry_seal, entry_sealed
+from ..cache.seal import entry_checker, entry_sealer
 from ..cache.trust import CacheDir
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _BATCH = 500  # keys per SELECT (SQLite's variable limit is 999 on old builds)
-
-
-def _sum(key: str, version: str, errors: list[str]) -> str | None:
-    """The row's seal (cache.seal): a row restored from another cache, or planted, is not believed."""
-    return entry_seal("pycheck", key, version, json.dumps(errors))
 
 
 class PyCheckResults:
@@ -83,14 +78,17 @@ class PyCheckResults:
             return {}
         found: dict[str, list[str]] = {}
         bad: list[str] = []
+        sealed = entry_checker("pycheck")
         try:
             for i in range(0, len(wanted), _BATCH):
                 part = wanted[i:i + _BATCH]
                 rows = db.execute(f"SELECT key, errors, sum FROM findings WHERE version = ? AND key IN "
                                   f"({','.join('?' * len(part))})", [self.version, *part]).fetchall()
                 for key, raw, total in rows:
-                    errors = _decode(raw)
-                    if errors is not None and entry_sealed(total, "pycheck", key, self.version, json.dumps(errors)):
+                    # the seal covers the text stored (put_many seals json.dumps of the findings and stores that
+                    # text): checked as read, not re-encoded; a row whose text does not decode is not believed
+                    errors = _decode(raw) if isinstance(raw, str) and sealed(total, key, self.version, raw) else None
+                    if errors is not None:
                         found[key] = errors
                     else:
                         bad.append(key)
@@ -104,7 +102,9 @@ class PyCheckResults:
     def put_many(self, entries: dict[str, list[str]]) -> None:
         import sqlite3
 
-        rows = [(self.version, k, json.dumps(e), _sum(k, self.version, e)) for k, e in entries.items() if _HEX64.match(k)]
+        seal = entry_sealer("pycheck")  # the row's seal: one restored from another cache, or planted, is not believed
+        rows = [(self.version, k, text, seal(k, self.version, text))
+                for k, e in entries.items() if _HEX64.match(k) for text in (json.dumps(e),)]
         if any(r[3] is None for r in rows):
             return  # no cache key: nothing stored would be believed
         db = self._connect() if rows else None

@@ -7,10 +7,10 @@ the layer digest and the whiteout mode, which are checked again on load.
 """
 from __future__ import annotations
 
-import gc
 import marshal
 from typing import Iterator, Mapping
 
+from ...util.gcpause import collector_paused
 from .layer_index import LayerIndex, Rec
 
 FORMAT = "imgquilt-layer-index-6"  # 4: seekable layers' extents; 5: members carry their mtime; 6: extents are runs walked from the tar stream
@@ -129,15 +129,11 @@ def dump_index(index: LayerIndex, layer_digest: str, whiteouts: bool) -> bytes:
 
 def load_index(payload: bytes, *, layer_digest: str, whiteouts: bool, position: int) -> LayerIndex | None:
     """The index, or None when `payload` is not one of this layer's (any mismatch: rebuild, never trust)."""
-    paused = gc.isenabled()
-    gc.disable()  # tens of thousands of new tuples would set off collections that find nothing to free
     try:
-        fmt, digest, wh_mode, members, count, buckets, wh, opq, implicit = marshal.loads(payload)
+        with collector_paused():  # tens of thousands of new tuples would set off collections that find nothing to free
+            fmt, digest, wh_mode, members, count, buckets, wh, opq, implicit = marshal.loads(payload)
     except (EOFError, ValueError, TypeError):
         return None
-    finally:
-        if paused:
-            gc.enable()
     if fmt != FORMAT or digest != layer_digest or wh_mode != whiteouts:
         return None
     if not (isinstance(buckets, dict) and isinstance(wh, dict) and isinstance(opq, dict)):
