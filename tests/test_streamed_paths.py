@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from imagetools import build_oci, file, whiteout
-from imgquilt.engine.apply import HunkError, apply_hunks, apply_hunks_streaming, apply_section
+from imgquilt.engine.apply import HunkError, apply_hunks, apply_section
 from imgquilt.errors import ImgquiltError
 from imgquilt.fs.content import Spooled, SpoolWriter, spool_from
 from imgquilt.queue.binarypatch import BinaryPatchError, apply_delta, apply_delta_streaming
-from imgquilt.queue.hunks import sha256_hex, split_lines
+from imgquilt.queue.hunks import sha256_hex, show_line, split_lines
 from imgquilt.queue.patchfile import parse_patch, read_patch
 from imgquilt.queue.streamed import b85decode
 from qtools import imgquilt, tree_hash, write_patch
@@ -158,28 +158,62 @@ def _outcome(fn):
         return type(exc).__name__, str(exc)
 
 
+def _reference_apply(old: bytes, hunks) -> bytes:
+    """The rule, line by line on a list (the in-memory applier before the one applier): the oracle."""
+    src = split_lines(old)
+    out: list[bytes] = []
+    pos = 0
+    for i, h in enumerate(hunks):
+        start = h.old_start if h.old_len == 0 else h.old_start - 1
+        if start < pos or start > len(src):
+            raise HunkError(i, h.old_start, f"start is outside the file or overlaps the previous hunk ({len(src)} lines)")
+        out.extend(src[pos:start])
+        pos = start
+        for ln in h.lines:
+            if ln.kind == "+":
+                out.append(ln.text)
+                continue
+            if pos >= len(src):
+                raise HunkError(i, pos + 1, "the file ends before the hunk does")
+            if src[pos] != ln.text:
+                raise HunkError(i, pos + 1, f"expected {show_line(ln.text)}, found {show_line(src[pos])}")
+            if ln.kind == " ":
+                out.append(src[pos])
+            pos += 1
+    out.extend(src[pos:])
+    return b"".join(out)
+
+
 def test_hunks_applied_in_pieces_give_the_same_bytes_and_errors(monkeypatch) -> None:
+    """The one applier, on a held base (lines) and a spooled one (chunks), with the hunks as values and
+    as a StreamedHunks read in pieces (lines longer than a read): the reference rule's bytes and errors."""
     import imgquilt.engine.apply as engine_apply
     import imgquilt.queue.streamed as streamed
 
     monkeypatch.setattr(streamed, "BUF", 64)  # lines longer than a read, runs cut at every read
     monkeypatch.setattr(engine_apply, "CHUNK", 7)
+    monkeypatch.setattr(engine_apply, "_BLOCK", 16)  # newlines counted in small blocks, the last one searched
     monkeypatch.setattr(streamed, "CHUNK", 5)
-    from imgquilt.queue.difftext import diff_hunks
+    from imgquilt.queue.difftext import diff_hunks, format_hunks
+    from imgquilt.queue.streamed import StreamedHunks
 
     rng = random.Random(28)
-    words = [b"a\n", b"b\n", b"c\r\n", b"\n", b"x" * 150 + b"\n", b"tail", b" lead\n", b"-minus\n", b"+plus\n"]
-    for _ in range(150):
+    words = [b"a\n", b"b\n", b"c\r\n", b"\n", b"x" * 150 + b"\n", b"tail", b" lead\n", b"-minus\n", b"+plus\n",
+             b"\xff\xfe latin\n", b"y" * 150]
+    for _ in range(200):
         old = b"".join(rng.choice(words) for _ in range(rng.randrange(0, 40)))
         new = b"".join(rng.choice(words) for _ in range(rng.randrange(0, 40)))
         hunks = tuple(diff_hunks(old, new, context=rng.choice([0, 1, 3])))
         base = old if rng.random() < 0.7 else b"".join(rng.choice(words) for _ in range(rng.randrange(0, 40)))
-        want = _outcome(lambda: apply_hunks(base, hunks))
+        want = _outcome(lambda: _reference_apply(base, hunks))
+        text = format_hunks(hunks)
+        pieces = StreamedHunks(_spooled(text), 0, len(text), len(hunks), 1) if text else hunks
         for carried in (base, _spooled(base)):
-            got = _outcome(lambda: apply_hunks_streaming(carried, hunks))
-            if got[0] == "ok":
-                got = ("ok", got[1] if isinstance(got[1], bytes) else got[1].to_bytes())
-            assert got == want, (old, new, base)
+            for given_hunks in (hunks, pieces):
+                got = _outcome(lambda: apply_hunks(carried, given_hunks))
+                if got[0] == "ok":
+                    got = ("ok", got[1] if isinstance(got[1], bytes) else got[1].to_bytes())
+                assert got == want, (old, new, base, type(carried), type(given_hunks))
 
 
 PATCH_TEXTS = [
