@@ -464,3 +464,57 @@ def test_a_patch_file_that_changes_while_it_streams_is_refused(tmp_path: Path, m
         f.write(b"\n")
     with pytest.raises(BadInput, match="changed while imgquilt read it"):
         apply_section(None, section)
+
+
+def test_the_one_section_reader_reads_hunks_as_the_import_reader_does() -> None:
+    """A section's hunks are read by one scanner (queue.streamed), held or streamed; import's reader of
+    foreign patches (hunkread, unidiff) is the oracle: on diffs and hand-damaged diffs (lines dropped,
+    added, counts changed, markers, CRLF, trailers) both read the same hunks, or both refuse at the same
+    line with the same words."""
+    from imgquilt.queue.difftext import diff_hunks, format_hunks
+    from imgquilt.queue.hunkread import HunkTextError, read_hunks
+    from imgquilt.queue.streamed import Lines, StreamError, hunk_values, scan_hunks
+
+    def scanner(text: bytes):
+        rd = Lines(text)
+        try:
+            hunks = hunk_values(scan_hunks(rd))
+        except StreamError as exc:
+            return "refused", exc.message
+        return "read", hunks, rd.offset
+
+    def oracle(text: bytes):
+        lines = split_lines(text)
+        try:
+            hunks, end = read_hunks(lines, 0)
+        except HunkTextError as exc:
+            return "refused", exc.message
+        return "read", tuple(hunks), sum(map(len, lines[:end]))
+
+    rng = random.Random(33)
+    words = [b"a\n", b"b\n", b"c\r\n", b"\n", b"tail", b" lead\n", b"-minus\n", b"+plus\n", b"\xff\xfe\n", b"\\ x\n"]
+    extra = [b"-- \n", b"---\n", b"+x\n", b"-y\n", b" z\n", b"\\ No newline at end of file\n", b"\n", b"@@ -1 +1 @@\n",
+             b"--- a/f\n+++ b/f\n", b"junk\n"]
+    compared = refused = 0
+    for _ in range(400):
+        old = b"".join(rng.choice(words) for _ in range(rng.randrange(0, 30)))
+        new = b"".join(rng.choice(words) for _ in range(rng.randrange(0, 30)))
+        text = format_hunks(tuple(diff_hunks(old, new, context=rng.choice([0, 1, 3]))))
+        if not text:
+            continue
+        lines = split_lines(text)
+        for _ in range(rng.choice([0, 0, 1, 2])):
+            k = rng.randrange(1, len(lines) + 1)
+            what = rng.random()
+            if what < 0.35 and k < len(lines):
+                del lines[k]
+            elif what < 0.7:
+                lines.insert(k, rng.choice(extra))
+            else:
+                lines[0] = lines[0].replace(b",", b",1", 1)
+        damaged = b"".join(lines)
+        want = oracle(damaged)
+        assert scanner(damaged) == want, damaged
+        compared += 1
+        refused += want[0] == "refused"
+    assert compared > 300 and 20 < refused < compared - 100  # both kinds were met
