@@ -14,7 +14,7 @@ from pathlib import Path
 from ..errors import MalformedPatch, UnsafePath
 from ..fs.paths import check_member_path
 from ..fs.content import held, held_or_none
-from ..util.regular import read_capped
+from ..util.regular import READ_BUFFER, read_capped
 from .difftext import diff_hunks, diff_names, format_hunks
 from .binarypatch import BinaryPatch, BinaryPatchError, git_blob_sha1, is_binary, read_binary, render_binary
 from .hunks import ABSENT, Hunk, sha256_hex, show_line, split_lines
@@ -416,7 +416,7 @@ def read_patch(path: Path, name: str, *, strip: int | None = None, raw_out: list
         return None
     size = os.fstat(fd).st_size
     if size <= spool_at():
-        with os.fdopen(fd, "rb") as f:
+        with os.fdopen(fd, "rb", buffering=READ_BUFFER) as f:
             data = read_capped(f, shown=str(path), cap=max(spool_at(), size))
         if raw_out is not None:
             raw_out.append(data)
