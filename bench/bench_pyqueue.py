@@ -11,6 +11,7 @@ check ON, on the vLLM 0.10.1 image (bench/build_vllm.py):
 
     python3 bench/bench_pyqueue.py [--workdir /tmp/imgquilt-pyqueue] [--image-dir /tmp/imgquilt-vllm]
                                    [--history-repo /path/to/click.git] [--repeat 3] [--json]
+                                   [--only "warm apply --layer"] [--baseline-tool /path/to/main/tool]
 
 The image layout is copied into WORKDIR once (the warm --output-image links its blobs, which changes
 their ctime: the build's own copy stays untouched). Each patch adds one module-level line at the end
@@ -108,6 +109,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", help="comma-separated substrings: run only the steps whose label has one")
     ap.add_argument("--tool", type=Path, help="another checkout's tool/ directory")
+    ap.add_argument("--baseline-tool", type=Path,
+                    help="a second checkout's tool/ (say main's): its warm --layer steps run beside, taking turns, labelled `(baseline)`")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     work = args.workdir
@@ -169,6 +172,17 @@ def main() -> int:
 
         steps += [(f"cold lock {n}", cold_lock), (f"warm apply --layer {n}", warm_layer),
                   (f"warm apply --layer {n}, --no-python-check", warm_layer_unchecked)]
+        if args.baseline_tool:
+            env_b = dict(cli_env(work / "pycache", work / "cache", args.baseline_tool.resolve()), IMGQUILT_CACHE_DIR=str(cache))
+
+            def warm_layer_baseline(n=n, q=q, env_b=env_b, label=f"warm apply --layer {n} (baseline)"):
+                out = work / "out"
+                shutil.rmtree(out, ignore_errors=True)
+                out.mkdir()
+                os.sync()
+                timed(label, [*py, "apply", "--layer", str(out / "l.tar.gz")], env_b, q, results)
+
+            steps.append((f"warm apply --layer {n} (baseline)", warm_layer_baseline))
         if n == min(SIZES):
             def warm_image(n=n, q=q, env_n=env_n):
                 out = work / "out"
@@ -228,6 +242,8 @@ def main() -> int:
 
     ratio(f"cold lock, {hi} / {lo} .py patches <= 2x", f"cold lock {lo}", f"cold lock {hi}", 2.0)
     ratio(f"warm apply --layer, {hi} / {lo} .py patches <= 3x", f"warm apply --layer {lo}", f"warm apply --layer {hi}", 3.0)
+    ratio(f"baseline tool: warm apply --layer, {hi} / {lo} .py patches (for reference)", f"warm apply --layer {lo} (baseline)",
+          f"warm apply --layer {hi} (baseline)", float("inf"))
     ratio(f"warm apply --layer --no-python-check, {hi} / {lo} (for reference: the rest of the apply)",
           f"warm apply --layer {lo}, --no-python-check", f"warm apply --layer {hi}, --no-python-check", float("inf"))
     ratio(f"history ({hist_patches} patches), check cold / no check <= 1.2x", "history, --no-python-check", "history, check, cold", 1.2)
