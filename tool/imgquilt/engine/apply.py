@@ -8,7 +8,7 @@ writes them renumbered at the lines they really apply at.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, overload
 
 from ..fs.content import CHUNK, Data, SpoolWriter, chunks_of, is_spooled, pread_of
 from ..queue.binarypatch import BinaryPatchError, apply_binary
@@ -35,6 +35,10 @@ class BinaryMismatch(HunkError):
         self.index, self.line, self.detail = 0, 0, detail
 
 
+@overload
+def apply_hunks(old: bytes | None, hunks: Sequence[Hunk]) -> bytes: ...
+@overload
+def apply_hunks(old: Data | None, hunks: Sequence[Hunk] | StreamedHunks) -> Data: ...
 def apply_hunks(old: Data | None, hunks: Sequence[Hunk] | StreamedHunks) -> Data:
     """Apply `hunks` (Hunk values or a StreamedHunks; in order, non-overlapping) to `old` at their exact
     positions. The one applier: the base is read in order (`_Base`: a Spooled a chunk at a time, bytes

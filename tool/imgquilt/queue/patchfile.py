@@ -192,6 +192,7 @@ def _read_diff(name: str, path: str, content, start: int, end: int, *, held: boo
             raise _bad(name, f"section {path!r} must hold exactly one ---/+++ file diff, found 0.")
         rd.next_line()
         src, dst = _diff_name(name, path, minus), _diff_name(name, path, plus)
+        hunks: tuple[Hunk, ...] | StreamedHunks
         if held:
             hunks = hunk_values(scan_hunks(rd))
         else:
@@ -512,7 +513,7 @@ def _stream_section(name: str, content, a: int, b: int, strip: int | None) -> Fi
             raise _bad(name, f"section {path!r}: {exc.message}") from None
     src, dst, hunks = _read_diff(name, path, content, rd.offset, b, held=False)
     _check_diff_names(name, path, src, dst, base, patched, strip)
-    return FileSection(path, base, patched, hunks, raw, mode, extra)  # type: ignore[arg-type]
+    return FileSection(path, base, patched, hunks, raw, mode, extra)
 
 
 def _stream_binary(name: str, path: str, rd, base: str, patched: str, mode: int | None, raw, extra,

@@ -264,7 +264,7 @@ def hunk_values(events: Iterator[Event]) -> tuple[Hunk, ...]:
     for ev in events:
         if ev[0] == "@":
             if head is not None:
-                out.append(Hunk(*head, tuple(body)))
+                out.append(Hunk(head[0], head[1], head[2], head[3], tuple(body)))
             head, body = ev[2:], []
             continue
         kind, payload, lines = ev
@@ -278,7 +278,7 @@ def hunk_values(events: Iterator[Event]) -> tuple[Hunk, ...]:
         else:
             body.extend([HunkLine(kind, t) for t in split_lines(payload)])
     if head is not None:
-        out.append(Hunk(*head, tuple(body)))
+        out.append(Hunk(head[0], head[1], head[2], head[3], tuple(body)))
     return tuple(out)
 
 
