@@ -466,16 +466,19 @@ def test_a_patch_file_that_changes_while_it_streams_is_refused(tmp_path: Path, m
         apply_section(None, section)
 
 
-def test_the_one_section_reader_reads_hunks_as_the_import_reader_does() -> None:
-    """A section's hunks are read by one scanner (queue.streamed), held or streamed; import's reader of
-    foreign patches (hunkread, unidiff) is the oracle: on diffs and hand-damaged diffs (lines dropped,
-    added, counts changed, markers, CRLF, trailers) both read the same hunks, or both refuse at the same
-    line with the same words."""
+def test_the_one_hunk_reader_reads_as_unidiff_framed_by_headers_did() -> None:
+    """One hunk reader (queue.streamed.scan_hunks) serves the patch format's sections, held or streamed,
+    git diff's output and import (hunkread.read_hunks, anchored hunks on). The reader before it (unidiff
+    framed by @@ headers, kept in tests/support as the oracle) is the reference: on diffs and
+    hand-damaged diffs (lines dropped, added, counts changed, markers, CRLF, trailers, anchored hunks)
+    both read the same hunks and stop at the same line, or both refuse with the same words."""
+    from support import hunkread_reference as reference
+
     from imgquilt.queue.difftext import diff_hunks, format_hunks
     from imgquilt.queue.hunkread import HunkTextError, read_hunks
     from imgquilt.queue.streamed import Lines, StreamError, hunk_values, scan_hunks
 
-    def scanner(text: bytes):
+    def section_reader(text: bytes):
         rd = Lines(text)
         try:
             hunks = hunk_values(scan_hunks(rd))
@@ -483,26 +486,28 @@ def test_the_one_section_reader_reads_hunks_as_the_import_reader_does() -> None:
             return "refused", exc.message
         return "read", hunks, rd.offset
 
-    def oracle(text: bytes):
+    def import_reader(text: bytes, reader):
         lines = split_lines(text)
         try:
-            hunks, end = read_hunks(lines, 0)
-        except HunkTextError as exc:
+            hunks, end = reader(lines, 0)
+        except (HunkTextError, reference.HunkTextError) as exc:
             return "refused", exc.message
         return "read", tuple(hunks), sum(map(len, lines[:end]))
 
     rng = random.Random(33)
     words = [b"a\n", b"b\n", b"c\r\n", b"\n", b"tail", b" lead\n", b"-minus\n", b"+plus\n", b"\xff\xfe\n", b"\\ x\n"]
     extra = [b"-- \n", b"---\n", b"+x\n", b"-y\n", b" z\n", b"\\ No newline at end of file\n", b"\n", b"@@ -1 +1 @@\n",
-             b"--- a/f\n+++ b/f\n", b"junk\n"]
-    compared = refused = 0
-    for _ in range(400):
+             b"--- a/f\n+++ b/f\n", b"junk\n", b"@@ append @@\n+added\n", b"@@ prepend here @@\n+p1\n+p2\n\\ No newline\n"]
+    compared = refused = anchored = 0
+    for _ in range(500):
         old = b"".join(rng.choice(words) for _ in range(rng.randrange(0, 30)))
         new = b"".join(rng.choice(words) for _ in range(rng.randrange(0, 30)))
         text = format_hunks(tuple(diff_hunks(old, new, context=rng.choice([0, 1, 3]))))
         if not text:
             continue
         lines = split_lines(text)
+        if rng.random() < 0.15:  # import's dialect: an anchored hunk after the numbered ones
+            lines += split_lines(rng.choice(extra[-2:]))
         for _ in range(rng.choice([0, 0, 1, 2])):
             k = rng.randrange(1, len(lines) + 1)
             what = rng.random()
@@ -513,8 +518,12 @@ def test_the_one_section_reader_reads_hunks_as_the_import_reader_does() -> None:
             else:
                 lines[0] = lines[0].replace(b",", b",1", 1)
         damaged = b"".join(lines)
-        want = oracle(damaged)
-        assert scanner(damaged) == want, damaged
+        want = import_reader(damaged, reference.read_hunks)
+        assert import_reader(damaged, read_hunks) == want, damaged
+        has_anchor = want[0] == "read" and any(h.anchor for h in want[1])
+        anchored += has_anchor
+        if not has_anchor:  # the patch format's reader refuses anchored hunks (tested in test_patchfile)
+            assert section_reader(damaged) == want, damaged
         compared += 1
         refused += want[0] == "refused"
-    assert compared > 300 and 20 < refused < compared - 100  # both kinds were met
+    assert compared > 400 and 20 < refused < compared - 100 and anchored > 5  # every kind was met

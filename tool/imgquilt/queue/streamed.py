@@ -264,7 +264,7 @@ def hunk_values(events: Iterator[Event]) -> tuple[Hunk, ...]:
     for ev in events:
         if ev[0] == "@":
             if head is not None:
-                out.append(Hunk(head[0], head[1], head[2], head[3], tuple(body)))
+                out.append(Hunk(head[0], head[1], head[2], head[3], tuple(body), anchor=head[4] if len(head) > 4 else None))
             head, body = ev[2:], []
             continue
         kind, payload, lines = ev
@@ -276,19 +276,28 @@ def hunk_values(events: Iterator[Event]) -> tuple[Hunk, ...]:
         if lines == 1:
             body.append(HunkLine(kind, payload))
         else:
-            body.extend([HunkLine(kind, t) for t in split_lines(payload)])
+            texts = split_lines(payload)
+            if len(texts) < lines:  # the last line was only its newline, and a marker took it: an empty line
+                texts.append(b"")
+            body.extend([HunkLine(kind, t) for t in texts])
     if head is not None:
-        out.append(Hunk(head[0], head[1], head[2], head[3], tuple(body)))
+        out.append(Hunk(head[0], head[1], head[2], head[3], tuple(body), anchor=head[4] if len(head) > 4 else None))
     return tuple(out)
 
 
-def scan_hunks(rd: Lines) -> Iterator[Event]:
-    """Read hunks from `rd` (at an `@@` line) as hunkread.read_hunks would, yielding events; stops at
-    the first line after a hunk that is not an `@@` header (its lines are the caller's).
+def scan_hunks(rd: Lines, *, anchors: bool = False) -> Iterator[Event]:
+    """Read hunks from `rd` (at an `@@` line), yielding events; stops at the first line after a hunk that
+    is not an `@@` header (its lines are the caller's). Each hunk is exactly as long as its @@ header
+    says: a short one is truncated, a longer one (a hand edit that grew) is refused rather than cut; a
+    bare empty line is a context line whose leading space a mailer stripped.
 
-    In the order that reader refuses: a hunk's frame (its header, its line counts) at once; what it
-    holds (a marker after no line, an unknown `\\` line before a hunk) once every hunk is framed; an
-    `@@ append @@` hunk (import's dialect, not the patch format) last."""
+    `anchors` (import's hand-written dialect): an `@@ append ... @@` / `@@ prepend ... @@` hunk is its
+    `+` lines, to go at the end / start of the file; its head event carries the anchor as a 7th field.
+    Without it (the patch format) such a hunk is refused.
+
+    Refusals come in the order unidiff framed by @@ headers gave them (the reader before this one):
+    a hunk's frame (its header, its line counts) at once; what it holds (a marker after no line, an
+    unknown `\\` line before a hunk) once every hunk is framed; an anchored hunk last."""
     index = 0
     last_ended_by_marker = True
     content: list[StreamError] = []  # the first problem of what the hunks hold, raised once all are framed
@@ -298,11 +307,17 @@ def scan_hunks(rd: Lines) -> Iterator[Event]:
         if line is None or not line.startswith(b"@@"):
             break
         head_line = rd.lineno + 1
-        if _ANCHOR.match(line):
-            anchor.append(StreamError(head_line, "`@@ append/prepend @@` hunks are not unified diff; bring the patch in with `imgquilt import`."))
+        which = _ANCHOR.match(line)
+        if which:
             rd.skip_line()
-            while (body := rd.peek_line()) is not None and body[:1] in (b"+", b"\\") and not _is_file_start(rd, body):
-                rd.skip_line()
+            lines = _anchored_body(rd)
+            if not anchors:
+                anchor.append(StreamError(head_line, "`@@ append/prepend @@` hunks are not unified diff; bring the patch in with `imgquilt import`."))
+                continue
+            yield ("@", index, 0, 0, 0, len(lines), which.group(1).decode().lower())
+            index += 1
+            for text in lines:
+                yield ("+", text, 1)
             continue
         m = _HUNK_HEADER.match(line)
         if not m:
@@ -318,6 +333,21 @@ def scan_hunks(rd: Lines) -> Iterator[Event]:
         last_ended_by_marker = yield from _hunk_body(rd, head_line, old_len, new_len, content)
     if content or anchor:
         raise (content or anchor)[0]
+
+
+def _anchored_body(rd: Lines) -> list[bytes]:
+    """An anchored hunk's `+` lines (their prefix dropped), a `\\ No newline` marker applied to the line
+    before it (after none: refused at once)."""
+    lines: list[bytes] = []
+    while (line := rd.peek_line()) is not None and line[:1] in (b"+", b"\\"):
+        rd.skip_line()
+        if line[:1] == b"+":
+            lines.append(line[1:])
+        elif not lines or not lines[-1].endswith(b"\n"):
+            raise StreamError(rd.lineno, "a `\\ No newline at end of file` marker follows no line.")
+        else:
+            lines[-1] = lines[-1][:-1]
+    return lines
 
 
 def _hunk_body(rd: Lines, head_line: int, old_len: int, new_len: int, content: list[StreamError]):
