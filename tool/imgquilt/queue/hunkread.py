@@ -5,6 +5,8 @@ CR and non-UTF-8 bytes come back exactly.
 """
 from __future__ import annotations
 
+from itertools import accumulate
+
 from .hunks import Hunk
 
 
@@ -31,12 +33,27 @@ def is_trailer_start(line: bytes) -> bool:
     return line.rstrip(b"\r\n") in (b"-- ", b"---")
 
 
+_last: list = [None, b"", []]  # the list of lines last read, its bytes, where each line starts
+
+
+def _joined(lines: list[bytes]) -> tuple[bytes, list[int]]:
+    """The bytes of `lines` and each line's offset, made once per list (import reads each file diff of
+    a patch from the same list: joining the rest for each would copy the patch once per section)."""
+    if _last[0] is not lines or len(_last[2]) != len(lines) + 1:
+        _last[:] = [lines, b"".join(lines), [0, *accumulate(map(len, lines))]]
+    return _last[1], _last[2]
+
+
 def read_hunks(lines: list[bytes], i: int) -> tuple[list[Hunk], int]:
     """Read the hunks starting at `lines[i]` (lines keep their endings); returns them and the next index.
     Line numbers in a HunkTextError are 1-based in `lines`."""
     from .streamed import Lines, StreamError, hunk_values, scan_hunks
 
-    rd = Lines(b"".join(lines[i:]))
+    data, starts = _joined(lines)
+    if i < len(lines) and data[starts[i] : starts[i + 1]] != lines[i]:  # the list was changed in place
+        _last[0] = None
+        data, starts = _joined(lines)
+    rd = Lines(data, starts[i])
     rd.lineno = i
     try:
         hunks = hunk_values(scan_hunks(rd, anchors=True))
