@@ -109,7 +109,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", help="comma-separated substrings: run only the steps whose label has one")
     ap.add_argument("--tool", type=Path, help="another checkout's tool/ directory")
-    ap.add_argument("--baseline", type=Path, help="a second checkout's tool/ directory, run side by side (interleaved)")
+    ap.add_argument("--baseline", "--baseline-tool", dest="baseline", type=Path,
+                    help="a second checkout's tool/ directory, run side by side (interleaved)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     work = args.workdir

@@ -90,3 +90,37 @@ def test_one_record_reader_for_audit_and_the_undo_a_spooled_record_included() ->
             assert why in str(exc)
         else:
             raise AssertionError(bad)
+
+
+def test_a_content_is_hashed_once_and_a_mutable_buffer_every_time(monkeypatch) -> None:
+    """sha256_of remembers the digest of a `bytes` object by identity (it is immutable and held while
+    remembered); a bytearray is hashed every time, and the digest is always the content's own."""
+    import hashlib
+
+    import imgquilt.fs.content as content
+
+    calls = []
+    real = hashlib.sha256
+
+    def counting(data=b""):
+        calls.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(content.hashlib, "sha256", counting)
+    data = b"x = 1\n" * 2000
+    want = real(data).hexdigest()
+    assert content.sha256_of(data) == want and content.sha256_of(data) == want
+    assert len(calls) == 1
+    same_bytes_other_object = bytes(bytearray(data))
+    assert content.sha256_of(same_bytes_other_object) == want and len(calls) == 2
+    buf = bytearray(data)
+    assert content.sha256_of(buf) == want
+    buf[0:1] = b"y"
+    assert content.sha256_of(buf) == real(bytes(buf)).hexdigest() != want
+    # bounded: past the limit the oldest are let go (and hashed again when asked)
+    monkeypatch.setattr(content, "_DIGESTS_MAX", 3 * len(data))
+    others = [bytes([65 + i]) * len(data) for i in range(5)]
+    for o in others:
+        content.sha256_of(o)
+    assert content._DIGESTS_HELD[0] <= 3 * len(data)
+    assert all(content.sha256_of(o) == real(o).hexdigest() for o in others)

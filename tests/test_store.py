@@ -93,3 +93,36 @@ def test_planning_a_lock_writes_nothing_and_the_lock_verb_keeps_every_base_and_r
     store = ObjectStore(q)
     assert store.get(hashlib.sha256(CONF).hexdigest()) == CONF
     assert store.get(hashlib.sha256(result).hexdigest()) == result
+
+
+def test_remember_walks_the_store_once_and_never_through_a_planted_link(tmp_path: Path) -> None:
+    """remember() asks which objects are stored for all contents at once (ObjectStore.present); it
+    counts only real files, and a directory of the store replaced by a symlink is refused, as has() does."""
+    import os
+
+    import pytest
+
+    from imgquilt.errors import LinkedState
+
+    q = tmp_path / "q"
+    q.mkdir()
+    datas = [b"one\n" * 2000, b"two\n", b"three\r\n", None, b"two\n"]
+    assert remember(q, datas) == 3
+    store = ObjectStore(q)
+    shas = [hashlib.sha256(d).hexdigest() for d in datas if d is not None]
+    assert store.present(shas + ["0" * 64, "absent", "x"]) == set(shas)
+    assert remember(q, datas) == 0  # all there: nothing written again
+    # a fake object: a directory where a file should be does not count as stored
+    fake = "f" * 64
+    (q / ".imgquilt/objects/ff" / fake).mkdir(parents=True)
+    assert store.present([fake]) == set()
+    # a planted link in place of a fan-out directory: refused, never followed
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    sha = hashlib.sha256(b"four\n").hexdigest()
+    (elsewhere / sha).write_bytes(b"four\n")
+    os.symlink(elsewhere, q / ".imgquilt/objects" / sha[:2])
+    with pytest.raises(LinkedState):
+        store.present([sha])
+    with pytest.raises(LinkedState):
+        remember(q, [b"four\n"])

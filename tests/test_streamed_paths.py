@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from imagetools import build_oci, file, whiteout
-from imgquilt.engine.apply import HunkError, apply_hunks, apply_hunks_streaming, apply_section
+from imgquilt.engine.apply import HunkError, apply_hunks, apply_section
 from imgquilt.errors import ImgquiltError
 from imgquilt.fs.content import Spooled, SpoolWriter, spool_from
 from imgquilt.queue.binarypatch import BinaryPatchError, apply_delta, apply_delta_streaming
-from imgquilt.queue.hunks import sha256_hex, split_lines
+from imgquilt.queue.hunks import sha256_hex, show_line, split_lines
 from imgquilt.queue.patchfile import parse_patch, read_patch
 from imgquilt.queue.streamed import b85decode
 from qtools import imgquilt, tree_hash, write_patch
@@ -158,28 +158,62 @@ def _outcome(fn):
         return type(exc).__name__, str(exc)
 
 
+def _reference_apply(old: bytes, hunks) -> bytes:
+    """The rule, line by line on a list (the in-memory applier before the one applier): the oracle."""
+    src = split_lines(old)
+    out: list[bytes] = []
+    pos = 0
+    for i, h in enumerate(hunks):
+        start = h.old_start if h.old_len == 0 else h.old_start - 1
+        if start < pos or start > len(src):
+            raise HunkError(i, h.old_start, f"start is outside the file or overlaps the previous hunk ({len(src)} lines)")
+        out.extend(src[pos:start])
+        pos = start
+        for ln in h.lines:
+            if ln.kind == "+":
+                out.append(ln.text)
+                continue
+            if pos >= len(src):
+                raise HunkError(i, pos + 1, "the file ends before the hunk does")
+            if src[pos] != ln.text:
+                raise HunkError(i, pos + 1, f"expected {show_line(ln.text)}, found {show_line(src[pos])}")
+            if ln.kind == " ":
+                out.append(src[pos])
+            pos += 1
+    out.extend(src[pos:])
+    return b"".join(out)
+
+
 def test_hunks_applied_in_pieces_give_the_same_bytes_and_errors(monkeypatch) -> None:
+    """The one applier, on a held base (lines) and a spooled one (chunks), with the hunks as values and
+    as a StreamedHunks read in pieces (lines longer than a read): the reference rule's bytes and errors."""
     import imgquilt.engine.apply as engine_apply
     import imgquilt.queue.streamed as streamed
 
     monkeypatch.setattr(streamed, "BUF", 64)  # lines longer than a read, runs cut at every read
     monkeypatch.setattr(engine_apply, "CHUNK", 7)
+    monkeypatch.setattr(engine_apply, "_BLOCK", 16)  # newlines counted in small blocks, the last one searched
     monkeypatch.setattr(streamed, "CHUNK", 5)
-    from imgquilt.queue.difftext import diff_hunks
+    from imgquilt.queue.difftext import diff_hunks, format_hunks
+    from imgquilt.queue.streamed import StreamedHunks
 
     rng = random.Random(28)
-    words = [b"a\n", b"b\n", b"c\r\n", b"\n", b"x" * 150 + b"\n", b"tail", b" lead\n", b"-minus\n", b"+plus\n"]
-    for _ in range(150):
+    words = [b"a\n", b"b\n", b"c\r\n", b"\n", b"x" * 150 + b"\n", b"tail", b" lead\n", b"-minus\n", b"+plus\n",
+             b"\xff\xfe latin\n", b"y" * 150]
+    for _ in range(200):
         old = b"".join(rng.choice(words) for _ in range(rng.randrange(0, 40)))
         new = b"".join(rng.choice(words) for _ in range(rng.randrange(0, 40)))
         hunks = tuple(diff_hunks(old, new, context=rng.choice([0, 1, 3])))
         base = old if rng.random() < 0.7 else b"".join(rng.choice(words) for _ in range(rng.randrange(0, 40)))
-        want = _outcome(lambda: apply_hunks(base, hunks))
+        want = _outcome(lambda: _reference_apply(base, hunks))
+        text = format_hunks(hunks)
+        pieces = StreamedHunks(_spooled(text), 0, len(text), len(hunks), 1) if text else hunks
         for carried in (base, _spooled(base)):
-            got = _outcome(lambda: apply_hunks_streaming(carried, hunks))
-            if got[0] == "ok":
-                got = ("ok", got[1] if isinstance(got[1], bytes) else got[1].to_bytes())
-            assert got == want, (old, new, base)
+            for given_hunks in (hunks, pieces):
+                got = _outcome(lambda: apply_hunks(carried, given_hunks))
+                if got[0] == "ok":
+                    got = ("ok", got[1] if isinstance(got[1], bytes) else got[1].to_bytes())
+                assert got == want, (old, new, base, type(carried), type(given_hunks))
 
 
 PATCH_TEXTS = [
@@ -430,3 +464,66 @@ def test_a_patch_file_that_changes_while_it_streams_is_refused(tmp_path: Path, m
         f.write(b"\n")
     with pytest.raises(BadInput, match="changed while imgquilt read it"):
         apply_section(None, section)
+
+
+def test_the_one_hunk_reader_reads_as_unidiff_framed_by_headers_did() -> None:
+    """One hunk reader (queue.streamed.scan_hunks) serves the patch format's sections, held or streamed,
+    git diff's output and import (hunkread.read_hunks, anchored hunks on). The reader before it (unidiff
+    framed by @@ headers, kept in tests/support as the oracle) is the reference: on diffs and
+    hand-damaged diffs (lines dropped, added, counts changed, markers, CRLF, trailers, anchored hunks)
+    both read the same hunks and stop at the same line, or both refuse with the same words."""
+    from support import hunkread_reference as reference
+
+    from imgquilt.queue.difftext import diff_hunks, format_hunks
+    from imgquilt.queue.hunkread import HunkTextError, read_hunks
+    from imgquilt.queue.streamed import Lines, StreamError, hunk_values, scan_hunks
+
+    def section_reader(text: bytes):
+        rd = Lines(text)
+        try:
+            hunks = hunk_values(scan_hunks(rd))
+        except StreamError as exc:
+            return "refused", exc.message
+        return "read", hunks, rd.offset
+
+    def import_reader(text: bytes, reader):
+        lines = split_lines(text)
+        try:
+            hunks, end = reader(lines, 0)
+        except (HunkTextError, reference.HunkTextError) as exc:
+            return "refused", exc.message
+        return "read", tuple(hunks), sum(map(len, lines[:end]))
+
+    rng = random.Random(33)
+    words = [b"a\n", b"b\n", b"c\r\n", b"\n", b"tail", b" lead\n", b"-minus\n", b"+plus\n", b"\xff\xfe\n", b"\\ x\n"]
+    extra = [b"-- \n", b"---\n", b"+x\n", b"-y\n", b" z\n", b"\\ No newline at end of file\n", b"\n", b"@@ -1 +1 @@\n",
+             b"--- a/f\n+++ b/f\n", b"junk\n", b"@@ append @@\n+added\n", b"@@ prepend here @@\n+p1\n+p2\n\\ No newline\n"]
+    compared = refused = anchored = 0
+    for _ in range(500):
+        old = b"".join(rng.choice(words) for _ in range(rng.randrange(0, 30)))
+        new = b"".join(rng.choice(words) for _ in range(rng.randrange(0, 30)))
+        text = format_hunks(tuple(diff_hunks(old, new, context=rng.choice([0, 1, 3]))))
+        if not text:
+            continue
+        lines = split_lines(text)
+        if rng.random() < 0.15:  # import's dialect: an anchored hunk after the numbered ones
+            lines += split_lines(rng.choice(extra[-2:]))
+        for _ in range(rng.choice([0, 0, 1, 2])):
+            k = rng.randrange(1, len(lines) + 1)
+            what = rng.random()
+            if what < 0.35 and k < len(lines):
+                del lines[k]
+            elif what < 0.7:
+                lines.insert(k, rng.choice(extra))
+            else:
+                lines[0] = lines[0].replace(b",", b",1", 1)
+        damaged = b"".join(lines)
+        want = import_reader(damaged, reference.read_hunks)
+        assert import_reader(damaged, read_hunks) == want, damaged
+        has_anchor = want[0] == "read" and any(h.anchor for h in want[1])
+        anchored += has_anchor
+        if not has_anchor:  # the patch format's reader refuses anchored hunks (tested in test_patchfile)
+            assert section_reader(damaged) == want, damaged
+        compared += 1
+        refused += want[0] == "refused"
+    assert compared > 400 and 20 < refused < compared - 100 and anchored > 5  # every kind was met

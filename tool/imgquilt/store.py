@@ -49,6 +49,12 @@ class ObjectStore:
     def has(self, sha: str) -> bool:
         return sha == ABSENT or (_HEX64.match(sha) is not None and self._state.is_file(self._rel(sha)))
 
+    def present(self, shas: Iterable[str]) -> set[str]:
+        """Which of `shas` are stored (has() for many: the store's directories walked once, not per object)."""
+        named = [s for s in shas if _HEX64.match(s)]
+        found = self._state.regular_files(self._rel(s) for s in named)
+        return {s for s in named if self._rel(s) in found}
+
     def put(self, data: Data, *, copy: bool = True) -> str | None:
         """Store `data` (once) and return its sha256. A Spooled is linked in where it can be; else it is
         copied (`copy`), or not stored at all (None: remember() for what can be derived again)."""
@@ -91,16 +97,14 @@ def remember(queue_root: Path, datas: Iterable[Data | None]) -> int:
     """
     store = ObjectStore(queue_root)
     new = 0
-    seen: set[str] = set()
+    todo: dict[str, Data] = {}
+    for data in datas:
+        if data is not None:
+            todo.setdefault(sha256_of(data), data)
     try:
-        for data in datas:
-            if data is None:
-                continue
-            sha = sha256_of(data)
-            if sha in seen:
-                continue
-            seen.add(sha)
-            if not store.has(sha) and store.put(data, copy=False) is not None:
+        stored = store.present(todo)  # one walk of the store for all (a warm apply: every one is there)
+        for sha, data in todo.items():
+            if sha not in stored and store.put(data, copy=False) is not None:
                 new += 1
     except LinkedState:
         raise  # a planted link is an attack, not a read-only queue

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 from typing import Callable
 
 from ..errors import BadCacheKey, UnsafeStateKey
@@ -31,12 +32,10 @@ def cache_key() -> bytes | None:
     """The key that seals cache entries (see the module docstring); None when there is none."""
     from ..settings import current
 
-    explicit = current().of(CACHE_KEY_ENV)
-    memo = f"env:{explicit}" if explicit else None
-    if memo is None:
-        from ..util.sealing import state_home
-
-        memo = f"state:{state_home()}"  # the user's key lives there (util.sealing memoizes it too)
+    settings = current()
+    explicit = settings.of(CACHE_KEY_ENV)
+    # asked once per entry (thousands a run): memoized by what decides the key, not the Path built from it
+    memo = f"env:{explicit}" if explicit else f"state:{settings.state_dir and os.path.abspath(settings.state_dir)}:{os.environ.get('XDG_STATE_HOME')}:{os.environ.get('HOME')}"
     if memo in _memo:
         return _memo[memo]
     if explicit:

@@ -119,17 +119,18 @@ class CacheDir:
         """The regular file `rel`, or None (missing; a link or anything not regular is dropped)."""
         parent, _, name = rel.rpartition("/")
         with self._dir(parent, create=False) as fd:
-            if fd is None:
-                return None
-            try:
-                data = read_regular_at(fd, name, shown=f"{self.path}/{rel}", cap=cap)
-            except (OSError, BadInput):  # a link, FIFO, directory or oversized file: not an entry imgquilt wrote
-                _drop(fd, name)
-                return None
-            if data is not None:
-                with suppress(OSError):  # last use, for LRU eviction
-                    os.utime(name, dir_fd=fd, follow_symlinks=False)
-            return data
+            return None if fd is None else self._read_at(fd, name, rel, cap)
+
+    def _read_at(self, fd: int, name: str, rel: str, cap: int) -> bytes | None:
+        try:
+            data = read_regular_at(fd, name, shown=f"{self.path}/{rel}", cap=cap)
+        except (OSError, BadInput):  # a link, FIFO, directory or oversized file: not an entry imgquilt wrote
+            _drop(fd, name)
+            return None
+        if data is not None:
+            with suppress(OSError):  # last use, for LRU eviction
+                os.utime(name, dir_fd=fd, follow_symlinks=False)
+        return data
 
     def read_content(self, rel: str, *, cap: int):
         """Like read(), but a file larger than spool_at() comes back as a Spooled over the open file
@@ -145,7 +146,7 @@ class CacheDir:
             except OSError:
                 return None
             if not stat.S_ISREG(st.st_mode) or st.st_size <= spool_at():
-                return self.read(rel, cap=cap)
+                return self._read_at(fd, name, rel, cap)  # in the directory already open
             try:
                 ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
             except OSError:

@@ -8,6 +8,8 @@ writes them renumbered at the lines they really apply at.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence, overload
+
 from ..fs.content import CHUNK, Data, SpoolWriter, chunks_of, is_spooled, pread_of
 from ..queue.binarypatch import BinaryPatchError, apply_binary
 from ..queue.hunks import Hunk, HunkLine, show_line, split_lines
@@ -33,55 +35,62 @@ class BinaryMismatch(HunkError):
         self.index, self.line, self.detail = 0, 0, detail
 
 
-def apply_hunks(old: bytes, hunks: tuple[Hunk, ...] | list[Hunk]) -> bytes:
-    """Apply `hunks` (in order, non-overlapping) to `old` at their exact positions."""
-    src = split_lines(old)
-    out: list[bytes] = []
-    pos = 0  # next unconsumed line of src (0-based)
-    for i, h in enumerate(hunks):
-        start = h.old_start if h.old_len == 0 else h.old_start - 1
-        if start < pos or start > len(src):
-            raise HunkError(i, h.old_start, f"start is outside the file or overlaps the previous hunk ({len(src)} lines)")
-        out.extend(src[pos:start])
-        pos = start
-        for ln in h.lines:
-            if ln.kind == "+":
-                out.append(ln.text)
-                continue
-            if pos >= len(src):
-                raise HunkError(i, pos + 1, "the file ends before the hunk does")
-            if src[pos] != ln.text:
-                raise HunkError(i, pos + 1, f"expected {show_line(ln.text)}, found {show_line(src[pos])}")
-            if ln.kind == " ":
-                out.append(src[pos])
-            pos += 1
-    out.extend(src[pos:])
-    return b"".join(out)
+@overload
+def apply_hunks(old: bytes | None, hunks: Sequence[Hunk]) -> bytes: ...
+@overload
+def apply_hunks(old: Data | None, hunks: Sequence[Hunk] | StreamedHunks) -> Data: ...
+def apply_hunks(old: Data | None, hunks: Sequence[Hunk] | StreamedHunks) -> Data:
+    """Apply `hunks` (Hunk values or a StreamedHunks; in order, non-overlapping) to `old` at their exact
+    positions. The one applier: the base is read in order (`_Base`: a Spooled a chunk at a time, bytes
+    as one chunk), the hunks as runs of lines (`hunk_events`), compared and copied in bulk. Bytes and
+    Hunk values give bytes; a Spooled base or a StreamedHunks gives a result spooled when it is large
+    (bounded memory). A mismatch is a HunkError (hunk index, 1-based line, what was expected and found)."""
+    held = not is_spooled(old) and not isinstance(hunks, StreamedHunks)
+    return _apply(_Base(old if old is not None else b""), hunks, _Joined() if held else SpoolWriter())
 
 
 def apply_section(old: Data | None, s: FileSection) -> Data:
     """A section's new bytes from its base: its hunks at their exact lines, or its binary patch.
 
     A large base (a Spooled) or a section too large to hold (StreamedHunks) is applied as it streams,
-    into a spooled result (apply_hunks_streaming): the same bytes, in bounded memory."""
+    into a spooled result: the same bytes, in bounded memory."""
     if s.binary is not None:
         try:
             return apply_binary(old, s.binary)
         except BinaryPatchError as exc:
             raise BinaryMismatch(exc.message) from None
-    if isinstance(s.hunks, StreamedHunks) or is_spooled(old):
-        return apply_hunks_streaming(old, s.hunks)
-    return apply_hunks(old or b"", s.hunks)
+    return apply_hunks(old, s.hunks)
+
+
+class _Joined:
+    """The result of a held base and hunks: its pieces, joined once at the end (a SpoolWriter that never spills)."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(data)
+
+    def abort(self) -> None:
+        self.parts = []
+
+    def finish(self) -> bytes:
+        return b"".join(self.parts)
 
 
 class _Base:
-    """The base a streamed apply reads in order, a chunk at a time (bytes or a Spooled alike)."""
+    """The base, read in order: a Spooled a chunk at a time; bytes are the simple case, one chunk that is
+    the whole content (no copy, no split into lines: runs of lines are found with `find`)."""
 
-    def __init__(self, data: Data | None) -> None:
-        self.data: Data = data if data is not None else b""
-        self.buf = b""
+    __slots__ = ("data", "buf", "at", "_next")
+
+    def __init__(self, data: Data) -> None:
+        self.data = data
+        self.buf = b"" if is_spooled(data) else data
         self.at = 0  # in buf
-        self._next = 0  # content position after buf
+        self._next = len(self.buf)  # content position after buf
 
     def _fill(self) -> bool:
         if self._next >= len(self.data):
@@ -92,43 +101,50 @@ class _Base:
         self.at = 0
         return bool(more)
 
+    def count_lines(self) -> int:
+        """The base's lines (for a message)."""
+        n = 0
+        last = b""
+        for c in chunks_of(self.data):
+            n += c.count(b"\n")
+            last = c[-1:] or last
+        return n + (last not in (b"", b"\n"))
+
     def at_eof(self) -> bool:
         return self.at >= len(self.buf) and not self._fill()
 
-    def read(self, n: int) -> bytes:
-        """Up to `n` bytes (fewer only at the end)."""
+    def take(self, n: int) -> bytes:
+        """The next `n` bytes, consumed (fewer only at the end)."""
         while len(self.buf) - self.at < n and self._fill():
             pass
         out = self.buf[self.at : self.at + n]
         self.at += len(out)
         return out
 
-    def copy_lines(self, k: int, out: SpoolWriter) -> int:
-        """Copy the next `k` lines to `out`; the number copied (fewer only at the end)."""
+    def copy_lines(self, k: int, out) -> int:
+        """Copy the next `k` lines to `out`; the number copied (fewer only at the end, where a last line
+        without a newline counts). A line longer than a chunk is copied in pieces."""
         done = 0
+        partial = False  # bytes of an unfinished line already copied
         while done < k:
-            if self.at >= len(self.buf) and not self._fill():
-                break
             buf, at = self.buf, self.at
-            whole = buf.count(b"\n", at)
-            if whole > k - done:  # the lines wanted end in this buffer
-                end = at
-                for _ in range(k - done):
-                    end = buf.find(b"\n", end) + 1
+            end, n = _after_lines(buf, at, k - done)
+            done += n
+            if done == k:
                 out.write(buf[at:end])
                 self.at = end
                 return k
-            end = buf.rfind(b"\n", at) + 1 if whole else len(buf)
-            out.write(buf[at:end])  # every whole line here (or a piece of one long line)
-            self.at = end
-            done += whole
-            if not whole and self.at >= len(buf) and not self._fill():
-                return done + 1  # the last line, without a newline
+            partial = end < len(buf) or (partial and end == at)
+            if at < len(buf):
+                out.write(buf[at:] if at else buf)
+            self.at = len(buf)
+            if not self._fill():
+                return done + partial
         return done
 
-    def copy_rest(self, out: SpoolWriter) -> None:
+    def copy_rest(self, out) -> None:
         if self.at < len(self.buf):
-            out.write(self.buf[self.at :])
+            out.write(self.buf[self.at :] if self.at else self.buf)
         self.at = len(self.buf)
         for chunk in chunks_of(self.data, CHUNK, self._next):
             out.write(chunk)
@@ -142,22 +158,32 @@ class _Base:
         return self.buf[self.at : (nl + 1 if nl >= 0 else self.at + limit)]
 
 
-def _count_lines(data: Data | None) -> int:
-    if not data:
-        return 0
-    n = 0
-    last = b""
-    for c in chunks_of(data):
-        n += c.count(b"\n")
-        last = c[-1:] or last
-    return n + (last != b"\n")
+_BLOCK = 4096
 
 
-def apply_hunks_streaming(old: Data | None, hunks) -> Data:
-    """apply_hunks for a large base or a section read from its file: runs of lines compared and copied
-    in bulk, into a SpoolWriter. Raises the HunkError apply_hunks would (same index, line, words)."""
-    base = _Base(old)
-    out = SpoolWriter()
+def _after_lines(buf: bytes, at: int, k: int) -> tuple[int, int]:
+    """(the index just past the `k`-th b"\\n" of `buf` from `at`, k); when it holds fewer, (just past its
+    last one, how many). Newlines are counted a block at a time, found one by one only in the last block."""
+    end = at
+    done = 0
+    size = len(buf)
+    while end < size:
+        c = buf.count(b"\n", end, end + _BLOCK)
+        if done + c >= k:
+            break
+        done += c
+        end += _BLOCK
+    if end >= size:
+        last = buf.rfind(b"\n", at) + 1
+        return (last, done) if last else (at, 0)
+    while done < k:
+        end = buf.find(b"\n", end) + 1
+        done += 1
+    return end, k
+
+
+def _apply(base: _Base, hunks, out) -> Data:
+    """The one hunk applier: runs of lines compared and copied in bulk from `base` into `out`."""
     pos = 0  # lines of the base consumed
     index = 0
     try:
@@ -166,11 +192,10 @@ def apply_hunks_streaming(old: Data | None, hunks) -> Data:
                 _, index, old_start, old_len, _new_start, _new_len = ev
                 start = old_start if old_len == 0 else old_start - 1
                 if start < pos:
-                    raise HunkError(index, old_start, f"start is outside the file or overlaps the previous hunk ({_count_lines(old)} lines)")
-                copied = base.copy_lines(start - pos, out)
-                pos += copied
+                    raise HunkError(index, old_start, f"start is outside the file or overlaps the previous hunk ({base.count_lines()} lines)")
+                pos += base.copy_lines(start - pos, out)
                 if pos < start:
-                    raise HunkError(index, old_start, f"start is outside the file or overlaps the previous hunk ({_count_lines(old)} lines)")
+                    raise HunkError(index, old_start, f"start is outside the file or overlaps the previous hunk ({base.count_lines()} lines)")
                 continue
             kind, payload, lines = ev
             if kind == "+":
@@ -178,7 +203,8 @@ def apply_hunks_streaming(old: Data | None, hunks) -> Data:
                 continue
             if base.at_eof():
                 raise HunkError(index, pos + 1, "the file ends before the hunk does")
-            got = base.read(len(payload))
+            got = base.take(len(payload))
+            # a payload whose last line has no newline matches only the file's last line
             if got != payload or (lines and not payload.endswith(b"\n") and not base.at_eof()):
                 raise _mismatch(index, pos, payload, got, base)
             if kind == " ":
@@ -195,7 +221,7 @@ def apply_hunks_streaming(old: Data | None, hunks) -> Data:
 
 
 def _mismatch(index: int, pos: int, payload: bytes, got: bytes, base: _Base) -> HunkError:
-    """The HunkError apply_hunks gives at the first line of `payload` that the base does not hold."""
+    """The HunkError at the first line of `payload` that the base does not hold."""
     want = split_lines(payload)
     have = split_lines(got)
     for k, line in enumerate(want):

@@ -52,11 +52,20 @@ def parse_size(raw: str, *, name: str) -> int:
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
+_sizes: dict[tuple[str, str], int] = {}  # (variable, its text) -> bytes: asked per patch and per content
+
+
 def _env_size(name: str, default: int) -> int:
     from ..settings import current
 
-    raw = (current().of(name) or "").strip()
-    return parse_size(raw, name=name) if raw else default
+    raw = current().of(name)
+    if not raw:
+        return default
+    size = _sizes.get((name, raw))
+    if size is None:
+        text = raw.strip()
+        size = _sizes[(name, raw)] = parse_size(text, name=name) if text else default
+    return size
 
 
 def in_memory_max() -> int:
@@ -504,8 +513,33 @@ def spool_from(chunks, at: int | None = None) -> Data:
 
 
 # --- helpers over Data (bytes or Spooled) -----------------------------------------------------
+_DIGESTS: dict[int, tuple[bytes, str]] = {}  # id -> (the bytes, held so the id stays theirs; their sha256)
+_DIGESTS_HELD = [0]
+_DIGESTS_MAX = 64 << 20  # bytes kept alive for it, the oldest let go first
+_DIGEST_MEMO_MIN = 4096  # below this, hashing costs less than remembering
+_digests_lock = threading.Lock()
+
+
 def sha256_of(data: Data) -> str:
-    return data.sha256 if isinstance(data, Spooled) else hashlib.sha256(data).hexdigest()
+    """The content's sha256 (hex). One content is hashed once per process: a base is checked when read
+    from the cache, against its pin, and again when it is remembered, and a result likewise, all of
+    the same immutable `bytes` object, so its digest is remembered by identity (the object is held
+    while remembered, so its id cannot be another's)."""
+    if isinstance(data, Spooled):
+        return data.sha256
+    if type(data) is not bytes or len(data) < _DIGEST_MEMO_MIN:
+        return hashlib.sha256(data).hexdigest()
+    hit = _DIGESTS.get(id(data))
+    if hit is not None and hit[0] is data:
+        return hit[1]
+    digest = hashlib.sha256(data).hexdigest()
+    with _digests_lock:
+        _DIGESTS[id(data)] = (data, digest)
+        _DIGESTS_HELD[0] += len(data)
+        while _DIGESTS_HELD[0] > _DIGESTS_MAX and _DIGESTS:
+            old, _ = _DIGESTS.pop(next(iter(_DIGESTS)))
+            _DIGESTS_HELD[0] -= len(old)
+    return digest
 
 
 def chunks_of(data: Data, size: int = CHUNK, start: int = 0) -> Iterator[bytes]:

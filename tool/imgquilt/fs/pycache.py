@@ -7,7 +7,7 @@ source already listed (fs.types.ListsDirs).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Sequence, TypeGuard
 
 from .types import DirMeta, ListsDirs, Source
 
@@ -63,6 +63,18 @@ def _join(d: str, name: str) -> str:
     return f"{d}/{name}" if d else name
 
 
+_LISTS_DIRS: dict[type, bool] = {}
+
+
+def _lists_dirs(source: Source) -> TypeGuard[ListsDirs]:
+    """isinstance(source, ListsDirs), asked once per class (a runtime Protocol check is slow: once per target)."""
+    kind = type(source)
+    known = _LISTS_DIRS.get(kind)
+    if known is None:
+        known = _LISTS_DIRS[kind] = isinstance(source, ListsDirs)
+    return known
+
+
 def find_bytecode(source: Source, named: str, resolved: str, *, source_gone: bool,
                   kinds: tuple[str, ...] = ("file",)) -> list[Bytecode]:
     """Every bytecode file `source` shows that CPython could load for the source file at `named`
@@ -70,7 +82,7 @@ def find_bytecode(source: Source, named: str, resolved: str, *, source_gone: boo
     gone, the sourceless STEM.pyc beside it. Only what the source already read is looked at (see
     fs.types.ListsDirs). `kinds`: the entry kinds counted (a symlink in __pycache__ is followed by
     CPython, but an apply does not remove one)."""
-    if not isinstance(source, ListsDirs) or not is_python_source(resolved):
+    if not is_python_source(resolved) or not _lists_dirs(source):
         return []
     found: dict[str, Bytecode] = {}
     for d, stem in source_dirs(named, resolved):

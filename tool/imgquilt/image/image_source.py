@@ -127,9 +127,10 @@ class _Decided:
 class _Tracker:
     """The lookup handed to fs.resolve: records what was unknown, found and hidden."""
 
-    def __init__(self, view: MergedView, digest_of) -> None:
+    def __init__(self, view: MergedView, digest_of, nodes: dict[int, tuple[Found, Node]] | None = None) -> None:
         self.view = view
         self.digest_of = digest_of
+        self.nodes = nodes if nodes is not None else {}  # id(Found) -> (it, its Node): the view repeats its answers
         self.definite = True
         self.unknown: list[str] = []
         self.found: dict[str, Found] = {}
@@ -148,7 +149,12 @@ class _Tracker:
             return None
         assert isinstance(result, Found)
         self.found[path] = result
-        return result.rec.node(self.digest_of(result.layer))
+        known = self.nodes.get(id(result))
+        if known is not None and known[0] is result:
+            return known[1]
+        node = result.rec.node(self.digest_of(result.layer))
+        self.nodes[id(result)] = (result, node)
+        return node
 
 
 class ImageSource:
@@ -161,6 +167,7 @@ class ImageSource:
         self.ref = ref or image.ref
         self._layers: list[BlobLayer] = list(reversed(image.layers))  # top first
         self._view = MergedView(len(self._layers), whiteouts=(kind == "image"))
+        self._nodes: dict[int, tuple[Found, Node]] = {}  # the Node of each answer of the view, made once
         self._verified = verified if verified is not None else VerifiedBlobs(None)
         for layer in self._layers:
             if hasattr(layer, "verified_by"):
@@ -321,7 +328,7 @@ class ImageSource:
         parents: tuple[DirMeta, ...] = ()
         resolved = ""
         if path:
-            tracker = _Tracker(self._view, self.layer_digest)
+            tracker = _Tracker(self._view, self.layer_digest, self._nodes)
             try:
                 res = resolve(check_member_path(path, what="directory path"), tracker)
             except BadInput:
@@ -404,7 +411,7 @@ class ImageSource:
 
     # --- resolution ---
     def _attempt(self, named: str, as_link: bool = False) -> _Open | _Decided:
-        tracker = _Tracker(self._view, self.layer_digest)
+        tracker = _Tracker(self._view, self.layer_digest, self._nodes)
         try:
             res = resolve(named, tracker, follow_final=not as_link)
         except BadInput:

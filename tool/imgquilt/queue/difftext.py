@@ -1,6 +1,7 @@
 """Unified-diff hunk text, byte-exact: written so GNU `patch -p1` and `git apply` accept it, and read back.
 
-One reader serves imgquilt's own patch files and every foreign patch `import` takes.
+The patch format's hunks (and git's output here) are read by one section reader (queue.streamed);
+`import` reads foreign dialects with hunkread.
 
 The writer asks git (a dependency) for the hunks: `git diff --no-index` is Myers with git's and GNU
 diff's boundary rules, so a refreshed patch carries the hunks `diff -u` would write, and it stays
@@ -12,7 +13,7 @@ import os
 import re
 
 from .hunks import Hunk, HunkLine, split_lines
-from .hunkread import is_file_start, is_trailer_start, read_hunks
+from .hunkread import is_file_start, is_trailer_start
 from .pathquote import quote_name
 
 _HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -64,11 +65,18 @@ def _git_hunks(a: bytes, b: bytes, context: int) -> list[Hunk]:
         p = subprocess.run([*_GIT, f"-U{context}", *paths], cwd=tmp, env=env, capture_output=True)
     if p.returncode not in (0, 1):
         raise RuntimeError(f"git diff --no-index failed ({p.returncode}): {p.stderr.decode(errors='replace').strip()}")
-    lines = split_lines(p.stdout)  # on \n only: a lone \r belongs to its line
-    start = next((i for i, ln in enumerate(lines) if ln.startswith(b"@@ ")), len(lines))
-    hunks, end = read_hunks(lines, start)
-    if end != len(lines):
-        raise RuntimeError(f"unexpected output from git diff at line {end + 1}: {lines[end][:60]!r}")
+    # read by the patch format's own section reader (queue.streamed), on \n only: a lone \r belongs to its line
+    from .streamed import Lines, StreamError, hunk_values, scan_hunks
+
+    out = p.stdout
+    start = 0 if out.startswith(b"@@ ") else out.find(b"\n@@ ") + 1 or len(out)
+    rd = Lines(out, start)
+    try:
+        hunks = list(hunk_values(scan_hunks(rd)))
+    except StreamError as exc:
+        raise RuntimeError(f"unexpected output from git diff: {exc.message}") from None
+    if not rd.at_end():
+        raise RuntimeError(f"unexpected output from git diff at byte {rd.offset}: {(rd.peek_line() or b'')[:60]!r}")
     return hunks
 
 

@@ -14,9 +14,8 @@ from pathlib import Path
 from ..errors import MalformedPatch, UnsafePath
 from ..fs.paths import check_member_path
 from ..fs.content import held, held_or_none
-from ..util.regular import read_capped
+from ..util.regular import READ_BUFFER, read_capped
 from .difftext import diff_hunks, diff_names, format_hunks
-from .hunkread import HunkTextError, is_file_start, read_hunks
 from .binarypatch import BinaryPatch, BinaryPatchError, git_blob_sha1, is_binary, read_binary, render_binary
 from .hunks import ABSENT, Hunk, sha256_hex, show_line, split_lines
 from .pathquote import quote_name, read_name, unquote_name
@@ -179,23 +178,35 @@ def _diff_name(name: str, path: str, line: bytes) -> str:
         raise _bad(name, f"section {path!r}: the name on {line[:60]!r} opens a quote it does not close.") from None
 
 
-def _parse_hunks(name: str, path: str, lines: list[bytes]) -> tuple[str, str, tuple[Hunk, ...]]:
-    """The `---`/`+++` names and the hunks of one section's diff (`lines` start at `---`)."""
-    if len(lines) < 2 or not lines[1].startswith(b"+++ "):
-        raise _bad(name, f"section {path!r} must hold exactly one ---/+++ file diff, found 0.")
+def _read_diff(name: str, path: str, content, start: int, end: int, *, held: bool):
+    """The `---`/`+++` names and the hunks of one section's diff, `content[start:end]` (from its `---`
+    line). One reader (queue.streamed) whether the section is held in memory or read as it streams:
+    held, the hunks are Hunk values; streamed, a StreamedHunks that reads them again when applied."""
+    from .streamed import Lines, StreamError, StreamedHunks, check_trailer, hunk_values, scan_hunks
+
+    rd = Lines(content, start, end)  # line numbers count from the diff's `---` line
     try:
-        hunks, end = read_hunks(lines, 2)
-    except HunkTextError as exc:
+        minus = rd.next_line() or b""
+        plus = rd.peek_line()
+        if plus is None or not plus.startswith(b"+++ "):
+            raise _bad(name, f"section {path!r} must hold exactly one ---/+++ file diff, found 0.")
+        rd.next_line()
+        src, dst = _diff_name(name, path, minus), _diff_name(name, path, plus)
+        hunks: tuple[Hunk, ...] | StreamedHunks
+        if held:
+            hunks = hunk_values(scan_hunks(rd))
+        else:
+            at, first_line = rd.offset, rd.lineno + 1
+            count = sum(1 for ev in scan_hunks(rd) if ev[0] == "@")
+            hunks = StreamedHunks(content, at, rd.offset, count, first_line)
+        extra_files, stray = check_trailer(rd)
+    except StreamError as exc:
         raise _bad(name, f"section {path!r}: {exc.message}") from None
-    if any(h.anchor for h in hunks):
-        raise _bad(name, f"section {path!r}: `@@ append/prepend @@` hunks are not unified diff; bring the patch in with `imgquilt import`.")
-    extra = sum(1 for k in range(end, len(lines)) if is_file_start(lines, k) and lines[k].startswith(b"--- "))
-    if extra:
-        raise _bad(name, f"section {path!r} must hold exactly one ---/+++ file diff, found {1 + extra}.")
-    stray = next((ln for ln in lines[end:] if ln.startswith((b"@@", b"+++ ", b"--- ", b"*** ", b"diff "))), None)
+    if extra_files:
+        raise _bad(name, f"section {path!r} must hold exactly one ---/+++ file diff, found {1 + extra_files}.")
     if stray is not None:  # GNU patch would read it as more diff; imgquilt would not
-        raise _bad(name, f"section {path!r}: stray diff line {show_line(stray.rstrip(), 60)} after its hunks.")
-    return _diff_name(name, path, lines[0]), _diff_name(name, path, lines[1]), tuple(hunks)
+        raise _bad(name, f"section {path!r}: stray diff line {show_line(stray.rstrip()[:4096], 60)} after its hunks.")
+    return src, dst, hunks
 
 
 _MODE = re.compile(r"^0?[0-7]{3}$")
@@ -280,7 +291,7 @@ def _parse_section(name: str, raw: bytes, strip: int | None = None) -> FileSecti
     path, base, patched, mode, extra, i = _section_head(name, lines)
     if lines[i].startswith(b"diff --git "):
         return _parse_git(name, path, lines, i, base, patched, mode, raw, extra, strip)
-    src, dst, hunks = _parse_hunks(name, path, lines[i:])
+    src, dst, hunks = _read_diff(name, path, raw, sum(map(len, lines[:i])), len(raw), held=True)
     _check_diff_names(name, path, src, dst, base, patched, strip)
     return FileSection(path, base, patched, hunks, raw, mode, extra)
 
@@ -370,7 +381,7 @@ def _parse_git(
         return FileSection(path, base, patched, (), raw, mode, extra, binary=bp, mode_change=mode_change)
     hunks: tuple[Hunk, ...] = ()
     if i < len(lines) and lines[i].startswith(b"--- "):
-        src, dst, hunks = _parse_hunks(name, path, lines[i:])
+        src, dst, hunks = _read_diff(name, path, raw, sum(map(len, lines[:i])), len(raw), held=True)
         for side, diff_name in (("---", src), ("+++", dst)):
             _same_file(name, path, side, diff_name, strip)
         if (src == "/dev/null") != (base == ABSENT) or (dst == "/dev/null") != (patched == ABSENT):
@@ -406,7 +417,7 @@ def read_patch(path: Path, name: str, *, strip: int | None = None, raw_out: list
         return None
     size = os.fstat(fd).st_size
     if size <= spool_at():
-        with os.fdopen(fd, "rb") as f:
+        with os.fdopen(fd, "rb", buffering=READ_BUFFER) as f:
             data = read_capped(f, shown=str(path), cap=max(spool_at(), size))
         if raw_out is not None:
             raw_out.append(data)
@@ -478,7 +489,7 @@ def _no_sections(name: str, content) -> MalformedPatch:
 
 def _stream_section(name: str, content, a: int, b: int, strip: int | None) -> FileSection:
     """One section larger than spool_at(), checked as it streams (queue.streamed)."""
-    from .streamed import HEAD_CAP, Lines, StreamError, StreamedHunks, check_trailer, _scan_hunks
+    from .streamed import HEAD_CAP, Lines, StreamError
 
     rd = Lines(content, a, b)
     head: list[bytes] = []
@@ -494,28 +505,15 @@ def _stream_section(name: str, content, a: int, b: int, strip: int | None) -> Fi
     diff_first = rd.peek_line()
     path, base, patched, mode, extra, _ = _section_head(name, head + ([diff_first] if diff_first is not None else []))
     raw = content.slice(a, b - a)
-    rd.lineno = 0  # line numbers count from the diff's first line, as the in-memory reader's
-    try:
-        if diff_first is not None and diff_first.startswith(b"diff --git "):
+    if diff_first is not None and diff_first.startswith(b"diff --git "):
+        rd.lineno = 0  # line numbers count from the diff's first line, as the in-memory reader's
+        try:
             return _stream_binary(name, path, rd, base, patched, mode, raw, extra, strip)
-        minus = rd.next_line() or b""
-        plus = rd.peek_line()
-        if plus is None or not plus.startswith(b"+++ "):
-            raise _bad(name, f"section {path!r} must hold exactly one ---/+++ file diff, found 0.")
-        rd.next_line()
-        src, dst = _diff_name(name, path, minus), _diff_name(name, path, plus)
-        start, first_line = rd.offset, rd.lineno + 1
-        count = sum(1 for ev in _scan_hunks(rd) if ev[0] == "@")
-        end = rd.offset
-        extra_files, stray = check_trailer(rd)
-    except StreamError as exc:
-        raise _bad(name, f"section {path!r}: {exc.message}") from None
-    if extra_files:
-        raise _bad(name, f"section {path!r} must hold exactly one ---/+++ file diff, found {1 + extra_files}.")
-    if stray is not None:
-        raise _bad(name, f"section {path!r}: stray diff line {show_line(stray.rstrip()[:4096], 60)} after its hunks.")
+        except StreamError as exc:
+            raise _bad(name, f"section {path!r}: {exc.message}") from None
+    src, dst, hunks = _read_diff(name, path, content, rd.offset, b, held=False)
     _check_diff_names(name, path, src, dst, base, patched, strip)
-    return FileSection(path, base, patched, StreamedHunks(content, start, end, count, first_line), raw, mode, extra)  # type: ignore[arg-type]
+    return FileSection(path, base, patched, hunks, raw, mode, extra)
 
 
 def _stream_binary(name: str, path: str, rd, base: str, patched: str, mode: int | None, raw, extra,

@@ -23,7 +23,8 @@ from typing import Iterator, Sequence
 
 from ..errors import MalformedPatch
 from ..fs.content import CHUNK, Spooled, SpoolWriter, in_memory_max, pread_of, spool_at
-from .hunks import Hunk, show_line
+from .hunkread import is_trailer_start
+from .hunks import Hunk, HunkLine, show_line, split_lines
 
 BUF = 1 << 20
 HEAD_CAP = 1 << 20  # a section's lines before its diff (Index, hashes, fields): small, always
@@ -202,12 +203,10 @@ class StreamedHunks:
         self.first_line = first_line  # line number (1-based, in the section's diff from `---`) of the first `@@`
 
     def _values(self) -> tuple[Hunk, ...]:
-        from .hunkread import read_hunks
-        from .hunks import split_lines
-
         data = self.source.slice(self.start, self.end - self.start).to_bytes("a patch section's hunks")
-        hunks, _ = read_hunks(split_lines(data), 0)
-        return tuple(hunks)
+        rd = Lines(data)
+        rd.lineno = self.first_line - 1
+        return hunk_values(scan_hunks(rd))
 
     def __len__(self) -> int:
         return self.n
@@ -240,7 +239,7 @@ def hunk_events(hunks: Sequence[Hunk]) -> Iterator[Event]:
     if isinstance(hunks, StreamedHunks):
         rd = Lines(hunks.source, hunks.start, hunks.end)
         rd.lineno = hunks.first_line - 1
-        yield from _scan_hunks(rd)
+        yield from scan_hunks(rd)
         return
     for i, h in enumerate(hunks):
         yield ("@", i, h.old_start, h.old_len, h.new_start, h.new_len)
@@ -255,33 +254,103 @@ def hunk_events(hunks: Sequence[Hunk]) -> Iterator[Event]:
             yield (kind, b"".join(texts), len(texts))
 
 
-def _scan_hunks(rd: Lines) -> Iterator[Event]:
-    """Read hunks from `rd` (at an `@@` line) as hunkread.read_hunks would, yielding events; stops at
-    the first line after a hunk that is not an `@@` header (its lines are the caller's)."""
+def hunk_values(events: Iterator[Event]) -> tuple[Hunk, ...]:
+    """The Hunk values of a section's hunk events (a section held in memory is read by the same scanner
+    as one that streams; the pieces of a line longer than a read are joined again)."""
+    out: list[Hunk] = []
+    head: tuple | None = None
+    body: list[HunkLine] = []
+    carry = b""
+    for ev in events:
+        if ev[0] == "@":
+            if head is not None:
+                out.append(Hunk(head[0], head[1], head[2], head[3], tuple(body), anchor=head[4] if len(head) > 4 else None))
+            head, body = ev[2:], []
+            continue
+        kind, payload, lines = ev
+        if not lines:
+            carry += payload
+            continue
+        if carry:
+            payload, carry = carry + payload, b""
+        if lines == 1:
+            body.append(HunkLine(kind, payload))
+        else:
+            texts = split_lines(payload)
+            if len(texts) < lines:  # the last line was only its newline, and a marker took it: an empty line
+                texts.append(b"")
+            body.extend([HunkLine(kind, t) for t in texts])
+    if head is not None:
+        out.append(Hunk(head[0], head[1], head[2], head[3], tuple(body), anchor=head[4] if len(head) > 4 else None))
+    return tuple(out)
+
+
+def scan_hunks(rd: Lines, *, anchors: bool = False) -> Iterator[Event]:
+    """Read hunks from `rd` (at an `@@` line), yielding events; stops at the first line after a hunk that
+    is not an `@@` header (its lines are the caller's). Each hunk is exactly as long as its @@ header
+    says: a short one is truncated, a longer one (a hand edit that grew) is refused rather than cut; a
+    bare empty line is a context line whose leading space a mailer stripped.
+
+    `anchors` (import's hand-written dialect): an `@@ append ... @@` / `@@ prepend ... @@` hunk is its
+    `+` lines, to go at the end / start of the file; its head event carries the anchor as a 7th field.
+    Without it (the patch format) such a hunk is refused.
+
+    Refusals come in the order unidiff framed by @@ headers gave them (the reader before this one):
+    a hunk's frame (its header, its line counts) at once; what it holds (a marker after no line, an
+    unknown `\\` line before a hunk) once every hunk is framed; an anchored hunk last."""
     index = 0
     last_ended_by_marker = True
+    content: list[StreamError] = []  # the first problem of what the hunks hold, raised once all are framed
+    anchor: list[StreamError] = []
     while True:
         line = rd.peek_line()
         if line is None or not line.startswith(b"@@"):
-            return
+            break
         head_line = rd.lineno + 1
-        if _ANCHOR.match(line):
-            raise StreamError(head_line, "`@@ append/prepend @@` hunks are not unified diff; bring the patch in with `imgquilt import`.")
+        which = _ANCHOR.match(line)
+        if which:
+            rd.skip_line()
+            lines = _anchored_body(rd)
+            if not anchors:
+                anchor.append(StreamError(head_line, "`@@ append/prepend @@` hunks are not unified diff; bring the patch in with `imgquilt import`."))
+                continue
+            yield ("@", index, 0, 0, 0, len(lines), which.group(1).decode().lower())
+            index += 1
+            for text in lines:
+                yield ("+", text, 1)
+            continue
         m = _HUNK_HEADER.match(line)
         if not m:
             raise StreamError(head_line, f"cannot read hunk header {show_line(line.rstrip())}.")
         if not last_ended_by_marker:
             # unidiff reads an unknown `\` line after a hunk as the end of the file's diff
-            raise StreamError(head_line, f"cannot read the hunks: Unexpected hunk found: {line.decode('latin-1')}.")
+            content.append(StreamError(head_line, f"cannot read the hunks: Unexpected hunk found: {line.decode('latin-1')}."))
         rd.next_line()
         old_len = 1 if m.group(2) is None else int(m.group(2))
         new_len = 1 if m.group(4) is None else int(m.group(4))
         yield ("@", index, int(m.group(1)), old_len, int(m.group(3)), new_len)
         index += 1
-        last_ended_by_marker = yield from _hunk_body(rd, head_line, old_len, new_len)
+        last_ended_by_marker = yield from _hunk_body(rd, head_line, old_len, new_len, content)
+    if content or anchor:
+        raise (content or anchor)[0]
 
 
-def _hunk_body(rd: Lines, head_line: int, old_len: int, new_len: int):
+def _anchored_body(rd: Lines) -> list[bytes]:
+    """An anchored hunk's `+` lines (their prefix dropped), a `\\ No newline` marker applied to the line
+    before it (after none: refused at once)."""
+    lines: list[bytes] = []
+    while (line := rd.peek_line()) is not None and line[:1] in (b"+", b"\\"):
+        rd.skip_line()
+        if line[:1] == b"+":
+            lines.append(line[1:])
+        elif not lines or not lines[-1].endswith(b"\n"):
+            raise StreamError(rd.lineno, "a `\\ No newline at end of file` marker follows no line.")
+        else:
+            lines[-1] = lines[-1][:-1]
+    return lines
+
+
+def _hunk_body(rd: Lines, head_line: int, old_len: int, new_len: int, content: list[StreamError]):
     """One hunk's lines as events; returns False when an unknown `\\` line follows it (see above)."""
     old_left, new_left = old_len, new_len
     pending: list | None = None  # [kind, payload, lines]: held until the next line says it keeps its newline
@@ -291,7 +360,7 @@ def _hunk_body(rd: Lines, head_line: int, old_len: int, new_len: int):
             raise StreamError(head_line, "the hunk ends before its @@ header says (truncated patch?).")
         if c == b"\\":
             rd.skip_line()
-            pending = _marker(pending, head_line)
+            pending = _marker(pending, head_line, content)
             continue
         if c in (b"+", b"-", b" "):
             limit = new_left if c == b"+" else old_left if c == b"-" else min(old_left, new_left)
@@ -338,21 +407,23 @@ def _hunk_body(rd: Lines, head_line: int, old_len: int, new_len: int):
     if nxt is not None and nxt.startswith(b"\\"):
         rd.skip_line()
         if _NO_NEWLINE_MARKER.match(nxt):
-            pending = _marker(pending, head_line)
+            pending = _marker(pending, head_line, content)
         else:
             ended_ok = False
         nxt = rd.peek_line()
     if pending is not None:
         yield tuple(pending)
-    if nxt is not None and nxt[:1] in (b"+", b"-") and not _is_file_start(rd, nxt) and nxt.rstrip(b"\r\n") != b"-- ":
+    if nxt is not None and nxt[:1] in (b"+", b"-") and not _is_file_start(rd, nxt) and not is_trailer_start(nxt):
         raise StreamError(rd.lineno + 1, f"the hunk at line {head_line} has more lines than its @@ header says.")
     return ended_ok
 
 
-def _marker(pending: list | None, head_line: int) -> list:
-    """`\\ No newline at end of file`: the line before it loses its b"\\n" (hunkread._no_newline)."""
+def _marker(pending: list | None, head_line: int, content: list[StreamError]) -> list | None:
+    """`\\ No newline at end of file`: the line before it loses its b"\\n" (hunkread._no_newline); after no
+    such line, a problem of what the hunk holds (raised once every hunk is framed)."""
     if pending is None or not pending[1].endswith(b"\n"):
-        raise StreamError(head_line, "a `\\ No newline at end of file` marker follows no line.")
+        content.append(StreamError(head_line, "a `\\ No newline at end of file` marker follows no line."))
+        return pending
     return [pending[0], pending[1][:-1], pending[2]]
 
 
@@ -524,5 +595,5 @@ def should_stream(size: int) -> bool:
     return size > spool_at()
 
 
-__all__ = ["Lines", "StreamedHunks", "StreamError", "b85decode", "check_trailer", "hunk_events", "in_memory_max",
-           "malformed", "read_binary_block", "should_stream"]
+__all__ = ["Lines", "StreamedHunks", "StreamError", "b85decode", "check_trailer", "hunk_events", "hunk_values", "in_memory_max",
+           "malformed", "read_binary_block", "scan_hunks", "should_stream"]

@@ -13,7 +13,7 @@ import os
 import stat
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from ..errors import BadInput, LinkedState, StateWriteFailed, UnsafePath
 from .atomic import write_atomic_at
@@ -235,6 +235,35 @@ class StateDir:
                 return stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
             except (FileNotFoundError, NotADirectoryError):
                 return False
+
+    def regular_files(self, rels: Iterable[str]) -> set[str]:
+        """Which of `rels` are regular files (is_file for many, without walking from the queue root for
+        each: this directory is opened once, each directory below it once, none followed if a link)."""
+        out: set[str] = set()
+        by_dir: dict[str, list[tuple[str, str]]] = {}
+        for rel in rels:
+            parent, name = self._split(rel)
+            by_dir.setdefault(parent, []).append((rel, name))
+        if not by_dir:
+            return out
+        with self.opened() as top:
+            if top is None:
+                return out
+            for parent, names in by_dir.items():
+                try:
+                    fd = open_dir_below(top, _parts(parent), create=False, shown=f"{self.queue_root}/{self.shown}")
+                except OSError as exc:
+                    raise self._failed(exc, parent) from None
+                if fd is None:
+                    continue
+                try:
+                    for rel, name in names:
+                        with suppress(FileNotFoundError, NotADirectoryError):
+                            if stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                                out.add(rel)
+                finally:
+                    os.close(fd)
+        return out
 
     def exists(self) -> bool:
         with self.opened() as fd:
