@@ -107,6 +107,51 @@ class _Tree:
         if known is not None:
             resolved = known[1]
             return known[0], name, f"{resolved}/{name}" if resolved else name
+        fd, resolved = self._below_known(head)
+        if fd < 0:
+            fd, resolved = self._resolved(head)
+        if len(self._known) >= 64:
+            old = next(iter(self._known))
+            self._stale.append(self._known.pop(old)[0])
+        self._known[head] = (fd, resolved)
+        return fd, name, f"{resolved}/{name}" if resolved else name
+
+    def _below_known(self, head: str) -> tuple[int, str]:
+        """(fd, resolved) of `head` opened from its nearest remembered ancestor, component by component,
+        made as needed, when every component below that is a real directory; (-1, "") when one is not
+        (a symlink, a file): the caller resolves from the root then. A tar lists a directory before
+        its files, so the parent of a new directory is usually remembered."""
+        rest: list[str] = []
+        up = head
+        while up:
+            up, _, last = up.rpartition("/")
+            rest.append(last)
+            known = self._known.get(up)
+            if known is not None:
+                fd, resolved = os.dup(known[0]), known[1]
+                break
+        else:
+            fd, resolved = os.dup(self.fd), ""
+        try:
+            for part in reversed(rest):
+                if part in ("", ".", ".."):
+                    os.close(fd)
+                    return -1, ""
+                try:
+                    nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                    nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = nfd
+                resolved = f"{resolved}/{part}" if resolved else part
+        except OSError:
+            os.close(fd)
+            return -1, ""
+        return fd, resolved
+
+    def _resolved(self, head: str) -> tuple[int, str]:
+        """(fd, resolved) of `head` resolved from the root, links re-rooted at it, made as needed."""
         resolved = ""
         if head:
             try:
@@ -117,14 +162,9 @@ class _Tree:
                 raise _Skip()
             resolved = r.resolved
         try:
-            fd = open_dir(self.fd, resolved.split("/") if resolved else [], create=True)
+            return open_dir(self.fd, resolved.split("/") if resolved else [], create=True), resolved
         except (OSError, BadInput):
             raise _Skip() from None
-        if len(self._known) >= 64:
-            old = next(iter(self._known))
-            self._stale.append(self._known.pop(old)[0])
-        self._known[head] = (fd, resolved)
-        return fd, name, f"{resolved}/{name}" if resolved else name
 
     def remove(self, dfd: int, name: str) -> None:
         try:
@@ -324,8 +364,7 @@ def _layer(tree: _Tree, walker: TarWalker) -> int:
                 _file(tree, walker, dfd, name, m.mode, m.uid, m.gid, m.size)
                 made.add(resolved)
             elif kind == SYMLINK:
-                tree.remove(dfd, name)
-                tree.forget()
+                tree.remove(dfd, name)  # forgets the remembered parents if what it removes is not a file
                 os.symlink(m.linkname, name, dir_fd=dfd)
                 _own(dfd, name, m.uid, m.gid)
                 made.add(resolved)
