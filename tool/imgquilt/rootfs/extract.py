@@ -268,16 +268,13 @@ def extract_layers(dest: Path, layers: Iterable[tuple[str, BinaryIO]], *, pool: 
     try:
         for digest, stream in layers:
             walker = TarWalker(_Stream(stream), what=f"layer {digest}")
-            try:
-                skipped += _layer(tree, walker)
-            except UnicodeError as exc:  # a PAX record that is not UTF-8
-                raise BadImage(f"Layer {digest} is not a tar archive imgquilt can read ({exc}).") from None
+            skipped += _layer(tree, walker)  # a stream that is not a tar: BadImage from the walker
         tree.forget()
         for rel, mode in sorted(tree.dir_modes.items(), key=lambda x: -x[0].count("/")):
             try:
                 os.chmod(rel, mode, dir_fd=tree.fd, follow_symlinks=False)
-            except (OSError, NotImplementedError):
-                pass
+            except (OSError, NotImplementedError, ValueError):
+                pass  # gone, or a symlink now (a later layer replaced it): Linux cannot chmod a link, ValueError says so
     finally:
         tree.close()
     if written is not None:
