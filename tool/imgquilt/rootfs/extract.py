@@ -28,7 +28,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, Iterable
 
-from ..errors import BadImage, BadInput
+from ..errors import BadInput
 from ..fs.resolve import resolve
 from ..image.layers.tarwalk import DIRECTORY, HARDLINK, SYMLINK, TarWalker
 from .dirfd import open_dir
