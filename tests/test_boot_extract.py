@@ -131,3 +131,31 @@ def test_a_planted_pool_entry_that_is_not_the_file_is_not_linked(tmp_path: Path)
     dest.mkdir()
     extract_layers(dest, [("l", _file_tar([("f", raw, 0o644)]))], pool=pool)
     assert not (dest / "f").is_symlink() and (dest / "f").read_bytes() == raw
+
+
+def test_owners_and_setuid_bits_are_the_layers(tmp_path: Path) -> None:
+    """A file another user owns keeps its setuid bit (a chown clears it; it is put back), one of this
+    process's owner gets its mode without a chown, whatever the umask."""
+    import os
+
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("ownership needs root")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, mode, uid in (("su", 0o4755, 1234), ("sg", 0o2711, 0), ("ro", 0o444, 0), ("all", 0o777, 0)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.uid, info.gid = 1, mode, uid, uid
+            tar.addfile(info, io.BytesIO(b"x"))
+    buf.seek(0)
+    dest = tmp_path / "tree"
+    dest.mkdir()
+    old = os.umask(0o077)
+    try:
+        extract_layers(dest, [("l", buf)], pool=tmp_path / "pool")
+    finally:
+        os.umask(old)
+    got = {n: ((dest / n).stat().st_mode & 0o7777, (dest / n).stat().st_uid, (dest / n).stat().st_gid)
+           for n in ("su", "sg", "ro", "all")}
+    assert got == {"su": (0o4755, 1234, 1234), "sg": (0o2711, 0, 0), "ro": (0o444, 0, 0), "all": (0o777, 0, 0)}

@@ -78,6 +78,10 @@ class _Tree:
         # parent() lends these fds: valid until the next parent() call, which closes the stale ones.
         self._known: dict[str, tuple[int, str]] = {}
         self._stale: list[int] = []
+        # who owns what this process creates (in a setgid directory the group is the directory's: unknown)
+        self.ids = (os.geteuid(), os.getegid()) if not os.fstat(self.fd).st_mode & stat.S_ISGID else (-1, -1)
+        self.umask = os.umask(0o022)
+        os.umask(self.umask)
 
     def close(self) -> None:
         self.forget()
@@ -184,13 +188,14 @@ class _Tree:
         else:
             os.unlink(name, dir_fd=dfd)
 
-    def create(self, dfd: int, name: str) -> int:
-        """A new empty file `name` in dfd, whatever was there removed (never followed)."""
+    def create(self, dfd: int, name: str, mode: int) -> int:
+        """A new empty file `name` in dfd (`mode` less the umask), whatever was there removed (never followed)."""
+        mode &= 0o777
         try:
-            return os.open(name, _CREATE, 0o600, dir_fd=dfd)
+            return os.open(name, _CREATE, mode, dir_fd=dfd)
         except FileExistsError:
             self.remove(dfd, name)
-            return os.open(name, _CREATE, 0o600, dir_fd=dfd)
+            return os.open(name, _CREATE, mode, dir_fd=dfd)
 
     def pool_dir(self, key: str) -> int | None:
         """The fd of the pool's directory for `key` (made as needed); None when the pool cannot be written."""
@@ -287,16 +292,20 @@ def _owner(uid: int, gid: int) -> tuple[int, int]:
 
 
 def _write(tree: _Tree, dfd: int, name: str, pieces, mode: int, uid: int, gid: int, digest) -> None:
-    fd = tree.create(dfd, name)
+    fd = tree.create(dfd, name, mode)
     try:
         for view in pieces:
             if digest is not None:
                 digest.update(view)
             while view:
                 view = view[os.write(fd, view):]
-        if _AS_ROOT:
-            os.fchown(fd, uid, gid)
-        os.fchmod(fd, mode)
+        # A new file is ours (no directory is setgid before the final chmod), made with `mode` less
+        # the umask: a chown or chmod that would change nothing is not made (two syscalls a file).
+        if _AS_ROOT and (uid, gid) != tree.ids:
+            os.fchown(fd, uid, gid)  # clears setuid/setgid bits: the chmod below puts them back
+            os.fchmod(fd, mode)
+        elif mode & ~0o777 or mode & tree.umask:
+            os.fchmod(fd, mode)
     finally:
         os.close(fd)
 
