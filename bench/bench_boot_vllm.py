@@ -2,7 +2,8 @@
 side with a cold `apply --layer` of the same queue, the probes' own time measured apart. Not a test:
 a script whose figures go in docs/performance.md.
 
-    python3 bench/bench_boot_vllm.py [--vllm /tmp/imgquilt-vllm] [--workdir /tmp/imgquilt-bench-bootvllm] [--repeat 2] [--json]
+    python3 bench/bench_boot_vllm.py [--vllm /tmp/imgquilt-vllm] [--workdir /tmp/imgquilt-bench-bootvllm] [--repeat 2]
+        [--baseline /work/main/tool] [--json]
 
 The image is bench/build_vllm.py's (read only: its blobs are hard-linked, never changed). Its base
 layer holds this machine's standard library but no interpreter, so a variant is built beside it in
@@ -19,9 +20,13 @@ interleaved, best of --repeat:
 - `boot cold`: `boot --image REF --format json` with an empty shared cache (the base filesystem is
   unpacked into it);
 - `boot warm`: the same again (the tree is in the cache);
-- `tar -x floor`: GNU tar (C) unpacking the same four layer blobs into an empty directory, one
-  after the other (`tar -xzf BLOB -C DIR`, no whiteouts): what writing this filesystem costs here at
-  the least, the floor under a cold boot's unpack.
+- `floor`: the same four layer blobs inflated by isal (the inflater imgquilt uses; `python -m
+  isal.igzip -d -c BLOB`) piped into GNU tar (C) unpacking them into an empty directory, one after
+  the other (`tar -x --no-same-owner -C DIR`, no whiteouts, no hashing): reading the layers and
+  writing their files without Python, the floor under a cold boot's unpack. (GNU `tar -xzf` is no
+  floor: it inflates with single-threaded zlib, several times slower than isal.)
+- with `--baseline TOOL` (another checkout's `tool/` directory, e.g. /work/main/tool): `boot cold
+  (baseline)`, the cold boot of that tool, in the same rounds.
 
 The probes' own time is the report's `sandbox_seconds` (the wall time of every sandboxed process)
 and `sandbox_cpu_seconds` (their CPU): on a shared machine the CPU column is the steadier one.
@@ -120,8 +125,13 @@ def untar(ref: str, work: Path) -> Run:
     dest = work / "untar"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir()
-    script = " && ".join(f"tar -xzf {blobs / d['digest'].split(':')[1]} -C {dest}" for d in manifest["layers"])
-    run = run_child(["sh", "-c", script], dict(os.environ))
+    isal = f"{sys.executable} -m isal.igzip -d -c"
+    script = " && ".join(f"{isal} {blobs / d['digest'].split(':')[1]} | tar -x --no-same-owner -C {dest}"
+                         for d in manifest["layers"])
+    script = f"set -o pipefail 2>/dev/null; {script}"
+    run = run_child(["bash", "-c", script], dict(os.environ))
+    if run.code:
+        raise SystemExit(f"the floor's unpack failed:\n{run.err.decode()[-3000:]}")
     shutil.rmtree(dest, ignore_errors=True)
     return run
 
@@ -138,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vllm", type=Path, default=Path("/tmp/imgquilt-vllm"))
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/imgquilt-bench-bootvllm"))
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--baseline", type=Path, help="another checkout's tool/ directory: its cold boot too, in the same rounds")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     work = args.workdir
@@ -152,13 +163,17 @@ def main(argv: list[str] | None = None) -> int:
     cache = work / "shared-cache"
     env["IMGQUILT_CACHE_DIR"] = str(cache)
     rows: dict[str, list[tuple[Run, float, dict]]] = {}
+    loads: dict[str, list[float]] = {}
     for r in range(args.repeat):
-        for key in ("apply cold", "boot cold", "boot warm", "tar -x floor"):
-            if key.endswith("cold"):
+        keys = ["apply cold", "boot cold", "boot warm", "floor"]
+        if args.baseline:
+            keys.insert(2, "boot cold (baseline)")
+        for key in keys:
+            if "cold" in key:
                 shutil.rmtree(cache, ignore_errors=True)
                 shutil.rmtree(q / ".imgquilt", ignore_errors=True)
             os.sync()
-            if key.startswith("tar"):
+            if key == "floor":
                 run, probes, doc = untar(ref, work), 0.0, {}
             elif key.startswith("apply"):
                 out = work / "out.tar"
@@ -166,26 +181,35 @@ def main(argv: list[str] | None = None) -> int:
                 run = imgquilt(env, "--queue", str(q), "apply", "--image", ref, "--layer", str(out))
                 probes, doc = 0.0, {}
             else:
-                run = imgquilt(env, "--queue", str(q), "boot", "--image", ref, "--format", "json")
+                run_env = env if "baseline" not in key else {**env, "PYTHONPATH": str(args.baseline)}
+                run = imgquilt(run_env, "--queue", str(q), "boot", "--image", ref, "--format", "json")
                 doc = json.loads(run.out)
                 probes = float(doc["sandbox_seconds"])
                 doc["_cpu_without_probes"] = run.cpu_seconds - float(doc["sandbox_cpu_seconds"])
             rows.setdefault(key, []).append((run, probes, doc))
-            say(f"round {r + 1}: {key}: {run.seconds:.2f} s wall ({probes:.2f} s probes), {run.cpu_seconds:.2f} s CPU, "
-                f"load {os.getloadavg()[0]:.1f}")
+            loads.setdefault(key, []).append(os.getloadavg()[0])
+            cpu = doc.get("_cpu_without_probes", run.cpu_seconds)
+            say(f"round {r + 1}: {key}: {run.seconds:.2f} s wall ({probes:.2f} s probes), {run.cpu_seconds:.2f} s CPU "
+                f"({cpu:.2f} s without the probes), load {os.getloadavg()[0]:.1f}")
     best = {k: min(v, key=lambda x: x[0].seconds - x[1]) for k, v in rows.items()}
+    load = {k: loads[k][rows[k].index(best[k])] for k in rows}  # the 1-minute load when the best run ended
     apply_s = best["apply cold"][0].seconds
+    apply_cpu = best["apply cold"][0].cpu_seconds
     out = []
     for k, (run, probes, doc) in best.items():
+        cpu = doc.get("_cpu_without_probes", run.cpu_seconds)
         out.append({"run": k, "seconds": round(run.seconds, 2), "probe_seconds": round(probes, 2),
                     "without_probes": round(run.seconds - probes, 2), "cpu_seconds": round(run.cpu_seconds, 2),
-                    "cpu_without_probes": round(doc.get("_cpu_without_probes", run.cpu_seconds), 2),
-                    "vs_apply_cold": round((run.seconds - probes) / apply_s, 2)})
+                    "cpu_without_probes": round(cpu, 2),
+                    "vs_apply_cold": round((run.seconds - probes) / apply_s, 2),
+                    "cpu_vs_apply_cold": round(cpu / apply_cpu, 2), "load": round(load[k], 1)})
     verdicts = {p["name"]: p["verdict"] for p in best["boot warm"][2].get("patches", [])}
-    print(f"{'run':13} {'wall s':>7} {'probes s':>9} {'w/o probes':>11} {'CPU s':>7} {'CPU w/o probes':>15} {'vs apply cold':>14}")
+    print(f"{'run':21} {'wall s':>7} {'probes s':>9} {'w/o probes':>11} {'CPU s':>7} {'CPU w/o probes':>15} "
+          f"{'wall vs apply':>14} {'CPU vs apply':>13} {'load':>5}")
     for row in out:
-        print(f"{row['run']:13} {row['seconds']:7.2f} {row['probe_seconds']:9.2f} {row['without_probes']:11.2f} "
-              f"{row['cpu_seconds']:7.2f} {row['cpu_without_probes']:15.2f} {row['vs_apply_cold']:13.2f}x")
+        print(f"{row['run']:21} {row['seconds']:7.2f} {row['probe_seconds']:9.2f} {row['without_probes']:11.2f} "
+              f"{row['cpu_seconds']:7.2f} {row['cpu_without_probes']:15.2f} {row['vs_apply_cold']:13.2f}x "
+              f"{row['cpu_vs_apply_cold']:12.2f}x {row['load']:5.1f}")
     print("verdicts: " + ", ".join(f"{k} {v}" for k, v in verdicts.items()))
     print(f"probes: {len(best['boot warm'][2].get('probes', []))}; load average {os.getloadavg()}")
     if args.json:

@@ -58,3 +58,104 @@ def test_names_and_links_never_lead_out_of_the_tree(tmp_path: Path) -> None:
     assert (dest / "etc/planted2").read_text() == "y"
     assert (dest / "escaped").read_text() == "z" and (dest / "abs").read_text() == "w"
     assert not (dest / "h").exists()  # a hard link to a file the tree does not have
+
+
+def test_a_remembered_parent_replaced_by_a_link_is_resolved_again(tmp_path: Path) -> None:
+    """The unpacker remembers the directories it opened; a later layer that turns one into a symlink
+    (to an absolute path, re-rooted at the tree) must not be written through the old directory nor
+    out of the tree."""
+    dest = tmp_path / "tree"
+    dest.mkdir()
+    outside = tmp_path / "outside"
+    (outside / "b").mkdir(parents=True)
+    lower = _tar([("dir", "a", ""), ("dir", "a/b", ""), ("file", "a/b/f", "1"), ("dir", "elsewhere", ""),
+                  ("dir", "elsewhere/b", "")])
+    upper = _tar([("file", ".wh.a", ""), ("sym", "a", "/elsewhere"), ("file", "a/b/g", "2"),
+                  ("sym", "o", str(outside)), ("file", "o/b/h", "3")])
+    assert extract_layers(dest, [("l1", lower), ("l2", upper)]) == 0
+    assert (dest / "a").is_symlink() and (dest / "elsewhere/b/g").read_text() == "2"
+    assert not (outside / "b/h").exists() and (dest / outside.relative_to("/") / "b/h").read_text() == "3"
+
+
+def _file_tar(files: list[tuple[str, bytes, int]]) -> io.BytesIO:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, raw, mode in files:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(raw), mode
+            tar.addfile(info, io.BytesIO(raw))
+    buf.seek(0)
+    return buf
+
+
+def test_the_pool_stores_identical_files_once_small_or_large(tmp_path: Path, monkeypatch) -> None:
+    """Files of the same bytes and mode are one inode (in a tree and across trees), whether hashed
+    before writing (small) or while writing (large, over PREHASH; data across the walker's 4 MiB
+    chunks); a different mode is another file; bytes and modes (setuid too) are the layer's."""
+    from imgquilt.rootfs import extract
+
+    monkeypatch.setattr(extract, "PREHASH", 1 << 20)
+    big = bytes(range(256)) * (5 << 12)  # 5 MiB
+    files = [("s1", b"same", 0o644), ("s2", b"same", 0o644), ("x", b"same", 0o4755), ("b1", big, 0o644),
+             ("b2", big, 0o644), ("e1", b"", 0o600), ("e2", b"", 0o600)]
+    pool = tmp_path / "pool"
+    trees = []
+    for t in ("t1", "t2"):
+        dest = tmp_path / t
+        dest.mkdir()
+        written: list[int] = []
+        assert extract_layers(dest, [("l", _file_tar(files))], pool=pool, written=written) == 0
+        assert written == [sum(len(raw) for _, raw, _ in files)]
+        for name, raw, mode in files:
+            assert (dest / name).read_bytes() == raw and (dest / name).stat().st_mode & 0o7777 == mode, name
+        trees.append(dest)
+    ino = {(t.name, n): (t / n).stat().st_ino for t in trees for n, _, _ in files}
+    for a, b in (("s1", "s2"), ("b1", "b2"), ("e1", "e2")):
+        assert len({ino[(t, n)] for t in ("t1", "t2") for n in (a, b)}) == 1, a
+        assert (trees[0] / a).stat().st_nlink == 5  # the pool's name and two per tree
+    assert ino[("t1", "x")] != ino[("t1", "s1")]
+
+
+def test_a_planted_pool_entry_that_is_not_the_file_is_not_linked(tmp_path: Path) -> None:
+    """A pool name that is a symlink or of another size is never linked into a tree: the file is written."""
+    import hashlib
+    import os
+
+    raw = b"print('hi')\n"
+    pool = tmp_path / "pool"
+    key = f"{hashlib.sha256(raw).hexdigest()}-644-{os.geteuid()}-{os.getegid()}"
+    (pool / key[:2]).mkdir(parents=True)
+    (tmp_path / "secret").write_text("not the file")
+    (pool / key[:2] / key).symlink_to(tmp_path / "secret")
+    dest = tmp_path / "tree"
+    dest.mkdir()
+    extract_layers(dest, [("l", _file_tar([("f", raw, 0o644)]))], pool=pool)
+    assert not (dest / "f").is_symlink() and (dest / "f").read_bytes() == raw
+
+
+def test_owners_and_setuid_bits_are_the_layers(tmp_path: Path) -> None:
+    """A file another user owns keeps its setuid bit (a chown clears it; it is put back), one of this
+    process's owner gets its mode without a chown, whatever the umask."""
+    import os
+
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("ownership needs root")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, mode, uid in (("su", 0o4755, 1234), ("sg", 0o2711, 0), ("ro", 0o444, 0), ("all", 0o777, 0)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.uid, info.gid = 1, mode, uid, uid
+            tar.addfile(info, io.BytesIO(b"x"))
+    buf.seek(0)
+    dest = tmp_path / "tree"
+    dest.mkdir()
+    old = os.umask(0o077)
+    try:
+        extract_layers(dest, [("l", buf)], pool=tmp_path / "pool")
+    finally:
+        os.umask(old)
+    got = {n: ((dest / n).stat().st_mode & 0o7777, (dest / n).stat().st_uid, (dest / n).stat().st_gid)
+           for n in ("su", "sg", "ro", "all")}
+    assert got == {"su": (0o4755, 1234, 1234), "sg": (0o2711, 0, 0), "ro": (0o444, 0, 0), "all": (0o777, 0, 0)}

@@ -1,7 +1,7 @@
 """Root filesystems of images, unpacked once per manifest digest in the shared cache (`rootfs/`).
 
 `rootfs/<hex>.tree/` is the unpacked filesystem; `rootfs/<hex>` is its marker, written after the
-tree is complete and holding a seal (cache.seal) over the digest, the tree directory's device,
+tree is complete and on disk (one syncfs of the cache's filesystem, not an fsync per file) and holding a seal (cache.seal) over the digest, the tree directory's device,
 inode and change time and the tree's size (the bytes of its regular files), then that size.
 
 The trees count in the cache's cap (IMGQUILT_CACHE_MAX, cache.usage): a tree is one entry of its
@@ -16,6 +16,7 @@ name is not believed: it is removed and unpacked again. `imgquilt cache prune` r
 """
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import os
 import re
@@ -96,6 +97,7 @@ class RootfsCache:
         None when there is no cache key (nothing sealed is then believed, so the caller uses `staged`
         once and removes it)."""
         hexd = self._hex(digest)
+        _sync_tree(staged)  # the files on disk before the seal says so: a power cut leaves nothing trusted
         self.discard(digest)
         os.rename(staged, self.tree(digest))
         fields = self._fields(digest, size)
@@ -108,6 +110,20 @@ class RootfsCache:
     def discard(self, digest: str) -> None:
         self.part.unlink(self._hex(digest))
         _rmtree(self.tree(digest))
+
+
+def _sync_tree(tree: Path) -> None:
+    """Everything written to the tree's filesystem made durable, once (syncfs(2)): the unpacker
+    fsyncs no file, and one sync of the filesystem costs what is still dirty, not a flush per file
+    (measured: about 0.1 s after a cold unpack of the vLLM-sized image, whose pages the kernel had
+    mostly written back meanwhile). Where syncfs is not there, sync(2)."""
+    fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if getattr(libc, "syncfs", None) is None or libc.syncfs(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
 
 
 def marker_size(marker: Path) -> int:

@@ -267,6 +267,25 @@ class TarWalker:
         self._pending -= entry.size
         return data
 
+    def data_pieces(self) -> Iterator[memoryview]:
+        """The data of the member just returned as views of the stream's chunks, uncopied (an unpacker
+        writes them straight to a file). Each view keeps its chunk alive; pieces not asked for are
+        skipped when the walk moves on."""
+        entry = self._current
+        if entry is None or self._data_taken:
+            raise RuntimeError("no member data to read")
+        self._data_taken = True
+        need = entry.size
+        while need:
+            if self._pos >= len(self._buf) and not self._next():
+                raise self._truncated()
+            start = self._pos
+            end = min(len(self._buf), start + need)
+            self._pos = end
+            need -= end - start
+            self._pending -= end - start
+            yield memoryview(self._buf)[start:end]
+
     def read_content(self):
         """Like read_data, but a member larger than spool_at() goes to a spooled temp file as it is
         read (fs.content): a 1 GiB file costs a chunk of memory, not 1 GiB."""
