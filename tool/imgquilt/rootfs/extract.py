@@ -31,6 +31,7 @@ from typing import BinaryIO, Iterable
 from ..errors import BadInput
 from ..fs.resolve import resolve
 from ..image.layers.tarwalk import DIRECTORY, HARDLINK, SYMLINK, TarWalker
+from ..util.reader import Reader
 from .dirfd import open_dir
 from .source import RootfsSource
 
@@ -50,20 +51,14 @@ def _norm(name: str) -> str | None:
     return "/".join(parts) or None
 
 
-class _Stream:
-    """A layer's tar (a binary file) as the stream TarWalker reads: read() hands over whole chunks."""
+class _Stream(Reader):
+    """A layer's tar (a binary file) as the stream TarWalker reads: read() hands over whole chunks, a skip
+    reads through (the decompressing stream under it checks the layer's digest at its end)."""
+
+    chunk = 4 << 20
 
     def __init__(self, f: BinaryIO) -> None:
-        self.read = f.read
-
-    def skip(self, n: int) -> int:
-        done = 0
-        while done < n:
-            part = self.read(min(n - done, 4 << 20))
-            if not part:
-                break
-            done += len(part)
-        return done
+        self._read_some = f.read  # type: ignore[method-assign]
 
 
 class _Tree:
