@@ -107,7 +107,7 @@ def main() -> int:
     env = cli_env(work / "pycache", work / "shared-cache")
     if args.tool is not None:
         env["PYTHONPATH"] = str(args.tool.resolve())
-    from registry_server import start_registry
+    from support.registry_server import start_registry
 
     shutil.rmtree(work / "registry", ignore_errors=True)
     server = start_registry(work / "registry")

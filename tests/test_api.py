@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import REPO, TOOL, copy_demo_queue, imgquilt
+from support.qtools import REPO, TOOL, copy_demo_queue, imgquilt
 
 
 def test_the_worked_example_in_docs_api_runs(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from imgquilt.queue.patchfile import make_section
 from imgquilt.queue.queue import load_queue
 from imgquilt.rootfs.inplace import write_in_place
 from imgquilt.rootfs.source import RootfsSource
-from qtools import write_patch
+from support.qtools import write_patch
 
 
 def lines(prefix: str, n: int = 12) -> bytes:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import TOOL, empty_queue, write_patch
+from support.qtools import TOOL, empty_queue, write_patch
 
 OLD, NEW = b"workers = 2\n", b"workers = 8\n"
 

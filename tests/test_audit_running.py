@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import imgquilt, write_patch
+from support.qtools import imgquilt, write_patch
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("chroot"), reason="chroot needs root")
 

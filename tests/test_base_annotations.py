@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import run as tool
-from qtools import copy_demo_queue, imgquilt
-from registry_server import registry  # noqa: F401 (fixture)
+from support.imagetools import run as tool
+from support.qtools import copy_demo_queue, imgquilt
+from support.registry_server import registry  # noqa: F401 (fixture)
 
 needs = lambda name: pytest.mark.skipif(shutil.which(name) is None, reason=f"{name} not installed")  # noqa: E731
 BASE_NAME, BASE_DIGEST = "org.opencontainers.image.base.name", "org.opencontainers.image.base.digest"
@@ -53,7 +53,7 @@ def test_every_output_names_its_base_and_audit_shows_it(demo, tmp_path: Path) ->
     assert doc["image"]["base"] == {"name": "oci:examples/demo-image:latest", "digest": pinned}
     from jsonschema import Draft202012Validator
 
-    from qtools import REPO
+    from support.qtools import REPO
 
     Draft202012Validator(json.loads((REPO / "docs/schemas/audit.schema.json").read_text())).validate(doc)
     doc = json.loads(imgquilt("--json", "audit", "--expect", "pending", cwd=q, env=env, check=0).out)

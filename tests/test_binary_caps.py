@@ -24,7 +24,7 @@ import pytest
 from imgquilt.queue.binarypatch import BINARY_CAP, BinaryPatchError, apply_delta, git_blob_sha1, read_binary
 from imgquilt.queue.hunks import sha256_hex
 from imgquilt.store import ObjectStore
-from qtools import TOOL, Run, empty_queue
+from support.qtools import TOOL, Run, empty_queue
 
 BASE = b"\0base file\0" * 100
 MEMORY_CAP = 1 << 30
@@ -300,7 +300,7 @@ def test_the_fuzz_would_catch_an_uncapped_inflate(tmp_path: Path) -> None:
 def test_check_reads_the_object_store_within_a_memory_limit(tmp_path: Path) -> None:
     """An object-store read reserves what the object holds, not the store's 4 GiB cap: `check`, which
     tests each body against its base from the store, works under a 1 GiB address-space limit."""
-    from qtools import write_patch
+    from support.qtools import write_patch
 
     q = empty_queue(tmp_path / "q")
     write_patch(q, "0001-x.patch", [("etc/app.conf", b"workers = 2\n", b"workers = 8\n")])

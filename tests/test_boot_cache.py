@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import build_oci, file
-from qtools import imgquilt, write_patch
+from support.imagetools import build_oci, file
+from support.qtools import imgquilt, write_patch
 
 PKG = "usr/local/lib/python3.11/dist-packages/pkg"
 OS_LAYER = [file("etc/os-release", "ID=tiny\n"), file("usr/bin/tool", "#!/bin/sh\n" + "# padding\n" * 2000, mode=0o755),

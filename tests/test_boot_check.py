@@ -1,5 +1,5 @@
 """Issue 26, point 1: the cross-module Python check, on real images built with umoci and proven by
-running the patched modules with real CPython on the unpacked images (tests/boottools.py)."""
+running the patched modules with real CPython on the unpacked images (tests/support/boottools.py)."""
 from __future__ import annotations
 
 import json
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import boottools as bt
-from imagetools import run
-from qtools import imgquilt
+from support import boottools as bt
+from support.imagetools import run
+from support.qtools import imgquilt
 from test_schemas import validator
 
 
@@ -125,7 +125,7 @@ def test_a_base_with_the_same_import_is_not_reported(tmp_path: Path, cli_env, im
     q = tmp_path / "q"
     q.mkdir()
     (q / "series").write_text("")
-    from qtools import write_patch
+    from support.qtools import write_patch
 
     patched = bt.PLUGINS.replace(b"    return []", b"    return [other]")
     write_patch(q, "0001-x.patch", [(f"{bt.PKG}/plugins.py", bt.PLUGINS, patched)])

@@ -1,5 +1,5 @@
 """Issue 36: `rebase --boot`. After each step the patch's modules are imported with the new image's own
-CPython (this machine's Debian python3.11 in a root, tests/pyroot.py): the base is the new image with
+CPython (this machine's Debian python3.11 in a root, tests/support/pyroot.py): the base is the new image with
 the rebased queue so far, the patched tree that plus this patch. A module that fails only with the
 patch stops the rebase like a Python finding (a conflict of kind `boot`, the result in the work tree),
 then `--continue` (probed again) or `--skip`.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import pyroot
-from qtools import imgquilt, tree_hash, write_patch
+from support import pyroot
+from support.qtools import imgquilt, tree_hash, write_patch
 from test_schemas import validator
 
 pytestmark = pytest.mark.skipif(not pyroot.available(), reason="needs Debian's /usr/bin/python3.11")
@@ -116,7 +116,7 @@ def test_rebase_boot_without_a_sandbox_is_exit_6_and_starts_nothing(roots, tmp_p
 
 
 def test_rebase_boot_onto_an_image_unpacks_it_once_and_stops_the_same(roots, tmp_path: Path, cli_env) -> None:
-    from imagetools import build_oci
+    from support.imagetools import build_oci
 
     old, new = roots
     layout = build_oci(tmp_path / "new-image", [new])

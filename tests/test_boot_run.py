@@ -1,5 +1,5 @@
 """Issue 36: `imgquilt boot` imports the patched modules with the root's own CPython (this machine's
-Debian python3.11, copied into a root: tests/pyroot.py) in a sandbox, on the base and on the patched
+Debian python3.11, copied into a root: tests/support/pyroot.py) in a sandbox, on the base and on the patched
 tree. The queue holds the issue's five shapes, one patch each:
 
   (a) 0001-cycle      a new top-level import closes an import cycle          -> fails (a.py:1)
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-import pyroot
-from qtools import imgquilt, tree_hash, write_patch
+from support import pyroot
+from support.qtools import imgquilt, tree_hash, write_patch
 from test_schemas import validator
 
 pytestmark = pytest.mark.skipif(not pyroot.available(), reason="needs Debian's /usr/bin/python3.11")  # the suite's machine has it
@@ -241,7 +241,7 @@ def test_no_command_on_the_path_is_bad_input(root: Path, tmp_path: Path, cli_env
 def layout(base_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An OCI image of the root: the Debian Python in one layer, the packages in another; its config's
     Env names the PATH (umoci's default config has one)."""
-    from imagetools import build_oci
+    from support.imagetools import build_oci
 
     tmp = tmp_path_factory.mktemp("image")
     os_layer = tmp / "os"

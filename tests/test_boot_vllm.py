@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import build_oci, file
-from qtools import imgquilt, write_patch
+from support.imagetools import build_oci, file
+from support.qtools import imgquilt, write_patch
 from test_schemas import validator
 
 DATA = Path(__file__).parent / "data" / "vllm"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import build_oci, run
-from qtools import empty_queue, imgquilt, write_patch
+from support.imagetools import build_oci, run
+from support.qtools import empty_queue, imgquilt, write_patch
 
 PKG = "opt/app/pkg"
 OLD = {
@@ -233,7 +233,7 @@ def test_audit_names_the_stale_bytecode_then_clears(world, tmp_path: Path, cli_e
 def test_audit_of_an_image_with_stale_bytecode(world, tmp_path: Path, cli_env) -> None:
     """The same judgement from an image's layers: the sources replaced in a layer of their own
     (mtime 0, the bytecode below left in place) are shadowed; exit 5."""
-    from imagetools import umoci_edit
+    from support.imagetools import umoci_edit
 
     layout = world["layout"]
 
@@ -328,8 +328,8 @@ def test_audit_pid_that_does_not_exist(tmp_path: Path, cli_env) -> None:
 def test_registry_push_and_platform_all_run_the_patched_code(world, tmp_path: Path, cli_env) -> None:
     """Pushed to a real registry (docker-registry), and written per platform of an index: each image
     read back by skopeo and unpacked by umoci runs the patched code."""
-    from imagetools import make_index, skopeo_copy
-    from registry_server import seed, start_registry
+    from support.imagetools import make_index, skopeo_copy
+    from support.registry_server import seed, start_registry
 
     q, layout = world["queue"], world["layout"]
     server = start_registry(tmp_path / "registry")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import blob_path, build_oci, file, manifest
+from support.imagetools import blob_path, build_oci, file, manifest
 from imgquilt.sources import open_source
-from qtools import empty_queue, imgquilt, write_patch
+from support.qtools import empty_queue, imgquilt, write_patch
 from test_cache_trust import BROKEN, GOOD, _images, _layer
 
 TEAM_KEY = "f" * 16 + "0123456789abcdef" * 3

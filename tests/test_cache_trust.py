@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import build_oci, file
+from support.imagetools import build_oci, file
 from imgquilt.cache import DigestStore
 from imgquilt.cache.layers import LayerCache
 from imgquilt.cache.usage import prune, trim
 from imgquilt.pycheck.names import checker_version
 from imgquilt.pycheck.ruffscreen import ruff_screen
-from qtools import empty_queue, imgquilt, tree_hash, write_patch
-from registry_server import registry  # noqa: F401 (fixture)
+from support.qtools import empty_queue, imgquilt, tree_hash, write_patch
+from support.registry_server import registry  # noqa: F401 (fixture)
 
 GOOD = b"def serve():\n    return 1\n"
 BROKEN = b"def serve(:\n    return 1\n"

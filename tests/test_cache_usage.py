@@ -11,7 +11,7 @@ from imgquilt.cache import DigestStore
 from imgquilt.cache.metadata import configs, manifests
 from imgquilt.cache.usage import DEFAULT_CAP, report, size_cap, trim
 from imgquilt.errors import UsageError
-from qtools import imgquilt
+from support.qtools import imgquilt
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import empty_queue, imgquilt, write_patch
+from support.qtools import empty_queue, imgquilt, write_patch
 
 STRACE = shutil.which("strace")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import CONF, SERVER, copy_demo_queue, imgquilt, tree_hash, write_patch
+from support.qtools import CONF, SERVER, copy_demo_queue, imgquilt, tree_hash, write_patch
 
 
 
@@ -165,7 +165,7 @@ def test_overlay_session(session, tmp_path: Path) -> None:
 
 def test_another_image_with_the_same_files_is_reported_not_refused(tmp_path: Path) -> None:
     """The lock pins the demo image; a docker-archive copy has another manifest digest but the same bytes."""
-    from imagetools import skopeo_copy
+    from support.imagetools import skopeo_copy
 
     q = copy_demo_queue(tmp_path / "queue")
     archive = tmp_path / "demo.tar"
@@ -181,7 +181,7 @@ def test_bad_images_exit_6_and_leave_no_output(tmp_path: Path, damage: str) -> N
     import json as _json
     import tarfile
 
-    from imagetools import blob_path, flip_byte, layer_digests
+    from support.imagetools import blob_path, flip_byte, layer_digests
 
     q = copy_demo_queue(tmp_path / "queue")
     layout = q / "examples/demo-image"

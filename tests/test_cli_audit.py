@@ -10,7 +10,7 @@ import git
 import pytest
 
 from imgquilt.engine.result import RECORD_PATH
-from qtools import imgquilt
+from support.qtools import imgquilt
 from test_audit import SCENARIO_BASE, SCENARIO_NOW, SCENARIO_PATCHES, check_scenario, write_queue, write_tree
 
 
@@ -185,8 +185,7 @@ def test_json_reports_every_state_of_an_oci_image_with_a_whiteout(tmp_path: Path
 
 def test_json_of_a_three_layer_image_with_an_explicit_whiteout(tmp_path: Path, queue: Path, cli_env) -> None:
     """Bases in a zstd layer, the changes in an uncompressed one, the whiteout alone on top."""
-    import imagetools as it
-
+    from support import imagetools as it
     changes = [it.file(p, d) for p, d in SCENARIO_NOW.items() if d is not None and d != SCENARIO_BASE[p]]
     img = it.build_oci(tmp_path / "img3", [
         [it.file(p, d) for p, d in SCENARIO_BASE.items()],
@@ -224,7 +223,7 @@ def test_the_image_apply_wrote_is_live_and_its_record_agrees(tmp_path: Path, cli
 
 def test_audit_reads_only_the_layers_its_targets_need(tmp_path: Path, cli_env) -> None:
     """Audit uses apply's reader: lower layers, here made unreadable, are never opened."""
-    from imagetools import blob_path, flip_byte, layer_digests, service_on_top
+    from support.imagetools import blob_path, flip_byte, layer_digests, service_on_top
 
     layout, q = service_on_top(tmp_path)
     for d in layer_digests(layout, "v1")[:2]:

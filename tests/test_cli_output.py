@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import CONF, SERVER, TOOL, copy_demo_queue, imgquilt, write_patch
+from support.qtools import CONF, SERVER, TOOL, copy_demo_queue, imgquilt, write_patch
 
 COMMANDS = ["init", "completion", "new", "add", "edit", "refresh", "diff", "fold", "push", "pop", "top", "applied", "unapplied",
             "series", "header", "delete", "rename", "import", "lock", "apply", "restore", "check", "overlay-args", "audit", "rebase"]

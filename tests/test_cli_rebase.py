@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import imgquilt, write_patch
+from support.qtools import imgquilt, write_patch
 from test_rebase import (
     DEBUG_LINE, ENVS, LOADED_LINE, LOADED_VERIFY, SHARD_LOG, SHARD_LOG_PY, SITE311, SITE312, WEIGHTS,
     WEIGHTS_V1, WEIGHTS_V2, make_patches, make_root, patched, snapshot,
@@ -283,7 +283,7 @@ def test_rebase_waits_until_the_work_tree_has_no_applied_patches(session) -> Non
 
 def test_rebase_between_two_real_oci_images(session) -> None:
     """vLLM-style upgrade on real OCI layouts (umoci): the new tag adds a layer that changes weights.py."""
-    from imagetools import build_oci, umoci_edit
+    from support.imagetools import build_oci, umoci_edit
 
     tmp, q, old, env = session
     layout = tmp / "images/vllm"
@@ -307,7 +307,7 @@ def test_rebase_between_two_real_oci_images(session) -> None:
 
 def py311_and_py312_images(tmp: Path, old: Path) -> Path:
     """An OCI layout with `py311` (the old rootfs) and `py312` (site-packages moved, by umoci)."""
-    from imagetools import build_oci, umoci_edit
+    from support.imagetools import build_oci, umoci_edit
 
     layout = tmp / "images/vllm"
     layout.parent.mkdir()

@@ -1,7 +1,7 @@
 """docs/cli.md is generated from the typer app; it must say what the code says."""
 from __future__ import annotations
 
-from qtools import REPO, imgquilt
+from support.qtools import REPO, imgquilt
 
 
 def test_cli_reference_is_up_to_date() -> None:

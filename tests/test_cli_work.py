@@ -11,7 +11,7 @@ import pytest
 
 from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.patchfile import Header, build_patch, make_section, parse_patch
-from qtools import CONF, SERVER, imgquilt
+from support.qtools import CONF, SERVER, imgquilt
 
 SERVER_9000 = SERVER.replace(b"'8000'", b"'9000'")
 SERVER_FINAL = SERVER_9000.replace(b"    return PORT\n", b"    return PORT  # from the environment\n")
@@ -273,7 +273,7 @@ def test_init_refuses_a_file_where_the_queue_or_its_parts_should_be(tmp_path: Pa
 
 def test_remove_from_the_top_restores_what_the_patch_below_left(tmp_path: Path, cli_env) -> None:
     """0005 and 0006 both change demosvc/config.py: removing it from 0006 gives back 0005's result."""
-    from qtools import copy_demo_queue
+    from support.qtools import copy_demo_queue
 
     q = copy_demo_queue(tmp_path / "q")
     cfg = "usr/local/lib/python3.11/site-packages/demosvc/config.py"

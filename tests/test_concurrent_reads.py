@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from imagetools import build_oci, file, layer_digests
-from qtools import empty_queue, imgquilt, write_patch
-from registry_server import seed, start_registry
+from support.imagetools import build_oci, file, layer_digests
+from support.qtools import empty_queue, imgquilt, write_patch
+from support.registry_server import seed, start_registry
 
 LOWER_MB = 40
 

@@ -1,7 +1,7 @@
 """The repository's Containerfile (the imgquilt image docs/fleet.md runs) builds with buildah, offline,
 from a wheel of this checkout built here (`pip wheel`), and the image it makes runs imgquilt on its queue.
 
-The base is a small Python image made from this very interpreter (tests/pybase.py): no registry is
+The base is a small Python image made from this very interpreter (tests/support/pybase.py): no registry is
 reached. buildah runs the RUN step with chroot isolation (an OCI runtime cannot run here), pip installs
 with --no-index, and the image is checked by running imgquilt in it (`buildah run`).
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pybase import base_image
-from qtools import REPO
+from support.pybase import base_image
+from support.qtools import REPO
 
 pytestmark = pytest.mark.skipif(shutil.which("buildah") is None or shutil.which("podman") is None,
                                 reason="buildah and podman (Debian packages, .ci/install-tools)")

@@ -3,7 +3,7 @@
 storage.conf names no driver (Debian's does not), skopeo wrote the store first (it took `overlay`),
 then podman ran once with `--storage-driver vfs` and pinned `vfs` in its database. A plain
 `skopeo copy` now writes where podman does not look (skopeo: "using prior storage driver: overlay").
-Each test builds that in a private store (tests/imagetools.private_store): the machine's own store is
+Each test builds that in a private store (tests/support/imagetools.private_store): the machine's own store is
 never read or written.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import build_oci, drop_store, file, private_store
-from qtools import imgquilt, write_patch
+from support.imagetools import build_oci, drop_store, file, private_store
+from support.qtools import imgquilt, write_patch
 
 SVC = b"def port():\n    return 8000\n"
 pytestmark = pytest.mark.skipif(shutil.which("podman") is None or shutil.which("skopeo") is None, reason="podman and skopeo")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import boottools as bt
+from support import boottools as bt
 from imgquilt.pycheck.crosscheck import FileCheck, cross_check
 from imgquilt.pycheck.pyiface import bind, interface
 from imgquilt.pycheck.pysearch import SourceModules, place_of

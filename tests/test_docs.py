@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import REPO, TOOL, copy_demo_queue, imgquilt
+from support.qtools import REPO, TOOL, copy_demo_queue, imgquilt
 
 DOCS = REPO / "docs"
 PAGES = [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]

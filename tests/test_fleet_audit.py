@@ -9,10 +9,10 @@ import os
 import pytest
 from jsonschema import Draft202012Validator
 
-from imagetools import build_oci, file, layer_digests
-from qtools import REPO, imgquilt, write_patch
-from registry_server import seed
-from registry_server import registry  # noqa: F401 (fixture)
+from support.imagetools import build_oci, file, layer_digests
+from support.qtools import REPO, imgquilt, write_patch
+from support.registry_server import seed
+from support.registry_server import registry  # noqa: F401 (fixture)
 
 SVC = b"def port():\n    return 8000\n"
 OTHER = b"LIMIT = 10\n"

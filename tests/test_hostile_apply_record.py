@@ -13,10 +13,10 @@ import os
 import subprocess
 from pathlib import Path
 
-from hostile import canary_dir, refused, run, unchanged
+from support.hostile import canary_dir, refused, run, unchanged
 from imgquilt.queue.hunks import sha256_hex
 from imgquilt.store import ObjectStore
-from qtools import empty_queue, tree_hash, write_patch
+from support.qtools import empty_queue, tree_hash, write_patch
 
 RECORD = "var/lib/imgquilt/applied.json"
 CONF, NEW_CONF = b"workers = 2\n", b"workers = 8\n"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from hostile import canary_dir, unchanged
-from imagetools import build_oci
-from qtools import empty_queue, imgquilt, write_patch
+from support.hostile import canary_dir, unchanged
+from support.imagetools import build_oci
+from support.qtools import empty_queue, imgquilt, write_patch
 
 TAG = sys.implementation.cache_tag
 OLD = b'VALUE = "old"\n'

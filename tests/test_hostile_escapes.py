@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hostile import CONF, NEW_CONF, small_root
-from imagetools import build_oci, file
-from qtools import Run, empty_queue, imgquilt, write_patch
+from support.hostile import CONF, NEW_CONF, small_root
+from support.imagetools import build_oci, file
+from support.qtools import Run, empty_queue, imgquilt, write_patch
 
 NAME = "0001-\x1b[31mred\x1b]0;pwned\x07.patch"  # colour, then a window title set by OSC
 SHOWN = "0001-\\x1b[31mred\\x1b]0;pwned\\x07.patch"
@@ -157,7 +157,7 @@ HOSTILE = {  # name: (the patch file, the exit codes `import FILE` and `import -
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_the_importer_fed_a_hostile_series_shows_escapes_and_writes_only_the_queue(tmp_path: Path, cli_env, case: str) -> None:
-    from hostile import canary_dir, unchanged
+    from support.hostile import canary_dir, unchanged
 
     data, codes = HOSTILE[case]
     root = small_root(tmp_path / "root")

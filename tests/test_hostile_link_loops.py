@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hostile import CONF, canary_dir, unchanged
-from imagetools import build_oci, file, symlink
-from qtools import empty_queue, imgquilt, tree_hash, write_patch
+from support.hostile import CONF, canary_dir, unchanged
+from support.imagetools import build_oci, file, symlink
+from support.qtools import empty_queue, imgquilt, tree_hash, write_patch
 
 LOOPS = {"self": [("etc/a", "a")], "pair": [("etc/a", "b"), ("etc/b", "a")], "into-itself": [("etc/a", "../etc/a/x")],
          "absolute-pair": [("etc/a", "/etc/b"), ("etc/b", "/etc/a")]}

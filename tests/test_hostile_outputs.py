@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import empty_queue, imgquilt
+from support.qtools import empty_queue, imgquilt
 
 EVIL = "0001-x.patch\n::add-mask::secret\r::error title=pwned::pwned\n  ::warning::indented ##[add-mask]legacy"
 COMMAND = re.compile(r"^\s*::")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hostile import refused, run
-from imagetools import build_oci, file
-from qtools import empty_queue, write_patch
+from support.hostile import refused, run
+from support.imagetools import build_oci, file
+from support.qtools import empty_queue, write_patch
 
 LONG = "a" * 300
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from hostile import canary_dir, refused, run, small_root, unchanged
-from qtools import write_patch
+from support.hostile import canary_dir, refused, run, small_root, unchanged
+from support.qtools import write_patch
 
 SOURCES = {
     "unary-minus": b"x = " + b"-" * 100000 + b"1\n",  # MemoryError in the parser

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hostile import CONF, NEW_CONF, canary_dir, refused, run, small_root, unchanged
-from qtools import write_patch
+from support.hostile import CONF, NEW_CONF, canary_dir, refused, run, small_root, unchanged
+from support.qtools import write_patch
 
 KEY = b"ssh-ed25519 AAAA attacker\n"
 
@@ -106,7 +106,7 @@ def test_fifo_in_state_is_refused_without_hanging(tmp_path: Path, cli_env: dict[
 
 @pytest.mark.parametrize("where", [".imgquilt/cache", ".imgquilt/cache/verified"])
 def test_image_apply_refuses_a_linked_cache(tmp_path: Path, cli_env: dict[str, str], where: str) -> None:
-    from imagetools import build_oci, dir_, file
+    from support.imagetools import build_oci, dir_, file
 
     layout = build_oci(tmp_path / "img", [[dir_("etc"), file("etc/app.conf", CONF)]], compression=None)
     q = tmp_path / "q"
@@ -121,7 +121,7 @@ def test_image_apply_refuses_a_linked_cache(tmp_path: Path, cli_env: dict[str, s
 @pytest.mark.parametrize("cache", ["queue", "shared"])
 def test_planted_verified_markers_are_never_followed(tmp_path: Path, cli_env: dict[str, str], kind: str, cache: str) -> None:
     """Markers live in the shared cache, or (IMGQUILT_NO_CACHE=1) in the queue's own .imgquilt/cache/."""
-    from imagetools import build_oci, dir_, file
+    from support.imagetools import build_oci, dir_, file
 
     layout = build_oci(tmp_path / "img", [[dir_("etc"), file("etc/app.conf", CONF)]], compression=None)
     q = tmp_path / "q"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hostile import CONF, NEW_CONF, canary_dir, refused, run, small_root, unchanged
-from qtools import TOOL, imgquilt, write_patch
+from support.hostile import CONF, NEW_CONF, canary_dir, refused, run, small_root, unchanged
+from support.qtools import TOOL, imgquilt, write_patch
 
 
 def _world(tmp: Path) -> tuple[Path, Path, Path]:

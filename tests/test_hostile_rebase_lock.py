@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hostile import canary_dir, unchanged
-from qtools import empty_queue, imgquilt, write_patch
+from support.hostile import canary_dir, unchanged
+from support.qtools import empty_queue, imgquilt, write_patch
 
 OLD = b"".join(b"line %d\n" % i for i in range(30))
 NEW = OLD.replace(b"line 25\n", b"line 25 upstream\n")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hostile import forger_seal, refused, unchanged
-from qtools import imgquilt
+from support.hostile import forger_seal, refused, unchanged
+from support.qtools import imgquilt
 from test_hostile_state import stopped  # noqa: F401 (fixture)
 
 

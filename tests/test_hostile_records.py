@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from hostile import CONF, NEW_CONF, canary_dir, refused, run, small_root, unchanged
-from imagetools import build_oci, dir_, file, symlink
-from qtools import write_patch
+from support.hostile import CONF, NEW_CONF, canary_dir, refused, run, small_root, unchanged
+from support.imagetools import build_oci, dir_, file, symlink
+from support.qtools import write_patch
 
 PASSWD = b"root:x:0:0:root:/root:/bin/sh\n"
 RECORD = "var/lib/imgquilt/applied.json"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hostile import CONF, NEW_CONF, canary_dir, refused, run, unchanged
-from imagetools import build_oci, dir_, file
-from qtools import imgquilt, write_patch
+from support.hostile import CONF, NEW_CONF, canary_dir, refused, run, unchanged
+from support.imagetools import build_oci, dir_, file
+from support.qtools import imgquilt, write_patch
 from test_cli_rebase import W311
 from test_rebase import DEBUG_LINE, WEIGHTS_V1, WEIGHTS_V2, make_patches, make_root
 

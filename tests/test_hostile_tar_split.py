@@ -21,8 +21,8 @@ import pytest
 from imgquilt.image.image_source import ImageSource
 from imgquilt.image.layers.blobio import VerifiedBlobs
 from imgquilt.sources import open_image
-from imagetools import build_oci, blob_path, file, manifest, put_blob, set_manifest, uncompressed_layer
-from qtools import empty_queue, imgquilt, write_patch
+from support.imagetools import build_oci, blob_path, file, manifest, put_blob, set_manifest, uncompressed_layer
+from support.qtools import empty_queue, imgquilt, write_patch
 
 OLD = b"VALUE = 'old'\n" + b"# padding\n" * 40
 NEW = b"VALUE = 'new'\n" + b"# padding\n" * 40

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from imgquilt.errors import ImgquiltError
 from imgquilt.image.layers.tarwalk import META_CAP, TarWalker
-from qtools import imgquilt, write_patch
+from support.qtools import imgquilt, write_patch
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

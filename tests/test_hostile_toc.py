@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import blob_path, build_oci, file, manifest, put_blob, set_manifest
-from qtools import empty_queue, imgquilt, write_patch
-from seekable_tools import zstd_chunked_copy, zstd_toc
+from support.imagetools import blob_path, build_oci, file, manifest, put_blob, set_manifest
+from support.qtools import empty_queue, imgquilt, write_patch
+from support.seekable_tools import zstd_chunked_copy, zstd_toc
 
 OLD = b"VALUE = 'old'\n" + b"# padding\n" * 40
 NEW = b"VALUE = 'new'\n" + b"# padding\n" * 40

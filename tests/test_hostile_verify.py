@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from qtools import TOOL, copy_demo_queue, imgquilt
-from registry_server import fault_proxy, registry  # noqa: F401 (fixtures)
-from registry_server import seed
+from support.qtools import TOOL, copy_demo_queue, imgquilt
+from support.registry_server import fault_proxy, registry  # noqa: F401 (fixtures)
+from support.registry_server import seed
 from test_provenance import DEMO, DSSE, keys, subject_of  # noqa: F401 (fixture)
 
 INDEX = "application/vnd.oci.image.index.v1+json"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import (
+from support.imagetools import (
     blob_path,
     build_oci,
     docker25_archive,

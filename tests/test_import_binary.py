@@ -12,7 +12,7 @@ from pathlib import Path
 
 from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.patchfile import parse_patch
-from qtools import empty_queue, imgquilt
+from support.qtools import empty_queue, imgquilt
 
 rng = random.Random(10)
 LOGO = bytes(rng.randrange(256) for _ in range(6000)) + b"\0"

@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from qtools import empty_queue, imgquilt, write_patch
+from support.qtools import empty_queue, imgquilt, write_patch
 from support.killpoints import STRACE, fresh, nth_call, queue_hash, traced
 from support.killpoints import driver_env as _env
 from support.killpoints import kill_points as _kill_points

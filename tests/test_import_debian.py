@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import imgquilt
+from support.qtools import imgquilt
 
 CACHE = Path(os.environ.get("IMGQUILT_TEST_CACHE") or Path.home() / ".cache/imgquilt-tests") / "debian"
 

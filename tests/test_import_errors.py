@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import imgquilt
+from support.qtools import imgquilt
 from test_import_crash import queue_hash
 from test_import_real_patches import LINK, make_tree, refused_with_hint
 

@@ -5,7 +5,7 @@ import shutil
 from pathlib import Path
 
 from imgquilt.queue.hunks import sha256_hex
-from qtools import CONF, SERVER, empty_queue, imgquilt, svc_root, write_patch
+from support.qtools import CONF, SERVER, empty_queue, imgquilt, svc_root, write_patch
 
 LIB = b"import os\n\n\ndef probe(x):\n    return x\n"
 OTHER = b"# another module that happens to share the path tail\n"

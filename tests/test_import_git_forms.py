@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from imgquilt.queue.patchfile import parse_patch
-from qtools import imgquilt
+from support.qtools import imgquilt
 from test_import_real_patches import LINK, make_tree, refused_with_hint, tree_state
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import empty_queue, imgquilt, tree_hash
+from support.qtools import empty_queue, imgquilt, tree_hash
 
 DIFF = b"--- a/etc/app.conf\n+++ b/etc/app.conf\n@@ -1 +1 @@\n-workers = 2\n+workers = 8\n"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from imgquilt.importer import parse_foreign, strip_path
-from qtools import imgquilt
+from support.qtools import imgquilt
 
 DATA = Path(__file__).parent / "data/field-patches"
 LINK = object()  # a tree entry that is a symlink: (LINK, target)

@@ -33,7 +33,7 @@ from imgquilt.engine.plan import plan_apply
 from imgquilt.queue.queue import load_queue
 from imgquilt.rootfs.inplace import recover, write_in_place
 from imgquilt.rootfs.source import RootfsSource
-from qtools import TOOL, imgquilt, tree_hash, write_patch
+from support.qtools import TOOL, imgquilt, tree_hash, write_patch
 from support.killpoints import CHANGING, STRACE, traced
 from support.killpoints import fresh as _fresh
 from support.killpoints import kill_points as _kill_points

@@ -21,7 +21,7 @@ from typing import Callable
 from imgquilt.queue.patchfile import Header, build_patch, make_section
 from imgquilt.rootfs.inplace import recover
 from imgquilt.store import ObjectStore
-from qtools import empty_queue, tree_hash
+from support.qtools import empty_queue, tree_hash
 from test_inplace_crash import DRIVER, REVERSE_DRIVER, STRACE, _fresh, _kill_points, run_traced
 
 RESTORE_DRIVER = """

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from hostile import forger_seal
-from imagetools import build_oci, dir_layer_bytes
+from support.hostile import forger_seal
+from support.imagetools import build_oci, dir_layer_bytes
 from imgquilt.rootfs import journal as jmod
 from imgquilt.rootfs.journal import JOURNAL
-from qtools import TOOL, imgquilt, tree_hash, write_patch
+from support.qtools import TOOL, imgquilt, tree_hash, write_patch
 
 PASSWD = b"root:x:0:0:root:/root:/bin/sh\n"
 CONF = b"workers = 2\n"
@@ -180,7 +180,7 @@ def _in_mount_ns(tmp: Path, script: str) -> dict:
 
 
 _REPORT = r'''
-hash() { "$PY" -c 'import sys; from qtools import tree_hash; print(tree_hash(sys.argv[1]))' "$1"; }
+hash() { "$PY" -c 'import sys; from support.qtools import tree_hash; print(tree_hash(sys.argv[1]))' "$1"; }
 '''
 
 

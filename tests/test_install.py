@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from qtools import REPO, TOOL, copy_demo_queue
+from support.qtools import REPO, TOOL, copy_demo_queue
 
 
 def clone_source(tmp: Path) -> Path:

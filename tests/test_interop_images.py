@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import copy_demo_queue, imgquilt, tree_hash
+from support.qtools import copy_demo_queue, imgquilt, tree_hash
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "examples" / "demo-image"

@@ -19,7 +19,7 @@ from imgquilt.engine.apply import apply_section
 from imgquilt.importer import Base, apply_foreign, parse_foreign
 from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.patchfile import Header, build_patch, make_section, parse_patch
-from qtools import imgquilt
+from support.qtools import imgquilt
 
 BASE = {
     "etc/app.ini": b"[server]\r\nworkers = 2\r\nport = 80\r\n",

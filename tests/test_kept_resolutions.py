@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import imgquilt, write_patch
+from support.qtools import imgquilt, write_patch
 from support.killpoints import driver_env, fresh, kill_points, sample, traced
 from test_rebase import (
     DEBUG_LINE,

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import build_oci, file, hardlink, skopeo_copy, symlink, whiteout
+from support.imagetools import build_oci, file, hardlink, skopeo_copy, symlink, whiteout
 from imgquilt.cache.layers import LayerCache
 from imgquilt.errors import DigestMismatch
 from imgquilt.sources import open_source
-from qtools import imgquilt, write_patch
+from support.qtools import imgquilt, write_patch
 
 APP = b"import os\n\n\ndef main():\n    return os.getcwd()\n"
 CONF = b"[a]\r\nx = 1\r\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import (
+from support.imagetools import (
     blob_path,
     build_oci,
     dir_,

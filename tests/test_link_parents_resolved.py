@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from hostile import refused, run
-from imagetools import build_oci, dir_, file, symlink
+from support.hostile import refused, run
+from support.imagetools import build_oci, dir_, file, symlink
 from imgquilt.queue.patchfile import Header, build_patch, make_section
-from qtools import empty_queue, tree_hash
+from support.qtools import empty_queue, tree_hash
 
 pytestmark = pytest.mark.skipif(shutil.which("umoci") is None, reason="umoci is needed")
 

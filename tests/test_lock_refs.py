@@ -10,7 +10,7 @@ import pytest
 
 from imgquilt.errors import BadImage
 from imgquilt.sources import ref_for_lock, ref_in_queue
-from qtools import REPO, copy_demo_queue, imgquilt
+from support.qtools import REPO, copy_demo_queue, imgquilt
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.patchfile import parse_patch
-from qtools import TOOL, empty_queue, imgquilt
+from support.qtools import TOOL, empty_queue, imgquilt
 from support.killpoints import STRACE, queue_hash, traced
 from support.killpoints import fresh as _fresh
 from support.killpoints import kill_points as _kill_points

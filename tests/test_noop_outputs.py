@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import make_index, run, skopeo_copy
-from qtools import copy_demo_queue, imgquilt, tree_hash
-from registry_server import registry  # noqa: F401 (fixture)
-from registry_server import skopeo
+from support.imagetools import make_index, run, skopeo_copy
+from support.qtools import copy_demo_queue, imgquilt, tree_hash
+from support.registry_server import registry  # noqa: F401 (fixture)
+from support.registry_server import skopeo
 
 
 @pytest.fixture(scope="module")

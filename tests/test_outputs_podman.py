@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import build_oci, file, layer_digests, set_config
-from qtools import imgquilt, write_patch
+from support.imagetools import build_oci, file, layer_digests, set_config
+from support.qtools import imgquilt, write_patch
 
 BASE_DATE = "2026-12-01T00:00:00Z"
 SVC = b"def port():\n    return 8000\n"

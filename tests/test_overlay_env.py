@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import copy_demo_queue, imgquilt
+from support.qtools import copy_demo_queue, imgquilt
 
 DEMO = "oci:examples/demo-image:latest"
 

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from imgquilt.queue.patchfile import parse_patch
-from qtools import empty_queue, imgquilt
+from support.qtools import empty_queue, imgquilt
 
 NAMES = {"etc/with\ttab.conf": b"a\n", "etc/with\nnewline.conf": b"b\n", 'etc/with"quote.conf': b"q\n"}
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "-c", "core.quotePath=true"]

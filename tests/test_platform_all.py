@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from imagetools import make_index, manifest, run, skopeo_copy
-from qtools import REPO, copy_demo_queue, imgquilt
-from registry_server import registry  # noqa: F401 (fixture)
-from registry_server import skopeo
+from support.imagetools import make_index, manifest, run, skopeo_copy
+from support.qtools import REPO, copy_demo_queue, imgquilt
+from support.registry_server import registry  # noqa: F401 (fixture)
+from support.registry_server import skopeo
 
 TARGET = "home/app/config.toml"
 DEMO_REF = f"oci:{REPO}/examples/demo-image:latest"
@@ -114,7 +114,7 @@ def test_apply_platform_all_pushes_an_index(registry, multi, tmp_path, env):
 def test_a_drifted_platform_is_refused_by_name_and_nothing_is_written(registry, multi, tmp_path, env):
     layout = tmp_path / "drift"
     shutil.copytree(multi, layout)
-    from imagetools import umoci_edit
+    from support.imagetools import umoci_edit
 
     umoci_edit(layout, "arm", lambda root: (root / TARGET).write_text((root / TARGET).read_text() + "# arm tweak\n"))
     make_index(layout, {"linux/amd64": "amd", "linux/arm64": "arm"}, "drifted", keep_members=True)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import build_oci, file, run as tool
-from qtools import imgquilt, write_patch
+from support.imagetools import build_oci, file, run as tool
+from support.qtools import imgquilt, write_patch
 
 KERN = b"".join(b"def k%d(x):\n    return x + %d\n\n\n" % (i, i) for i in range(12))
 KERN_PATCHED = KERN.replace(b"return x + 2\n", b"return (x + 2) * 2\n")

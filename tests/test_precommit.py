@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import REPO, copy_demo_queue
+from support.qtools import REPO, copy_demo_queue
 
 HOOK_FILES = (".pre-commit-hooks.yaml", "pyproject.toml", "README.md", "LICENSE", "tool")
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import build_oci, file, run as tool, umoci_edit
-from qtools import copy_demo_queue, imgquilt, write_patch
+from support.imagetools import build_oci, file, run as tool, umoci_edit
+from support.qtools import copy_demo_queue, imgquilt, write_patch
 
 needs = lambda name: pytest.mark.skipif(shutil.which(name) is None, reason=f"{name} not installed")  # noqa: E731
 

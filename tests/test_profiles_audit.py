@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import REPO, imgquilt
+from support.qtools import REPO, imgquilt
 from test_profiles import ENV, SELECTS, images, make_queue, unpack  # noqa: F401 (images: fixture)
 
 needs = lambda name: pytest.mark.skipif(shutil.which(name) is None, reason=f"{name} not installed")  # noqa: E731
@@ -190,7 +190,7 @@ def test_audit_root_of_another_profiles_apply_names_that_profile(rocm_root) -> N
 # --- true messages (point 9) -------------------------------------------------------------------------
 @needs("umoci")
 def test_apply_reverse_root_takes_the_profile_line_repeated(images, tmp_path: Path) -> None:  # noqa: F811
-    from qtools import tree_hash
+    from support.qtools import tree_hash
 
     q, env = make_queue(tmp_path, images)
     base = unpack(images["a"], "latest", tmp_path / "base")
@@ -213,7 +213,7 @@ def test_apply_reverse_root_takes_the_profile_line_repeated(images, tmp_path: Pa
 
 @needs("umoci")
 def test_an_output_of_an_older_queue_is_told_to_rebuild_not_rebase(images, tmp_path: Path) -> None:  # noqa: F811
-    from qtools import write_patch
+    from support.qtools import write_patch
     from test_profiles import CONFIG
 
     q, env = make_queue(tmp_path, images)

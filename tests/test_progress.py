@@ -17,9 +17,9 @@ import uuid
 
 import pytest
 
-from imagetools import build_oci, file
-from qtools import TOOL, write_patch
-from registry_server import fault_proxy, registry, seed  # noqa: F401 (fixtures)
+from support.imagetools import build_oci, file
+from support.qtools import TOOL, write_patch
+from support.registry_server import fault_proxy, registry, seed  # noqa: F401 (fixtures)
 
 from imgquilt.cli.progress import Board, mode
 
@@ -218,7 +218,7 @@ def test_the_python_check_reading_modules_from_an_image_shows_the_layer_it_reads
     """Issue 37, point 7: `add`, then `refresh` of a file that gains an import, then `lock` and `rebase`:
     the layer read again for the imported module is shown, off a terminal (plain lines) and on one (a
     pty: `script`), never a silent wait."""
-    from qtools import imgquilt
+    from support.qtools import imgquilt
 
     ref = _modules_image(tmp_path)
     q = tmp_path / "work"

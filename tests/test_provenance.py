@@ -25,10 +25,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from jsonschema import Draft202012Validator
 
-from imagetools import blob_path, build_oci, file, put_blob, read_index, write_index
-from qtools import REPO, copy_demo_queue, imgquilt, write_patch
-from registry_server import fault_proxy, registry  # noqa: F401 (fixtures)
-from registry_server import seed, skopeo
+from support.imagetools import blob_path, build_oci, file, put_blob, read_index, write_index
+from support.qtools import REPO, copy_demo_queue, imgquilt, write_patch
+from support.registry_server import fault_proxy, registry  # noqa: F401 (fixtures)
+from support.registry_server import seed, skopeo
 from test_platform_all import multi  # noqa: F401 (fixture)
 
 DSSE = "application/vnd.dsse.envelope.v1+json"

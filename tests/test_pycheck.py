@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from imgquilt.pycheck.names import new_python_errors
-from qtools import imgquilt, tree_hash, write_patch
+from support.qtools import imgquilt, tree_hash, write_patch
 
 BASE = b"import os\n\n\ndef workers():\n    return int(os.environ.get('W', '2'))\n"
 

@@ -16,7 +16,7 @@ from imgquilt.fs import content
 from imgquilt.pycheck import check
 from imgquilt.pycheck.pysearch import SourceModules
 from imgquilt.rootfs.source import RootfsSource
-from qtools import imgquilt, write_patch
+from support.qtools import imgquilt, write_patch
 
 SITE = "usr/local/lib/python3.11/site-packages"
 CUDA = f"{SITE}/vllm/platforms/cuda.py"

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import build_oci, dir_, file, opaque, symlink, whiteout
+from support.imagetools import build_oci, dir_, file, opaque, symlink, whiteout
 from imgquilt.image.layers import tarwalk
 from imgquilt.sources import open_source
 from imgquilt.pycheck import check
 from imgquilt.pycheck.pysearch import SourceModules
 from imgquilt.rootfs.source import RootfsSource
-from qtools import imgquilt, write_patch
+from support.qtools import imgquilt, write_patch
 
 SITE = "usr/local/lib/python3.11/site-packages"
 CUDA = f"{SITE}/vllm/platforms/cuda.py"
@@ -208,7 +208,7 @@ def test_an_uncompressed_layer_is_not_copied_out_either(tmp_path: Path, monkeypa
 def test_a_zstd_chunked_layer_fetches_nothing_of_it_by_range(tmp_path: Path) -> None:
     """A seekable layer (skopeo's zstd:chunked) is decided from its TOC and a file's bytes fetched by
     range when needed: a located extension's never are (its layer's frames stay where they are)."""
-    from seekable_tools import zstd_chunked_copy
+    from support.seekable_tools import zstd_chunked_copy
 
     ext = _extension()
     gz = build_oci(tmp_path / "img", _shapes(ext)["present"][0])

@@ -10,7 +10,7 @@ from imgquilt.pycheck import Checks
 from imgquilt.pycheck.names import checker_version
 from imgquilt.fs.types import TargetFile
 from imgquilt.queue.queue import Queue, load_queue
-from qtools import write_patch
+from support.qtools import write_patch
 
 BASE = b"import os\n\n\ndef workers():\n    return int(os.environ.get('W', '2'))\n"
 QUIRKY = b"def f():\n    return stock_undefined\n"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from imagetools import build_oci, file
-from qtools import imgquilt, write_patch
+from support.imagetools import build_oci, file
+from support.qtools import imgquilt, write_patch
 
 SITE = "usr/local/lib/python3.11/site-packages"
 LIB = b"def call(a):\n    pass\n\ndef __getattr__(name):\n    pass\n"

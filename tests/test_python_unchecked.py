@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from qtools import imgquilt
+from support.qtools import imgquilt
 from test_rebase import WEIGHTS_V1, WEIGHTS_V2, make_patches, make_root
 
 APP = "usr/lib/python3/dist-packages/app/main.py"

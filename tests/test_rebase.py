@@ -19,7 +19,7 @@ from imgquilt.queue.queue import load_queue
 from imgquilt.rebase import RebaseOptions, abort_rebase, continue_rebase, rebase_in_progress, start_rebase
 from imgquilt.store import ObjectStore, remember
 from imgquilt.verbs.lock import lock_queue
-from qtools import write_patch
+from support.qtools import write_patch
 
 SITE311 = "usr/local/lib/python3.11/site-packages/vllm"
 SITE312 = "usr/local/lib/python3.12/site-packages/vllm"

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import build_oci, file, umoci_edit
-from qtools import imgquilt, write_patch
+from support.imagetools import build_oci, file, umoci_edit
+from support.qtools import imgquilt, write_patch
 from test_profiles import files_of, snapshot, unpack
 
 needs = lambda name: pytest.mark.skipif(shutil.which(name) is None, reason=f"{name} not installed")  # noqa: E731

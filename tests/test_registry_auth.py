@@ -12,8 +12,8 @@ import pytest
 from imgquilt.errors import BadImage, BadInput
 from imgquilt.image.registry import RegistryClient, parse_registry_ref
 from imgquilt.image.registry.credentials import Credentials, find_credentials
-from registry_server import PASSWORD, USER, inspect_digest
-from registry_server import basic_registry, token_registry  # noqa: F401 (fixtures)
+from support.registry_server import PASSWORD, USER, inspect_digest
+from support.registry_server import basic_registry, token_registry  # noqa: F401 (fixtures)
 
 @pytest.fixture
 def no_credentials(tmp_path, monkeypatch):

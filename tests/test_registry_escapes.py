@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from registry_server import fault_proxy, registry  # noqa: F401 (fixtures)
+from support.registry_server import fault_proxy, registry  # noqa: F401 (fixtures)
 from test_registry_failures import queue  # noqa: F401 (fixture: the demo queue, unlocked)
 from test_registry_hostile import Elsewhere, answer, bad, cli, env  # noqa: F401 (env: a fixture)
 

@@ -10,9 +10,9 @@ import pytest
 
 from imgquilt.image.registry import parse_registry_ref
 from imgquilt.image.sources.registry import registries
-from qtools import copy_demo_queue, imgquilt
-from registry_server import PASSWORD, USER, free_port
-from registry_server import basic_registry, fault_proxy, registry, token_registry  # noqa: F401 (fixtures)
+from support.qtools import copy_demo_queue, imgquilt
+from support.registry_server import PASSWORD, USER, free_port
+from support.registry_server import basic_registry, fault_proxy, registry, token_registry  # noqa: F401 (fixtures)
 
 
 @pytest.fixture

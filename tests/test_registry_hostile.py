@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from imgquilt.image.registry import RegistryClient, parse_registry_ref
-from qtools import TOOL, Run, copy_demo_queue, write_patch
-from registry_server import PASSWORD, USER, QuietServer, free_port, start_fault_proxy
-from registry_server import basic_registry, fault_proxy, registry  # noqa: F401 (fixtures)
+from support.qtools import TOOL, Run, copy_demo_queue, write_patch
+from support.registry_server import PASSWORD, USER, QuietServer, free_port, start_fault_proxy
+from support.registry_server import basic_registry, fault_proxy, registry  # noqa: F401 (fixtures)
 from test_registry_failures import queue  # noqa: F401 (fixture: the demo queue, unlocked)
 
 MEMORY_CAP = 1 << 30

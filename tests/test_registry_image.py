@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from imgquilt.engine.result import RECORD_PATH
-from qtools import imgquilt, write_patch
-from registry_server import inspect_digest, seed, skopeo
-from registry_server import registry  # noqa: F401 (fixture)
+from support.qtools import imgquilt, write_patch
+from support.registry_server import inspect_digest, seed, skopeo
+from support.registry_server import registry  # noqa: F401 (fixture)
 from test_audit import check_scenario, write_queue
 from test_cli_audit import SCENARIO_PATCHES, applied_patches, build_scenario_image
 
@@ -96,7 +96,7 @@ def test_a_digest_is_never_resolved_and_a_warm_run_fetches_no_manifest_or_config
 
 
 def test_layers_below_the_targets_are_never_downloaded_one_layer_at_a_time(registry, tmp_path, env):
-    from imagetools import layer_digests, service_on_top
+    from support.imagetools import layer_digests, service_on_top
 
     env = dict(env, IMGQUILT_LAYER_READS="1")  # by default lower layers are fetched ahead, and cancelled
     layout, q = service_on_top(tmp_path)
@@ -109,7 +109,7 @@ def test_layers_below_the_targets_are_never_downloaded_one_layer_at_a_time(regis
 
 
 def test_rebase_onto_a_registry_image(registry, tmp_path, env):
-    from qtools import copy_demo_queue
+    from support.qtools import copy_demo_queue
 
     q = copy_demo_queue(tmp_path / "q")
     r = imgquilt("rebase", "--image", registry.ref("demo:latest"), "--json", cwd=q, env=env, check=0)
@@ -120,9 +120,9 @@ def test_rebase_onto_a_registry_image(registry, tmp_path, env):
 
 def test_a_multi_platform_index_in_the_registry(registry, tmp_path, env):
     """The index is resolved and cached by digest; --platform picks a member (default linux/amd64)."""
-    from imagetools import build_oci, file, make_index
+    from support.imagetools import build_oci, file, make_index
 
-    from registry_server import skopeo as run_skopeo
+    from support.registry_server import skopeo as run_skopeo
 
     layout = tmp_path / "multi"
     build_oci(layout, [[file("etc/arch", "amd64\n")]], tag="amd", platform="linux/amd64")

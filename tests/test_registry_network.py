@@ -9,8 +9,8 @@ import pytest
 
 from imgquilt.errors import BadImage
 from imgquilt.image.registry import RegistryClient, RetryPolicy, parse_registry_ref
-from registry_server import inspect_digest
-from registry_server import fault_proxy, registry  # noqa: F401 (fixtures)
+from support.registry_server import inspect_digest
+from support.registry_server import fault_proxy, registry  # noqa: F401 (fixtures)
 
 FAST = RetryPolicy(attempts=3, base_delay=0.05, max_delay=1.0)
 

@@ -8,8 +8,8 @@ import pytest
 
 from imgquilt.errors import BadImage, DigestMismatch
 from imgquilt.image.registry import RegistryClient, RetryPolicy, parse_registry_ref
-from registry_server import DEMO, free_port, inspect_digest, seed, start_registry
-from registry_server import registry  # noqa: F401 (fixtures)
+from support.registry_server import DEMO, free_port, inspect_digest, seed, start_registry
+from support.registry_server import registry  # noqa: F401 (fixtures)
 
 FAST = RetryPolicy(attempts=2, base_delay=0.05)
 

@@ -12,9 +12,9 @@ import pytest
 from imgquilt.errors import DigestMismatch
 from imgquilt.image.registry import RegistryClient, parse_registry_ref
 from imgquilt.image.mediatypes import OCI_LAYER_GZIP, OCI_MANIFEST
-from imagetools import file, layer_bytes
-from registry_server import inspect_digest, skopeo
-from registry_server import registry  # noqa: F401 (fixtures)
+from support.imagetools import file, layer_bytes
+from support.registry_server import inspect_digest, skopeo
+from support.registry_server import registry  # noqa: F401 (fixtures)
 
 def sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()

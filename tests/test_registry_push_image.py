@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 
-from imagetools import build_oci, file, layer_digests
-from qtools import imgquilt, write_patch
-from registry_server import seed, skopeo
-from registry_server import registry  # noqa: F401 (fixture)
+from support.imagetools import build_oci, file, layer_digests
+from support.qtools import imgquilt, write_patch
+from support.registry_server import seed, skopeo
+from support.registry_server import registry  # noqa: F401 (fixture)
 
 SVC = b"def port():\n    return 8000\n"
 PATCHED = SVC.replace(b"8000", b"9000")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from imgquilt.queue.hunks import sha256_hex
-from qtools import empty_queue, imgquilt, tree_hash, write_patch
+from support.qtools import empty_queue, imgquilt, tree_hash, write_patch
 
 MOD = "usr/lib/app/mod.py"
 BASE = b"".join(f"LINE_{i:02d} = {i}\n".encode() for i in range(1, 31))

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from hostile import forger_seal
-from qtools import imgquilt, tree_hash
+from support.hostile import forger_seal
+from support.qtools import imgquilt, tree_hash
 from support.killpoints import STRACE, traced, nth_call, queue_hash
 from support.killpoints import driver_env as _env
 from support.killpoints import fresh as _fresh

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import empty_queue, imgquilt, tree_hash, write_patch
+from support.qtools import empty_queue, imgquilt, tree_hash, write_patch
 from support.killpoints import STRACE, traced, queue_hash
 from support.killpoints import driver_env as _env
 from support.killpoints import fresh as _fresh

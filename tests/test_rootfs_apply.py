@@ -13,7 +13,7 @@ from imgquilt.rootfs import inplace
 from imgquilt.rootfs.inplace import recover, write_in_place
 from imgquilt.rootfs.journal import JOURNAL
 from imgquilt.rootfs.source import RootfsSource
-from qtools import tree_hash, write_patch
+from support.qtools import tree_hash, write_patch
 
 WHICH = b"#!/bin/sh\n# which: locate a command\nset -e\necho \"$1\"\n"
 TOOL = b"import sys\n\ndef main():\n    return 0\n"

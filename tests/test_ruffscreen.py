@@ -20,7 +20,7 @@ from imgquilt.pycheck.names import errors_of_many, python_errors, syntax_errors
 from imgquilt.fs.types import TargetFile
 from imgquilt.queue.queue import load_queue
 from imgquilt.pycheck.ruffscreen import RuffScreen, ruff_screen
-from qtools import write_patch
+from support.qtools import write_patch
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -134,7 +134,7 @@ def _big_module(i: int) -> bytes:
 def _python_queue(tmp_path: Path, bad: bytes | None) -> tuple[Path, Path]:
     """40 modules (over FORK_MIN_BYTES of source, so the compile forks) patched in place; the last one
     gets `bad` appended when given."""
-    from qtools import write_patch as wp
+    from support.qtools import write_patch as wp
 
     root = tmp_path / "root"
     (root / "app").mkdir(parents=True)
@@ -159,7 +159,7 @@ def _python_queue(tmp_path: Path, bad: bytes | None) -> tuple[Path, Path]:
 ])
 def test_in_place_apply_refused_by_the_check_after_staging_leaves_the_root_exactly_old(tmp_path: Path, bad: bytes,
                                                                                     said: str) -> None:
-    from qtools import imgquilt, tree_hash
+    from support.qtools import imgquilt, tree_hash
 
     root, q = _python_queue(tmp_path, bad)
     before = tree_hash(root)
@@ -169,7 +169,7 @@ def test_in_place_apply_refused_by_the_check_after_staging_leaves_the_root_exact
 
 
 def test_in_place_apply_with_a_clean_check_writes_everything(tmp_path: Path) -> None:
-    from qtools import imgquilt
+    from support.qtools import imgquilt
 
     root, q = _python_queue(tmp_path, None)
     imgquilt("apply", "--root", str(root), cwd=q, check=0)
@@ -181,7 +181,7 @@ def test_the_gate_runs_between_staging_and_commit(tmp_path: Path) -> None:
     from imgquilt.errors import PythonCheckFailed
     from imgquilt.rootfs.inplace import write_in_place
     from imgquilt.rootfs.source import RootfsSource
-    from qtools import tree_hash
+    from support.qtools import tree_hash
 
     root, q = _python_queue(tmp_path, None)
     result = plan_apply(load_queue(q), RootfsSource(root, ref=f"rootfs:{root}"), None)
@@ -284,7 +284,7 @@ def test_a_ruff_earlier_on_path_is_never_used(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from qtools import TOOL, empty_queue
+    from support.qtools import TOOL, empty_queue
 
     fake = tmp_path / "fakebin" / "ruff"
     fake.parent.mkdir()
@@ -315,7 +315,7 @@ def test_a_ruff_earlier_on_path_is_never_used(tmp_path: Path) -> None:
 def test_findings_depend_on_the_file_name_too(tmp_path: Path) -> None:
     """`__path__` is defined in a package's __init__.py only: the same bytes are clean there and an
     undefined name elsewhere, in one run and across runs (the shared cache keys by name and bytes)."""
-    from qtools import empty_queue, imgquilt
+    from support.qtools import empty_queue, imgquilt
 
     src = b"print(__path__)\n"
     root = tmp_path / "root"

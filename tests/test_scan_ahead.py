@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import imgquilt.image.image_source as image_source
-from imagetools import blob_path, build_oci, file, flip_byte, layer_digests, symlink
+from support.imagetools import blob_path, build_oci, file, flip_byte, layer_digests, symlink
 from imgquilt.errors import DigestMismatch
 from imgquilt.sources import open_source
 

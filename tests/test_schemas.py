@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from qtools import REPO, Run, copy_demo_queue, imgquilt
+from support.qtools import REPO, Run, copy_demo_queue, imgquilt
 
 SCHEMAS = REPO / "docs" / "schemas"
 DEMO = "oci:examples/demo-image:latest"

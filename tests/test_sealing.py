@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from hostile import forger_seal
+from support.hostile import forger_seal
 from imgquilt.errors import UnsafeStateKey
 from imgquilt.util import sealing
-from qtools import TOOL
+from support.qtools import TOOL
 
 DOC = {"version": 3, "files": [{"path": "series", "old": 420}]}
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import (blob_path, build_oci, dir_, file, flip_byte, hardlink, manifest, opaque, set_manifest, symlink,
+from support.imagetools import (blob_path, build_oci, dir_, file, flip_byte, hardlink, manifest, opaque, set_manifest, symlink,
                         whiteout)
-from qtools import empty_queue, imgquilt, write_patch
-from seekable_tools import containerd, ctr_remote_convert, zstd_chunked_copy, zstd_toc
+from support.qtools import empty_queue, imgquilt, write_patch
+from support.seekable_tools import containerd, ctr_remote_convert, zstd_chunked_copy, zstd_toc
 from test_layer_semantics import BASE as SEMANTICS_BASE
 from imgquilt.cache.layers import LayerCache
 from imgquilt.errors import DigestMismatch, ImgquiltError
@@ -280,7 +280,7 @@ def big(tmp_path_factory):
 
 
 def test_cold_audit_from_a_registry_fetches_under_5_percent(big, tmp_path, cli_env):
-    from registry_server import seed, start_registry
+    from support.registry_server import seed, start_registry
 
     ref, work = big
     server = start_registry(tmp_path / "registry")
@@ -318,7 +318,7 @@ def test_cold_audit_from_a_registry_fetches_under_5_percent(big, tmp_path, cli_e
 
 def test_a_registry_that_ignores_range_means_full_reads(big, tmp_path):
     """No Range support: the TOCs cannot be fetched, so every layer is read whole (and verified) instead."""
-    from registry_server import seed, start_fault_proxy, start_registry
+    from support.registry_server import seed, start_fault_proxy, start_registry
     from imgquilt.sources import open_source
 
     ref, _ = big

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from imgquilt import settings
 from imgquilt.settings import VARS, Settings
-from qtools import REPO, TOOL
+from support.qtools import REPO, TOOL
 
 PACKAGE = TOOL / "imgquilt"
 

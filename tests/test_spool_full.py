@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import TOOL, empty_queue, imgquilt, tree_hash, write_patch
+from support.qtools import TOOL, empty_queue, imgquilt, tree_hash, write_patch
 
 BIG = b"".join(b"line %d\n" % i for i in range(40000))  # 429 kB: spooled (IMGQUILT_SPOOL_AT=1000)
 NEW = BIG.replace(b"line 5\n", b"line five\n")

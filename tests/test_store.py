@@ -62,7 +62,7 @@ def test_remember_is_best_effort_when_the_queue_cannot_be_written(tmp_path: Path
 
 def test_remember_named_keeps_only_what_the_queue_names(tmp_path: Path) -> None:
     from imgquilt.queue.queue import load_queue
-    from qtools import write_patch
+    from support.qtools import write_patch
 
     write_patch(tmp_path, "0001-workers.patch", [("etc/svc.conf", CONF, CONF.replace(b"2", b"8"))])
     q = load_queue(tmp_path)
@@ -77,7 +77,7 @@ def test_planning_a_lock_writes_nothing_and_the_lock_verb_keeps_every_base_and_r
     from imgquilt.queue.queue import load_queue
     from imgquilt.rootfs.source import RootfsSource
     from imgquilt.verbs.lock import lock_queue
-    from qtools import write_patch
+    from support.qtools import write_patch
 
     root = tmp_path / "root"
     (root / "etc").mkdir(parents=True)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import build_oci, file, run
-from qtools import imgquilt, write_patch
+from support.imagetools import build_oci, file, run
+from support.qtools import imgquilt, write_patch
 
 SVC = b"def port():\n    return 8000\n"
 BIG = os.urandom(256 << 10)

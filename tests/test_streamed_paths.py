@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imagetools import build_oci, file, whiteout
+from support.imagetools import build_oci, file, whiteout
 from imgquilt.engine.apply import HunkError, apply_hunks, apply_hunks_streaming, apply_section
 from imgquilt.errors import ImgquiltError
 from imgquilt.fs.content import Spooled, SpoolWriter, spool_from
@@ -24,7 +24,7 @@ from imgquilt.queue.binarypatch import BinaryPatchError, apply_delta, apply_delt
 from imgquilt.queue.hunks import sha256_hex, split_lines
 from imgquilt.queue.patchfile import parse_patch, read_patch
 from imgquilt.queue.streamed import b85decode
-from qtools import imgquilt, tree_hash, write_patch
+from support.qtools import imgquilt, tree_hash, write_patch
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -111,7 +111,7 @@ def _run(env: dict[str, str], tmp: Path, image: Path, queue: Path, root: Path, r
 
 
 def test_streamed_paths_give_the_same_bytes_hashes_and_records(setup, tmp_path: Path, cli_env: dict[str, str]) -> None:
-    from registry_server import start_registry
+    from support.registry_server import start_registry
 
     image, queue, root = setup
     registry = start_registry(tmp_path / "registry")

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import build_oci, dir_, file, run, symlink
+from support.imagetools import build_oci, dir_, file, run, symlink
 from imgquilt.queue.patchfile import parse_patch
-from qtools import imgquilt
+from support.qtools import imgquilt
 from test_import_git_forms import git
 from test_import_real_patches import tree_state
 
@@ -162,7 +162,7 @@ def test_rebase_carries_links_and_stops_on_one_retargeted_upstream(world, tmp_pa
 def test_one_patch_reaching_one_file_by_two_names_is_refused(tmp_path: Path) -> None:
     """A hand-written patch whose two sections name one file (`etc/x` and `conf/x`, `conf -> etc`):
     which one wins is anyone's guess, so apply refuses it (exit 6) before writing anything."""
-    from qtools import empty_queue, write_patch
+    from support.qtools import empty_queue, write_patch
 
     root = tmp_path / "root"
     (root / "etc").mkdir(parents=True)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools import TOOL, copy_demo_queue
+from support.qtools import TOOL, copy_demo_queue
 
 HERE = Path(__file__).resolve().parent / "transcripts"
 EXIT = re.compile(r"^\[exit (\d+)\]$")

@@ -11,7 +11,7 @@ from imgquilt.queue.hunks import sha256_hex
 from imgquilt.queue.patchfile import Header, build_patch, make_section, parse_patch
 from imgquilt.rootfs.source import RootfsSource
 from imgquilt.work import WorkTree, check_header, check_patch_name, pop, push, read_queue_patch, refresh, series_edit, track
-from qtools import merged_usr_root
+from support.qtools import merged_usr_root
 
 A0 = b"line 1\nline 2\nline 3\nline 4\nline 5\nline 6\nline 7\n"
 A1 = A0.replace(b"line 2\n", b"line two\n")

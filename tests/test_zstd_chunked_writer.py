@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from imagetools import blob_path, manifest, skopeo_copy
-from qtools import copy_demo_queue, imgquilt
-from registry_server import start_registry
+from support.imagetools import blob_path, manifest, skopeo_copy
+from support.qtools import copy_demo_queue, imgquilt
+from support.registry_server import start_registry
 from imgquilt.image.image_source import ImageSource
 from imgquilt.image.layers.blobio import VerifiedBlobs
 from imgquilt.sources import open_image

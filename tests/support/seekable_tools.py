@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from imagetools import manifest, run, skopeo_copy
+from support.imagetools import manifest, run, skopeo_copy
 
 
 def zstd_chunked_copy(src: str, layout: Path, tag: str) -> str:

@@ -1,6 +1,6 @@
 """A Debian root holding this machine's own Debian CPython (/usr/bin/python3.11, its standard library,
 its C extension modules in lib-dynload and every shared library they link against), made offline by
-copying those files at their own paths (tests/pybase.py's way), for `imgquilt boot` to run for real.
+copying those files at their own paths (tests/support/pybase.py's way), for `imgquilt boot` to run for real.
 
 pip on Debian installs into /usr/local/lib/python3.X/dist-packages: the packages of a test go there.
 Made once per test session (a module-scoped fixture copies it), about 60 MB.
@@ -11,7 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-from pybase import _SKIP_STDLIB, _copy, _is_elf, _libs
+from support.pybase import _SKIP_STDLIB, _copy, _is_elf, _libs
 
 PYTHON = Path("/usr/bin/python3.11")
 DIST = "usr/local/lib/python3.11/dist-packages"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from imgquilt.queue.patchfile import Header, build_patch, make_section
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "tool"
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imagetools import build_oci, file
-from qtools import write_patch
+from support.imagetools import build_oci, file
+from support.qtools import write_patch
 
 SITE = "usr/local/lib/python3.11/site-packages"
 PKG = f"{SITE}/tinylib"

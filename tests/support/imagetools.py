@@ -350,7 +350,7 @@ SERVICE = b"def port():\n    return 8000\n"
 def service_on_top(tmp_path: Path) -> tuple[Path, Path]:
     """`oci:LAYOUT:v1` whose top layer holds srv/app/svc.py over two layers no target needs, and a
     queue (tmp_path/queue) of one patch to it: for tests that lower layers are never read."""
-    from qtools import write_patch
+    from support.qtools import write_patch
 
     layout = tmp_path / "img"
     build_oci(layout, [

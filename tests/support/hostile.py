@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from imgquilt.util.sealing import canonical
-from qtools import Run, imgquilt, tree_hash
+from support.qtools import Run, imgquilt, tree_hash
 
 CONF = b"workers = 2\n"
 NEW_CONF = b"workers = 8\n"
