@@ -12,7 +12,7 @@ import pytest
 from support import boottools as bt
 from support.imagetools import run
 from support.qtools import imgquilt
-from test_schemas import validator
+from support.schemas import validator
 
 
 @pytest.fixture(scope="module")

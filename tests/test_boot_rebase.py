@@ -17,7 +17,7 @@ import pytest
 
 from support import pyroot
 from support.qtools import imgquilt, tree_hash, write_patch
-from test_schemas import validator
+from support.schemas import validator
 
 pytestmark = pytest.mark.skipif(not pyroot.available(), reason="needs Debian's /usr/bin/python3.11")
 

@@ -13,7 +13,7 @@ import pytest
 
 from support.imagetools import build_oci, file
 from support.qtools import imgquilt, write_patch
-from test_schemas import validator
+from support.schemas import validator
 
 DATA = Path(__file__).parent / "data" / "vllm"
 SITE = "usr/local/lib/python3.12/dist-packages"

@@ -17,7 +17,7 @@ import pytest
 from support.imagetools import blob_path, build_oci, file, manifest
 from imgquilt.sources import open_source
 from support.qtools import empty_queue, imgquilt, write_patch
-from test_cache_trust import BROKEN, GOOD, _images, _layer
+from support.cache_rows import BROKEN, GOOD, _images, _layer
 
 TEAM_KEY = "f" * 16 + "0123456789abcdef" * 3
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from support.imagetools import build_oci, file
 from imgquilt.cache import DigestStore
 from imgquilt.cache.layers import LayerCache
 from imgquilt.cache.usage import prune, trim
@@ -24,9 +23,8 @@ from imgquilt.pycheck.names import checker_version
 from imgquilt.pycheck.ruffscreen import ruff_screen
 from support.qtools import empty_queue, imgquilt, tree_hash, write_patch
 from support.registry_server import registry  # noqa: F401 (fixture)
+from support.cache_rows import BROKEN, GOOD, _images, _layer
 
-GOOD = b"def serve():\n    return 1\n"
-BROKEN = b"def serve(:\n    return 1\n"
 NOBODY = 65534
 HOW = ["world-writable", "group-writable", "foreign-owner", "linked-part"]
 
@@ -114,20 +112,6 @@ def test_the_users_own_cache_is_used(tmp_path: Path, env) -> None:
     cache = tmp_path / "cache"
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
     assert all(stat.S_IMODE((cache / p).stat().st_mode) & 0o022 == 0 for p in os.listdir(cache))
-
-
-# --- the relabelled index ----------------------------------------------------------------------------
-def _images(tmp_path: Path) -> tuple[Path, Path]:
-    a = build_oci(tmp_path / "a", [[file("etc/app.conf", b"workers = 2\n"), file("etc/other", b"a\n")]])
-    b = build_oci(tmp_path / "b", [[file("etc/app.conf", b"workers = 3\n"), file("etc/other", b"b\n")]])
-    return a, b
-
-
-def _layer(layout: Path) -> str:
-    index = json.loads((layout / "index.json").read_text())
-    digest = index["manifests"][0]["digest"].split(":")[1]
-    manifest = json.loads((layout / "blobs/sha256" / digest).read_text())
-    return manifest["layers"][-1]["digest"]
 
 
 def _relabel(cache: Path, layers_dir: Path, index_dir: Path, from_digest: str, to_digest: str) -> None:

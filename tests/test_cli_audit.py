@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import git
@@ -11,16 +10,13 @@ import pytest
 
 from imgquilt.engine.result import RECORD_PATH
 from support.qtools import imgquilt
-from test_audit import SCENARIO_BASE, SCENARIO_NOW, SCENARIO_PATCHES, check_scenario, write_queue, write_tree
+from support.audit_scenario import SCENARIO_BASE, SCENARIO_NOW, SCENARIO_PATCHES, check_scenario, write_queue, write_tree
+from support.audit_image import applied_patches, build_scenario_image, umoci
 
 
 @pytest.fixture
 def queue(tmp_path: Path) -> Path:
     return write_queue(tmp_path / "q", SCENARIO_PATCHES)
-
-
-def applied_patches():
-    return [p for p in SCENARIO_PATCHES if p[0] != "0006-missing-f.patch"]
 
 
 # --- a rootfs ---------------------------------------------------------------------------------------
@@ -147,31 +143,6 @@ def test_history_outside_git_is_a_usage_error(tmp_path: Path, queue: Path, cli_e
     root = write_tree(tmp_path / "root", SCENARIO_NOW)
     r = imgquilt("audit", "--history", "--root", str(root), cwd=queue, env=cli_env, check=2)
     assert "not inside a git repository" in r.err
-
-
-# --- OCI images (umoci builds them; imgquilt reads them) ------------------------------------------------
-def umoci(*args: str) -> None:
-    subprocess.run(["umoci", *args], check=True, capture_output=True)
-
-
-def build_scenario_image(tmp_path: Path) -> Path:
-    """oci layout with tag `base` (one layer: every base) and tag `now` (plus a layer with the changes
-    and a whiteout of etc/f.conf)."""
-    img = tmp_path / "img"
-    umoci("init", "--layout", str(img))
-    umoci("new", "--image", f"{img}:base")
-    umoci("unpack", "--image", f"{img}:base", str(tmp_path / "b1"))
-    write_tree(tmp_path / "b1/rootfs", SCENARIO_BASE)
-    umoci("repack", "--image", f"{img}:base", str(tmp_path / "b1"))
-    umoci("unpack", "--image", f"{img}:base", str(tmp_path / "b2"))
-    upper = tmp_path / "b2/rootfs"
-    for path, data in SCENARIO_NOW.items():
-        if data is None:
-            (upper / path).unlink()
-        elif data != SCENARIO_BASE[path]:
-            (upper / path).write_bytes(data)
-    umoci("repack", "--image", f"{img}:now", str(tmp_path / "b2"))
-    return img
 
 
 def test_json_reports_every_state_of_an_oci_image_with_a_whiteout(tmp_path: Path, queue: Path, cli_env) -> None:

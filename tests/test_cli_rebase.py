@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 
 from support.qtools import imgquilt, write_patch
-from test_rebase import (
+from support.rebase_queue import (
     DEBUG_LINE, ENVS, LOADED_LINE, LOADED_VERIFY, SHARD_LOG, SHARD_LOG_PY, SITE311, SITE312, WEIGHTS,
     WEIGHTS_V1, WEIGHTS_V2, make_patches, make_root, patched, snapshot,
 )
-
-W311 = f"{SITE311}/{WEIGHTS}"
+from support.rebase_cli import W311
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from support.hostile import forger_seal, refused, unchanged
 from support.qtools import imgquilt
-from test_hostile_state import stopped  # noqa: F401 (fixture)
+from support.rebase_stopped import stopped  # noqa: F401 (fixture)
 
 
 def _planted(q: Path, victim: Path, seal: str | None) -> None:

@@ -15,7 +15,7 @@ import pytest
 from support.qtools import TOOL, copy_demo_queue, imgquilt
 from support.registry_server import fault_proxy, registry  # noqa: F401 (fixtures)
 from support.registry_server import seed
-from test_provenance import DEMO, DSSE, keys, subject_of  # noqa: F401 (fixture)
+from support.provenance import DEMO, DSSE, keys, subject_of  # noqa: F401 (fixture)
 
 INDEX = "application/vnd.oci.image.index.v1+json"
 HOSTILE_INDEXES = {

@@ -254,7 +254,7 @@ def _trimmed(orig: Path, deb: Path, dest: Path) -> tuple[Path, Path]:
 
 @pytest.mark.parametrize("package", list(FIELD))
 def test_a_whole_debian_series_imports_with_no_flag_and_applies_as_quilt_does(tmp_path: Path, debian_sources, package: str) -> None:
-    from test_import_real_patches import tree_state
+    from support.import_trees import tree_state
 
     pristine, patches = _trimmed(*_source(package, FIELD[package].split(":")[-1]), tmp_path / "src")
     q = tmp_path / "queue"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from support.qtools import imgquilt
-from test_import_crash import queue_hash
-from test_import_real_patches import LINK, make_tree, refused_with_hint
+from support.killpoints import queue_hash
+from support.import_trees import LINK, make_tree, refused_with_hint
 
 TREE = {"etc/app.conf": "a = 1\nb = 2\n", "etc/link": (LINK, "app.conf"), "loop1": (LINK, "loop2"), "loop2": (LINK, "loop1")}
 MOD = b"@@ -1,2 +1,2 @@\n a = 1\n-b = 2\n+b = 3\n"

@@ -14,14 +14,8 @@ from pathlib import Path
 
 from imgquilt.queue.patchfile import parse_patch
 from support.qtools import imgquilt
-from test_import_real_patches import LINK, make_tree, refused_with_hint, tree_state
-
-
-def git(repo: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="A U Thor", GIT_AUTHOR_EMAIL="author@example.org", GIT_COMMITTER_NAME="C O Mitter",
-               GIT_COMMITTER_EMAIL="c@example.org", GIT_AUTHOR_DATE="2024-05-01T10:00:00Z", GIT_COMMITTER_DATE="2024-05-01T10:00:00Z",
-               GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
-    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout
+from support.import_trees import LINK, make_tree, refused_with_hint, tree_state
+from support.import_git import git
 
 
 def repo_with(tmp: Path, spec: dict[str, object], exe: tuple[str, ...] = ()) -> Path:

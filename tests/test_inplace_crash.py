@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,23 +32,12 @@ from imgquilt.engine.plan import plan_apply
 from imgquilt.queue.queue import load_queue
 from imgquilt.rootfs.inplace import recover, write_in_place
 from imgquilt.rootfs.source import RootfsSource
-from support.qtools import TOOL, imgquilt, tree_hash, write_patch
-from support.killpoints import CHANGING, STRACE, traced
+from support.qtools import imgquilt, tree_hash, write_patch
+from support.killpoints import STRACE
 from support.killpoints import fresh as _fresh
 from support.killpoints import kill_points as _kill_points
 from support.killpoints import sample as _sample
-
-DRIVER = """
-import sys
-from pathlib import Path
-from imgquilt.engine.plan import plan_apply
-from imgquilt.queue.queue import load_queue
-from imgquilt.rootfs.inplace import hold_root, write_in_place
-from imgquilt.rootfs.source import RootfsSource
-q, root = Path(sys.argv[1]), Path(sys.argv[2])
-with hold_root(root) as held:  # as outputs.apply_queue: lock and recover, then plan, then write
-    write_in_place(root, plan_apply(load_queue(q), RootfsSource(root), None), held=held)
-"""
+from support.inplace_crash import REVERSE_DRIVER, _run, run_traced
 
 
 def _content(i: int) -> bytes:
@@ -89,18 +77,6 @@ def _build(tmp: Path) -> tuple[Path, Path]:
     q = tmp / "q"
     write_patch(q, "0001-fifty.patch", changes)
     return old, q
-
-
-def run_traced(driver: str, *argv: str, inject: str | None = None, log: Path | None = None) -> subprocess.CompletedProcess:
-    """Run `driver` (Python source) with `argv`: traced into `log` (every changing call), or killed by
-    strace as it enters the call `inject` names (SYSCALL:signal=SIGKILL:when=N), or (neither) plainly."""
-    env = dict(os.environ, PYTHONPATH=str(TOOL), PYTHONDONTWRITEBYTECODE="1")
-    cmd = traced(log, inject, CHANGING) if log is not None or inject is not None else []  # [] : a plain run
-    return subprocess.run(cmd + [sys.executable, "-c", driver, *argv], env=env, capture_output=True, text=True)
-
-
-def _run(q: Path, root: Path, inject: str | None = None, log: Path | None = None) -> subprocess.CompletedProcess:
-    return run_traced(DRIVER, str(q), str(root), inject=inject, log=log)
 
 
 def _second_apply(q: Path, root: Path) -> None:
@@ -163,15 +139,6 @@ def test_kill_at_every_changing_syscall_recovers_old_or_new(tmp_path: Path, cli_
     assert _run(q, root, inject="renameat:signal=SIGKILL:when=3").returncode == -9
     imgquilt("--queue", str(q), "apply", "--root", str(root), "--no-python-check", cwd=tmp_path, env=cli_env, check=0)
     assert tree_hash(root) == new_hash[root]
-
-
-REVERSE_DRIVER = """
-import sys
-from pathlib import Path
-from imgquilt.queue.queue import load_queue
-from imgquilt.verbs.restore import reverse
-reverse(load_queue(Path(sys.argv[1])), Path(sys.argv[2]))  # apply --reverse --root: lock, recover, plan, write
-"""
 
 
 def _run_reverse(q: Path, root: Path, inject: str | None = None, log: Path | None = None) -> subprocess.CompletedProcess:

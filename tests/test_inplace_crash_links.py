@@ -22,7 +22,10 @@ from imgquilt.queue.patchfile import Header, build_patch, make_section
 from imgquilt.rootfs.inplace import recover
 from imgquilt.store import ObjectStore
 from support.qtools import empty_queue, tree_hash
-from test_inplace_crash import DRIVER, REVERSE_DRIVER, STRACE, _fresh, _kill_points, run_traced
+from support.inplace_crash import DRIVER, REVERSE_DRIVER, run_traced
+from support.killpoints import STRACE
+from support.killpoints import fresh as _fresh
+from support.killpoints import kill_points as _kill_points
 
 RESTORE_DRIVER = """
 import sys

@@ -17,7 +17,7 @@ import pytest
 
 from support.qtools import imgquilt, write_patch
 from support.killpoints import driver_env, fresh, kill_points, sample, traced
-from test_rebase import (
+from support.rebase_queue import (
     DEBUG_LINE,
     LOADED_LINE,
     LOADED_VERIFY,

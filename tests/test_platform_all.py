@@ -14,29 +14,18 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from support.imagetools import make_index, manifest, run, skopeo_copy
+from support.imagetools import make_index, manifest, run
 from support.qtools import REPO, copy_demo_queue, imgquilt
 from support.registry_server import registry  # noqa: F401 (fixture)
 from support.registry_server import skopeo
+from support.platforms import multi  # noqa: F401 (fixtures)
 
 TARGET = "home/app/config.toml"
-DEMO_REF = f"oci:{REPO}/examples/demo-image:latest"
 
 
 def lock_final(q: Path, path: str) -> str:
     lock = tomllib.loads((q / "targets.lock").read_text())
     return next(t["final_sha256"] for t in lock["target"] if t["path"] == path)
-
-
-@pytest.fixture(scope="module")
-def multi(tmp_path_factory) -> Path:
-    """oci:DIR:multi, an index over the demo image as linux/amd64 and a copy of it made linux/arm64."""
-    layout = tmp_path_factory.mktemp("multi") / "img"
-    skopeo_copy(DEMO_REF, f"oci:{layout}:amd")
-    skopeo_copy(DEMO_REF, f"oci:{layout}:arm")
-    run("umoci", "config", "--image", f"{layout}:arm", "--architecture", "arm64")
-    make_index(layout, {"linux/amd64": "amd", "linux/arm64": "arm"}, "multi", keep_members=True)
-    return layout
 
 
 @pytest.fixture

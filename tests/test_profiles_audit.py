@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from support.qtools import REPO, imgquilt
-from test_profiles import ENV, SELECTS, images, make_queue, unpack  # noqa: F401 (images: fixture)
+from support.profiles import ENV, SELECTS, images, make_queue, unpack  # noqa: F401 (images: fixture)
 
 needs = lambda name: pytest.mark.skipif(shutil.which(name) is None, reason=f"{name} not installed")  # noqa: E731
 
@@ -214,7 +214,7 @@ def test_apply_reverse_root_takes_the_profile_line_repeated(images, tmp_path: Pa
 @needs("umoci")
 def test_an_output_of_an_older_queue_is_told_to_rebuild_not_rebase(images, tmp_path: Path) -> None:  # noqa: F811
     from support.qtools import write_patch
-    from test_profiles import CONFIG
+    from support.profiles import CONFIG
 
     q, env = make_queue(tmp_path, images)
     out = tmp_path / "out"

@@ -29,31 +29,13 @@ from support.imagetools import blob_path, build_oci, file, put_blob, read_index,
 from support.qtools import REPO, copy_demo_queue, imgquilt, write_patch
 from support.registry_server import fault_proxy, registry  # noqa: F401 (fixtures)
 from support.registry_server import seed, skopeo
-from test_platform_all import multi  # noqa: F401 (fixture)
+from support.platforms import multi  # noqa: F401 (fixture)
+from support.provenance import DSSE, keys, openssl, subject_of  # noqa: F401 (fixtures)
 
-DSSE = "application/vnd.dsse.envelope.v1+json"
 PREDICATE = "https://imgquilt.example/attestation/apply/v1"
 STATEMENT = "https://in-toto.io/Statement/v1"
 SCHEMAS = REPO / "docs" / "schemas"
-DEMO = f"oci:{REPO}/examples/demo-image:latest"
 RECORD = "var/lib/imgquilt/applied.json"
-
-
-# --- keys and the independent check ---------------------------------------------------------------
-def openssl(*args: str) -> bytes:
-    return subprocess.run(["openssl", *args], check=True, capture_output=True).stdout
-
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory) -> dict[str, Path]:
-    """ed / ec (P-256) / other (a second Ed25519) private keys and their .pub halves, made by openssl."""
-    d = tmp_path_factory.mktemp("keys")
-    openssl("genpkey", "-algorithm", "ed25519", "-out", str(d / "ed.pem"))
-    openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(d / "ec.pem"))
-    openssl("genpkey", "-algorithm", "ed25519", "-out", str(d / "other.pem"))
-    for name in ("ed", "ec", "other"):
-        openssl("pkey", "-in", str(d / f"{name}.pem"), "-pubout", "-out", str(d / f"{name}.pub"))
-    return {**{n: d / f"{n}.pem" for n in ("ed", "ec", "other")}, **{f"{n}.pub": d / f"{n}.pub" for n in ("ed", "ec", "other")}}
 
 
 def key_id(pub: Path) -> str:
@@ -207,11 +189,6 @@ def attach_in_registry(ref: str, subject: dict, envelope: bytes) -> str:
                  {"in-toto.io/predicate-type": PREDICATE})
     assert push_referrer(ref, r).startswith("tag sha256-")
     return r.digest
-
-
-def subject_of(ref: str) -> dict:
-    raw = skopeo("inspect", "--raw", "--tls-verify=false", ref).encode()
-    return {"mediaType": json.loads(raw)["mediaType"], "digest": "sha256:" + hashlib.sha256(raw).hexdigest(), "size": len(raw)}
 
 
 def change_queue(q: Path) -> None:

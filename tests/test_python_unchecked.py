@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from support.qtools import imgquilt
-from test_rebase import WEIGHTS_V1, WEIGHTS_V2, make_patches, make_root
+from support.rebase_queue import WEIGHTS_V1, WEIGHTS_V2, make_patches, make_root
 
 APP = "usr/lib/python3/dist-packages/app/main.py"
 BASE = b"import os\n\n\ndef port():\n    return int(os.environ.get('PORT', '8080'))\n"
@@ -110,7 +110,7 @@ def test_continue_without_the_check_after_a_python_stop_marks_what_it_carries(tm
     """The issue's own shape: the rebase stops on a Python finding, the user goes on with
     `rebase --continue --no-python-check`; the patches carried from there on are marked, the one merged
     before with the check on is not, and check / check --strict / apply say which."""
-    from test_rebase import SITE311, WEIGHTS
+    from support.rebase_queue import SITE311, WEIGHTS
 
     q, old, _ = _rebase_session(tmp_path, cli_env)
     # upstream renamed load_checkpoint's `verify` to `check`: 0002's new line still says `verify`

@@ -27,7 +27,7 @@ import pytest
 
 from support.imagetools import build_oci, file, umoci_edit
 from support.qtools import imgquilt, write_patch
-from test_profiles import files_of, snapshot, unpack
+from support.profiles import files_of, snapshot, unpack
 
 needs = lambda name: pytest.mark.skipif(shutil.which(name) is None, reason=f"{name} not installed")  # noqa: E731
 pytestmark = [needs("umoci"), needs("git"), needs("patch")]
@@ -114,7 +114,7 @@ def _labels(patch: str, new_ref: str) -> tuple[str, str, str]:
 
 def _valid(doc: dict) -> dict:
     """The document holds to docs/schemas/rebase.schema.json."""
-    from test_schemas import validator
+    from support.schemas import validator
 
     errors = [e.message for e in validator("rebase").iter_errors(doc)]
     assert not errors, errors
@@ -566,7 +566,7 @@ def test_diff_upstream_during_a_stopped_bump_shows_each_profiles_upstream(queue,
     """Each profile of a stopped rebase has its own old pin and new image: `diff --upstream` shows the
     change under the patch in each profile that carries it, a --split copy in the profiles it is made
     for, and `--profile NAME` that profile's alone."""
-    from test_schemas import validator
+    from support.schemas import validator
 
     q, env = queue
     imgquilt("rebase", "--profile", "all", "--image", f"cuda={lines['v2']}", "--image", f"rocm={lines['v2r']}", "--split",

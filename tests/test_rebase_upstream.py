@@ -14,8 +14,8 @@ from support.imagetools import build_oci, file
 from imgquilt.pycheck.regions import CHANGED, CLASS, FUNCTION, LINES, MOVED, REMOVED, regions_of, upstream_changes
 from imgquilt.queue.patchfile import make_section
 from support.qtools import imgquilt, write_patch
-from test_schemas import validator
-from test_rebase import DEBUG_LINE, ENVS, ENVS_V1, SITE311, WEIGHTS, WEIGHTS_V1, WEIGHTS_V2, make_patches, make_root
+from support.schemas import validator
+from support.rebase_queue import DEBUG_LINE, ENVS, ENVS_V1, SITE311, WEIGHTS, WEIGHTS_V1, WEIGHTS_V2, make_patches, make_root
 
 W311 = f"{SITE311}/{WEIGHTS}"
 

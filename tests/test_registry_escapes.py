@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from support.registry_server import fault_proxy, registry  # noqa: F401 (fixtures)
-from test_registry_failures import queue  # noqa: F401 (fixture: the demo queue, unlocked)
-from test_registry_hostile import Elsewhere, answer, bad, cli, env  # noqa: F401 (env: a fixture)
+from support.registry_queue import queue  # noqa: F401 (fixture: the demo queue, unlocked)
+from support.registry_hostile import Elsewhere, answer, bad, cli, env  # noqa: F401 (env: a fixture)
 
 CSI = "\x1b[2J\x1b[31m"
 OSC = "\x1b]0;pwned\x07"

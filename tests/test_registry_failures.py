@@ -10,9 +10,10 @@ import pytest
 
 from imgquilt.image.registry import parse_registry_ref
 from imgquilt.image.sources.registry import registries
-from support.qtools import copy_demo_queue, imgquilt
+from support.qtools import imgquilt
 from support.registry_server import PASSWORD, USER, free_port
 from support.registry_server import basic_registry, fault_proxy, registry, token_registry  # noqa: F401 (fixtures)
+from support.registry_queue import queue  # noqa: F401 (fixtures)
 
 
 @pytest.fixture
@@ -20,13 +21,6 @@ def env(cli_env, tmp_path):
     cli_env["IMGQUILT_CACHE_DIR"] = str(tmp_path / "cache")
     cli_env["REGISTRY_AUTH_FILE"] = str(tmp_path / "no-auth.json")
     return cli_env
-
-
-@pytest.fixture
-def queue(tmp_path):
-    q = copy_demo_queue(tmp_path / "q")
-    (q / "targets.lock").unlink()
-    return q
 
 
 def has_tag(registry, name: str) -> bool:

@@ -9,11 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import resource
-import subprocess
-import sys
-import threading
 import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -21,41 +16,11 @@ from pathlib import Path
 import pytest
 
 from imgquilt.image.registry import RegistryClient, parse_registry_ref
-from support.qtools import TOOL, Run, copy_demo_queue, write_patch
-from support.registry_server import PASSWORD, USER, QuietServer, free_port, start_fault_proxy
+from support.qtools import copy_demo_queue, write_patch
+from support.registry_server import PASSWORD, USER, start_fault_proxy
 from support.registry_server import basic_registry, fault_proxy, registry  # noqa: F401 (fixtures)
-from test_registry_failures import queue  # noqa: F401 (fixture: the demo queue, unlocked)
-
-MEMORY_CAP = 1 << 30
-
-
-@pytest.fixture
-def env(tmp_path):
-    e = dict(os.environ, PYTHONPATH=str(TOOL), IMGQUILT_CACHE_DIR=str(tmp_path / "cache"), IMGQUILT_NO_RUFF="1",
-             REGISTRY_AUTH_FILE=str(tmp_path / "no-auth.json"), HOME=str(tmp_path / "home"))
-    e.pop("IMGQUILT_QUEUE", None)
-    return e
-
-
-def cli(*args: str, cwd: Path, env: dict[str, str], timeout: float = 90) -> Run:
-    """The real CLI with at most 1 GiB of address space; a run past `timeout` fails the test."""
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
-
-    try:
-        p = subprocess.run([sys.executable, "-m", "imgquilt", *args], cwd=cwd, env=env, capture_output=True,
-                           text=True, preexec_fn=limit, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"imgquilt {' '.join(args)} still ran after {timeout} s (no deadline)")
-    return Run(p.returncode, p.stdout, p.stderr)
-
-
-def bad(r: Run, *words: str) -> None:
-    text = r.out + r.err
-    assert r.code == 6, f"exit {r.code}, wanted 6\n{text}"
-    assert "Traceback" not in text and "internal error" not in text, text
-    for w in words:
-        assert w in text, f"{w!r} not in:\n{text}"
+from support.registry_queue import queue  # noqa: F401 (fixture: the demo queue, unlocked)
+from support.registry_hostile import Elsewhere, answer, bad, cli, env  # noqa: F401 (fixtures)
 
 
 def creds_file(tmp_path: Path, host: str) -> Path:
@@ -63,48 +28,6 @@ def creds_file(tmp_path: Path, host: str) -> Path:
     token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
     path.write_text(json.dumps({"auths": {host: {"auth": token}}}))
     return path
-
-
-class Elsewhere:
-    """Another origin (127.0.0.1 on another port): logs every request with its Authorization, and
-    answers each with `answer(handler)` (default: 404)."""
-
-    def __init__(self, answer=None) -> None:
-        self.seen: list[tuple[str, str, str | None]] = []
-        self.answer = answer
-        self.port = free_port()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _handle(self) -> None:
-                outer.seen.append((self.command, self.path, self.headers.get("Authorization")))
-                length = int(self.headers.get("Content-Length") or 0)
-                if length:
-                    self.rfile.read(length)
-                if outer.answer is not None:
-                    outer.answer(self)
-                    return
-                self.send_response(404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = QuietServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture
@@ -120,18 +43,6 @@ def basic_proxy(basic_registry):
     yield proxy
     httpd.shutdown()
     httpd.server_close()
-
-
-def answer(status: int, headers: dict[str, str], body: bytes = b""):
-    def write(h: BaseHTTPRequestHandler) -> None:
-        h.send_response(status)
-        for k, v in headers.items():
-            h.send_header(k, v)
-        h.send_header("Content-Length", str(len(body)))
-        h.send_header("Connection", "close")  # the proxy closes after a raw answer
-        h.end_headers()
-        h.wfile.write(body)
-    return ("raw", write)
 
 
 def endless(status: int, headers: dict[str, str] | None = None):

@@ -12,8 +12,9 @@ from imgquilt.engine.result import RECORD_PATH
 from support.qtools import imgquilt, write_patch
 from support.registry_server import inspect_digest, seed, skopeo
 from support.registry_server import registry  # noqa: F401 (fixture)
-from test_audit import check_scenario, write_queue
-from test_cli_audit import SCENARIO_PATCHES, applied_patches, build_scenario_image
+from support.audit_scenario import check_scenario, write_queue
+from support.audit_image import applied_patches, build_scenario_image
+from support.audit_scenario import SCENARIO_PATCHES
 
 
 @pytest.fixture

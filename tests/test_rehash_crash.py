@@ -33,7 +33,7 @@ from support.killpoints import STRACE, traced, nth_call, queue_hash
 from support.killpoints import driver_env as _env
 from support.killpoints import fresh as _fresh
 from support.killpoints import kill_points as _kill_points
-from test_rehash import MOD, NAMES, chain, hand_edit
+from support.rehash_queue import MOD, NAMES, chain, hand_edit
 
 RENAMES = ("rename", "renameat", "renameat2")
 EDIT = (b"+LINE_03 = 3  # one\n", b"+LINE_03 = 3  # one\n+EXTRA = 0\n")

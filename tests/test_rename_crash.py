@@ -31,7 +31,7 @@ from support.killpoints import STRACE, traced, queue_hash
 from support.killpoints import driver_env as _env
 from support.killpoints import fresh as _fresh
 from support.killpoints import kill_points as _kill_points
-from test_rehash import BASE, MOD, NAMES, P1, P2, P3
+from support.rehash_queue import BASE, MOD, NAMES, P1, P2, P3
 
 COMMANDS = {
     "rename": ["rename", "-P", NAMES[1], "02-renamed.patch"],

@@ -15,25 +15,13 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from support.qtools import REPO, Run, copy_demo_queue, imgquilt
+from support.qtools import Run, copy_demo_queue, imgquilt
+from support.schemas import SCHEMAS, validator
 
-SCHEMAS = REPO / "docs" / "schemas"
 DEMO = "oci:examples/demo-image:latest"
 CONFIG = "home/app/config.toml"
 PORT_DIFF = '--- a/home/app/config.toml\n+++ b/home/app/config.toml\n@@ -3,2 +3,2 @@\n host = "0.0.0.0"\n-port = 8080\n+port = 9090\n'
 NO_JSON = {"completion"}  # prints a shell script, not a report
-
-
-def schema(command: str) -> dict:
-    return json.loads((SCHEMAS / f"{command}.schema.json").read_text())
-
-
-def validator(command: str, part: str | None = None) -> Draft202012Validator:
-    doc = schema(command)
-    if part is not None:  # one branch of the schema, keeping $defs for its references
-        doc = {**doc["$defs"][part], "$defs": doc["$defs"]}
-    Draft202012Validator.check_schema(doc)
-    return Draft202012Validator(doc)
 
 
 def document(r: Run) -> dict:

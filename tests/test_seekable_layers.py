@@ -15,7 +15,7 @@ from support.imagetools import (blob_path, build_oci, dir_, file, flip_byte, har
                         whiteout)
 from support.qtools import empty_queue, imgquilt, write_patch
 from support.seekable_tools import containerd, ctr_remote_convert, zstd_chunked_copy, zstd_toc
-from test_layer_semantics import BASE as SEMANTICS_BASE
+from support.layer_semantics import BASE as SEMANTICS_BASE
 from imgquilt.cache.layers import LayerCache
 from imgquilt.errors import DigestMismatch, ImgquiltError
 from imgquilt.image.image_source import ImageSource

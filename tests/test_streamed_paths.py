@@ -350,7 +350,7 @@ def test_kill_at_every_changing_syscall_of_a_streamed_in_place_apply(tmp_path: P
     """test_inplace_crash's sweep on the streamed path: every content spooled (the result written into its
     temp beside the target by copy_file_range), kill -9 at every call that may change the filesystem;
     after recovery the root is exactly old or exactly new, and a second apply reaches new."""
-    import test_inplace_crash as crash  # its driver (_run), which traces crash.CHANGING
+    from support import inplace_crash as crash  # its driver (_run), which traces crash.CHANGING
     from support import killpoints
     from imgquilt.engine.plan import plan_apply
     from imgquilt.queue.queue import load_queue

@@ -19,8 +19,8 @@ import pytest
 from support.imagetools import build_oci, dir_, file, run, symlink
 from imgquilt.queue.patchfile import parse_patch
 from support.qtools import imgquilt
-from test_import_git_forms import git
-from test_import_real_patches import tree_state
+from support.import_git import git
+from support.import_trees import tree_state
 
 pytestmark = pytest.mark.skipif(shutil.which("umoci") is None, reason="umoci is needed")
 
