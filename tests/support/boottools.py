@@ -1,5 +1,6 @@
 """A small package in two versions, as an image bump brings them, and a queue that boots on the old
-one only: for the cross-module Python check and the rebase report (tests/test_boot_*.py).
+one only: for the cross-module Python check and the rebase report (tests/pycheck/test_boot_check.py,
+test_crosscheck.py).
 
 tinylib 1 -> 2:
 - `helper` moved from tinylib/util.py to tinylib/helpers.py;

@@ -1,4 +1,4 @@
-"""Helpers for the hostile-input suites (tests/test_hostile_*.py): canaries, a small rootfs, runs.
+"""Helpers for the hostile-input suites (tests/*/test_hostile_*.py): canaries, a small rootfs, runs.
 
 Every case runs the real console script and asserts the exit code, a word of the message, and that
 a canary tree outside the root/queue/output hashes the same before and after.

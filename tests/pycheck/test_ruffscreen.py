@@ -22,7 +22,7 @@ from imgquilt.queue.queue import load_queue
 from imgquilt.pycheck.ruffscreen import RuffScreen, ruff_screen
 from support.qtools import write_patch
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 CASES = {
     "clean.py": b"import os\n\n\ndef f():\n    return os.sep\n",

@@ -16,7 +16,7 @@ import pytest
 from imgquilt.fs.pycache import Bytecode, pycache_names, source_dirs
 from imgquilt.pycheck.bytecode import CURRENT, IGNORED, STALE, UNCHECKED, Seen, judge, read_header, siphash, source_hash
 
-DATA = Path(__file__).parent / "data" / "pyc"
+DATA = Path(__file__).parents[1] / "data" / "pyc"
 SRC = (DATA / "mod.py").read_bytes()
 TS_MTIME = 1796144216
 VERSIONS = {"cpython-37": "3.7", "cpython-38": "3.8", "cpython-39": "3.9", "cpython-310": "3.10",

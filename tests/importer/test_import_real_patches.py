@@ -20,7 +20,7 @@ from imgquilt.importer import parse_foreign, strip_path
 from support.qtools import imgquilt
 from support.import_trees import LINK, make_tree, refused_with_hint, tree_state
 
-DATA = Path(__file__).parent / "data/field-patches"
+DATA = Path(__file__).parents[1] / "data/field-patches"
 
 
 def preimage(data: bytes, strip: int) -> dict[str, bytes]:

@@ -15,7 +15,7 @@ from support.imagetools import build_oci, file
 from support.qtools import imgquilt, write_patch
 from support.schemas import validator
 
-DATA = Path(__file__).parent / "data" / "vllm"
+DATA = Path(__file__).parents[1] / "data" / "vllm"
 SITE = "usr/local/lib/python3.12/dist-packages"
 LAYER = f"{SITE}/vllm/model_executor/layers/fused_moe/layer.py"
 PLAN = f"{SITE}/vllm_epfix/plan.py"

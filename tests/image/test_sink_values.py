@@ -10,7 +10,7 @@ from imgquilt.image.sinks.mutate import Addendum, History, append
 from imgquilt.rootfs.source import RootfsSource
 from imgquilt.sources import BackedByImage, base_image, open_image, open_source
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "examples" / "demo-image"
 
 

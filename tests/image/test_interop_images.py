@@ -19,7 +19,7 @@ import pytest
 
 from support.qtools import copy_demo_queue, imgquilt, tree_hash
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "examples" / "demo-image"
 sys.path.insert(0, str(REPO / "examples"))
 import build_demo  # noqa: E402

@@ -338,7 +338,7 @@ def test_digest_mismatch_is_constructed_in_one_helper():
     from imgquilt.image.digests import mismatch
 
     made = []
-    tool = Path(__file__).resolve().parent.parent / "tool"
+    tool = Path(__file__).resolve().parents[2] / "tool"
     for path in sorted((tool / "imgquilt").rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         for fn in ast.walk(tree):

@@ -189,7 +189,7 @@ def test_a_hostile_second_pyc_does_not_hide_the_stale_one(tmp_path: Path, cli_en
 def test_cannot_tell_is_said_and_strict_fails(tmp_path: Path, cli_env) -> None:
     """A timestamp pyc of another CPython whose mtime and size match: it would be loaded, and imgquilt
     cannot compare its code. Live, with "cannot tell" in text and JSON; exit 5 with --strict."""
-    data = Path(__file__).parent / "data" / "pyc"
+    data = Path(__file__).parents[1] / "data" / "pyc"
     src = (data / "mod.py").read_bytes()
     root = tmp_path / "root"
     (root / PKG / "__pycache__").mkdir(parents=True)

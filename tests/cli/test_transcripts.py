@@ -24,7 +24,7 @@ import pytest
 
 from support.qtools import TOOL, copy_demo_queue
 
-HERE = Path(__file__).resolve().parent / "transcripts"
+HERE = Path(__file__).resolve().parents[1] / "transcripts"
 EXIT = re.compile(r"^\[exit (\d+)\]$")
 
 

@@ -200,7 +200,7 @@ def test_fold_a_plain_diff_into_the_top_patch(world) -> None:
     assert [s.raw for s in p.sections] == [make_section("etc/svc.conf", CONF, CONF_8).raw, make_section("etc/svc.d/extra.conf", None, b"x = 1\n").raw]
     # a diff that does not fit is refused, nothing changes
     bad = b"--- a/etc/svc.conf\n+++ b/etc/svc.conf\n@@ -1,2 +1,2 @@\n [server]\r\n-workers = 3\r\n+workers = 4\r\n"
-    p2 = subprocess.run([sys.executable, "-m", "imgquilt", "fold", "-"], cwd=q, env={**env, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "tool")},
+    p2 = subprocess.run([sys.executable, "-m", "imgquilt", "fold", "-"], cwd=q, env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "tool")},
                         input=bad, capture_output=True)
     assert p2.returncode == 3, p2.stderr
     assert b"hunk 1 (header line 1) matches nowhere" in p2.stderr

@@ -28,7 +28,7 @@ from support.qtools import TOOL, imgquilt, tree_hash, write_patch
 PASSWD = b"root:x:0:0:root:/root:/bin/sh\n"
 CONF = b"workers = 2\n"
 NEW_CONF = b"workers = 8\n"
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def _root(tmp: Path) -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 from imgquilt.engine.record import parse_record, read_record_seen, record_document
 from imgquilt.fs.content import SpoolWriter, Spooled, chunks_of, held_if_small, link_content_at, pread_of, slice_of
 
-TOOL = Path(__file__).resolve().parent.parent / "tool" / "imgquilt"
+TOOL = Path(__file__).resolve().parents[2] / "tool" / "imgquilt"
 # every module reads bytes and a Spooled alike through fs.content (none is left out)
 NOT_YET: set[str] = set()
 

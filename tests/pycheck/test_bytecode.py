@@ -360,7 +360,7 @@ def test_registry_push_and_platform_all_run_the_patched_code(world, tmp_path: Pa
 def test_documents_match_their_schemas(world, tmp_path: Path, cli_env) -> None:
     from jsonschema import Draft202012Validator
 
-    schemas = Path(__file__).resolve().parent.parent / "docs" / "schemas"
+    schemas = Path(__file__).resolve().parents[2] / "docs" / "schemas"
 
     def check(command: str, out: str) -> None:
         doc = json.loads(out)

@@ -1,7 +1,7 @@
 """The image sink: base image + the apply's layer as oci:, oci-archive: and docker-archive:.
 
 The base images here are read by a deliberately tiny OCI-layout reader (below), so these tests
-pin the writer alone; tests/test_interop_images.py runs the whole CLI with the real readers.
+pin the writer alone; tests/image/test_interop_images.py runs the whole CLI with the real readers.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from imgquilt.image.sinks.mutate import ANNOTATION_BASE_DIGEST, ANNOTATION_BASE_
 from imgquilt.verbs.apply import LABEL_PATCHES, LABEL_SERIES, layer_tar_bytes, write_image
 from imgquilt.image.model import Descriptor
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "examples" / "demo-image"
 needs_skopeo = pytest.mark.skipif(shutil.which("skopeo") is None, reason="skopeo not installed")
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 SESSION = """
 import shutil
@@ -126,3 +126,31 @@ def test_the_typed_packages_only_grow() -> None:
         "tool/imgquilt/store.py",
     ):
         assert package in files, f"{package} left mypy's list: the list grows, it never shrinks"
+
+
+def test_each_test_file_sits_in_the_folder_of_the_package_it_proves() -> None:
+    """CONTRIBUTING.md "Where a test goes": test files in tests/<package>/ (a package of tool/imgquilt, or
+    house/ for the project's own rules), basenames unique (pytest imports them by basename, the SLOW table
+    names them so), no test file importing another (shared helpers live in tests/support/)."""
+    import ast
+
+    packages = {p.parent.name for p in (TESTS.parent / "tool" / "imgquilt").glob("*/__init__.py")}
+    folders = packages | {"house"}
+    code = [f for f in TESTS.rglob("*.py") if not {"data", "transcripts"} & set(f.relative_to(TESTS).parts)]
+    files = sorted(f for f in code if f.name.startswith("test_"))
+    assert len(files) > 100
+    misplaced = [str(f.relative_to(TESTS)) for f in files if f.parent.parent != TESTS or f.parent.name not in folders]
+    assert not misplaced, f"test files outside tests/<package>/ (CONTRIBUTING.md, where a test goes): {misplaced}"
+    names = [f.name for f in files]
+    assert len(set(names)) == len(names), sorted({n for n in names if names.count(n) > 1})
+    strays = [str(f.relative_to(TESTS)) for f in code if f not in files and f.parent.name != "support"]
+    strays = [s for s in strays if s != "conftest.py"]
+    assert not strays, f"helper modules outside tests/support/: {strays}"
+    crossing = []
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("test_"):
+                crossing.append(f"{f.name} imports {node.module}")
+            elif isinstance(node, ast.Import):
+                crossing += [f"{f.name} imports {a.name}" for a in node.names if a.name.startswith("test_")]
+    assert not crossing, f"a test file imports another (move the helper into tests/support/): {crossing}"
