@@ -13,6 +13,8 @@ from support.imagetools import run as tool
 from support.qtools import imgquilt, write_patch
 
 SHARED = [b"import os\n\n\ndef prep(x):\n    return x\n\n\nFUSED = os.environ.get('VLLM_GLM53_PREP_FUSED', '1')\n"]
+SHARED.append(SHARED[0].replace(b"return x\n", b"return x if x is not None else 0\n"))
+SHARED.append(SHARED[1] + b"\n\ndef prep_fused(x):\n    return prep(x)\n")
 
 
 CONFIG = [b"[server]\ntimeout = 30\nworkers = 2\n", b"[server]\ntimeout = 90\nworkers = 2\n"]

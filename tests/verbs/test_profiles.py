@@ -30,9 +30,6 @@ from support.profiles import CONFIG, ENV, EXTRA_A, EXTRA_B, RECORD, ROCM, SELECT
 
 needs = lambda name: pytest.mark.skipif(shutil.which(name) is None, reason=f"{name} not installed")  # noqa: E731
 
-SHARED.append(SHARED[0].replace(b"return x\n", b"return x if x is not None else 0\n"))
-SHARED.append(SHARED[1] + b"\n\ndef prep_fused(x):\n    return prep(x)\n")
-
 
 @pytest.fixture
 def queue(tmp_path: Path, images) -> tuple[Path, dict]:
