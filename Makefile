@@ -28,11 +28,15 @@ test: venv tools
 # a new module joins the list, and a file joins it when it is reformatted whole in a change of its own.
 # mypy checks the packages [tool.mypy] lists in pyproject.toml; the unit tests are those with no marker
 # that tests/conftest.py sets from what a test runs (tools, crash, network) and none in the slow table.
-FORMATTED := tests/support tests/test_gate.py tests/test_settings.py tests/test_content_model.py tool/imgquilt/settings.py \
-	tool/imgquilt/rebase/rerere.py tool/imgquilt/rebase/kept.py tool/imgquilt/rebase/port.py tool/imgquilt/cli/port.py tests/test_port.py tests/test_kept_resolutions.py \
-	tool/imgquilt/verbs/refs.py tool/imgquilt/verbs/fanout.py tool/imgquilt/verbs/check.py tool/imgquilt/verbs/verify.py tests/test_fanout.py \
-	tool/imgquilt/cli/documents.py tests/test_documents.py \
-	tool/imgquilt/util/reader.py tests/test_reader_base.py tests/test_json_members.py
+# The helpers that moved into tests/support/ from tests/ (qtools.py, imagetools.py, ...) keep the format they had.
+SUPPORT_FORMATTED := __init__ markers tools killpoints audit_image cache_rows import_trees layer_semantics platforms \
+	rebase_cli rebase_stopped registry_queue rehash_queue schemas
+FORMATTED := $(SUPPORT_FORMATTED:%=tests/support/%.py) tests/house/test_gate.py tests/house/test_settings.py tests/fs/test_content_model.py \
+	tool/imgquilt/settings.py tool/imgquilt/rebase/rerere.py tool/imgquilt/rebase/kept.py tool/imgquilt/rebase/port.py \
+	tool/imgquilt/cli/port.py tests/rebase/test_port.py tests/rebase/test_kept_resolutions.py \
+	tool/imgquilt/verbs/refs.py tool/imgquilt/verbs/fanout.py tool/imgquilt/verbs/check.py tool/imgquilt/verbs/verify.py tests/verbs/test_fanout.py \
+	tool/imgquilt/cli/documents.py tests/cli/test_documents.py \
+	tool/imgquilt/util/reader.py tests/util/test_reader_base.py tests/util/test_json_members.py
 UNIT := not tools and not crash and not network and not slow
 # the layering checker and its picture live with the project's shared tooling, beside the clone (CI's copy
 # too); a clone without them skips this step (docs/architecture.md says what it enforces)

@@ -8,7 +8,7 @@ a script whose figures go in docs/performance.md.
 The image is bench/build_vllm.py's (read only: its blobs are hard-linked, never changed). Its base
 layer holds this machine's standard library but no interpreter, so a variant is built beside it in
 WORKDIR: the same three layers and a fourth with this machine's /usr/bin/python3.11, its
-lib-dynload and every shared library they link against (tests/pyroot.py's way), with
+lib-dynload and every shared library they link against (tests/support/pyroot.py's way), with
 `PYTHONPATH=/usr/local/lib/python3.12/site-packages` in the image's Env (the wheels were unpacked for
 3.12; the pure-Python ones import on 3.11). The queue: six patches, one `.py` file each: five pure
 dependencies (packaging, idna, h11, filelock, cachetools: they boot) and vllm/envs.py (vllm's
@@ -62,7 +62,7 @@ def variant(vllm: Path, work: Path) -> str:
     layout = work / "image"
     if (layout / "index.json").is_file():
         return f"oci:{layout}:vllm-py"
-    from pyroot import debian_root
+    from support.pyroot import debian_root
 
     src = vllm / "image"
     staging = work / "python-root"

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from bench_apply import LAYERS, pick_targets, sh, write_queue  # noqa: E402
 from build_image import build_image  # noqa: E402
-from registry_server import start_registry  # noqa: E402
+from support.registry_server import start_registry  # noqa: E402
 
 
 def say(msg: str) -> None:

@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO / "tool"))
 
 from bench_apply import LAYERS, cli_env, pick_targets, sh, write_queue  # noqa: E402
 from build_image import build_image  # noqa: E402
-from registry_server import start_registry  # noqa: E402
+from support.registry_server import start_registry  # noqa: E402
 
 
 def say(msg: str) -> None:
@@ -54,7 +54,7 @@ def layer_bytes(layout: Path, tag: str) -> int:
 
 def produce(work: Path, image: Path, *, estargz: bool) -> dict[str, Path]:
     """The image in each format, as an OCI layout (made once; --reuse keeps them)."""
-    from seekable_tools import containerd, ctr_remote_convert, zstd_chunked_copy
+    from support.seekable_tools import containerd, ctr_remote_convert, zstd_chunked_copy
 
     layouts = {"gzip": image}
     zc = work / "zstd-chunked"

@@ -43,7 +43,7 @@ def say(msg: str) -> None:
 
 
 def main() -> int:
-    from imagetools import drop_store, private_store
+    from support.imagetools import drop_store, private_store
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/imgquilt-vllm-store"))

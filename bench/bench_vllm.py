@@ -112,7 +112,7 @@ def main() -> int:
     env = cli_env(work / "pycache", work / "shared-cache")
     if args.tool is not None:
         env["PYTHONPATH"] = str(args.tool.resolve())
-    from registry_server import start_registry
+    from support.registry_server import start_registry
 
     def chosen(label: str) -> bool:
         return not args.only or any(w in label for w in args.only.split(","))

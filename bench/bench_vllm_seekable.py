@@ -186,7 +186,7 @@ def main() -> int:
     write_queue(q, gzip, TAG)
     cache = work / "shared-cache"
     env = cli_env(work / "pycache", cache, args.tool.resolve() if args.tool else REPO / "tool")
-    from registry_server import start_registry
+    from support.registry_server import start_registry
 
     shutil.rmtree(work / "registry", ignore_errors=True)
     server = start_registry(work / "registry")

@@ -41,7 +41,7 @@ def _own_shared_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyt
 @pytest.fixture
 def svc(tmp_path: Path) -> Path:
     """The demo service's merged-/usr rootfs (qtools.svc_root) at tmp_path/rootfs."""
-    from qtools import svc_root
+    from support.qtools import svc_root
 
     return svc_root(tmp_path / "rootfs")
 
@@ -49,7 +49,7 @@ def svc(tmp_path: Path) -> Path:
 @pytest.fixture
 def queue(tmp_path: Path) -> Path:
     """An empty queue at tmp_path/queue (test modules that need another queue override this)."""
-    from qtools import empty_queue
+    from support.qtools import empty_queue
 
     return empty_queue(tmp_path / "queue")
 
@@ -69,7 +69,7 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
 def own_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A private containers-storage store (imagetools.private_store, driver vfs) for this test: podman,
     buildah, skopeo and imgquilt (in-process or run with os.environ) all use it; removed afterwards."""
-    from imagetools import drop_store, private_store
+    from support.imagetools import drop_store, private_store
 
     env = private_store(tmp_path / "containers")
     for k, v in env.items():

@@ -15,7 +15,7 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
-from qtools import TOOL
+from support.qtools import TOOL
 
 STRACE = shutil.which("strace") or "/usr/bin/strace"
 # the syscalls that can change the filesystem

@@ -24,7 +24,8 @@ TESTS = Path(__file__).resolve().parent.parent
 RUNNERS = {"run", "Popen", "check_output", "check_call", "call", "which", "needs", "execvp", "spawnvp"}
 NETWORK_NAMES = {"socket", "HTTPServer", "ThreadingHTTPServer", "create_connection", "socketserver"}
 
-# file::function (no parameters) -> why it is slow: every unit test of 1 s or more in `pytest --durations=60`
+# file::function (the file's basename, unique across tests/; no parameters) -> why it is slow:
+# every unit test of 1 s or more in `pytest --durations=60`
 # on 2 cores under a load of 8-12 (issue 33's measurement; the times are that run's);
 # a slow unit test runs in `make test`, not in `make check`
 SLOW: dict[str, str] = {
@@ -141,12 +142,21 @@ def _attr_refs(tree: ast.AST, modules: dict[str, str]) -> set[tuple[str, str]]:
 _MODULES: dict[str, _Module | None] = {}
 
 
+def _path(name: str) -> Path | None:
+    """The file of the test or helper module `name`: where it was imported from (a test module sits in
+    the folder of the package it proves, imported by its basename), else by its dotted name below tests/."""
+    file = getattr(sys.modules.get(name), "__file__", None)
+    if file and Path(file).resolve().is_relative_to(TESTS):
+        return Path(file).resolve()
+    return TESTS / (name.replace(".", "/") + ".py")
+
+
 def _module(name: str) -> _Module | None:
     """The analysis of the test or helper module `name` (None for modules outside tests/)."""
     if name in _MODULES:
         return _MODULES[name]
-    path = TESTS / (name.replace(".", "/") + ".py")
-    if not path.is_file():
+    path = _path(name)
+    if path is None or not path.is_file():
         _MODULES[name] = None
         return None
     m = _Module()

@@ -1,5 +1,5 @@
 # Issue 18, point 4: `make demo` (examples/demo.sh) ends by saying where the imgquilt command is, and writes
-# no escape codes into a pipe. (tests/test_install.py runs docs/install.md's commands from a clone.)
+# no escape codes into a pipe. (tests/house/test_install.py runs docs/install.md's commands from a clone.)
 $ bash examples/demo.sh imgquilt $SANDBOX/out > $SANDBOX/demo.txt 2>&1 && tail -1 $SANDBOX/demo.txt && grep -c "$(printf '\033')" $SANDBOX/demo.txt
 The imgquilt command: $TMP/bin/imgquilt
 0

@@ -1,6 +1,6 @@
 # Issue 29, point 1: targets.lock follows every command that changes what it derives from, in the
 # same queue transaction, with no image read (the object store and the work tree hold the bases);
-# check, apply --locked and the pre-commit hook (tests/test_precommit.py) pass with no `lock` in between.
+# check, apply --locked and the pre-commit hook (tests/house/test_precommit.py) pass with no `lock` in between.
 $ imgquilt push 3 > /dev/null && sed -i 's/^count = .*/count = 4/' .imgquilt/work/home/app/config.toml && imgquilt refresh
 Refreshed patch 0003-app-config-longer-timeouts.patch.
 Updated targets.lock (no image read).

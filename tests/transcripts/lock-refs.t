@@ -6,7 +6,7 @@ Wrote $TMP/queue/targets.lock.
 $ grep '^ref' targets.lock
 ref = "oci:../sandbox/images/demo:latest"
 
-# from patches/ and from another directory with --queue (tests/test_lock_refs.py: the Python API too)
+# from patches/ and from another directory with --queue (tests/queue/test_lock_refs.py: the Python API too)
 $ cd patches && imgquilt apply | tail -1
 Nothing written: give --layer, --output-image, --root or --overlay.
 

@@ -1,7 +1,7 @@
 """Every setting imgquilt reads from its environment, declared once; the frozen `Settings` they make.
 
 `VARS` declares each `IMGQUILT_*` variable: its default and what it means (docs/settings.md is generated
-from it: `python -m imgquilt.settings --markdown`, and tests/test_settings.py keeps the two equal).
+from it: `python -m imgquilt.settings --markdown`, and tests/house/test_settings.py keeps the two equal).
 `Settings.from_env()` reads them all, with the global command-line flags on top (`--queue`,
 `--tls-verify`, `--progress`, `--quiet`, `--json`, `--debug`). The modules that use a setting read it
 from `current()`: the settings the CLI put in force for its command (`use`), else, for a program that

@@ -2,7 +2,7 @@
 
 A renderer takes what the verb returned (and the few values the command adds, such as the top
 patch after it) and returns the dict the command prints; it reads nothing and writes nothing.
-`DOCUMENTS` maps each schema in docs/schemas/ to its renderers, and tests/test_documents.py renders
+`DOCUMENTS` maps each schema in docs/schemas/ to its renderers, and tests/cli/test_documents.py renders
 real results through them and validates each against its schema.
 
 Files imgquilt keeps (the rebase and port state, the apply record, targets.lock, attestations) are
@@ -829,7 +829,7 @@ def cache_pruned_doc(removed: Usage, root: Any) -> dict:
     return {"pruned": _usage(removed), "cache": {"path": str(root)}}
 
 
-# Each schema in docs/schemas/ and the renderers of its documents (tests/test_documents.py holds them equal).
+# Each schema in docs/schemas/ and the renderers of its documents (tests/cli/test_documents.py holds them equal).
 DOCUMENTS: dict[str, tuple[Callable[..., Any], ...]] = {
     "init": (init_doc,),
     "check": (check_doc,),

@@ -13,7 +13,7 @@ every file then goes through pyflakes, as without ruff.
 
 Where ruff is more lenient than pyflakes it could hide a finding, so:
 - names ruff takes as always defined and pyflakes does not (RUFF_ONLY_NAMES: `__cached__`,
-  `__warningregistry__`, ...) flag every file that mentions them at all; tests/test_ruffscreen.py
+  `__warningregistry__`, ...) flag every file that mentions them at all; tests/pycheck/test_ruffscreen.py
   compares the two lists of the installed versions, so a release that adds one fails there first;
 - ruff is taken only from the environment imgquilt runs in (the `ruff` package's own binary, as
   `ruff.find_ruff_bin()` finds it, or the one beside this interpreter), never from PATH: a `ruff`

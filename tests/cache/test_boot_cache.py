@@ -1,0 +1,132 @@
+"""Issue 36, point 4: the base filesystems `boot --image` unpacks into the shared cache share the files
+two images have in common (one inode, hard links), count in IMGQUILT_CACHE_MAX and are evicted least
+recently used first, never while a boot uses them, and stay sealed.
+
+Two real images built with umoci: A (a small OS layer and a package layer) and B (A's layers and one
+more), so B's tree holds every file of A's.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from support.imagetools import build_oci, file
+from support.qtools import imgquilt, write_patch
+
+PKG = "usr/local/lib/python3.11/dist-packages/pkg"
+OS_LAYER = [file("etc/os-release", "ID=tiny\n"), file("usr/bin/tool", "#!/bin/sh\n" + "# padding\n" * 2000, mode=0o755),
+            file("usr/share/doc/big.txt", "x" * 300_000)]
+PKG_LAYER = [file(f"{PKG}/__init__.py", ""), file(f"{PKG}/mod.py", "VALUE = 1\n" * 1000)]
+EXTRA = [file("usr/share/doc/extra.txt", "y" * 200_000)]
+
+
+@pytest.fixture
+def images(tmp_path: Path) -> tuple[str, str]:
+    a = build_oci(tmp_path / "a", [OS_LAYER, PKG_LAYER])
+    b = build_oci(tmp_path / "b", [OS_LAYER, PKG_LAYER, EXTRA])
+    return f"oci:{a}:latest", f"oci:{b}:latest"
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = tmp_path / "cache"
+    monkeypatch.setenv("IMGQUILT_CACHE_DIR", str(d))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("IMGQUILT_NO_CACHE", raising=False)
+    monkeypatch.delenv("IMGQUILT_CACHE_MAX", raising=False)
+    from imgquilt.cache.trust import forget_checks
+
+    forget_checks()
+    return d
+
+
+def _tree(ref: str) -> Path:
+    from imgquilt.sources import open_image
+    from imgquilt.verbs.materialize import materialized
+
+    with materialized(open_image(ref)) as tree:
+        return tree
+
+
+def test_two_images_share_their_common_files(images, cache: Path) -> None:
+    a, b = _tree(images[0]), _tree(images[1])
+    assert a != b and a.is_dir() and b.is_dir()
+    for rel in ("usr/bin/tool", "usr/share/doc/big.txt", f"{PKG}/mod.py", "etc/os-release"):
+        sa, sb = os.stat(a / rel), os.stat(b / rel)
+        assert (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino), rel  # stored once
+        assert sa.st_nlink == 3  # the pool's name and one per tree
+        assert (a / rel).read_bytes() == (b / rel).read_bytes()
+    assert os.stat(b / "usr/share/doc/extra.txt").st_nlink == 2
+    assert os.stat(a / "usr/bin/tool").st_mode & 0o777 == 0o755
+    # a file with the same bytes but another mode is its own inode
+    assert os.stat(a / f"{PKG}/__init__.py").st_ino != os.stat(a / "usr/bin/tool").st_ino
+
+
+def test_the_trees_count_in_the_cap_and_the_least_recently_used_goes(images, cache: Path, monkeypatch) -> None:
+    from imgquilt.cache.rootfs import RootfsCache
+    from imgquilt.cache.usage import report, trim
+    from imgquilt.sources import open_image
+
+    a = _tree(images[0])
+    size_a = report(cache).parts["rootfs"].bytes
+    assert size_a >= 330_000  # the tree's bytes, not its marker's
+    # a cap that holds one tree, not two: unpacking B evicts A (older), B stays
+    monkeypatch.setenv("IMGQUILT_CACHE_MAX", str(size_a + 300_000))
+    b = _tree(images[1])
+    assert not a.exists() and b.is_dir()
+    assert report(cache).parts["rootfs"].entries == 1
+    # the pool keeps only what B's tree links to
+    pool = cache / "rootfs/pool"
+    assert all(os.stat(p).st_nlink == 2 for p in pool.rglob("*") if p.is_file())
+    # a tree in use is never evicted, even over the cap; once free, it goes
+    rc = RootfsCache()
+    digest = open_image(images[1]).manifest_digest
+    with rc.held(digest):
+        trim(cache, cap=1)
+        assert b.is_dir() and rc.believed(digest) == b
+    trim(cache, cap=1)
+    assert not b.exists() and not any(p.is_file() for p in pool.rglob("*"))
+
+
+def test_a_boot_over_the_cap_gives_the_same_verdicts_and_leaves_the_cache_under_it(images, tmp_path: Path, cli_env) -> None:
+    """The whole verb: the tree unpacked, probed, then evicted (a cap smaller than one tree); nothing left."""
+    import shutil
+
+    if shutil.which("python3.11") is None:
+        pytest.skip("needs a python3.11")
+    q = tmp_path / "q"
+    q.mkdir()
+    (q / "series").write_text("")
+    write_patch(q, "0001-doc.patch", [("etc/os-release", b"ID=tiny\n", b"ID=tiny\nVARIANT=fixed\n")])
+    env = {**cli_env, "IMGQUILT_CACHE_MAX": "100K"}
+    doc = json.loads(imgquilt("boot", "--image", images[0], "--format", "json", cwd=q, env=env, check=0).out)
+    assert doc["patches"][0]["verdict"] == "cannot tell"  # no Python module: nothing to probe
+    rootfs = Path(cli_env["IMGQUILT_CACHE_DIR"]) / "rootfs"
+    assert not [p for p in rootfs.iterdir() if p.name != "pool"]
+    assert not any(p.is_file() for p in (rootfs / "pool").rglob("*"))
+
+
+def test_an_image_with_no_python_is_cannot_tell_not_an_error(images, tmp_path: Path, cli_env) -> None:
+    """Bad input of the acceptance: an image with no interpreter, a module outside any site-packages, a
+    command path that is no executable of the image, a User the image does not have: "cannot tell" or
+    a clear error with its exit code, never 1 (qtools.imgquilt asserts that for every run)."""
+    import subprocess
+
+    q = tmp_path / "q"
+    q.mkdir()
+    (q / "series").write_text("")
+    write_patch(q, "0001-mod.patch", [(f"{PKG}/mod.py", b"VALUE = 1\n" * 1000, b"VALUE = 1\n" * 1000 + b"OTHER = 2\n")])
+    write_patch(q, "0002-outside.patch", [("opt/app/run.py", None, b"X = 1\n")])
+    r = imgquilt("boot", "--image", images[0], cwd=q, env=cli_env, check=0)
+    assert "cannot tell  0001-mod.patch" in r.out and "the image has no python3.11 (nor python3) on its PATH" in r.out
+    assert "cannot tell  0002-outside.patch" in r.out and "not under a directory an image's Python imports from" in r.out
+    r = imgquilt("boot", "--image", images[0], "--", "/usr/share/doc/big.txt", cwd=q, env=cli_env, check=6)
+    assert "The command '/usr/share/doc/big.txt' is not an executable file in the image." in r.err
+    layout = Path(images[0].split(":")[1])
+    subprocess.run(["umoci", "config", "--image", f"{layout}:latest", "--tag", "named", "--config.user", "app"],
+                   check=True, capture_output=True)
+    r = imgquilt("boot", "--image", f"oci:{layout}:named", cwd=q, env=cli_env, check=6)
+    assert "The image's User 'app': no 'app' in the image's /etc/passwd." in r.err
