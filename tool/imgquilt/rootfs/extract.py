@@ -58,7 +58,7 @@ class _Stream(Reader):
     chunk = 4 << 20
 
     def __init__(self, f: BinaryIO) -> None:
-        self._read_some = f.read  # type: ignore[method-assign]
+        self._read_some = f.read  # type: ignore[method-assign,assignment]
 
 
 class _Tree:

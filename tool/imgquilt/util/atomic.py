@@ -145,7 +145,7 @@ def _locked_temp(dest: Path) -> tuple[int, str]:
         if fd >= 0:
             try:
                 for _ in range(100):
-                    name = prefix + next(tempfile._get_candidate_names()) + ".tmp"  # noqa: SLF001 - mkstemp's names
+                    name = prefix + next(tempfile._get_candidate_names()) + ".tmp"  # type: ignore[attr-defined]  # noqa: SLF001 - mkstemp's names
                     try:
                         _link_nameless(fd, dir_fd, name)
                         return fd, os.path.join(parent, name)

@@ -204,7 +204,8 @@ def verify_envelope(data: bytes, key: PublicKey) -> Opened:
     for s in signatures:
         if not isinstance(s, dict):
             continue
-        kid = s.get("keyid") if isinstance(s.get("keyid"), str) else ""
+        given = s.get("keyid")
+        kid = given if isinstance(given, str) else ""
         ids.append(kid)
         ours = ours or kid == key.key_id
         try:

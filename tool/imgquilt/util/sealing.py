@@ -51,7 +51,7 @@ def canonical(doc: dict) -> bytes:
 
 def seal(doc: dict) -> str:
     """The seal of `doc` under the user's key (created on first use)."""
-    return hmac.new(_key(create=True), canonical(doc), hashlib.sha256).hexdigest()
+    return hmac.new(user_key(), canonical(doc), hashlib.sha256).hexdigest()
 
 
 def user_key() -> bytes:

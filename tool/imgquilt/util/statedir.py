@@ -42,17 +42,17 @@ def _parts(rel: str) -> list[str]:
 
 def open_dir_below(base_fd: int, parts: list[str], *, create: bool, shown: str) -> int | None:
     """fd of the directory `parts` below `base_fd`, no symlink followed; None if missing and not `create`."""
-    fd: int | None = os.dup(base_fd)
+    fd = os.dup(base_fd)
     walked = shown
     for part in parts:
         walked = f"{walked}/{part}"
-        parent = fd
         try:
-            fd = _step(parent, part, create=create, walked=walked)
+            below = _step(fd, part, create=create, walked=walked)
         finally:
-            os.close(parent)
-        if fd is None:
+            os.close(fd)
+        if below is None:
             return None
+        fd = below
     return fd
 
 
