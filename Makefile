@@ -41,6 +41,8 @@ UNIT := not tools and not crash and not network and not slow
 # the layering checker and its picture live with the project's shared tooling, beside the clone (CI's copy
 # too); a clone without them skips this step (docs/architecture.md says what it enforces)
 ARCHCHECK := $(firstword $(wildcard ../shared/tools/archcheck.py ../../shared/tools/archcheck.py))
+# the modules issue 33 moved out of api.py (rebase, port, import, overlay entries; the rebase guard)
+FORMATTED += tool/imgquilt/rebase/verbs.py tool/imgquilt/work/import_verb.py tool/imgquilt/verbs/overlay.py tool/imgquilt/verbs/rebase_guard.py
 check: venv
 	$(if $(ARCHCHECK),$(BIN)/python $(ARCHCHECK) . $(dir $(ARCHCHECK))../architecture.json,@echo "check: no layering checker beside the clone (../shared/tools/archcheck.py): skipped")
 	$(BIN)/ruff check tool tests bench

@@ -17,14 +17,12 @@ A stopped rebase is a result, not an error: `rebase()` returns a report whose `s
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
-from .errors import BadInput, UsageError
 from .verbs.init import InitResult as Initialized, init_queue
 from .verbs.refs import Progress, cache_dir, load_queue, open_ref, pick_ref, public_key, queue_root, signing_key  # noqa: F401  (the public names, as before)
-from .verbs.refs import image_bytes as _image_bytes, pin_opener as _pin_opener, pinned_image as _pinned_image
+from .verbs.rebase_guard import refuse_during_rebase
 
 if TYPE_CHECKING:
     from .verbs.apply import Applied
@@ -33,9 +31,11 @@ if TYPE_CHECKING:
     from .verbs.lock import Locked
     from .queue.lock import Profile
     from .rebase import RebaseReport
+    from .rebase.verbs import RebaseAborted
     from .verbs.attest import Verification
     from .verbs.restore import Restored
     from .work import ImportItem, Imported
+    from .work.import_verb import ImportItems
 
 __all__ = [
     "Applied", "Audit", "CheckResult", "Initialized", "Locked", "Progress", "RebaseAborted",
@@ -46,7 +46,8 @@ __all__ = [
 
 # the values of the verbs that live in verbs/, named here as before; imported when first asked for
 # (the verbs' modules read the engine and images: `import imgquilt.api` stays light)
-_MOVED = {"Locked": "verbs.lock", "CheckResult": "verbs.check", "Applied": "verbs.apply", "Audit": "verbs.audit"}
+_MOVED = {"Locked": "verbs.lock", "CheckResult": "verbs.check", "Applied": "verbs.apply", "Audit": "verbs.audit",
+          "RebaseAborted": "rebase.verbs", "ImportItems": "work.import_verb"}
 
 
 def __getattr__(name: str) -> Any:
@@ -56,15 +57,6 @@ def __getattr__(name: str) -> Any:
     from importlib import import_module
 
     return getattr(import_module(f".{where}", __package__), name)
-
-
-# --- values -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RebaseAborted:
-    """An aborted rebase: the report so far (None when it stopped before changing anything) and the files restored."""
-
-    report: RebaseReport | None
-    restored: tuple[str, ...]
 
 
 # --- the queue ----------------------------------------------------------------------------------
@@ -80,18 +72,6 @@ def init(path: str | os.PathLike[str] = ".") -> Initialized:
     """Make a queue in `path`: `series`, `patches/`, and a .gitignore for `.imgquilt/`. Keeps what exists;
     a file in the way is BadInput, checked before anything is made."""
     return init_queue(Path(path))
-
-
-def refuse_during_rebase(root: Path) -> None:
-    """A stopped rebase owns series, patches/ and the work tree until --continue or --abort."""
-    from .rebase.state import rebase_in_progress
-
-    if rebase_in_progress(root):
-        raise UsageError(
-            "A rebase is in progress in this queue.",
-            hint="See the conflicts with `imgquilt rebase --status`; resolve them, then `imgquilt rebase --continue`, "
-            "or give up with `imgquilt rebase --abort`.",
-        )
 
 
 # --- verbs --------------------------------------------------------------------------------------
@@ -183,11 +163,9 @@ def restore(queue: str | os.PathLike[str] | None = None, *, root: str | os.PathL
             image: str | None = None, platform: str | None = None, progress: Progress | None = None) -> Restored:
     """Put files of a root back as the image has them (`image`, else the lock's pins from the object
     store, else the lock's image), journaled as an in-place apply."""
-    from .verbs.restore import restore as restore_root
+    from .verbs.restore import restore_queue
 
-    q = load_queue(queue)
-    src = open_ref(image, platform, root=q.root, progress=progress) if image else None
-    return restore_root(q, Path(root), paths, src, _pinned_image(q, platform, progress))
+    return restore_queue(queue, root=root, paths=paths, image=image, platform=platform, progress=progress)
 
 
 def reverse(queue: str | os.PathLike[str] | None = None, *, root: str | os.PathLike[str], image: str | None = None,
@@ -196,21 +174,9 @@ def reverse(queue: str | os.PathLike[str] | None = None, *, root: str | os.PathL
     leaving it as the image has it; journaled as an in-place apply. `profile`: the apply line repeated
     with --reverse (`apply --profile NAME --root ROOT --reverse`): the bytes come from that profile's
     pin, and a root another pin's apply wrote is refused (exit 2, naming it) before any write."""
-    from .verbs.restore import reverse as reverse_root
+    from .verbs.restore import reverse_queue
 
-    q = load_queue(queue)
-    if profile is not None:
-        from .verbs.profiles import ALL, lock_file, resolve
-
-        if profile == ALL:
-            raise UsageError("A root holds one deployment: `apply --reverse` takes one --profile NAME, not all.",
-                             hint="Give the --profile the root was applied with (its apply record names it; "
-                                  "`imgquilt audit --root ROOT` says which).")
-        chosen = resolve(q, profile, lock_file(q.root))
-        src = open_ref(image, platform, root=q.root, progress=progress) if image else None
-        return reverse_root(q, Path(root), src, _pin_opener(q.root, chosen.lock, platform, progress), profile=profile)
-    src = open_ref(image, platform, root=q.root, progress=progress) if image else None
-    return reverse_root(q, Path(root), src, _pinned_image(q, platform, progress))
+    return reverse_queue(queue, root=root, image=image, platform=platform, progress=progress, profile=profile)
 
 
 def verify(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, key: str | os.PathLike[str],
@@ -260,14 +226,6 @@ def audit_profiles(queue: str | os.PathLike[str] | None = None, *, image: str | 
                             trust_attestation=trust_attestation, strict=strict, pid=pid, profile="all"))
 
 
-def _opener(root: Path, progress: Progress | None):
-    """Opens the references a rebase keeps (relative to the queue directory, as targets.lock does)."""
-    from .sources import ref_in_queue
-
-    return lambda ref, platform: open_ref(ref_in_queue(ref, root, "the rebase reads the image"), platform, root=root,
-                                          progress=progress)
-
-
 def rebase(queue: str | os.PathLike[str] | None = None, *, image: str = "", from_ref: str | None = None, maps: Sequence[str] = (),
            keep_empty: bool = False, platform: str | None = None, progress: Progress | None = None,
            profile: str | None = None, conflict_style: str = "diff3", python_check: bool = True,
@@ -290,65 +248,10 @@ def rebase(queue: str | os.PathLike[str] | None = None, *, image: str = "", from
     (as `boot`, docs/boot.md); a module that fails where the new image with the queue so far imports
     it stops the rebase (a conflict of kind boot).
     """
-    from .rebase import RebaseOptions, parse_map, rebase_in_progress, start_rebase
+    from .rebase.verbs import RebaseRequest, rebase as run
 
-    root = queue_root(queue)
-    images = dict(images or {})
-    if not image and not images:
-        if rebase_in_progress(root):
-            raise UsageError("A rebase is in progress.", hint="Resolve the conflicts (`imgquilt rebase --status` lists them), "
-                             "then `imgquilt rebase --continue`; or `imgquilt rebase --abort`.")
-        raise UsageError("Which image? Pass --image NEWREF.", hint="Example: imgquilt rebase --image oci:vllm:0.10.2")
-    from .sources import ref_for_lock
-
-    from .engine.merge import STYLES
-
-    if conflict_style not in STYLES:
-        raise UsageError(f"--conflict-style {conflict_style!r}: expected one of {', '.join(STYLES)}.")
-    pins = _rebase_pins(root, profile, image, images)
-    first, *more = [(name, select, ref_for_lock(ref, root)) for name, select, ref in pins]
-    opts = RebaseOptions(first[2], platform, ref_for_lock(from_ref, root) if from_ref else None, keep_empty,
-                         tuple(parse_map(m) for m in maps), first[0], first[1], conflict_style, python_check,
-                         tuple((str(n), s, r) for n, s, r in more), split, force, boot=boot)
-    return start_rebase(root, opts, _opener(root, progress))
-
-
-def _rebase_pins(root: Path, profile: str | None, image: str, images: dict[str, str]) -> list[tuple[str | None, tuple[str, ...], str]]:
-    """The pins a rebase re-pins, each with its selection and its new image (the profiles resolved here,
-    at the edge): (profile or None, select, new ref)."""
-    from .verbs.profiles import ALL, lock_file, unknown
-
-    if profile is None:
-        if images:
-            raise UsageError(f"--image {next(iter(images))}=REF names a profile; say which with --profile.",
-                             hint="Example: imgquilt rebase --profile all --image cuda=REF --image rocm=REF")
-        return [(None, (), image)]
-    lf = lock_file(root)
-    names = [p.name for p in lf.profiles] if profile == ALL else list(dict.fromkeys(n.strip() for n in profile.split(",")))
-    if not names:
-        raise UsageError("`--profile all`: targets.lock declares no profile.",
-                         hint="Declare one with `imgquilt lock --profile NAME --image REF`.")
-    found = []
-    for name in names:
-        p = lf.profile(name)
-        if p is None:
-            raise unknown(name, lf)
-        found.append(p)
-    for name in images:
-        if name not in names:
-            raise (unknown(name, lf) if lf.profile(name) is None else
-                   UsageError(f"--image {name}=REF: profile {name} is not among those rebased ({', '.join(names)}).",
-                              hint=f"Add it: --profile {','.join([*names, name])}."))
-    if image and len(names) > 1:
-        raise UsageError(f"--image {image}: {len(names)} profiles are rebased ({', '.join(names)}); each needs its own new image.",
-                         hint="Name each: " + " ".join(f"--image {n}=REF" for n in names) + ".")
-    if image and names[0] in images:
-        raise UsageError(f"--image given twice for profile {names[0]}.")
-    missing = [n for n in names if n not in images and not image]
-    if missing:
-        raise UsageError(f"No new image for profile {', '.join(missing)}: a rebase of several profiles takes each one's.",
-                         hint="Name each: " + " ".join(f"--image {n}=REF" for n in names) + ".")
-    return [(p.name, p.select, images.get(p.name, image)) for p in found]
+    return run(RebaseRequest(queue, image, from_ref, tuple(maps), keep_empty, platform, progress, profile, conflict_style,
+                             python_check, dict(images or {}), split, force, boot))
 
 
 def diff_upstream(queue: str | os.PathLike[str] | None = None, *, patch: str, image: str | None = None,
@@ -358,48 +261,32 @@ def diff_upstream(queue: str | os.PathLike[str] | None = None, *, patch: str, im
     (`from_ref`, else the one targets.lock pins: `profile`'s pin with a profile) and the new one
     (`image`, else a rebase's under way). While a rebase of several profiles is stopped, every profile
     carrying the patch is shown (`lanes`, each with its `profile`), or `profile`'s alone."""
-    from .rebase.upstream import upstream_of
-    from .sources import ref_for_lock
-    from .verbs.profiles import lock_file, resolve
+    from .rebase.verbs import diff_upstream as run
 
-    from .rebase.state import rebase_in_progress
-
-    root = queue_root(queue)
-    selection = None
-    if profile is not None and not rebase_in_progress(root):  # a rebase under way: its own lanes name the profiles
-        chosen = resolve(load_queue(root), profile, lock_file(root))
-        if patch not in chosen.queue.names:
-            raise UsageError(f"Profile {profile} does not select {patch}.", hint=f"`imgquilt select {profile}` lists what it selects.")
-        selection = (chosen.queue, chosen.lock)
-    return upstream_of(root, patch, _opener(root, progress), image=ref_for_lock(image, root) if image else None,
-                       from_ref=ref_for_lock(from_ref, root) if from_ref else None, platform=platform, selection=selection,
-                       profile=profile)
+    return run(queue, patch=patch, image=image, from_ref=from_ref, platform=platform, progress=progress, profile=profile)
 
 
 def rebase_continue(queue: str | os.PathLike[str] | None = None, *, progress: Progress | None = None,
                     python_check: bool = True) -> RebaseReport:
     """Take the resolved files of the stopped patch from .imgquilt/work/ and go on. `python_check=False`
     turns the Python checks off for the rest of the rebase (its final verification included)."""
-    from .rebase import continue_rebase
+    from .rebase.verbs import rebase_continue as run
 
-    root = queue_root(queue)
-    return continue_rebase(root, _opener(root, progress), python_check=python_check)
+    return run(queue, progress=progress, python_check=python_check)
 
 
 def rebase_skip(queue: str | os.PathLike[str] | None = None, *, progress: Progress | None = None) -> RebaseReport:
     """Drop the conflicted patch from the rebased series and go on."""
-    from .rebase import skip_rebase
+    from .rebase.verbs import rebase_skip as run
 
-    root = queue_root(queue)
-    return skip_rebase(root, _opener(root, progress))
+    return run(queue, progress=progress)
 
 
 def rebase_abort(queue: str | os.PathLike[str] | None = None) -> RebaseAborted:
     """Restore series, patches/ and targets.lock as they were before the rebase."""
-    from .rebase import abort_rebase
+    from .rebase.verbs import rebase_abort as run
 
-    report, restored = abort_rebase(queue_root(queue))
-    return RebaseAborted(report, tuple(restored))
+    return run(queue)
 
 
 def port(queue: str | os.PathLike[str] | None = None, *, patch: str, profile: str, progress: Progress | None = None):
@@ -407,52 +294,46 @@ def port(queue: str | os.PathLike[str] | None = None, *, patch: str, profile: st
     `Ported` with status "done", or "stopped" on a conflict (nothing written; `port_continue` /
     `port_abort`). Refused first: an unknown profile (naming the nearest), a patch the profile selects
     and that applies there as it is, a copy name that exists, a rebase or port in progress."""
-    from .sources import ref_in_queue
-    from .rebase.port import port as run
+    from .rebase.verbs import port as run
 
-    root = queue_root(queue)
-    return run(root, patch, profile, lambda lock: open_ref(ref_in_queue(lock.image.ref, root), lock.image.platform, root=root,
-                                                           progress=progress))
+    return run(queue, patch=patch, profile=profile, progress=progress)
 
 
 def port_continue(queue: str | os.PathLike[str] | None = None):
     """Take the resolved work-tree files of a stopped port and write the copy."""
-    from .rebase.port import port_continue as run
+    from .rebase.verbs import port_continue as run
 
-    return run(queue_root(queue))
+    return run(queue)
 
 
 def port_abort(queue: str | os.PathLike[str] | None = None):
     """Drop a stopped port; resolutions already made are kept (rebase --forget drops them)."""
-    from .rebase.port import port_abort as run
+    from .rebase.verbs import port_abort as run
 
-    return run(queue_root(queue))
+    return run(queue)
 
 
 def rebase_forget(queue: str | os.PathLike[str] | None = None) -> int:
     """Drop every kept resolution (.imgquilt/resolutions/, as `git rerere forget`); how many were dropped."""
-    from .rebase.rerere import forget
+    from .rebase.verbs import rebase_forget as run
 
-    return forget(queue_root(queue))
+    return run(queue)
 
 
 def rebase_in_progress(queue: str | os.PathLike[str] | None = None) -> bool:
     """Is a rebase stopped (or interrupted) in this queue?"""
-    from .rebase.state import rebase_in_progress as in_progress
+    from .rebase.verbs import rebase_in_progress as run
 
-    return in_progress(queue_root(queue))
+    return run(queue)
 
 
 def overlay_args(overlay: str | os.PathLike[str], format: str = "podman") -> list[str] | dict[str, list[dict]]:
     """An overlay's mounts.tsv as `podman` (-v HOST:CTR:ro) or `docker` (--mount ...) arguments, or as
     a Kubernetes pod's `volumes` and container's `volumeMounts` (`k8s`), with its env.list's defaults
     (`-e KEY=VALUE` first; k8s: `env`). Reads no queue."""
-    from .image.sinks.overlay import MOUNT_FORMATS, env_args, k8s_volumes, mount_args, read_env, read_mounts
+    from .verbs.overlay import overlay_args as run
 
-    if format not in MOUNT_FORMATS:
-        raise UsageError(f"Unknown format {format!r}: use one of {', '.join(MOUNT_FORMATS)}.")
-    mounts, env = read_mounts(Path(overlay)), read_env(Path(overlay))
-    return k8s_volumes(mounts, env) if format == "k8s" else env_args(env) + mount_args(mounts, format)
+    return run(overlay, format)
 
 
 def boot(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, root: str | os.PathLike[str] | None = None,
@@ -465,31 +346,17 @@ def boot(queue: str | os.PathLike[str] | None = None, *, image: str | None = Non
     `image` (else the one targets.lock pins), its filesystem materialized once in the shared cache.
     `overlay`: a directory `apply --overlay` wrote, booted as its mounts.tsv binds it over that base.
     `importers`: per patched module, at most this many modules of its package that import it are probed too."""
-    from .verbs.boot import boot_queue
+    from .verbs.boot import BootRequest, boot as run
 
-    return boot_queue(load_queue(queue), image=image, root=Path(root) if root is not None else None,
-                      overlay=Path(overlay) if overlay is not None else None, platform=platform,
-                      profile=profile, timeout=timeout, memory=memory, command=tuple(command), mount_queue=mount_queue,
-                      progress=progress, on_probe=on_probe, open_ref=open_ref, pick_ref=pick_ref,
-                      image_bytes=lambda q, lock: _image_bytes(q, lock, platform, progress), importers=importers)
+    return run(BootRequest(queue, image, root, overlay, platform, profile, timeout, memory, tuple(command), mount_queue,
+                           progress, on_probe, importers))
 
 
 def rebase_status(queue: str | os.PathLike[str] | None = None) -> RebaseReport:
     """Where a stopped (or interrupted) rebase stands: each patch so far, the conflicted files."""
-    from .rebase.state import load_state
+    from .rebase.verbs import rebase_status as run
 
-    st = load_state(queue_root(queue))
-    return st.report("stopped" if st.phase == "conflict" else st.phase)
-
-
-class ImportItems(list):
-    """The patches to import, and what was left out: `skipped`, (source, subject) of each cover letter."""
-
-    skipped: list[tuple[str, str]]
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.skipped = []
+    return run(queue)
 
 
 def import_items(files: Sequence[str | os.PathLike[str]], *, name: str | None = None, strip: int = 1,
@@ -498,67 +365,9 @@ def import_items(files: Sequence[str | os.PathLike[str]], *, name: str | None = 
     a cover letter, `[PATCH 0/N]` with no diff, is skipped as `git am` skips it), or every patch a quilt
     `series` file lists, with its -pN and (an MQ series) its guards. `guards` (+G/-G) are set on every
     item, after a series' own."""
-    from dataclasses import replace
+    from .work.import_verb import import_items as run
 
-    from .importer import is_cover_letter, mail_subject, mail_subject_name, split_mbox
-    from .queue.series import check_guard, parse_series
-    from .work import ImportItem
-
-    if strip < 0:
-        raise UsageError("-p wants a number >= 0.", hint="As patch -pN: how many leading components to strip (-p1 for a/ b/ names).")
-    extra = tuple(dict.fromkeys(check_guard(g) for g in guards))
-    items = ImportItems()
-    if series is not None:
-        if files or name:
-            raise UsageError("--series imports the patches that series lists; give no FILE and no -P with it.",
-                             hint="imgquilt import --series DIR/series (each patch keeps its name).")
-        sfile = Path(series)
-        if sfile.is_dir():
-            sfile = sfile / "series"
-        for e in parse_series(_read(sfile), source=str(sfile)):
-            f = sfile.parent / e.name
-            items.append(ImportItem(e.name, _read(f), e.strip, str(f), tuple(dict.fromkeys(e.guards + extra)), series=True))
-        if not items:
-            raise UsageError(f"{sfile} lists no patch.", hint="Name the series file that lists the patches (DIR/series).")
-        return items
-    if not files:
-        raise UsageError("Name a patch FILE to import, or --series DIR/series.", hint="imgquilt import FILE... (see `imgquilt import --help`).")
-    if name and len(files) > 1:
-        raise UsageError("-P NAME names one imported patch; give one FILE with it.", hint="Import the files one at a time, or drop -P.")
-    for f in map(str, files):
-        data = _read(Path(f))
-        mails = split_mbox(data)
-        covers = [k for k, m in enumerate(mails, 1) if is_cover_letter(m)]
-        items.skipped += [(f"{f} (mail {k})" if len(mails) > 1 else f, mail_subject(mails[k - 1])) for k in covers]
-        if len(mails) - len(covers) > 1:
-            if name:
-                raise UsageError(f"{f} holds {len(mails) - len(covers)} mails (git format-patch --stdout); -P cannot name them all.",
-                                 hint="Drop -P: each mail is named from its subject, as git format-patch names it.")
-            patches = [(k, m) for k, m in enumerate(mails, 1) if k not in covers]
-            items += [ImportItem(mail_subject_name(m, n), m, strip, f"{f} (mail {k})") for n, (k, m) in enumerate(patches, 1)]
-            continue
-        if covers and len(covers) == len(mails):
-            raise BadInput(f"{f} holds only a cover letter ({mail_subject(mails[0])!r}): no patch to import.",
-                           hint="Import the mbox that holds the patches (`git format-patch --stdout`, not only the cover letter).")
-        if covers:
-            data = next(m for k, m in enumerate(mails, 1) if k not in covers)
-        items.append(ImportItem(name or Path(f).name, data, strip, f))
-    if extra:
-        items[:] = [replace(it, guards=extra) for it in items]
-    return items
-
-
-def _read(path: Path) -> bytes:
-    """A file to import (or a quilt series): read as every queue file is, only if it is a regular file
-    of at most 64 MiB (a FIFO never blocks, /dev/zero is refused)."""
-    from .util.regular import read_regular_file
-
-    if path.is_dir():
-        raise BadInput(f"{path} is a directory.", hint="For a quilt patches directory, pass --series DIR/series.")
-    data = read_regular_file(path)
-    if data is None:
-        raise BadInput(f"{path} does not exist.", hint="Check the file name.")
-    return data
+    return run(files, name=name, strip=strip, series=series, guards=guards)
 
 
 def import_patches(files: Sequence[str | os.PathLike[str]] = (), *, queue: str | os.PathLike[str] | None = None,
@@ -572,25 +381,10 @@ def import_patches(files: Sequence[str | os.PathLike[str]] = (), *, queue: str |
     hashes. All or nothing. Bases: the work tree, else `image`, else the lock's. An MQ series' guards come
     along; `guards` (+G/-G) go on every imported patch. `profile` (with `series`, a dpkg-source vendor
     series such as debian/patches/ubuntu.series): import it as that profile's selection (see vendor_items)."""
-    from .work import WorkTree
-    from .work.importing import import_patches as into_tree
+    from .work.import_verb import ImportRequest, import_patches as run
 
-    items = import_items(files, name=name, strip=strip, series=series, guards=guards)
-    root = queue_root(queue)
-    refuse_during_rebase(root)
-
-    def opener():
-        pinned = wt.bases.lock() if image is None else None  # the pin of the profile the work tree follows
-        return open_ref(pick_ref(image, pinned, root, wt.remembered_image()), platform, root=root)
-
-    wt = WorkTree(root, open_image=opener, image_explicit=image is not None)
-    others: dict[str, tuple[str, ...]] = {}
-    if profile is not None:
-        if series is None:
-            raise UsageError("--profile imports a vendor series as that profile's selection: give --series VENDOR.series.")
-        items, others = vendor_items(items, wt.queue.entries(), profile)
-    return tuple(into_tree(wt, items, fields=list(fields), replace=replace, check_git_index=check_git_index, after=after,
-                           before=before, through_links=through_links, guard_others=others))
+    return run(ImportRequest(tuple(files), queue, name, strip, series, tuple(fields), replace, check_git_index, image,
+                             platform, tuple(guards), profile, after, before, through_links))
 
 
 def vendor_items(items: list[ImportItem], entries, profile: str) -> tuple[list[ImportItem], dict[str, tuple[str, ...]]]:
@@ -599,19 +393,6 @@ def vendor_items(items: list[ImportItem], entries, profile: str) -> tuple[list[I
     patches the vendor series does not list get `-profile`. Selecting `profile` then applies what the
     vendor series lists (the vendor-only patches stand together where import puts them: after the top
     patch, after the last patch of series when none is applied)."""
-    from dataclasses import replace
+    from .work.import_verb import vendor_items as run
 
-    from .verbs.profiles import check_profile_name
-
-    check_profile_name(profile)
-    have = {e.name: e for e in entries}
-    listed = {it.name for it in items}
-    fresh = [replace(it, guards=tuple(dict.fromkeys(it.guards + (f"+{profile}",)))) for it in items if it.name not in have]
-    others = {e.name: tuple(g for g in e.guards if g[1:] != profile) + (f"-{profile}",) for e in entries if e.name not in listed}
-    if not fresh and not others:
-        raise UsageError(f"The vendor series lists exactly the queue's patches: profile {profile} needs no guard.",
-                         hint="Nothing to import: selecting the default applies what the vendor series lists.")
-    if not fresh:
-        raise UsageError("The vendor series lists no patch the queue lacks; nothing to import.",
-                         hint=f"Keep the queue's other patches out of {profile} with `imgquilt guard PATCH -{profile}`.")
-    return fresh, others
+    return run(items, entries, profile)

@@ -232,7 +232,7 @@ def _say_profiles(done, layer, overlay) -> None:
 
 
 def _reverse(root: Path | None, image: str | None, platform: str | None, profile: str | None, **others) -> None:
-    from ..api import reverse
+    from ..verbs.restore import reverse_queue
 
     if root is None:
         raise UsageError("--reverse takes a queue off a root filesystem: give --root DIR.",
@@ -240,7 +240,7 @@ def _reverse(root: Path | None, image: str | None, platform: str | None, profile
     given = [f"--{k.replace('_', '-')}" for k, v in others.items() if v not in (None, False)]
     if given:
         raise UsageError(f"--reverse writes only the root; {', '.join(given)} cannot go with it.")
-    done = reverse(G.queue, root=root, image=image, platform=platform, progress=progress(), profile=profile)
+    done = reverse_queue(G.queue, root=root, image=image, platform=platform, progress=progress(), profile=profile)
     _say_restored(done, "reverse")
 
 
@@ -279,9 +279,9 @@ def restore_cmd(
     Example:
       imgquilt restore home/app/config.toml --root /srv/rootfs
     """
-    from ..api import restore
+    from ..verbs.restore import restore_queue
 
-    done = restore(G.queue, root=root, paths=paths, image=image, platform=platform, progress=progress())
+    done = restore_queue(G.queue, root=root, paths=paths, image=image, platform=platform, progress=progress())
     _say_restored(done, "restore")
 
 

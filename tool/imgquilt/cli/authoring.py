@@ -255,7 +255,7 @@ def diff_cmd(
 
 
 def _diff_upstream(name: str, image: str | None, from_ref: str | None, platform: str | None, profile: str | None) -> None:
-    from ..api import diff_upstream
+    from ..rebase.verbs import diff_upstream
     from .common import progress, raw_say
 
     got = diff_upstream(G.queue, patch=name, image=image, from_ref=from_ref, platform=platform, progress=progress(), profile=profile)

@@ -51,14 +51,14 @@ def boot_cmd(
       imgquilt boot --image oci:images/vllm:0.10.1 --overlay out/overlay
       imgquilt boot --profile glm53 --mount-queue /queue -- python3 -m pytest -q /queue/tests/smoke
     """
-    from ..api import boot
+    from ..verbs.boot import BootRequest, boot
     from ..verbs.fanout import boot_profiles
 
     names = boot_profiles(G.queue, profile, image=image, root=root, overlay=overlay)
     shown = progress()
-    reports = [boot(G.queue, image=image, root=root, overlay=overlay, platform=platform, profile=name, timeout=timeout,
-                    memory=_size(memory), command=command or (), mount_queue=mount_queue, progress=shown,
-                    importers=importers) for name in names]
+    reports = [boot(BootRequest(G.queue, image=image, root=root, overlay=overlay, platform=platform, profile=name,
+                                timeout=timeout, memory=_size(memory), command=tuple(command or ()), mount_queue=mount_queue,
+                                progress=shown, importers=importers)) for name in names]
     failures = [r.failure() for r in reports if r.failure() is not None]
     failure = failures[0] if failures else None
     if failure is not None and len(reports) > 1:

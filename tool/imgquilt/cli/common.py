@@ -250,7 +250,7 @@ def load() -> Queue:
 
 
 def refuse_during_rebase(root: Path) -> None:
-    from ..api import refuse_during_rebase as refuse
+    from ..verbs.rebase_guard import refuse_during_rebase as refuse
 
     refuse(root)
 

@@ -60,7 +60,7 @@ def import_cmd(
         from ..fs.paths import check_member_path
 
         prefix = check_member_path(prefix.strip("/"), what="--prefix") if prefix.strip("/") else ""
-    from ..api import import_items, vendor_items
+    from ..work.import_verb import import_items, vendor_items
 
     items = import_items(list(files or []), name=patch, strip=strip, series=series, guards=guard)
     skipped = items.skipped  # cover letters left out of an mbox

@@ -139,10 +139,10 @@ def check(image: str | None, platform: str | None, format: Format, profile: str 
     problems, failure = list(checked.problems), checked.error
     booted = None
     if boot and failure is None:  # --boot: the queue is sound; now import its modules on the image (docs/boot.md)
-        from ..api import boot as boot_queue
+        from ..verbs.boot import BootRequest, boot as boot_queue
 
         refuse_check(req)
-        booted = boot_queue(G.queue, image=image, platform=platform, profile=profile, progress=progress())
+        booted = boot_queue(BootRequest(G.queue, image=image, platform=platform, profile=profile, progress=progress()))
         failure = booted.failure()
         if failure is not None:
             problems += list(failure.problems)

@@ -36,7 +36,7 @@ def overlay_args_cmd(
       eval "docker run $(imgquilt overlay-args out/overlay --format docker) IMAGE"
       imgquilt overlay-args out/overlay --format k8s >> pod-patch.yaml
     """
-    from ..api import overlay_args
+    from ..verbs.overlay import overlay_args
 
     found = overlay_args(overlay, format.value)
     if G.json:

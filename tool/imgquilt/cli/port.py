@@ -92,18 +92,18 @@ def port_cmd(
       imgquilt port --continue
       imgquilt port --abort
     """
-    from .. import api
+    from ..rebase import verbs as verb
 
     if continue_ and abort:
         raise UsageError("--continue and --abort exclude each other.")
     if continue_ or abort:
         if patch or profile:
             raise UsageError("--continue and --abort take no patch and no --profile: the port remembers them.")
-        r = api.port_continue(G.queue) if continue_ else api.port_abort(G.queue)
+        r = verb.port_continue(G.queue) if continue_ else verb.port_abort(G.queue)
     else:
         if not patch or not profile:
             raise UsageError("Which patch, for which profile? `imgquilt port PATCH --profile NAME`.")
-        r = api.port(G.queue, patch=patch, profile=profile, progress=progress())
+        r = verb.port(G.queue, patch=patch, profile=profile, progress=progress())
     _render(r)
 
 

@@ -110,7 +110,7 @@ def _annotate(report: RebaseReport) -> None:
 
 def _status() -> None:
     """Re-list where a stopped rebase stands (top says "No patches applied" then)."""
-    from ..api import rebase_in_progress, rebase_status
+    from ..rebase.verbs import rebase_in_progress, rebase_status
 
     if not rebase_in_progress(G.queue):  # a question with an answer: exit 0
         if G.json:
@@ -146,11 +146,11 @@ def _images(values: list[str], profile: str | None) -> tuple[str, dict[str, str]
                          hint="One new image per profile: --profile all --image NAME=REF --image NAME=REF.")
     return (plain[0] if plain else ""), named
 def _forget(other: object) -> None:
-    from .. import api
+    from ..rebase.verbs import rebase_forget
 
     if other:
         raise UsageError("--forget takes no other option: it drops the kept resolutions, nothing else.")
-    n = api.rebase_forget(G.queue)
+    n = rebase_forget(G.queue)
     if G.json:
         emit_json(documents.rebase_forgotten_doc(n))
     else:
@@ -210,7 +210,7 @@ def rebase_cmd(
       imgquilt rebase --profile qwen --image oci:images/vllm:0.11
       imgquilt rebase --profile all --image cuda=oci:vllm:0.10.2 --image rocm=oci:vllm-rocm:0.10.2 --split
     """
-    from .. import api
+    from ..rebase import verbs as verb
 
     if sum((continue_, abort, status, skip)) > 1:
         raise UsageError("--continue, --skip, --abort and --status exclude each other.")
@@ -226,7 +226,7 @@ def rebase_cmd(
         _status()
         return
     if abort:
-        aborted = api.rebase_abort(G.queue)
+        aborted = verb.rebase_abort(G.queue)
         report, restored = aborted.report, list(aborted.restored)
         if G.json:
             emit_json(documents.rebase_aborted_doc(report, restored))
@@ -236,14 +236,15 @@ def rebase_cmd(
             say("Rebase aborted before it changed anything.")
         return
     if continue_:
-        report = api.rebase_continue(G.queue, progress=progress(), python_check=not no_python_check)
+        report = verb.rebase_continue(G.queue, progress=progress(), python_check=not no_python_check)
     elif skip:
-        report = api.rebase_skip(G.queue, progress=progress())
+        report = verb.rebase_skip(G.queue, progress=progress())
     else:
         plain, named = _images(image or [], profile)
-        report = api.rebase(G.queue, image=plain, images=named, split=split, force=force, from_ref=from_ref, maps=maps or (), keep_empty=keep_empty,
-                            platform=platform, progress=progress(), profile=profile, conflict_style=conflict_style,
-                            python_check=not no_python_check, boot=boot)
+        report = verb.rebase(verb.RebaseRequest(G.queue, image=plain, images=named, split=split, force=force, from_ref=from_ref,
+                                                maps=tuple(maps or ()), keep_empty=keep_empty, platform=platform,
+                                                progress=progress(), profile=profile, conflict_style=conflict_style,
+                                                python_check=not no_python_check, boot=boot))
     if report.status == "stopped" and G.json:
         emit_outcome(documents.rebase_doc(report), _conflict_error(report))
     _render(report, verbose, format)

@@ -20,9 +20,11 @@ def init_cmd() -> None:
     Example:
       mkdir my-fixes && cd my-fixes && imgquilt init && git init
     """
-    from ..api import init
+    from pathlib import Path
 
-    done = init(current().queue or ".")  # --queue, else IMGQUILT_QUEUE
+    from ..verbs.init import init_queue
+
+    done = init_queue(Path(current().queue or "."))  # --queue, else IMGQUILT_QUEUE
     root, created = done.root, list(done.created)
     if G.json:
         from .documents import init_doc

@@ -22,6 +22,7 @@ from ..fs.paths import check_member_path
 from ..util.atomic import rename_at
 from ..util.sealing import seal, sealed_here
 from ..util.statedir import StateDir
+from ..verbs.rebase_guard import rebase_in_progress as rebase_in_progress  # below the verbs, which refuse to work during a rebase
 from .report import FileOutcome, PatchOutcome, RebaseReport, patch_state
 
 # the fields that make one pin's part of a rebase (a "lane"): a rebase of several profiles keeps the
@@ -187,10 +188,6 @@ def _check_names(st: RebaseState) -> None:
             check_member_path(p, what="path in the rebase journal")
     except ImgquiltError as exc:
         raise ValueError(exc.message) from None
-
-
-def rebase_in_progress(root: Path) -> bool:
-    return rebase_dir(root).is_file("state.json")
 
 
 def remove_state(root: Path) -> None:

@@ -19,6 +19,7 @@ status is non-zero on the patched tree only.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -546,6 +547,37 @@ def _command(box: Sandbox, plan: BootPlan) -> CommandBoot:
     else:
         verdict = CANNOT_TELL
     return CommandBoot(tuple(plan.command), verdict, base, patched)
+
+
+@dataclass(frozen=True)
+class BootRequest:
+    """A boot, as api.boot() takes it (see its docstring for each field)."""
+
+    queue: str | os.PathLike[str] | None = None
+    image: str | None = None
+    root: str | os.PathLike[str] | None = None
+    overlay: str | os.PathLike[str] | None = None
+    platform: str | None = None
+    profile: str | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    memory: int | None = None
+    command: tuple[str, ...] = ()
+    mount_queue: str | None = None
+    progress: Callable[[int, int, str], None] | None = None
+    on_probe: Callable[[str], None] | None = None
+    importers: int = 5
+
+
+def boot(req: BootRequest) -> BootReport:
+    """The verb of api.boot(): the queue loaded, then boot_queue."""
+    from .refs import image_bytes, load_queue, open_ref, pick_ref
+
+    return boot_queue(load_queue(req.queue), image=req.image, root=Path(req.root) if req.root is not None else None,
+                      overlay=Path(req.overlay) if req.overlay is not None else None, platform=req.platform,
+                      profile=req.profile, timeout=req.timeout, memory=req.memory, command=tuple(req.command),
+                      mount_queue=req.mount_queue, progress=req.progress, on_probe=req.on_probe, open_ref=open_ref,
+                      pick_ref=pick_ref, image_bytes=lambda q, lock: image_bytes(q, lock, req.platform, req.progress),
+                      importers=req.importers)
 
 
 def boot_queue(q: Queue, *, image: str | None, root: Path | None, overlay: Path | None, platform: str | None, profile: str | None,

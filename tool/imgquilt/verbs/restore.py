@@ -10,6 +10,7 @@ base one the queue pins, every deletion a file the queue creates; verbs.versions
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -26,6 +27,7 @@ from ..queue.queue import Queue
 from ..rootfs.inplace import hold_root, write_in_place
 from ..rootfs.source import RootfsSource
 from ..store import ObjectStore
+from .refs import Progress, load_queue, open_ref, pin_opener, pinned_image
 from .versions import version_problem
 
 
@@ -163,3 +165,32 @@ def _foreign(root: Path, why: str) -> ForeignRecord:
              "one this queue pins, and only files its own sections create are deleted. Take off the version that was "
              "applied with that version of the queue (a commit of it), or put files back one by one with "
              f"`imgquilt restore PATH... --root {root}` (or --image REF, the image the root came from).")
+
+
+# --- the verbs, as api.restore() and api.reverse() take them -------------------------------------
+def restore_queue(queue: str | os.PathLike[str] | None = None, *, root: str | os.PathLike[str],
+                  paths: Sequence[str], image: str | None = None, platform: str | None = None,
+                  progress: Progress | None = None) -> Restored:
+    """Put files of a root back as the image has them (api.restore() says the rest)."""
+    q = load_queue(queue)
+    src = open_ref(image, platform, root=q.root, progress=progress) if image else None
+    return restore(q, Path(root), paths, src, pinned_image(q, platform, progress))
+
+
+def reverse_queue(queue: str | os.PathLike[str] | None = None, *, root: str | os.PathLike[str],
+                  image: str | None = None, platform: str | None = None, progress: Progress | None = None,
+                  profile: str | None = None) -> Restored:
+    """`apply --reverse --root ROOT` (api.reverse() says the rest)."""
+    q = load_queue(queue)
+    if profile is not None:
+        from .profiles import ALL, lock_file, resolve
+
+        if profile == ALL:
+            raise UsageError("A root holds one deployment: `apply --reverse` takes one --profile NAME, not all.",
+                             hint="Give the --profile the root was applied with (its apply record names it; "
+                                  "`imgquilt audit --root ROOT` says which).")
+        chosen = resolve(q, profile, lock_file(q.root))
+        src = open_ref(image, platform, root=q.root, progress=progress) if image else None
+        return reverse(q, Path(root), src, pin_opener(q.root, chosen.lock, platform, progress), profile=profile)
+    src = open_ref(image, platform, root=q.root, progress=progress) if image else None
+    return reverse(q, Path(root), src, pinned_image(q, platform, progress))
