@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
 from .verbs.init import InitResult as Initialized, init_queue
 from .verbs.refs import Progress, cache_dir, load_queue, open_ref, pick_ref, public_key, queue_root, signing_key  # noqa: F401  (the public names, as before)
-from .verbs.rebase_guard import refuse_during_rebase
 
 if TYPE_CHECKING:
     from .verbs.apply import Applied
@@ -105,8 +104,7 @@ def lock(queue: str | os.PathLike[str] | None = None, *, image: str | None = Non
     refused (a typo would declare a second deployment) unless `new`."""
     from .verbs.lock import LockRequest, lock as run
 
-    return run(LockRequest(queue, image, platform, python_check, progress, profile, select, env, unset_env, new),
-               refuse_during_rebase)
+    return run(LockRequest(queue, image, platform, python_check, progress, profile, select, env, unset_env, new))
 
 
 def lock_profiles(queue: str | os.PathLike[str] | None = None, *, platform: str | None = None, python_check: bool = True,
@@ -115,8 +113,7 @@ def lock_profiles(queue: str | os.PathLike[str] | None = None, *, platform: str 
     once, when every profile verified (nothing is written otherwise)."""
     from .verbs.lock import LockRequest, lock_profiles as run
 
-    return run(LockRequest(queue, platform=platform, python_check=python_check, progress=progress, profile="all"),
-               refuse_during_rebase)
+    return run(LockRequest(queue, platform=platform, python_check=python_check, progress=progress, profile="all"))
 
 
 def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = None, layer: str | os.PathLike[str] | None = None,

@@ -10,8 +10,7 @@ import typer
 from ..errors import PythonCheckFailed, Refused, UsageError, shown, shown_env
 from . import documents, listing
 from .annotations import Format, FormatOpt_help
-from .common import (G, ImageOpt, PlatformOpt, ProfileOpt, VerboseOpt, emit_json, note, progress, ref_progress, refuse_during_rebase,
-                     say, table)
+from .common import (G, ImageOpt, PlatformOpt, ProfileOpt, VerboseOpt, emit_json, note, progress, ref_progress, say, table)
 
 if TYPE_CHECKING:
     from ..engine.result import ApplyResult
@@ -45,7 +44,7 @@ def lock_cmd(
 
     with python_check_named("lock"):
         done = run_lock(LockRequest(G.queue, image, platform, not no_python_check, progress(), profile, select, env or (),
-                                    unset_env or (), new), refuse_during_rebase)
+                                    unset_env or (), new))
     if isinstance(done, tuple):  # --profile all
         if G.json:
             emit_json(documents.lock_profiles_doc(done))

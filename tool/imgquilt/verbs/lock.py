@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 from ..engine.plan import plan_lock
 from ..fs.types import Source
@@ -13,6 +13,7 @@ from ..pycheck import checks
 from ..queue.lock import Lock
 from ..queue.queue import Queue
 from ..store import remember
+from .rebase_guard import refuse_during_rebase
 from .refs import Progress
 
 
@@ -57,17 +58,15 @@ def refuse_lock(req: LockRequest) -> None:
                          hint="Change one profile with --profile NAME.")
 
 
-def run_lock(req: LockRequest, refuse_during_rebase: Callable[[Path], None]) -> Locked | tuple[Locked, ...]:
-    """The CLI's `lock`: one pin (Locked), or with `--profile all` every profile (a tuple).
-    `refuse_during_rebase`: the refusal of a queue a stopped rebase owns (api.refuse_during_rebase:
-    the rebase sits above the verbs, so its rule is handed down)."""
+def run_lock(req: LockRequest) -> Locked | tuple[Locked, ...]:
+    """The CLI's `lock`: one pin (Locked), or with `--profile all` every profile (a tuple)."""
     refuse_lock(req)
     from .fanout import select
 
-    return lock_profiles(req, refuse_during_rebase) if select(req.profile).every_profile else lock(req, refuse_during_rebase)
+    return lock_profiles(req) if select(req.profile).every_profile else lock(req)
 
 
-def lock(req: LockRequest, refuse_during_rebase: Callable[[Path], None]) -> Locked:
+def lock(req: LockRequest) -> Locked:
     """Verify the series on the image (`image`, else the one targets.lock pins) and write targets.lock
     (api.lock says the rest)."""
     from ..queue.lock import Profile, lock_with, render_lock_file
@@ -128,7 +127,7 @@ def lock(req: LockRequest, refuse_during_rebase: Callable[[Path], None]) -> Lock
                   len(chosen.patches), profile, prof.select, prof.env)
 
 
-def lock_profiles(req: LockRequest, refuse_during_rebase: Callable[[Path], None]) -> tuple[Locked, ...]:
+def lock_profiles(req: LockRequest) -> tuple[Locked, ...]:
     """`lock --profile all`: re-pin every profile on the image it is pinned to; targets.lock is written
     once, when every profile verified (nothing is written otherwise)."""
     from dataclasses import replace
