@@ -69,7 +69,7 @@ def _lookup(kind: str, name: str) -> tuple[Any, tuple[Any] | None]:
         if raw is None:
             return part, None
         seal, _, body = raw.partition(b"\n")
-        if entry_sealed(seal.decode("ascii", "replace"), KIND, kind, name, body):
+        if seal.isascii() and entry_sealed(seal.decode("ascii"), KIND, kind, name, body):
             try:
                 return part, (json.loads(body),)
             except (ValueError, RecursionError):
