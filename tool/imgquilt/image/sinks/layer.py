@@ -19,10 +19,7 @@ The tar is streamed through the compressor: a file's contents (bytes, or a Spool
 kept in a temp file) are copied in chunks, and both digests (diff_id over the tar, digest over the
 blob) are computed on the way, so a layer holding a 1 GiB file costs no more memory than one
 holding a 1 KiB file. The compressor is fed in fixed 1 MiB pieces whatever the contents are carried
-in, so the bytes never depend on how a file was held. From a layer's second piece on, the compressor
-(and the blob's hash and write) runs on a thread of its own, fed the same pieces in the same order (the
-same bytes), while this thread builds and hashes the tar: zlib and zstd release the GIL, so a 16 MB
-layer of 1000 files compresses on one core while its tar is made on the other.
+in, so the bytes never depend on how a file was held.
 """
 from __future__ import annotations
 
@@ -56,7 +53,6 @@ GZIP_LEVEL = 1  # the default levels: chosen for throughput (module docstring, d
 ZSTD_LEVEL = 3
 LEVELS = {"gzip": range(1, 10), "zstd": range(1, 20)}
 FEED = 1 << 20  # the compressor is fed in pieces of exactly this size (the last one shorter)
-PIPELINE = 4  # pieces waiting for the compressing thread at most (memory: 4 MiB)
 
 
 @dataclass(frozen=True)
@@ -209,9 +205,6 @@ class _Sink:
         self.size = 0
         self._pending = bytearray()
         self._crc = 0
-        self._pieces = None  # the queue to the compressing thread, once started
-        self._thread = None
-        self._error: BaseException | None = None
         level = default_level(compression) if level is None else level
         if compression == "gzip":
             self._comp = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS, 9)
@@ -238,57 +231,9 @@ class _Sink:
         if self._comp is None:
             self._emit(bytes(piece))
             return
-        if self._pieces is None:  # the first full piece: a layer of more than one, the compressor to a thread
-            self._start()
-        assert self._pieces is not None
-        self._check()
-        self._pieces.put(bytes(piece))
-
-    def _compress(self, piece) -> None:
         if self.compression == "gzip":
             self._crc = zlib.crc32(piece, self._crc)
         self._emit(self._comp.compress(piece))
-
-    def _start(self) -> None:
-        """Compression (and the blob's hash and write) on a thread of its own, fed the same pieces in the
-        same order (so the same bytes): zlib and zstd let go of the GIL while they work, so the tar is
-        built and hashed on one core while the other compresses."""
-        import queue
-        import threading
-
-        self._pieces = queue.Queue(maxsize=PIPELINE)
-
-        def work() -> None:
-            while True:
-                piece = self._pieces.get()  # type: ignore[union-attr]
-                if piece is None:
-                    return
-                if self._error is None:
-                    try:
-                        self._compress(piece)
-                    except BaseException as exc:  # kept for the writer's side: raised at its next piece or close
-                        self._error = exc
-
-        self._thread = threading.Thread(target=work, name="imgquilt-layer-compress", daemon=True)
-        self._thread.start()
-
-    def _check(self) -> None:
-        if self._error is not None:
-            self._drain()
-            raise self._error
-
-    def _drain(self) -> None:
-        """Every piece given to the thread compressed, and the thread gone."""
-        if self._thread is not None:
-            assert self._pieces is not None
-            self._pieces.put(None)
-            self._thread.join()
-            self._thread = None
-
-    def abort(self) -> None:
-        """The tar failed half-way: the thread stopped, nothing more written."""
-        self._error = self._error or RuntimeError("the layer was not finished")
-        self._drain()
 
     def tell(self) -> int:
         return self.tar_size
@@ -309,15 +254,8 @@ class _Sink:
 
     def close(self) -> None:
         if self._pending:
-            if self._thread is not None:
-                self._feed(self._pending)
-            elif self._comp is None:
-                self._emit(bytes(self._pending))
-            else:  # a layer of one piece: compressed here, no thread started for it
-                self._compress(self._pending)
+            self._feed(self._pending)
             self._pending = bytearray()
-        self._drain()
-        self._check()
         if self.compression == "gzip":
             self._emit(self._comp.flush())
             self._emit(struct.pack("<II", self._crc & 0xFFFFFFFF, self.tar_size & 0xFFFFFFFF))
@@ -353,11 +291,7 @@ def stream_layer(changes: Sequence[FileChange], out, compression: Compression = 
                  level: int | None = None) -> tuple[str, str, int]:
     """Write the layer blob to `out`; (digest, diff_id, size), both digests "sha256:<hex>"."""
     sink = _Sink(out, compression, level, tar_size(changes, epoch=epoch) if compression == "zstd" else None)
-    try:
-        write_tar(changes, sink, epoch=epoch)
-    except BaseException:
-        sink.abort()
-        raise
+    write_tar(changes, sink, epoch=epoch)
     sink.close()
     return "sha256:" + sink.blob_hash.hexdigest(), "sha256:" + sink.tar_hash.hexdigest(), sink.size
 
