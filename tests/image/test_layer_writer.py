@@ -7,7 +7,9 @@ import io
 import os
 import shutil
 import subprocess
+import struct
 import tarfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -226,3 +228,34 @@ def test_a_bad_destination_is_caught_before_anything_is_computed(tmp_path: Path)
         with pytest.raises(UsageError):
             check_layer_destination(bad)
     assert list(tmp_path.iterdir()) == []
+
+
+def _big_result() -> ApplyResult:
+    """A layer of several compressor pieces (FEED = 1 MiB): text and incompressible bytes."""
+    rnd = hashlib.sha256(b"seed").digest() * 1
+    noise = b"".join(hashlib.sha256(rnd + i.to_bytes(4, "big")).digest() for i in range(40_000))  # 1.25 MiB
+    files = [fr(f"{SITE}/m{i}.py", f"{SITE}/m{i}.py", b"x = 1\n", (f"x = {i}\n" * 40_000).encode() + noise[: i * 300_000],
+                parents=(ROOT,)) for i in range(5)]
+    return ApplyResult(ImageInfo("oci:demo:latest", "sha256:" + "2" * 64), "ab" * 32, ("0001-x.patch",), tuple(files), True)
+
+
+def test_a_layer_of_many_pieces_has_the_bytes_of_serial_compression(tmp_path: Path) -> None:
+    """The compressor is fed fixed FEED pieces: the blob is byte for byte what compressing the tar piece by
+    piece here gives (the bytes every earlier layer of this writer had)."""
+    from imgquilt.image.sinks.layer import FEED
+
+    res = _big_result()
+    tar = layer_tar_bytes(res)
+    assert len(tar) > 4 * FEED
+    comp = zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS, 9)
+    body = b"".join(comp.compress(tar[i : i + FEED]) for i in range(0, len(tar), FEED)) + comp.flush()
+    want_gz = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x04\xff" + body + struct.pack("<II", zlib.crc32(tar), len(tar))
+    zc = zstandard.ZstdCompressor(level=3, write_checksum=True, write_content_size=True).compressobj(size=len(tar))
+    want_zst = b"".join(zc.compress(tar[i : i + FEED]) for i in range(0, len(tar), FEED)) + zc.flush()
+    for name, want in (("big.tar.gz", want_gz), ("big.tar.zst", want_zst)):
+        info = write_layer(res, tmp_path / name)
+        got = (tmp_path / name).read_bytes()
+        assert got == want
+        assert info.digest == "sha256:" + hashlib.sha256(want).hexdigest() and info.size == len(want)
+        assert info.diff_id == "sha256:" + hashlib.sha256(tar).hexdigest()
+

@@ -10,7 +10,7 @@ of that, as ssh does with ~/.ssh, a cache is used only when
   else (a directory writable by a group is allowed when that group is the user's own private
   group, as Debian's ssh allows; an ancestor writable by all is allowed when it is sticky, as /tmp);
 - every part imgquilt uses inside it (`files`, `layer-index`, `layers`, `verified`, `pycheck`,
-  `manifests`, `configs`, `rootfs`, `store-images`) is a real directory (never a link) passing the same test;
+  `manifests`, `configs`, `rootfs`, `store-images`, `parsed`) is a real directory (never a link) passing the same test;
 - and entries are read and written through directory fds without following links: a link, FIFO or
   directory where an entry should be is dropped (the link itself, never what it names) and reads
   as absent.
@@ -33,7 +33,8 @@ from ..util.ownership import problem_of
 from ..util.regular import read_regular_at
 from ..util.statedir import open_dir_below
 
-PARTS = ("files", "layer-index", "layers", "verified", "pycheck", "manifests", "configs", "rootfs", "store-images")
+PARTS = ("files", "layer-index", "layers", "verified", "pycheck", "manifests", "configs", "rootfs", "store-images",
+         "parsed")
 _checked: dict[str, Path] = {}
 _HINT = ("imgquilt trusts its shared cache as it trusts your home directory, so it uses only one that is yours "
          "alone. Fix the owner or mode (chmod go-w), point IMGQUILT_CACHE_DIR at a directory of your own, or run "

@@ -43,6 +43,7 @@ ENTRY = {  # part: (fan-out directory pattern or None, entry name pattern)
     "rootfs": (None, _DIGEST_ENTRY),  # the marker of an unpacked tree (cache.rootfs); prune removes the trees too
     # the OCI layout containers-storage images are copied into (image.sources.store_copy): its blobs
     "store-images": ("blobs/sha256", _DIGEST_ENTRY),
+    "parsed": (re.compile(r"^[0-9a-f]{2}$"), _DIGEST_ENTRY),  # sealed parses of large files (cache.parsed)
 }
 assert set(ENTRY) == set(PARTS)
 

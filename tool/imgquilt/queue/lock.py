@@ -7,7 +7,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Callable, Sequence
 from pathlib import Path
 
 
@@ -364,12 +364,20 @@ def _parse_profile(name: str, doc: object) -> Profile:
     return Profile(name, tuple(select), tuple(sorted(env.items())), _parse_pin(doc))
 
 
-def parse_lock_file(data: bytes, *, source: str = "targets.lock") -> LockFile:
-    """Read targets.lock, profiles included; any missing or mistyped key is MalformedLock."""
+def toml_doc(data: bytes) -> dict:
+    """The TOML document `data` holds (tomllib's errors as it raises them)."""
     import tomllib  # on use: a queue without a lock never parses TOML
 
+    return tomllib.loads(data.decode("utf-8"))
+
+
+def parse_lock_file(data: bytes, *, source: str = "targets.lock", loads: Callable[[bytes], dict] = toml_doc) -> LockFile:
+    """Read targets.lock, profiles included; any missing or mistyped key is MalformedLock. `loads`:
+    what turns the bytes into the TOML document (toml_doc, or a caller's cache of exactly its result)."""
+    import tomllib
+
     try:
-        doc = tomllib.loads(data.decode("utf-8"))
+        doc = loads(data)
         if doc.get("version") != LOCK_VERSION:
             raise MalformedLock(f"{source}: unsupported version {doc.get('version')!r} (this imgquilt reads {LOCK_VERSION}).")
         profiles = doc.get("profile", {})

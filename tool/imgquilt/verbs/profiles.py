@@ -17,10 +17,12 @@ from typing import Any, Sequence
 
 from ..errors import UsageError, control_character
 from ..fs.types import Source
-from ..queue.lock import PROFILE_NAME, Lock, LockFile, read_lock_file
+from ..cache.parsed import remembered
+from ..queue.lock import PROFILE_NAME, Lock, LockFile, parse_lock_file, toml_doc
 from ..queue.queue import Queue
 from ..queue.series import check_guard_name
 from ..util.names import ENV_KEY, nearest
+from ..util.regular import read_regular_file
 
 ALL = "all"
 PLACEHOLDER = "{profile}"
@@ -84,7 +86,13 @@ def parse_select(items: Sequence[str]) -> tuple[str, ...]:
 
 
 def lock_file(root: Path) -> LockFile:
-    return read_lock_file(root / "targets.lock")
+    """The queue's whole lock; a large one's TOML parse kept in the shared cache, sealed (cache.parsed:
+    a 1000-patch lock is 0.6 MB, 0.07-0.2 s of parsing every run otherwise)."""
+    path = root / "targets.lock"
+    data = read_regular_file(path)
+    if data is None:
+        return LockFile(None)
+    return parse_lock_file(data, source=str(path), loads=lambda raw: remembered("targets.lock", raw, toml_doc))
 
 
 def unknown(name: str, lf: LockFile) -> UsageError:
