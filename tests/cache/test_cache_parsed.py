@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from imagetools import build_oci, file
+from support.imagetools import build_oci, file
 from imgquilt.cache import parsed
 from imgquilt.cache.parsed import remembered
 from imgquilt.queue.lock import toml_doc
-from qtools import empty_queue, imgquilt, write_patch
+from support.qtools import empty_queue, imgquilt, write_patch
 
 BIG = b"# padding\n" * 8000  # ~80 KB of comment: a lock above parsed.MIN_SIZE
 
