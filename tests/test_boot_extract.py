@@ -6,6 +6,8 @@ import io
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from imgquilt.rootfs.extract import extract_layers
 
 
@@ -88,11 +90,16 @@ def _file_tar(files: list[tuple[str, bytes, int]]) -> io.BytesIO:
     return buf
 
 
-def test_the_pool_stores_identical_files_once_from_its_floor_up(tmp_path: Path) -> None:
+@pytest.mark.parametrize("held", [True, False])
+def test_the_pool_stores_identical_files_once_from_its_floor_up(tmp_path: Path, monkeypatch, held: bool) -> None:
     """Files of the same bytes and mode, from POOL_MIN bytes up, are one inode (in a tree and across
-    trees; data across the walker's 4 MiB chunks too); a different mode is another file; a file under
-    the floor is its own copy, never pooled; bytes and modes (setuid too) are the layer's."""
+    trees; data across the walker's 4 MiB chunks too, held for the hasher or, too large to hold,
+    hashed as written); a different mode is another file; a file under the floor is its own copy,
+    never pooled; bytes and modes (setuid too) are the layer's."""
     from imgquilt.rootfs import extract
+
+    if not held:
+        monkeypatch.setattr(extract, "_INFLIGHT_BYTES", 1 << 20)
 
     mid = b"m" * extract.POOL_MIN
     big = bytes(range(256)) * (5 << 12)  # 5 MiB

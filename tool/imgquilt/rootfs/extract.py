@@ -43,8 +43,8 @@ from .source import RootfsSource
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
 POOL_MIN = 16 << 10  # a smaller file is not pooled (see the docstring)
-_INFLIGHT_BYTES = 64 << 20  # written, not yet hashed and linked: bounds the chunks held for the hasher
-_INFLIGHT_FILES = 64  # ... and the descriptors held open
+_INFLIGHT_BYTES = 128 << 20  # written, not yet hashed and linked: bounds the chunks held for the hasher
+_INFLIGHT_FILES = 256  # ... and the descriptors held open
 _AS_ROOT = os.geteuid() == 0
 _REGULAR = frozenset("07")  # regular, contiguous ("\0", the old regular, is read as "0")
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -223,11 +223,10 @@ class _Tree:
             self._pool_dirs[sub] = fd
         return fd
 
-    def hashed(self, fd: int, dfd: int, name: str, digest, size: int, key_tail: str) -> None:
-        """The file just written (`fd`, still open, at `name` in `dfd`) is pooled once the hasher has its
-        digest; the oldest pending files are settled while too much is waiting."""
-        assert self.hasher is not None
-        self.pending.append((self.hasher.submit(digest.hexdigest), fd, os.dup(dfd), name, size, key_tail))
+    def hashed(self, fd: int, dfd: int, name: str, job: Future, size: int, key_tail: str) -> None:
+        """The file just written (`fd`, still open, at `name` in `dfd`) is pooled once the hasher's `job`
+        gives its sha256; the oldest pending files are settled while too much is waiting."""
+        self.pending.append((job, fd, os.dup(dfd), name, size, key_tail))
         self.inflight += size
         while self.inflight > _INFLIGHT_BYTES or len(self.pending) > _INFLIGHT_FILES:
             self.settle_one()
@@ -311,16 +310,16 @@ def _owner(uid: int, gid: int) -> tuple[int, int]:
     return (uid, gid) if _AS_ROOT else (os.geteuid(), os.getegid())
 
 
-def _write(tree: _Tree, dfd: int, name: str, pieces, mode: int, uid: int, gid: int, digest=None) -> int:
-    """Write the file; with `digest`, each piece is also handed to the hasher and the fd is returned open
+def _write(tree: _Tree, dfd: int, name: str, pieces, mode: int, uid: int, gid: int, keep: list | None = None) -> int:
+    """Write the file; with `keep`, the pieces written are appended to it and the fd is returned open
     (the caller closes it), else closed (-1)."""
     fd = tree.create(dfd, name, mode)
     try:
         for view in pieces:
-            if digest is not None:
+            if keep is not None:
                 if not isinstance(view.obj, bytes):
                     view = memoryview(bytes(view))  # the hasher reads it later: never a buffer reused meanwhile
-                tree.hasher.submit(digest.update, view)  # type: ignore[union-attr]
+                keep.append(view)
             while view:
                 view = view[os.write(fd, view):]
         # A new file is ours (no directory is setgid before the final chmod), made with `mode` less
@@ -333,10 +332,18 @@ def _write(tree: _Tree, dfd: int, name: str, pieces, mode: int, uid: int, gid: i
     except BaseException:
         os.close(fd)
         raise
-    if digest is not None:
+    if keep is not None:
         return fd
     os.close(fd)
     return -1
+
+
+def _sha256(pieces: list[memoryview]) -> str:
+    """On the hasher thread (hashlib lets go of the GIL for all but tiny pieces)."""
+    digest = hashlib.sha256()
+    for view in pieces:
+        digest.update(view)
+    return digest.hexdigest()
 
 
 def _file(tree: _Tree, walker: TarWalker, dfd: int, name: str, mode: int, uid: int, gid: int, size: int) -> None:
@@ -345,10 +352,17 @@ def _file(tree: _Tree, walker: TarWalker, dfd: int, name: str, mode: int, uid: i
     if tree.hasher is None or size < POOL_MIN:
         _write(tree, dfd, name, walker.data_pieces(), mode, uid, gid)
         return
-    digest = hashlib.sha256()
-    fd = _write(tree, dfd, name, walker.data_pieces(), mode, uid, gid, digest)
+    if size > _INFLIGHT_BYTES:  # too large to hold its chunks: hashed piece by piece as it is written
+        digest = hashlib.sha256()
+        pieces: Iterable[memoryview] = (digest.update(v) or v for v in walker.data_pieces())
+        fd = _write(tree, dfd, name, pieces, mode, uid, gid, [])
+        job = tree.hasher.submit(digest.hexdigest)  # type: ignore[union-attr]
+    else:
+        held: list[memoryview] = []
+        fd = _write(tree, dfd, name, walker.data_pieces(), mode, uid, gid, held)
+        job = tree.hasher.submit(_sha256, held)  # type: ignore[union-attr]
     ouid, ogid = _owner(uid, gid)
-    tree.hashed(fd, dfd, name, digest, size, f"{mode:o}-{ouid}-{ogid}")
+    tree.hashed(fd, dfd, name, job, size, f"{mode:o}-{ouid}-{ogid}")
 
 
 def _layer(tree: _Tree, walker: TarWalker) -> int:
