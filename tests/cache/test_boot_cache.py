@@ -19,7 +19,7 @@ from support.qtools import imgquilt, write_patch
 PKG = "usr/local/lib/python3.11/dist-packages/pkg"
 OS_LAYER = [file("etc/os-release", "ID=tiny\n"), file("usr/bin/tool", "#!/bin/sh\n" + "# padding\n" * 2000, mode=0o755),
             file("usr/share/doc/big.txt", "x" * 300_000)]
-PKG_LAYER = [file(f"{PKG}/__init__.py", ""), file(f"{PKG}/mod.py", "VALUE = 1\n" * 1000)]
+PKG_LAYER = [file(f"{PKG}/__init__.py", ""), file(f"{PKG}/mod.py", "VALUE = 1\n" * 2000)]
 EXTRA = [file("usr/share/doc/extra.txt", "y" * 200_000)]
 
 
@@ -54,12 +54,15 @@ def _tree(ref: str) -> Path:
 def test_two_images_share_their_common_files(images, cache: Path) -> None:
     a, b = _tree(images[0]), _tree(images[1])
     assert a != b and a.is_dir() and b.is_dir()
-    for rel in ("usr/bin/tool", "usr/share/doc/big.txt", f"{PKG}/mod.py", "etc/os-release"):
+    for rel in ("usr/bin/tool", "usr/share/doc/big.txt", f"{PKG}/mod.py"):
         sa, sb = os.stat(a / rel), os.stat(b / rel)
         assert (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino), rel  # stored once
         assert sa.st_nlink == 3  # the pool's name and one per tree
         assert (a / rel).read_bytes() == (b / rel).read_bytes()
     assert os.stat(b / "usr/share/doc/extra.txt").st_nlink == 2
+    # a file under the pool's floor (rootfs.extract.POOL_MIN) is each tree's own copy
+    sa, sb = os.stat(a / "etc/os-release"), os.stat(b / "etc/os-release")
+    assert sa.st_ino != sb.st_ino and sa.st_nlink == sb.st_nlink == 1
     assert os.stat(a / "usr/bin/tool").st_mode & 0o777 == 0o755
     # a file with the same bytes but another mode is its own inode
     assert os.stat(a / f"{PKG}/__init__.py").st_ino != os.stat(a / "usr/bin/tool").st_ino
@@ -118,7 +121,7 @@ def test_an_image_with_no_python_is_cannot_tell_not_an_error(images, tmp_path: P
     q = tmp_path / "q"
     q.mkdir()
     (q / "series").write_text("")
-    write_patch(q, "0001-mod.patch", [(f"{PKG}/mod.py", b"VALUE = 1\n" * 1000, b"VALUE = 1\n" * 1000 + b"OTHER = 2\n")])
+    write_patch(q, "0001-mod.patch", [(f"{PKG}/mod.py", b"VALUE = 1\n" * 2000, b"VALUE = 1\n" * 2000 + b"OTHER = 2\n")])
     write_patch(q, "0002-outside.patch", [("opt/app/run.py", None, b"X = 1\n")])
     r = imgquilt("boot", "--image", images[0], cwd=q, env=cli_env, check=0)
     assert "cannot tell  0001-mod.patch" in r.out and "the image has no python3.11 (nor python3) on its PATH" in r.out

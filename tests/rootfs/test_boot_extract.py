@@ -6,6 +6,8 @@ import io
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from imgquilt.rootfs.extract import extract_layers
 
 
@@ -88,16 +90,21 @@ def _file_tar(files: list[tuple[str, bytes, int]]) -> io.BytesIO:
     return buf
 
 
-def test_the_pool_stores_identical_files_once_small_or_large(tmp_path: Path, monkeypatch) -> None:
-    """Files of the same bytes and mode are one inode (in a tree and across trees), whether hashed
-    before writing (small) or while writing (large, over PREHASH; data across the walker's 4 MiB
-    chunks); a different mode is another file; bytes and modes (setuid too) are the layer's."""
+@pytest.mark.parametrize("held", [True, False])
+def test_the_pool_stores_identical_files_once_from_its_floor_up(tmp_path: Path, monkeypatch, held: bool) -> None:
+    """Files of the same bytes and mode, from POOL_MIN bytes up, are one inode (in a tree and across
+    trees; data across the walker's 4 MiB chunks too, held for the hasher or, too large to hold,
+    hashed as written); a different mode is another file; a file under the floor is its own copy,
+    never pooled; bytes and modes (setuid too) are the layer's."""
     from imgquilt.rootfs import extract
 
-    monkeypatch.setattr(extract, "PREHASH", 1 << 20)
+    if not held:
+        monkeypatch.setattr(extract, "_INFLIGHT_BYTES", 1 << 20)
+
+    mid = b"m" * extract.POOL_MIN
     big = bytes(range(256)) * (5 << 12)  # 5 MiB
-    files = [("s1", b"same", 0o644), ("s2", b"same", 0o644), ("x", b"same", 0o4755), ("b1", big, 0o644),
-             ("b2", big, 0o644), ("e1", b"", 0o600), ("e2", b"", 0o600)]
+    files = [("s1", mid, 0o644), ("s2", mid, 0o644), ("x", mid, 0o4755), ("b1", big, 0o644),
+             ("b2", big, 0o644), ("t1", b"tiny", 0o644), ("t2", b"tiny", 0o644), ("e1", b"", 0o600), ("e2", b"", 0o600)]
     pool = tmp_path / "pool"
     trees = []
     for t in ("t1", "t2"):
@@ -108,12 +115,46 @@ def test_the_pool_stores_identical_files_once_small_or_large(tmp_path: Path, mon
         assert written == [sum(len(raw) for _, raw, _ in files)]
         for name, raw, mode in files:
             assert (dest / name).read_bytes() == raw and (dest / name).stat().st_mode & 0o7777 == mode, name
+        assert not [p.name for p in dest.iterdir() if p.name.startswith(".")]  # no link left half-made
         trees.append(dest)
     ino = {(t.name, n): (t / n).stat().st_ino for t in trees for n, _, _ in files}
-    for a, b in (("s1", "s2"), ("b1", "b2"), ("e1", "e2")):
+    for a, b in (("s1", "s2"), ("b1", "b2")):
         assert len({ino[(t, n)] for t in ("t1", "t2") for n in (a, b)}) == 1, a
         assert (trees[0] / a).stat().st_nlink == 5  # the pool's name and two per tree
     assert ino[("t1", "x")] != ino[("t1", "s1")]
+    for n in ("t1", "t2", "e1", "e2"):  # under the floor: written, not pooled
+        assert (trees[0] / n).stat().st_nlink == 1, n
+    assert sorted(p.stat().st_size for p in pool.rglob("*") if p.is_file()) == [len(mid), len(mid), len(big)]
+
+
+def test_a_pooled_file_replaced_or_linked_before_it_is_hashed_keeps_the_layers_meaning(tmp_path: Path) -> None:
+    """The pool links a file after it is written (its hash comes from a thread): a later member that
+    replaces or removes the name meanwhile is not undone, and a tar hard link to a pooled file is the
+    same inode as it."""
+    from imgquilt.rootfs import extract
+
+    one, two = b"1" * extract.POOL_MIN, b"2" * extract.POOL_MIN
+    pool = tmp_path / "pool"
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    extract_layers(seed, [("l", _file_tar([("a", one, 0o644)]))], pool=pool)  # the pool holds `one`
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, raw in (("f", one), ("f", two), ("g", one), ("gone", one)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(raw), 0o644
+            tar.addfile(info, io.BytesIO(raw))
+        info = tarfile.TarInfo("h")
+        info.type, info.linkname = tarfile.LNKTYPE, "g"
+        tar.addfile(info)
+    buf.seek(0)
+    wh = _tar([("file", ".wh.gone", b"")])
+    dest = tmp_path / "tree"
+    dest.mkdir()
+    assert extract_layers(dest, [("l1", buf), ("l2", wh)], pool=pool) == 0
+    assert (dest / "f").read_bytes() == two and (dest / "g").read_bytes() == one and not (dest / "gone").exists()
+    assert (dest / "h").stat().st_ino == (dest / "g").stat().st_ino == (seed / "a").stat().st_ino
+    assert (dest / "f").stat().st_ino != (seed / "a").stat().st_ino
 
 
 def test_a_planted_pool_entry_that_is_not_the_file_is_not_linked(tmp_path: Path) -> None:
@@ -121,7 +162,9 @@ def test_a_planted_pool_entry_that_is_not_the_file_is_not_linked(tmp_path: Path)
     import hashlib
     import os
 
-    raw = b"print('hi')\n"
+    from imgquilt.rootfs.extract import POOL_MIN
+
+    raw = b"print('hi')\n" * (POOL_MIN // 12 + 1)
     pool = tmp_path / "pool"
     key = f"{hashlib.sha256(raw).hexdigest()}-644-{os.geteuid()}-{os.getegid()}"
     (pool / key[:2]).mkdir(parents=True)
