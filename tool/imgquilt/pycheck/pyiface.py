@@ -15,6 +15,8 @@ import ast
 import warnings
 from dataclasses import dataclass, field
 
+from .astwalk import nodes_of
+
 # a binding of a top-level name
 DEF, CLASS, IMPORT, OTHER = "def", "class", "import", "other"
 
@@ -325,7 +327,7 @@ def interface_of(tree: ast.Module) -> Interface:
     # declares `global` (bound once it runs), an assignment expression (bound where it runs; taken
     # as bound, the lenient side), a call that writes the module's namespace
     dynamic: str | None = None
-    for node in ast.walk(tree):
+    for node in nodes_of(tree):
         if isinstance(node, ast.Global):
             for n in node.names:
                 names.setdefault(n, []).append(Binding(OTHER, node.lineno))
