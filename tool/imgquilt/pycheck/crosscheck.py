@@ -1166,8 +1166,8 @@ def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed
     an extension module...). With `memo`, each module's part is kept by its path and both its
     contents (parsing a thousand modules twice is most of a warm check), all asked for at once.
     `items_for` (resolved -> the checked file and its Places): when worker processes parse a module
-    here that is also a checked file, they compute its items too where the file is sure to be
-    checked (_names_job), so each version is parsed once."""
+    here that is also a checked file, they compute its items too (_names_job), so each version is
+    parsed once."""
     from .pyscreen import may_change_interface
 
     todo: list[tuple[str, bytes | None, bytes | None]] = []
@@ -1187,7 +1187,7 @@ def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed
                 h.update(b"\0-" if d is None else b"\0" + trees.sha(d).encode())
             keys[path] = h.hexdigest()
     kept = memo.get_many(list(keys.values())) if keys else {}
-    _names_in_workers([t for t in todo if _names_doc(kept.get(keys.get(t[0], ""))) is None], trees, changed_lines, items_for or {})
+    _names_in_workers([t for t in todo if _names_doc(kept.get(keys.get(t[0], ""))) is None], trees, items_for or {})
     names: set[str] = set()
     store: dict[str, list[str]] = {}
     everything = False
@@ -1207,29 +1207,24 @@ def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed
     return names, everything
 
 
-_NamesJob = tuple[str, bytes | None, bytes | None, "tuple[Place, Place | None, list[bytes]] | None"]
+_NamesJob = tuple[str, bytes | None, bytes | None, "tuple[Place, Place | None] | None"]
 
 
 def _names_job(job: _NamesJob) -> tuple[tuple[set[str], bool], tuple[list[Item] | None, list[Item] | None] | None]:
     """A worker's part of changed_names: one module's, a function of its path and bytes only; with
-    the file's Places and changed lines, also the items of both its versions (the trees parsed for the
-    names) when the screen of cross_check is sure to check the file: a module whose names may all
-    have changed, a new file, lines that may add items, or a changed name the file itself names.
-    A file checked only because another module's name is in it is parsed again there."""
-    from .pyscreen import imported_names, may_add_items, words_of
-
+    the file's Places, also the items of both its versions, from the trees parsed for the names (a
+    module whose interface may have changed is nearly always checked: its new or changed names are
+    in it; one that is not costs the items of a file parsed anyway)."""
     path, before, after, want = job
     trees = Trees()
     got = _module_names(path, before, after, trees)
     if want is None or after is None:
         return got, None
-    place, base_place, lines = want
-    if not (got[1] or before is None or may_add_items(lines, imported_names(after, before)) or got[0] & words_of(after)):
-        return got, None
+    place, base_place = want
     return got, (_items(after, path, place, trees), _items(before, path, base_place, trees))
 
 
-def _names_in_workers(todo: list[tuple[str, bytes | None, bytes | None]], trees: Trees, changed_lines: dict[str, list[bytes]],
+def _names_in_workers(todo: list[tuple[str, bytes | None, bytes | None]], trees: Trees,
                       items_for: dict[str, tuple[FileCheck, Place, Place | None]]) -> None:
     """_module_names of each patched module, computed ahead by worker processes when there is enough
     source, with the items of the checked files among them (keyed as _items_in_workers keys them)."""
@@ -1246,7 +1241,7 @@ def _names_in_workers(todo: list[tuple[str, bytes | None, bytes | None]], trees:
             fc, place, base_place = fc_places
             if trees.sha(fc.final) == trees.sha(after) and (fc.base is None) == (before is None) \
                     and (before is None or trees.sha(fc.base) == trees.sha(before)):  # type: ignore[arg-type]
-                want = (place, base_place, list(changed_lines.get(path, ())))
+                want = (place, base_place)
         jobs.append((path, before, after, want))
     for (path, before, after, want), (got, items) in zip(jobs, mapped(_names_job, jobs, size)):
         trees.names_ahead[(path, "-" if before is None else trees.sha(before), "-" if after is None else trees.sha(after))] = got
