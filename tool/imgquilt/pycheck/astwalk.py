@@ -39,21 +39,41 @@ def nodes_of(tree: ast.AST) -> list[ast.AST]:
     return out
 
 
-class Visitor(ast.NodeVisitor):
-    """ast.NodeVisitor's dispatch, its method found once per node class (per visitor class)."""
+_LEAF_KINDS = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)  # no fields at all
+_MISSING = object()
 
-    _methods: dict[type, Callable[[Any, Any], Any]] = {}
+
+class Visitor(ast.NodeVisitor):
+    """ast.NodeVisitor's dispatch, its method found once per node class (per visitor class). A leaf
+    the visitor has no method for (a context, an operator, a constant, a name) is not visited at all:
+    its generic visit would find no node below it, so nothing differs but the calls."""
+
+    _methods: dict[type, Callable[[Any, Any], Any] | None] = {}
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         cls._methods = {}
 
+    @classmethod
+    def _method_for(cls, t: type) -> Callable[[Any, Any], Any] | None:
+        """The method that visits a node of class `t`; None: a leaf nothing is done for."""
+        fn = getattr(cls, "visit_" + t.__name__, None)
+        if fn is ast.NodeVisitor.visit_Constant and not any(
+                hasattr(cls, "visit_" + old) for old in ("Num", "Str", "Bytes", "NameConstant", "Ellipsis")):
+            fn = None  # its dispatch to the deprecated names finds nothing: a generic visit
+        if fn is not None:
+            return fn
+        if cls.generic_visit is Visitor.generic_visit and (
+                issubclass(t, _LEAF_KINDS) or t is ast.Constant
+                or (t is ast.Name and not any(hasattr(cls, "visit_" + c) for c in ("Load", "Store", "Del")))):
+            return None
+        return cls.generic_visit
+
     def visit(self, node: ast.AST) -> Any:
-        fn = self._methods.get(type(node))
-        if fn is None:
-            fn = getattr(type(self), "visit_" + node.__class__.__name__, None) or type(self).generic_visit
-            self._methods[type(node)] = fn
-        return fn(self, node)
+        fn = self._methods.get(type(node), _MISSING)
+        if fn is _MISSING:
+            fn = self._methods[type(node)] = self._method_for(type(node))
+        return None if fn is None else fn(self, node)  # type: ignore[operator]
 
     def generic_visit(self, node: ast.AST) -> None:
         visit = self.visit
