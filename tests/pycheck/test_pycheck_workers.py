@@ -6,6 +6,7 @@ same value, or the same error); nothing is left running, ^C included; the cache 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import os
 import signal
@@ -248,3 +249,37 @@ def test_the_name_check_of_many_files_in_workers_equals_the_serial_one(monkeypat
     assert len(forks) == 2 and _gone(forks)
     assert sum(1 for errs in serial.values() if any("nowhere" in e for e in errs)) == 4
     assert any(e.startswith("SyntaxError") for errs in serial.values() for e in errs)
+
+
+def test_each_version_is_parsed_once_with_workers_too(tmp_path: Path, monkeypatch, forks) -> None:
+    """The workers that read a patched module's changed names keep its trees for the file's items (one
+    parse per version across all processes, as the serial path), with the same findings."""
+    from imgquilt.pycheck import crosscheck
+
+    base, changes = _tree(40)
+    for rel, data in base.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    log = tmp_path / "parsed.log"
+    real = crosscheck.parse
+
+    def logged(source: bytes, filename: str):
+        with open(log, "a") as f:  # the workers inherit this at the fork: one line per parse, any process
+            f.write(f"{filename} {hashlib.sha256(source).hexdigest()}\n")
+        return real(source, filename)
+
+    monkeypatch.setattr(crosscheck, "parse", logged)
+    monkeypatch.setenv("IMGQUILT_PYCHECK_WORKERS", "1")
+    serial = _cross_check(tmp_path, changes)
+    serial_parses = log.read_text().splitlines()
+    log.unlink()
+    monkeypatch.setenv("IMGQUILT_PYCHECK_WORKERS", "3")
+    assert _cross_check(tmp_path, changes) == serial
+    parses = log.read_text().splitlines()
+    assert len(forks) >= 2 and _gone(forks)
+    # every version of every patched file parsed once in all (names and items from one tree), as in the
+    # serial path; the patched lib/core.py the others import is read again by the parent to answer
+    # them (its interface), where the serial path had its tree already
+    own = [x for x in parses if "/app/" in x]
+    assert len(own) == len(set(own)) == 2 * 40
+    assert set(own) >= {x for x in serial_parses if "/app/" in x}

@@ -545,7 +545,7 @@ def plan_apply_gated(queue: Queue, source: Source, lock: Lock | None, *, locked:
     pending: PythonCheck | None = None
     if done:
         notes.append("Every target is already at the series' result: nothing to change.")
-        states = {t.resolved: _FileState(t, t.data, [p.name for p in queue.patches if t.path in p.paths], link=t.link)
+        states = {t.resolved: _FileState(t, t.data, list(queue.patches_naming.get(t.path, ())), link=t.link)
                   for t in targets.values()}
         problems: list[Problem] = []
     else:
@@ -644,7 +644,7 @@ def plan_lock(queue: Queue, source: Source, ref: str, *, python: PythonChecks | 
                 uid=t.uid,
                 gid=t.gid,
                 layer=t.layer,
-                patches=tuple(p.name for p in queue.patches if path in p.paths),
+                patches=queue.patches_naming[path],
                 link=t.link if t.data is not None else st.link,
             )
         )

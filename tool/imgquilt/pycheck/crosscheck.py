@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from ..fs.content import Data, held, held_or_none, sha256_of
+from .astwalk import Visitor, nodes_of
 from .pyiface import CLASS, DEF, IMPORT, Binding, Interface, Signature, Unreadable, bind, interface_of, parse
 from .pysearch import (
     BYTECODE, FILE, LARGE, MISSING, NAMESPACE, NATIVE, UNKNOWN, Finder, Look, ModuleFiles, Place, Spec, is_stdlib, place_of,
@@ -117,6 +118,10 @@ def items_of(tree: ast.Module, place: Place) -> list[Item]:
     return out
 
 
+_BINDERS = (ast.Import, ast.ImportFrom, ast.Name, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.arg, ast.ExceptHandler,
+            ast.MatchAs, ast.MatchStar, ast.MatchMapping, ast.Global, ast.Nonlocal)  # every kind _origins reads
+
+
 def _origins(tree: ast.Module, loaded: dict[str, set[str]]) -> dict[str, set[tuple]]:
     """Every binding of every name in the file, any scope: ("module", dotted) for `import x.y [as n]`,
     ("from", module, name, level) for `from m import n`, ("other",) for anything else; and into
@@ -126,7 +131,9 @@ def _origins(tree: ast.Module, loaded: dict[str, set[str]]) -> dict[str, set[tup
     def add(name: str, origin: tuple) -> None:
         found.setdefault(name, set()).add(origin)
 
-    for node in ast.walk(tree):
+    for node in nodes_of(tree):
+        if not isinstance(node, _BINDERS):  # most nodes: one test instead of eleven
+            continue
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.asname:
@@ -168,7 +175,7 @@ def absolute(place: Place, level: int, module: str) -> str | None:
     return ".".join(base + ([module] if module else []))
 
 
-class _Collect(ast.NodeVisitor):
+class _Collect(Visitor):
     def __init__(self, place: Place, origins: dict[str, set[tuple]], loaded: dict[str, set[str]], out: list[Item]) -> None:
         self.place, self.origins, self.loaded, self.out = place, origins, loaded, out
         self.guarded = 0
@@ -823,6 +830,10 @@ def _items_in_workers(files: list[FileCheck], final_view: ModuleFiles, base_view
         base_place = place_of(fc.resolved, base_view, settle=False) if fc.base is not None else None
         if fc.base is not None and base_place is not None:
             jobs.append((fc.base, fc.resolved, base_place))
+    # those the names pass computed already (its workers parsed these versions once for both)
+    jobs = [j for j in jobs if (j[1], trees.sha(j[0]), j[2]) not in trees.items_ahead]
+    if not worth_workers(sum(len(j[0]) for j in jobs)):
+        return
     for (data, name, place), got in zip(jobs, mapped(_items_job, jobs, sum(len(j[0]) for j in jobs))):
         trees.items_ahead[(name, trees.sha(data), place)] = got
 
@@ -946,7 +957,8 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
     else:
         from .pyscreen import imported_names, may_add_items, words_of
 
-        found, everything = changed_names(changed, changed_lines, trees, memo)
+        found, everything = changed_names(changed, changed_lines, trees, memo,
+                                          items_for=_places(files, final_view, base_view))
         names = None if everything else found
         todo, recheck = [], set()
         if found and not everything:
@@ -1142,12 +1154,26 @@ def _names_one(item: Item, names: set[str]) -> bool:
     return item.name in names or item.attr in names or item.module.rsplit(".", 1)[-1] in names
 
 
+def _places(files: list[FileCheck], final_view: ModuleFiles, base_view: ModuleFiles) -> dict[str, tuple[FileCheck, Place, Place | None]]:
+    """Each checked file's Place in both views (as check_files finds them), for the names pass to
+    compute its items ahead; a file that is no importable module has none."""
+    out: dict[str, tuple[FileCheck, Place, Place | None]] = {}
+    for fc in files:
+        place = place_of(fc.resolved, final_view, settle=False)
+        if place is not None:
+            out[fc.resolved] = (fc, place, place_of(fc.resolved, base_view, settle=False) if fc.base is not None else None)
+    return out
+
+
 def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed_lines: dict[str, list[bytes]],
-                  trees: Trees, memo=None) -> tuple[set[str], bool]:
+                  trees: Trees, memo=None, items_for: dict[str, tuple[FileCheck, Place, Place | None]] | None = None) -> tuple[set[str], bool]:
     """The names whose binding a patched module changed (a module it creates or deletes: its own
     name and all its names), and whether anything may have changed (a __getattr__, a star import,
     an extension module...). With `memo`, each module's part is kept by its path and both its
-    contents (parsing a thousand modules twice is most of a warm check), all asked for at once."""
+    contents (parsing a thousand modules twice is most of a warm check), all asked for at once.
+    `items_for` (resolved -> the checked file and its Places): when worker processes parse a module
+    here that is also a checked file, they compute its items too (_names_job), so each version is
+    parsed once."""
     from .pyscreen import may_change_interface
 
     todo: list[tuple[str, bytes | None, bytes | None]] = []
@@ -1167,7 +1193,7 @@ def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed
                 h.update(b"\0-" if d is None else b"\0" + trees.sha(d).encode())
             keys[path] = h.hexdigest()
     kept = memo.get_many(list(keys.values())) if keys else {}
-    _names_in_workers([t for t in todo if _names_doc(kept.get(keys.get(t[0], ""))) is None], trees)
+    _names_in_workers([t for t in todo if _names_doc(kept.get(keys.get(t[0], ""))) is None], trees, items_for or {})
     names: set[str] = set()
     store: dict[str, list[str]] = {}
     everything = False
@@ -1187,20 +1213,48 @@ def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed
     return names, everything
 
 
-def _names_job(job: tuple[str, bytes | None, bytes | None]) -> tuple[set[str], bool]:
-    """A worker's part of changed_names: one module's, a function of its path and bytes only."""
-    return _module_names(*job, Trees())
+_NamesJob = tuple[str, bytes | None, bytes | None, "tuple[Place, Place | None] | None"]
 
 
-def _names_in_workers(todo: list[tuple[str, bytes | None, bytes | None]], trees: Trees) -> None:
-    """_module_names of each patched module, computed ahead by worker processes when there is enough source."""
+def _names_job(job: _NamesJob) -> tuple[tuple[set[str], bool], tuple[list[Item] | None, list[Item] | None] | None]:
+    """A worker's part of changed_names: one module's, a function of its path and bytes only; with
+    the file's Places, also the items of both its versions, from the trees parsed for the names (a
+    module whose interface may have changed is nearly always checked: its new or changed names are
+    in it; one that is not costs the items of a file parsed anyway)."""
+    path, before, after, want = job
+    trees = Trees()
+    got = _module_names(path, before, after, trees)
+    if want is None or after is None:
+        return got, None
+    place, base_place = want
+    return got, (_items(after, path, place, trees), _items(before, path, base_place, trees))
+
+
+def _names_in_workers(todo: list[tuple[str, bytes | None, bytes | None]], trees: Trees,
+                      items_for: dict[str, tuple[FileCheck, Place, Place | None]]) -> None:
+    """_module_names of each patched module, computed ahead by worker processes when there is enough
+    source, with the items of the checked files among them (keyed as _items_in_workers keys them)."""
     from .workers import mapped, worth_workers
 
     size = sum(len(b or b"") + len(a or b"") for _, b, a in todo)
     if not worth_workers(size):
         return
-    for (path, before, after), got in zip(todo, mapped(_names_job, todo, size)):
+    jobs: list[_NamesJob] = []
+    for path, before, after in todo:
+        fc_places = items_for.get(path)
+        want = None
+        if fc_places is not None and after is not None:
+            fc, place, base_place = fc_places
+            if trees.sha(fc.final) == trees.sha(after) and (fc.base is None) == (before is None) \
+                    and (before is None or trees.sha(fc.base) == trees.sha(before)):  # type: ignore[arg-type]
+                want = (place, base_place)
+        jobs.append((path, before, after, want))
+    for (path, before, after, want), (got, items) in zip(jobs, mapped(_names_job, jobs, size)):
         trees.names_ahead[(path, "-" if before is None else trees.sha(before), "-" if after is None else trees.sha(after))] = got
+        if items is not None and want is not None and after is not None:
+            trees.items_ahead[(path, trees.sha(after), want[0])] = items[0]
+            if before is not None and want[1] is not None:
+                trees.items_ahead[(path, trees.sha(before), want[1])] = items[1]
 
 
 def _names_doc(kept: list[str] | None) -> tuple[set[str], bool] | None:

@@ -15,6 +15,8 @@ import ast
 import warnings
 from dataclasses import dataclass, field
 
+from .astwalk import nodes_of
+
 # a binding of a top-level name
 DEF, CLASS, IMPORT, OTHER = "def", "class", "import", "other"
 
@@ -197,6 +199,9 @@ _DYNAMIC_CALLS = {"exec": "exec()", "globals": "globals()", "vars": "vars()", "s
                   "__import__": "__import__()"}
 
 
+_SEEN_ANYWHERE = (ast.Global, ast.NamedExpr, ast.Call, ast.Subscript)  # what interface_of looks for below the top level
+
+
 def interface_of(tree: ast.Module) -> Interface:
     names: dict[str, list[Binding]] = {}
     all_names: list[str] | None = None
@@ -325,7 +330,9 @@ def interface_of(tree: ast.Module) -> Interface:
     # declares `global` (bound once it runs), an assignment expression (bound where it runs; taken
     # as bound, the lenient side), a call that writes the module's namespace
     dynamic: str | None = None
-    for node in ast.walk(tree):
+    for node in nodes_of(tree):
+        if not isinstance(node, _SEEN_ANYWHERE):  # most nodes: one test instead of four
+            continue
         if isinstance(node, ast.Global):
             for n in node.names:
                 names.setdefault(n, []).append(Binding(OTHER, node.lineno))

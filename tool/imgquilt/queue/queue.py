@@ -94,6 +94,16 @@ class Queue:
         """The paths a symlink section names: read as the link itself (never followed) for the whole series."""
         return {s.path for p in self.patches for s in p.sections if s.link}
 
+    @cached_property
+    def patches_naming(self) -> dict[str, tuple[str, ...]]:
+        """Per named path, the names of the patches that name it, in series order (each once): one
+        pass over the sections, where asking each patch for each path costs patches x paths."""
+        out: dict[str, dict[str, None]] = {}
+        for p in self.patches:
+            for s in p.sections:
+                out.setdefault(s.path, {})[p.name] = None
+        return {path: tuple(names) for path, names in out.items()}
+
     def target_paths(self) -> list[str]:
         """Every path the series names, in first-use order."""
         seen: dict[str, None] = {}

@@ -204,7 +204,7 @@ def relock(queue: Queue, lock: Lock, bases: Source, *, before: Queue | None = No
         fresh = {t.path: t for t in plan.lock.targets}
     targets = []
     for path in queue.target_paths():
-        names = tuple(p.name for p in queue.patches if path in p.paths)
+        names = queue.patches_naming[path]
         targets.append(fresh[path] if path in fresh else replace(pinned[path], patches=names))
     image = lock.image
     if image.kind == "rootfs":  # its digest is over every target's base
