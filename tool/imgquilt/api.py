@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
 from .verbs.init import InitResult as Initialized, init_queue
 from .verbs.refs import Progress, cache_dir, load_queue, open_ref, pick_ref, public_key, queue_root, signing_key  # noqa: F401  (the public names, as before)
+from .verbs.rebase_guard import refuse_during_rebase  # noqa: F401  (a public name, as before)
+from .errors import BadInput, BaseDrift, ImgquiltError, QueueProblems, UsageError  # noqa: F401  (reachable here as before; imgquilt.errors is their home)
 
 if TYPE_CHECKING:
     from .verbs.apply import Applied
