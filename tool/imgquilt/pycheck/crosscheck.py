@@ -32,7 +32,7 @@ import builtins
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..fs.content import Data, held, held_or_none, sha256_of
 from .astwalk import Visitor, nodes_of
@@ -957,8 +957,9 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
     else:
         from .pyscreen import imported_names, may_add_items, words_of
 
+        # the Places are looked up only when workers run (a lookup may read a layer a serial check never reads)
         found, everything = changed_names(changed, changed_lines, trees, memo,
-                                          items_for=_places(files, final_view, base_view))
+                                          items_for=lambda: _places(files, final_view, base_view))
         names = None if everything else found
         todo, recheck = [], set()
         if found and not everything:
@@ -1166,12 +1167,13 @@ def _places(files: list[FileCheck], final_view: ModuleFiles, base_view: ModuleFi
 
 
 def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed_lines: dict[str, list[bytes]],
-                  trees: Trees, memo=None, items_for: dict[str, tuple[FileCheck, Place, Place | None]] | None = None) -> tuple[set[str], bool]:
+                  trees: Trees, memo=None,
+                  items_for: Callable[[], dict[str, tuple[FileCheck, Place, Place | None]]] | None = None) -> tuple[set[str], bool]:
     """The names whose binding a patched module changed (a module it creates or deletes: its own
     name and all its names), and whether anything may have changed (a __getattr__, a star import,
     an extension module...). With `memo`, each module's part is kept by its path and both its
     contents (parsing a thousand modules twice is most of a warm check), all asked for at once.
-    `items_for` (resolved -> the checked file and its Places): when worker processes parse a module
+    `items_for` (gives resolved -> the checked file and its Places): when worker processes parse a module
     here that is also a checked file, they compute its items too (_names_job), so each version is
     parsed once."""
     from .pyscreen import may_change_interface
@@ -1193,7 +1195,7 @@ def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed
                 h.update(b"\0-" if d is None else b"\0" + trees.sha(d).encode())
             keys[path] = h.hexdigest()
     kept = memo.get_many(list(keys.values())) if keys else {}
-    _names_in_workers([t for t in todo if _names_doc(kept.get(keys.get(t[0], ""))) is None], trees, items_for or {})
+    _names_in_workers([t for t in todo if _names_doc(kept.get(keys.get(t[0], ""))) is None], trees, items_for or dict)
     names: set[str] = set()
     store: dict[str, list[str]] = {}
     everything = False
@@ -1231,7 +1233,7 @@ def _names_job(job: _NamesJob) -> tuple[tuple[set[str], bool], tuple[list[Item] 
 
 
 def _names_in_workers(todo: list[tuple[str, bytes | None, bytes | None]], trees: Trees,
-                      items_for: dict[str, tuple[FileCheck, Place, Place | None]]) -> None:
+                      places: Callable[[], dict[str, tuple[FileCheck, Place, Place | None]]]) -> None:
     """_module_names of each patched module, computed ahead by worker processes when there is enough
     source, with the items of the checked files among them (keyed as _items_in_workers keys them)."""
     from .workers import mapped, worth_workers
@@ -1239,6 +1241,7 @@ def _names_in_workers(todo: list[tuple[str, bytes | None, bytes | None]], trees:
     size = sum(len(b or b"") + len(a or b"") for _, b, a in todo)
     if not worth_workers(size):
         return
+    items_for = places()
     jobs: list[_NamesJob] = []
     for path, before, after in todo:
         fc_places = items_for.get(path)
