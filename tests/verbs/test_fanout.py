@@ -14,8 +14,8 @@ import pytest
 
 from imgquilt import api
 from imgquilt.errors import BadInput, UsageError
-from imgquilt.verbs.apply import ApplyRequest, refuse_apply
-from imgquilt.verbs.audit import AuditRequest, refuse_audit
+from imgquilt.verbs.apply_verb import ApplyRequest, refuse_apply
+from imgquilt.verbs.audit_verb import AuditRequest, refuse_audit
 from imgquilt.verbs.check import CheckRequest, refuse_check
 from imgquilt.verbs.fanout import Cell, Selection, boot_profiles, fan_out, platforms, select
 from imgquilt.verbs.lock import LockRequest, refuse_lock

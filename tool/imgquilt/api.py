@@ -26,8 +26,8 @@ from .verbs.rebase_guard import refuse_during_rebase  # noqa: F401  (a public na
 from .errors import BadInput, BaseDrift, ImgquiltError, QueueProblems, UsageError  # noqa: F401  (reachable here as before; imgquilt.errors is their home)
 
 if TYPE_CHECKING:
-    from .verbs.apply import Applied
-    from .verbs.audit import Audit
+    from .verbs.apply_verb import Applied
+    from .verbs.audit_verb import Audit
     from .verbs.check import CheckResult
     from .verbs.lock import Locked
     from .queue.lock import Profile
@@ -47,7 +47,7 @@ __all__ = [
 
 # the values of the verbs that live in verbs/, named here as before; imported when first asked for
 # (the verbs' modules read the engine and images: `import imgquilt.api` stays light)
-_MOVED = {"Locked": "verbs.lock", "CheckResult": "verbs.check", "Applied": "verbs.apply", "Audit": "verbs.audit",
+_MOVED = {"Locked": "verbs.lock", "CheckResult": "verbs.check", "Applied": "verbs.apply_verb", "Audit": "verbs.audit_verb",
           "RebaseAborted": "rebase.verbs", "ImportItems": "work.import_verb"}
 
 
@@ -136,7 +136,7 @@ def apply(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     import the patched modules with the image's own Python in a sandbox (boot(), docs/boot.md); when a
     patch fails to boot, BootFailed (exit 3) and nothing is written.
     """
-    from .verbs.apply import ApplyRequest, apply as run
+    from .verbs.apply_verb import ApplyRequest, apply as run
 
     return run(ApplyRequest(queue, image, layer, output_image, root, overlay, platform, locked, python_check, progress, attest,
                             compression, profile, compression_level, boot_check, boot_timeout))
@@ -151,7 +151,7 @@ def apply_profiles(queue: str | os.PathLike[str] | None = None, *, profile: str 
     `{profile}` (replaced by each profile's name) when there is more than one profile: UsageError
     before anything is read. Every profile is verified (destinations checked) before any output is
     written; then each profile's outputs are written in turn."""
-    from .verbs.apply import ApplyRequest, apply_profiles as run
+    from .verbs.apply_verb import ApplyRequest, apply_profiles as run
 
     return run(ApplyRequest(queue, layer=layer, output_image=output_image, overlay=overlay, platform=platform, locked=locked,
                             python_check=python_check, progress=progress, attest=attest, compression=compression,
@@ -204,7 +204,7 @@ def audit(queue: str | os.PathLike[str] | None = None, *, image: str | None = No
     config); without it, a queue with profiles judges the profile the filesystem is: the one whose
     selection its apply record names, else the one pinned to its digest (audit_profiles() judges every one).
     `strict`: `error` also when imgquilt cannot tell which code CPython runs for a live file."""
-    from .verbs.audit import AuditRequest, audit as run
+    from .verbs.audit_verb import AuditRequest, audit as run
 
     return run(AuditRequest(queue, (image,) if image else (), root, platform, history, expect, progress, trust_attestation, pid,
                             profile, strict))
@@ -219,7 +219,7 @@ def audit_profiles(queue: str | os.PathLike[str] | None = None, *, image: str | 
     pinned as audit() pins it, its environment checked against each profile's defaults); without
     any, each in the image it pins. `Audit.matches` says which profiles the filesystem is (a fleet
     audit's answer to "which deployment is this container?"). `strict` as audit()'s."""
-    from .verbs.audit import AuditRequest, audit_profiles as run
+    from .verbs.audit_verb import AuditRequest, audit_profiles as run
 
     return run(AuditRequest(queue, (image,) if image else (), root, platform, expect=expect, progress=progress,
                             trust_attestation=trust_attestation, strict=strict, pid=pid, profile="all"))

@@ -139,7 +139,7 @@ def apply_cmd(
       imgquilt apply --reverse --root /srv/rootfs    (take the queue off again)
       imgquilt apply --profile rocm --root /srv/rootfs --reverse
     """
-    from ..verbs.apply import Applied, ApplyRequest, refuse_apply, run_apply
+    from ..verbs.apply_verb import Applied, ApplyRequest, refuse_apply, run_apply
 
     req = ApplyRequest(G.queue, image, layer, output_image, root, overlay, platform, locked, not no_python_check, progress(),
                        attest, compression, profile, compression_level, boot, reverse=reverse,

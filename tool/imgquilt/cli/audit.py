@@ -173,7 +173,7 @@ def audit_cmd(
       imgquilt audit --profile all --image oci:out:glm53
       imgquilt audit --pid 1234 --profile all
     """
-    from ..verbs.audit import AuditRequest, FleetAudited, FleetMerged, PlatformsAudited, run_audit
+    from ..verbs.audit_verb import AuditRequest, FleetAudited, FleetMerged, PlatformsAudited, run_audit
 
     req = AuditRequest(G.queue, tuple(image or ()), root, platform, history, expect.value if expect else None, progress(),
                        trust_attestation, pid, profile, strict, images_from, tuple(merge or ()), tuple(merge_more or ()),

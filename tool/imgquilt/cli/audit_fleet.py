@@ -10,7 +10,7 @@ from .common import AUDIT_COLOR, G, emit_outcome, say, table
 
 
 def say_fleet(done, expect: str, format: Format, *, strict: bool = False) -> None:
-    """A fleet audit's entries (verbs.audit.FleetAudited) as the patches x images matrix."""
+    """A fleet audit's entries (verbs.audit_verb.FleetAudited) as the patches x images matrix."""
     from ..verbs.fleet import fleet_document
     from .documents import fleet_image, fleet_unreadable
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from ..queue.binarypatch import BinaryPatchError, read_binary
-from ..queue.hunkread import HunkTextError, is_file_start, read_hunks
+from ..queue.hunkread import HunkTextError, Joined, is_file_start, read_hunks
 from ..queue.hunks import split_lines
 from .mail import MBOX_FROM, mail_header
 from ..queue.pathquote import unquote_name
@@ -59,6 +59,7 @@ def parse_foreign(data: bytes, source: str = "<patch>", *, gnu_names: bool = Fal
     after it ends at its first space, as GNU patch (and so quilt) reads it; else as git reads it (up to a
     timestamp after spaces)."""
     lines = split_lines(data)
+    joined = Joined(lines)  # each file diff's hunks are read from it
     n = len(lines)
     pins = Pins(source)
     files: list[ForeignFile] = []
@@ -126,7 +127,7 @@ def parse_foreign(data: bytes, source: str = "<patch>", *, gnu_names: bool = Fal
             old_absent = old_absent or b"new file mode " in meta
             new_absent = new_absent or b"deleted file mode " in meta
         try:
-            hunks, i = read_hunks(lines, i)
+            hunks, i = read_hunks(joined, i)
         except HunkTextError as exc:
             raise _bad(source, exc.line, exc.message + _GREW) from None
         last_end = i

@@ -13,7 +13,8 @@ import os
 import re
 
 from .hunks import Hunk, HunkLine, split_lines
-from .hunkread import is_file_start, is_trailer_start
+from .hunkread import is_file_start
+from .streamed import is_trailer_start
 from .pathquote import quote_name
 
 _HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")

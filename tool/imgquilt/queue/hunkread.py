@@ -8,6 +8,7 @@ from __future__ import annotations
 from itertools import accumulate
 
 from .hunks import Hunk
+from .streamed import Lines, StreamError, hunk_values, scan_hunks
 
 
 class HunkTextError(ValueError):
@@ -27,33 +28,21 @@ def is_file_start(lines: list[bytes], i: int) -> bool:
     return ln.startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ ")
 
 
-def is_trailer_start(line: bytes) -> bool:
-    """A line that ends the diff text after a complete hunk, as `git apply` and GNU patch read it: a mail
-    signature's `-- ` or a `---` line (topgit's `tg:` trailer and `git format-patch` notes follow one)."""
-    return line.rstrip(b"\r\n") in (b"-- ", b"---")
+class Joined:
+    """A patch's lines joined once, with where each line starts: import reads every file diff of a patch
+    from the same lines, and joining the rest for each would copy the patch once per section."""
+
+    def __init__(self, lines: list[bytes]) -> None:
+        self.data = b"".join(lines)
+        self.starts = [0, *accumulate(map(len, lines))]
 
 
-_last: list = [None, b"", []]  # the list of lines last read, its bytes, where each line starts
-
-
-def _joined(lines: list[bytes]) -> tuple[bytes, list[int]]:
-    """The bytes of `lines` and each line's offset, made once per list (import reads each file diff of
-    a patch from the same list: joining the rest for each would copy the patch once per section)."""
-    if _last[0] is not lines or len(_last[2]) != len(lines) + 1:
-        _last[:] = [lines, b"".join(lines), [0, *accumulate(map(len, lines))]]
-    return _last[1], _last[2]
-
-
-def read_hunks(lines: list[bytes], i: int) -> tuple[list[Hunk], int]:
-    """Read the hunks starting at `lines[i]` (lines keep their endings); returns them and the next index.
-    Line numbers in a HunkTextError are 1-based in `lines`."""
-    from .streamed import Lines, StreamError, hunk_values, scan_hunks
-
-    data, starts = _joined(lines)
-    if i < len(lines) and data[starts[i] : starts[i + 1]] != lines[i]:  # the list was changed in place
-        _last[0] = None
-        data, starts = _joined(lines)
-    rd = Lines(data, starts[i])
+def read_hunks(lines: list[bytes] | Joined, i: int) -> tuple[list[Hunk], int]:
+    """Read the hunks starting at line `i` (lines keep their endings); returns them and the next index.
+    Line numbers in a HunkTextError are 1-based. A caller reading several diffs of one patch passes
+    the lines `Joined` once."""
+    joined = lines if isinstance(lines, Joined) else Joined(lines)
+    rd = Lines(joined.data, joined.starts[i])
     rd.lineno = i
     try:
         hunks = hunk_values(scan_hunks(rd, anchors=True))

@@ -23,7 +23,6 @@ from typing import Iterator, Sequence
 
 from ..errors import MalformedPatch
 from ..fs.content import CHUNK, Spooled, SpoolWriter, in_memory_max, pread_of, spool_at
-from .hunkread import is_trailer_start
 from .hunks import Hunk, HunkLine, show_line, split_lines
 
 BUF = 1 << 20
@@ -35,6 +34,12 @@ _RUNS = {c: re.compile(re.escape(c) + rb"[^\n]*\n(?:" + re.escape(c) + rb"[^\n]*
 _STRAY = (b"@@", b"+++ ", b"--- ", b"*** ", b"diff ")
 
 Event = tuple
+
+
+def is_trailer_start(line: bytes) -> bool:
+    """A line that ends the diff text after a complete hunk, as `git apply` and GNU patch read it: a mail
+    signature's `-- ` or a `---` line (topgit's `tg:` trailer and `git format-patch` notes follow one)."""
+    return line.rstrip(b"\r\n") in (b"-- ", b"---")
 
 
 class StreamError(ValueError):

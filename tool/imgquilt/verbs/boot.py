@@ -570,7 +570,8 @@ class BootRequest:
 
 def boot(req: BootRequest) -> BootReport:
     """The verb of api.boot(): the queue loaded, then boot_queue."""
-    from .refs import image_bytes, load_queue, open_ref, pick_ref
+    from .refs import load_queue, open_ref, pick_ref
+    from .restore import image_bytes
 
     return boot_queue(load_queue(req.queue), image=req.image, root=Path(req.root) if req.root is not None else None,
                       overlay=Path(req.overlay) if req.overlay is not None else None, platform=req.platform,

@@ -103,7 +103,8 @@ def check(req: CheckRequest, stale_results: Callable[..., Any]) -> CheckResult:
         from ..pycheck import Checks
         from .fanout import Selection, fan_out
         from .profiles import resolve
-        from .refs import image_bytes, load_queue, open_ref, pick_ref
+        from .refs import load_queue, open_ref, pick_ref
+        from .restore import image_bytes
 
         python = Checks()  # the check as apply would run it, without the screen and the cache (as before)
         q = load_queue(root)

@@ -91,15 +91,6 @@ def pin_opener(
     return lambda: open_ref(pick_ref(None, lock, root), platform or lock.image.platform, root=root, progress=progress)
 
 
-def image_bytes(root: Path, lock: Lock | None, platform: str | None, progress: Progress | None) -> Any:
-    """The image's bytes of a path by sha256, to show a hand edit of a root as a diff: the object store,
-    else the image `lock` pins (read only on a refusal)."""
-    from ..store import ObjectStore
-    from .restore import ImageBytes
-
-    return ImageBytes(ObjectStore(root), fallback=pin_opener(root, lock, platform, progress))
-
-
 def signing_key(path: str | os.PathLike[str] | None) -> Any:
     """What signs with the private key `path` names (None: none), the key checked before anything is read."""
     if path is None:

@@ -22,7 +22,7 @@ from ..errors import BadInput, ForeignRecord, ImgquiltError, UsageError
 from ..fs.paths import check_member_path
 from ..fs.types import Source, read_targets
 from ..queue.hunks import sha256_hex
-from ..queue.lock import LockFile, read_lock_file
+from ..queue.lock import Lock, LockFile, read_lock_file
 from ..queue.queue import Queue
 from ..rootfs.inplace import hold_root, write_in_place
 from ..rootfs.source import RootfsSource
@@ -73,6 +73,12 @@ class ImageBytes:
             self.fallback = None  # not readable here: the refusal names --image
             return found
         return self(path, sha)
+
+
+def image_bytes(root: Path, lock: Lock | None, platform: str | None, progress: Progress | None) -> ImageBytes:
+    """The image's bytes of a path by sha256, to show a hand edit of a root as a diff: the object store,
+    else the image `lock` pins (read only on a refusal)."""
+    return ImageBytes(ObjectStore(root), fallback=pin_opener(root, lock, platform, progress))
 
 
 def _pins(queue: Queue) -> tuple[Pins, LockFile]:
