@@ -47,8 +47,14 @@ def _tree(ref: str) -> Path:
     from imgquilt.sources import open_image
     from imgquilt.verbs.materialize import materialized
 
-    with materialized(open_image(ref)) as tree:
-        return tree
+    from imgquilt.cache.rootfs import RootfsCache
+
+    img = open_image(ref)
+    with materialized(img) as tree:
+        assert tree.is_dir()
+    sealed = RootfsCache().believed(img.manifest_digest)  # a cold tree is sealed once its user is done
+    assert sealed is not None and sealed.is_dir()
+    return sealed
 
 
 def test_two_images_share_their_common_files(images, cache: Path) -> None:
@@ -66,6 +72,36 @@ def test_two_images_share_their_common_files(images, cache: Path) -> None:
     assert os.stat(a / "usr/bin/tool").st_mode & 0o777 == 0o755
     # a file with the same bytes but another mode is its own inode
     assert os.stat(a / f"{PKG}/__init__.py").st_ino != os.stat(a / "usr/bin/tool").st_ino
+
+
+def test_a_cold_tree_is_used_before_it_is_sealed_and_sealed_only_once_synced(images, cache: Path, monkeypatch) -> None:
+    """The first user probes the tree where it was unpacked while its bytes go to disk; nothing is
+    believed before the sync is done, and a failed sync seals nothing (the next run unpacks again)."""
+    from imgquilt.cache import rootfs as rootfs_cache
+    from imgquilt.cache.rootfs import RootfsCache
+    from imgquilt.sources import open_image
+    from imgquilt.verbs import materialize
+
+    img = open_image(images[0])
+    rc = RootfsCache()
+
+    def failing(tree: Path) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(materialize, "sync_tree", failing)
+    with materialize.materialized(img) as tree:
+        assert (tree / "usr/bin/tool").is_file()
+        assert rc.believed(img.manifest_digest) is None  # in use, not sealed
+    assert rc.believed(img.manifest_digest) is None and not tree.exists()  # the sync failed: nothing kept
+    assert not [p for p in (cache / "rootfs").iterdir() if p.name != "pool"]
+
+    monkeypatch.setattr(materialize, "sync_tree", rootfs_cache.sync_tree)
+    with materialize.materialized(img) as tree:
+        assert rc.believed(img.manifest_digest) is None
+    sealed = rc.believed(img.manifest_digest)
+    assert sealed is not None and (sealed / "usr/bin/tool").read_bytes() == ("#!/bin/sh\n" + "# padding\n" * 2000).encode()
+    with materialize.materialized(img) as warm:
+        assert warm == sealed  # warm: the sealed tree itself
 
 
 def test_the_trees_count_in_the_cap_and_the_least_recently_used_goes(images, cache: Path, monkeypatch) -> None:

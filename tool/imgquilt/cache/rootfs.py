@@ -92,17 +92,22 @@ class RootfsCache:
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix=".unpack-", dir=self.dir))
 
-    def seal(self, digest: str, staged: Path, size: int = 0) -> Path | None:
+    def seal(self, digest: str, staged: Path, size: int = 0, *, synced: bool | None = None) -> Path | None:
         """Move `staged` into place as the tree of `digest` (`size` bytes of files) and write its marker;
         None when there is no cache key (nothing sealed is then believed, so the caller uses `staged`
-        once and removes it)."""
+        once and removes it) or when `synced` is False (the caller's sync_tree failed). With `synced`
+        None the tree is synced here."""
         hexd = self._hex(digest)
-        _sync_tree(staged)  # the files on disk before the seal says so: a power cut leaves nothing trusted
+        if synced is None:
+            sync_tree(staged)  # the files on disk before the seal says so: a power cut leaves nothing trusted
+        elif not synced:
+            return None
         self.discard(digest)
         os.rename(staged, self.tree(digest))
         fields = self._fields(digest, size)
         tag = entry_seal(_KIND, *fields) if fields is not None else None
         if tag is None:
+            _rmtree(self.tree(digest))  # used this once, never believed: not left behind
             return None
         self.part.write(hexd, f"{tag} {size}\n".encode(), mode=0o600)
         return self.tree(digest)
@@ -112,7 +117,7 @@ class RootfsCache:
         _rmtree(self.tree(digest))
 
 
-def _sync_tree(tree: Path) -> None:
+def sync_tree(tree: Path) -> None:
     """Everything written to the tree's filesystem made durable, once (syncfs(2)): the unpacker
     fsyncs no file, and one sync of the filesystem costs what is still dirty, not a flush per file
     (measured: about 0.1 s after a cold unpack of the vLLM-sized image, whose pages the kernel had

@@ -18,7 +18,8 @@ as `<sha256[:2]>/<sha256>-<mode>-<uid>-<gid>`, and a later one (of this tree or 
 replaced by a hard link to it. Smaller files are written and not pooled: on the vLLM-sized image they
 are 89% of the files and 6% of the bytes, and what pooling them saved (3.5 MB of 2 GB) cost more than
 a second of hashing, a pool lookup and a link each (docs/performance.md). A pooled file is written
-first and hashed by a thread beside the writer (hashlib lets go of the GIL), then linked: into the
+first and hashed by a thread beside the writer, which reads it back through its descriptor into one
+reused buffer (preadv and hashlib let go of the GIL), then linked: into the
 pool by its open descriptor (the inode written, whatever its name is by then), or, when the pool has
 its twin, replaced by a link to it (an atomic rename) if its name still holds the inode written.
 """
@@ -43,11 +44,12 @@ from .source import RootfsSource
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
 POOL_MIN = 16 << 10  # a smaller file is not pooled (see the docstring)
-_INFLIGHT_BYTES = 128 << 20  # written, not yet hashed and linked: bounds the chunks held for the hasher
+_INFLIGHT_BYTES = 128 << 20  # written, not yet hashed and linked: the hasher reads it back while it is in the page cache
 _INFLIGHT_FILES = 256  # ... and the descriptors held open
 _AS_ROOT = os.geteuid() == 0
 _REGULAR = frozenset("07")  # regular, contiguous ("\0", the old regular, is read as "0")
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_CREATE_RW = _CREATE & ~os.O_WRONLY | os.O_RDWR  # a pooled file: the hasher reads it back
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -200,14 +202,14 @@ class _Tree:
         else:
             os.unlink(name, dir_fd=dfd)
 
-    def create(self, dfd: int, name: str, mode: int) -> int:
+    def create(self, dfd: int, name: str, mode: int, flags: int = _CREATE) -> int:
         """A new empty file `name` in dfd (`mode` less the umask), whatever was there removed (never followed)."""
         mode &= 0o777
         try:
-            return os.open(name, _CREATE, mode, dir_fd=dfd)
+            return os.open(name, flags, mode, dir_fd=dfd)
         except FileExistsError:
             self.remove(dfd, name)
-            return os.open(name, _CREATE, mode, dir_fd=dfd)
+            return os.open(name, flags, mode, dir_fd=dfd)
 
     def pool_dir(self, key: str) -> int | None:
         """The fd of the pool's directory for `key` (made as needed); None when the pool cannot be written."""
@@ -310,16 +312,11 @@ def _owner(uid: int, gid: int) -> tuple[int, int]:
     return (uid, gid) if _AS_ROOT else (os.geteuid(), os.getegid())
 
 
-def _write(tree: _Tree, dfd: int, name: str, pieces, mode: int, uid: int, gid: int, keep: list | None = None) -> int:
-    """Write the file; with `keep`, the pieces written are appended to it and the fd is returned open
-    (the caller closes it), else closed (-1)."""
-    fd = tree.create(dfd, name, mode)
+def _write(tree: _Tree, dfd: int, name: str, pieces, mode: int, uid: int, gid: int, keep: bool = False) -> int:
+    """Write the file; with `keep`, the fd is returned open (the caller closes it), else closed (-1)."""
+    fd = tree.create(dfd, name, mode, _CREATE_RW if keep else _CREATE)
     try:
         for view in pieces:
-            if keep is not None:
-                if not isinstance(view.obj, bytes):
-                    view = memoryview(bytes(view))  # the hasher reads it later: never a buffer reused meanwhile
-                keep.append(view)
             while view:
                 view = view[os.write(fd, view):]
         # A new file is ours (no directory is setgid before the final chmod), made with `mode` less
@@ -332,17 +329,29 @@ def _write(tree: _Tree, dfd: int, name: str, pieces, mode: int, uid: int, gid: i
     except BaseException:
         os.close(fd)
         raise
-    if keep is not None:
+    if keep:
         return fd
     os.close(fd)
     return -1
 
 
-def _sha256(pieces: list[memoryview]) -> str:
-    """On the hasher thread (hashlib lets go of the GIL for all but tiny pieces)."""
+_HASH_BUF = 1 << 20
+
+
+def _sha256_of(fd: int, size: int) -> str:
+    """On the hasher thread: the sha256 of the file just written, read back through its descriptor (from
+    the page cache) into one reused buffer. Holding the decompressed chunks for the hasher instead cost
+    a copy and fresh memory for every byte pooled (page faults, a second of system time on vLLM)."""
     digest = hashlib.sha256()
-    for view in pieces:
-        digest.update(view)
+    buf = bytearray(min(_HASH_BUF, max(size, 1)))
+    view = memoryview(buf)
+    at = 0
+    while at < size:
+        n = os.preadv(fd, [view[: min(len(buf), size - at)]], at)
+        if n <= 0:
+            break  # shorter than written (cannot happen to our own new inode): the key will not match a twin
+        digest.update(view[:n])
+        at += n
     return digest.hexdigest()
 
 
@@ -352,15 +361,8 @@ def _file(tree: _Tree, walker: TarWalker, dfd: int, name: str, mode: int, uid: i
     if tree.hasher is None or size < POOL_MIN:
         _write(tree, dfd, name, walker.data_pieces(), mode, uid, gid)
         return
-    if size > _INFLIGHT_BYTES:  # too large to hold its chunks: hashed piece by piece as it is written
-        digest = hashlib.sha256()
-        pieces: Iterable[memoryview] = (digest.update(v) or v for v in walker.data_pieces())
-        fd = _write(tree, dfd, name, pieces, mode, uid, gid, [])
-        job = tree.hasher.submit(digest.hexdigest)  # type: ignore[union-attr]
-    else:
-        held: list[memoryview] = []
-        fd = _write(tree, dfd, name, walker.data_pieces(), mode, uid, gid, held)
-        job = tree.hasher.submit(_sha256, held)  # type: ignore[union-attr]
+    fd = _write(tree, dfd, name, walker.data_pieces(), mode, uid, gid, keep=True)
+    job = tree.hasher.submit(_sha256_of, fd, size)
     ouid, ogid = _owner(uid, gid)
     tree.hashed(fd, dfd, name, job, size, f"{mode:o}-{ouid}-{ogid}")
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from ..cache.layers import cache_disabled
+from ..cache.rootfs import sync_tree
 from ..image.model import Image
 from ..rootfs.extract import extract_layers
 
@@ -37,6 +39,26 @@ def _unpack(img: Image, dest: Path, progress=None, pool: Path | None = None) -> 
     return written[0] if written else 0
 
 
+class _Sync:
+    """`sync_tree(tree)` on a thread of its own; wait() says whether it succeeded."""
+
+    def __init__(self, tree: Path) -> None:
+        self._ok = False
+        self._thread = threading.Thread(target=self._run, args=(tree,), name="imgquilt-syncfs", daemon=True)
+        self._thread.start()
+
+    def _run(self, tree: Path) -> None:
+        try:
+            sync_tree(tree)
+            self._ok = True
+        except OSError:
+            pass  # not sealed then: the next run unpacks again
+
+    def wait(self) -> bool:
+        self._thread.join()
+        return self._ok
+
+
 @contextmanager
 def materialized(img: Image, progress=None) -> Iterator[Path]:
     """The unpacked filesystem of `img`, read only to every user of it."""
@@ -58,19 +80,18 @@ def materialized(img: Image, progress=None) -> Iterator[Path]:
         except BaseException:
             shutil.rmtree(staged, ignore_errors=True)
             raise
-        tree = cache.seal(digest, staged, size)
-        if tree is not None:
-            try:
-                with cache.held(digest):
-                    trim()  # the cache back under its cap; this tree, in use, stays until it is done
-                    yield tree
-            finally:
-                trim()
-            return
+        # The tree is ours and complete: it is used from where it was unpacked while its bytes go to
+        # disk on a thread (a second of waiting on the vLLM-sized image, no CPU), and sealed (moved into
+        # place, its marker written) only after both: a crash meanwhile leaves it unsealed, never believed.
+        syncing = _Sync(staged)
         try:
-            yield cache.tree(digest)
+            trim()  # the cache back under its cap, this tree not yet among its entries
+            yield staged
         finally:
-            cache.discard(digest)
+            tree = cache.seal(digest, staged, size, synced=syncing.wait())
+            if tree is None:
+                shutil.rmtree(staged, ignore_errors=True)
+            trim()
         return
     tmp = Path(tempfile.mkdtemp(prefix="imgquilt-rootfs-"))
     try:
