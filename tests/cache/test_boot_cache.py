@@ -104,6 +104,28 @@ def test_a_cold_tree_is_used_before_it_is_sealed_and_sealed_only_once_synced(ima
         assert warm == sealed  # warm: the sealed tree itself
 
 
+def test_two_cold_boots_of_one_image_at_once_keep_the_first_sealed_tree(images, cache: Path) -> None:
+    """Two processes unpack the same image at once: the one that seals second keeps the tree the
+    first sealed (a third process may be probing it) and removes its own copy."""
+    from imgquilt.cache.rootfs import RootfsCache
+    from imgquilt.sources import open_image
+    from imgquilt.verbs.materialize import materialized
+
+    img = open_image(images[0])
+    rc = RootfsCache()
+    with materialized(img) as first:
+        with materialized(open_image(images[0])) as second:
+            assert second != first and second.is_dir()
+        sealed = rc.believed(img.manifest_digest)
+        assert sealed is not None
+        ino = os.stat(sealed).st_ino
+        with rc.held(img.manifest_digest):  # a third boot probing the sealed tree
+            pass
+    assert not first.exists()  # the second copy is removed, the sealed one untouched
+    assert rc.believed(img.manifest_digest) == sealed and os.stat(sealed).st_ino == ino
+    assert [p.name for p in (cache / "rootfs").iterdir() if p.name not in ("pool",) and p.suffix == ".tree"] == [sealed.name]
+
+
 def test_the_trees_count_in_the_cap_and_the_least_recently_used_goes(images, cache: Path, monkeypatch) -> None:
     from imgquilt.cache.rootfs import RootfsCache
     from imgquilt.cache.usage import report, trim

@@ -102,6 +102,11 @@ class RootfsCache:
             sync_tree(staged)  # the files on disk before the seal says so: a power cut leaves nothing trusted
         elif not synced:
             return None
+        if self.believed(digest) is not None:
+            # another process sealed the same image's tree meanwhile (two cold boots at once); it may be
+            # in use by a third: kept, and this copy, which no one else knows, removed
+            _rmtree(staged)
+            return self.tree(digest)
         self.discard(digest)
         os.rename(staged, self.tree(digest))
         fields = self._fields(digest, size)
