@@ -52,7 +52,7 @@ from ..cache.layers import LayerCache
 from ..errors import BadImage, BadInput, UsageError
 from ..fs.content import copy_to_spool, spool_at
 from ..fs.paths import check_member_path
-from ..fs.resolve import resolve
+from ..fs.resolve import KnownDirs, remember_dirs, resolve
 from ..fs.types import DirListing, DirMeta, ImageInfo, Located, Node, TargetFile
 from ..util.reader import Wrapper
 from .digests import mismatch, sha256_digest
@@ -168,6 +168,8 @@ class ImageSource:
         self._layers: list[BlobLayer] = list(reversed(image.layers))  # top first
         self._view = MergedView(len(self._layers), whiteouts=(kind == "image"))
         self._nodes: dict[int, tuple[Found, Node]] = {}  # the Node of each answer of the view, made once
+        # directories resolved definitely (every layer that could say otherwise was read): final answers
+        self._known_dirs: KnownDirs = {}
         self._verified = verified if verified is not None else VerifiedBlobs(None)
         for layer in self._layers:
             if hasattr(layer, "verified_by"):
@@ -330,11 +332,12 @@ class ImageSource:
         if path:
             tracker = _Tracker(self._view, self.layer_digest, self._nodes)
             try:
-                res = resolve(check_member_path(path, what="directory path"), tracker)
+                res = resolve(check_member_path(path, what="directory path"), tracker, known=self._known_dirs)
             except BadInput:
                 return None
             if not tracker.definite or res.node is None or res.node.kind != "dir":
                 return None
+            remember_dirs(self._known_dirs, res)
             resolved = res.resolved
             parents = tuple(DirMeta(p, n.mode, n.uid, n.gid) for p, n in res.parents)
             parents += (DirMeta(resolved, res.node.mode, res.node.uid, res.node.gid),)
@@ -413,13 +416,14 @@ class ImageSource:
     def _attempt(self, named: str, as_link: bool = False) -> _Open | _Decided:
         tracker = _Tracker(self._view, self.layer_digest, self._nodes)
         try:
-            res = resolve(named, tracker, follow_final=not as_link)
+            res = resolve(named, tracker, follow_final=not as_link, known=self._known_dirs)
         except BadInput:
             if tracker.definite:
                 raise
             return _Open(frozenset(tracker.unknown) | {named})
         if not tracker.definite:
             return _Open(frozenset(tracker.unknown) | {res.resolved})
+        remember_dirs(self._known_dirs, res)
         parents = tuple(DirMeta(p, n.mode, n.uid, n.gid) for p, n in res.parents)
         if res.node is None:
             deletion = tracker.hidden.get(tracker.last_absent) if tracker.last_absent else None
