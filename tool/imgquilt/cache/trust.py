@@ -155,6 +155,22 @@ class CacheDir:
             if ffd >= 0:
                 os.close(ffd)
 
+    def read_content_many(self, rels: list[str], *, cap: int) -> dict:
+        """read_content of each of `rels`, each fan-out directory opened once for the entries in it."""
+        from ..fs.content import spool_at
+
+        by_dir: dict[str, list[tuple[str, str]]] = {}
+        for rel in rels:
+            parent, _, name = rel.rpartition("/")
+            by_dir.setdefault(parent, []).append((name, rel))
+        out: dict = {}
+        limit = spool_at()
+        for parent, names in by_dir.items():
+            with self._dir(parent, create=False) as fd:
+                for name, rel in names:
+                    out[rel] = None if fd is None else self._read_at(fd, name, rel, cap, spool_over=limit)
+        return out
+
     def read_content(self, rel: str, *, cap: int):
         """Like read(), but a file larger than spool_at() comes back as a Spooled over the open file
         (checked unchanged on every read), never held."""
