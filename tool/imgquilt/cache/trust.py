@@ -28,7 +28,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import BadInput, UnsafeCache, UnsafePath
+from ..errors import UnsafeCache, UnsafePath
 from ..util.atomic import write_atomic_at
 from ..util.ownership import problem_of
 from ..util.statedir import open_dir_below
