@@ -32,6 +32,25 @@ def test_the_cap_evicts_the_least_recently_used(cache, monkeypatch):
     assert [store.get(n) is not None for n in names] == [True, False, False, True]
 
 
+def test_a_read_marks_an_entry_used_at_most_once_an_hour(cache):
+    """Eviction's order is kept to the hour: a read of an entry marked used within the hour writes
+    nothing (1000 metadata writes in a warm 1000-patch apply otherwise); an older one is marked."""
+    import time
+
+    from imgquilt.cache.trust import TOUCH_AFTER
+
+    store = DigestStore("manifests")
+    fresh, old = store.put(b"f" * 1000), store.put(b"o" * 1000)
+    now = time.time()
+    recent = now - TOUCH_AFTER / 2
+    os.utime(store.path(fresh), (recent, recent))
+    os.utime(store.path(old), (now - 2 * TOUCH_AFTER, now - 2 * TOUCH_AFTER))
+    assert store.get(fresh) is not None and store.get(old) is not None
+    assert os.stat(store.path(fresh)).st_mtime == recent  # not written
+    assert os.stat(store.path(old)).st_mtime >= now - 5  # marked used now
+    assert store.get(old, spool=True) is not None
+
+
 def test_cap_from_the_environment(cache, monkeypatch):
     assert size_cap() == DEFAULT_CAP == 20 << 30
     for raw, want in (("500M", 500 << 20), ("1G", 1 << 30), ("2048", 2048), ("0", 0), ("3GiB", 3 << 30)):

@@ -259,3 +259,52 @@ def test_a_layer_of_many_pieces_has_the_bytes_of_serial_compression(tmp_path: Pa
         assert info.digest == "sha256:" + hashlib.sha256(want).hexdigest() and info.size == len(want)
         assert info.diff_id == "sha256:" + hashlib.sha256(tar).hexdigest()
 
+
+
+def _many_changes(n: int = 40) -> list:
+    """A 5 MB layer: 40 files of 120 KB of random bytes."""
+    import random
+
+    from imgquilt.verbs.apply import file_changes
+
+    rng = random.Random(7)
+    files = tuple(fr(f"{SITE}/m{i:02d}.py", f"{SITE}/m{i:02d}.py", b"x = 1\n", rng.randbytes(120_000),
+                     parents=(ROOT,)) for i in range(n))
+    return file_changes(ApplyResult(ImageInfo("oci:many:latest", "sha256:" + "2" * 64), "ab" * 32, ("0001-x.patch",), files, True))
+
+
+@pytest.mark.parametrize("compression", ["gzip", "zstd"])
+def test_a_layer_compressed_beside_the_tar_is_the_layer_compressed_inline(compression, monkeypatch) -> None:
+    """The compressor's thread changes when the bytes are made, never which: a 5 MB layer written with
+    it and with every piece compressed inline on the writer's thread are the same blob."""
+    from imgquilt.image.sinks import layer as sinks
+
+    changes = _many_changes()
+    threaded = io.BytesIO()
+    got = sinks.stream_layer(changes, threaded, compression)
+    monkeypatch.setattr(sinks._Sink, "_feed_aside", lambda self, piece: self._feed(piece))
+    inline = io.BytesIO()
+    assert sinks.stream_layer(changes, inline, compression) == got
+    assert threaded.getvalue() == inline.getvalue()
+    tar = gzip.decompress(threaded.getvalue()) if compression == "gzip" else zstandard.ZstdDecompressor().decompressobj().decompress(threaded.getvalue())
+    assert "sha256:" + hashlib.sha256(tar).hexdigest() == got[1] and len(tar) > 4 * sinks.FEED  # pieces went to the thread
+
+
+def test_a_write_error_on_the_compressors_thread_is_raised_and_no_thread_is_left() -> None:
+    import errno
+    import threading
+
+    from imgquilt.image.sinks import layer as sinks
+
+    class Full(io.BytesIO):
+        def write(self, data) -> int:
+            if self.tell() > 2 * sinks.FEED:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(data)
+
+    changes = _many_changes()
+    before = {t.name for t in threading.enumerate()}
+    with pytest.raises(OSError) as exc:
+        sinks.stream_layer(changes, Full(), "gzip", level=1)
+    assert exc.value.errno == errno.ENOSPC
+    assert not [t for t in threading.enumerate() if t.name.startswith("imgquilt-compress") and t.name not in before]

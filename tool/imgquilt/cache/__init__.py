@@ -68,6 +68,21 @@ class DigestStore:
             self.part.write(self.rel(hexdigest), data, durable=False)
         return hexdigest
 
+    def get_many(self, hexdigests: list[str]) -> dict[str, object]:
+        """get(spool=True) of each, in one pass over the fan-out directories: {hexdigest: content or None}."""
+        from ..fs.content import sha256_of
+
+        wanted = [h for h in dict.fromkeys(hexdigests) if _HEX64.match(h or "")]
+        found = self.part.read_content_many([self.rel(h) for h in wanted], cap=ENTRY_CAP)
+        out: dict[str, object] = dict.fromkeys(hexdigests)
+        for h in wanted:
+            data = found.get(self.rel(h))
+            if data is not None and sha256_of(data) != h:
+                self.part.unlink(self.rel(h))
+                data = None
+            out[h] = data
+        return out
+
     def get(self, hexdigest: str, *, spool: bool = False):
         """The bytes named `hexdigest`, or None when absent; a damaged entry is removed and reads as absent.
         `spool`: a large entry comes back as a Spooled over the file (file contents), never held."""

@@ -43,17 +43,29 @@ def remembered(kind: str, data: bytes, parse: Callable[[bytes], Any]) -> Any:
     as it is (a bad input is never stored)."""
     if len(data) < MIN_SIZE:
         return parse(data)
-    name = hashlib.sha256(kind.encode() + b"\0" + data).hexdigest()
-    part, found = _lookup(kind, name)
+    return remembered_as(kind, kind.encode() + b"\0" + data, lambda: parse(data), _body, _json_doc)
+
+
+def remembered_as(kind: str, key: bytes, compute: Callable[[], Any], encode: Callable[[Any], bytes | None],
+                  decode: Callable[[bytes], Any]) -> Any:
+    """compute(), from the shared cache when a sealed entry named by sha256(`key`) holds it: `key` must be
+    every byte the result depends on. `encode` gives the entry's body (None: not stored), `decode`
+    reads it back (raising ValueError when it cannot); the seal is checked before decode sees a byte."""
+    name = hashlib.sha256(key).hexdigest()
+    part, found = _lookup(kind, name, decode)
     if found is not None:
         return found[0]
-    doc = parse(data)
+    doc = compute()
     if part is not None:
-        _store(part, kind, name, doc)
+        _store(part, kind, name, encode(doc))
     return doc
 
 
-def _lookup(kind: str, name: str) -> tuple[Any, tuple[Any] | None]:
+def _json_doc(body: bytes) -> Any:
+    return json.loads(body)
+
+
+def _lookup(kind: str, name: str, decode: Callable[[bytes], Any]) -> tuple[Any, tuple[Any] | None]:
     """(the cache part or None when none is usable, (the sealed parse,) or None)."""
     from . import cache_root
     from .layers import cache_disabled
@@ -71,7 +83,7 @@ def _lookup(kind: str, name: str) -> tuple[Any, tuple[Any] | None]:
         seal, _, body = raw.partition(b"\n")
         if seal.isascii() and entry_sealed(seal.decode("ascii"), KIND, kind, name, body):
             try:
-                return part, (json.loads(body),)
+                return part, (decode(body),)
             except (ValueError, RecursionError):
                 pass
         part.unlink(rel)  # unsealed, forged or damaged: parsed again
@@ -80,10 +92,9 @@ def _lookup(kind: str, name: str) -> tuple[Any, tuple[Any] | None]:
         return None, None
 
 
-def _store(part: Any, kind: str, name: str, doc: Any) -> None:
+def _store(part: Any, kind: str, name: str, body: bytes | None) -> None:
     from .seal import entry_seal
 
-    body = _body(doc)
     try:
         seal = None if body is None else entry_seal(KIND, kind, name, body)
         if body is not None and seal is not None:

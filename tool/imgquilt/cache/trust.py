@@ -23,14 +23,14 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import time
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import BadInput, UnsafeCache, UnsafePath
+from ..errors import UnsafeCache, UnsafePath
 from ..util.atomic import write_atomic_at
 from ..util.ownership import problem_of
-from ..util.regular import read_regular_at
 from ..util.statedir import open_dir_below
 
 PARTS = ("files", "layer-index", "layers", "verified", "pycheck", "manifests", "configs", "rootfs", "store-images",
@@ -122,43 +122,63 @@ class CacheDir:
         with self._dir(parent, create=False) as fd:
             return None if fd is None else self._read_at(fd, name, rel, cap)
 
-    def _read_at(self, fd: int, name: str, rel: str, cap: int) -> bytes | None:
+    def _read_at(self, dfd: int, name: str, rel: str, cap: int, spool_over: int | None = None):
+        """The entry `name` in `dfd`: its bytes, or (with `spool_over`) a Spooled over the open file when it
+        is larger; None when missing, and a link, a FIFO, a directory or a file over `cap` is dropped
+        (not an entry imgquilt wrote). One open, one fstat and the reads: a warm apply of 1000 patches
+        reads 1000 entries (the generic regular-file reader's fdopen, second fstat and fcntls were
+        two thirds of each read)."""
         try:
-            data = read_regular_at(fd, name, shown=f"{self.path}/{rel}", cap=cap)
-        except (OSError, BadInput):  # a link, FIFO, directory or oversized file: not an entry imgquilt wrote
-            _drop(fd, name)
+            ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        except (FileNotFoundError, NotADirectoryError):
             return None
-        if data is not None:
-            with suppress(OSError):  # last use, for LRU eviction
-                os.utime(name, dir_fd=fd, follow_symlinks=False)
-        return data
+        except OSError:  # a link (ELOOP), or what cannot be opened for reading
+            _drop(dfd, name)
+            return None
+        try:
+            st = os.fstat(ffd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > cap:
+                _drop(dfd, name)
+                return None
+            _touch(dfd, name, st)
+            if spool_over is not None and st.st_size > spool_over:
+                from ..fs.content import Spooled
+
+                spooled, ffd = Spooled.of_file(ffd, shown=f"{self.path}/{rel}"), -1  # the Spooled owns it now
+                return spooled
+            os.set_blocking(ffd, True)
+            data = _read_whole(ffd, st.st_size, cap)
+            if data is None:
+                _drop(dfd, name)  # grew past the cap while read: not an entry imgquilt wrote
+            return data
+        finally:
+            if ffd >= 0:
+                os.close(ffd)
+
+    def read_content_many(self, rels: list[str], *, cap: int) -> dict:
+        """read_content of each of `rels`, each fan-out directory opened once for the entries in it."""
+        from ..fs.content import spool_at
+
+        by_dir: dict[str, list[tuple[str, str]]] = {}
+        for rel in rels:
+            parent, _, name = rel.rpartition("/")
+            by_dir.setdefault(parent, []).append((name, rel))
+        out: dict = {}
+        limit = spool_at()
+        for parent, names in by_dir.items():
+            with self._dir(parent, create=False) as fd:
+                for name, rel in names:
+                    out[rel] = None if fd is None else self._read_at(fd, name, rel, cap, spool_over=limit)
+        return out
 
     def read_content(self, rel: str, *, cap: int):
         """Like read(), but a file larger than spool_at() comes back as a Spooled over the open file
         (checked unchanged on every read), never held."""
-        from ..fs.content import Spooled, spool_at
+        from ..fs.content import spool_at
 
         parent, _, name = rel.rpartition("/")
         with self._dir(parent, create=False) as fd:
-            if fd is None:
-                return None
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except OSError:
-                return None
-            if not stat.S_ISREG(st.st_mode) or st.st_size <= spool_at():
-                return self._read_at(fd, name, rel, cap)  # in the directory already open
-            try:
-                ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
-            except OSError:
-                return None
-            if not stat.S_ISREG(os.fstat(ffd).st_mode) or os.fstat(ffd).st_size > cap:
-                os.close(ffd)
-                _drop(fd, name)
-                return None
-            with suppress(OSError):
-                os.utime(name, dir_fd=fd, follow_symlinks=False)
-            return Spooled.of_file(ffd, shown=f"{self.path}/{rel}")
+            return None if fd is None else self._read_at(fd, name, rel, cap, spool_over=spool_at())
 
     def exists(self, rel: str) -> bool:
         parent, _, name = rel.rpartition("/")
@@ -192,6 +212,35 @@ class CacheDir:
         with self._dir(parent, create=False) as fd:
             if fd is not None:
                 _drop(fd, name)
+
+
+TOUCH_AFTER = 3600  # seconds: an entry read is marked used (its mtime, for eviction) at most once an hour
+
+
+def _touch(dir_fd: int, name: str, st: os.stat_result) -> None:
+    """Mark the entry used, for least-recently-used eviction, unless it was within the hour (a
+    metadata write per read otherwise: 1000 of them in a warm 1000-patch apply)."""
+    if time.time() - st.st_mtime > TOUCH_AFTER:
+        with suppress(OSError):
+            os.utime(name, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def _read_whole(fd: int, size: int, cap: int) -> bytes | None:
+    """Everything in `fd` (fstat said `size`: read in one call when it still holds that), None past `cap`."""
+    data = os.read(fd, size + 1)
+    if len(data) <= size:
+        if len(data) < size:  # short read (or shrank): read on to the end
+            parts = [data]
+            while (more := os.read(fd, 1 << 20)):
+                parts.append(more)
+            data = b"".join(parts)
+        return data if len(data) <= cap else None
+    parts = [data]
+    total = len(data)
+    while total <= cap and (more := os.read(fd, min(1 << 20, cap + 1 - total))):
+        parts.append(more)
+        total += len(more)
+    return None if total > cap else b"".join(parts)
 
 
 def _drop(dir_fd: int, name: str) -> None:

@@ -33,11 +33,26 @@ class Resolved:
     via: tuple[str, ...] = ()  # the in-root paths of the symlinks followed on the way, in order
 
 
-def resolve(named: str, lookup: Lookup, *, follow_final: bool = True) -> Resolved:
-    """Resolve `named` (already checked by check_member_path) inside the root through `lookup`."""
+KnownDirs = dict[str, tuple[tuple[str, Node], ...]]
+
+
+def resolve(named: str, lookup: Lookup, *, follow_final: bool = True, known: KnownDirs | None = None) -> Resolved:
+    """Resolve `named` (already checked by check_member_path) inside the root through `lookup`.
+
+    `known`: directories resolved before through the same, unchanging view (see remember_dirs), by
+    their in-root path: `named` is resolved from the longest of them it starts with, as the walk from
+    the root would reach it (a known path holds no symlink), without looking its components up again
+    (1000 targets under the same tree: most of their lookups)."""
     pending = [p for p in named.split("/") if p not in ("", ".")]
     done: list[str] = []
     parents: list[tuple[str, Node]] = []
+    if known:
+        stop = pending.index("..") if ".." in pending else len(pending) - 1
+        for k in range(stop, 0, -1):
+            hit = known.get("/".join(pending[:k]))
+            if hit is not None:
+                done, parents, pending = pending[:k], list(hit), pending[k:]
+                break
     hops = 0
     via: list[str] = []
     node: Node | None = None
@@ -79,3 +94,11 @@ def resolve(named: str, lookup: Lookup, *, follow_final: bool = True) -> Resolve
         raise UnsafePath(f"Path {named!r} resolves to the image root itself, not a file.",
                          hint="Name a file inside the root (a symlink on the way points at the root).")
     return Resolved(named, resolved, node, tuple(parents), tuple(via))
+
+
+def remember_dirs(known: KnownDirs, res: Resolved) -> None:
+    """Put the directories `res` went through in `known` (each with the ones above it), for the next
+    resolve(known=...). Only for an answer that later reads cannot change (the caller's to say)."""
+    for i, (path, _) in enumerate(res.parents):
+        if path not in known:
+            known[path] = res.parents[: i + 1]

@@ -409,6 +409,17 @@ def read_patch(path: Path, name: str, *, strip: int | None = None, raw_out: list
     (queue.streamed): its sections are checked by the same rules, and the large ones are kept by
     reference to the file, never held. `raw_out` gets the file's content (bytes or Spooled) before
     it is parsed, for a caller that hashes it even when it does not parse."""
+    source = read_patch_source(path)
+    if source is None:
+        return None
+    if raw_out is not None:
+        raw_out.append(source if isinstance(source, bytes) else source[0])
+    return parse_patch_source(source, name, strip)
+
+
+def read_patch_source(path: Path):
+    """The patch file at `path` as read_patch takes it in, not parsed (None: it does not exist): its
+    bytes when it has at most spool_at() of them, else (its Spooled content, its section starts)."""
     from ..fs.content import Spooled, spool_at
     from ..util.regular import open_regular_file
 
@@ -418,15 +429,17 @@ def read_patch(path: Path, name: str, *, strip: int | None = None, raw_out: list
     size = os.fstat(fd).st_size
     if size <= spool_at():
         with os.fdopen(fd, "rb", buffering=READ_BUFFER) as f:
-            data = read_capped(f, shown=str(path), cap=max(spool_at(), size))
-        if raw_out is not None:
-            raw_out.append(data)
-        return parse_patch(data, name, strip=strip)
+            return read_capped(f, shown=str(path), cap=max(spool_at(), size))
     content = Spooled.of_file(fd, shown=str(path))
     starts, sha = _section_starts(content)
-    content = content.with_sha256(sha)
-    if raw_out is not None:
-        raw_out.append(content)
+    return content.with_sha256(sha), starts
+
+
+def parse_patch_source(source, name: str, strip: int | None) -> Patch:
+    """A source of read_patch_source, parsed."""
+    if isinstance(source, bytes):
+        return parse_patch(source, name, strip=strip)
+    content, starts = source
     return _scan_patch(content, starts, name, strip)
 
 

@@ -5,13 +5,13 @@ import hashlib
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from ..fs.content import Data, chunks_of
 from ..util.regular import read_regular_file
 from ..errors import MalformedPatch
 from .lock import Lock, read_lock
-from .patchfile import Patch, read_patch
+from .patchfile import Patch, parse_patch_source, read_patch_source
 from .series import SeriesEntry, has_guards, parse_series, selected_entries, selection_text
 
 
@@ -113,9 +113,16 @@ class Queue:
         return list(seen)
 
 
-def load_queue(root: Path) -> Queue:
+ParseMany = Callable[[list[tuple[str, "int | None", bytes]]], list[Patch]]
+"""Parses (name, strip, bytes) of every patch, in order, as parse_patch would, the first error raised:
+what a caller gives load_queue to take the parses from a cache (verbs.refs)."""
+
+
+def load_queue(root: Path, *, parse_many: ParseMany | None = None) -> Queue:
     """Read series and every patch it lists (strictly: a missing or malformed patch is an error),
-    after cleaning up what an interrupted command left (an import or a rehash is undone or finished, dead temps go)."""
+    after cleaning up what an interrupted command left (an import or a rehash is undone or finished, dead temps go).
+    `parse_many`: parses the patches when each was read in memory (none streamed); the errors come in
+    the same order either way (a missing file after the patches before it are parsed)."""
     from ..fs.content import set_spool_home
     from ..util.statedir import StateDir
     from .interrupted import recover
@@ -131,14 +138,23 @@ def load_queue(root: Path) -> Queue:
     series_file = root / "series"
     series_bytes = read_regular_file(series_file) or b""
     entries = parse_series(series_bytes, source=str(series_file))
-    patches = []
+    sources = []
+    missing = None
     for e in entries:
         f = root / "patches" / e.name
-        patch = read_patch(f, e.name, strip=e.strip)
-        if patch is None:
-            raise MalformedPatch(
+        source = read_patch_source(f)
+        if source is None:
+            missing = MalformedPatch(
                 f"series line {e.line} lists {e.name!r}, but {f} does not exist.",
                 hint="Restore the patch file or remove it from series (`imgquilt check` lists every problem).",
             )
-        patches.append(patch)
+            break
+        sources.append(source)
+    read = entries[: len(sources)]
+    if parse_many is not None and all(isinstance(s, bytes) for s in sources):
+        patches = parse_many([(e.name, e.strip, s) for e, s in zip(read, sources)])
+    else:
+        patches = [parse_patch_source(s, e.name, e.strip) for e, s in zip(read, sources)]
+    if missing is not None:
+        raise missing
     return Queue(root, series_bytes, tuple(entries), tuple(patches))

@@ -29,6 +29,8 @@ import os
 import struct
 import tarfile
 import zlib
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal, Sequence
@@ -53,6 +55,7 @@ GZIP_LEVEL = 1  # the default levels: chosen for throughput (module docstring, d
 ZSTD_LEVEL = 3
 LEVELS = {"gzip": range(1, 10), "zstd": range(1, 20)}
 FEED = 1 << 20  # the compressor is fed in pieces of exactly this size (the last one shorter)
+_AHEAD = 4  # pieces handed to the compressor's thread and not yet written (memory: FEED each)
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,8 @@ class _Sink:
         self.size = 0
         self._pending = bytearray()
         self._crc = 0
+        self._thread: ThreadPoolExecutor | None = None  # the compressor's, made for the first whole piece
+        self._queued: deque[Future] = deque()
         level = default_level(compression) if level is None else level
         if compression == "gzip":
             self._comp = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS, 9)
@@ -247,12 +252,42 @@ class _Sink:
             view = memoryview(self._pending)
             whole = len(view) - len(view) % FEED
             for at in range(0, whole, FEED):
-                self._feed(view[at : at + FEED])
+                self._feed_aside(bytes(view[at : at + FEED]))
             view.release()
             del self._pending[:whole]
         return n
 
+    def _feed_aside(self, piece: bytes) -> None:
+        """Compress (and hash and write) `piece` on the compressor's thread, in order, while this one
+        goes on making the tar: zlib, zstd, hashlib and file writes let go of the GIL, so a layer of
+        1000 files costs the longer of the two, not their sum. At most _AHEAD pieces wait."""
+        if self._comp is None:
+            self._feed(piece)
+            return
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="imgquilt-compress")
+        self._queued.append(self._thread.submit(self._feed, piece))
+        while len(self._queued) > _AHEAD:
+            self._queued.popleft().result()  # an error there (a full disk) is raised here
+
+    def _drain(self) -> None:
+        try:
+            while self._queued:
+                self._queued.popleft().result()
+        finally:
+            self.abort()  # nothing left queued: only the thread to end
+
+    def abort(self) -> None:
+        """The tar failed: no piece is compressed or written after this returns."""
+        for job in self._queued:
+            job.cancel()
+        self._queued.clear()
+        if self._thread is not None:
+            self._thread.shutdown(wait=True, cancel_futures=True)
+            self._thread = None
+
     def close(self) -> None:
+        self._drain()
         if self._pending:
             self._feed(self._pending)
             self._pending = bytearray()
@@ -291,8 +326,12 @@ def stream_layer(changes: Sequence[FileChange], out, compression: Compression = 
                  level: int | None = None) -> tuple[str, str, int]:
     """Write the layer blob to `out`; (digest, diff_id, size), both digests "sha256:<hex>"."""
     sink = _Sink(out, compression, level, tar_size(changes, epoch=epoch) if compression == "zstd" else None)
-    write_tar(changes, sink, epoch=epoch)
-    sink.close()
+    try:
+        write_tar(changes, sink, epoch=epoch)
+        sink.close()
+    except BaseException:
+        sink.abort()
+        raise
     return "sha256:" + sink.blob_hash.hexdigest(), "sha256:" + sink.tar_hash.hexdigest(), sink.size
 
 
