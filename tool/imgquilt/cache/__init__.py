@@ -70,29 +70,25 @@ class DigestStore:
 
     def get_many(self, hexdigests: list[str]) -> dict[str, object]:
         """get(spool=True) of each, in one pass over the fan-out directories: {hexdigest: content or None}."""
-        from ..fs.content import sha256_of
-
         wanted = [h for h in dict.fromkeys(hexdigests) if _HEX64.match(h or "")]
         found = self.part.read_content_many([self.rel(h) for h in wanted], cap=ENTRY_CAP)
         out: dict[str, object] = dict.fromkeys(hexdigests)
-        for h in wanted:
-            data = found.get(self.rel(h))
-            if data is not None and sha256_of(data) != h:
-                self.part.unlink(self.rel(h))
-                data = None
-            out[h] = data
+        out.update((h, self._sound(h, found.get(self.rel(h)))) for h in wanted)
         return out
 
     def get(self, hexdigest: str, *, spool: bool = False):
         """The bytes named `hexdigest`, or None when absent; a damaged entry is removed and reads as absent.
         `spool`: a large entry comes back as a Spooled over the file (file contents), never held."""
-        from ..fs.content import sha256_of
-
         if not _HEX64.match(hexdigest or ""):
             return None
         rel = self.rel(hexdigest)
-        data = self.part.read_content(rel, cap=ENTRY_CAP) if spool else self.part.read(rel, cap=ENTRY_CAP)
+        return self._sound(hexdigest, self.part.read_content(rel, cap=ENTRY_CAP) if spool else self.part.read(rel, cap=ENTRY_CAP))
+
+    def _sound(self, hexdigest: str, data):
+        """`data` read for `hexdigest` when it hashes to it; else None, and the damaged entry removed."""
+        from ..fs.content import sha256_of
+
         if data is not None and sha256_of(data) != hexdigest:
-            self.part.unlink(rel)
+            self.part.unlink(self.rel(hexdigest))
             return None
         return data

@@ -226,17 +226,11 @@ def _touch(dir_fd: int, name: str, st: os.stat_result) -> None:
 
 
 def _read_whole(fd: int, size: int, cap: int) -> bytes | None:
-    """Everything in `fd` (fstat said `size`: read in one call when it still holds that), None past `cap`."""
+    """Everything in `fd`, None past `cap`: one read when it still holds the `size` fstat said."""
     data = os.read(fd, size + 1)
-    if len(data) <= size:
-        if len(data) < size:  # short read (or shrank): read on to the end
-            parts = [data]
-            while (more := os.read(fd, 1 << 20)):
-                parts.append(more)
-            data = b"".join(parts)
-        return data if len(data) <= cap else None
-    parts = [data]
-    total = len(data)
+    if len(data) == size:  # a regular file reads short only at its end: the usual case, done
+        return data
+    parts, total = [data], len(data)  # it grew or shrank since the fstat: read on to the end or the cap
     while total <= cap and (more := os.read(fd, min(1 << 20, cap + 1 - total))):
         parts.append(more)
         total += len(more)
