@@ -1054,7 +1054,8 @@ class _Recorder:
     def __init__(self, view: ModuleFiles, tag: str, shared: dict) -> None:
         self.view, self.tag, self.shared = view, tag, shared
         self.seen: dict[str, str] = {}
-        self.absent: dict[str, Look] = {}  # the paths of `seen` found ABSENT: a row holds them by directory
+        # the paths of `seen` found ABSENT -> ((directory, resolved directory, directories on the way), name)
+        self.absent: dict[str, tuple[tuple[str, str, tuple[str, ...]], str]] = {}
 
     def entries(self) -> list[str]:
         """What the row holds: one entry per path looked up, but the paths found absent, which are
@@ -1063,14 +1064,13 @@ class _Recorder:
         run checks a directory's names against one listing instead of each name on its own."""
         out: list[str] = []
         groups: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
+        absent = self.absent
         for p, state in self.seen.items():
-            lk = self.absent.get(p)
-            parent, _, name = p.rpartition("/")
-            rparent, _, rname = lk.resolved.rpartition("/") if lk is not None else ("", "", "")
-            if lk is None or rname != name:
+            g = absent.get(p)
+            if g is None:
                 out.append(state)
             else:
-                groups.setdefault((parent, rparent, lk.dirs), []).append(name)
+                groups.setdefault(g[0], []).append(g[1])
         out += [_absent_entry(self.tag, parent, rparent, dirs, names) for (parent, rparent, dirs), names in groups.items()]
         return out
 
@@ -1084,23 +1084,33 @@ class _Recorder:
             known = self.shared.get(p)
             if known is not None:
                 got[p] = known[0]
-                self._saw(p, known[0], known[1])
+                self._saw(p, known[1], known[2])
             else:
                 rest.append(p)
         if rest:
             for p, lk in self.view.look(rest, settle=settle).items():
                 got[p] = lk
-                state = _entry(self.tag, p, lk)
+                state, group = _entry(self.tag, p, lk), _absent_group_of(p, lk)
                 if lk.kind != UNKNOWN:  # decided: the same for every file of this run
-                    self.shared[p] = (lk, state)
-                self._saw(p, lk, state)
+                    self.shared[p] = (lk, state, group)
+                self._saw(p, state, group)
         return got
 
-    def _saw(self, path: str, lk: Look, state: str) -> None:
+    def _saw(self, path: str, state: str, group: tuple[tuple[str, str, tuple[str, ...]], str] | None) -> None:
         if path not in self.seen:  # the first look is what the row holds (a later settled one adds nothing)
             self.seen[path] = state
-            if lk.kind == ABSENT:
-                self.absent[path] = lk
+            if group is not None:
+                self.absent[path] = group
+
+
+def _absent_group_of(path: str, lk: Look) -> tuple[tuple[str, str, tuple[str, ...]], str] | None:
+    """((directory, resolved directory, directories on the way), name) of a path found ABSENT under its
+    own name (a row holds those by directory); None for any other look."""
+    if lk.kind != ABSENT:
+        return None
+    parent, _, name = path.rpartition("/")
+    rparent, _, rname = lk.resolved.rpartition("/")
+    return ((parent, rparent, lk.dirs), name) if rname == name else None
 
 
 def _entry(tag: str, path: str, lk: Look) -> str:
