@@ -3,6 +3,7 @@ module search as CPython's FileFinder, names, calls bound as CPython binds them,
 only new findings, and reads that stop as soon as they can."""
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -407,3 +408,108 @@ def test_a_forged_or_unsealed_row_is_not_believed(tmp_path: Path, monkeypatch) -
     _series_check(root, finals, {}, memo)
     _series_check(root, finals, {}, memo)
     assert len(memo.puts) == 1
+
+
+def test_absent_as_gives_what_each_lookup_gives(tmp_path: Path) -> None:
+    """A directory's absent names decided by one listing equal, name by name, what look() settles
+    each to: through a symlinked directory, a missing one, a directory only the patches create, and
+    never for a name that is there or that the overlay holds (then: None, look them up)."""
+    from imgquilt.pycheck.pysearch import ABSENT
+
+    root = _root(tmp_path, {f"{SITE}/pkg/__init__.py": "", f"{SITE}/real/mod.py": "X = 1\n", f"{SITE}/lib.py": ""})
+    (root / SITE / "linked").symlink_to("real")
+    (root / SITE / "up").symlink_to("../../../../..")  # `..` past the root stops at the root
+    overlay: dict[str, bytes | None] = {f"{SITE}/new/made.py": b"", f"{SITE}/pkg/patched.py": b"", f"{SITE}/pkg/gone.py": None}
+    view = SourceModules(RootfsSource(root)).view(overlay)
+    names = ["a.py", "a.cpython-311-x86_64-linux-gnu.so", "b", "__init__.py"]
+    decided = 0
+    for parent in ["", SITE, f"{SITE}/pkg", f"{SITE}/real", f"{SITE}/linked", f"{SITE}/nowhere", f"{SITE}/nowhere/deeper",
+                   f"{SITE}/new", f"{SITE}/up/usr", f"{SITE}/lib.py"]:
+        for extra in ([], ["mod.py"], ["patched.py"], ["gone.py"], ["made.py"]):
+            asked = frozenset(names + extra)
+            where = view.absent_as(parent, asked)
+            looks = view.look([f"{parent}/{n}" if parent else n for n in sorted(asked)], settle=True)
+            if where is None:
+                continue
+            decided += 1
+            rparent, dirs = where
+            for n in asked:
+                lk = looks[f"{parent}/{n}" if parent else n]
+                assert (lk.kind, lk.resolved, lk.dirs) == (ABSENT, f"{rparent}/{n}" if rparent else n, dirs), (parent, n)
+    assert decided >= 8
+    assert view.absent_as(f"{SITE}/real", frozenset(["mod.py"])) is None  # there: looked up
+    assert view.absent_as(f"{SITE}/pkg", frozenset(["patched.py"])) is None  # patched: looked up
+    assert view.absent_as(f"{SITE}/pkg", frozenset(["gone.py"])) is None
+    assert view.absent_as(f"{SITE}/linked", frozenset(["x.py"])) == (f"{SITE}/real", view.look([f"{SITE}/linked/x.py"], settle=True)[f"{SITE}/linked/x.py"].dirs)
+
+
+def test_the_names_found_absent_are_held_by_directory_and_checked_again(tmp_path: Path, monkeypatch) -> None:
+    """A module search tries dozens of names a directory (an image with no platform: every platform's
+    extension suffixes); a row holds the absent ones by directory, and a warm run checks them against
+    the directory's listing instead of one lookup each. A name that appears there (an extension
+    module) or a directory on the way that resolves elsewhere now makes the file be checked again,
+    with what a fresh check says."""
+    import imgquilt.pycheck.pysearch as pysearch
+
+    root = _root(tmp_path / "root", {f"{SITE}/lib.py": "def call(a):\n    pass\n"})
+    me = f"{SITE}/app.py"
+    finals = {me: b"from nowhere_at_all import thing\nthing(1)\nfrom lib import call\ncall(1, 2)\n"}
+    looked: list[int] = []
+    look = pysearch._View.look
+
+    def counting(self, paths, *, settle):
+        looked.append(len(paths))
+        return look(self, paths, settle=settle)
+
+    monkeypatch.setattr(pysearch._View, "look", counting)
+    memo = CountingMemo()
+    cold = _series_check(root, finals, {}, memo)
+    cold_looks = sum(looked)
+    assert [x.split(": ")[1] for x in cold[me]] == ["TypeError"], cold  # a module not in the image: not a finding
+    row = next(json.loads(v[0]) for v in memo.saved.values() if '"seen"' in v[0])
+    assert any(e.startswith("gf\0") for e in row["seen"]) and len(row["seen"]) < 20
+    looked.clear()
+    assert _series_check(root, finals, {}, memo) == cold and len(memo.puts) == 1
+    assert 0 < sum(looked) * 10 < cold_looks  # the absent names: by listing, not looked up
+    # an extension module appears under one of the names the search tried: checked again, as fresh
+    ext = root / SITE / "nowhere_at_all.cpython-311-x86_64-linux-gnu.so"
+    ext.write_bytes(b"\x7fELF")
+    now = _series_check(root, finals, {}, memo)
+    assert len(memo.puts) == 2 and now == _series_check(root, finals, {}, None) and now != cold
+    ext.unlink()
+    assert _series_check(root, finals, {}, memo) == cold and len(memo.puts) == 3  # gone again: checked again
+    assert _series_check(root, finals, {}, memo) == cold and len(memo.puts) == 3  # and that row holds
+    # the site directory moves behind a symlink: the same names now resolve elsewhere: checked again
+    site = root / SITE
+    site.rename(site.with_name("moved"))
+    site.symlink_to("moved")
+    moved = _series_check(root, finals, {}, memo)
+    assert len(memo.puts) == 4 and moved == _series_check(root, finals, {}, None) and "python3.11/moved/lib.py" in moved[me][0]
+
+
+def test_a_directory_s_absent_names_hold_only_where_they_resolved(tmp_path: Path) -> None:
+    """The rule itself: a row's names held by directory still hold when none is there AND the
+    directory resolves as it did (not through a new symlink, not newly made); the same answer by one
+    listing as by a lookup each (a view that does not list)."""
+    from imgquilt.pycheck.crosscheck import _Recorder, _still_seen
+
+    root = _root(tmp_path, {f"{SITE}/pkg/there.py": ""})
+    rec = _Recorder(SourceModules(RootfsSource(root)).view(), "f", {})
+    rec.look([f"{SITE}/pkg/a.py", f"{SITE}/pkg/a.abi3.so", f"{SITE}/nowhere/c.py", f"{SITE}/nowhere/__init__.py"], settle=True)
+    doc = {"seen": rec.entries()}
+    assert len(doc["seen"]) == 2 and all(e.startswith("gf\0") for e in doc["seen"])
+
+    class OneByOne:  # a view with no listings: each name looked up
+        def __init__(self, view) -> None:
+            self.look, self.platform = view.look, view.platform
+
+    def holding() -> list[set[str]]:
+        views = [SourceModules(RootfsSource(root)).view() for _ in range(2)]
+        return [_still_seen([doc], v, v) for v in (views[0], OneByOne(views[1]))]
+
+    assert holding() == [set(doc["seen"])] * 2
+    (root / SITE / "pkg").rename(root / SITE / "real")
+    (root / SITE / "pkg").symlink_to("real")  # the same names in it, reached another way
+    assert holding() == [{e for e in doc["seen"] if "nowhere" in e}] * 2
+    (root / SITE / "nowhere").mkdir()
+    assert holding() == [set()] * 2

@@ -212,7 +212,8 @@ def test_no_fork_means_the_serial_path(monkeypatch) -> None:
 def _interrupts(x: int) -> int:
     if os.getpid() != PARENT:
         time.sleep(0.5)  # every worker started: the ^C comes while the parent waits for them
-        os.kill(PARENT, signal.SIGINT)
+        if x == 0:  # one ^C (two, one from each worker, could land after mapped raised: a second user ^C)
+            os.kill(PARENT, signal.SIGINT)
         time.sleep(30)
     return x
 

@@ -38,7 +38,7 @@ from ..fs.content import Data, held, held_or_none, sha256_of
 from .astwalk import Visitor, nodes_of
 from .pyiface import CLASS, DEF, IMPORT, Binding, Interface, Signature, Unreadable, bind, interface_of, parse
 from .pysearch import (
-    BYTECODE, FILE, LARGE, MISSING, NAMESPACE, NATIVE, UNKNOWN, Finder, Look, ModuleFiles, Place, Spec, is_stdlib, place_of,
+    ABSENT, BYTECODE, FILE, LARGE, MISSING, NAMESPACE, NATIVE, UNKNOWN, Finder, Look, ModuleFiles, Place, Spec, is_stdlib, place_of,
 )
 
 MAX_FOLLOW = 12  # re-exports, star imports and base classes followed in a row
@@ -926,7 +926,7 @@ def place_of_settled(place: Place, view: ModuleFiles) -> Place:
     return place_of(path, view, settle=True) or place
 
 
-MEMO_VERSION = "imgquilt-crosscheck-4"
+MEMO_VERSION = "imgquilt-crosscheck-5"
 
 
 def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, bytes | None]], final_view: ModuleFiles,
@@ -995,7 +995,7 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
         got = check_files([fc], final_rec, base_rec, views_differ=views_differ, trees=trees, recheck=recheck, names=names)
         out += got
         if fc.resolved in keys:
-            seen = [*final_rec.seen.values(), *base_rec.seen.values()]
+            seen = [*final_rec.entries(), *base_rec.entries()]
             store[keys[fc.resolved]] = [json.dumps({"seen": seen, "files": _encoded(got)})]
     if store:
         memo.put_many(store)
@@ -1054,6 +1054,25 @@ class _Recorder:
     def __init__(self, view: ModuleFiles, tag: str, shared: dict) -> None:
         self.view, self.tag, self.shared = view, tag, shared
         self.seen: dict[str, str] = {}
+        # the paths of `seen` found ABSENT -> ((directory, resolved directory, directories on the way), name)
+        self.absent: dict[str, tuple[tuple[str, str, tuple[str, ...]], str]] = {}
+
+    def entries(self) -> list[str]:
+        """What the row holds: one entry per path looked up, but the paths found absent, which are
+        held by directory (`_absent_entry`): a module search tries dozens of names in a directory
+        (an extension module under each platform's suffixes, a package, a module, a pyc), and a later
+        run checks a directory's names against one listing instead of each name on its own."""
+        out: list[str] = []
+        groups: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
+        absent = self.absent
+        for p, state in self.seen.items():
+            g = absent.get(p)
+            if g is None:
+                out.append(state)
+            else:
+                groups.setdefault(g[0], []).append(g[1])
+        out += [_absent_entry(self.tag, parent, rparent, dirs, names) for (parent, rparent, dirs), names in groups.items()]
+        return out
 
     def platform(self) -> str | None:
         return self.view.platform()
@@ -1065,17 +1084,33 @@ class _Recorder:
             known = self.shared.get(p)
             if known is not None:
                 got[p] = known[0]
-                self.seen.setdefault(p, known[1])
+                self._saw(p, known[1], known[2])
             else:
                 rest.append(p)
         if rest:
             for p, lk in self.view.look(rest, settle=settle).items():
                 got[p] = lk
-                state = _entry(self.tag, p, lk)
+                state, group = _entry(self.tag, p, lk), _absent_group_of(p, lk)
                 if lk.kind != UNKNOWN:  # decided: the same for every file of this run
-                    self.shared[p] = (lk, state)
-                self.seen.setdefault(p, state)
+                    self.shared[p] = (lk, state, group)
+                self._saw(p, state, group)
         return got
+
+    def _saw(self, path: str, state: str, group: tuple[tuple[str, str, tuple[str, ...]], str] | None) -> None:
+        if path not in self.seen:  # the first look is what the row holds (a later settled one adds nothing)
+            self.seen[path] = state
+            if group is not None:
+                self.absent[path] = group
+
+
+def _absent_group_of(path: str, lk: Look) -> tuple[tuple[str, str, tuple[str, ...]], str] | None:
+    """((directory, resolved directory, directories on the way), name) of a path found ABSENT under its
+    own name (a row holds those by directory); None for any other look."""
+    if lk.kind != ABSENT:
+        return None
+    parent, _, name = path.rpartition("/")
+    rparent, _, rname = lk.resolved.rpartition("/")
+    return ((parent, rparent, lk.dirs), name) if rname == name else None
 
 
 def _entry(tag: str, path: str, lk: Look) -> str:
@@ -1091,17 +1126,58 @@ def _entry(tag: str, path: str, lk: Look) -> str:
     return f"{tag}\0{path}\0{lk.kind}\0" + hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
+def _absent_entry(tag: str, parent: str, rparent: str, dirs: tuple[str, ...], names: list[str]) -> str:
+    """The names looked up in directory `parent` and found absent, at `rparent`/NAME with `dirs` on
+    their way, as one string of a row ("g" tag NUL parent NUL rparent NUL len(dirs) NUL dirs... NUL
+    names...; no path holds a NUL): it stands for each name's own entry, which says no more."""
+    return "\0".join([f"g{tag}", parent, rparent, str(len(dirs)), *dirs, *names])
+
+
+def _absent_group(entry: str) -> tuple[str, str, str, tuple[str, ...], frozenset[str]] | None:
+    """(tag, parent, rparent, dirs, names) of an `_absent_entry`; None: not one (any other row entry)."""
+    if not entry.startswith("g"):
+        return None
+    parts = entry.split("\0")
+    try:
+        n = int(parts[3])
+    except (IndexError, ValueError):
+        return None
+    names = parts[4 + n:]
+    if n < 0 or not names or len(parts) < 4 + n:
+        return None
+    return parts[0][1:], parts[1], parts[2], tuple(parts[4:4 + n]), frozenset(names)
+
+
 def _still_seen(docs: list[dict], final_view: ModuleFiles, base_view: ModuleFiles) -> set[str]:
     """The entries of the rows that still hold, every path looked up once (settled: as deep as it
-    takes) in one batch per view. A path that was not decided then must hold no file now."""
+    takes) in one batch per view. A path that was not decided then must hold no file now. The names
+    a row holds by directory (`_absent_entry`) hold while the directory's listing has none of them;
+    where a view cannot tell that at once, each is looked up as the other paths are."""
     wanted: dict[str, dict[str, list[str]]] = {"f": {}, "b": {}}
+    groups: dict[str, list[tuple[str, str, str, tuple[str, ...], frozenset[str]]]] = {"f": [], "b": []}
     for entry in {x for doc in docs for x in doc["seen"] if isinstance(x, str)}:
+        group = _absent_group(entry)
+        if group is not None:
+            if group[0] in groups:
+                groups[group[0]].append((entry, *group[1:]))
+            continue
         tag, path, kind, _ = (entry.split("\0") + ["", "", ""])[:4]
         if tag in wanted and path:
             wanted[tag].setdefault(path, []).append(entry)
     good: set[str] = set()
     for tag, view in (("f", final_view), ("b", base_view)):
         paths = wanted[tag]
+        at_once = getattr(view, "absent_as", None)
+        one_by_one: list[tuple[str, str, str, tuple[str, ...], frozenset[str]]] = []
+        for g in groups[tag]:
+            entry, parent, rparent, dirs, names = g
+            where = at_once(parent, names) if at_once is not None else None
+            if where is None:
+                one_by_one.append(g)
+                for n in names:
+                    paths.setdefault(f"{parent}/{n}" if parent else n, [])
+            elif where == (rparent, dirs):
+                good.add(entry)
         if not paths:
             continue
         now = view.look(list(paths), settle=True)
@@ -1113,6 +1189,10 @@ def _still_seen(docs: list[dict], final_view: ModuleFiles, base_view: ModuleFile
             for old in olds:
                 if old == current or (old.split("\0")[2] == UNKNOWN and lk.kind != FILE):
                     good.add(old)
+        for entry, parent, rparent, dirs, names in one_by_one:
+            if all((lk := now.get(f"{parent}/{n}" if parent else n)) is not None and lk.kind == ABSENT
+                   and lk.resolved == (f"{rparent}/{n}" if rparent else n) and lk.dirs == dirs for n in names):
+                good.add(entry)
     return good
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import sys
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import AbstractSet as Set, Mapping, Protocol, Sequence
 
 from ..errors import BadImage, BadInput, ImgquiltError, UnsafePath
 from ..fs.content import Data, held, in_memory_max
@@ -161,6 +161,21 @@ class SourceModules:
                     out[p] = None
         return out
 
+    def absent_in(self, parent: str, names: Set[str]) -> tuple[str, tuple[str, ...]] | None:
+        """Where `parent`/NAME is for every NAME in `names` when the source's listing of `parent` holds
+        none of them: (the resolved path of the names' directory, the directories on its way), exactly
+        what `_unlisted` settles each of them to. None: this source does not list, or a name is there."""
+        if not self._lists:
+            return None
+        if parent not in self._dirs:
+            self._dirs[parent] = self.source.peek_dir(parent)  # type: ignore[attr-defined]
+        d = self._dirs[parent]
+        if d is None:
+            return parent, ()  # no directory there: nothing below it either
+        if not d.entries.keys().isdisjoint(names):
+            return None
+        return d.resolved, tuple(x.path for x in d.parents)
+
     def _unlisted(self, paths: list[str], out: dict[str, TargetFile | None]) -> list[str]:
         """Settle the paths whose directory does not hold their name (into `out`); the rest still to read."""
         rest: list[str] = []
@@ -218,6 +233,7 @@ class _View:
         self.overlay = overlay
         self.named = named
         self._overlay_dirs = {"/".join(p.split("/")[:i]) for p in overlay for i in range(1, p.count("/") + 1)}
+        self._by_dir: dict[str, frozenset[str]] | None = None
 
     def platform(self) -> str | None:
         return self.files.platform()
@@ -239,6 +255,35 @@ class _View:
                 t = raw[p]
                 out[p] = Look(ABSENT, None, p) if t is None else self._to_look(t)
         return out
+
+    def absent_as(self, parent: str, names: Set[str]) -> tuple[str, tuple[str, ...]] | None:
+        """The (resolved directory, directories on the way) that look(settle=True) gives every
+        `parent`/NAME, NAME in `names`, as ABSENT, when one listing decides them all (the module search
+        tries dozens of names in one directory, each a memo row's entry to check again); None when it
+        does not (a source that does not list, a name that is there or that a patch touches): then
+        look them up one by one."""
+        if not names.isdisjoint(self._patched_in(parent)):
+            return None
+        got = self.files.absent_in(parent, names)
+        if got is None:
+            return None
+        rparent, dirs = got
+        if rparent != parent and not names.isdisjoint(self._patched_in(rparent)):
+            return None
+        if self._overlay_dirs and rparent:
+            # a directory the patches create holds what they put there (as _to_look has it)
+            dirs = dirs + tuple(d for d in _dirs_to(rparent) if d in self._overlay_dirs and d not in dirs)
+        return rparent, dirs
+
+    def _patched_in(self, directory: str) -> frozenset[str]:
+        """The names in `directory` that the overlay holds (a patched or deleted file, or a named path)."""
+        if self._by_dir is None:
+            by_dir: dict[str, set[str]] = {}
+            for path in (*self.overlay, *self.named):
+                parent, _, name = path.rpartition("/")
+                by_dir.setdefault(parent, set()).add(name)
+            self._by_dir = {k: frozenset(v) for k, v in by_dir.items()}
+        return self._by_dir.get(directory, frozenset())
 
     def _from_overlay(self, path: str) -> Look | None:
         key = self.named.get(path, path)
