@@ -3,7 +3,7 @@ side with a cold `apply --layer` of the same queue, the probes' own time measure
 a script whose figures go in docs/performance.md.
 
     python3 bench/bench_boot_vllm.py [--vllm /tmp/imgquilt-vllm] [--workdir /tmp/imgquilt-bench-bootvllm] [--repeat 2]
-        [--baseline /work/main/tool] [--json]
+        [--baseline /work/main/tool] [--fresh] [--json]
 
 The image is bench/build_vllm.py's (read only: its blobs are hard-linked, never changed). Its base
 layer holds this machine's standard library but no interpreter, so a variant is built beside it in

@@ -22,7 +22,7 @@ Two files can only be the same when they have the same size, mode and owner (the
 real image almost every large file's shape is its own (5,440 of the vLLM image's 6,451 pooled files,
 1.82 of its 1.92 GB): so a file is hashed only once its shape is known. The first file of a shape is
 linked as `shapes/<size>-<mode>-<uid>-<gid>` and not hashed; a later file of that shape (of this tree
-or another image's) is hashed, and so is, once per process, the first of its shape, which is then
+or another image's) is hashed, and so is, once per unpack, the first of its shape, which is then
 linked into the pool by its sha256 as `<sha256[:2]>/<sha256>-<mode>-<uid>-<gid>` (the inode read and
 hashed, by its descriptor). The later file is then linked there too, or, when the pool has its twin,
 replaced by a link to it (an atomic rename) if its name still holds the inode written. The hashes
@@ -84,7 +84,7 @@ class _Tree:
         self.dir_modes: dict[str, int] = {}
         self.pool = pool
         self._pool_dirs: dict[str, int] = {}  # "ab" (or SHAPES) -> fd of pool/ab
-        self._firsts_hashed: set[str] = set()  # the shapes whose first file this process hashed
+        self._firsts_hashed: set[str] = set()  # the shapes whose first file this unpack hashed
         # the pool's sha256 is computed by a thread beside the writer: (its future, fd, dir fd, name, size,
         # key tail, and the first of its shape to pool beside it: its future and fd, or None and -1)
         self.hasher = ThreadPoolExecutor(1, thread_name_prefix="imgquilt-pool") if pool is not None else None
@@ -241,7 +241,7 @@ class _Tree:
     def first_of_shape(self, fd: int, shape: str, size: int) -> tuple[bool, int]:
         """Link the file just written (`fd`) as the first of its `shape` when the pool has none: (True,
         -1), nothing to hash. Else (False, the fd of the pool's first of that shape, to hash and pool
-        beside it, once per shape and process; -1 when it is not to be: hashed already, or not a
+        beside it, once per shape and unpack; -1 when it is not to be: hashed already, or not a
         regular file of that size). A pool that cannot be written: (True, -1), the tree keeps its copy."""
         sfd = self._pool_sub(SHAPES)
         if sfd is None:
