@@ -57,15 +57,28 @@ def _tree(ref: str) -> Path:
     return sealed
 
 
+def _pool_names(pool: Path) -> dict[int, list[str]]:
+    """inode -> the pool's directories that name it (sorted)."""
+    out: dict[int, list[str]] = {}
+    for f in pool.rglob("*"):
+        if f.is_file() and not f.is_symlink() and f.name != ".seal":
+            out.setdefault(f.stat().st_ino, []).append(f.parent.name)
+    return {k: sorted(v) for k, v in out.items()}
+
+
 def test_two_images_share_their_common_files(images, cache: Path) -> None:
     a, b = _tree(images[0]), _tree(images[1])
     assert a != b and a.is_dir() and b.is_dir()
+    pool = _pool_names(cache / "rootfs/pool")
     for rel in ("usr/bin/tool", "usr/share/doc/big.txt", f"{PKG}/mod.py"):
         sa, sb = os.stat(a / rel), os.stat(b / rel)
         assert (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino), rel  # stored once
-        assert sa.st_nlink == 3  # the pool's name and one per tree
+        # the first of its shape (A's, not hashed), then hashed when B brought a file of that shape
+        assert sorted(d for d in pool[sa.st_ino] if d == "shapes" or len(d) == 2) == pool[sa.st_ino] and len(pool[sa.st_ino]) == 2
+        assert sa.st_nlink == 2 + 2  # the pool's two names and one per tree
         assert (a / rel).read_bytes() == (b / rel).read_bytes()
-    assert os.stat(b / "usr/share/doc/extra.txt").st_nlink == 2
+    extra = os.stat(b / "usr/share/doc/extra.txt")
+    assert pool[extra.st_ino] == ["shapes"] and extra.st_nlink == 2  # alone of its shape: never hashed
     # a file under the pool's floor (rootfs.extract.POOL_MIN) is each tree's own copy
     sa, sb = os.stat(a / "etc/os-release"), os.stat(b / "etc/os-release")
     assert sa.st_ino != sb.st_ino and sa.st_nlink == sb.st_nlink == 1
@@ -141,7 +154,9 @@ def test_the_trees_count_in_the_cap_and_the_least_recently_used_goes(images, cac
     assert report(cache).parts["rootfs"].entries == 1
     # the pool keeps only what B's tree links to
     pool = cache / "rootfs/pool"
-    assert all(os.stat(p).st_nlink == 2 for p in pool.rglob("*") if p.is_file())
+    held = {os.stat(p).st_ino for p in b.rglob("*") if p.is_file() and not p.is_symlink()}
+    kept = _pool_names(pool)
+    assert kept and set(kept) <= held
     # a tree in use is never evicted, even over the cap; once free, it goes
     rc = RootfsCache()
     digest = open_image(images[1]).manifest_digest
@@ -149,7 +164,7 @@ def test_the_trees_count_in_the_cap_and_the_least_recently_used_goes(images, cac
         trim(cache, cap=1)
         assert b.is_dir() and rc.believed(digest) == b
     trim(cache, cap=1)
-    assert not b.exists() and not any(p.is_file() for p in pool.rglob("*"))
+    assert not b.exists() and not any(p.is_file() and p.name != ".seal" for p in pool.rglob("*"))
 
 
 def test_a_boot_over_the_cap_gives_the_same_verdicts_and_leaves_the_cache_under_it(images, tmp_path: Path, cli_env) -> None:
@@ -167,7 +182,7 @@ def test_a_boot_over_the_cap_gives_the_same_verdicts_and_leaves_the_cache_under_
     assert doc["patches"][0]["verdict"] == "cannot tell"  # no Python module: nothing to probe
     rootfs = Path(cli_env["IMGQUILT_CACHE_DIR"]) / "rootfs"
     assert not [p for p in rootfs.iterdir() if p.name != "pool"]
-    assert not any(p.is_file() for p in (rootfs / "pool").rglob("*"))
+    assert not any(p.is_file() and p.name != ".seal" for p in (rootfs / "pool").rglob("*"))
 
 
 def test_an_image_with_no_python_is_cannot_tell_not_an_error(images, tmp_path: Path, cli_env) -> None:
@@ -191,3 +206,39 @@ def test_an_image_with_no_python_is_cannot_tell_not_an_error(images, tmp_path: P
                    check=True, capture_output=True)
     r = imgquilt("boot", "--image", f"oci:{layout}:named", cwd=q, env=cli_env, check=6)
     assert "The image's User 'app': no 'app' in the image's /etc/passwd." in r.err
+
+
+def test_a_pool_restored_from_elsewhere_is_never_linked_from(images, cache: Path) -> None:
+    """A pool file is linked into a new tree by its name alone (its sha256 and size): so a pool is used
+    only under its seal (the pool directory's device and inode, under this user's cache key). A copy
+    of a sealed pool with its seal (a cache restored from another job), whose files were replaced by
+    other bytes of the same size, is removed before anything is linked from it."""
+    import shutil
+
+    a = _tree(images[0])
+    pool = cache / "rootfs/pool"
+    assert (pool / ".seal").is_file()
+    restored = cache / "rootfs/restored"
+    shutil.copytree(pool, restored, symlinks=True)
+    planted = 0
+    for f in restored.rglob("*"):
+        if f.is_file() and f.name != ".seal":
+            f.chmod(0o644)
+            f.write_bytes(b"E" * f.stat().st_size)  # the same names and sizes, other bytes
+            planted += 1
+    assert planted >= 3
+    pool.rename(cache / "rootfs/.old-pool")
+    restored.rename(pool)
+    b = _tree(images[1])
+    for rel in ("usr/bin/tool", "usr/share/doc/big.txt", f"{PKG}/mod.py"):
+        assert (b / rel).read_bytes() == (a / rel).read_bytes() and b"EEEE" not in (b / rel).read_bytes(), rel
+    assert not any(f.is_file() and f.read_bytes().startswith(b"EEEE") for f in pool.rglob("*"))  # discarded
+    assert (pool / ".seal").is_file()  # and made anew
+
+
+def test_without_a_cache_key_no_pool_is_used(images, cache: Path, monkeypatch) -> None:
+    from imgquilt.cache.rootfs import RootfsCache
+
+    monkeypatch.setattr("imgquilt.cache.rootfs.entry_seal", lambda *a: None)
+    monkeypatch.setattr("imgquilt.cache.rootfs.entry_sealed", lambda *a: False)
+    assert RootfsCache().trusted_pool() is None

@@ -2,6 +2,7 @@
 runtime honours them, and nothing ever written outside the tree, whatever a layer's names and links say."""
 from __future__ import annotations
 
+import hashlib
 import io
 import tarfile
 from pathlib import Path
@@ -118,13 +119,22 @@ def test_the_pool_stores_identical_files_once_from_its_floor_up(tmp_path: Path, 
         assert not [p.name for p in dest.iterdir() if p.name.startswith(".")]  # no link left half-made
         trees.append(dest)
     ino = {(t.name, n): (t / n).stat().st_ino for t in trees for n, _, _ in files}
-    for a, b in (("s1", "s2"), ("b1", "b2")):
+    names: dict[int, list[str]] = {}  # inode -> the pool's directories that name it
+    sizes: dict[int, int] = {}
+    for f in pool.rglob("*"):
+        if f.is_file():
+            names.setdefault(f.stat().st_ino, []).append(f.parent.name)
+            sizes[f.stat().st_ino] = f.stat().st_size
+    for a, b, raw in (("s1", "s2", mid), ("b1", "b2", big)):
         assert len({ino[(t, n)] for t in ("t1", "t2") for n in (a, b)}) == 1, a
-        assert (trees[0] / a).stat().st_nlink == 5  # the pool's name and two per tree
+        # its shape's first (not hashed then) and, once a second file of that shape came, its sha256 name
+        assert sorted(names[ino[("t1", a)]]) == [hashlib.sha256(raw).hexdigest()[:2], "shapes"], a
+        assert (trees[0] / a).stat().st_nlink == 2 + 4  # the pool's two names and two per tree
     assert ino[("t1", "x")] != ino[("t1", "s1")]
+    assert sorted(names[ino[("t1", "x")]]) == sorted(names[ino[("t1", "s1")]])  # its own shape and sha256 name
     for n in ("t1", "t2", "e1", "e2"):  # under the floor: written, not pooled
         assert (trees[0] / n).stat().st_nlink == 1, n
-    assert sorted(p.stat().st_size for p in pool.rglob("*") if p.is_file()) == [len(mid), len(mid), len(big)]
+    assert sorted(sizes.values()) == [len(mid), len(mid), len(big)]
 
 
 def test_a_pooled_file_replaced_or_linked_before_it_is_hashed_keeps_the_layers_meaning(tmp_path: Path) -> None:
@@ -202,3 +212,58 @@ def test_owners_and_setuid_bits_are_the_layers(tmp_path: Path) -> None:
     got = {n: ((dest / n).stat().st_mode & 0o7777, (dest / n).stat().st_uid, (dest / n).stat().st_gid)
            for n in ("su", "sg", "ro", "all")}
     assert got == {"su": (0o4755, 1234, 1234), "sg": (0o2711, 0, 0), "ro": (0o444, 0, 0), "all": (0o777, 0, 0)}
+
+
+def test_a_file_alone_of_its_shape_is_never_hashed(tmp_path: Path, monkeypatch) -> None:
+    """Two files can only be the same with the same size, mode and owner: a file whose shape the pool
+    has not seen is linked as that shape's first and not hashed. A second file of the shape is
+    hashed, with the first once; the same bytes are then one inode, other bytes of that size are not."""
+    from imgquilt.rootfs import extract
+
+    hashed: list[int] = []
+    real = extract._sha256_of
+
+    def counting(fd: int, size: int) -> str:
+        hashed.append(size)
+        return real(fd, size)
+
+    monkeypatch.setattr(extract, "_sha256_of", counting)
+    n = extract.POOL_MIN
+    a, b, c = b"a" * n, b"b" * (n + 1), b"c" * (n + 2)
+    pool = tmp_path / "pool"
+    one = tmp_path / "one"
+    one.mkdir()
+    assert extract_layers(one, [("l", _file_tar([("a", a, 0o644), ("b", b, 0o644), ("c", c, 0o755)]))], pool=pool) == 0
+    assert hashed == []  # three shapes, each alone
+    # another image: the same `a`, a `b2` of b's size with other bytes, and `c` under another mode
+    two = tmp_path / "two"
+    two.mkdir()
+    b2 = b"B" * (n + 1)
+    assert extract_layers(two, [("l", _file_tar([("a", a, 0o644), ("b", b2, 0o644), ("c", c, 0o644), ("a2", a, 0o644)]))],
+                          pool=pool) == 0
+    assert sorted(hashed) == [n, n, n, n + 1, n + 1]  # a's first once, a, a2; b's first and b2; c alone of its shape
+    assert (two / "a").stat().st_ino == (one / "a").stat().st_ino == (two / "a2").stat().st_ino
+    assert (two / "b").stat().st_ino != (one / "b").stat().st_ino and (two / "b").read_bytes() == b2
+    assert (two / "c").stat().st_ino != (one / "c").stat().st_ino and (two / "c").stat().st_mode & 0o777 == 0o644
+    for tree, files in ((one, {"a": a, "b": b, "c": c}), (two, {"a": a, "b": b2, "c": c, "a2": a})):
+        assert {f: (tree / f).read_bytes() for f in files} == files
+
+
+def test_a_shape_s_first_that_is_not_a_regular_file_of_its_size_is_never_hashed_or_linked(tmp_path: Path) -> None:
+    """A planted `shapes/` name (a symlink, or a file of another size) is not read as the first of its
+    shape: the new file is hashed and pooled on its own, and never linked to it."""
+    import os
+
+    from imgquilt.rootfs.extract import POOL_MIN
+
+    raw = b"x" * POOL_MIN
+    pool = tmp_path / "pool"
+    (pool / "shapes").mkdir(parents=True)
+    shape = f"{POOL_MIN}-644-{os.geteuid()}-{os.getegid()}"
+    (tmp_path / "secret").write_bytes(b"s" * POOL_MIN)
+    (pool / "shapes" / shape).symlink_to(tmp_path / "secret")
+    dest = tmp_path / "tree"
+    dest.mkdir()
+    extract_layers(dest, [("l", _file_tar([("f", raw, 0o644)]))], pool=pool)
+    assert (dest / "f").read_bytes() == raw and (dest / "f").stat().st_ino != (tmp_path / "secret").stat().st_ino
+    assert (tmp_path / "secret").read_bytes() == b"s" * POOL_MIN

@@ -20,6 +20,7 @@ import ctypes
 import fcntl
 import os
 import re
+import secrets
 import shutil
 import stat
 import tempfile
@@ -53,6 +54,40 @@ class RootfsCache:
     @property
     def pool(self) -> Path:
         return self.dir / "pool"
+
+    def trusted_pool(self) -> Path | None:
+        """The pool, believed: its seal (`pool/.seal`, over the pool directory's device and inode under
+        the cache key) verifies, or it is made anew and sealed. A file in the pool is linked into a new
+        tree by its name alone, so a pool without that seal (restored from another machine or job,
+        planted, or from an imgquilt before the seal) is removed first, never used. None: no cache key
+        (nothing sealed would be believed): unpack without a pool."""
+        pool = self.pool
+        for _ in range(3):
+            try:
+                st: os.stat_result | None = os.lstat(pool)
+            except FileNotFoundError:
+                st = None
+            except OSError:
+                return None
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                tag = (self.part.read("pool/.seal", cap=1 << 10) or b"").decode("ascii", "replace").strip()
+                if entry_sealed(tag, _KIND, "pool", str(st.st_dev), str(st.st_ino)):
+                    return pool
+            if st is not None:
+                _discard_pool(pool)
+            try:
+                os.makedirs(self.dir, mode=0o700, exist_ok=True)
+                os.mkdir(pool, 0o700)
+                st = os.lstat(pool)
+            except FileExistsError:
+                continue  # another process made one meanwhile: look at it
+            except OSError:
+                return None
+            tag = entry_seal(_KIND, "pool", str(st.st_dev), str(st.st_ino)) or ""
+            if not tag or not self.part.write("pool/.seal", f"{tag}\n".encode(), mode=0o600):
+                return None
+            return pool
+        return None
 
     def _fields(self, digest: str, size: int) -> tuple[str, ...] | None:
         try:
@@ -169,17 +204,39 @@ def evict(marker: Path) -> bool:
 
 
 def collect_pool(pool: Path) -> None:
-    """Remove the pool's files that no tree links to (a link count of 1: the pool's own name)."""
+    """Remove the pool's files that no tree links to: those whose every link is a pool name (its
+    sha256 name, its shape's, or both)."""
+    names: dict[tuple[int, int], list[str]] = {}
+    links: dict[tuple[int, int], int] = {}
     for sub in _scan(pool):
         if not sub.is_dir(follow_symlinks=False):
             continue
         for entry in _scan(Path(sub.path)):
             try:
                 st = entry.stat(follow_symlinks=False)
-                if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-                    os.unlink(entry.path)
             except OSError:
                 continue
+            if stat.S_ISREG(st.st_mode):
+                names.setdefault((st.st_dev, st.st_ino), []).append(entry.path)
+                links[(st.st_dev, st.st_ino)] = st.st_nlink
+    for inode, paths in names.items():
+        if links[inode] <= len(paths):
+            for path in paths:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    continue
+
+
+def _discard_pool(pool: Path) -> None:
+    """An unbelieved pool out of the way at once (renamed: no tree is linked from it meanwhile), then
+    removed; what is left by a crash is a `.unpack-` directory, which `cache prune` removes."""
+    aside = pool.with_name(f".unpack-pool-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        os.rename(pool, aside)
+    except OSError:
+        return  # gone already (another process discarded it)
+    _rmtree(aside)
 
 
 def _scan(d: Path) -> list[os.DirEntry]:

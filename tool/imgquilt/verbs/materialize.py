@@ -76,7 +76,7 @@ def materialized(img: Image, progress=None) -> Iterator[Path]:
                     return
         staged = cache.staging()
         try:
-            size = _unpack(img, staged, progress, pool=cache.pool)
+            size = _unpack(img, staged, progress, pool=cache.trusted_pool())
         except BaseException:
             shutil.rmtree(staged, ignore_errors=True)
             raise
