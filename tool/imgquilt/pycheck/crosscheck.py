@@ -1143,7 +1143,7 @@ def _absent_group(entry: str) -> tuple[str, str, str, tuple[str, ...], frozenset
     except (IndexError, ValueError):
         return None
     names = parts[4 + n:]
-    if n < 0 or not names or len(parts) < 4 + n:
+    if n < 0 or not names:
         return None
     return parts[0][1:], parts[1], parts[2], tuple(parts[4:4 + n]), frozenset(names)
 

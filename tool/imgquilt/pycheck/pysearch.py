@@ -167,23 +167,25 @@ class SourceModules:
         what `_unlisted` settles each of them to. None: this source does not list, or a name is there."""
         if not self._lists:
             return None
-        if parent not in self._dirs:
-            self._dirs[parent] = self.source.peek_dir(parent)  # type: ignore[attr-defined]
-        d = self._dirs[parent]
+        d = self._listing(parent)
         if d is None:
             return parent, ()  # no directory there: nothing below it either
         if not d.entries.keys().isdisjoint(names):
             return None
         return d.resolved, tuple(x.path for x in d.parents)
 
+    def _listing(self, parent: str) -> DirListing | None:
+        """The source's listing of `parent`, asked once (None: no directory there)."""
+        if parent not in self._dirs:
+            self._dirs[parent] = self.source.peek_dir(parent)  # type: ignore[attr-defined]
+        return self._dirs[parent]
+
     def _unlisted(self, paths: list[str], out: dict[str, TargetFile | None]) -> list[str]:
         """Settle the paths whose directory does not hold their name (into `out`); the rest still to read."""
         rest: list[str] = []
         for p in paths:
             parent, _, name = p.rpartition("/")
-            if parent not in self._dirs:
-                self._dirs[parent] = self.source.peek_dir(parent)  # type: ignore[attr-defined]
-            d = self._dirs[parent]
+            d = self._listing(parent)
             if d is not None and name in d.entries:
                 rest.append(p)
                 continue
@@ -270,10 +272,14 @@ class _View:
         rparent, dirs = got
         if rparent != parent and not names.isdisjoint(self._patched_in(rparent)):
             return None
-        if self._overlay_dirs and rparent:
-            # a directory the patches create holds what they put there (as _to_look has it)
-            dirs = dirs + tuple(d for d in _dirs_to(rparent) if d in self._overlay_dirs and d not in dirs)
-        return rparent, dirs
+        return rparent, self._with_made_dirs(rparent, dirs)
+
+    def _with_made_dirs(self, directory: str, dirs: tuple[str, ...]) -> tuple[str, ...]:
+        """`dirs` (the directories on the way to `directory`'s entries), and those of `directory` and
+        above that the patches create: such a directory holds what they put there."""
+        if not self._overlay_dirs or not directory:
+            return dirs
+        return dirs + tuple(d for d in _dirs_to(directory) if d in self._overlay_dirs and d not in dirs)
 
     def _patched_in(self, directory: str) -> frozenset[str]:
         """The names in `directory` that the overlay holds (a patched or deleted file, or a named path)."""
@@ -311,9 +317,7 @@ class _View:
             data = self.overlay[t.resolved]
             return Look(ABSENT, None, t.resolved, dirs) if data is None else self._sized(data, t.resolved, dirs, t.path)
         if t.data is None:
-            # a directory the patches create holds what they put there
-            extra = tuple(d for d in _ancestors(t.resolved) if d in self._overlay_dirs and d not in dirs) if self._overlay_dirs else ()
-            return Look(ABSENT, None, t.resolved, dirs + extra)
+            return Look(ABSENT, None, t.resolved, self._with_made_dirs(t.resolved.rpartition("/")[0], dirs))
         return self._sized(t.data, t.resolved, dirs, t.path)
 
 
