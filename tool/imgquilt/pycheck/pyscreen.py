@@ -19,6 +19,7 @@ module's names.
 """
 from __future__ import annotations
 
+import keyword
 import re
 from typing import Iterable
 
@@ -81,9 +82,84 @@ def may_change_interface(changed: Iterable[bytes]) -> bool:
     return False
 
 
+_SHAPE_WORDS = (b"__all__", b"__getattr__", b"__path__", b"extend_path", b"exec", b"globals", b"vars", b"setattr",
+                b"__import__", b"modules")
+
+
+def may_change_shape(changed: Iterable[bytes]) -> bool:
+    """Whether the changed lines may change the shape of what a module offers (its `__all__`, a star
+    import, a module `__getattr__`, `__path__`, a write to its namespace): then every patched file
+    is checked again (crosscheck.changed_names), and their items are best computed while each is
+    parsed for its names. A guess for scheduling work only: a wrong one costs a second parse of a
+    file, never a different answer."""
+    return any(any(w in line for w in _SHAPE_WORDS) or (b"*" in line and b"import" in line) for line in changed)
+
+
+_BINDING_END = re.compile(rb"[=(:]")
+_KEYWORDS = frozenset(keyword.kwlist)  # never a name (the soft ones, `match`, `type`, can be)
+
+
+def bound_words(changed: Iterable[bytes]) -> set[str]:
+    """The names the changed lines may bind, as a guess: every word of an import line, else the words
+    before its first `=`, `(` or `:` (`X = 1`, `def f(`, `class C(`, `a, b =`). Which files will be
+    checked again depends on the names the patched modules' changes bind, known only once they are
+    parsed: this guess lets the workers parsing them compute the items of the files likely to be
+    checked while they hold their trees. A wrong guess costs a second parse, never an answer."""
+    out: set[bytes] = set()
+    for raw in changed:
+        line = raw.strip()
+        if b"import" in line:
+            out.update(_WORD.findall(line))
+            continue
+        m = _BINDING_END.search(line)
+        out.update(_WORD.findall(line[: m.start()] if m else line))
+    return {w.decode() for w in out} - _KEYWORDS
+
+
 def words_of(source: bytes) -> set[str]:
     """Every word of the source (a name it may use)."""
     return {w.decode() for w in set(_WORD.findall(source))}  # ASCII words: decode() cannot fail
+
+
+# what may stand before and after a name that an occurrence only binds: `N = ...`, `N: T`, `def N`, `class N`
+_BINDS_BEFORE = re.compile(rb"[ \t]*(?:(?:async[ \t]+)?def[ \t]+|class[ \t]+)?")
+_BINDS_AFTER = re.compile(rb"[ \t]*(?:=(?!=)|:)")
+_DEF_OR_CLASS = re.compile(rb"[ \t]*(?:(?:async[ \t]+)?def|class)[ \t]+")
+_WORD_BYTE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") | frozenset(range(0x80, 0x100))
+
+
+def names_used(source: bytes, wanted: Iterable[str], path: str) -> set[str]:
+    """The names of `wanted` that the file at `path` may have an item naming (crosscheck.items_of:
+    an item names a word of an import statement, a word after a dot, or a package of the file's own
+    path through a relative import). A name the source has is left out only when each of its
+    occurrences binds it at the start of a line (`N = ...`, `N: T`, `def N`, `class N`: a patched
+    module's own new names are nearly always only that), no dot comes before it (across spaces, line
+    breaks, backslashes and comments) and no part of the path is it."""
+    parts = {x.rsplit(".", 1)[0] for x in path.split("/")} | set(path.split("/"))
+    out: set[str] = set()
+    for name in wanted:
+        word = name.encode()
+        if word and source.find(word) >= 0 and (name in parts or not _only_binds(source, word)):
+            out.add(name)
+    return out
+
+
+def _only_binds(source: bytes, word: bytes) -> bool:
+    """Whether each whole-word occurrence of `word` binds it at a line's start and none follows a dot."""
+    if re.search(rb"\.(?:[\s\\]|#[^\r\n]*)*" + re.escape(word) + rb"(?![A-Za-z0-9_\x80-\xff])", source):
+        return False
+    at = source.find(word)
+    while at >= 0:
+        end = at + len(word)
+        if (at == 0 or source[at - 1] not in _WORD_BYTE) and (end == len(source) or source[end] not in _WORD_BYTE):
+            start = source.rfind(b"\n", 0, at) + 1
+            before = _BINDS_BEFORE.match(source, start, at)
+            if before is None or before.end() != at:
+                return False  # something else before it on its line
+            if not _DEF_OR_CLASS.fullmatch(source, start, at) and not _BINDS_AFTER.match(source, end):
+                return False  # a name alone at a line's start, then no `=` or `:`
+        at = source.find(word, at + 1)
+    return True
 
 
 def names_in(source: bytes, wanted: set[str]) -> bool:
