@@ -93,3 +93,29 @@ def test_bound_words_guesses_what_a_change_binds() -> None:
     assert bound_words([b"def added(a, b):\n", b"    return a\n"]) == {"added", "return", "a"} - {"return"}
     assert bound_words([b"from m import (a as b,\n"]) == {"m", "a", "b"}
     assert bound_words([b"class C(Base):\n", b"a, b = 1, 2\n", b"x: int = 3\n"]) == {"C", "a", "b", "x"}
+
+
+def _imported_names_by_every_line(*sources: bytes) -> set[bytes]:
+    """imported_names as it was: the pattern tried at every line's start."""
+    from imgquilt.pycheck.pyscreen import _IMPORT_LINE, _WORD
+
+    out: set[bytes] = set()
+    for src in sources:
+        for m in _IMPORT_LINE.finditer(src):
+            tail = m.group(1)
+            out.update(_WORD.findall(m.group(0)))
+            if b"(" in tail and b")" not in tail:
+                end = src.find(b")", m.end())
+                out.update(_WORD.findall(src[m.end(): end if end >= 0 else len(src)]))
+    return out - {b"import", b"from", b"as"}
+
+
+def test_imported_names_finds_what_matching_every_line_finds() -> None:
+    from imgquilt.pycheck.pyscreen import imported_names
+
+    tricky = [b"import a\r\nimport b", b"x = 1; import c\nimport", b"from . import (a,\n b)\n#import z\n  import q as r",
+              b"from important import x\nimportant = 1\n", b"\timport  os.path as p  # import y\n", b"import", b""]
+    sources = tricky + [source for _, source in _corpus()]
+    for source in sources:
+        assert imported_names(source) == _imported_names_by_every_line(source), source[:60]
+    assert imported_names(*tricky) == _imported_names_by_every_line(*tricky)

@@ -36,17 +36,26 @@ _ANNOTATION = re.compile(rb"^[ \t]+[A-Za-z_]\w*[ \t]*:(?!=)")
 
 
 def imported_names(*sources: bytes | None) -> set[bytes]:
-    """Every word of every import statement (continued lines in brackets too) of the sources."""
+    """Every word of every import statement (continued lines in brackets too) of the sources. Only the
+    lines that hold `import` are matched (bytes.find): the same statements as matching every line."""
     out: set[bytes] = set()
     for src in sources:
         if not src:
             continue
-        for m in _IMPORT_LINE.finditer(src):
-            tail = m.group(1)
-            out.update(_WORD.findall(m.group(0)))
-            if b"(" in tail and b")" not in tail:
-                end = src.find(b")", m.end())
-                out.update(_WORD.findall(src[m.end(): end if end >= 0 else len(src)]))
+        at = src.find(b"import")
+        while at >= 0:
+            start = src.rfind(b"\n", 0, at) + 1
+            m = _IMPORT_LINE.match(src, start)
+            if m is not None:
+                tail = m.group(1)
+                out.update(_WORD.findall(m.group(0)))
+                if b"(" in tail and b")" not in tail:
+                    end = src.find(b")", m.end())
+                    out.update(_WORD.findall(src[m.end(): end if end >= 0 else len(src)]))
+            line_end = src.find(b"\n", at)
+            if line_end < 0:
+                break
+            at = src.find(b"import", line_end)
     return out - {b"import", b"from", b"as"}
 
 
@@ -136,18 +145,28 @@ def names_used(source: bytes, wanted: Iterable[str], path: str) -> set[str]:
     module's own new names are nearly always only that), no dot comes before it (across spaces, line
     breaks, backslashes and comments) and no part of the path is it."""
     parts = {x.rsplit(".", 1)[0] for x in path.split("/")} | set(path.split("/"))
+    dotted: set[bytes] | None = None  # every word after a dot: found once, when a name needs it
     out: set[str] = set()
     for name in wanted:
         word = name.encode()
-        if word and source.find(word) >= 0 and (name in parts or not _only_binds(source, word)):
+        if not word or source.find(word) < 0:
+            continue
+        if name in parts or not _only_binds(source, word):
+            out.add(name)
+            continue
+        if dotted is None:
+            dotted = set(_DOTTED.findall(source))
+        if word in dotted:
             out.add(name)
     return out
 
 
+# a dot, then spaces, line breaks, backslashes and comments, then a word: an attribute's name
+_DOTTED = re.compile(rb"\.(?:[\s\\]|#[^\r\n]*)*([A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*)")
+
+
 def _only_binds(source: bytes, word: bytes) -> bool:
-    """Whether each whole-word occurrence of `word` binds it at a line's start and none follows a dot."""
-    if re.search(rb"\.(?:[\s\\]|#[^\r\n]*)*" + re.escape(word) + rb"(?![A-Za-z0-9_\x80-\xff])", source):
-        return False
+    """Whether each whole-word occurrence of `word` binds it at a line's start."""
     at = source.find(word)
     while at >= 0:
         end = at + len(word)
