@@ -95,8 +95,9 @@ def test_bound_words_guesses_what_a_change_binds() -> None:
     assert bound_words([b"class C(Base):\n", b"a, b = 1, 2\n", b"x: int = 3\n"]) == {"C", "a", "b", "x"}
 
 
-def _imported_names_by_every_line(*sources: bytes) -> set[bytes]:
-    """imported_names as it was: the pattern tried at every line's start."""
+def _imported_names(*sources: bytes) -> set[bytes]:
+    """The rule: every word of an import statement's line (up to a comment), and of the brackets it
+    leaves open up to the first `)`, the pattern tried at every line's start."""
     from imgquilt.pycheck.pyscreen import _IMPORT_LINE, _WORD
 
     out: set[bytes] = set()
@@ -110,12 +111,20 @@ def _imported_names_by_every_line(*sources: bytes) -> set[bytes]:
     return out - {b"import", b"from", b"as"}
 
 
-def test_imported_names_finds_what_matching_every_line_finds() -> None:
-    from imgquilt.pycheck.pyscreen import imported_names
+def test_imports_any_finds_every_word_of_an_import_statement() -> None:
+    """imports_any looks only where the words occur; it says yes for every word the rule gives (and
+    for few others: a word only beside an import statement, never one used elsewhere only)."""
+    from imgquilt.pycheck.pyscreen import _WORD, imports_any
 
     tricky = [b"import a\r\nimport b", b"x = 1; import c\nimport", b"from . import (a,\n b)\n#import z\n  import q as r",
-              b"from important import x\nimportant = 1\n", b"\timport  os.path as p  # import y\n", b"import", b""]
-    sources = tricky + [source for _, source in _corpus()]
-    for source in sources:
-        assert imported_names(source) == _imported_names_by_every_line(source), source[:60]
-    assert imported_names(*tricky) == _imported_names_by_every_line(*tricky)
+              b"from important import x\nimportant = 1\n", b"\timport  os.path as p  # import y\n", b"import", b"",
+              b"from m import (\n  a, important,\n  b)\nc = f(b)\n", b"f(x)\nfrom m import (a,\n# )\n d)\n"]
+    extra = 0
+    for source in tricky + [source for _, source in _corpus()]:
+        imported = _imported_names(source)
+        for w in set(_WORD.findall(source)) - {b"import", b"from", b"as"}:
+            got = imports_any([source], {w})
+            assert got or w not in imported, (w, source[:80])
+            extra += got and w not in imported
+    assert imports_any([b"x = 1\n", b"import y\n"], {b"y"}) and not imports_any([None, b"y = 1\n"], {b"y"})
+    assert extra < 100

@@ -955,7 +955,7 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
     if changed_lines is None:
         todo, views_differ = files, interfaces_differ(changed, trees)
     else:
-        from .pyscreen import imported_names, may_add_items
+        from .pyscreen import may_add_items
 
         # the Places are looked up only when workers run (a lookup may read a layer a serial check never reads)
         found, everything = changed_names(changed, changed_lines, trees, memo,
@@ -968,7 +968,7 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
             again = everything or bool(named.get(fc.resolved))
             if again:
                 recheck.add(fc.resolved)
-            if again or fc.base is None or may_add_items(changed_lines.get(fc.resolved, ()), imported_names(fc.final, fc.base)):
+            if again or fc.base is None or may_add_items(changed_lines.get(fc.resolved, ()), (fc.final, fc.base)):
                 todo.append(fc)
         views_differ = bool(recheck)
     keys: dict[str, str] = {}
@@ -1327,7 +1327,7 @@ def _names_in_workers(todo: list[tuple[str, bytes | None, bytes | None]], trees:
     """_module_names of each patched module, computed ahead by worker processes when there is enough
     source, with the items of the checked files among them that will be checked (keyed as
     _items_in_workers keys them)."""
-    from .pyscreen import bound_words, imported_names, may_add_items, may_change_shape
+    from .pyscreen import bound_words, may_add_items, may_change_shape
     from .workers import mapped, worth_workers
 
     size = sum(len(b or b"") + len(a or b"") for _, b, a in todo)
@@ -1348,7 +1348,7 @@ def _names_in_workers(todo: list[tuple[str, bytes | None, bytes | None]], trees:
                     and (before is None or trees.sha(fc.base) == trees.sha(before)):  # type: ignore[arg-type]
                 want = (place, base_place)
         checked = want is not None and (every or before is None
-                                        or may_add_items(changed_lines.get(path, ()), imported_names(after, before)))
+                                        or may_add_items(changed_lines.get(path, ()), (after, before)))
         jobs.append((path, before, after, want, checked, bound))  # `bound`: one set, inherited at the fork
     for (path, before, after, want, _, _), (got, items) in zip(jobs, mapped(_names_job, jobs, size)):
         trees.names_ahead[(path, "-" if before is None else trees.sha(before), "-" if after is None else trees.sha(after))] = got

@@ -35,46 +35,60 @@ _IFACE_WORDS = (b"def ", b"class ", b"import", b"__all__", b"__getattr__", b"__p
 _ANNOTATION = re.compile(rb"^[ \t]+[A-Za-z_]\w*[ \t]*:(?!=)")
 
 
-def imported_names(*sources: bytes | None) -> set[bytes]:
-    """Every word of every import statement (continued lines in brackets too) of the sources. Only the
-    lines that hold `import` are matched (bytes.find): the same statements as matching every line."""
-    out: set[bytes] = set()
-    for src in sources:
-        if not src:
-            continue
-        at = src.find(b"import")
-        while at >= 0:
-            start = src.rfind(b"\n", 0, at) + 1
-            m = _IMPORT_LINE.match(src, start)
-            if m is not None:
-                tail = m.group(1)
-                out.update(_WORD.findall(m.group(0)))
-                if b"(" in tail and b")" not in tail:
-                    end = src.find(b")", m.end())
-                    out.update(_WORD.findall(src[m.end(): end if end >= 0 else len(src)]))
-            line_end = src.find(b"\n", at)
-            if line_end < 0:
-                break
-            at = src.find(b"import", line_end)
-    return out - {b"import", b"from", b"as"}
-
-
-def may_add_items(changed: Iterable[bytes], names: set[bytes]) -> bool:
-    """Whether the changed lines may give the file an import or call it did not have (see above)."""
+def may_add_items(changed: Iterable[bytes], sources: tuple[bytes | None, ...]) -> bool:
+    """Whether the changed lines may give the file an import or call it did not have (see above).
+    `sources`: the file's versions, whose import statements say which names are imported (looked at
+    only where a changed line's words occur: imports_any)."""
+    words: set[bytes] = set()
     for raw in changed:
         line = raw.strip()
         if not line or line.startswith(b"#"):
             continue
         if any(w in line for w in _ITEM_WORDS):
             return True
-        if names and any(w in names for w in _WORD.findall(line)):
-            return True
+        words.update(_WORD.findall(line))
         code = _STRINGS.sub(b"''", line.split(b"#", 1)[0]).strip()
         if not code:
             continue
         depth = code.count(b"(") + code.count(b"[") + code.count(b"{") - code.count(b")") - code.count(b"]") - code.count(b"}")
         if depth != 0 or _STARTS_MID.match(code) or _ENDS_OPEN.search(code) or (_STARTS_CLAUSE.match(code) and not code.endswith(b":")):
             return True
+    return imports_any(sources, words - {b"import", b"from", b"as"})
+
+
+def imports_any(sources: Iterable[bytes | None], words: set[bytes]) -> bool:
+    """Whether an import statement of the sources may name one of `words`: True for every word that
+    a word of an import statement (its line, and the brackets it leaves open, up to the first `)`) (and maybe for a few more), found where each word occurs instead of reading
+    every import statement of the file (a warm check screens a thousand files)."""
+    for src in sources:
+        if not src:
+            continue
+        for w in words:
+            at = src.find(w)
+            while at >= 0:
+                end = at + len(w)
+                # a word of its own there (as _WORD finds words: a digit may come before it)
+                if (at == 0 or src[at - 1] not in _WORD_START) and (end == len(src) or src[end] not in _WORD_BYTE_ASCII) \
+                        and _in_import(src, at):
+                    return True
+                at = src.find(w, at + 1)
+    return False
+
+
+def _in_import(src: bytes, at: int) -> bool:
+    """Whether position `at` lies in what imports_any reads of an import statement: its line (up to a
+    comment), or the brackets it opens and leaves open, up to the first `)`."""
+    m = _IMPORT_LINE.match(src, src.rfind(b"\n", 0, at) + 1)
+    if m is not None and at < m.end():
+        return True
+    # an import line before, whose open bracket no `)` has closed by here: it starts after the last `)`
+    # before `at` (neither its line nor its tail holds one)
+    i = src.find(b"import", src.rfind(b")", 0, at) + 1, at)
+    while i >= 0:
+        m = _IMPORT_LINE.match(src, src.rfind(b"\n", 0, i) + 1)
+        if m is not None and m.end() <= at and b"(" in m.group(1) and b")" not in m.group(1):
+            return True
+        i = src.find(b"import", i + 1, at)
     return False
 
 
@@ -134,7 +148,9 @@ def words_of(source: bytes) -> set[str]:
 _BINDS_BEFORE = re.compile(rb"[ \t]*(?:(?:async[ \t]+)?def[ \t]+|class[ \t]+)?")
 _BINDS_AFTER = re.compile(rb"[ \t]*(?:=(?!=)|:)")
 _DEF_OR_CLASS = re.compile(rb"[ \t]*(?:(?:async[ \t]+)?def|class)[ \t]+")
-_WORD_BYTE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") | frozenset(range(0x80, 0x100))
+_WORD_START = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+_WORD_BYTE_ASCII = _WORD_START | frozenset(b"0123456789")
+_WORD_BYTE = _WORD_BYTE_ASCII | frozenset(range(0x80, 0x100))
 
 
 def names_used(source: bytes, wanted: Iterable[str], path: str) -> set[str]:
