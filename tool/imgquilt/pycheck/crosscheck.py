@@ -753,6 +753,10 @@ class Trees:
         self.items_ahead: dict[tuple[str, str, Place], list[Item] | None] = {}
         # (path, sha256 before, sha256 after) -> _module_names, computed ahead likewise
         self.names_ahead: dict[tuple[str, str, str], tuple[set[str], bool]] = {}
+        # the names the changes may bind (pyscreen.bound_words), and sha256 -> those of them a version has
+        # as words, computed ahead likewise: the words of a file are read once, by a worker
+        self.bound: set[str] = set()
+        self.words_ahead: dict[str, set[str]] = {}
 
     def sha(self, data: Data) -> str:
         """sha256 of `data`, once per object of one check (the keys of its rows and trees all ask)."""
@@ -1020,7 +1024,9 @@ def _named_in(files: list[FileCheck], found: set[str], memo, trees: Trees) -> di
         if got is not None and all(n in found for n in got):
             out[fc.resolved] = got
             continue
-        out[fc.resolved] = sorted(names_used(fc.final, found & words_of(fc.final), fc.resolved))
+        ahead = trees.words_ahead.get(trees.sha(fc.final)) if found <= trees.bound else None
+        words = ahead if ahead is not None else words_of(fc.final)
+        out[fc.resolved] = sorted(names_used(fc.final, found & words, fc.resolved))
         if fc.resolved in keys:
             store[keys[fc.resolved]] = out[fc.resolved]
     if store:
@@ -1301,7 +1307,7 @@ def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed
 _NamesJob = tuple[str, bytes | None, bytes | None, "tuple[Place, Place | None] | None", bool, "set[str]"]
 
 
-def _names_job(job: _NamesJob) -> tuple[tuple[set[str], bool], tuple[list[Item] | None, list[Item] | None] | None]:
+def _names_job(job: _NamesJob) -> tuple[tuple[set[str], bool], tuple[list[Item] | None, list[Item] | None] | None, set[str] | None]:
     """A worker's part of changed_names: one module's, a function of its path and bytes only; with
     the file's Places, also the items of both its versions, from the trees parsed for the names, when
     the file is likely to be checked: `checked` (the screen takes it: a new file, changed lines that
@@ -1315,10 +1321,11 @@ def _names_job(job: _NamesJob) -> tuple[tuple[set[str], bool], tuple[list[Item] 
     path, before, after, want, checked, bound = job
     trees = Trees()
     got = _module_names(path, before, after, trees)
-    if want is None or after is None or not (checked or got[1] or names_used(after, got[0] | (bound & words_of(after)), path)):
-        return got, None
+    words = bound & words_of(after) if after is not None else None  # for _named_in too
+    if want is None or after is None or not (checked or got[1] or names_used(after, got[0] | (words or set()), path)):
+        return got, None, words
     place, base_place = want
-    return got, (_items(after, path, place, trees), _items(before, path, base_place, trees))
+    return got, (_items(after, path, place, trees), _items(before, path, base_place, trees)), words
 
 
 def _names_in_workers(todo: list[tuple[str, bytes | None, bytes | None]], trees: Trees,
@@ -1350,7 +1357,10 @@ def _names_in_workers(todo: list[tuple[str, bytes | None, bytes | None]], trees:
         checked = want is not None and (every or before is None
                                         or may_add_items(changed_lines.get(path, ()), (after, before)))
         jobs.append((path, before, after, want, checked, bound))  # `bound`: one set, inherited at the fork
-    for (path, before, after, want, _, _), (got, items) in zip(jobs, mapped(_names_job, jobs, size)):
+    trees.bound = bound
+    for (path, before, after, want, _, _), (got, items, words) in zip(jobs, mapped(_names_job, jobs, size)):
+        if words is not None and after is not None:
+            trees.words_ahead[trees.sha(after)] = words
         trees.names_ahead[(path, "-" if before is None else trees.sha(before), "-" if after is None else trees.sha(after))] = got
         if items is not None and want is not None and after is not None:
             trees.items_ahead[(path, trees.sha(after), want[0])] = items[0]
