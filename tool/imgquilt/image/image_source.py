@@ -77,8 +77,8 @@ _PROVISIONAL_DIR = Node("dir", 0o755)
 
 def layer_reads() -> int:
     """How many layers a cold read fetches and decompresses at once (IMGQUILT_LAYER_READS, default 3; 1
-    reads one layer at a time). Every one is read top-down in order of need; those ahead are cancelled
-    once the targets are decided without them."""
+    reads one layer at a time). Every one is read top-down in order of need; those ahead still running
+    are cancelled once the targets are decided without them (those ended are kept for a later read)."""
     from ..settings import current
 
     raw = (current().of(LAYER_READS_ENV) or "").strip()
