@@ -102,3 +102,37 @@ def test_a_file_the_scan_ahead_did_not_keep_is_read_in_a_second_pass(layout: Pat
     assert t["opt/link"].data == b"print('bottom')\n"
     assert t["opt/link"].resolved == "usr/lib/target.py"
     assert source.stats.second_passes == [layer_digests(layout, "v1")[0]]
+
+
+def test_a_scan_ahead_that_ended_whole_serves_the_next_read_down(layout: Path) -> None:
+    """The targets were decided in the top layer, but the scans ahead of the two below had ended by
+    then: a later read that goes down (the Python check looking up a module) takes them as they are,
+    never reading those layers again, with the bytes a fresh read gives."""
+    ended = threading.Semaphore(0)
+    real_go, real_scan = image_source._Prefetch._go, image_source.ImageSource._scan_layer
+    calls: list[int] = []
+
+    def go(self, run):
+        try:
+            real_go(self, run)
+        finally:
+            ended.release()
+
+    def scan(self, position, *a, **kw):
+        calls.append(position)
+        if threading.current_thread().name != "imgquilt-scan-ahead":  # the top layer, read here: after both ahead
+            assert ended.acquire(timeout=30) and ended.acquire(timeout=30)
+        return real_scan(self, position, *a, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(image_source._Prefetch, "_go", go)
+        mp.setattr(image_source.ImageSource, "_scan_layer", scan)
+        source, t, _ = _read(layout, "usr/bin/tool")
+        assert t["usr/bin/tool"].data == b"top\n"
+        assert source.stats.layers_scanned == [layer_digests(layout, "v1")[2]]
+        down = source.read_targets(["etc/conf", "opt/link", "usr/lib/big.so"])
+    assert sorted(calls) == [0, 1, 2]  # each layer read once in all
+    assert source.stats.layers_scanned == [layer_digests(layout, "v1")[i] for i in (2, 1, 0)]
+    fresh = _read(layout, "etc/conf", "opt/link", "usr/lib/big.so", ahead=False)[1]
+    assert {p: (x.data, x.resolved) for p, x in down.items()} == {p: (x.data, x.resolved) for p, x in fresh.items()}
+    assert _no_scan_left()

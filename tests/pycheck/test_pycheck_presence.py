@@ -219,3 +219,28 @@ def test_a_zstd_chunked_layer_fetches_nothing_of_it_by_range(tmp_path: Path) -> 
     assert len(src.stats.layers_from_toc) >= 1  # the layer holding the extension was read from its TOC
     assert src.stats.range_bytes < len(ext) // 4, src.stats  # its data was never fetched
     assert _large_files(Path(os.environ["IMGQUILT_CACHE_DIR"])) == []
+
+
+def test_a_site_s_top_modules_are_kept_as_the_targets_layer_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The patched file's own layer also holds the packages it imports: their top modules (`dep/__init__.py`,
+    `single.py`) are kept as the targets' read walks the layer, so the check's lookups of them need no
+    second pass over it; the inner modules of a package never looked up are not kept."""
+    monkeypatch.setenv("IMGQUILT_NO_CACHE", "1")
+    site = "usr/local/lib/python3.11/site-packages"
+    app, base = f"{site}/app/mod.py", b"import dep\nimport single\n"
+    layout = build_oci(tmp_path / "img", [[
+        file(app, base), file(f"{site}/app/__init__.py", b""),
+        file(f"{site}/dep/__init__.py", b"def f(a):\n    pass\n"), file(f"{site}/dep/inner.py", b"X = 1\n"),
+        file(f"{site}/single.py", b"def g():\n    pass\n"),
+    ]])
+    source = open_source(f"oci:{layout}:latest")
+    files = SourceModules(source)
+    source.read_targets([app])
+    final = base + b"dep.f()\nsingle.g(1)\n"
+    got = check([(app, app, base, final)], files.view({app: final}), files.view())
+    assert sorted(x for ff in got for f in ff.findings + ff.notes for x in f.located(app)) == [
+        f"{app}:3:1: TypeError: f() missing 1 required positional argument: 'a' ({site}/dep/__init__.py: line 1: def f(a))",
+        f"{app}:4:1: TypeError: g() takes 0 positional arguments but 1 was given ({site}/single.py: line 1: def g())"]
+    assert source.stats.second_passes == []
+    assert files._wanted_module(f"{site}/dep/__init__.py") and files._wanted_module(f"{site}/single.py")
+    assert not files._wanted_module(f"{site}/other/inner.py") and not files._wanted_module(f"{site}/other/data.txt")

@@ -55,14 +55,14 @@ ADDS = [
 ]
 
 
-def _tree(n: int) -> tuple[dict[str, bytes], list[tuple[str, bytes, bytes]]]:
+def _tree(n: int, adds: list[bytes] = ADDS) -> tuple[dict[str, bytes], list[tuple[str, bytes, bytes]]]:
     base = _lib()
     changes = []
     for i in range(n):
         path = f"{SITE}/app/m{i:02d}.py"
         old = b"import lib\n" + _padding(i)
         base[path] = old
-        changes.append((path, old, old + ADDS[i % len(ADDS)]))
+        changes.append((path, old, old + adds[i % len(adds)]))
     base[f"{SITE}/app/__init__.py"] = b""
     core = f"{SITE}/lib/core.py"
     changes.append((core, base[core], base[core].replace(b"def gone(x):\n    pass\n", b"")))  # an interface change
@@ -254,10 +254,12 @@ def test_the_name_check_of_many_files_in_workers_equals_the_serial_one(monkeypat
 
 def test_each_version_is_parsed_once_with_workers_too(tmp_path: Path, monkeypatch, forks) -> None:
     """The workers that read a patched module's changed names keep its trees for the file's items (one
-    parse per version across all processes, as the serial path), with the same findings."""
+    parse per version across all processes, as the serial path), with the same findings. (A module that
+    no longer parses makes every file be checked again: the files the workers did not expect to be
+    checked are parsed a second time then, with the same findings: the other tests here.)"""
     from imgquilt.pycheck import crosscheck
 
-    base, changes = _tree(40)
+    base, changes = _tree(40, [a for a in ADDS if not a.startswith(b"def broken")])
     for rel, data in base.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes(data)
@@ -284,3 +286,46 @@ def test_each_version_is_parsed_once_with_workers_too(tmp_path: Path, monkeypatc
     own = [x for x in parses if "/app/" in x]
     assert len(own) == len(set(own)) == 2 * 40
     assert set(own) >= {x for x in serial_parses if "/app/" in x}
+
+
+def test_a_module_s_own_new_name_does_not_make_it_checked(tmp_path: Path, monkeypatch, forks) -> None:
+    """A patch that only binds a new name in its module (`X = 1`, `def added`) changes what the module
+    offers, but the module itself has no item naming it (items name imports and attributes): it is not
+    checked again, and its items are never computed, in workers or not. One that uses the name through
+    an import of itself, or as an attribute, is; the findings are the serial path's."""
+    from imgquilt.pycheck import crosscheck
+
+    base = _lib()
+    changes = []
+    for i in range(30):
+        path = f"{SITE}/app/m{i:02d}.py"
+        old = b"import lib\n" + _padding(i)
+        base[path] = old
+        add = [b"X_%d = 1\n" % i, b"def added_%d():\n    pass\n" % i, b"class Added_%d:\n    pass\n" % i][i % 3]
+        if i == 4:  # uses its own new name through an import of its own package: checked
+            add = b"def added_4():\n    pass\nfrom app import m04\nm04.added_4(1)\n"
+        changes.append((path, old, old + add))
+    for rel, data in base.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    (tmp_path / SITE / "app" / "__init__.py").write_bytes(b"")
+    log = tmp_path / "items.log"
+    real = crosscheck.items_of
+
+    def logged(tree, place):
+        with open(log, "a") as f:  # the workers inherit this at the fork
+            f.write(place.module + "\n")
+        return real(tree, place)
+
+    monkeypatch.setattr(crosscheck, "items_of", logged)
+    got = {}
+    for workers_ in ("1", "3"):
+        monkeypatch.setenv("IMGQUILT_PYCHECK_WORKERS", workers_)
+        log.unlink(missing_ok=True)
+        got[workers_] = _cross_check(tmp_path, changes)
+        assert sorted(set(log.read_text().split())) == ["app.m04"], workers_  # both versions of m04 only
+    assert got["1"] == got["3"]
+    pad = _padding(4).count(b"\n")
+    assert got["1"] == [json.dumps([f"{SITE}/app/m04.py", "app.m04", [
+        f"{SITE}/app/m04.py:{5 + pad}:1: TypeError: added_4() takes 0 positional arguments but 1 was given "
+        f"({SITE}/app/m04.py: line {2 + pad}: def added_4())"]])]

@@ -77,8 +77,8 @@ _PROVISIONAL_DIR = Node("dir", 0o755)
 
 def layer_reads() -> int:
     """How many layers a cold read fetches and decompresses at once (IMGQUILT_LAYER_READS, default 3; 1
-    reads one layer at a time). Every one is read top-down in order of need; those ahead are cancelled
-    once the targets are decided without them."""
+    reads one layer at a time). Every one is read top-down in order of need; those ahead still running
+    are cancelled once the targets are decided without them (those ended are kept for a later read)."""
     from ..settings import current
 
     raw = (current().of(LAYER_READS_ENV) or "").strip()
@@ -712,13 +712,20 @@ class ImageSource:
                                           counter)
 
     def _stop_prefetch(self) -> None:
-        """Cancel every scan ahead (the targets were decided without those layers): a download stops
-        after what was in flight, nothing of it is used."""
+        """Cancel every scan ahead still running (the targets were decided without those layers): a
+        download stops after what was in flight, nothing of it is used. A scan ahead that has already
+        ended whole is kept for the next read that goes down to its layer (the Python check looking up
+        a module below the targets): reading that layer again would redo what is done (measured: the
+        lower two layers of vLLM, 1.5 s of a 4.7 s cold `lock` of 8 patches)."""
         ahead, self._ahead = self._ahead, {}
+        for position, pre in ahead.items():
+            if pre.ended_whole():
+                self._ahead[position] = pre
+            else:
+                pre.cancel()
         for pre in ahead.values():
-            pre.cancel()
-        for pre in ahead.values():
-            pre.stop()
+            if not pre.ended_whole():
+                pre.stop()
 
     # --- the shared cache: layer indexes and file bytes ---
     def _from_cache(self, position: int, key: str) -> bool:
@@ -957,6 +964,10 @@ class _Prefetch:
 
     def cancel(self) -> None:
         self._cancel.set()
+
+    def ended_whole(self) -> bool:
+        """Whether the scan has ended with its layer read to the end (not cancelled, no error)."""
+        return not self._thread.is_alive() and self._error is None and self._result is not None and not self._cancel.is_set()
 
     def stop(self) -> None:
         self._cancel.set()

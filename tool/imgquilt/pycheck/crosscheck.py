@@ -753,6 +753,10 @@ class Trees:
         self.items_ahead: dict[tuple[str, str, Place], list[Item] | None] = {}
         # (path, sha256 before, sha256 after) -> _module_names, computed ahead likewise
         self.names_ahead: dict[tuple[str, str, str], tuple[set[str], bool]] = {}
+        # the names the changes may bind (pyscreen.bound_words), and sha256 -> those of them a version has
+        # as words, computed ahead likewise: the words of a file are read once, by a worker
+        self.bound: set[str] = set()
+        self.words_ahead: dict[str, set[str]] = {}
 
     def sha(self, data: Data) -> str:
         """sha256 of `data`, once per object of one check (the keys of its rows and trees all ask)."""
@@ -926,7 +930,7 @@ def place_of_settled(place: Place, view: ModuleFiles) -> Place:
     return place_of(path, view, settle=True) or place
 
 
-MEMO_VERSION = "imgquilt-crosscheck-5"
+MEMO_VERSION = "imgquilt-crosscheck-6"
 
 
 def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, bytes | None]], final_view: ModuleFiles,
@@ -955,7 +959,7 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
     if changed_lines is None:
         todo, views_differ = files, interfaces_differ(changed, trees)
     else:
-        from .pyscreen import imported_names, may_add_items, words_of
+        from .pyscreen import may_add_items
 
         # the Places are looked up only when workers run (a lookup may read a layer a serial check never reads)
         found, everything = changed_names(changed, changed_lines, trees, memo,
@@ -963,12 +967,12 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
         names = None if everything else found
         todo, recheck = [], set()
         if found and not everything:
-            named = _named_in(files, found, memo, words_of, trees)
+            named = _named_in(files, found, memo, trees)
         for fc in files:
             again = everything or bool(named.get(fc.resolved))
             if again:
                 recheck.add(fc.resolved)
-            if again or fc.base is None or may_add_items(changed_lines.get(fc.resolved, ()), imported_names(fc.final, fc.base)):
+            if again or fc.base is None or may_add_items(changed_lines.get(fc.resolved, ()), (fc.final, fc.base)):
                 todo.append(fc)
         views_differ = bool(recheck)
     keys: dict[str, str] = {}
@@ -1002,12 +1006,15 @@ def cross_check(files: list[FileCheck], changed: list[tuple[str, bytes | None, b
     return out
 
 
-def _named_in(files: list[FileCheck], found: set[str], memo, words_of, trees: Trees) -> dict[str, list[str]]:
-    """The changed names each file names (resolved -> sorted names). Reading every word of a thousand
-    files is most of a warm screen: with `memo`, each answer is kept by the file's bytes and the set
-    of changed names, all asked for at once."""
+def _named_in(files: list[FileCheck], found: set[str], memo, trees: Trees) -> dict[str, list[str]]:
+    """The changed names each file may have an item naming (resolved -> sorted names; pyscreen.names_used:
+    a module's own new name it only binds is not one). Reading every word of a thousand files is most
+    of a warm screen: with `memo`, each answer is kept by the file's path and bytes and the set of
+    changed names, all asked for at once."""
+    from .pyscreen import names_used, words_of
+
     digest = hashlib.sha256("\0".join(sorted(found)).encode()).hexdigest()
-    keys = {fc.resolved: hashlib.sha256(f"{MEMO_VERSION}\0named\0{digest}\0{trees.sha(fc.final)}".encode()).hexdigest()
+    keys = {fc.resolved: hashlib.sha256(f"{MEMO_VERSION}\0named\0{digest}\0{fc.resolved}\0{trees.sha(fc.final)}".encode()).hexdigest()
             for fc in files} if memo is not None else {}
     kept = memo.get_many(list(keys.values())) if keys else {}
     out: dict[str, list[str]] = {}
@@ -1017,7 +1024,9 @@ def _named_in(files: list[FileCheck], found: set[str], memo, words_of, trees: Tr
         if got is not None and all(n in found for n in got):
             out[fc.resolved] = got
             continue
-        out[fc.resolved] = sorted(found & words_of(fc.final))
+        ahead = trees.words_ahead.get(trees.sha(fc.final)) if found <= trees.bound else None
+        words = ahead if ahead is not None else words_of(fc.final)
+        out[fc.resolved] = sorted(names_used(fc.final, found & words, fc.resolved))
         if fc.resolved in keys:
             store[keys[fc.resolved]] = out[fc.resolved]
     if store:
@@ -1275,7 +1284,7 @@ def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed
                 h.update(b"\0-" if d is None else b"\0" + trees.sha(d).encode())
             keys[path] = h.hexdigest()
     kept = memo.get_many(list(keys.values())) if keys else {}
-    _names_in_workers([t for t in todo if _names_doc(kept.get(keys.get(t[0], ""))) is None], trees, items_for or dict)
+    _names_in_workers([t for t in todo if _names_doc(kept.get(keys.get(t[0], ""))) is None], trees, items_for or dict, changed_lines)
     names: set[str] = set()
     store: dict[str, list[str]] = {}
     everything = False
@@ -1295,33 +1304,47 @@ def changed_names(changed: list[tuple[str, bytes | None, bytes | None]], changed
     return names, everything
 
 
-_NamesJob = tuple[str, bytes | None, bytes | None, "tuple[Place, Place | None] | None"]
+_NamesJob = tuple[str, bytes | None, bytes | None, "tuple[Place, Place | None] | None", bool, "set[str]"]
 
 
-def _names_job(job: _NamesJob) -> tuple[tuple[set[str], bool], tuple[list[Item] | None, list[Item] | None] | None]:
+def _names_job(job: _NamesJob) -> tuple[tuple[set[str], bool], tuple[list[Item] | None, list[Item] | None] | None, set[str] | None]:
     """A worker's part of changed_names: one module's, a function of its path and bytes only; with
-    the file's Places, also the items of both its versions, from the trees parsed for the names (a
-    module whose interface may have changed is nearly always checked: its new or changed names are
-    in it; one that is not costs the items of a file parsed anyway)."""
-    path, before, after, want = job
+    the file's Places, also the items of both its versions, from the trees parsed for the names, when
+    the file is likely to be checked: `checked` (the screen takes it: a new file, changed lines that
+    may add items, or a patched module's shape that may change), or it may have an item naming one of
+    the names it changed or that the patches' changed lines may bind (`bound`, pyscreen.bound_words;
+    pyscreen.names_used), or anything may have changed. A file checked that was not expected to be
+    (a guess missed, a module no longer parses) has its items computed later (_items_in_workers):
+    a second parse, the same answer."""
+    from .pyscreen import names_used, words_of
+
+    path, before, after, want, checked, bound = job
     trees = Trees()
     got = _module_names(path, before, after, trees)
-    if want is None or after is None:
-        return got, None
+    words = bound & words_of(after) if after is not None else None  # for _named_in too
+    if want is None or after is None or not (checked or got[1] or names_used(after, got[0] | (words or set()), path)):
+        return got, None, words
     place, base_place = want
-    return got, (_items(after, path, place, trees), _items(before, path, base_place, trees))
+    return got, (_items(after, path, place, trees), _items(before, path, base_place, trees)), words
 
 
 def _names_in_workers(todo: list[tuple[str, bytes | None, bytes | None]], trees: Trees,
-                      places: Callable[[], dict[str, tuple[FileCheck, Place, Place | None]]]) -> None:
+                      places: Callable[[], dict[str, tuple[FileCheck, Place, Place | None]]],
+                      changed_lines: dict[str, list[bytes]]) -> None:
     """_module_names of each patched module, computed ahead by worker processes when there is enough
-    source, with the items of the checked files among them (keyed as _items_in_workers keys them)."""
+    source, with the items of the checked files among them that will be checked (keyed as
+    _items_in_workers keys them)."""
+    from .pyscreen import bound_words, may_add_items, may_change_shape
     from .workers import mapped, worth_workers
 
     size = sum(len(b or b"") + len(a or b"") for _, b, a in todo)
     if not worth_workers(size):
         return
     items_for = places()
+    every = any(may_change_shape(changed_lines.get(path, ())) for path, _, _ in todo)  # then all are checked
+    bound: set[str] = set()  # the names the changes may bind: files naming one are likely checked again
+    for path, _, _ in todo:
+        bound |= bound_words(changed_lines.get(path, ()))
     jobs: list[_NamesJob] = []
     for path, before, after in todo:
         fc_places = items_for.get(path)
@@ -1331,8 +1354,13 @@ def _names_in_workers(todo: list[tuple[str, bytes | None, bytes | None]], trees:
             if trees.sha(fc.final) == trees.sha(after) and (fc.base is None) == (before is None) \
                     and (before is None or trees.sha(fc.base) == trees.sha(before)):  # type: ignore[arg-type]
                 want = (place, base_place)
-        jobs.append((path, before, after, want))
-    for (path, before, after, want), (got, items) in zip(jobs, mapped(_names_job, jobs, size)):
+        checked = want is not None and (every or before is None
+                                        or may_add_items(changed_lines.get(path, ()), (after, before)))
+        jobs.append((path, before, after, want, checked, bound))  # `bound`: one set, inherited at the fork
+    trees.bound = bound
+    for (path, before, after, want, _, _), (got, items, words) in zip(jobs, mapped(_names_job, jobs, size)):
+        if words is not None and after is not None:
+            trees.words_ahead[trees.sha(after)] = words
         trees.names_ahead[(path, "-" if before is None else trees.sha(before), "-" if after is None else trees.sha(after))] = got
         if items is not None and want is not None and after is not None:
             trees.items_ahead[(path, trees.sha(after), want[0])] = items[0]
