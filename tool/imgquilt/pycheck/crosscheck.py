@@ -1332,8 +1332,8 @@ def _names_in_workers(todo: list[tuple[str, bytes | None, bytes | None]], trees:
                       places: Callable[[], dict[str, tuple[FileCheck, Place, Place | None]]],
                       changed_lines: dict[str, list[bytes]]) -> None:
     """_module_names of each patched module, computed ahead by worker processes when there is enough
-    source, with the items of the checked files among them that will be checked (keyed as
-    _items_in_workers keys them)."""
+    source, with the items of the checked files among them that are likely to be checked (_names_job;
+    keyed as _items_in_workers keys them)."""
     from .pyscreen import bound_words, may_add_items, may_change_shape
     from .workers import mapped, worth_workers
 

@@ -13,15 +13,16 @@ A patched module is parsed (before and after) to see whether what it offers its 
 only when one of its changed lines is a top-level statement, or holds `def`, `class`, a decorator,
 an annotation (a dataclass field), or one of the words that change a module's names (`__all__`,
 `__getattr__`, `global`, `:=`, ...); then every file that names one of the names whose binding
-changed is parsed too. Decided here and documented in docs/boot-checks.md: a plain assignment
-inside a top-level `if` or `try` block, changed on its own, is not taken as a change of the
-module's names.
+changed is parsed too, "names" meaning it may have an import or call naming it (names_used: a
+module's own new name, only bound at a line's start, is not named by it). Decided here and
+documented in docs/boot-checks.md: a plain assignment inside a top-level `if` or `try` block,
+changed on its own, is not taken as a change of the module's names.
 """
 from __future__ import annotations
 
 import keyword
 import re
-from typing import Iterable
+from typing import Iterable, Iterator
 
 _WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 _IMPORT_LINE = re.compile(rb"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+)?import[ \t]+([^\r\n#]*)", re.M)
@@ -57,22 +58,28 @@ def may_add_items(changed: Iterable[bytes], sources: tuple[bytes | None, ...]) -
 
 
 def imports_any(sources: Iterable[bytes | None], words: set[bytes]) -> bool:
-    """Whether an import statement of the sources may name one of `words`: True for every word that
-    a word of an import statement (its line, and the brackets it leaves open, up to the first `)`) (and maybe for a few more), found where each word occurs instead of reading
-    every import statement of the file (a warm check screens a thousand files)."""
+    """Whether an import statement of the sources may name one of `words`: True for every word of an
+    import statement's line (up to a comment) or of the brackets it leaves open (up to the first `)`),
+    and maybe for a few more. Found where each word occurs, instead of reading every import statement
+    of the file (a warm check screens a thousand files)."""
     for src in sources:
         if not src:
             continue
         for w in words:
-            at = src.find(w)
-            while at >= 0:
-                end = at + len(w)
-                # a word of its own there (as _WORD finds words: a digit may come before it)
-                if (at == 0 or src[at - 1] not in _WORD_START) and (end == len(src) or src[end] not in _WORD_BYTE_ASCII) \
-                        and _in_import(src, at):
-                    return True
-                at = src.find(w, at + 1)
+            # a word as _WORD finds words: a digit may come before it
+            if any(_in_import(src, at) for at in _occurrences(src, w, _WORD_START, _WORD_BYTE_ASCII)):
+                return True
     return False
+
+
+def _occurrences(src: bytes, word: bytes, before: frozenset[int], after: frozenset[int]) -> Iterator[int]:
+    """Where `word` occurs in `src` as a word: no byte of `before` just before it, none of `after` just after."""
+    at = src.find(word)
+    while at >= 0:
+        end = at + len(word)
+        if (at == 0 or src[at - 1] not in before) and (end == len(src) or src[end] not in after):
+            yield at
+        at = src.find(word, at + 1)
 
 
 def _in_import(src: bytes, at: int) -> bool:
@@ -182,18 +189,14 @@ _DOTTED = re.compile(rb"\.(?:[\s\\]|#[^\r\n]*)*([A-Za-z_\x80-\xff][A-Za-z0-9_\x8
 
 
 def _only_binds(source: bytes, word: bytes) -> bool:
-    """Whether each whole-word occurrence of `word` binds it at a line's start."""
-    at = source.find(word)
-    while at >= 0:
-        end = at + len(word)
-        if (at == 0 or source[at - 1] not in _WORD_BYTE) and (end == len(source) or source[end] not in _WORD_BYTE):
-            start = source.rfind(b"\n", 0, at) + 1
-            before = _BINDS_BEFORE.match(source, start, at)
-            if before is None or before.end() != at:
-                return False  # something else before it on its line
-            if not _DEF_OR_CLASS.fullmatch(source, start, at) and not _BINDS_AFTER.match(source, end):
-                return False  # a name alone at a line's start, then no `=` or `:`
-        at = source.find(word, at + 1)
+    """Whether each occurrence of `word` as a whole identifier binds it at a line's start."""
+    for at in _occurrences(source, word, _WORD_BYTE, _WORD_BYTE):
+        start = source.rfind(b"\n", 0, at) + 1
+        before = _BINDS_BEFORE.match(source, start, at)
+        if before is None or before.end() != at:
+            return False  # something else before it on its line
+        if not _DEF_OR_CLASS.fullmatch(source, start, at) and not _BINDS_AFTER.match(source, at + len(word)):
+            return False  # a name alone at a line's start, then no `=` or `:`
     return True
 
 
