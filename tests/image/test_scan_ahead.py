@@ -171,27 +171,3 @@ def test_a_scan_ahead_s_decompression_yields_the_cpu_to_the_read_the_command_wai
     assert niceness() == before
     assert _no_scan_left()
 
-
-def test_a_layer_read_ahead_is_stored_by_the_thread_that_read_it(layout: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the shared cache on, a layer read ahead is stored (its kept files, then its index) by its
-    own thread as its read ends, not at the end of the command; every index is stored once, and the
-    next read takes them all from the cache with the bytes of the cold one."""
-    monkeypatch.delenv("IMGQUILT_NO_CACHE")
-    stored: list[tuple[int, str]] = []
-    real_dump = image_source.dump_index
-
-    def dump(index, *a, **kw):
-        stored.append((index.position, threading.current_thread().name))
-        return real_dump(index, *a, **kw)
-
-    paths = ("usr/bin/tool", "etc/conf", "usr/lib/target.py", "usr/lib/big.so")  # all kept by the reads ahead
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(image_source, "dump_index", dump)
-        source, cold, _ = _read(layout, *paths)
-    assert sorted(stored) == [(0, "MainThread"), (1, "imgquilt-scan-ahead"), (2, "imgquilt-scan-ahead")]
-    assert len(source.stats.layers_scanned) == 3
-    warm_source, warm, _ = _read(layout, *paths)
-    assert warm_source.stats.layers_scanned == []  # every index from the cache
-    assert {p: (t.data, t.resolved) for p, t in warm.items()} == {p: (t.data, t.resolved) for p, t in cold.items()}
-    assert warm["usr/lib/target.py"].data == b"print('bottom')\n"
-    assert _no_scan_left()

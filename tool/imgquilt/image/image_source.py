@@ -498,11 +498,10 @@ class ImageSource:
             for below in range(position + 1, min(position + layer_reads(), len(self._layers))):
                 if below not in self._ahead:
                     self._start_prefetch(below, wanted)
-        saved = False
         if pre is not None:
             if self.on_layer is not None and self.on_layer_sized is None:
                 pre.counter.attach(self.on_layer(position, len(self._layers), self._label(position)))
-            index, verified, seen, key, saved = pre.result()
+            index, verified, seen, key = pre.result()
         elif self.on_layer_sized is not None:
             index, verified, seen, key = self._scan_layer(position, self._keeper(wanted), self._sized_bar(position), None, stored=True)
         else:
@@ -510,7 +509,7 @@ class ImageSource:
             index, verified, seen, key = self._scan_layer(position, self._keeper(wanted), on_bytes, None)
         if verified and digest is not None:
             self._verified.mark(digest, layer.location, seen)
-        if self._cache is not None and key is not None and not saved:
+        if self._cache is not None and key is not None:
             self._dirty.add(position)  # read whole and verified, or from a verified TOC: worth an index
         self._keys[position] = key  # type: ignore[assignment]
         self._view.add(index)
@@ -707,27 +706,11 @@ class ImageSource:
         counter = _LateCounter()
         if self.on_layer_sized is not None:  # shown from now on, beside the layer read at the same time
             bar = self._sized_bar(position)
-            self._ahead[position] = _Prefetch(
-                position, lambda cancel: self._saved(position, self._scan_layer(position, keep, bar, cancel, stored=True)),
-                counter)
+            self._ahead[position] = _Prefetch(position, lambda cancel: self._scan_layer(position, keep, bar, cancel, stored=True),
+                                              counter)
             return
-        self._ahead[position] = _Prefetch(
-            position, lambda cancel: self._saved(position, self._scan_layer(position, keep, counter, cancel)), counter)
-
-    def _saved(self, position: int, scanned: tuple) -> tuple:
-        """A layer read ahead, stored in the shared cache by the thread that read it, as soon as its read
-        ends (its kept files' bytes, then its index, as `_remember` stores them): the read the command
-        waits on is still going then, and the store is off the end of the command. (scanned..., whether
-        it was stored.)"""
-        index, _, _, key = scanned
-        if self._cache is None or key is None:
-            return (*scanned, False)
-        if self._layers[position].check_digest is not None:
-            for rec in index.entries.values():
-                if rec.data is not None and rec.sha is None:
-                    rec.sha = self._cache.files.put(rec.data)
-        self._cache.save(key, dump_index(index, key, self._view.whiteouts))
-        return (*scanned, True)
+        self._ahead[position] = _Prefetch(position, lambda cancel: self._scan_layer(position, keep, counter, cancel),
+                                          counter)
 
     def _stop_prefetch(self) -> None:
         """Cancel every scan ahead still running (the targets were decided without those layers): a
