@@ -34,6 +34,13 @@ def _skippable(data: bytes) -> bytes:
     return struct.pack("<II", 0x184D2A50, len(data)) + data
 
 
+
+@pytest.fixture(autouse=True)
+def _walked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These local layers are small, so `auto` would read them whole (toc_walk.walk_locally): the walk
+    is what is tested here."""
+    monkeypatch.setenv("IMGQUILT_LOCAL_TOC", "walk")
+
 @pytest.fixture(scope="module")
 def chunked(tmp_path_factory) -> Path:
     """The image with its layer written by imgquilt's zstd:chunked writer (TOC and tar-split)."""

@@ -24,6 +24,13 @@ NEW = b"VALUE = 'new'\n" + b"# padding\n" * 40
 PAD = b"".join(b"filler %d\n" % i for i in range(3000))
 
 
+
+@pytest.fixture(autouse=True)
+def _walked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These local layers are small, so `auto` would read them whole (toc_walk.walk_locally): the walk
+    is what is tested here."""
+    monkeypatch.setenv("IMGQUILT_LOCAL_TOC", "walk")
+
 @pytest.fixture(scope="module")
 def chunked(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("toc-lies")

@@ -14,6 +14,7 @@ import imgquilt.image.image_source as image_source
 from support.imagetools import blob_path, build_oci, file, flip_byte, layer_digests, symlink
 from imgquilt.errors import DigestMismatch
 from imgquilt.sources import open_source
+from imgquilt.util.threads import AHEAD_NICENESS, niceness
 
 BOTTOM = [
     file("usr/lib/big.so", bytes(range(256)) * 8192),
@@ -136,3 +137,37 @@ def test_a_scan_ahead_that_ended_whole_serves_the_next_read_down(layout: Path) -
     fresh = _read(layout, "etc/conf", "opt/link", "usr/lib/big.so", ahead=False)[1]
     assert {p: (x.data, x.resolved) for p, x in down.items()} == {p: (x.data, x.resolved) for p, x in fresh.items()}
     assert _no_scan_left()
+
+
+@pytest.mark.skipif(niceness() is None, reason="a thread's niceness is read on Linux only")
+def test_a_scan_ahead_s_decompression_yields_the_cpu_to_the_read_the_command_waits_on(layout: Path) -> None:
+    """The thread that decompresses a layer read ahead runs at a higher niceness than the one that
+    decompresses the layer the command needs (which keeps its core on a 2-core machine); the threads
+    that walk the headers (they hold the GIL) and the caller keep theirs."""
+    from imgquilt.image.layers import compression
+
+    seen: dict[str, set[int | None]] = {"scan": set(), "scan ahead": set(), "inflate": set(), "inflate ahead": set()}
+    real_scan, real_produce = image_source.ImageSource._scan_layer, compression.Decompressed._produce
+
+    def scan(self, position, *a, **kw):
+        seen["scan ahead" if threading.current_thread().name == "imgquilt-scan-ahead" else "scan"].add(niceness())
+        return real_scan(self, position, *a, **kw)
+
+    def produce(self):
+        try:
+            return real_produce(self)
+        finally:  # after yield_cpu() at its start
+            seen["inflate ahead" if self._yield else "inflate"].add(niceness())
+
+    before = niceness()
+    assert before is not None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(image_source.ImageSource, "_scan_layer", scan)
+        mp.setattr(compression.Decompressed, "_produce", produce)
+        _, t, _ = _read(layout, "usr/bin/tool", "etc/conf", "usr/lib/target.py")
+    assert t["usr/lib/target.py"].data == b"print('bottom')\n"
+    assert seen["scan"] == {before} and seen["scan ahead"] == {before}
+    assert seen["inflate"] == {before} and seen["inflate ahead"] == {min(19, before + AHEAD_NICENESS)}
+    assert niceness() == before
+    assert _no_scan_left()
+

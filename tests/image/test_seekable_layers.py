@@ -54,6 +54,13 @@ THROUGH_LINKS = ["bin/tool", "lib/python3/site.py", "etc/os-release", "usr/bin/w
 TOC_FILES = {"stargz.index.json", ".prefetch.landmark", ".no.prefetch.landmark"}
 
 
+
+@pytest.fixture(autouse=True)
+def _walked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These local layers are small, so `auto` would read them whole (toc_walk.walk_locally): the walk
+    is what is tested here."""
+    monkeypatch.setenv("IMGQUILT_LOCAL_TOC", "walk")
+
 @pytest.fixture(scope="module")
 def images(tmp_path_factory) -> dict[str, str]:
     """The same three layers, gzip (umoci), zstd:chunked (skopeo), eStargz and zstd:chunked (ctr-remote)."""
@@ -68,8 +75,10 @@ def images(tmp_path_factory) -> dict[str, str]:
     return refs
 
 
-def source(ref: str, *, use_tocs: bool = True, cache: LayerCache | None = None) -> ImageSource:
-    return ImageSource(open_image(ref), verified=VerifiedBlobs(None), ref=ref, layer_cache=cache, use_tocs=use_tocs)
+def source(ref: str, *, use_tocs: bool = True, cache: LayerCache | None = None, walk_local: bool | None = True) -> ImageSource:
+    # these small local layers would be read whole (toc_walk.walk_locally): the walk is what is tested
+    return ImageSource(open_image(ref), verified=VerifiedBlobs(None), ref=ref, layer_cache=cache, use_tocs=use_tocs,
+                       walk_local=walk_local)
 
 
 def snapshot(src: ImageSource, paths: list[str]) -> dict[str, tuple]:

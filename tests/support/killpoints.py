@@ -137,6 +137,23 @@ def queue_hash(q: Path) -> str:
     return h.hexdigest()
 
 
+_KILLED_TMP: list[str] = []
+
+
+def _killed_tmp() -> str:
+    """TMPDIR of the traced runs: a run killed inside a temporary directory of its own (queue.difftext's,
+    killed at an unlink of its cleanup) cannot remove it, so they go here, removed when the tests end."""
+    if not _KILLED_TMP:
+        import atexit
+        import tempfile
+
+        _KILLED_TMP.append(tempfile.mkdtemp(prefix="imgquilt-killed-runs-"))
+        atexit.register(shutil.rmtree, _KILLED_TMP[0], True)
+    return _KILLED_TMP[0]
+
+
 def driver_env() -> dict[str, str]:
-    """The environment of a traced imgquilt run: this worktree's code, no bytecode written, no ruff."""
-    return dict(os.environ, PYTHONPATH=str(TOOL), PYTHONDONTWRITEBYTECODE="1", IMGQUILT_NO_RUFF="1")
+    """The environment of a traced imgquilt run: this worktree's code, no bytecode written, no ruff,
+    temporary files where the tests remove them."""
+    return dict(os.environ, PYTHONPATH=str(TOOL), PYTHONDONTWRITEBYTECODE="1", IMGQUILT_NO_RUFF="1",
+                TMPDIR=_killed_tmp())

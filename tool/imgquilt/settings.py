@@ -99,6 +99,14 @@ VARS: tuple[Var, ...] = (
         "performance.md",
     ),
     Var(
+        "IMGQUILT_LOCAL_TOC",
+        "local_toc",
+        "`auto`",
+        "How a local zstd:chunked layer with no tar-split is read: `auto` (walked with its TOC when that costs "
+        "less than reading it whole: large files), `walk` or `whole`.",
+        "image-references.md",
+    ),
+    Var(
         "IMGQUILT_PROGRESS",
         "progress",
         "`auto`",
@@ -197,6 +205,7 @@ class Settings:
     tls_verify: str | None = None
     registry_deadline: str | None = None
     layer_reads: str | None = None
+    local_toc: str | None = None
     progress: str | None = None
     in_memory_max: str | None = None
     spool_at: str | None = None

@@ -55,6 +55,7 @@ from ..fs.paths import check_member_path
 from ..fs.resolve import KnownDirs, remember_dirs, resolve
 from ..fs.types import DirListing, DirMeta, ImageInfo, Located, Node, TargetFile
 from ..util.reader import Wrapper
+from ..util.threads import mark_ahead
 from .digests import mismatch, sha256_digest
 from .mediatypes import compression_of
 from .layers.blob_layer import BlobLayer
@@ -65,9 +66,10 @@ from .layers.merged_view import UNKNOWN, Absent, Deletion, Found, MergedView, _a
 from .layers.tarwalk import TarWalker, member_path
 from .layers.tar_split import read_tar_split, tar_split_index
 from .layers.toc import TocRef, TocUnusable, read_toc, toc_ref
-from .layers.toc_walk import HOLE_MIN, LOCAL_HOLE_MIN, LOCAL_MAX_HOLES, MAX_HOLES, run_bytes, walk_index
+from .layers.toc_walk import HOLE_MIN, LOCAL_HOLE_MIN, LOCAL_MAX_HOLES, MAX_HOLES, run_bytes, walk_index, walk_locally
 
 LAYER_READS_ENV = "IMGQUILT_LAYER_READS"
+LOCAL_TOC_ENV = "IMGQUILT_LOCAL_TOC"
 LAYER_READS = 3  # layers read at once: the one being decided and the next ones down, ahead
 KEEP_LIKELY_MAX = 8 << 20  # a same-named file up to this size is kept in case a symlink leads to it
 KEEP_LIKELY_BUDGET = 256 << 20
@@ -93,6 +95,19 @@ def layer_reads() -> int:
     return value
 
 
+def local_toc() -> bool | None:
+    """How a local zstd:chunked layer with no tar-split is read (IMGQUILT_LOCAL_TOC): walked with its TOC
+    (True, `walk`), read whole (False, `whole`), or whichever costs less for it (None, `auto`, the
+    default: toc_walk.walk_locally). The index is the same either way."""
+    from ..settings import current
+
+    raw = (current().of(LOCAL_TOC_ENV) or "auto").strip()
+    value = {"auto": None, "walk": True, "whole": False}.get(raw, "bad")
+    if value == "bad":
+        raise UsageError(f"{LOCAL_TOC_ENV}={raw!r} is not one of auto, walk, whole.")
+    return value  # type: ignore[return-value]
+
+
 @dataclass
 class ScanStats:
     """What reading cost: which layers were scanned, and re-read for a second pass."""
@@ -108,6 +123,7 @@ class ScanStats:
     range_bytes: int = 0  # compressed bytes fetched by range (TOCs, the walks of the tar streams, file frames)
     runs_skipped: int = 0  # the largest files' data runs the walks skipped
     layers_by_tar_split: int = 0  # seekable layers whose TOC was checked against their tar-split (no walk)
+    read_whole_locally: list[str] = field(default_factory=list)  # local seekable layers cheaper read whole
 
 
 @dataclass(frozen=True)
@@ -161,8 +177,12 @@ class ImageSource:
     """A filesystem Source over an image's layers (or a flat tar's single "layer")."""
 
     def __init__(self, image, *, kind: str = "image", verified: VerifiedBlobs | None = None,
-                 ref: str | None = None, layer_cache: LayerCache | None = None, use_tocs: bool = True) -> None:
+                 ref: str | None = None, layer_cache: LayerCache | None = None, use_tocs: bool = True,
+                 walk_local: bool | None = None) -> None:
         self.image = image
+        # a local seekable layer with no tar-split: walked (True), read whole (False), or whichever costs
+        # less for it (None: IMGQUILT_LOCAL_TOC, by default toc_walk.walk_locally); the tests of the walk force it
+        self._walk_local = walk_local if walk_local is not None else local_toc()
         self.kind = kind
         self.ref = ref or image.ref
         self._layers: list[BlobLayer] = list(reversed(image.layers))  # top first
@@ -594,10 +614,15 @@ class ImageSource:
         if self.kind != "image" or getattr(layer, "verify", None) != "blob" or not hasattr(layer, "read_range"):
             return None
         try:
-            return toc_ref(layer.descriptor.annotations, layer.descriptor.size, compression_of(layer.descriptor.media_type))
+            ref = toc_ref(layer.descriptor.annotations, layer.descriptor.size, compression_of(layer.descriptor.media_type))
         except TocUnusable as exc:
             self._unusable(position, str(exc))
             return None
+        if ref is not None and getattr(layer, "location", None) is not None and not (
+                walk_locally(ref, layer.descriptor.size) if self._walk_local is None else self._walk_local):
+            self.stats.read_whole_locally.append(self._label(position))
+            return None  # decided from the descriptor alone: the same every run, so its index's cache key too
+        return ref
 
     def _unusable(self, position: int, why: str) -> None:
         self._tocs[position] = None
@@ -951,6 +976,7 @@ class _Prefetch:
         self._thread.start()
 
     def _go(self, run: Callable[[threading.Event], tuple]) -> None:
+        mark_ahead()  # its decompression yields the CPU to the read the command waits on (util.threads)
         try:
             self._result = run(self._cancel)
         except BaseException as exc:  # handed to whoever uses the scan; dropped if nobody does

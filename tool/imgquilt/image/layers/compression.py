@@ -15,6 +15,7 @@ import zlib
 
 from ...errors import BadImage
 from ..mediatypes import Compression
+from ...util.threads import is_ahead, yield_cpu
 from .readahead import ChunkQueue
 
 try:  # isal is the fast path; the standard library is the fallback
@@ -84,12 +85,14 @@ class Decompressed(ChunkQueue):
         self.kind = kind
         self.what = what
         self._source = None
+        self._yield = False
 
     # --- the decompressing thread ---
     def _start(self) -> None:
         # a descriptor of its own, on the same open file: the caller may close `raw` (or the path
         # may name another file by then) while the thread still reads
         self._source = self.raw.dup()
+        self._yield = is_ahead()  # a layer read ahead of need: its decompression yields the CPU (util.threads)
         try:
             super()._start()
         except BaseException:
@@ -106,6 +109,8 @@ class Decompressed(ChunkQueue):
 
     def _produce(self) -> None:
         source, reader = self._source, None
+        if self._yield:
+            yield_cpu()
         try:
             reader = _open_reader(source, self.kind)
             size = FIRST_CHUNK

@@ -23,7 +23,7 @@ from ...errors import BadImage, ImgquiltError
 from ...util.reader import Reader
 from .layer_index import FILE, IndexBuilder, LayerIndex
 from .tarwalk import TarWalker
-from .toc import MAX_TOC, Toc, TocUnusable, _loads
+from .toc import MAX_TOC, Toc, TocUnusable, json_loader
 
 SEGMENT, FILE_ENTRY = 2, 1
 
@@ -119,8 +119,8 @@ def _parse(text: bytes) -> tuple[bytes, list[int], list[tuple[str, int]]]:
     import binascii
 
     body = text.strip(b"\n")
-    try:
-        lines = _loads(b"[" + body.replace(b"\n", b",") + b"]") if body else []
+    try:  # line by line: measured faster than one document made of them (no 65 MB copies to join them)
+        lines = list(map(json_loader(), body.split(b"\n"))) if body else []
     except (ValueError, RecursionError):
         raise TocUnusable("the tar-split is not JSON lines") from None
     parts: list[bytes] = []

@@ -35,7 +35,7 @@ from ...errors import BadImage, ImgquiltError
 from ...util.reader import Reader
 from .layer_index import FILE, IndexBuilder, LayerIndex
 from .tarwalk import TarWalker, member_path
-from .toc import EMPTY_SHA256, ESTARGZ_TOC_NAME, Toc, TocUnusable, _modtime
+from .toc import EMPTY_SHA256, ESTARGZ_TOC_NAME, Toc, TocRef, TocUnusable, _modtime
 
 # which runs of a file's data a walk skips: each skipped run splits a range request in two, so where a
 # request costs a round trip (a registry) only the larger ones are, where it is a positioned read of a
@@ -44,6 +44,9 @@ HOLE_MIN = 64 << 10  # compressed bytes: a file's data run under this is fetched
 MAX_HOLES = 4096  # runs a layer's walk skips (the largest)
 LOCAL_HOLE_MIN = 4 << 10  # the same for a local blob (an OCI layout, an archive)
 LOCAL_MAX_HOLES = 1 << 20
+# a local zstd:chunked layer with no tar-split is walked only when its blob is at least this many times
+# its TOC's size (see walk_locally)
+LOCAL_WALK_MIN_RATIO = 32
 PIECE = 4 << 20  # compressed bytes per range request of the walk
 AHEAD = 4  # range requests in flight while the walk decompresses (memory: AHEAD x PIECE)
 _ZSTD_MAGIC = 0xFD2FB528
@@ -109,6 +112,21 @@ def _digest(e: dict) -> str:
             or digest[7:].strip("0123456789abcdef"):
         raise TocUnusable(f"TOC entry {e.get('name')!r} has no sha256 digest of its data")
     return digest[7:]
+
+
+def walk_locally(ref: TocRef, blob_size: int) -> bool:
+    """Whether a local layer (a positioned read costs no transfer) is better walked with its TOC than
+    read whole. A walk costs per member (a header, its frames decompressed one by one, in Python:
+    ~35 us each on vLLM's base layer), a whole read per byte (~1.35 ns, decompressed by a thread of its
+    own, its digest checked beside); the TOC's size counts its members (a few hundred bytes each). So a
+    zstd:chunked layer with no tar-split whose blob is under LOCAL_WALK_MIN_RATIO times its TOC (small
+    files: vLLM's base layer, 13.6; its top layer of large .so files, 78) is read whole (measured on
+    those layers: 1.26 s against 2.1 s walked, and 1.73 s against 0.13 s). Either way the index is the
+    same (the walk is checked member by member against the stream); a layer with a tar-split is never
+    walked (layers.tar_split), an eStargz TOC gives no size to judge by and is walked."""
+    if ref.kind != "zstd:chunked" or ref.tar_split is not None or not ref.size:
+        return True
+    return blob_size >= LOCAL_WALK_MIN_RATIO * ref.size
 
 
 def plan_holes(entries: list, data_end: int, *, hole_min: int = HOLE_MIN, max_holes: int = MAX_HOLES) -> list[Hole]:
