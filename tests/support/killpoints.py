@@ -155,5 +155,6 @@ def _killed_tmp() -> str:
 def driver_env() -> dict[str, str]:
     """The environment of a traced imgquilt run: this worktree's code, no bytecode written, no ruff,
     temporary files where the tests remove them."""
-    return dict(os.environ, PYTHONPATH=str(TOOL), PYTHONDONTWRITEBYTECODE="1", IMGQUILT_NO_RUFF="1",
-                TMPDIR=_killed_tmp())
+    return dict(
+        os.environ, PYTHONPATH=str(TOOL), PYTHONDONTWRITEBYTECODE="1", IMGQUILT_NO_RUFF="1", TMPDIR=_killed_tmp()
+    )
