@@ -21,8 +21,9 @@ import pytest
 from imgquilt.image.image_source import ImageSource
 from imgquilt.image.layers.blobio import VerifiedBlobs
 from imgquilt.sources import open_image
-from support.imagetools import build_oci, blob_path, file, manifest, put_blob, set_manifest, uncompressed_layer
+from support.imagetools import build_oci, blob_path, file, manifest, put_blob, set_manifest
 from support.qtools import empty_queue, imgquilt, write_patch
+from support.seekable_tools import rewrite_top_layer_zstd_chunked
 
 OLD = b"VALUE = 'old'\n" + b"# padding\n" * 40
 NEW = b"VALUE = 'new'\n" + b"# padding\n" * 40
@@ -44,16 +45,10 @@ def _walked(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="module")
 def chunked(tmp_path_factory) -> Path:
     """The image with its layer written by imgquilt's zstd:chunked writer (TOC and tar-split)."""
-    from imgquilt.image.sinks.zstd_chunked import zstd_chunked
-
     work = tmp_path_factory.mktemp("tar-split")
     layout = build_oci(work / "img", [[file("app/a.py", OLD), file("app/b.py", NEW), file("app/c.py", NEW),
                                        file("app/pad.txt", PAD), file("app/c.py", OLD)]], tag="v1")
-    _, m = manifest(layout, "v1")
-    desc = m["layers"][-1]
-    blob, annotations = zstd_chunked(uncompressed_layer(layout, desc["digest"]), level=3, mtime=None)
-    desc.update(mediaType=ZSTD_LAYER, digest=put_blob(layout, bytes(blob)), size=len(blob), annotations=annotations)
-    set_manifest(layout, "v1", m)
+    rewrite_top_layer_zstd_chunked(layout, "v1")
     return layout
 
 
@@ -298,15 +293,9 @@ def test_the_tar_split_written_is_the_tar_stream_without_its_data(chunked: Path)
 def test_a_layer_over_the_tar_split_cap_is_written_without_one_and_walked(tmp_path: Path) -> None:
     """The writer's CRC-64 is pure Python: past `split_max` bytes of file data it writes the TOC alone
     (as before), and such a layer is walked, with the same bytes as a full read."""
-    from imgquilt.image.sinks.zstd_chunked import zstd_chunked
-
     layout = build_oci(tmp_path / "img", [[file("app/a.py", OLD), file("app/pad.txt", PAD)]], tag="v1")
-    _, m = manifest(layout, "v1")
-    desc = m["layers"][-1]
-    blob, annotations = zstd_chunked(uncompressed_layer(layout, desc["digest"]), level=3, mtime=None, split_max=1024)
+    annotations = rewrite_top_layer_zstd_chunked(layout, "v1", split_max=1024)
     assert "io.github.containers.zstd-chunked.tarsplit-position" not in annotations
-    desc.update(mediaType=ZSTD_LAYER, digest=put_blob(layout, bytes(blob)), size=len(blob), annotations=annotations)
-    set_manifest(layout, "v1", m)
     ref = f"oci:{layout}:v1"
     src = ImageSource(open_image(ref), verified=VerifiedBlobs(None), ref=ref)
     assert src.read_targets(["app/a.py"])["app/a.py"].data == OLD

@@ -19,23 +19,17 @@ from imgquilt.image.layers.blobio import VerifiedBlobs
 from imgquilt.image.layers.toc import TocRef
 from imgquilt.image.layers.toc_walk import LOCAL_WALK_MIN_RATIO, walk_locally
 from imgquilt.sources import open_image
-from support.imagetools import build_oci, file, manifest, put_blob, set_manifest, uncompressed_layer
+from support.imagetools import build_oci, file
+from support.seekable_tools import rewrite_top_layer_zstd_chunked
 
-ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
 SMALL = [file(f"app/m{i:03}.py", f"VALUE = {i}\n" * 3) for i in range(300)]
 LARGE = [file("app/a.py", "VALUE = 'a'\n"), file("lib/big.so", os.urandom(1 << 20))]  # incompressible: a large blob
 
 
 def _zstd_chunked_without_tar_split(tmp: Path, members: list[dict]) -> str:
-    from imgquilt.image.sinks.zstd_chunked import zstd_chunked
-
     layout = build_oci(tmp, [members], tag="v1")
-    _, m = manifest(layout, "v1")
-    desc = m["layers"][-1]
-    blob, annotations = zstd_chunked(uncompressed_layer(layout, desc["digest"]), level=3, mtime=None, split_max=0)
+    annotations = rewrite_top_layer_zstd_chunked(layout, "v1", split_max=0)
     assert "io.github.containers.zstd-chunked.tarsplit-position" not in annotations
-    desc.update(mediaType=ZSTD_LAYER, digest=put_blob(layout, bytes(blob)), size=len(blob), annotations=annotations)
-    set_manifest(layout, "v1", m)
     return f"oci:{layout}:v1"
 
 

@@ -14,7 +14,24 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from support.imagetools import manifest, run, skopeo_copy
+from support.imagetools import manifest, put_blob, run, set_manifest, skopeo_copy, uncompressed_layer
+
+
+ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
+
+
+def rewrite_top_layer_zstd_chunked(layout: Path, tag: str, *, split_max: int | None = None) -> dict[str, str]:
+    """Rewrite the top layer of oci:LAYOUT:TAG with imgquilt's own zstd:chunked writer (TOC and tar-split;
+    no tar-split past `split_max` bytes of file data); its annotations."""
+    from imgquilt.image.sinks.zstd_chunked import zstd_chunked
+
+    _, m = manifest(layout, tag)
+    desc = m["layers"][-1]
+    kw = {} if split_max is None else {"split_max": split_max}
+    blob, annotations = zstd_chunked(uncompressed_layer(layout, desc["digest"]), level=3, mtime=None, **kw)
+    desc.update(mediaType=ZSTD_LAYER, digest=put_blob(layout, bytes(blob)), size=len(blob), annotations=annotations)
+    set_manifest(layout, tag, m)
+    return annotations
 
 
 def zstd_chunked_copy(src: str, layout: Path, tag: str) -> str:
