@@ -28,7 +28,6 @@ from support.seekable_tools import rewrite_top_layer_zstd_chunked
 OLD = b"VALUE = 'old'\n" + b"# padding\n" * 40
 NEW = b"VALUE = 'new'\n" + b"# padding\n" * 40
 PAD = b"".join(b"filler %d\n" % i for i in range(3000))
-ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
 
 
 def _skippable(data: bytes) -> bytes:
