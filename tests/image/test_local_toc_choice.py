@@ -46,6 +46,18 @@ def test_the_rule() -> None:
     assert walk_locally(ref(1000, split=(1, 2, 3)), 10)  # a tar-split: never walked anyway (tar_split.py)
     assert walk_locally(TocRef("estargz", "sha256:" + "0" * 64), 10)  # no size to judge by
     assert walk_locally(ref(0), 10)
+    # IMGQUILT_LOCAL_TOC's walk / whole decide only the layers the rule weighs
+    assert walk_locally(ref(1000), 10, forced=True) and not walk_locally(ref(1000), 10**9, forced=False)
+    assert walk_locally(ref(1000, split=(1, 2, 3)), 10**9, forced=False)
+    assert walk_locally(TocRef("estargz", "sha256:" + "0" * 64), 10**9, forced=False)
+
+
+def test_whole_leaves_a_layer_with_a_tar_split_to_its_tar_split(tmp_path: Path) -> None:
+    layout = build_oci(tmp_path / "img", [SMALL], tag="v1")
+    rewrite_top_layer_zstd_chunked(layout, "v1")  # with its tar-split
+    src = _source(f"oci:{layout}:v1", walk_local=False)
+    assert src.read_targets(["app/m001.py"])["app/m001.py"].data == b"VALUE = 1\n" * 3
+    assert src.stats.layers_by_tar_split == 1 and not src.stats.read_whole_locally
 
 
 @pytest.mark.parametrize("members, walked", [(SMALL, False), (LARGE, True)])

@@ -8,10 +8,13 @@ checks what is left (exactly old or exactly new, after the recovery the next com
 
 from __future__ import annotations
 
+import atexit
+import functools
 import hashlib
 import os
 import re
 import shutil
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -137,19 +140,13 @@ def queue_hash(q: Path) -> str:
     return h.hexdigest()
 
 
-_KILLED_TMP: list[str] = []
-
-
+@functools.cache
 def _killed_tmp() -> str:
     """TMPDIR of the traced runs: a run killed inside a temporary directory of its own (queue.difftext's,
     killed at an unlink of its cleanup) cannot remove it, so they go here, removed when the tests end."""
-    if not _KILLED_TMP:
-        import atexit
-        import tempfile
-
-        _KILLED_TMP.append(tempfile.mkdtemp(prefix="imgquilt-killed-runs-"))
-        atexit.register(shutil.rmtree, _KILLED_TMP[0], True)
-    return _KILLED_TMP[0]
+    path = tempfile.mkdtemp(prefix="imgquilt-killed-runs-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def driver_env() -> dict[str, str]:

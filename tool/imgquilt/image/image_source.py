@@ -102,10 +102,10 @@ def local_toc() -> bool | None:
     from ..settings import current
 
     raw = (current().of(LOCAL_TOC_ENV) or "auto").strip()
-    value = {"auto": None, "walk": True, "whole": False}.get(raw, "bad")
-    if value == "bad":
+    choices = {"auto": None, "walk": True, "whole": False}
+    if raw not in choices:
         raise UsageError(f"{LOCAL_TOC_ENV}={raw!r} is not one of auto, walk, whole.")
-    return value  # type: ignore[return-value]
+    return choices[raw]
 
 
 @dataclass
@@ -618,8 +618,8 @@ class ImageSource:
         except TocUnusable as exc:
             self._unusable(position, str(exc))
             return None
-        if ref is not None and getattr(layer, "location", None) is not None and not (
-                walk_locally(ref, layer.descriptor.size) if self._walk_local is None else self._walk_local):
+        if ref is not None and getattr(layer, "location", None) is not None \
+                and not walk_locally(ref, layer.descriptor.size, self._walk_local):
             self.stats.read_whole_locally.append(self._label(position))
             return None  # decided from the descriptor alone: the same every run, so its index's cache key too
         return ref

@@ -28,13 +28,12 @@ AHEAD_NICENESS = 10  # CFS weight 110 against 1024 at nice 0: the needed read ke
 def yield_cpu(steps: int = AHEAD_NICENESS) -> bool:
     """Lower the calling thread's scheduling priority by `steps` of niceness (at most to 19). Whether
     it was done. Best effort: refused or unsupported, the thread runs as it was."""
-    if not sys.platform.startswith("linux") or steps <= 0:
+    now = niceness()
+    if now is None or steps <= 0:
         return False
     try:
-        tid = threading.get_native_id()
-        now = os.getpriority(os.PRIO_PROCESS, tid)
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, now + steps))
-    except (OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, now + steps))
+    except OSError:
         return False
     return True
 

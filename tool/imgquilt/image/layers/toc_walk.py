@@ -114,9 +114,10 @@ def _digest(e: dict) -> str:
     return digest[7:]
 
 
-def walk_locally(ref: TocRef, blob_size: int) -> bool:
-    """Whether a local layer (a positioned read costs no transfer) is better walked with its TOC than
-    read whole. A walk costs per member (a header, its frames decompressed one by one, in Python:
+def walk_locally(ref: TocRef, blob_size: int, forced: bool | None = None) -> bool:
+    """Whether a local layer (a positioned read costs no transfer) is decided with its TOC rather than
+    read whole: the one place that decides it (`forced`: IMGQUILT_LOCAL_TOC's walk or whole, which
+    concern only the layers this rule weighs). A walk costs per member (a header, its frames decompressed one by one, in Python:
     ~35 us each on vLLM's base layer), a whole read per byte (~1.35 ns, decompressed by a thread of its
     own, its digest checked beside); the TOC's size counts its members (a few hundred bytes each). So a
     zstd:chunked layer with no tar-split whose blob is under LOCAL_WALK_MIN_RATIO times its TOC (small
@@ -124,9 +125,11 @@ def walk_locally(ref: TocRef, blob_size: int) -> bool:
     those layers: 1.26 s against 2.1 s walked, and 1.73 s against 0.13 s). Either way the index is the
     same (the walk is checked member by member against the stream); a layer with a tar-split is never
     walked (layers.tar_split), an eStargz TOC gives no size to judge by and is walked."""
-    if ref.kind != "zstd:chunked" or ref.tar_split is not None or not ref.size:
+    if ref.kind != "zstd:chunked" or ref.tar_split is not None:
         return True
-    return blob_size >= LOCAL_WALK_MIN_RATIO * ref.size
+    if forced is not None:
+        return forced
+    return not ref.size or blob_size >= LOCAL_WALK_MIN_RATIO * ref.size
 
 
 def plan_holes(entries: list, data_end: int, *, hole_min: int = HOLE_MIN, max_holes: int = MAX_HOLES) -> list[Hole]:
