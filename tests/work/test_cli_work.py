@@ -186,6 +186,21 @@ def test_header_edit_with_an_editor_keeps_the_diff(world) -> None:
     assert run(q, env2, "header", "-e", code=2).code == 2
 
 
+def test_header_edit_when_the_editor_removes_the_file(world) -> None:
+    """An editor (or a script in IMGQUILT_EDITOR) that deletes the file it was given leaves no header to
+    read: a usage error as for an editor that fails, the patch as it was, no temp file left behind."""
+    q, root, env = world
+    run(q, env, "new", "0001-port.patch", "-d", "first words")
+    before = (q / "patches/0001-port.patch").read_bytes()
+    script = q.parent / "ed.py"
+    script.write_text("import os, sys\nos.unlink(sys.argv[1])\n")
+    r = imgquilt("header", "-e", cwd=q, env={**env, "IMGQUILT_EDITOR": f"{sys.executable} {script}"}, check=2)
+    assert "removed the header file" in r.err and "--set" in r.err, r.err
+    assert "Traceback" not in r.err and "internal error" not in r.err
+    assert (q / "patches/0001-port.patch").read_bytes() == before
+    assert not list((q / ".imgquilt").rglob("header-*"))
+
+
 def test_fold_a_plain_diff_into_the_top_patch(world) -> None:
     q, root, env = world
     run(q, env, "new", "0001-fold.patch")

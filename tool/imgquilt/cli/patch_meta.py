@@ -48,9 +48,14 @@ def header_cmd(
             with os.fdopen(fd, "wb") as f:
                 f.write(header.raw)
             run_editor(cmd, [Path(tmp)])
-            header = set_header(wt, name, Header(Path(tmp).read_bytes())).header
+            try:
+                edited = Path(tmp).read_bytes()
+            except FileNotFoundError:
+                raise UsageError(f"The editor ({cmd}) removed the header file it was given; nothing more was changed.",
+                                 hint="Save the header in the file the editor opens, or change one field with --set FIELD=VALUE.") from None
+            header = set_header(wt, name, Header(edited)).header
         finally:
-            os.unlink(tmp)
+            Path(tmp).unlink(missing_ok=True)
     listing.render_header(name, header, header.raw != before, asked=bool(set_ or unset or edit), lock=wt.lock_update)
     if not G.json:
         say_lock(wt.lock_update)
