@@ -263,3 +263,22 @@ def test_same_queue_same_image_in_two_directories_gives_identical_layers(tmp_pat
             record = json.loads(tar.extractfile("var/lib/imgquilt/applied.json").read())
         assert record["image"] == {"ref": None, "digest": record["image"]["digest"]} and record["image"]["digest"].startswith("sha256:")
     assert layers[0] == layers[1]
+
+
+def test_an_output_over_the_queue_s_own_files_is_refused_before_anything_is_written(tmp_path: Path, cli_env) -> None:
+    """`--output-image oci-archive:series` wrote the archive over the series and exited 0; an output on
+    the queue's own files (series, targets.lock, patches/, .imgquilt/), or an overlay holding the queue,
+    is a usage error now, and every queue file stays as it was. out/ beside them is fine."""
+    q = copy_demo_queue(tmp_path / "q")
+    (q / "elsewhere").symlink_to(q / "patches")  # a link on the way is followed, as the kernel would
+    before = tree_hash(q)
+    image = ["--image", "oci:examples/demo-image:latest"]
+    for output in (["--output-image", "oci-archive:series"], ["--output-image", "docker-archive:targets.lock"],
+                   ["--layer", "patches/x.tar.gz"], ["--layer", "elsewhere/x.tar.gz"],
+                   ["--output-image", "oci:.imgquilt/img:t"], ["--overlay", "."], ["--overlay", str(q.parent)]):
+        r = imgquilt("apply", *image, *output, cwd=q, env=cli_env, check=2)
+        assert "would write over the queue's" in r.err and "nothing was written" in r.err, r.err
+        assert tree_hash(q) == before
+    (q / "out").mkdir()
+    imgquilt("apply", *image, "--layer", "out/fix.tar.gz", cwd=q, env=cli_env, check=0)
+    assert (q / "out/fix.tar.gz").is_file()
