@@ -86,3 +86,18 @@ def test_which_references_are_rewritten(tmp_path: Path, monkeypatch) -> None:
     assert ref_in_queue("oci:img:v1", q) == f"oci:{os.path.relpath(q / 'img')}:v1"
     with pytest.raises(BadImage, match="does not exist"):
         ref_in_queue("oci:nowhere:v1", q)
+
+
+def test_a_malformed_lock_says_what_is_wrong_in_words_not_a_python_class() -> None:
+    """A hand-broken lock: the message names the missing key or the bad value, not `KeyError: 'image'`."""
+    from imgquilt.errors import MalformedLock
+    from imgquilt.queue.lock import parse_lock_file
+
+    cases = {b"version = 1\n[profile.a]\nselect = []\n": "a required key, 'image', is missing",
+             b'version = 1\nimage = {ref = "oci:x"}\n': "a required key, 'series_sha256', is missing",
+             b"version = 1\nimage = 3\n": "[image] must be a table"}
+    for doc, words in cases.items():
+        with pytest.raises(MalformedLock) as err:
+            parse_lock_file(doc)
+        assert words in err.value.message and "Error:" not in err.value.message, err.value.message
+        assert err.value.exit_code == 6 and "imgquilt lock" in (err.value.hint or "")

@@ -388,9 +388,15 @@ def parse_lock_file(data: bytes, *, source: str = "targets.lock", loads: Callabl
     except MalformedLock:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        if isinstance(exc, KeyError):
+            why = f"a required key, {exc.args[0]!r}, is missing"
+        elif isinstance(exc, (TypeError, AttributeError)):
+            why = f"a value is not of the type the format says ({exc})"
+        else:
+            why = str(exc) or exc.__class__.__name__
         raise MalformedLock(
-            f"{source} cannot be read: {exc.__class__.__name__}: {exc}.",
-            hint="Regenerate it with `imgquilt lock`.",
+            f"{source} cannot be read: {why.rstrip('.')}.",
+            hint="Regenerate it with `imgquilt lock` (docs/targets-lock.md describes the format).",
         ) from None
 
 
