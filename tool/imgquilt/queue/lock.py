@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 from pathlib import Path
 
 
-from ..errors import ImgquiltError, MalformedLock
+from ..errors import ImgquiltError, MalformedLock, in_words
 from ..fs.content import Data
 from ..fs.types import ImageInfo
 from .hunks import sha256_hex
@@ -388,14 +388,8 @@ def parse_lock_file(data: bytes, *, source: str = "targets.lock", loads: Callabl
     except MalformedLock:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        if isinstance(exc, KeyError):
-            why = f"a required key, {exc.args[0]!r}, is missing"
-        elif isinstance(exc, (TypeError, AttributeError)):
-            why = f"a value is not of the type the format says ({exc})"
-        else:
-            why = str(exc) or exc.__class__.__name__
         raise MalformedLock(
-            f"{source} cannot be read: {why.rstrip('.')}.",
+            f"{source} cannot be read: {in_words(exc)}.",
             hint="Regenerate it with `imgquilt lock` (docs/targets-lock.md describes the format).",
         ) from None
 
