@@ -132,6 +132,10 @@ def test_bad_input_exit_codes(session, tmp_path: Path) -> None:
     r = imgquilt("check", cwd=tmp_path, check=2)
     assert "No queue found" in r.err
     assert "Traceback" not in r.err
+    r = imgquilt("--queue", "series", "check", cwd=q, check=2)  # the file, not its directory
+    assert "'series' is not a directory" in r.err and "--queue '.'" in r.err
+    r = imgquilt("--queue", "nowhere", "check", cwd=q, check=2)
+    assert "'nowhere' does not exist" in r.err
 
 
 def test_version_and_help() -> None:
