@@ -201,6 +201,18 @@ def test_header_edit_when_the_editor_removes_the_file(world) -> None:
     assert not list((q / ".imgquilt").rglob("header-*"))
 
 
+def test_new_when_patches_is_a_file_says_so(world) -> None:
+    """`patches` replaced by a file: `new` says a name on the way is no directory (not "File exists",
+    not "make it writable"), and the queue is as it was."""
+    q, root, env = world
+    shutil.rmtree(q / "patches", ignore_errors=True)
+    (q / "patches").write_text("not a directory")
+    series = (q / "series").read_bytes()
+    r = imgquilt("new", "0001-x.patch", cwd=q, env=env, check=6)
+    assert "a name on its way is not a directory" in r.err and "'patches'" in r.err, r.err
+    assert (q / "series").read_bytes() == series and (q / "patches").read_text() == "not a directory"
+
+
 def test_fold_a_plain_diff_into_the_top_patch(world) -> None:
     q, root, env = world
     run(q, env, "new", "0001-fold.patch")
