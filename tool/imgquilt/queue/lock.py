@@ -346,6 +346,11 @@ def _parse_pin(doc: dict) -> Lock:
         )
         for t in _tables(doc.get("target", []))
     )
+    seen: set[str] = set()
+    for t in targets:
+        if t.path in seen:
+            raise ValueError(f"[[target]] {t.path!r} is pinned twice")
+        seen.add(t.path)
     return Lock(str(doc["series_sha256"]), info, targets, patch_sha256=_patch_hashes(doc.get("patch_sha256", {})))
 
 
@@ -378,7 +383,7 @@ def parse_lock_file(data: bytes, *, source: str = "targets.lock", loads: Callabl
 
     try:
         doc = loads(data)
-        if doc.get("version") != LOCK_VERSION:
+        if type(doc.get("version")) is not int or doc.get("version") != LOCK_VERSION:  # 1.0 and true are no version
             raise MalformedLock(f"{source}: unsupported version {doc.get('version')!r} (this imgquilt reads {LOCK_VERSION}).")
         profiles = doc.get("profile", {})
         if not isinstance(profiles, dict):
