@@ -199,6 +199,12 @@ def test_header_edit_when_the_editor_removes_the_file(world) -> None:
     assert "Traceback" not in r.err and "internal error" not in r.err
     assert (q / "patches/0001-port.patch").read_bytes() == before
     assert not list((q / ".imgquilt").rglob("header-*"))
+    # one that leaves a directory or a link in its place: exit 6, and nothing of it left either
+    for act in ("os.mkdir(sys.argv[1])", "os.symlink('/etc/passwd', sys.argv[1])"):
+        script.write_text(f"import os, sys\nos.unlink(sys.argv[1])\n{act}\n")
+        r = imgquilt("header", "-e", cwd=q, env={**env, "IMGQUILT_EDITOR": f"{sys.executable} {script}"}, check=6)
+        assert (q / "patches/0001-port.patch").read_bytes() == before
+        assert not list((q / ".imgquilt").rglob("header-*")), act
 
 
 def test_new_when_patches_is_a_file_says_so(world) -> None:
