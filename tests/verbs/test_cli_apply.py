@@ -286,3 +286,41 @@ def test_an_output_over_the_queue_s_own_files_is_refused_before_anything_is_writ
     (q / "out").mkdir()
     imgquilt("apply", *image, "--layer", "out/fix.tar.gz", cwd=q, env=cli_env, check=0)
     assert (q / "out/fix.tar.gz").is_file()
+
+
+def test_apply_reverse_puts_back_the_modes_the_series_changed(tmp_path: Path) -> None:
+    """`apply --reverse` leaves the root as the image has it, modes included: a chmod +x alone, a chmod
+    with an edit (no lock: the section's old mode says it), and a deleted executable (the lock pins it)."""
+    root = tmp_path / "root"
+    (root / "usr/bin").mkdir(parents=True)
+    for name, data, mode in (("only-mode", b"#!/bin/sh\n", 0o644), ("mode-and-edit", b"#!/bin/sh\n", 0o644),
+                             ("drop-x", b"#!/bin/sh\n", 0o755), ("gone", b"#!/bin/sh\nexit 0\n", 0o755)):
+        (root / "usr/bin" / name).write_bytes(data)
+        os.chmod(root / "usr/bin" / name, mode)
+    q = tmp_path / "q"
+    q.mkdir()
+    imgquilt("init", cwd=q, check=0)
+    imgquilt("new", "0001-modes.patch", cwd=q, check=0)
+    imgquilt("add", "usr/bin/only-mode", "usr/bin/mode-and-edit", "usr/bin/drop-x", "usr/bin/gone", "--image", f"rootfs:{root}", cwd=q, check=0)
+    work = q / ".imgquilt/work/usr/bin"
+    os.chmod(work / "only-mode", 0o755)
+    (work / "mode-and-edit").write_bytes(b"#!/bin/sh\necho hi\n")
+    os.chmod(work / "mode-and-edit", 0o755)
+    os.chmod(work / "drop-x", 0o644)
+    (work / "gone").unlink()
+    imgquilt("refresh", cwd=q, check=0)
+    before = tree_hash(root)
+    out = shutil.copytree(root, tmp_path / "out", symlinks=True)
+    imgquilt("apply", "--root", str(out), cwd=q, check=0)
+    assert [os.stat(out / "usr/bin" / n).st_mode & 0o777 for n in ("only-mode", "mode-and-edit", "drop-x")] == [0o755, 0o755, 0o644]
+    assert not (out / "usr/bin/gone").exists()
+    imgquilt("apply", "--reverse", "--root", str(out), cwd=q, check=0)
+    got = {n: os.stat(out / "usr/bin" / n).st_mode & 0o777 for n in ("only-mode", "mode-and-edit", "drop-x")}
+    assert got == {"only-mode": 0o644, "mode-and-edit": 0o644, "drop-x": 0o755}
+    assert (out / "usr/bin/gone").read_bytes() == b"#!/bin/sh\nexit 0\n"  # its mode: only a pin knows it (below)
+    imgquilt("pop", "-a", cwd=q, check=0)
+    imgquilt("lock", "--image", f"rootfs:{root}", cwd=q, check=0)
+    out = shutil.copytree(root, tmp_path / "out2", symlinks=True)
+    imgquilt("apply", "--root", str(out), cwd=q, check=0)
+    imgquilt("apply", "--reverse", "--root", str(out), cwd=q, check=0)
+    assert tree_hash(out) == before
