@@ -70,8 +70,10 @@ def import_items(
                 continue
             items.append(ImportItem(e.name, data, e.strip, str(f), tuple(dict.fromkeys(e.guards + extra)), series=True))
         if not items and items.skipped:
-            raise UsageError(f"Every patch {sfile} lists is empty: nothing to import.",
-                             hint="quilt applies an empty patch as nothing; a series of them changes no file.")
+            raise UsageError(
+                f"Every patch {sfile} lists is empty: nothing to import.",
+                hint="quilt applies an empty patch as nothing; a series of them changes no file.",
+            )
         if not items:
             raise UsageError(
                 f"{sfile} lists no patch.", hint="Name the series file that lists the patches (DIR/series)."
@@ -91,8 +93,9 @@ def import_items(
         data = _read(Path(f))
         mails = split_mbox(data)
         covers = [k for k, m in enumerate(mails, 1) if is_cover_letter(m)]
-        items.skipped += [(f"{f} (mail {k})" if len(mails) > 1 else f, mail_subject(mails[k - 1]), "cover letter")
-                          for k in covers]
+        items.skipped += [
+            (f"{f} (mail {k})" if len(mails) > 1 else f, mail_subject(mails[k - 1]), "cover letter") for k in covers
+        ]
         if len(mails) - len(covers) > 1:
             if name:
                 raise UsageError(
