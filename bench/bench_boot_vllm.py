@@ -139,6 +139,41 @@ def untar(ref: str, work: Path, dest: Path | None = None) -> Run:
     return run
 
 
+def fill(tree: Path, dest: Path) -> Run:
+    """dd writing as many bytes as `tree` holds into a new file `dest` (see the module docstring)."""
+    size = int(run_child(["du", "-sb", str(tree)], dict(os.environ)).out.split()[0])
+    run = run_child(["dd", "if=/dev/zero", f"of={dest}", "bs=4M", f"count={-(-size // (4 << 20))}"], dict(os.environ))
+    if run.code:
+        raise SystemExit(f"dd failed:\n{run.err.decode()[-3000:]}")
+    say(f"page-cache fill: {size / 1e9:.2f} GB")
+    return run
+
+
+_CREATES = '''
+import os, sys
+n, dest = int(sys.argv[1]), sys.argv[2]
+flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+os.mkdir(dest)
+for d in range(0, n, 100):
+    sub = os.path.join(dest, str(d))
+    os.mkdir(sub)
+    dfd = os.open(sub, os.O_RDONLY | os.O_DIRECTORY)
+    for i in range(min(100, n - d)):
+        os.close(os.open(str(i), flags, 0o644, dir_fd=dfd))
+    os.close(dfd)
+'''
+
+
+def creates(tree: Path, dest: Path) -> Run:
+    """As many empty files as `tree` has entries, made in `dest` (see the module docstring)."""
+    count = sum(len(dirs) + len(files) for _, dirs, files in os.walk(tree))
+    run = run_child([sys.executable, "-c", _CREATES, str(count), str(dest)], dict(os.environ))
+    if run.code:
+        raise SystemExit(f"the creation loop failed:\n{run.err.decode()[-3000:]}")
+    say(f"inode creation: {count} entries")
+    return run
+
+
 def imgquilt(env: dict[str, str], *args: str, ok: tuple[int, ...] = (0,)) -> Run:
     r = run_child([sys.executable, "-m", "imgquilt", *args], env)
     if r.code not in ok:
@@ -181,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         say("--fresh: 70 s for the removed inodes to age ...")
         time.sleep(70)
     for r in range(args.repeat):
-        keys = ["apply cold", "boot cold", "boot warm", "floor"]
+        keys = ["apply cold", "boot cold", "boot warm", "floor"] + (["page-cache fill", "inode creation"] if args.fresh else [])
         if args.baseline:
             keys.insert(2, "boot cold (baseline)")
         for key in keys:
@@ -193,7 +228,11 @@ def main(argv: list[str] | None = None) -> int:
                     shutil.rmtree(cache, ignore_errors=True)
                 shutil.rmtree(q / ".imgquilt", ignore_errors=True)
             os.sync()
-            if key == "floor":
+            if key == "inode creation":
+                run, probes, doc = creates(fresh / f"{r}-boot-cold", fresh / f"{r}-creates"), 0.0, {}
+            elif key == "page-cache fill":
+                run, probes, doc = fill(fresh / f"{r}-boot-cold", fresh / f"{r}-fill"), 0.0, {}
+            elif key == "floor":
                 run, probes, doc = untar(ref, work, fresh / f"{r}-floor" if args.fresh else None), 0.0, {}
             elif key.startswith("apply"):
                 out = work / "out.tar"

@@ -108,3 +108,13 @@ def test_a_flag_typer_parses_late_amends_the_settings_in_force(monkeypatch) -> N
         settings.amend(tls_verify="false")  # `imgquilt --tls-verify false audit ...`: typer's callback
         assert settings.current().tls_verify == "false"
     assert settings.current().tls_verify is None
+
+
+def test_a_bad_size_setting_is_one_usage_error_in_check_not_a_problem_per_patch(tmp_path: Path) -> None:
+    """`check` collects each patch's problems; a bad IMGQUILT_* value is the environment's: exit 2, said once."""
+    from support.qtools import copy_demo_queue, imgquilt
+
+    q = copy_demo_queue(tmp_path / "q")
+    for var in ("IMGQUILT_IN_MEMORY_MAX", "IMGQUILT_SPOOL_AT"):
+        r = imgquilt("check", cwd=q, env={**os.environ, var: "abc"}, check=2)
+        assert r.err.count(f"{var}='abc' is not a size") == 1, r.err

@@ -149,3 +149,32 @@ def test_check_overlay_refuses_a_deletion_up_front() -> None:
     check_overlay(DEMO)
     with pytest.raises(UsageError, match="legacy.py"):
         check_overlay(result(fr("usr/lib/demo/legacy.py", "usr/lib/demo/legacy.py", b"x", None)))
+
+
+def test_an_earlier_overlay_holding_anything_else_is_refused_and_kept(tmp_path: Path) -> None:
+    """mounts.tsv is not sealed: its presence alone never licenses removing a directory's other files."""
+    dest = tmp_path / "overlay"
+    write_overlay(DEMO, dest)
+    (dest / "usr/bin/notes.txt").write_text("mine")  # a file the user put beside the overlay's
+    with pytest.raises(UsageError, match="not an earlier overlay"):
+        write_overlay(DEMO, dest)
+    assert (dest / "usr/bin/notes.txt").read_text() == "mine"
+    (dest / "usr/bin/notes.txt").unlink()
+    (dest / "usr/share").mkdir()  # an empty directory no mount needs
+    with pytest.raises(UsageError, match="not an earlier overlay"):
+        write_overlay(DEMO, dest)
+    (dest / "usr/share").rmdir()
+    write_overlay(result(fr("etc/old.conf", "etc/old.conf", b"a", b"b")), dest)  # only the overlay: replaced
+    assert not (dest / "usr/bin/which").exists()
+
+    home = tmp_path / "home"  # a directory that merely holds a file named mounts.tsv
+    home.mkdir()
+    (home / "mounts.tsv").write_text("")
+    (home / "thesis.tex").write_text("years of work")
+    with pytest.raises(UsageError, match="not an earlier overlay"):
+        write_overlay(DEMO, home)
+    (home / "mounts.tsv").write_text("junk\n")
+    (home / "thesis.tex").unlink()
+    with pytest.raises(UsageError, match="not an earlier overlay"):
+        write_overlay(DEMO, home)  # a mounts.tsv that is not one
+    assert (home / "mounts.tsv").read_text() == "junk\n"

@@ -139,3 +139,15 @@ def test_planted_verified_markers_are_never_followed(tmp_path: Path, cli_env: di
     with unchanged(home, layout):
         r = run(q, "apply", "--image", f"oci:{layout}:latest", env=cli_env)  # a FIFO would hang a plain read
         assert r.code == 0, r.out + r.err
+
+
+def test_a_damaged_snapshot_says_what_is_wrong_in_words(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """A pushed patch's snapshot (.imgquilt/state/pc/NAME.json) edited by hand: exit 6 naming the key
+    or the value, not a Python exception's repr (`KeyError('mode')`)."""
+    q, root = _queue(tmp_path)
+    assert run(q, "push", "-i", f"rootfs:{root}", env=cli_env).code == 0
+    (snap,) = (q / ".imgquilt/state/pc").iterdir()
+    snap.write_text('{"files": [{"path": "etc/app.conf", "sha256": "00"}]}')
+    r = run(q, "pop", env=cli_env)
+    refused(r, 6, "a required key, 'mode', is missing")
+    assert "KeyError" not in r.err

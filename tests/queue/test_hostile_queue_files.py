@@ -75,6 +75,17 @@ def test_fifo_or_directory_in_the_queue_is_refused_without_hanging(tmp_path: Pat
             refused(r, 6, "not a regular file")
 
 
+def test_a_nul_byte_in_a_series_name_is_malformed_series(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """A series line whose name holds a NUL byte (a bad merge, a binary paste) is no path any system can
+    open: MalformedSeries naming the line, never the `embedded null byte` of an open() (exit 1)."""
+    q, root, home = _world(tmp_path)
+    with open(q / "series", "ab") as f:
+        f.write(b"0002-we\x00ird.patch\n")
+    with unchanged(root, home):
+        for args in (["apply", "--root", str(root)], ["check"], ["lock", "--image", f"rootfs:{root}"]):
+            refused(run(q, *args, env=cli_env), 6, "series line 2", "unsafe patch name")
+
+
 def test_an_oversized_patch_file_streams_in_bounded_memory(tmp_path: Path, cli_env: dict[str, str]) -> None:
     """A patch file far larger than memory allows (1 GiB, sparse: NULs after its hunks, which every
     reader takes as trailing text) is read as it streams: applied under an address-space limit of

@@ -6,6 +6,8 @@ lines, no final newline, non-UTF-8 bytes, a new file (with a mode), a deleted fi
 """
 from __future__ import annotations
 
+import json
+
 import os
 import shutil
 import subprocess
@@ -232,6 +234,87 @@ def test_quilt_series_imports_to_the_same_files_as_quilt_push(tmp_path: Path, qu
             r = subprocess.run([*tool, str(queue / "patches" / name)], cwd=t, capture_output=True, text=True)
             assert r.returncode == 0, r.stdout + r.stderr
         assert tree_files(t) == pushed
+
+
+def test_quilt_series_that_fills_an_empty_file_imports_as_quilt_push_applies_it(tmp_path: Path, queue: Path, cli_env) -> None:
+    """quilt writes `--- /dev/null` for a file that was empty (an `__init__.py`); GNU patch, so `quilt push`,
+    fills the empty file and keeps its mode: import does the same, as a change of the empty file."""
+    base = {"usr/lib/app/__init__.py": b"", "usr/bin/run": b""}
+    src = make_tree(tmp_path / "pkg", base)
+    os.chmod(src / "usr/bin/run", 0o755)
+    env = quilt_env(tmp_path / "quilt-home")
+    quilt("new", "01-fill.patch", cwd=src, env=env)
+    quilt("add", *base, cwd=src, env=env)
+    (src / "usr/lib/app/__init__.py").write_bytes(b"VERSION = '1'\n")
+    (src / "usr/bin/run").write_bytes(b"#!/bin/sh\nexec app")
+    quilt("refresh", cwd=src, env=env)
+    assert b"--- /dev/null\n" in (src / "patches/01-fill.patch").read_bytes()
+    image = make_tree(tmp_path / "image", base)
+    os.chmod(image / "usr/bin/run", 0o755)
+    fresh = shutil.copytree(image, tmp_path / "fresh")  # quilt's own pop would remove the "new" empty files
+    shutil.copytree(src / "patches", fresh / "patches")
+    quilt("push", "-a", cwd=fresh, env=env)
+    pushed = tree_files(fresh)
+    assert os.stat(fresh / "usr/bin/run").st_mode & 0o777 == 0o755
+    imgquilt("import", "--series", str(src / "patches/series"), "--image", f"rootfs:{image}", cwd=queue, env=cli_env, check=0)
+    p = parse_patch((queue / "patches/01-fill.patch").read_bytes())
+    assert {s.path: s.base_sha256 for s in p.sections} == dict.fromkeys(base, sha256_hex(b""))
+    out = shutil.copytree(image, tmp_path / "applied")
+    imgquilt("apply", "--root", str(out), cwd=queue, env=cli_env, check=0)
+    got = tree_files(out)
+    got.pop("var/lib/imgquilt/applied.json")
+    assert got == pushed and os.stat(out / "usr/bin/run").st_mode & 0o777 == 0o755
+    for tool in (["patch", "-p1", "--batch", "--fuzz=0", "-i"], ["git", "apply"]):
+        t = shutil.copytree(image, tmp_path / f"again-{tool[0]}")
+        r = subprocess.run([*tool, str(queue / "patches/01-fill.patch")], cwd=t, capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert tree_files(t) == pushed
+
+
+def test_an_empty_patch_file_in_a_quilt_series_is_skipped_as_quilt_pushes_it(tmp_path: Path, queue: Path, cli_env) -> None:
+    """`quilt push -a` applies a patch file of no bytes as nothing; the import skips it, says so (a
+    note; `skipped` in --json, why "empty patch") and gives quilt's tree. A file holding any text but no
+    diff is GNU patch's "garbage" to quilt, and stays refused."""
+    base = {"etc/app.conf": b"a\n"}
+    src = make_tree(tmp_path / "pkg", base)
+    env = quilt_env(tmp_path / "quilt-home")
+    quilt("new", "01-a.patch", cwd=src, env=env)
+    quilt("add", "etc/app.conf", cwd=src, env=env)
+    (src / "etc/app.conf").write_bytes(b"b\n")
+    quilt("refresh", cwd=src, env=env)
+    quilt("new", "02-empty.patch", cwd=src, env=env)
+    (src / "patches/02-empty.patch").write_bytes(b"")
+    quilt("new", "03-c.patch", cwd=src, env=env)
+    quilt("add", "etc/app.conf", cwd=src, env=env)
+    (src / "etc/app.conf").write_bytes(b"c\n")
+    quilt("refresh", cwd=src, env=env)
+    image = make_tree(tmp_path / "image", base)
+    fresh = shutil.copytree(image, tmp_path / "fresh")
+    shutil.copytree(src / "patches", fresh / "patches")
+    quilt("push", "-a", cwd=fresh, env=env)
+    pushed = tree_files(fresh)
+    r = imgquilt("--json", "import", "--series", str(src / "patches/series"), "--image", f"rootfs:{image}", cwd=queue, env=cli_env, check=0)
+    doc = json.loads(r.out)
+    assert [(x["subject"], x["why"]) for x in doc["skipped"]] == [("02-empty.patch", "empty patch")]
+    assert (queue / "series").read_text().split() == ["01-a.patch", "03-c.patch"]
+    out = shutil.copytree(image, tmp_path / "applied")
+    imgquilt("apply", "--root", str(out), cwd=queue, env=cli_env, check=0)
+    got = tree_files(out)
+    got.pop("var/lib/imgquilt/applied.json")
+    assert got == pushed
+
+    def again() -> Path:
+        q = tmp_path / f"q{len(list(tmp_path.glob('q*')))}"
+        shutil.copytree(queue, q, ignore=shutil.ignore_patterns(".imgquilt", "patches", "series", "targets.lock"))
+        (q / "patches").mkdir(exist_ok=True)
+        (q / "series").write_text("")
+        return q
+
+    r = imgquilt("import", "--series", str(src / "patches/series"), "--image", f"rootfs:{image}", cwd=again(), env=cli_env, check=0)
+    assert "note: skipped" in r.err and "02-empty.patch" in r.err and "pushes as nothing" in r.err
+    (src / "patches/02-empty.patch").write_bytes(b"Just a description\n")  # quilt: "Only garbage", not applied
+    r = imgquilt("import", "--series", str(src / "patches/series"), "--image", f"rootfs:{image}", cwd=again(), env=cli_env, check=6)
+    assert "no file diff found" in r.err
 
 
 def test_quilt_series_with_p0_and_timestamps(tmp_path: Path, queue: Path, cli_env) -> None:

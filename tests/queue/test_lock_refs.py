@@ -86,3 +86,40 @@ def test_which_references_are_rewritten(tmp_path: Path, monkeypatch) -> None:
     assert ref_in_queue("oci:img:v1", q) == f"oci:{os.path.relpath(q / 'img')}:v1"
     with pytest.raises(BadImage, match="does not exist"):
         ref_in_queue("oci:nowhere:v1", q)
+
+
+def test_a_malformed_lock_says_what_is_wrong_in_words_not_a_python_class() -> None:
+    """A hand-broken lock: the message names the missing key or the bad value, not `KeyError: 'image'`."""
+    from imgquilt.errors import MalformedLock
+    from imgquilt.queue.lock import parse_lock_file
+
+    cases = {b"version = 1\n[profile.a]\nselect = []\n": "a required key, 'image', is missing",
+             b'version = 1\nimage = {ref = "oci:x"}\n': "a required key, 'series_sha256', is missing",
+             b"version = 1\nimage = 3\n": "[image] must be a table"}
+    for doc, words in cases.items():
+        with pytest.raises(MalformedLock) as err:
+            parse_lock_file(doc)
+        assert words in err.value.message and "Error:" not in err.value.message, err.value.message
+        assert err.value.exit_code == 6 and "imgquilt lock" in (err.value.hint or "")
+
+
+def test_a_lock_of_another_version_type_or_with_a_target_pinned_twice_is_malformed(tmp_path: Path, cli_env) -> None:
+    """`version = 1.0` or `true` is no version 1 (TOML keeps the types), and a path pinned twice leaves
+    which pin holds to chance: both are MalformedLock (exit 6), in `check` as in `apply`."""
+    from imgquilt.errors import MalformedLock
+    from imgquilt.queue.lock import parse_lock_file
+
+    q = copy_demo_queue(tmp_path / "q")
+    good = (q / "targets.lock").read_text()
+    parse_lock_file(good.encode())
+    first = good.index("[[target]]")
+    end = good.find("[[target]]", first + 1)
+    twice = good + "\n" + good[first:end if end > 0 else len(good)]
+    for text, words in ((good.replace("version = 1\n", "version = 1.0\n", 1), "unsupported version"),
+                        (good.replace("version = 1\n", "version = true\n", 1), "unsupported version"),
+                        (twice, "is pinned twice")):
+        with pytest.raises(MalformedLock, match=words):
+            parse_lock_file(text.encode())
+        (q / "targets.lock").write_text(text)
+        r = imgquilt("check", cwd=q, env=cli_env, check=6)
+        assert words in r.err or words in r.out

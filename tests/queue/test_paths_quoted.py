@@ -73,3 +73,34 @@ def test_add_edit_refresh_a_file_with_a_tab_and_a_newline_in_its_name(tmp_path: 
     p = subprocess.run(["git", "apply", "-p1", str(q / "patches/names.patch")], cwd=tree, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert {k: (tree / k).read_bytes() for k in NAMES} == {k: v + b"more\n" for k, v in NAMES.items()}
+
+
+def test_a_name_with_a_space_is_written_with_the_tab_gnu_patch_needs(tmp_path: Path) -> None:
+    """A bare name holding a space ends with a tab on the `---`/`+++` lines, as git writes it: without it
+    GNU patch reads `etc/with` and finds no file to patch (a new file's and a deletion's too)."""
+    spaced = {"etc/with space.conf": b"a\n", "etc/old space.conf": b"o\n"}
+    root = _tree(tmp_path / "root", spaced)
+    q = empty_queue(tmp_path / "q")
+    imgquilt("new", "spaces.patch", cwd=q, check=0)
+    imgquilt("add", "--new", *spaced, "etc/new space.conf", "--image", f"rootfs:{root}", cwd=q, check=0)
+    work = q / ".imgquilt/work"
+    (work / "etc/with space.conf").write_bytes(b"b\n")
+    (work / "etc/old space.conf").unlink()
+    (work / "etc/new space.conf").write_bytes(b"n\n")
+    imgquilt("refresh", cwd=q, check=0)
+    raw = (q / "patches/spaces.patch").read_bytes()
+    assert b"--- a/etc/with space.conf\t\n+++ b/etc/with space.conf\t\n" in raw
+    assert b"--- /dev/null\n+++ b/etc/new space.conf\t\n" in raw and b"--- a/etc/old space.conf\t\n+++ /dev/null\n" in raw
+    assert {s.path for s in parse_patch(raw).sections} == {*spaced, "etc/new space.conf"}
+    want = {"etc/with space.conf": b"b\n", "etc/new space.conf": b"n\n"}
+    for tool, cmd in (("git", ["git", "apply", "-p1"]), ("patch", ["patch", "-p1", "-s", "-i"])):
+        tree = shutil.copytree(root, tmp_path / tool)
+        p = subprocess.run([*cmd, str(q / "patches/spaces.patch")], cwd=tree, capture_output=True, text=True)
+        assert p.returncode == 0, (tool, p.stdout, p.stderr)
+        assert {k: (tree / k).read_bytes() for k in want} == want and not (tree / "etc/old space.conf").exists(), tool
+    out = shutil.copytree(root, tmp_path / "out")
+    imgquilt("apply", "--root", str(out), cwd=q, check=0)
+    assert {k: (out / k).read_bytes() for k in want} == want and not (out / "etc/old space.conf").exists()
+    imgquilt("pop", cwd=q, check=0)
+    imgquilt("push", cwd=q, check=0)
+    imgquilt("check", cwd=q, check=0)

@@ -132,6 +132,10 @@ def test_bad_input_exit_codes(session, tmp_path: Path) -> None:
     r = imgquilt("check", cwd=tmp_path, check=2)
     assert "No queue found" in r.err
     assert "Traceback" not in r.err
+    r = imgquilt("--queue", "series", "check", cwd=q, check=2)  # the file, not its directory
+    assert "'series' is not a directory" in r.err and "--queue '.'" in r.err
+    r = imgquilt("--queue", "nowhere", "check", cwd=q, check=2)
+    assert "'nowhere' does not exist" in r.err
 
 
 def test_version_and_help() -> None:
@@ -263,3 +267,60 @@ def test_same_queue_same_image_in_two_directories_gives_identical_layers(tmp_pat
             record = json.loads(tar.extractfile("var/lib/imgquilt/applied.json").read())
         assert record["image"] == {"ref": None, "digest": record["image"]["digest"]} and record["image"]["digest"].startswith("sha256:")
     assert layers[0] == layers[1]
+
+
+def test_an_output_over_the_queue_s_own_files_is_refused_before_anything_is_written(tmp_path: Path, cli_env) -> None:
+    """`--output-image oci-archive:series` wrote the archive over the series and exited 0; an output on
+    the queue's own files (series, targets.lock, patches/, .imgquilt/), or an overlay holding the queue,
+    is a usage error now, and every queue file stays as it was. out/ beside them is fine."""
+    q = copy_demo_queue(tmp_path / "q")
+    (q / "elsewhere").symlink_to(q / "patches")  # a link on the way is followed, as the kernel would
+    before = tree_hash(q)
+    image = ["--image", "oci:examples/demo-image:latest"]
+    for output in (["--output-image", "oci-archive:series"], ["--output-image", "docker-archive:targets.lock"],
+                   ["--layer", "patches/x.tar.gz"], ["--layer", "elsewhere/x.tar.gz"],
+                   ["--output-image", "oci:.imgquilt/img:t"], ["--overlay", "."], ["--overlay", str(q.parent)]):
+        r = imgquilt("apply", *image, *output, cwd=q, env=cli_env, check=2)
+        assert "would write over the queue's" in r.err and "nothing was written" in r.err, r.err
+        assert tree_hash(q) == before
+    (q / "out").mkdir()
+    imgquilt("apply", *image, "--layer", "out/fix.tar.gz", cwd=q, env=cli_env, check=0)
+    assert (q / "out/fix.tar.gz").is_file()
+
+
+def test_apply_reverse_puts_back_the_modes_the_series_changed(tmp_path: Path) -> None:
+    """`apply --reverse` leaves the root as the image has it, modes included: a chmod +x alone, a chmod
+    with an edit (no lock: the section's old mode says it), and a deleted executable (the lock pins it)."""
+    root = tmp_path / "root"
+    (root / "usr/bin").mkdir(parents=True)
+    for name, data, mode in (("only-mode", b"#!/bin/sh\n", 0o644), ("mode-and-edit", b"#!/bin/sh\n", 0o644),
+                             ("drop-x", b"#!/bin/sh\n", 0o755), ("gone", b"#!/bin/sh\nexit 0\n", 0o755)):
+        (root / "usr/bin" / name).write_bytes(data)
+        os.chmod(root / "usr/bin" / name, mode)
+    q = tmp_path / "q"
+    q.mkdir()
+    imgquilt("init", cwd=q, check=0)
+    imgquilt("new", "0001-modes.patch", cwd=q, check=0)
+    imgquilt("add", "usr/bin/only-mode", "usr/bin/mode-and-edit", "usr/bin/drop-x", "usr/bin/gone", "--image", f"rootfs:{root}", cwd=q, check=0)
+    work = q / ".imgquilt/work/usr/bin"
+    os.chmod(work / "only-mode", 0o755)
+    (work / "mode-and-edit").write_bytes(b"#!/bin/sh\necho hi\n")
+    os.chmod(work / "mode-and-edit", 0o755)
+    os.chmod(work / "drop-x", 0o644)
+    (work / "gone").unlink()
+    imgquilt("refresh", cwd=q, check=0)
+    before = tree_hash(root)
+    out = shutil.copytree(root, tmp_path / "out", symlinks=True)
+    imgquilt("apply", "--root", str(out), cwd=q, check=0)
+    assert [os.stat(out / "usr/bin" / n).st_mode & 0o777 for n in ("only-mode", "mode-and-edit", "drop-x")] == [0o755, 0o755, 0o644]
+    assert not (out / "usr/bin/gone").exists()
+    imgquilt("apply", "--reverse", "--root", str(out), cwd=q, check=0)
+    got = {n: os.stat(out / "usr/bin" / n).st_mode & 0o777 for n in ("only-mode", "mode-and-edit", "drop-x")}
+    assert got == {"only-mode": 0o644, "mode-and-edit": 0o644, "drop-x": 0o755}
+    assert (out / "usr/bin/gone").read_bytes() == b"#!/bin/sh\nexit 0\n"  # its mode: only a pin knows it (below)
+    imgquilt("pop", "-a", cwd=q, check=0)
+    imgquilt("lock", "--image", f"rootfs:{root}", cwd=q, check=0)
+    out = shutil.copytree(root, tmp_path / "out2", symlinks=True)
+    imgquilt("apply", "--root", str(out), cwd=q, check=0)
+    imgquilt("apply", "--reverse", "--root", str(out), cwd=q, check=0)
+    assert tree_hash(out) == before

@@ -57,6 +57,13 @@ def test_select_resolves_the_strings_once(tmp_path: Path) -> None:
     listed.write_text("# nothing\n")
     with pytest.raises(UsageError, match="no image reference in it"):
         select(images_from=listed)
+    # a list that cannot be read says why in words, not as a Python exception's class
+    with pytest.raises(UsageError, match=r"cannot be read \(it does not exist\)") as err:
+        select(images_from=tmp_path / "missing.txt")
+    assert "Error" not in err.value.message
+    listed.write_bytes(b"oci:\xff\n")
+    with pytest.raises(UsageError, match=r"cannot be read \(it is not UTF-8 text\)"):
+        select(images_from=listed)
 
 
 def test_fan_out_profiles_in_lock_order(profiled: tuple[Path, Path]) -> None:

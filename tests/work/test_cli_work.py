@@ -186,6 +186,39 @@ def test_header_edit_with_an_editor_keeps_the_diff(world) -> None:
     assert run(q, env2, "header", "-e", code=2).code == 2
 
 
+def test_header_edit_when_the_editor_removes_the_file(world) -> None:
+    """An editor (or a script in IMGQUILT_EDITOR) that deletes the file it was given leaves no header to
+    read: a usage error as for an editor that fails, the patch as it was, no temp file left behind."""
+    q, root, env = world
+    run(q, env, "new", "0001-port.patch", "-d", "first words")
+    before = (q / "patches/0001-port.patch").read_bytes()
+    script = q.parent / "ed.py"
+    script.write_text("import os, sys\nos.unlink(sys.argv[1])\n")
+    r = imgquilt("header", "-e", cwd=q, env={**env, "IMGQUILT_EDITOR": f"{sys.executable} {script}"}, check=2)
+    assert "removed the header file" in r.err and "--set" in r.err, r.err
+    assert "Traceback" not in r.err and "internal error" not in r.err
+    assert (q / "patches/0001-port.patch").read_bytes() == before
+    assert not list((q / ".imgquilt").rglob("header-*"))
+    # one that leaves a directory or a link in its place: exit 6, and nothing of it left either
+    for act in ("os.mkdir(sys.argv[1])", "os.symlink('/etc/passwd', sys.argv[1])"):
+        script.write_text(f"import os, sys\nos.unlink(sys.argv[1])\n{act}\n")
+        r = imgquilt("header", "-e", cwd=q, env={**env, "IMGQUILT_EDITOR": f"{sys.executable} {script}"}, check=6)
+        assert (q / "patches/0001-port.patch").read_bytes() == before
+        assert not list((q / ".imgquilt").rglob("header-*")), act
+
+
+def test_new_when_patches_is_a_file_says_so(world) -> None:
+    """`patches` replaced by a file: `new` says a name on the way is no directory (not "File exists",
+    not "make it writable"), and the queue is as it was."""
+    q, root, env = world
+    shutil.rmtree(q / "patches", ignore_errors=True)
+    (q / "patches").write_text("not a directory")
+    series = (q / "series").read_bytes()
+    r = imgquilt("new", "0001-x.patch", cwd=q, env=env, check=6)
+    assert "a name on its way is not a directory" in r.err and "'patches'" in r.err, r.err
+    assert (q / "series").read_bytes() == series and (q / "patches").read_text() == "not a directory"
+
+
 def test_fold_a_plain_diff_into_the_top_patch(world) -> None:
     q, root, env = world
     run(q, env, "new", "0001-fold.patch")

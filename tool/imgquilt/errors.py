@@ -35,6 +35,18 @@ def control_character(text: str) -> str | None:
     return next((c for c in text if not c.isprintable()), None)
 
 
+def in_words(exc: BaseException) -> str:
+    """Why a document imgquilt reads (JSON, TOML) did not have the shape it needs, in words for the
+    user: the missing key or the mistyped value, never only a Python exception's class."""
+    if isinstance(exc, KeyError):
+        return f"a required key, {exc.args[0]!r}, is missing" if exc.args else "a required key is missing"
+    if isinstance(exc, (TypeError, AttributeError)):
+        return f"a value is not of the type the format says ({exc})"
+    if isinstance(exc, RecursionError):
+        return "it is nested too deeply"
+    return str(exc).rstrip(".") or exc.__class__.__name__
+
+
 def shown_env(key: str, value: str | None) -> str:
     """`KEY=VALUE` of an env default or an image's Env (`no KEY` when unset), escaped as one word."""
     return shown(f"no {key}" if value is None else f"{key}={value}")
@@ -279,13 +291,18 @@ _OS_WHY = {"ENAMETOOLONG": "a name in it is longer than the filesystem allows (2
            "ENOSPC": "the filesystem is full", "EIO": "the disk reported an I/O error"}
 
 
-def os_error(exc: OSError, what: str, *, hint: str | None = None) -> PathRefused:
-    """An OSError on a path imgquilt was given (or keeps) as the error a user reads (exit 6), naming
-    `what` it was and why the system refused it."""
+def os_why(exc: OSError) -> tuple[str, str]:
+    """Why the system refused a path, in words, and the errno's name ("" when it has none)."""
     import errno
 
     code = errno.errorcode.get(exc.errno or 0, "")
-    why = _OS_WHY.get(code) or (exc.strerror or str(exc))
+    return _OS_WHY.get(code) or (exc.strerror or str(exc)), code
+
+
+def os_error(exc: OSError, what: str, *, hint: str | None = None) -> PathRefused:
+    """An OSError on a path imgquilt was given (or keeps) as the error a user reads (exit 6), naming
+    `what` it was and why the system refused it."""
+    why, code = os_why(exc)
     where = f" ({exc.filename})" if exc.filename and str(exc.filename) not in what else ""
     return PathRefused(f"Cannot use {what}{where}: {why}" + (f" ({code})." if code else "."),
                        hint=hint or "Check the path (its length, its links, its permissions) and run again.")

@@ -140,7 +140,7 @@ VARS: tuple[Var, ...] = (
         "IMGQUILT_EDITOR",
         "editor",
         "unset (`$VISUAL`, else `$EDITOR`, on a terminal only)",
-        "The editor `edit`, `new --edit` and `header --edit` run, on a terminal or not (scripts, tests).",
+        "The editor `edit` and `header --edit` run, on a terminal or not (scripts, tests).",
         "cli.md",
     ),
     Var(

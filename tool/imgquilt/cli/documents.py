@@ -783,7 +783,7 @@ def import_doc(
     patches_dir: Any,
     top: str | None,
     placed: Sequence[Any],
-    skipped: Iterable[tuple[str, str]],
+    skipped: Iterable[tuple[str, str, str]],
     others: Mapping[str, Iterable[str]],
     lock: LockUpdate | None,
 ) -> dict:
@@ -803,7 +803,7 @@ def import_doc(
         "top": top,
         "after": placed[0].after if placed else None,
         "rechained": list(placed[0].rechained) if placed else [],
-        "skipped": [{"source": src, "subject": subject, "why": "cover letter"} for src, subject in skipped],
+        "skipped": [{"source": src, "subject": subject, "why": why} for src, subject, why in skipped],
         **({"guarded": {n: list(g) for n, g in others.items()}} if others else {}),
         "targets_lock": targets_lock(lock),
     }

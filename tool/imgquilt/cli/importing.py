@@ -40,7 +40,7 @@ def import_cmd(
     are verified (exit 3); in a --series, a git index line that names another blob is recorded in the
     patch's header instead, as quilt ignores it. A missing path is looked for by its tail
     (package-relative paths) and taken where exactly one file fits. Git symlinks (mode 120000), mode
-    changes, renames and copies are imported as git apply reads them; a cover letter is skipped.
+    changes, renames and copies are imported as git apply reads them; a cover letter is skipped, and so is an empty patch file a series lists (quilt pushes it as nothing).
 
     \b
     Examples:
@@ -63,7 +63,7 @@ def import_cmd(
     from ..work.import_verb import import_items, vendor_items
 
     items = import_items(list(files or []), name=patch, strip=strip, series=series, guards=guard)
-    skipped = items.skipped  # cover letters left out of an mbox
+    skipped = items.skipped  # cover letters left out of an mbox, empty patches out of a series
     wt = tree(image, platform)
     others: dict[str, tuple[str, ...]] = {}
     if profile is not None:
@@ -81,8 +81,11 @@ def import_cmd(
     if G.json:
         emit_json(documents.import_doc(done, items, wt.patches_dir, wt.top(), placed, skipped, others, wt.lock_update))
         return
-    for src, subject in skipped:
-        note(f"note: skipped {src}: a cover letter ({subject!r}), no diff; as `git am` does")
+    for src, subject, why in skipped:
+        if why == "empty patch":
+            note(f"note: skipped {src}: an empty file, which quilt pushes as nothing")
+        else:
+            note(f"note: skipped {src}: a cover letter ({subject!r}), no diff; as `git am` does")
     for d in done:
         for n in d.notes:
             note(f"note: {d.name}: {n}")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import List, Optional
@@ -9,6 +10,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import UsageError
+from ..util.regular import read_regular_file
 from . import listing
 from . import documents
 from .common import G, editor, emit_json, field_pairs, one_patch, patch_names, run_editor, say, say_lock, tree
@@ -48,9 +50,13 @@ def header_cmd(
             with os.fdopen(fd, "wb") as f:
                 f.write(header.raw)
             run_editor(cmd, [Path(tmp)])
-            header = set_header(wt, name, Header(Path(tmp).read_bytes())).header
+            edited = read_regular_file(Path(tmp), follow=False)  # a directory or a link in its place: exit 6
+            if edited is None:
+                raise UsageError(f"The editor ({cmd}) removed the header file it was given; nothing more was changed.",
+                                 hint="Save the header in the file the editor opens, or change one field with --set FIELD=VALUE.")
+            header = set_header(wt, name, Header(edited)).header
         finally:
-            os.unlink(tmp)
+            _remove_scratch(Path(tmp))
     listing.render_header(name, header, header.raw != before, asked=bool(set_ or unset or edit), lock=wt.lock_update)
     if not G.json:
         say_lock(wt.lock_update)
@@ -153,3 +159,11 @@ def move_cmd(
 
 
 COMMANDS = {"header": header_cmd, "delete": delete_cmd, "rename": rename_cmd, "move": move_cmd}
+
+
+def _remove_scratch(path: Path) -> None:
+    """The editor's temp file, or whatever the editor left in its place (in .imgquilt/state: ours)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)

@@ -132,12 +132,14 @@ def plan_restore(info: ImageInfo, paths: Sequence[str], current: Mapping[str, Ta
 
 
 def plan_reverse(info: ImageInfo, record: Record, record_file: TargetFile, current: Mapping[str, TargetFile],
-                 bytes_of: BytesOf, queue: Queue | None, links: Collection[str] = ()) -> tuple[ApplyResult, list[str]]:
+                 bytes_of: BytesOf, queue: Queue | None, links: Collection[str] = (),
+                 modes: Mapping[str, int] | None = None) -> tuple[ApplyResult, list[str]]:
     """Take off what `record` says was applied: each file that holds the series' result goes back to
     the image's bytes, each file the series created goes, and so does the record. Returns the plan and
     the files already as the image has them. `queue`: this queue, when the record names it (its patches
     are then taken off again where the image's bytes are not stored). `links`: the paths symlink
-    sections name (read, and put back, as links)."""
+    sections name (read, and put back, as links). `modes`: the image's permission bits where known
+    (--image, targets.lock); else a mode the series changed goes back to its first section's old mode."""
     files: list[FileResult] = []
     edited, unknown, already = [], [], []
     for resolved, (named, base, last) in sorted(record.first_and_last().items()):
@@ -145,6 +147,10 @@ def plan_reverse(info: ImageInfo, record: Record, record_file: TargetFile, curre
         now = sha256_hex(t.data)
         if t.resolved != resolved:
             edited.append(f"{named} (it resolves to {t.resolved} in the root now, the record says {resolved})")
+            continue
+        mode = _image_mode(queue, named, resolved, current, modes or {})
+        if base == last and now == base and t.data is not None and mode is not None and (t.mode & 0o7777) != mode:
+            files.append(FileResult(t, t.data, mode, t.uid, t.gid, ()))  # a mode change alone: the mode goes back
             continue
         if now == base or base == last:
             already.append(named)
@@ -158,7 +164,8 @@ def plan_reverse(info: ImageInfo, record: Record, record_file: TargetFile, curre
         if not found:
             unknown.append(f"{named} (sha256 {base})")
             continue
-        files.append(FileResult(t, data, t.mode, t.uid, t.gid, (), link=named in links and data is not None))
+        keep = t.mode if t.data is not None else 0o644
+        files.append(FileResult(t, data, keep if mode is None else mode, t.uid, t.gid, (), link=named in links and data is not None))
     if edited:
         raise BaseDrift(
             f"Refused: {len(edited)} file(s) changed since imgquilt applied the queue: {'; '.join(edited)}. Nothing was written.",
@@ -168,6 +175,19 @@ def plan_reverse(info: ImageInfo, record: Record, record_file: TargetFile, curre
         raise _not_at_hand(unknown)
     files.append(FileResult(record_file, None, record_file.mode, record_file.uid, record_file.gid, ()))
     return ApplyResult(info, record.series_sha256, tuple(record.names), tuple(sorted(files, key=lambda f: f.resolved)), False), already
+
+
+def _image_mode(queue: Queue | None, named: str, resolved: str, current: Mapping[str, TargetFile],
+                modes: Mapping[str, int]) -> int | None:
+    """The permission bits the image has at `named`: `modes`' (the image's, the lock's), else the old
+    mode of the first section on the file that changes it; None: the series left the mode alone."""
+    if named in modes:
+        return modes[named] & 0o7777
+    for s in (s for p in (queue.patches if queue is not None else ()) for s in p.sections
+              if s.path == named or (s.path in current and current[s.path].resolved == resolved)):
+        if s.mode_change is not None:
+            return s.mode_change[0]
+    return None
 
 
 def _taken_off(queue: Queue, named: str, resolved: str, data: bytes | None, base: str,

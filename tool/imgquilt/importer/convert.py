@@ -18,7 +18,7 @@ The rules are the ones `git apply` and GNU `patch` follow, so an import gives th
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..engine.apply import PlaceError, Placed, apply_placed, link_target_problem, place_hunks, renumbered
@@ -29,6 +29,8 @@ from ..queue.hunks import ABSENT, Hunk, sha256_hex, split_lines
 from .names import best_name, strip_path
 from .values import Base, Converted, FileChange, ForeignFile, ForeignPatch, IndexMismatch, Pin
 from .values import bad as _bad
+
+_EMPTY = sha256_hex(b"")
 
 _ZERO_SHA1 = re.compile(r"^0+$")
 EMPTY_BLOB = git_blob_sha1(b"")
@@ -231,6 +233,10 @@ class _Apply:
             src, dst, where, base = self._moved(f, src, dst, where, pin)
         base = self._kind(f, src, where, base)
         actual = sha256_hex(base.data)
+        if f.old_absent and not f.git and base.data is not None and not base.link and actual == _EMPTY and not (f.rename or f.copy):
+            # GNU patch (so quilt, which writes `--- /dev/null` for an empty original) creates a file of a
+            # plain diff over an empty one, keeping its mode: a change of the empty file
+            f = replace(f, old_absent=False)
         changes_it = any(h.old_len for h in f.hunks) or f.rename or f.copy or f.mode_change is not None or f.new_absent
         if base.data is None and not f.old_absent and (changes_it or pin.base not in (None, ABSENT)):
             raise self._missing(f, src, where, pin)

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..util.regular import read_regular_file
-from ..errors import ImgquiltError
+from ..errors import ImgquiltError, UsageError
 from .lock import Lock, LockFile, LockNote, read_lock_file, read_note, stale_lock_advice
 from .patchfile import Patch, read_patch, rehash_command
 from .queue import series_sha256
@@ -98,6 +98,8 @@ def lint_queue(root: Path, bodies: BodyCheck | None = None) -> Lint:
                 problems.append(f"series line {e.line} lists {e.name!r}, but patches/{e.name} does not exist.")
                 continue
             patches.append(patch)
+        except UsageError:
+            raise  # the command's or the environment's (a bad IMGQUILT_* size), not this patch's: said once
         except ImgquiltError as exc:
             unreadable.add(e.name)
             problems.append(f"{exc.message} {exc.hint}" if getattr(exc, "recount", False) else exc.message)

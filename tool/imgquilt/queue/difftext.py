@@ -122,9 +122,12 @@ def format_hunks(hunks: list[Hunk] | tuple[Hunk, ...]) -> bytes:
 
 
 def diff_names(path: str, old_absent: bool, new_absent: bool) -> bytes:
-    """The `---`/`+++` lines of a file diff (a/, b/ or /dev/null; a name git would quote, quoted)."""
-    old_name = b"/dev/null" if old_absent else quote_name(f"a/{path}")
-    new_name = b"/dev/null" if new_absent else quote_name(f"b/{path}")
+    """The `---`/`+++` lines of a file diff (a/, b/ or /dev/null; a name git would quote, quoted). A
+    name holding a space ends with a tab, as git writes it: GNU patch reads a bare name up to the first
+    blank unless a tab follows it."""
+    tab = b"\t" if " " in path else b""
+    old_name = b"/dev/null" if old_absent else quote_name(f"a/{path}") + tab
+    new_name = b"/dev/null" if new_absent else quote_name(f"b/{path}") + tab
     return b"--- " + old_name + b"\n+++ " + new_name + b"\n"
 
 

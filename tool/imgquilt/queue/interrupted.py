@@ -197,6 +197,12 @@ class QueueJournal:
         except BaseException as exc:
             self._undo(doc)  # a write refused (a full disk, a planted link), ^C: nothing stays half-written
             self._end()  # (an undo that fails too leaves the journal: the next command finishes it)
+            if isinstance(exc, (FileExistsError, NotADirectoryError)):  # `patches` is a file, say
+                raise QueueWriteFailed(
+                    f"`{COMMANDS[self.command]}` could not write {self.root}/{c.path}: a name on its way is not a "
+                    "directory; nothing was changed (what it had written was put back).",
+                    hint=f"Move away what holds the name of the directory {str(Path(c.path).parent)!r} in the queue, "
+                         "then run the command again.") from None
             if isinstance(exc, OSError):
                 raise QueueWriteFailed(
                     f"`{COMMANDS[self.command]}` could not write {self.root}/{c.path}: {exc.strerror or exc}; "

@@ -12,6 +12,9 @@ def find_queue(explicit: str | os.PathLike | None = None, cwd: Path | None = Non
     if explicit:
         p = Path(explicit)
         if not p.is_dir():
+            if p.exists():  # `--queue series`: the file, not the directory that holds it
+                raise QueueNotFound(f"Queue directory {str(p)!r} is not a directory.",
+                                    hint=f"Pass the directory that holds the series file (--queue {str(p.parent)!r}).")
             raise QueueNotFound(f"Queue directory {str(p)!r} does not exist.")
         return p.resolve()
     from ..settings import current

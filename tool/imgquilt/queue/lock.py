@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 from pathlib import Path
 
 
-from ..errors import ImgquiltError, MalformedLock
+from ..errors import ImgquiltError, MalformedLock, in_words
 from ..fs.content import Data
 from ..fs.types import ImageInfo
 from .hunks import sha256_hex
@@ -346,6 +346,11 @@ def _parse_pin(doc: dict) -> Lock:
         )
         for t in _tables(doc.get("target", []))
     )
+    seen: set[str] = set()
+    for t in targets:
+        if t.path in seen:
+            raise ValueError(f"[[target]] {t.path!r} is pinned twice")
+        seen.add(t.path)
     return Lock(str(doc["series_sha256"]), info, targets, patch_sha256=_patch_hashes(doc.get("patch_sha256", {})))
 
 
@@ -378,7 +383,7 @@ def parse_lock_file(data: bytes, *, source: str = "targets.lock", loads: Callabl
 
     try:
         doc = loads(data)
-        if doc.get("version") != LOCK_VERSION:
+        if type(doc.get("version")) is not int or doc.get("version") != LOCK_VERSION:  # 1.0 and true are no version
             raise MalformedLock(f"{source}: unsupported version {doc.get('version')!r} (this imgquilt reads {LOCK_VERSION}).")
         profiles = doc.get("profile", {})
         if not isinstance(profiles, dict):
@@ -389,8 +394,8 @@ def parse_lock_file(data: bytes, *, source: str = "targets.lock", loads: Callabl
         raise
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise MalformedLock(
-            f"{source} cannot be read: {exc.__class__.__name__}: {exc}.",
-            hint="Regenerate it with `imgquilt lock`.",
+            f"{source} cannot be read: {in_words(exc)}.",
+            hint="Regenerate it with `imgquilt lock` (docs/targets-lock.md describes the format).",
         ) from None
 
 

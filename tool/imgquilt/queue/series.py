@@ -106,8 +106,10 @@ def parse_series(data: bytes, *, source: str = "series") -> list[SeriesEntry]:
                     f"{source} line {lineno}: unsupported option {opt!r} for {name!r}.",
                     hint="Only -p0 and -p1 are accepted; remove the option.",
                 )
-        if name.startswith("/") or ".." in name.split("/") or "\\" in name:
-            raise MalformedSeries(f"{source} line {lineno}: unsafe patch name {name!r}.")
+        if name.startswith("/") or ".." in name.split("/") or "\\" in name or "\x00" in name:
+            raise MalformedSeries(f"{source} line {lineno}: unsafe patch name {name!r}.",
+                                  hint="A patch name is a relative path below patches/: no leading /, no `..`, "
+                                       "no backslash and no NUL byte.")
         guards = tuple(GUARD_RE.findall(hash_ + comment)) if hash_ else ()
         entries.append(SeriesEntry(name, strip, lineno, guards))
     return entries

@@ -21,7 +21,7 @@ from ..image.model import Image
 from ..image.referrers import Referrer
 from ..image.sinks import layer as layer_sink
 from ..image.sinks import overlay as overlay_sink
-from ..image.sinks.image import WrittenImage, check_image_destination, check_referrer_destination, write_new_image
+from ..image.sinks.image import WrittenImage, check_image_destination, check_referrer_destination, parse_output_ref, write_new_image
 from ..image.sinks.layer import LayerBlob, LayerEntry, LayerInfo, resolve_epoch
 from ..image.sinks.mutate import Addendum, History, NewImage, append, config_env, created_of, unchanged
 from ..image.sinks.overlay import OverlayInfo
@@ -200,8 +200,12 @@ def check_compression_level(outputs: Outputs) -> None:
 
 
 # --- the verb ----------------------------------------------------------------------------------
-def check_destinations(outputs: Outputs, source: ImageInfo, attest: Attester | None = None) -> None:
-    """Refuse bad destinations up front, so a later one cannot fail after an earlier one was written."""
+def check_destinations(outputs: Outputs, source: ImageInfo, attest: Attester | None = None,
+                       queue_root: Path | None = None) -> None:
+    """Refuse bad destinations up front, so a later one cannot fail after an earlier one was written.
+    With `queue_root`, also any that would land on the queue's own files (check_outside_queue)."""
+    if queue_root is not None:
+        check_outside_queue(outputs, queue_root)
     if attest is not None:
         if outputs.image is None:
             raise UsageError("--attest signs the image --output-image writes; give --output-image REF with it.")
@@ -219,6 +223,41 @@ def check_destinations(outputs: Outputs, source: ImageInfo, attest: Attester | N
         check_image_destination(outputs.image)
     if outputs.overlay is not None:
         overlay_sink.check_overlay_destination(outputs.overlay)
+
+
+# the queue's own files: an output there would replace them (a directory such as out/ beside them is fine)
+_QUEUE_FILES = ("series", "targets.lock")
+_QUEUE_DIRS = ("patches", ".imgquilt")
+
+
+def check_outside_queue(outputs: Outputs, queue_root: Path) -> None:
+    """Refuse an output whose path is the queue's series or targets.lock, or lies below its patches/ or
+    .imgquilt/, and an overlay directory that holds the queue (its rewrite replaces the directory whole),
+    as the kernel resolves them (symlinks on the way followed)."""
+    from os.path import realpath
+
+    root = Path(realpath(queue_root))
+    owned = [root / n for n in _QUEUE_FILES]
+    below = [root / n for n in _QUEUE_DIRS]
+    dests: list[tuple[str, Path, bool]] = []  # (option, path, replaced whole as a directory)
+    if outputs.layer is not None:
+        dests.append(("--layer", outputs.layer, False))
+    if outputs.overlay is not None:
+        dests.append(("--overlay", outputs.overlay, True))
+    if outputs.image is not None and not outputs.image.startswith("docker://"):
+        out = parse_output_ref(outputs.image)
+        if out.path is not None:
+            dests.append(("--output-image", out.path, False))
+    for option, dest, whole in dests:
+        path = Path(realpath(dest))
+        clash = next((q for q in owned if path == q), None) or next((d for d in below if path == d or d in path.parents), None)
+        if clash is None and whole and (path == root or path in root.parents):
+            clash = root
+        if clash is not None:
+            what = "directory, with every file in it" if clash == root else clash.name + ("/" if clash in below else "")
+            raise UsageError(f"{option} {str(dest)!r} would write over the queue's {what} ({clash}); nothing was written.",
+                             hint="Write outputs outside the queue's own files (series, targets.lock, patches/, .imgquilt/): "
+                                  "a directory such as out/ beside them is fine.")
 
 
 def check_result(outputs: Outputs, result: ApplyResult) -> None:
@@ -293,7 +332,7 @@ def apply_queue(queue: Queue, source: Source, lock: Lock | None, outputs: Output
     from ..rootfs.inplace import hold_root
     from ..rootfs.source import RootfsSource
 
-    check_destinations(outputs, source.info(), attest)
+    check_destinations(outputs, source.info(), attest, queue.root)
     # --root: lock it and recover a crashed apply before the plan reads it, so concurrent applies serialize
     with hold_root(outputs.root) as held:
         python = checks(python_check)

@@ -131,7 +131,7 @@ def apply(req: ApplyRequest) -> Applied:
         from .boot import boot_queue
         from .refs import open_ref as opener, pick_ref as picker
 
-        check_destinations(outputs, source.info(), key)
+        check_destinations(outputs, source.info(), key, q.root)
         booted = boot_queue(load_queue(q.root), image=ref, root=None, overlay=None, platform=platform, profile=profile,
                             timeout=req.boot_timeout, memory=None, command=(), mount_queue=None, progress=progress,
                             on_probe=None, open_ref=opener, pick_ref=picker,
@@ -180,7 +180,7 @@ def apply_profiles(req: ApplyRequest) -> tuple[Applied, ...]:
                           compression_level=req.compression_level)
         try:
             with naming(r.name):
-                check_destinations(outputs, source.info(), key)
+                check_destinations(outputs, source.info(), key, r.queue.root)
                 plan_apply(r.queue, source, r.lock, locked=req.locked, python=python, env=r.env)
         except ImgquiltError as exc:
             exc.hint = "\n".join(x for x in (exc.hint, "Nothing was written for any profile.") if x)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .audit import STATES, AuditReport, audit_source
-from ..errors import BadInput, ImgquiltError, UsageError, os_error
+from ..errors import BadInput, ImgquiltError, UsageError, os_error, os_why
 from ..fs.types import Source
 from ..image.registry.blob_memo import shared_downloads
 from ..queue.queue import Queue
@@ -41,8 +41,12 @@ def read_image_list(path: Path) -> list[str]:
         if data is None:
             raise FileNotFoundError(2, "no such file")
         text = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--images-from {path}: cannot be read ({exc.__class__.__name__}: {exc}).") from None
+    except OSError as exc:
+        raise UsageError(f"--images-from {path}: cannot be read ({os_why(exc)[0]}).",
+                         hint="Name a text file of image references, one a line.") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--images-from {path}: cannot be read (it is not UTF-8 text).",
+                         hint="Name a text file of image references, one a line.") from None
     refs = []
     for line in text.splitlines():
         line = line.strip()

@@ -142,7 +142,9 @@ def reverse(queue: Queue, root: Path, image: Source | None = None, pinned: Opene
         problems = record_problems(record, pins, current, image_has, own)
         if problems:
             raise _foreign(root, "it does not match this queue: " + "; ".join(problems))
-        plan, already = plan_reverse(src.info(), record, record_file, current, bytes_of, queue, links)
+        modes = {p: f.mode for p, f in pins.image.items() if f.mode is not None}  # targets.lock's pins
+        modes.update({p: t.mode for p, t in bytes_of.read.items() if t.data is not None and not t.link})  # --image's
+        plan, already = plan_reverse(src.info(), record, record_file, current, bytes_of, queue, links, modes)
         written = write_in_place(root, plan, held=held, remove_dirs=record.created_dirs)
         gone = {f.resolved for f in plan.files if f.final is None}
         return Restored(root, tuple(w for w in written if w != RECORD_PATH), tuple(already),

@@ -19,9 +19,10 @@ if TYPE_CHECKING:
 
 
 class ImportItems(list):
-    """The patches to import, and what was left out: `skipped`, (source, subject) of each cover letter."""
+    """The patches to import, and what was left out: `skipped`, (source, subject, why) of each cover
+    letter ("cover letter") and of each empty patch a series lists ("empty patch")."""
 
-    skipped: list[tuple[str, str]]
+    skipped: list[tuple[str, str, str]]
 
     def __init__(self) -> None:
         super().__init__()
@@ -63,8 +64,15 @@ def import_items(
             sfile = sfile / "series"
         for e in parse_series(_read(sfile), source=str(sfile)):
             f = sfile.parent / e.name
-            items.append(
-                ImportItem(e.name, _read(f), e.strip, str(f), tuple(dict.fromkeys(e.guards + extra)), series=True)
+            data = _read(f)
+            if not data:  # quilt pushes an empty patch file as nothing (one with any text is patch's "garbage")
+                items.skipped.append((str(f), e.name, "empty patch"))
+                continue
+            items.append(ImportItem(e.name, data, e.strip, str(f), tuple(dict.fromkeys(e.guards + extra)), series=True))
+        if not items and items.skipped:
+            raise UsageError(
+                f"Every patch {sfile} lists is empty: nothing to import.",
+                hint="quilt applies an empty patch as nothing; a series of them changes no file.",
             )
         if not items:
             raise UsageError(
@@ -85,7 +93,9 @@ def import_items(
         data = _read(Path(f))
         mails = split_mbox(data)
         covers = [k for k, m in enumerate(mails, 1) if is_cover_letter(m)]
-        items.skipped += [(f"{f} (mail {k})" if len(mails) > 1 else f, mail_subject(mails[k - 1])) for k in covers]
+        items.skipped += [
+            (f"{f} (mail {k})" if len(mails) > 1 else f, mail_subject(mails[k - 1]), "cover letter") for k in covers
+        ]
         if len(mails) - len(covers) > 1:
             if name:
                 raise UsageError(

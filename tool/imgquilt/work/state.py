@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterator, Mapping
 from urllib.parse import quote
 
-from ..errors import BadInput, UsageError
+from ..errors import BadInput, UsageError, in_words
 from ..util.statedir import StateDir
 from .files import FileState
 
@@ -154,5 +154,6 @@ class WorkState:
                 for f in doc["files"]
             ]
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-            raise BadInput(f"Work-tree state of {name} cannot be read: {exc!r}.", hint="Remove .imgquilt/state and .imgquilt/work to start over.") from None
+            raise BadInput(f"Work-tree state of {name} cannot be read: {in_words(exc)}.",
+                           hint="Remove .imgquilt/state and .imgquilt/work to start over.") from None
         return snap

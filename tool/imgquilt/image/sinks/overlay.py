@@ -9,7 +9,8 @@ mount, and a bind mount cannot place a symlink (the kernel mounts what it points
 that deletes a file or leaves a symlink is refused before anything is written.
 
 The directory is built beside DIR and renamed into place. An existing DIR is replaced only when
-it is empty or an earlier overlay (it holds mounts.tsv); anything else is refused.
+it is empty or holds an earlier overlay and nothing else (a valid mounts.tsv, env.list, the files
+mounts.tsv lists and the directories on their way); anything else is refused.
 """
 from __future__ import annotations
 
@@ -93,7 +94,39 @@ def _is_replaceable(dest: Path) -> bool:
         return True
     if not dest.is_dir() or dest.is_symlink():
         return False
-    return (dest / MOUNTS_FILE).is_file() or not any(dest.iterdir())
+    return not any(dest.iterdir()) or _holds_only_an_overlay(dest)
+
+
+def _holds_only_an_overlay(dest: Path) -> bool:
+    """Whether everything in `dest` is what an earlier overlay wrote: a valid mounts.tsv, env.list, the
+    files mounts.tsv lists and the directories on their way. mounts.tsv is not sealed (an overlay may be
+    moved or copied), so a file of that name is no licence to remove anything else a directory holds."""
+    from ...errors import BadInput
+
+    try:
+        mounts = read_mounts(dest)
+        read_env(dest)
+    except (BadInput, OSError):
+        return False
+    files = {MOUNTS_FILE, ENV_FILE} | {m.container_path.lstrip("/") for m in mounts}
+    dirs = {f.rsplit("/", 1)[0] for f in files if "/" in f}
+    dirs |= {d.rsplit("/", i)[0] for d in list(dirs) for i in range(1, d.count("/") + 1)}
+
+    def refuse(exc: OSError) -> None:
+        raise exc
+
+    try:
+        for top, subdirs, names in os.walk(dest, onerror=refuse):  # links are listed, never followed
+            rel = os.path.relpath(top, dest)
+            prefix = "" if rel == "." else rel + "/"
+            for d in subdirs:
+                if prefix + d not in dirs or os.path.islink(os.path.join(top, d)):
+                    return False
+            if any(prefix + n not in files for n in names):
+                return False
+    except OSError:
+        return False
+    return True
 
 
 def check_overlay_destination(dest_dir: Path) -> Path:
@@ -103,8 +136,9 @@ def check_overlay_destination(dest_dir: Path) -> Path:
         raise UsageError(f"Cannot write the overlay {str(dest_dir)!r}: directory {str(dest.parent)!r} does not exist.")
     if not _is_replaceable(dest):
         raise UsageError(
-            f"Cannot write the overlay to {str(dest_dir)!r}: it exists and is not an earlier overlay (no {MOUNTS_FILE}).",
-            hint="Name a new or empty directory.",
+            f"Cannot write the overlay to {str(dest_dir)!r}: it exists and is not an earlier overlay (a valid {MOUNTS_FILE} "
+            "and only the files it lists), so replacing it would remove files imgquilt did not write.",
+            hint="Name a new or empty directory, or move the files you added out of it.",
         )
     return dest
 
