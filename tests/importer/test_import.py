@@ -112,7 +112,7 @@ def test_format_patch_mail_becomes_dep3_fields() -> None:
     assert convert(mail, {"etc/svc.conf": CONF})[0] == {"etc/svc.conf": (CONF, CONF_8, None)}
     two = split_mbox(mail + mail.replace(b"[PATCH 2/3] svc: more", b"[PATCH 3/3] svc: fewer"))
     assert len(two) == 2 and two[0] == mail
-    assert mail_subject_name(two[1], 3) == "0003-svc-fewer-workers-for.patch"
+    assert mail_subject_name(two[1], 3) == "0003-svc-fewer-workers-for-the-busy-hours.patch"  # the whole subject, unfolded, as git names it
 
 
 def test_pinned_target_format_is_verified() -> None:

@@ -181,3 +181,33 @@ def test_lock_garbage_is_bad_input(tmp_path: Path, cli_env: dict[str, str], case
     with unchanged(root, home):
         refused(run(q, "apply", "--root", str(root), env=cli_env), 6, "targets.lock")
         refused(run(q, "check", env=cli_env), 6, "targets.lock")
+
+
+PROFILE_GARBAGE = {
+    "env-int": ('A = "1"', "A = 1"),
+    "select-string": ('select = [\n    "gpu",\n]', 'select = "gpu"'),
+    "name-slash": ("[profile.gpu", '[profile."g/pu"'),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PROFILE_GARBAGE))
+def test_a_profile_section_that_cannot_be_read_is_bad_input_not_a_patch_no_pin_selects(
+    tmp_path: Path, cli_env: dict[str, str], case: str
+) -> None:
+    q, root, home = _world(tmp_path)
+    write_patch(q, "0002-gpu.patch", [("etc/gpu.conf", None, b"gpu = 1\n")])
+    (q / "series").write_bytes(b"0001-conf.patch\n0002-gpu.patch #+gpu\n")
+    run(q, "lock", "--image", f"rootfs:{root}", env=cli_env)
+    run(q, "lock", "--new", "--profile", "gpu", "--image", f"rootfs:{root}", "--env", "A=1", env=cli_env)
+    assert run(q, "check", env=cli_env).code == 0
+    old, new = PROFILE_GARBAGE[case]
+    lock = q / "targets.lock"
+    text = lock.read_text()
+    assert old in text, text
+    lock.write_text(text.replace(old, new))
+    with unchanged(root, home, q):
+        # its profiles are unknown, not absent: 0002-gpu.patch (+gpu) is not "selected by no pin" (exit 3)
+        r = run(q, "check", env=cli_env)
+        refused(r, 6, "targets.lock cannot be read")
+        assert "no pin selects" not in r.out + r.err
+        refused(run(q, "apply", "--profile", "gpu", "--root", str(root), env=cli_env), 6, "targets.lock")
