@@ -303,6 +303,11 @@ def test_select_makes_push_follow_a_profile(queue, images) -> None:
     (("apply", "--profile", "all", "--output-image", "oci:OUT:fixed"), "needs the {profile} placeholder"),
     (("apply", "--profile", "all", "--layer", "LAYER.tar.gz"), "needs the {profile} placeholder"),
     (("audit", "--profile", "nope"), "Unknown profile 'nope'"),
+    # a command of one profile names `all` as such, and never suggests declaring a name lock refuses
+    (("port", "0001-shared.patch", "--profile", "all"), "This command takes one profile, not `all`: targets.lock declares glm53, qwen, rocm."),
+    (("port", "0001-shared.patch", "--profile", "a/b"), "'a/b' is not a profile name"),
+    (("new", "0009-x.patch", "--field", "Bad Key=1"), "Unusable header field name 'Bad Key'"),
+    (("new", "0009-x.patch", "--field", "Index=etc/passwd"), "Unusable header field name 'Index'"),
     (("rebase", "--profile", "nope", "--image", "oci:x"), "Unknown profile 'nope'"),
 ])
 def test_bad_input_is_a_usage_error_and_writes_nothing(untouched, tmp_path: Path, args, says) -> None:
@@ -583,3 +588,20 @@ def test_select_on_a_profiles_only_queue_never_names_a_default_pin(queue, images
     r = imgquilt("select", "rocm", cwd=q, env=env, check=2)
     assert "their bases are the default selection's (targets.lock has no default pin: the image push was given)" in r.err
     assert "default pin's" not in r.err
+
+
+def test_a_refresh_that_leaves_several_profiles_stale_says_what_to_run_in_one_sentence(queue, images) -> None:
+    """A file new to the lock, its absence read from image b only: the profiles on image a must read their
+    own image. The
+    note names the commands once, in one sentence (it read "... image). run `imgquilt lock --profile
+    qwen` (it reads it from the image). run ...")."""
+    q, env = queue
+    imgquilt("select", "glm53", cwd=q, env=env, check=0)
+    imgquilt("push", "-a", cwd=q, env=env, check=0)
+    imgquilt("new", "0099-brand-new.patch", cwd=q, env=env, check=0)
+    imgquilt("add", "--image", f"oci:{images['b']}:latest", "--new", "app/brand-new.txt", cwd=q, env=env, check=0)
+    (q / ".imgquilt/work/app/brand-new.txt").write_text("new\n")
+    r = imgquilt("refresh", cwd=q, env=env, check=0)
+    assert ("run `imgquilt lock --profile glm53` and `imgquilt lock --profile rocm` (each reads its profile's image)."
+            in r.out + r.err), r.out + r.err
+    assert ". run" not in r.out + r.err
