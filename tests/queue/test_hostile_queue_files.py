@@ -116,16 +116,32 @@ def test_mode_is_permission_bits_only(tmp_path: Path, cli_env: dict[str, str], m
         refused(run(q, "apply", "--root", str(root), env=cli_env), 6, "Mode")
 
 
-@pytest.mark.parametrize("mode,want", [("0755", 0o755), ("644", 0o644), ("0600", 0o600)])
+@pytest.mark.parametrize("mode,want", [("0755", 0o755), ("644", 0o644), ("0600", 0o600), ("750", 0o750)])
 def test_plain_modes_still_apply(tmp_path: Path, cli_env: dict[str, str], mode: str, want: int) -> None:
     root = small_root(tmp_path / "root")
     q = tmp_path / "q"
-    write_patch(q, "0001-tool.patch", [("usr/bin/tool", None, b"#!/bin/sh\n")], modes={"usr/bin/tool": 0o755})
+    # an executable one is written with git's `new file mode 100755` too (which its `Mode:` must agree with)
+    write_patch(q, "0001-tool.patch", [("usr/bin/tool", None, b"#!/bin/sh\n")], modes={"usr/bin/tool": want})
     _edit = q / "patches/0001-tool.patch"
-    _edit.write_bytes(_edit.read_bytes().replace(b"Mode: 0755", f"Mode: {mode}".encode()))
+    _edit.write_bytes(_edit.read_bytes().replace(f"Mode: {want:04o}".encode(), f"Mode: {mode}".encode()))
     r = run(q, "apply", "--root", str(root), env=cli_env)
     assert r.code == 0, r.out + r.err
     assert (root / "usr/bin/tool").stat().st_mode & 0o7777 == want
+
+
+@pytest.mark.parametrize("written,edited", [(0o755, "0644"), (0o755, "0600"), (0o644, "0755")])
+def test_mode_against_git_new_file_mode_on_the_executable_bit_is_refused(
+        tmp_path: Path, cli_env: dict[str, str], written: int, edited: str) -> None:
+    """`Mode:` gives the exact bits, git's `new file mode` only 100644 or 100755: when they disagree on
+    the executable bit, git apply and patch would make another file than imgquilt: bad input (exit 6)."""
+    root = small_root(tmp_path / "root")
+    q = tmp_path / "q"
+    raw = write_patch(q, "0001-tool.patch", [("usr/bin/tool", None, b"")], modes={"usr/bin/tool": written})
+    assert b"new file mode 100" in raw  # an empty new file: git's form, whatever its mode
+    _edit = q / "patches/0001-tool.patch"
+    _edit.write_bytes(raw.replace(f"Mode: {written:04o}".encode(), f"Mode: {edited}".encode()))
+    with unchanged(root):
+        refused(run(q, "apply", "--root", str(root), env=cli_env), 6, "disagree on the executable bit")
 
 
 LONG = "x" * 300

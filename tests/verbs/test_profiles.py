@@ -148,9 +148,10 @@ def test_a_queue_without_profiles_gives_the_same_bytes_as_before(tmp_path: Path)
     imgquilt("lock", cwd=q, env=env, check=0)
     assert (q / "targets.lock").read_bytes() == lock
     doc = json.loads(imgquilt("--json", "apply", "--layer", "fix.tar.gz", "--output-image", "oci:out:fixed", cwd=q, env=env, check=0).out)
-    # as main gave before profiles, with the new layer at gzip level 1 (issue 28) and the base's created date (issue 29)
-    assert doc["outputs"]["layer"]["digest"] == "sha256:1d1528f5f64b177cb0abe734323ab8b93747e337ff539b2f8cc924ab9e0035cb"
-    assert doc["outputs"]["image"]["digest"] == "sha256:371a98a9d754583e3f38adf6fbdd43b62319d0d51ee342de7384925e9dda6202"
+    # as main gave before profiles, with the new layer at gzip level 1 (issue 28) and the base's created date (issue 29);
+    # since, the demo's 0004 is in git's form (a new executable file), which changes the patch hashes the apply record holds
+    assert doc["outputs"]["layer"]["digest"] == "sha256:66083724e337c24ba87ec3a27a71d830c38cbd608220cf73b276ef8af68f847e"
+    assert doc["outputs"]["image"]["digest"] == "sha256:65f77e7b982b06797b58071c4df9ab6fea27c700674db86102288f26c1c8ae7d"
     assert "profile" not in doc and "env" not in doc and "env" not in doc["outputs"]["image"]
 
 
