@@ -126,3 +126,48 @@ def test_remember_walks_the_store_once_and_never_through_a_planted_link(tmp_path
         store.present([sha])
     with pytest.raises(LinkedState):
         remember(q, [b"four\n"])
+
+
+def test_remember_writes_new_objects_one_walk_per_fan_out_directory(tmp_path: Path, monkeypatch) -> None:
+    """The first run of a long queue stores thousands of objects: remember() walks to each fan-out
+    directory once for all its new objects (put() walked from the queue root twice per object), and
+    what it writes is what put() writes: the exact bytes, read-only, no temp file left."""
+    import os
+    import stat
+
+    from imgquilt.util import statedir
+
+    q = tmp_path / "q"
+    q.mkdir()
+    datas = [f"object {i}\n".encode() * (i + 1) for i in range(300)]
+    walks = []
+    real = statedir.open_dir_below
+    monkeypatch.setattr(statedir, "open_dir_below", lambda *a, **k: walks.append(a[1]) or real(*a, **k))
+    assert remember(q, datas) == 300
+    fan_outs = {hashlib.sha256(d).hexdigest()[:2] for d in datas}
+    # present() and the writes: each fan-out directory at most twice, plus the store itself
+    assert len(walks) <= 2 * len(fan_outs) + 4
+    store = ObjectStore(q)
+    for d in datas:
+        sha = hashlib.sha256(d).hexdigest()
+        assert store.get(sha) == d
+        assert stat.S_IMODE(os.stat(store.path(sha)).st_mode) == 0o444
+    assert not [p for p in (q / ".imgquilt/objects").rglob("*") if p.is_file() and ".tmp" in p.name]
+
+
+def test_write_many_never_writes_through_a_planted_link(tmp_path: Path) -> None:
+    import os
+
+    import pytest
+
+    from imgquilt.errors import LinkedState
+    from imgquilt.util.statedir import StateDir
+
+    q = tmp_path / "q"
+    (q / ".imgquilt/objects").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, q / ".imgquilt/objects/ab")
+    with pytest.raises(LinkedState):
+        StateDir(q, "objects").write_many([("aa/one", b"1\n"), ("ab/two", b"2\n")], mode=0o444, durable=False)
+    assert list(elsewhere.iterdir()) == []

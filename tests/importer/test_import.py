@@ -112,7 +112,7 @@ def test_format_patch_mail_becomes_dep3_fields() -> None:
     assert convert(mail, {"etc/svc.conf": CONF})[0] == {"etc/svc.conf": (CONF, CONF_8, None)}
     two = split_mbox(mail + mail.replace(b"[PATCH 2/3] svc: more", b"[PATCH 3/3] svc: fewer"))
     assert len(two) == 2 and two[0] == mail
-    assert mail_subject_name(two[1], 3) == "0003-svc-fewer-workers-for.patch"
+    assert mail_subject_name(two[1], 3) == "0003-svc-fewer-workers-for-the-busy-hours.patch"  # the whole subject, unfolded, as git names it
 
 
 def test_pinned_target_format_is_verified() -> None:
@@ -281,3 +281,25 @@ def test_append_and_prepend_hunks_and_pin_dialects() -> None:
     with pytest.raises(MalformedPatch, match="append/prepend"):
         make = f"Index: t\nBase-SHA256: {sha256_hex(b'x')}\nPatched-SHA256: {sha256_hex(b'xy')}\n--- a/t\n+++ b/t\n@@ append @@\n+y\n"
         parse_patch(make.encode())
+
+
+def test_an_imgquilt_patch_in_git_form_imports_with_its_exact_mode_bits() -> None:
+    """An imgquilt patch writes a new executable file with `Mode:` (the exact bits) and git's `new file
+    mode 100755`: import takes `Mode:` when both say executable (or both not), git's line otherwise."""
+    tool = b"#!/bin/sh\n"
+    for field, git_mode, want in (("0750", "100755", 0o750), ("0755", "100755", 0o755), ("0600", "100644", 0o600),
+                                  ("0644", "100755", 0o755)):
+        patch = (f"Index: usr/bin/tool\nBase-SHA256: absent\nPatched-SHA256: {sha256_hex(tool)}\nMode: {field}\n"
+                 f"diff --git a/usr/bin/tool b/usr/bin/tool\nnew file mode {git_mode}\n"
+                 "--- /dev/null\n+++ b/usr/bin/tool\n@@ -0,0 +1 @@\n+#!/bin/sh\n").encode()
+        changes, _ = convert(patch, {})
+        assert changes["usr/bin/tool"][2] == want, (field, git_mode)
+
+
+def test_a_deletion_carries_the_mode_of_the_file_here() -> None:
+    """The writer says `deleted file mode` with the mode the file has where it is imported, not the
+    one the diff claims (git apply warns on one that is not the file's)."""
+    old = b"#!/bin/sh\n"
+    patch = b"diff --git a/usr/bin/tool b/usr/bin/tool\ndeleted file mode 100644\n--- a/usr/bin/tool\n+++ /dev/null\n@@ -1 +0,0 @@\n-#!/bin/sh\n"
+    conv = apply_foreign(parse_foreign(patch, "t.patch"), 1, lambda path, _follow: Base(old if path == "usr/bin/tool" else None, 0o755))
+    assert [(c.path, c.result, c.deleted_mode) for c in conv.changes] == [("usr/bin/tool", None, 0o755)]

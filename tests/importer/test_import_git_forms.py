@@ -141,6 +141,28 @@ def test_a_cover_letter_is_skipped_and_named(tmp_path: Path) -> None:
     refused_with_hint(imgquilt("import", str(tmp_path / "cover.mbox"), "--image", f"rootfs:{base}", cwd=q2), (6,))
 
 
+def test_mails_are_named_from_their_decoded_subject_as_git_format_patch_names_them(tmp_path: Path) -> None:
+    """A subject with a non-ASCII letter is RFC 2047-encoded in the mail (`=?UTF-8?q?...?=`), a long one
+    folded over two lines: the names are the ones `git format-patch -o` gives the same commits, not
+    `0001-UTF-8-q-caf-C3-A9-20...`."""
+    r = repo_with(tmp_path, {"app/config.toml": "port = 80\nworkers = 2\n"})
+    base = snapshot(r, tmp_path / "base")
+    (r / "app/config.toml").write_text("port = 8080\nworkers = 2\n")
+    git(r, "commit", "-qam", "Listen on 8080 for the café")
+    (r / "app/config.toml").write_text("port = 8080\nworkers = 8\n")
+    git(r, "commit", "-qam", "Eight workers, as the résumé of a very long discussion that git folds in the mail says")
+    mbox = git(r, "format-patch", "--stdout", "HEAD~2").encode()
+    assert b"=?UTF-8?q?" in mbox
+    (tmp_path / "x.mbox").write_bytes(mbox)
+    names = git(r, "format-patch", "-o", str(tmp_path / "fp"), "HEAD~2").split()
+    q = tmp_path / "q"
+    q.mkdir()
+    (q / "series").write_text("")
+    imgquilt("import", str(tmp_path / "x.mbox"), "--image", f"rootfs:{base}", cwd=q, check=0)
+    assert (q / "series").read_text().split() == [Path(n).name for n in names]
+    assert names[0].endswith("/0001-Listen-on-8080-for-the-caf.patch")
+
+
 SITE = "usr/local/lib/python3.11/site-packages"
 SP = b"class SamplingParams:\n    n: int = 1\n    best_of: int = 1\n"
 

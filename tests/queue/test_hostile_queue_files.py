@@ -116,16 +116,32 @@ def test_mode_is_permission_bits_only(tmp_path: Path, cli_env: dict[str, str], m
         refused(run(q, "apply", "--root", str(root), env=cli_env), 6, "Mode")
 
 
-@pytest.mark.parametrize("mode,want", [("0755", 0o755), ("644", 0o644), ("0600", 0o600)])
+@pytest.mark.parametrize("mode,want", [("0755", 0o755), ("644", 0o644), ("0600", 0o600), ("750", 0o750)])
 def test_plain_modes_still_apply(tmp_path: Path, cli_env: dict[str, str], mode: str, want: int) -> None:
     root = small_root(tmp_path / "root")
     q = tmp_path / "q"
-    write_patch(q, "0001-tool.patch", [("usr/bin/tool", None, b"#!/bin/sh\n")], modes={"usr/bin/tool": 0o755})
+    # an executable one is written with git's `new file mode 100755` too (which its `Mode:` must agree with)
+    write_patch(q, "0001-tool.patch", [("usr/bin/tool", None, b"#!/bin/sh\n")], modes={"usr/bin/tool": want})
     _edit = q / "patches/0001-tool.patch"
-    _edit.write_bytes(_edit.read_bytes().replace(b"Mode: 0755", f"Mode: {mode}".encode()))
+    _edit.write_bytes(_edit.read_bytes().replace(f"Mode: {want:04o}".encode(), f"Mode: {mode}".encode()))
     r = run(q, "apply", "--root", str(root), env=cli_env)
     assert r.code == 0, r.out + r.err
     assert (root / "usr/bin/tool").stat().st_mode & 0o7777 == want
+
+
+@pytest.mark.parametrize("written,edited", [(0o755, "0644"), (0o755, "0600"), (0o644, "0755")])
+def test_mode_against_git_new_file_mode_on_the_executable_bit_is_refused(
+        tmp_path: Path, cli_env: dict[str, str], written: int, edited: str) -> None:
+    """`Mode:` gives the exact bits, git's `new file mode` only 100644 or 100755: when they disagree on
+    the executable bit, git apply and patch would make another file than imgquilt: bad input (exit 6)."""
+    root = small_root(tmp_path / "root")
+    q = tmp_path / "q"
+    raw = write_patch(q, "0001-tool.patch", [("usr/bin/tool", None, b"")], modes={"usr/bin/tool": written})
+    assert b"new file mode 100" in raw  # an empty new file: git's form, whatever its mode
+    _edit = q / "patches/0001-tool.patch"
+    _edit.write_bytes(raw.replace(f"Mode: {written:04o}".encode(), f"Mode: {edited}".encode()))
+    with unchanged(root):
+        refused(run(q, "apply", "--root", str(root), env=cli_env), 6, "disagree on the executable bit")
 
 
 LONG = "x" * 300
@@ -181,3 +197,33 @@ def test_lock_garbage_is_bad_input(tmp_path: Path, cli_env: dict[str, str], case
     with unchanged(root, home):
         refused(run(q, "apply", "--root", str(root), env=cli_env), 6, "targets.lock")
         refused(run(q, "check", env=cli_env), 6, "targets.lock")
+
+
+PROFILE_GARBAGE = {
+    "env-int": ('A = "1"', "A = 1"),
+    "select-string": ('select = [\n    "gpu",\n]', 'select = "gpu"'),
+    "name-slash": ("[profile.gpu", '[profile."g/pu"'),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PROFILE_GARBAGE))
+def test_a_profile_section_that_cannot_be_read_is_bad_input_not_a_patch_no_pin_selects(
+    tmp_path: Path, cli_env: dict[str, str], case: str
+) -> None:
+    q, root, home = _world(tmp_path)
+    write_patch(q, "0002-gpu.patch", [("etc/gpu.conf", None, b"gpu = 1\n")])
+    (q / "series").write_bytes(b"0001-conf.patch\n0002-gpu.patch #+gpu\n")
+    run(q, "lock", "--image", f"rootfs:{root}", env=cli_env)
+    run(q, "lock", "--new", "--profile", "gpu", "--image", f"rootfs:{root}", "--env", "A=1", env=cli_env)
+    assert run(q, "check", env=cli_env).code == 0
+    old, new = PROFILE_GARBAGE[case]
+    lock = q / "targets.lock"
+    text = lock.read_text()
+    assert old in text, text
+    lock.write_text(text.replace(old, new))
+    with unchanged(root, home, q):
+        # its profiles are unknown, not absent: 0002-gpu.patch (+gpu) is not "selected by no pin" (exit 3)
+        r = run(q, "check", env=cli_env)
+        refused(r, 6, "targets.lock cannot be read")
+        assert "no pin selects" not in r.out + r.err
+        refused(run(q, "apply", "--profile", "gpu", "--root", str(root), env=cli_env), 6, "targets.lock")

@@ -29,8 +29,10 @@ CANONICAL = [
     ("no-eol", [("usr/lib/x.py", b"def f():\n    return 1", b"def f():\n    return 2", None)]),
     ("binaryish", [("usr/share/x.txt", b"caf\xe9\n\x00?\n", b"caf\xe9!\n\x00?\n", None)]),
     ("new-and-delete", [("usr/bin/tool", None, b"#!/bin/sh\necho hi\n", 0o755), ("etc/stale.conf", b"old\n", None, None)]),
+    # written in git's form (`new file mode 100644`), which reads back as mode 0644
     ("empty-files", [("etc/empty-new", None, b"", None), ("etc/empty-old", b"", None, None)]),
 ]
+READ_MODE = {"etc/empty-new": 0o644}
 
 
 @pytest.mark.parametrize("name,changes", CANONICAL, ids=[c[0] for c in CANONICAL])
@@ -44,7 +46,7 @@ def test_round_trip_is_byte_identical(name, changes) -> None:
         assert s.path == path
         assert s.base_sha256 == sha256_hex(a)
         assert s.patched_sha256 == sha256_hex(b)
-        assert s.mode == mode
+        assert s.mode == READ_MODE.get(path, mode)
         result = apply_section(a, s)  # NUL bytes: a GIT binary patch section
         assert (None if b is None else result) == b
 
@@ -118,3 +120,94 @@ def test_patch_files_and_import_read_hunks_with_one_reader() -> None:
         parse_patch(_section(body=grown), "bad.patch")
     with pytest.raises(MalformedPatch, match="more lines than its @@ header"):
         parse_foreign(grown, "bad.diff")
+
+
+# --- git's extended headers where a plain diff cannot say it (docs/patch-format.md) -----------------
+TOOL = b"#!/bin/sh\necho hi\n"
+TOOL_ID = "4163036efa65bd4a469e752267498f01ea36a55c"  # git hash-object of TOOL
+EMPTY_ID = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+ZERO = "0" * 40
+
+
+def _git_lines(raw: bytes) -> bytes:
+    """A section's lines from `diff --git` up to its `---` line."""
+    return raw[raw.index(b"diff --git "):raw.index(b"\n--- ") + 1]
+
+
+def _without_git_lines(raw: bytes) -> bytes:
+    return raw.replace(_git_lines(raw), b"") if b"diff --git " in raw else raw
+
+
+@pytest.mark.parametrize("old,new,mode,deleted_mode,want", [
+    (None, TOOL, 0o755, None, f"diff --git a/p b/p\nnew file mode 100755\nindex {ZERO}..{TOOL_ID}\n"),
+    (None, TOOL, 0o750, None, f"diff --git a/p b/p\nnew file mode 100755\nindex {ZERO}..{TOOL_ID}\n"),
+    (None, b"", None, None, f"diff --git a/p b/p\nnew file mode 100644\nindex {ZERO}..{EMPTY_ID}\n"),
+    (None, b"", 0o755, None, f"diff --git a/p b/p\nnew file mode 100755\nindex {ZERO}..{EMPTY_ID}\n"),
+    (b"", None, None, None, f"diff --git a/p b/p\ndeleted file mode 100644\nindex {EMPTY_ID}..{ZERO}\n"),
+    (b"", None, None, 0o755, f"diff --git a/p b/p\ndeleted file mode 100755\nindex {EMPTY_ID}..{ZERO}\n"),
+    (TOOL, None, None, 0o755, f"diff --git a/p b/p\ndeleted file mode 100755\nindex {TOOL_ID}..{ZERO}\n"),
+], ids=["new-executable", "new-0750", "new-empty", "new-empty-executable", "deleted-empty", "deleted-empty-executable",
+        "deleted-executable"])
+def test_sections_a_plain_diff_cannot_say_are_written_in_git_form(old, new, mode, deleted_mode, want: str) -> None:
+    s = make_section("p", old, new, mode, deleted_mode=deleted_mode)
+    assert _git_lines(s.raw) == want.encode()
+    # `Mode:` stays where it was (the exact bits), the `---`/`+++` lines and hunks are what they were
+    assert (b"\nMode: " in s.raw) == (old is None and mode is not None)
+    assert s.raw.replace(want.encode(), b"") == _without_git_lines(render_section("p", old, new, mode))
+    again = parse_patch(s.raw, "x").sections[0]
+    assert again.git_form and again.raw == s.raw
+    assert again.mode == (None if new is None else mode if mode is not None else 0o644)
+    assert again.deleted_mode == (None if old is None else deleted_mode if deleted_mode is not None else 0o644)
+    assert (None if new is None else apply_section(old, again)) == new
+
+
+@pytest.mark.parametrize("old,new,mode,deleted_mode", [
+    (None, TOOL, None, None), (None, TOOL, 0o644, None), (None, TOOL, 0o600, None),
+    (TOOL, None, None, None), (TOOL, None, None, 0o644), (TOOL, None, None, 0o600), (TOOL, TOOL + b"x\n", None, None),
+])
+def test_every_other_section_is_written_as_before(old, new, mode, deleted_mode) -> None:
+    s = make_section("p", old, new, mode, deleted_mode=deleted_mode)
+    assert b"diff --git" not in s.raw and not s.git_form
+    assert s.raw == render_section("p", old, new, mode)  # deleted_mode changes nothing here
+
+
+def test_deleted_file_mode_is_the_mode_the_writer_knows_after_a_mode_change_alone() -> None:
+    """A plain section right after git headers alone gets a `diff --git` line and its new/deleted mode
+    line (GNU patch would read its diff as the file before's): the deleted file's mode, when read."""
+    chmod = make_section("a", b"x\n", b"x\n", mode_change=(0o644, 0o755))
+    for deleted_mode, line in ((None, b"deleted file mode 100644"), (0o755, b"deleted file mode 100755")):
+        gone = make_section("b", TOOL, None, deleted_mode=deleted_mode)
+        p = build_patch("x", Header(b""), [chmod, gone])
+        assert p.raw.count(b"diff --git a/b b/b\n" + line + b"\n") == 1
+        assert parse_patch(p.raw, "x").sections[1].deleted_mode == (0o755 if deleted_mode else 0o644)
+
+
+def test_a_binary_executable_file_deleted_says_its_mode() -> None:
+    s = make_section("p", b"\0\x01", None, deleted_mode=0o755)
+    assert s.binary is not None and b"\ndeleted file mode 100755\nindex " in s.raw
+    assert parse_patch(s.raw, "x").sections[0].deleted_mode == 0o755
+    assert b"\ndeleted file mode 100644\n" in make_section("p", b"\0\x01", None).raw
+
+
+def test_plain_sections_written_before_still_read() -> None:
+    """Old patches: a new executable file with `Mode:` alone, an empty file with no hunk."""
+    old_exec = (b"Index: p\nBase-SHA256: absent\nPatched-SHA256: " + sha256_hex(TOOL).encode() +
+                b"\nMode: 0755\n--- /dev/null\n+++ b/p\n@@ -0,0 +1,2 @@\n+#!/bin/sh\n+echo hi\n")
+    old_empty = (b"Index: e\nBase-SHA256: absent\nPatched-SHA256: " + sha256_hex(b"").encode() + b"\n--- /dev/null\n+++ b/e\n")
+    p = parse_patch(old_exec + old_empty, "old")
+    assert [(s.path, s.mode, s.git_form) for s in p.sections] == [("p", 0o755, False), ("e", None, False)]
+    assert apply_section(None, p.sections[0]) == TOOL and apply_section(None, p.sections[1]) == b""
+
+
+@pytest.mark.parametrize("field,git_mode,want", [
+    ("0755", "100755", 0o755), ("0750", "100755", 0o750), ("0700", "100755", 0o700), ("0644", "100644", 0o644),
+    ("0600", "100644", 0o600), ("0644", "100755", None), ("0600", "100755", None), ("0755", "100644", None),
+])
+def test_mode_gives_the_exact_bits_and_must_agree_with_git_on_the_executable_bit(field: str, git_mode: str, want) -> None:
+    raw = (f"Index: p\nBase-SHA256: absent\nPatched-SHA256: {sha256_hex(TOOL)}\nMode: {field}\n"
+           f"diff --git a/p b/p\nnew file mode {git_mode}\n--- /dev/null\n+++ b/p\n@@ -0,0 +1,2 @@\n+#!/bin/sh\n+echo hi\n").encode()
+    if want is None:
+        with pytest.raises(MalformedPatch, match="disagree on the executable bit"):
+            parse_patch(raw, "x")
+    else:
+        assert parse_patch(raw, "x").sections[0].mode == want

@@ -283,6 +283,10 @@ def test_patch_files_read_as_they_stream_parse_as_in_memory(tmp_path: Path, monk
         make_section("usr/share/model.bin", BIN, BIN_NEW),
         make_section("usr/share/long.txt", LONG_LINE[:300], LONG_LINE[:299] + b"y\n"),
         make_section("usr/share/data.txt", TEXT[:2000], TEXT[:2000].replace(b"line 3 ", b"LINE 3 ") + b"x"),
+        # git's form: an executable file deleted, an empty file created and deleted
+        make_section("usr/bin/gone-tool", b"#!/bin/sh\nexit 0\n", None, deleted_mode=0o755),
+        make_section("etc/empty-new", None, b""),
+        make_section("etc/empty-old", b"", None),
     ]
     corpus = list(PATCH_TEXTS)
     for k in range(1, len(sections) + 1):

@@ -32,7 +32,7 @@ ok  0004-demosvc-healthcheck.patch  (2 files)
 ok  0005-config-shared-expert-knob.patch  (1 file)
 ok  0006-moe-shared-expert.patch  (3 files)
 Verified 6 patch(es) on oci:examples/demo-image:latest (pinned by targets.lock).
-Wrote layer: $SANDBOX/fix.tar sha256:afdf3d308502a9de8dd377d4563b41244f8b2724177e31bb5bfb5475cbbfe7ec
+Wrote layer: $SANDBOX/fix.tar sha256:9d1d2420f7ac497504961149aaab4bdd1230798005dc6fcffb4d57eb6fd31326
 
 $ tar -tf $SANDBOX/fix.tar | sort
 home/
@@ -62,7 +62,7 @@ var/lib/imgquilt/applied.json
 
 # the same layer on top of the demo image, as a new OCI image; audit finds every patch live in it
 $ imgquilt apply --output-image oci:$SANDBOX/out:patched | tail -1
-Wrote image: oci:$SANDBOX/out:patched sha256:371a98a9d754583e3f38adf6fbdd43b62319d0d51ee342de7384925e9dda6202
+Wrote image: oci:$SANDBOX/out:patched sha256:65f77e7b982b06797b58071c4df9ab6fea27c700674db86102288f26c1c8ae7d
 
 $ imgquilt audit --image oci:$SANDBOX/out:patched
 Audit of oci:$SANDBOX/out:patched

@@ -57,7 +57,7 @@ restored usr/local/lib/python3.11/site-packages/demosvc/__init__.py
 restored usr/local/lib/python3.11/site-packages/demosvc/config.py
 restored usr/local/lib/python3.11/site-packages/demosvc/moe.py
 restored usr/local/lib/python3.11/site-packages/demosvc/server.py
-Took the queue (series f3124751edbe) off $SANDBOX/root: 7 file(s) as the image has them, the apply record and the directories that apply made removed.
+Took the queue (series eec2fdd7548e) off $SANDBOX/root: 7 file(s) as the image has them, the apply record and the directories that apply made removed.
 as the image has it
 
 $ imgquilt apply --root $SANDBOX/root | tail -1
@@ -69,10 +69,10 @@ Refreshed patch 0003-app-config-longer-timeouts.patch.
 Updated targets.lock (no image read).
   - 0006-moe-shared-expert.patch: usr/local/lib/python3.11/site-packages/demosvc/moe.py: base drifted: expected sha256 61104548299014a0583dc453919580459157c06269e7806fd3bc85ed9fe5ea06, found 97ee7d5fc73ac5457c1cfe1d4bf49ea5e789018b69a78d5a028622869638643c. It holds what the older version of this queue applied here left.
   - 0006-moe-shared-expert.patch: usr/local/lib/python3.11/site-packages/demosvc/__init__.py: base drifted: expected sha256 283b6214c227bac8f138eccbfd2200d71547374626133e8a33a14cc457fc17e5, found 849034123345711742c2ee806121f3bcd890a09b065a5157cf21a815a6d3c58e. It holds what the older version of this queue applied here left.
-The root runs an older version of this queue: its record names series f3124751edbe (applied by imgquilt 0.1.0); since then: 0003-app-config-longer-timeouts.patch changed. Not a rebase: `imgquilt apply --reverse --root $SANDBOX/root` takes that version off (its bases from .imgquilt/objects, or --image REF), then `imgquilt apply --root $SANDBOX/root` puts this one on.
+The root runs an older version of this queue: its record names series eec2fdd7548e (applied by imgquilt 0.1.0); since then: 0003-app-config-longer-timeouts.patch changed. Not a rebase: `imgquilt apply --reverse --root $SANDBOX/root` takes that version off (its bases from .imgquilt/objects, or --image REF), then `imgquilt apply --root $SANDBOX/root` puts this one on.
 
 $ imgquilt apply --reverse --root $SANDBOX/root | tail -1 && imgquilt apply --root $SANDBOX/root | tail -1
-Took the queue (series f3124751edbe) off $SANDBOX/root: 8 file(s) as the image has them, the apply record and the directories that apply made removed.
+Took the queue (series eec2fdd7548e) off $SANDBOX/root: 8 file(s) as the image has them, the apply record and the directories that apply made removed.
 Wrote root: $SANDBOX/root (9 file(s) replaced)
 
 # a file that already holds a later patch's result, with no record: applied by hand, or upstream has it

@@ -14,7 +14,7 @@ A patch whose body was edited by hand no longer gives its Patched-SHA256: `imgqu
 [exit 3]
 
 $ imgquilt apply --layer $SANDBOX/fix.tar
-imgquilt: targets.lock is stale (0003-app-config-longer-timeouts.patch edited by hand since it was made): it pins series sha256 f3124751edbe85709e95864f6688790b41fd4d182e223d729e0d264183a69c23, but the queue is now ef683d71bce6c24006f8da8b37c5a9ce169d936b5db2220012065fea1d95a0a6.
+imgquilt: targets.lock is stale (0003-app-config-longer-timeouts.patch edited by hand since it was made): it pins series sha256 eec2fdd7548e01e20ca66d31e1767c589e5267363abbedec5a5f1451e72d6de0, but the queue is now 2d8d6030818aa0e2d2fefa1f4ae3262cdb2f2e9bfcaffb2115ee1f0d701161a2.
 `imgquilt refresh --rehash 0003-app-config-longer-timeouts.patch` re-pins a hand edit (and the patches after it) and writes the lock; or run `imgquilt lock`.
 [exit 6]
 

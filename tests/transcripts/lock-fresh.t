@@ -8,7 +8,7 @@ Updated targets.lock (no image read).
 $ imgquilt check && imgquilt apply --locked --layer $SANDBOX/fix.tar | tail -2
 The queue is sound: 6 patch(es), chains and Requires in order.
 Verified 6 patch(es) on oci:examples/demo-image:latest (pinned by targets.lock).
-Wrote layer: $SANDBOX/fix.tar sha256:ebff330e2aa2984c147ee20689501041b0b2850d3c4f1775dc4178fb0d0ffefa
+Wrote layer: $SANDBOX/fix.tar sha256:dfd762827056efd3bd656789c2c74e38afbd8e42227924c14b248065b4b4675f
 
 # what the command wrote is what `imgquilt lock` writes
 $ cp targets.lock $SANDBOX/by-refresh && imgquilt lock > /dev/null && cmp targets.lock $SANDBOX/by-refresh && echo same

@@ -90,7 +90,7 @@ Verified 4 patch(es) on oci:examples/demo-image:latest (pinned by targets.lock).
 Wrote image: oci:$SANDBOX/out:edge sha256:1d8ec12e5f48ccb39c1942ff089904303f232c8f644f89b053191fdd1c52b0ae
 Profile slow:
 Verified 6 patch(es) on oci:examples/demo-image:latest (pinned by targets.lock).
-Wrote image: oci:$SANDBOX/out:slow sha256:f48ab3a67e5ced1719fbfef0a2b4e9d0208c8f0d09a2f9a5a0a003b29c652ad7
+Wrote image: oci:$SANDBOX/out:slow sha256:f7a673c5314b3bca2e15f94a420a92e03dbe4454070bb4cd49c527f336cc1a88
   Env: DEMO_TIMEOUT_S=120
 
 $ imgquilt audit --profile all --image oci:$SANDBOX/out:edge | grep -i 'profile\|match'

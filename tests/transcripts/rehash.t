@@ -17,7 +17,7 @@ imgquilt: The queue has 1 problem(s):
 [exit 6]
 
 $ imgquilt apply
-imgquilt: targets.lock is stale (0005-config-shared-expert-knob.patch edited by hand since it was made): it pins series sha256 febdee93e4aef4cae9d9f56df07fa43412a4505ee39b871f5b0a4646957f4a6e, but the queue is now cb6992dab1a18ee2a72291adea14edddbed92c0028ecee830551ddb79ea22277.
+imgquilt: targets.lock is stale (0005-config-shared-expert-knob.patch edited by hand since it was made): it pins series sha256 4242185631680cdd5963e9b991e07b1511a62a41b27d4215ac8b21904f774fc3, but the queue is now 8ec51e501bb888ba331206962ef0838c024cfb5c4c596c9459c9fd500aa64cf2.
 `imgquilt refresh --rehash 0005-config-shared-expert-knob.patch` re-pins a hand edit (and the patches after it) and writes the lock; or run `imgquilt lock`.
 [exit 6]
 

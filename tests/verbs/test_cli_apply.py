@@ -288,6 +288,18 @@ def test_an_output_over_the_queue_s_own_files_is_refused_before_anything_is_writ
     assert (q / "out/fix.tar.gz").is_file()
 
 
+def test_an_output_naming_profile_without_a_profile_is_refused_before_anything_is_read(tmp_path: Path, cli_env) -> None:
+    """`apply --layer out/{profile}.tar.gz` with no --profile wrote a file named `{profile}.tar.gz`; with
+    no profile selected there is no name for the placeholder: a usage error, nothing read or written."""
+    q = copy_demo_queue(tmp_path / "q")
+    (q / "out").mkdir()
+    before = tree_hash(q)
+    for output in (["--layer", "out/{profile}.tar.gz"], ["--output-image", "oci:out/img:{profile}"], ["--overlay", "out/{profile}"]):
+        r = imgquilt("apply", *output, cwd=q, env=cli_env, check=2)
+        assert f"{output[0]} {output[1]} holds {{profile}}, but no profile is selected" in r.err, r.err
+        assert tree_hash(q) == before
+
+
 def test_apply_reverse_puts_back_the_modes_the_series_changed(tmp_path: Path) -> None:
     """`apply --reverse` leaves the root as the image has it, modes included: a chmod +x alone, a chmod
     with an edit (no lock: the section's old mode says it), and a deleted executable (the lock pins it)."""

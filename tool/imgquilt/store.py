@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from .errors import LinkedState, StateWriteFailed, UnsafePath
 from .fs.content import Data, is_spooled, sha256_of
@@ -68,6 +68,11 @@ class ObjectStore:
         self._state.write(self._rel(sha), data, mode=0o444, durable=False)
         return sha
 
+    def put_many(self, held: Mapping[str, Data]) -> None:
+        """Store contents held in memory, keyed by their sha256, that present() found missing: the
+        store's directories walked once for all of them (put() walks from the queue root for each)."""
+        self._state.write_many(((self._rel(sha), data) for sha, data in held.items()), mode=0o444, durable=False)
+
     def get(self, sha: str, *, spool: bool = False) -> Data | None:
         """The bytes named `sha`, or None when they are not stored (or were damaged). `spool`: a large
         object comes back as a Spooled over it (for a caller that streams: check's offline test of each
@@ -103,8 +108,11 @@ def remember(queue_root: Path, datas: Iterable[Data | None]) -> int:
             todo.setdefault(sha256_of(data), data)
     try:
         stored = store.present(todo)  # one walk of the store for all (a warm apply: every one is there)
-        for sha, data in todo.items():
-            if sha not in stored and store.put(data, copy=False) is not None:
+        held = {sha: data for sha, data in todo.items() if sha not in stored and not is_spooled(data)}
+        store.put_many(held)
+        new += len(held)
+        for sha, data in todo.items():  # a large content: linked in, one by one
+            if sha not in stored and sha not in held and store.put(data, copy=False) is not None:
                 new += 1
     except LinkedState:
         raise  # a planted link is an attack, not a read-only queue

@@ -386,14 +386,16 @@ def run_editor(cmd: str, files: list[Path]) -> None:
 
 
 # --- patch headers ----------------------------------------------------------------------------
-def field_pairs(sets: list[str], unsets: list[str] | None = None) -> list[tuple[str, str | None]]:
+def field_pairs(sets: list[str], unsets: list[str] | None = None, option: str = "--set") -> list[tuple[str, str | None]]:
+    from ..work.header import check_field_name
+
     pairs: list[tuple[str, str | None]] = []
     for item in sets:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
-            raise UsageError(f"--set wants FIELD=VALUE, not {item!r}.")
-        pairs.append((key.strip(), value))
-    pairs += [(k.strip(), None) for k in unsets or []]
+            raise UsageError(f"{option} wants FIELD=VALUE, not {item!r}.")
+        pairs.append((check_field_name(key.strip()), value))
+    pairs += [(check_field_name(k.strip()), None) for k in unsets or []]
     return pairs
 
 
@@ -407,4 +409,4 @@ def header_fields(description: str | None, author: str | None, requires: list[st
         pairs.append(("Requires", " ".join(requires)))
     if status is not None:
         pairs.append(("Status", status))
-    return pairs + field_pairs(fields)
+    return pairs + field_pairs(fields, option="--field")

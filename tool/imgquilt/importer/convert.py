@@ -212,8 +212,9 @@ class _Apply:
             if result.data is None or base.data is None and not result.data or mode_change is not None:
                 hunks = None  # deletions, empty files, mode changes: the writer's own form
             mode = result.mode if base.data is None and result.mode not in (None, 0o644) and not result.link else None
+            deleted_mode = base.mode if result.data is None and base.data is not None and not base.link else None
             out.append(FileChange(path, base.data, result.data, mode, hunks, link=result.link if result.data is not None else base.link,
-                                  mode_change=mode_change))
+                                  mode_change=mode_change, deleted_mode=deleted_mode))
         return out
 
     # --- one file diff ------------------------------------------------------------------------
@@ -330,6 +331,8 @@ class _Apply:
         if base.data is not None and not f.old_absent:
             return base.mode
         mode = f.new_file_mode if f.new_file_mode is not None else pin.mode
+        if f.new_file_mode is not None and pin.mode is not None and bool(pin.mode & 0o111) == bool(f.new_file_mode & 0o111):
+            mode = pin.mode  # an imgquilt patch's `Mode:` gives the exact bits git's 100644/100755 cannot
         return (mode & 0o777) if mode is not None else 0o644
 
     def _result(self, f: ForeignFile, base: Base, where: str, actual: str, content_less: bool) -> tuple[bytes | None, list[Placed]]:

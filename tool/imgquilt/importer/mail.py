@@ -80,8 +80,10 @@ def is_cover_letter(data: bytes) -> bool:
 
 
 def mail_subject_name(data: bytes, number: int) -> str:
-    """A file name as `git format-patch` makes it: 0001-subject-words.patch."""
-    m = re.search(rb"^Subject: (.*)$", data, re.M)
-    subject = _SUBJECT_TAG.sub("", m.group(1).decode("utf-8", "replace")) if m else "patch"
+    """A file name as `git format-patch` makes it: 0001-subject-words.patch, from the subject as the
+    commit has it (unfolded, its RFC 2047 encoded words decoded: `café` gives caf-, never UTF-8-q-caf-C3-A9)."""
+    subject = mail_subject(data)
+    while _SUBJECT_TAG.match(subject):
+        subject = _SUBJECT_TAG.sub("", subject)
     slug = re.sub(r"[^A-Za-z0-9.]+", "-", subject).strip("-.")[:52].rstrip("-.") or "patch"
     return f"{number:04d}-{slug}.patch"

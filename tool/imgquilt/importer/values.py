@@ -86,6 +86,7 @@ class FileChange:
     hunks: tuple[Hunk, ...] | None = None
     link: bool = False  # a symlink (base and result are its target)
     mode_change: tuple[int, int] | None = None  # permission bits before and after, of a file there before and after
+    deleted_mode: int | None = None  # permission bits of a regular file the change deletes, as it is here (None: not known)
 
 
 @dataclass

@@ -74,6 +74,26 @@ def git_blob_sha1(data: Data | None) -> str:
     return h.hexdigest()
 
 
+def git_file_mode(bits: int | None) -> str:
+    """git's mode for a regular file of permission bits `bits`: 100755 when an execute bit is set, else
+    (and when not known) 100644. git records no other bits (`Mode:` carries them)."""
+    return "100755" if bits is not None and bits & 0o111 else "100644"
+
+
+def git_mode_lines(old: Data | None, new: Data | None, mode: int | None = None, deleted_mode: int | None = None,
+                   mode_change: tuple[int, int] | None = None, kind: str | None = None) -> bytes:
+    """git's extended header lines on a file's mode, after its `diff --git` line: `new file mode` (the
+    new file's `mode`), `deleted file mode` (`deleted_mode`, the mode of the file deleted) or `old
+    mode`/`new mode`; `kind` (120000, a symlink) stands for the mode of a created or deleted file."""
+    if old is None:
+        return f"new file mode {kind or git_file_mode(mode)}\n".encode()
+    if new is None:
+        return f"deleted file mode {kind or git_file_mode(deleted_mode)}\n".encode()
+    if mode_change is not None:
+        return f"old mode 100{mode_change[0]:03o}\nnew mode 100{mode_change[1]:03o}\n".encode()
+    return b""
+
+
 def _line_length(c: int) -> int:
     if 65 <= c <= 90:
         return c - 64
@@ -329,15 +349,10 @@ def _encode(kind: str, data: bytes) -> bytes:
 
 
 def render_binary(path: str, old: bytes | None, new: bytes | None, mode: int | None = None,
-                  mode_change: tuple[int, int] | None = None) -> bytes:
+                  mode_change: tuple[int, int] | None = None, deleted_mode: int | None = None) -> bytes:
     """A `diff --git` file diff with a full index line and literal blocks both ways (as `git apply` wants)."""
     head = [b"diff --git " + quote_name(f"a/{path}") + b" " + quote_name(f"b/{path}") + b"\n"]
-    if old is None:
-        head.append(b"new file mode 100755\n" if mode and mode & 0o111 else b"new file mode 100644\n")
-    elif new is None:
-        head.append(b"deleted file mode 100644\n")
-    elif mode_change is not None:
-        head.append(f"old mode 100{mode_change[0]:03o}\nnew mode 100{mode_change[1]:03o}\n".encode())
+    head.append(git_mode_lines(old, new, mode, deleted_mode, mode_change))
     index = f"index {git_blob_sha1(old)}..{git_blob_sha1(new)}"
     head.append((index + ("\n" if old is None or new is None or mode_change is not None else " 100644\n")).encode())
     head.append(b"GIT binary patch\n")

@@ -123,6 +123,9 @@ def lint_queue(root: Path, bodies: BodyCheck | None = None) -> Lint:
     except ImgquiltError as exc:
         problems.append(exc.message)
         lf = LockFile(None)
+        guarded_pins = False  # its pins are unknown: no patch can be said to be selected by none
+    else:
+        guarded_pins = guarded
     whole = len(raw) == len(entries)
     pins: list[tuple[str | None, tuple[str, ...], Lock | None]] = []
     if lf.default is not None or not lf.profiles:
@@ -141,7 +144,7 @@ def lint_queue(root: Path, bodies: BodyCheck | None = None) -> Lint:
             raws = [raw[i] for i, e in enumerate(entries) if e in keep]
             problems += lock_problems(profile, text, [e.name for e in keep], raws, chosen, lock,
                                       "the selection" if guarded else "series", hand)
-    return Lint(tuple(problems), tuple(selections), tuple(patches), unselected_lines(entries, pins) if guarded else ())
+    return Lint(tuple(problems), tuple(selections), tuple(patches), unselected_lines(entries, pins) if guarded_pins else ())
 
 
 def unselected_lines(entries: Sequence[SeriesEntry], pins: Sequence[tuple[str | None, tuple[str, ...], object]]) -> tuple[str, ...]:

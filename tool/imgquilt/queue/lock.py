@@ -112,7 +112,7 @@ class LockUpdate:
                          "patched files import)." if self.modules_read else "Updated targets.lock (no image read).")
         if self.why:
             todo = self.todo or ""
-            what = "targets.lock is stale now" if not self.written else "and part of it is stale now"
+            what = "targets.lock is stale now" if not self.written else "Part of it is stale now"
             lines.append(f"{what}: {self.why}; {todo[:1].lower() + todo[1:]}")
         return "\n".join(lines) or None
 

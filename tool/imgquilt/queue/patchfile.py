@@ -16,7 +16,7 @@ from ..fs.paths import check_member_path
 from ..fs.content import held, held_or_none
 from ..util.regular import READ_BUFFER, read_capped
 from .difftext import diff_hunks, diff_names, format_hunks
-from .binarypatch import BinaryPatch, BinaryPatchError, git_blob_sha1, is_binary, read_binary, render_binary
+from .binarypatch import BinaryPatch, BinaryPatchError, git_blob_sha1, git_mode_lines, is_binary, read_binary, render_binary
 from .hunks import ABSENT, Hunk, sha256_hex, show_line, split_lines
 from .pathquote import quote_name, read_name, unquote_name
 
@@ -118,6 +118,9 @@ class FileSection:
     link: bool = False
     # `old mode`/`new mode` of an existing file: (old, new) permission bits; the result gets the new ones
     mode_change: tuple[int, int] | None = None
+    # `deleted file mode` of a regular file a git-form section deletes (644 or 755): what the writer
+    # knew of the file; imgquilt does not check it when applying (the hashes decide)
+    deleted_mode: int | None = None
 
     @property
     def new_mode(self) -> int | None:
@@ -316,9 +319,9 @@ def _git_mode(name: str, path: str, key: bytes, value: bytes) -> tuple[bool, int
 
 
 def _git_head(name: str, path: str, lines: list[bytes], i: int, base: str, patched: str,
-              mode: int | None) -> tuple[int, bool, int | None, tuple[int, int] | None]:
+              mode: int | None) -> tuple[int, bool, int | None, tuple[int, int] | None, int | None]:
     """The `diff --git` line at `i` and git's extended headers after it, checked: (index of the first
-    line after them, a symlink?, the new file's mode, a mode change)."""
+    line after them, a symlink?, the new file's mode, a mode change, the deleted file's mode)."""
     names = lines[i].rstrip(b"\r\n")[len(b"diff --git "):]
     if names not in (quote_name(f"a/{path}") + b" " + quote_name(f"b/{path}"), quote_name(path) + b" " + quote_name(path)):
         # one meaning for every tool: git apply would patch the file these names give
@@ -354,12 +357,19 @@ def _git_head(name: str, path: str, lines: list[bytes], i: int, base: str, patch
         raise _bad(name, f"section {path!r}: `old mode` and `new mode` go together, on a file that exists before and after.")
     if link and mode is not None:
         raise _bad(name, f"section {path!r}: a symlink has no `Mode:`.")
-    if b"new file mode " in heads and not link and mode is None:
-        mode = perms[b"new file mode "]  # `Mode:`, when given, says the exact bits (git knows 644 and 755)
+    if b"new file mode " in heads and not link:
+        if mode is None:
+            mode = perms[b"new file mode "]
+        elif bool(mode & 0o111) != bool(perms[b"new file mode "] & 0o111):
+            # `Mode:` says the exact bits (git knows 644 and 755), but not against git's line: git apply
+            # and patch would make the file with the other executable bit
+            raise _bad(name, f"section {path!r}: `Mode: {mode:04o}` and `new file mode "
+                             f"{heads[b'new file mode '].strip().decode('latin-1')}` disagree on the executable bit.")
     mode_change = None
     if b"old mode " in heads and not link and perms[b"old mode "] != perms[b"new mode "]:
         mode_change = (perms[b"old mode "], perms[b"new mode "])
-    return i, link, mode, mode_change
+    deleted_mode = perms[b"deleted file mode "] if b"deleted file mode " in heads and not link else None
+    return i, link, mode, mode_change, deleted_mode
 
 
 def _parse_git(
@@ -369,7 +379,7 @@ def _parse_git(
     """A section whose diff keeps git's extended headers: `diff --git`, then `new file mode`, `deleted
     file mode`, `old mode`/`new mode`, `index` (with a mode), then a `GIT binary patch`, `---`/`+++` and
     hunks, or nothing (a mode change; an empty file created or deleted). Mode 120000 makes it a symlink."""
-    i, link, mode, mode_change = _git_head(name, path, lines, i, base, patched, mode)
+    i, link, mode, mode_change, deleted_mode = _git_head(name, path, lines, i, base, patched, mode)
     if i < len(lines) and lines[i].rstrip(b"\r\n") == b"GIT binary patch":
         if link:
             raise _bad(name, f"section {path!r}: a symlink's target is text, not a `GIT binary patch`.")
@@ -378,19 +388,25 @@ def _parse_git(
         except BinaryPatchError as exc:
             raise _bad(name, f"section {path!r}: {exc.message}") from None
         _no_stray(name, path, lines[end:])
-        return FileSection(path, base, patched, (), raw, mode, extra, binary=bp, mode_change=mode_change)
+        return FileSection(path, base, patched, (), raw, mode, extra, binary=bp, mode_change=mode_change,
+                           deleted_mode=deleted_mode)
     hunks: tuple[Hunk, ...] = ()
     if i < len(lines) and lines[i].startswith(b"--- "):
         src, dst, hunks = _read_diff(name, path, raw, sum(map(len, lines[:i])), len(raw), held=True)
-        for side, diff_name in (("---", src), ("+++", dst)):
-            _same_file(name, path, side, diff_name, strip)
-        if (src == "/dev/null") != (base == ABSENT) or (dst == "/dev/null") != (patched == ABSENT):
-            raise _bad(name, f"section {path!r}: its `---`/`+++` names disagree with Base-SHA256 {base} / Patched-SHA256 {patched}.")
+        _check_git_diff_names(name, path, src, dst, base, patched, strip)
     else:
         _no_stray(name, path, lines[i:])
     if link and patched != ABSENT and not hunks:
         raise _bad(name, f"section {path!r}: a symlink section holds its target as a one-line hunk.")
-    return FileSection(path, base, patched, hunks, raw, mode, extra, link=link, mode_change=mode_change)
+    return FileSection(path, base, patched, hunks, raw, mode, extra, link=link, mode_change=mode_change,
+                       deleted_mode=deleted_mode)
+
+
+def _check_git_diff_names(name: str, path: str, src: str, dst: str, base: str, patched: str, strip: int | None) -> None:
+    for side, diff_name in (("---", src), ("+++", dst)):
+        _same_file(name, path, side, diff_name, strip)
+    if (src == "/dev/null") != (base == ABSENT) or (dst == "/dev/null") != (patched == ABSENT):
+        raise _bad(name, f"section {path!r}: its `---`/`+++` names disagree with Base-SHA256 {base} / Patched-SHA256 {patched}.")
 
 
 _STRAY = (b"@@", b"+++ ", b"--- ", b"*** ", b"diff ", b"GIT binary patch")
@@ -521,7 +537,7 @@ def _stream_section(name: str, content, a: int, b: int, strip: int | None) -> Fi
     if diff_first is not None and diff_first.startswith(b"diff --git "):
         rd.lineno = 0  # line numbers count from the diff's first line, as the in-memory reader's
         try:
-            return _stream_binary(name, path, rd, base, patched, mode, raw, extra, strip)
+            return _stream_git(name, path, rd, base, patched, mode, raw, extra, strip, content, b)
         except StreamError as exc:
             raise _bad(name, f"section {path!r}: {exc.message}") from None
     src, dst, hunks = _read_diff(name, path, content, rd.offset, b, held=False)
@@ -529,11 +545,12 @@ def _stream_section(name: str, content, a: int, b: int, strip: int | None) -> Fi
     return FileSection(path, base, patched, hunks, raw, mode, extra)
 
 
-def _stream_binary(name: str, path: str, rd, base: str, patched: str, mode: int | None, raw, extra,
-                   strip: int | None) -> FileSection:
+def _stream_git(name: str, path: str, rd, base: str, patched: str, mode: int | None, raw, extra,
+                strip: int | None, content, end: int) -> FileSection:
     """_parse_git for a section read as it streams: its git headers checked by the same rules; a
-    `GIT binary patch` decoded into spooled contents; any other diff under git headers (a symlink, a
-    mode change with a text diff) parsed held, within IMGQUILT_IN_MEMORY_MAX."""
+    `GIT binary patch` decoded into spooled contents; a text diff of a regular file (a file created or
+    deleted with its mode, a mode change with a diff) read as it streams, as a plain section's; a
+    symlink's, or git headers alone, parsed held, within IMGQUILT_IN_MEMORY_MAX."""
     from .binarypatch import BINARY_CAP, BinaryBlock
     from .streamed import StreamError, _BLOCK, read_binary_block
 
@@ -541,7 +558,12 @@ def _stream_binary(name: str, path: str, rd, base: str, patched: str, mode: int 
     while (line := rd.peek_line()) is not None and line.startswith(_GIT_HEAD) and len(head) <= len(_GIT_HEAD):
         head.append(rd.next_line() or b"")
     line = rd.peek_line()
-    _, link, mode, mode_change = _git_head(name, path, head + ([line] if line is not None else []), 0, base, patched, mode)
+    _, link, mode, mode_change, deleted_mode = _git_head(name, path, head + ([line] if line is not None else []), 0, base,
+                                                         patched, mode)
+    if line is not None and line.startswith(b"--- ") and not link:
+        src, dst, hunks = _read_diff(name, path, content, rd.offset, end, held=False)
+        _check_git_diff_names(name, path, src, dst, base, patched, strip)
+        return FileSection(path, base, patched, hunks, raw, mode, extra, mode_change=mode_change, deleted_mode=deleted_mode)
     if line is None or line.rstrip(b"\r\n") != b"GIT binary patch" or link:
         return _parse_section(name, held(raw, f"section {path} of patch {name}"), strip)
     rd.next_line()
@@ -560,7 +582,8 @@ def _stream_binary(name: str, path: str, rd, base: str, patched: str, mode: int 
             raise _bad(name, f"section {path!r}: stray diff line {show_line(line.rstrip()[:4096], 60)} after its diff.")
         if len(line) >= (1 << 20) and not line.endswith(b"\n"):
             rd.skip_rest_of_line()
-    return FileSection(path, base, patched, (), raw, mode, extra, binary=BinaryPatch(forward, reverse), mode_change=mode_change)
+    return FileSection(path, base, patched, (), raw, mode, extra, binary=BinaryPatch(forward, reverse), mode_change=mode_change,
+                       deleted_mode=deleted_mode)
 
 
 def rehash_command(names: list[str]) -> str:
@@ -615,30 +638,38 @@ def _parse_patch(data: bytes, name: str, strip: int | None) -> Patch:
 
 
 def git_head(path: str, old: bytes | None, new: bytes | None, mode: int | None = None, *, link: bool = False,
-             mode_change: tuple[int, int] | None = None) -> bytes:
+             mode_change: tuple[int, int] | None = None, deleted_mode: int | None = None) -> bytes:
     """`diff --git` and git's extended headers for a section (as `git diff` writes them, with full blob ids)."""
     kind = "120000" if link else None
     out = [b"diff --git " + quote_name(f"a/{path}") + b" " + quote_name(f"b/{path}") + b"\n"]
-    if old is None:
-        out.append(f"new file mode {kind or ('100755' if mode is not None and mode & 0o111 else '100644')}\n".encode())
-    elif new is None:
-        out.append(f"deleted file mode {kind or '100644'}\n".encode())
-    elif mode_change is not None:
-        out.append(f"old mode 100{mode_change[0]:03o}\nnew mode 100{mode_change[1]:03o}\n".encode())
+    out.append(git_mode_lines(old, new, mode, deleted_mode, mode_change, kind))
     if old != new or old is None or new is None:
         suffix = f" {kind}" if kind and old is not None and new is not None else ""
         out.append(f"index {git_blob_sha1(old)}..{git_blob_sha1(new)}{suffix}\n".encode())
     return b"".join(out)
 
 
+def needs_git_form(old: bytes | None, new: bytes | None, mode: int | None = None, deleted_mode: int | None = None) -> bool:
+    """Does a regular file's section turning `old` into `new` need git's extended headers for `git apply`
+    and `patch -p1` to do what imgquilt does? A new executable file (`mode`), an empty file created or
+    deleted, and an executable file deleted (`deleted_mode`): a plain `---`/`+++` diff cannot say them."""
+    if old is None:
+        return new is not None and (not new or (mode is not None and bool(mode & 0o111)))
+    if new is None:
+        return not old or (deleted_mode is not None and bool(deleted_mode & 0o111))
+    return False
+
+
 def render_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None, hunks: tuple[Hunk, ...] | None = None,
-                   *, link: bool = False, mode_change: tuple[int, int] | None = None) -> bytes:
+                   *, link: bool = False, mode_change: tuple[int, int] | None = None, deleted_mode: int | None = None) -> bytes:
     """The canonical bytes of a section turning `old` into `new` (None: absent).
 
     `hunks` (checked by the caller to turn `old` into `new`) are written as given instead of a
     fresh diff: import keeps a foreign patch's hunk text, renumbered to where it applies. A symlink
-    (`link`: the bytes are its target) and a mode change of an existing file are written with git's
-    extended headers, which `git apply` and `patch -p1` both read.
+    (`link`: the bytes are its target), a mode change of an existing file, and what needs_git_form
+    names (a new executable file, an empty file created or deleted, an executable file deleted:
+    `deleted_mode` is the permission bits of the file a deletion removes, when known) are written
+    with git's extended headers, which `git apply` and `patch -p1` both read.
     """
     # a diff is made of whole files (git, difflib): a large content is held, within IMGQUILT_IN_MEMORY_MAX
     old, new = held_or_none(old, path), held_or_none(new, path)
@@ -647,22 +678,25 @@ def render_section(path: str, old: bytes | None, new: bytes | None, mode: int | 
         head += f"Mode: {mode:04o}\n".encode()
     if mode_change is not None and (old is None or new is None or mode_change[0] == mode_change[1]):
         mode_change = None
+    if link or new is not None:
+        deleted_mode = None
     if not link and (is_binary(old) or is_binary(new)):
-        return head + render_binary(path, old, new, mode, mode_change)
+        return head + render_binary(path, old, new, mode, mode_change, deleted_mode)
     body = diff_names(path, old is None, new is None) + format_hunks(diff_hunks(old, new) if hunks is None else hunks)
-    if link or mode_change is not None:
+    if link or mode_change is not None or needs_git_form(old, new, mode, deleted_mode):
         if old == new:  # a mode change alone: no diff under git's headers
             body = b""
-        return head + git_head(path, old, new, mode, link=link, mode_change=mode_change) + body
+        return head + git_head(path, old, new, mode, link=link, mode_change=mode_change, deleted_mode=deleted_mode) + body
     return head + body
 
 
 def make_section(path: str, old: bytes | None, new: bytes | None, mode: int | None = None, hunks: tuple[Hunk, ...] | None = None,
-                 *, link: bool = False, mode_change: tuple[int, int] | None = None) -> FileSection:
+                 *, link: bool = False, mode_change: tuple[int, int] | None = None, deleted_mode: int | None = None) -> FileSection:
     """A parsed section turning `old` into `new` (with `hunks` as written, if given)."""
     old, new = held_or_none(old, path), held_or_none(new, path)
-    raw = render_section(path, old, new, mode, hunks, link=link, mode_change=mode_change)
-    plain = not link and mode_change is None and not (is_binary(old) or is_binary(new))
+    raw = render_section(path, old, new, mode, hunks, link=link, mode_change=mode_change, deleted_mode=deleted_mode)
+    plain = not link and mode_change is None and not (is_binary(old) or is_binary(new)) and \
+        not needs_git_form(old, new, mode, deleted_mode)
     if hunks is not None and plain:  # already values: the caller reads the whole patch back once
         return FileSection(path, sha256_hex(old), sha256_hex(new), hunks, raw, mode if old is None and new is not None else None)
     return _parse_section("<new>", raw)
@@ -679,12 +713,9 @@ def as_git_form(s: FileSection) -> FileSection:
         return s
     p1 = b"\n--- a/" in s.raw or b"\n+++ b/" in s.raw or b"\n--- \"a/" in s.raw or b"\n+++ \"b/" in s.raw
     names = (quote_name(f"a/{s.path}") + b" " + quote_name(f"b/{s.path}")) if p1 else (quote_name(s.path) + b" " + quote_name(s.path))
-    git = b"\ndiff --git " + names
-    if s.is_new:
-        git += b"\nnew file mode 100755" if s.mode is not None and s.mode & 0o111 else b"\nnew file mode 100644"
-    elif s.is_delete:
-        git += b"\ndeleted file mode 100644"
-    return replace(s, raw=head + git + sep + diff)
+    old, new = (None if s.is_new else b""), (None if s.is_delete else b"")  # which sides are absent
+    git = b"\ndiff --git " + names + b"\n" + git_mode_lines(old, new, s.mode, s.deleted_mode)
+    return replace(s, raw=head + git.rstrip(b"\n") + sep + diff)
 
 
 def _git_safe(sections: list[FileSection] | tuple[FileSection, ...]) -> list[FileSection]:

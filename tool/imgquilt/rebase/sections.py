@@ -36,8 +36,9 @@ def retarget(s: FileSection, new_path: str, patch: str) -> bytes:
 
 def rewritten(path: str, old: bytes | None, new: bytes | None, like: FileSection, strip: int, patch: str) -> FileSection:
     """A fresh section for old→new that keeps what the user's section had beyond the diff:
-    its unknown fields, its Mode, and no a/ b/ prefixes for a `-p0` series entry."""
-    raw = make_section(path, old, new, like.mode, link=like.link, mode_change=like.mode_change).raw
+    its unknown fields, its Mode (and the `deleted file mode` it gave), and no a/ b/ prefixes for a `-p0`
+    series entry."""
+    raw = make_section(path, old, new, like.mode, link=like.link, mode_change=like.mode_change, deleted_mode=like.deleted_mode).raw
     if like.extra or strip == 0:
         lines = raw.splitlines(keepends=True)
         at = next((i for i, ln in enumerate(lines) if ln.startswith((b"diff --git ", b"--- "))), len(lines))

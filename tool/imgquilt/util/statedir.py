@@ -156,11 +156,33 @@ class StateDir:
     def write(self, rel: str, data, mode: int = 0o644, *, durable: bool = True) -> None:
         """Replace `rel` whole (directories made as needed); a link or non-regular file in the way is exit 6.
         `data`: bytes or a Spooled (util.atomic.write_atomic_at; `durable` as there)."""
-        parent, name = self._split(rel)
-        with self.opened(parent, create=True) as fd:
-            assert fd is not None
-            refuse_non_regular_at(fd, name, shown=self.shown_path(rel))
-            write_atomic_at(fd, name, data, mode, durable=durable)
+        self.write_many([(rel, data)], mode, durable=durable)
+
+    def write_many(self, items: Iterable[tuple[str, object]], mode: int = 0o644, *, durable: bool = True) -> None:
+        """write() of many entries, each directory walked to (and made) once for all of them, not
+        from the queue root for each: the object store's first run writes thousands."""
+        by_dir: dict[str, list[tuple[str, str, object]]] = {}
+        for rel, data in items:
+            parent, name = self._split(rel)
+            by_dir.setdefault(parent, []).append((rel, name, data))
+        if not by_dir:
+            return
+        with self.opened(create=True) as top:
+            assert top is not None
+            for parent, entries in by_dir.items():
+                try:
+                    fd = open_dir_below(top, _parts(parent), create=True, shown=f"{self.queue_root}/{self.shown}")
+                except OSError as exc:
+                    raise self._failed(exc, parent) from None
+                assert fd is not None
+                try:
+                    for rel, name, data in entries:
+                        refuse_non_regular_at(fd, name, shown=self.shown_path(rel))
+                        write_atomic_at(fd, name, data, mode, durable=durable)
+                except OSError as exc:  # named by the directory written in, as write() of one entry says
+                    raise self._failed(exc, parent) from None
+                finally:
+                    os.close(fd)
 
     def link_in(self, rel: str, data, mode: int = 0o644) -> bool:
         """Put the Spooled `data` at `rel` by reference only (a hard link to imgquilt's own temp file, or

@@ -113,7 +113,8 @@ def apply(req: ApplyRequest) -> Applied:
     need_profile(chosen, lf)  # stricter than need_pin: also with --image or --root
     pinned = chosen.lock
     # `--profile NAME` fills {profile} in an output path as --profile all does
-    layer, output_image, overlay = fill(req.layer, chosen.name), fill(req.output_image, chosen.name), fill(req.overlay, chosen.name)
+    layer, output_image = fill(req.layer, chosen.name, "--layer"), fill(req.output_image, chosen.name, "--output-image")
+    overlay = fill(req.overlay, chosen.name, "--overlay")
     root_dir = Path(req.root) if req.root is not None else None
     ref = f"rootfs:{root_dir}" if req.image is None and root_dir is not None else pick_ref(req.image, pinned, q.root)
     source = open_ref(ref, platform, root=q.root, progress=progress)
@@ -174,8 +175,8 @@ def apply_profiles(req: ApplyRequest) -> tuple[Applied, ...]:
     for r in chosen:
         ref = pick_ref(None, r.lock, q.root)
         source = open_ref(ref, platform, root=q.root, progress=progress)
-        layer_i, overlay_i = fill(layer, r.name), fill(overlay, r.name)
-        outputs = Outputs(layer=Path(layer_i) if layer_i is not None else None, image=fill(req.output_image, r.name),
+        layer_i, overlay_i = fill(layer, r.name, "--layer"), fill(overlay, r.name, "--overlay")
+        outputs = Outputs(layer=Path(layer_i) if layer_i is not None else None, image=fill(req.output_image, r.name, "--output-image"),
                           overlay=Path(overlay_i) if overlay_i is not None else None, compression=req.compression,  # type: ignore[arg-type]
                           compression_level=req.compression_level)
         try:

@@ -588,6 +588,11 @@ def boot_queue(q: Queue, *, image: str | None, root: Path | None, overlay: Path 
     from .profiles import lock_file, need_pin, resolve
 
     check_timeout(timeout)
+    if importers < 0:
+        raise UsageError(f"--importers {importers}: give how many importers to probe per module, 0 or more (0: none).")
+    if memory is not None and not 0 < memory < 2**63:  # setrlimit takes a signed 64-bit count
+        raise UsageError(f"--memory: {memory} bytes is no limit a probe can be given: give more than 0 and less than 8 EiB "
+                         "(e.g. 8G), or no --memory for none.")
     mounts = (_mount_point(q.root, mount_queue),) if mount_queue is not None else ()
     if mount_queue is not None and not command:
         raise UsageError("--mount-queue shows the queue to a command: give one after `--` (imgquilt boot --mount-queue "
@@ -733,9 +738,13 @@ def boot_env(image_env: Mapping[str, str] | None, profile_env: Sequence[tuple[st
     return env
 
 
+MAX_TIMEOUT = 7 * 24 * 3600  # a week: poll() takes the time left in milliseconds as a C int (24.8 days)
+
+
 def check_timeout(timeout: float) -> float:
-    if not timeout > 0:
-        raise UsageError(f"--timeout {timeout:g}: the time limit of a probe must be more than 0 seconds.")
+    if not 0 < timeout <= MAX_TIMEOUT:
+        raise UsageError(f"--timeout {timeout:g}: the time limit of a probe must be more than 0 seconds and at most "
+                         f"{MAX_TIMEOUT} (a week).")
     return timeout
 
 

@@ -102,6 +102,14 @@ def unknown(name: str, lf: LockFile) -> UsageError:
     if near is not None:
         return UsageError(f"Unknown profile {name!r}: targets.lock declares {known}. Did you mean {near!r}?",
                           hint=f"Use --profile {near}; a new profile is declared with `imgquilt lock --profile NAME --image REF`.")
+    if name == ALL:  # a command of one profile (port, rebase --continue, ...): `all` is no profile's name
+        return UsageError(f"This command takes one profile, not `all`: targets.lock declares {known}.",
+                          hint="Name one of them with --profile NAME." if lf.names else
+                          "Declare one with `imgquilt lock --profile NAME --image REF`.")
+    if not PROFILE_NAME.fullmatch(name):  # never suggest declaring a name `lock` refuses
+        return UsageError(f"Unknown profile {name!r}: targets.lock declares {known}, and {name!r} is not a profile name.",
+                          hint="Profile names are letters, digits, `_` and `-` (at most 64, starting with a letter or digit), "
+                               "e.g. glm53; `imgquilt lock --profile NAME --image REF` declares one.")
     return UsageError(f"Unknown profile {name!r}: targets.lock declares {known}.",
                       hint=f"Declare it with `imgquilt lock --profile {name} --image REF [--select GUARD,...] [--env KEY=VALUE]`.")
 
@@ -172,11 +180,18 @@ def _example(option: str) -> str:
             "attest": "key.pem"}.get(option, "out-{profile}")
 
 
-def fill(value: object, name: str | None) -> str | None:
-    """An output with {profile} replaced by the profile's name (no profile: as given)."""
+def fill(value: object, name: str | None, option: str = "the output") -> str | None:
+    """An output with {profile} replaced by the profile's name. With no profile selected, an output that
+    holds {profile} is a usage error: written as given, it would name a file `{profile}.tar.gz`."""
     if value is None:
         return None
-    return str(value) if name is None else str(value).replace(PLACEHOLDER, name)
+    if name is None:
+        if PLACEHOLDER in str(value):
+            raise UsageError(f"{option} {value} holds {PLACEHOLDER}, but no profile is selected: there is no name "
+                             "to put in its place.",
+                             hint="Give --profile NAME (or --profile all), or write the name out. Nothing was read or written.")
+        return str(value)
+    return str(value).replace(PLACEHOLDER, name)
 
 
 def pins(q: Queue, lf: LockFile) -> list[Resolved]:

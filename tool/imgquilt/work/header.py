@@ -38,7 +38,15 @@ def set_fields(wt: WorkTree, name: str | None, changes: list[tuple[str, str | No
     """Set (value) or remove (None) header fields, keeping every other byte."""
     name, hdr = header(wt, name)
     for key, value in changes:
-        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", key) or key in _SECTION_FIELDS:
-            raise UsageError(f"Unusable header field name {key!r}.")
-        hdr = hdr.with_field(key, value)
+        hdr = hdr.with_field(check_field_name(key), value)
     return set_header(wt, name, hdr)
+
+
+def check_field_name(key: str) -> str:
+    """A name a header field can be written under and read back as one (exit 2 otherwise): a file
+    section's own fields (`Index`, the hashes, `Mode`) would start or change a section."""
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", key) or key in _SECTION_FIELDS:
+        raise UsageError(f"Unusable header field name {key!r}.",
+                         hint="A field name is letters, digits, `_` and `-`, starting with a letter (e.g. Bug-Id), "
+                              "and not one of a file section's: " + ", ".join(sorted(_SECTION_FIELDS)) + ".")
+    return key

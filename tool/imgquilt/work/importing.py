@@ -129,7 +129,8 @@ def import_patches(
                 notes.append(_index_note(conv.index_mismatches))
             for key, value in fields:
                 header = header.with_field(key, value)
-            sections = [make_section(c.path, c.base, c.result, c.mode, c.hunks, link=c.link, mode_change=c.mode_change)
+            sections = [make_section(c.path, c.base, c.result, c.mode, c.hunks, link=c.link, mode_change=c.mode_change,
+                                     deleted_mode=c.deleted_mode)
                         for c in conv.changes]
             patch = build_patch(it.name, header, sections)
             if fp.trailer:

@@ -1,11 +1,13 @@
 """refresh and diff: a patch recomputed from snapshot -> current bytes.
 
 Every section without a change is dropped; an unchanged section keeps its bytes (and any extra
-fields); a new file whose work copy is executable gets `Mode:` with its permission bits.
+fields); a new file whose work copy is executable gets `Mode:` with its permission bits (and git's
+`new file mode 100755`), a deleted file git's `deleted file mode` with the mode it had before the
+patch when it was executable (patchfile.needs_git_form).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..errors import PythonCheckFailed, UsageError
@@ -68,13 +70,22 @@ def compute(wt: WorkTree, name: str) -> tuple[Patch, Patch]:
         mode = None
         if old is None and now.data is not None and now.mode is not None and now.mode & 0o111:
             mode = now.mode
+        deleted_mode = t.mode & 0o777 if old is not None and now.data is None and t.mode is not None else None
         s0 = existing.get(path)
-        if s0 is not None and (s0.base_sha256, s0.patched_sha256, s0.mode if old is None else None, s0.mode_change) == (
-                t.sha256, sha256_hex(now.data), mode, change):
-            sections.append(s0)  # unchanged: keep its bytes (and any extra fields)
+        # a new file's mode as it comes out (no `Mode:` is 0644; git's `new file mode 100644` reads as 0644)
+        if s0 is not None and (s0.base_sha256, s0.patched_sha256, _made(s0.mode) if old is None else None, s0.mode_change) == (
+                t.sha256, sha256_hex(now.data), _made(mode) if old is None else None, change):
+            # unchanged: keep its bytes (and any extra fields); a plain deletion written before knows
+            # its file's mode now, for the `deleted file mode` build_patch puts in front of it after
+            # a section of git headers alone
+            sections.append(s0 if s0.git_form or deleted_mode is None else replace(s0, deleted_mode=deleted_mode))
         else:
-            sections.append(make_section(path, old, now.data, mode, mode_change=change))
+            sections.append(make_section(path, old, now.data, mode, mode_change=change, deleted_mode=deleted_mode))
     return patch, build_patch(name, patch.header, sections)
+
+
+def _made(mode: int | None) -> int:
+    return 0o644 if mode is None else mode
 
 
 def _mode_change(before: int | None, now: FileState, old: bytes | None) -> tuple[int, int] | None:

@@ -305,7 +305,7 @@ class _Chain:
         if moved:
             self.notes.append(f"{here}: " + ", ".join(moved) + f", to where its lines are in what {below} now leaves (@@ header renumbered).")
         if s.binary is not None:
-            return make_section(s.path, data, result, s.mode, mode_change=s.mode_change)
+            return make_section(s.path, data, result, s.mode, mode_change=s.mode_change, deleted_mode=s.deleted_mode)
         raw = _pins(s, base, patched)
         return replace(s, raw=renumber_headers(raw, hunks) if hunks is not None else raw, base_sha256=base,
                        patched_sha256=patched, hunks=hunks if hunks is not None else s.hunks)

@@ -164,6 +164,7 @@ def lock_changes(wt: WorkTree, queue: Queue, command: str, *, python_check: bool
         before = None
     pins = ([(None, (), lf.default)] if lf.default is not None else []) + [(p.name, p.select, p.lock) for p in lf.profiles]
     new_lf, whys, todos, followed, opened = lf, [], [], 0, False
+    reads: list[str] = []  # the lock commands that must read an image: one sentence names them all
     for name, select, lock in pins:
         assert lock is not None
         relock_cmd = "`imgquilt lock`" if name is None else f"`imgquilt lock --profile {name}`"
@@ -172,7 +173,8 @@ def lock_changes(wt: WorkTree, queue: Queue, command: str, *, python_check: bool
             new = relock(queue.selection(select), lock, stored,
                          before=before.selection(select) if before is not None else None, python_check=python_check)
         except _NeedsImage as exc:
-            why, todo = f"{exc}", f"run {relock_cmd} (it reads it from the image)."
+            why, todo = f"{exc}", ""
+            reads.append(relock_cmd)
         except ImgquiltError as exc:
             found = getattr(exc, "problems", None)
             what = "; ".join(p.render() for p in found) if found else exc.message
@@ -185,17 +187,22 @@ def lock_changes(wt: WorkTree, queue: Queue, command: str, *, python_check: bool
             new_lf = replace(new_lf, default=new) if profile is None else new_lf.with_profile(replace(profile, lock=new))
             continue
         whys.append(why if name is None else f"[profile.{name}] {why}")
-        todos.append(todo)
+        if todo:
+            todos.append(todo)
+    if reads:
+        todos.append(f"run {reads[0]} (it reads it from the image)." if len(reads) == 1 else
+                     f"run {', '.join(reads[:-1])} and {reads[-1]} (each reads its profile's image).")
+    todos = [t if i == 0 else t[:1].upper() + t[1:] for i, t in enumerate(dict.fromkeys(todos))]  # sentences
     changes: list[Change] = []
     if whys:
-        note = LockNote(queue.series_sha256, f"imgquilt {command}", "; ".join(whys), " ".join(dict.fromkeys(todos)))
+        note = LockNote(queue.series_sha256, f"imgquilt {command}", "; ".join(whys), " ".join(todos))
         changes.append(Change(NOTE_PATH, render_note(note)))
     elif read_note(wt.root) is not None:
         changes.append(Change(NOTE_PATH, None))
     if followed:
         changes.append(Change("targets.lock", render_lock_file(new_lf)))  # last: it commits the transaction
     return changes, LockUpdate(True, bool(followed), wt.root / "targets.lock" if followed else None,
-                               "; ".join(whys) or None, " ".join(dict.fromkeys(todos)) or None, modules_read=opened)
+                               "; ".join(whys) or None, " ".join(todos) or None, modules_read=opened)
 
 
 def _unreadable(wt: WorkTree, command: str, exc: ImgquiltError) -> tuple[list[Change], LockUpdate]:
