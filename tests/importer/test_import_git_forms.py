@@ -105,14 +105,21 @@ def test_mode_changes_copies_and_renamed_symlinks_as_git_apply(tmp_path: Path) -
         assert tree_state(t) == want, tool[0]
 
 
-def test_a_cover_letter_is_skipped_and_named(tmp_path: Path) -> None:
-    """`git format-patch --cover-letter --stdout`: `git am` skips the cover letter; so does import, and says so."""
+def two_config_commits(tmp_path: Path, first: str, second: str) -> tuple[Path, Path]:
+    """A repository whose app/config.toml gets two commits (the port, then the workers), and a
+    snapshot of its files before them."""
     r = repo_with(tmp_path, {"app/config.toml": "port = 80\nworkers = 2\n"})
     base = snapshot(r, tmp_path / "base")
     (r / "app/config.toml").write_text("port = 8080\nworkers = 2\n")
-    git(r, "commit", "-qam", "Listen on 8080")
+    git(r, "commit", "-qam", first)
     (r / "app/config.toml").write_text("port = 8080\nworkers = 8\n")
-    git(r, "commit", "-qam", "Eight workers")
+    git(r, "commit", "-qam", second)
+    return r, base
+
+
+def test_a_cover_letter_is_skipped_and_named(tmp_path: Path) -> None:
+    """`git format-patch --cover-letter --stdout`: `git am` skips the cover letter; so does import, and says so."""
+    r, base = two_config_commits(tmp_path, "Listen on 8080", "Eight workers")
     mbox = git(r, "format-patch", "--cover-letter", "--stdout", "HEAD~2").encode()
     assert b"[PATCH 0/2]" in mbox
     (tmp_path / "series.mbox").write_bytes(mbox)
@@ -145,12 +152,8 @@ def test_mails_are_named_from_their_decoded_subject_as_git_format_patch_names_th
     """A subject with a non-ASCII letter is RFC 2047-encoded in the mail (`=?UTF-8?q?...?=`), a long one
     folded over two lines: the names are the ones `git format-patch -o` gives the same commits, not
     `0001-UTF-8-q-caf-C3-A9-20...`."""
-    r = repo_with(tmp_path, {"app/config.toml": "port = 80\nworkers = 2\n"})
-    base = snapshot(r, tmp_path / "base")
-    (r / "app/config.toml").write_text("port = 8080\nworkers = 2\n")
-    git(r, "commit", "-qam", "Listen on 8080 for the café")
-    (r / "app/config.toml").write_text("port = 8080\nworkers = 8\n")
-    git(r, "commit", "-qam", "Eight workers, as the résumé of a very long discussion that git folds in the mail says")
+    r, base = two_config_commits(tmp_path, "Listen on 8080 for the café",
+                                 "Eight workers, as the résumé of a very long discussion that git folds in the mail says")
     mbox = git(r, "format-patch", "--stdout", "HEAD~2").encode()
     assert b"=?UTF-8?q?" in mbox
     (tmp_path / "x.mbox").write_bytes(mbox)
