@@ -42,3 +42,11 @@ def test_plain_values_are_coerced_without_pydantic() -> None:
 def test_a_bad_value_is_still_a_usage_error() -> None:
     out = _run("--n", "three")
     assert out[0].startswith("bad:") and "'three' is not a valid int" in out[0]
+
+
+def test_an_empty_path_is_a_usage_error_not_this_directory() -> None:
+    """Path("") is "."; `apply --root "$UNSET_VARIABLE"` patched (or audited, or booted) the current
+    directory. An empty path is refused where every plain value is coerced."""
+    out = _run("--p", "")
+    assert out[0].startswith("bad:") and "an empty path names nothing" in out[0]
+    assert _run("--p", ".")[0] == "(1, PosixPath('.'), [], False)"

@@ -59,6 +59,8 @@ def install() -> None:
             def one(v: Any) -> Any:
                 if isinstance(v, to):
                     return v
+                if to is Path and str(v) == "":  # Path("") is ".": `--root "$UNSET"` would mean this directory
+                    raise BadParameter("an empty path names nothing (give . for this directory).", ctx=ctx, param=param)
                 try:
                     if to is bool:
                         return _BOOLS[str(v).strip().lower()]
