@@ -166,6 +166,23 @@ def test_mails_are_named_from_their_decoded_subject_as_git_format_patch_names_th
     assert names[0].endswith("/0001-Listen-on-8080-for-the-caf.patch")
 
 
+def test_a_subject_in_a_charset_python_does_not_know_is_shown_not_an_internal_error(tmp_path: Path) -> None:
+    """`Subject: =?x-bogus?q?...?=` (a charset without a codec) or encoded bytes that are not UTF-8 made
+    import exit 1 (LookupError, UnicodeDecodeError); the subject is decoded as far as it can be, for the
+    patch's name and its Description."""
+    r, base = two_config_commits(tmp_path, "Listen on 8080", "Eight workers")
+    mbox = git(r, "format-patch", "--stdout", "HEAD~2").encode()
+    mbox = mbox.replace(b"Subject: [PATCH 1/2] Listen on 8080", b"Subject: [PATCH 1/2] =?x-bogus?q?Listen_on_8080?=")
+    mbox = mbox.replace(b"Subject: [PATCH 2/2] Eight workers", b"Subject: [PATCH 2/2] =?utf-8?q?Eight_workers_=C3?=")
+    (tmp_path / "x.mbox").write_bytes(mbox)
+    q = tmp_path / "q"
+    q.mkdir()
+    (q / "series").write_text("")
+    imgquilt("import", str(tmp_path / "x.mbox"), "--image", f"rootfs:{base}", cwd=q, check=0)
+    assert (q / "series").read_text().split() == ["0001-Listen-on-8080.patch", "0002-Eight-workers.patch"]
+    assert (q / "patches/0001-Listen-on-8080.patch").read_bytes().startswith(b"Description: Listen on 8080\n")
+
+
 SITE = "usr/local/lib/python3.11/site-packages"
 SP = b"class SamplingParams:\n    n: int = 1\n    best_of: int = 1\n"
 

@@ -227,7 +227,7 @@ def _say_profiles(done, layer, overlay) -> None:
     from ..verbs.profiles import fill
 
     for d in done:
-        _say_applied(d, False, {"layer": fill(layer, d.profile), "overlay": fill(overlay, d.profile)})
+        _say_applied(d, False, {"layer": fill(layer, d.profile, "--layer"), "overlay": fill(overlay, d.profile, "--overlay")})
 
 
 def _reverse(root: Path | None, image: str | None, platform: str | None, profile: str | None, **others) -> None:

@@ -20,16 +20,7 @@ def mail_header(pre: list[bytes]) -> bytes:
     # compat32 and an explicit decode: the `default` policy's header registry costs ~5 ms a mail
     msg = BytesHeaderParser(policy=email.policy.compat32).parsebytes(head + b"\n\n")
 
-    def field(name: str) -> str:
-        raw = msg.get(name)
-        if raw is None:
-            return ""
-        return str(email.header.make_header(email.header.decode_header(str(raw))))
-
-    subject = _SUBJECT_TAG.sub("", field("Subject"))
-    while _SUBJECT_TAG.match(subject):
-        subject = _SUBJECT_TAG.sub("", subject)
-    subject = " ".join(subject.split())
+    subject = " ".join(_untagged(_field(msg, "Subject")).split())
     body_lines: list[str] = []
     for raw in split_lines(body):
         line = raw.decode("utf-8", "surrogateescape").rstrip("\r\n")
@@ -42,11 +33,11 @@ def mail_header(pre: list[bytes]) -> bytes:
         body_lines.pop(0)
     out = [f"Description: {subject}"]
     out += [f" {ln}" if ln else " ." for ln in body_lines]
-    if field("From"):
-        out.append(f"Author: {' '.join(field('From').split())}")
-    if field("Date"):
+    if _field(msg, "From"):
+        out.append(f"Author: {' '.join(_field(msg, 'From').split())}")
+    if _field(msg, "Date"):
         try:
-            out.append(f"Last-Update: {email.utils.parsedate_to_datetime(field('Date')).date().isoformat()}")
+            out.append(f"Last-Update: {email.utils.parsedate_to_datetime(_field(msg, 'Date')).date().isoformat()}")
         except (TypeError, ValueError):
             pass
     return ("\n".join(out) + "\n\n").encode("utf-8", "surrogateescape")
@@ -70,8 +61,36 @@ def mail_subject(data: bytes) -> str:
     """A mail's Subject line, unfolded and decoded."""
     head = data.partition(b"\n\n")[0]
     msg = BytesHeaderParser(policy=email.policy.compat32).parsebytes(head.partition(b"\n")[2] + b"\n\n")
-    raw = msg.get("Subject")
-    return " ".join(str(email.header.make_header(email.header.decode_header(str(raw)))).split()) if raw else ""
+    return " ".join(_field(msg, "Subject").split())
+
+
+def _field(msg, name: str) -> str:
+    """A header field, its RFC 2047 encoded words decoded ("" when it is not there)."""
+    raw = msg.get(name)
+    if raw is None:
+        return ""
+    parts = email.header.decode_header(str(raw))
+    try:
+        return str(email.header.make_header(parts))
+    except (LookupError, UnicodeDecodeError):  # a charset Python does not know, or bytes not in it: shown, not refused
+        return "".join(t if isinstance(t, str) else t.decode(_known(c), "replace") for t, c in parts)
+
+
+def _untagged(subject: str) -> str:
+    """A subject without its leading `[PATCH 1/3]`-style tags, as `git am` takes it."""
+    while _SUBJECT_TAG.match(subject):
+        subject = _SUBJECT_TAG.sub("", subject)
+    return subject
+
+
+def _known(charset: str | None) -> str:
+    """`charset` where Python has a codec for it; latin-1 (every byte a letter) otherwise."""
+    import codecs
+
+    try:
+        return codecs.lookup(charset or "ascii").name
+    except LookupError:
+        return "latin-1"
 
 
 def is_cover_letter(data: bytes) -> bool:
@@ -82,8 +101,6 @@ def is_cover_letter(data: bytes) -> bool:
 def mail_subject_name(data: bytes, number: int) -> str:
     """A file name as `git format-patch` makes it: 0001-subject-words.patch, from the subject as the
     commit has it (unfolded, its RFC 2047 encoded words decoded: `café` gives caf-, never UTF-8-q-caf-C3-A9)."""
-    subject = mail_subject(data)
-    while _SUBJECT_TAG.match(subject):
-        subject = _SUBJECT_TAG.sub("", subject)
+    subject = _untagged(mail_subject(data))
     slug = re.sub(r"[^A-Za-z0-9.]+", "-", subject).strip("-.")[:52].rstrip("-.") or "patch"
     return f"{number:04d}-{slug}.patch"

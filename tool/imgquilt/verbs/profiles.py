@@ -180,7 +180,7 @@ def _example(option: str) -> str:
             "attest": "key.pem"}.get(option, "out-{profile}")
 
 
-def fill(value: object, name: str | None, option: str = "the output") -> str | None:
+def fill(value: object, name: str | None, option: str) -> str | None:
     """An output with {profile} replaced by the profile's name. With no profile selected, an output that
     holds {profile} is a usage error: written as given, it would name a file `{profile}.tar.gz`."""
     if value is None:
